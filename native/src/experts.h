@@ -1,0 +1,59 @@
+/* experts.h — the expert store: where each routed expert's weights live.
+ * Owns: tiers (0 disk: read on use, not kept; 1 RAM: LRU under EXPERT_RAM_MB, plus
+ * pinned experts within PIN_MB; 2 VRAM: reserved, empty until a GPU backend),
+ * heat (cumulative selection counts, usage file), HITS bitmap, REPIN events.
+ * Rows are the MoE layers in order (row != absolute layer when dense layers lead). */
+#ifndef COLI_EXPERTS_H
+#define COLI_EXPERTS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "gguf.h"
+#include "quant.h"
+
+typedef struct {
+    size_t ram_budget;      /* bytes for LRU + pinned experts; SIZE_MAX = all fit */
+    size_t pin_budget;      /* bytes of hottest experts kept pinned (PIN_MB) */
+    char usage_path[1024];  /* "" = no usage file */
+    int usage_save;         /* 0 = load but never write */
+} expert_opts;
+
+typedef struct { qmat gate, up, down; } expert_w;   /* gate/up: d_exp x d_model, down: d_model x d_exp */
+
+/* Source of one MoE layer's stacked tensors (blk.N.ffn_{gate,up,down}_exps.weight). */
+typedef struct {
+    int layer;              /* absolute layer index */
+    const gguf_tensor *gate, *up, *down;
+} expert_layer_src;
+
+typedef void (*repin_cb)(void *ud, int layer, int eid, int old_tier, int gpu);
+
+typedef struct expert_store expert_store;
+
+expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_rows,
+                        int n_experts, const expert_opts *o, uint32_t engine_id,
+                        int n_layers_total, char *err, size_t errlen);
+void es_free(expert_store *s);
+
+/* Weights of expert e of MoE row r. Resident experts are returned in place; others are
+ * read from the file (pread) into a buffer owned by the store until es_release.
+ * Updates LRU, hit/miss counters and adds read time to *t_read_s. Not thread-safe:
+ * call from the forward's serial part. */
+int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s);
+void es_release(expert_store *s, int r, int e);
+
+/* Routing bookkeeping: heat count +1 and HITS bit set. */
+void es_note_selected(expert_store *s, int r, int e);
+
+int es_rows(const expert_store *s);
+int es_cols(const expert_store *s);
+void es_emap(const expert_store *s, uint8_t *out);       /* rows*cols bytes: tier<<6 | heat */
+void es_hits_take(expert_store *s, uint8_t *bits);       /* ceil(rows*cols/8) bytes LSB-first; clears */
+void es_tiers(const expert_store *s, int *vram, int *ram, int *disk, double *vram_gb, double *ram_gb);
+/* Cache hit percentage since the last call (then resets the window). */
+double es_hit_pct_take(expert_store *s);
+/* Recompute the pinned set from heat within pin_budget; calls cb for each change. */
+void es_repin(expert_store *s, repin_cb cb, void *ud);
+/* Usage file (.coli_usage format, atomic tmp+rename). 0 ok. */
+int es_usage_save(expert_store *s);
+size_t es_expert_bytes(const expert_store *s);           /* bytes of one expert (gate+up+down) */
+#endif

@@ -1,0 +1,68 @@
+/* model.h — a llama-architecture model (dense or MoE) loaded from GGUF, and its forward pass.
+ * Owns: hyper-parameters from metadata, validation of tensor shapes (refusal with a
+ * one-line reason), and the batched forward over rows from any mix of slots. */
+#ifndef COLI_MODEL_H
+#define COLI_MODEL_H
+#include <stdint.h>
+#include "gguf.h"
+#include "quant.h"
+#include "kv.h"
+#include "experts.h"
+#include "tokenizer.h"
+
+enum { GATING_SOFTMAX = 0, GATING_UNIT = 1 };
+
+typedef struct {
+    int n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab, ctx_train;
+    int n_experts, top_k, d_expert, d_shexp;   /* n_experts == 0: dense */
+    int gating;                                /* GATING_* */
+    float rope_base, rms_eps;
+    int n_moe_rows;                            /* MoE layers (EMAP rows) */
+} model_config;
+
+typedef struct {
+    const float *attn_norm, *ffn_norm;         /* F32 [d_model] */
+    qmat q, k, v, o;
+    qmat ffn_gate, ffn_up, ffn_down;           /* dense FFN (rows 0 when MoE) */
+    qmat router;                               /* ffn_gate_inp: n_experts x d_model */
+    qmat sh_gate, sh_up, sh_down;              /* shared expert (rows 0 when absent) */
+    int moe_row;                               /* -1 dense layer, else EMAP row */
+} layer_w;
+
+/* Per-turn profile counters (seconds), accumulated by the forward. */
+typedef struct {
+    double t_edisk, t_emm, t_attn, t_head, t_dense;
+    long forwards;
+} perf_counters;
+
+typedef struct model {
+    gguf_file g;
+    model_config c;
+    layer_w *layers;
+    qmat tok_embd, output;                     /* output == tok_embd when tied */
+    const float *output_norm;
+    expert_store *es;
+    tokenizer *tok;
+    char name[256], arch[64];
+    char *chat_template;                       /* NULL if absent */
+    uint64_t fingerprint;                      /* for KV slot files */
+    perf_counters perf;
+} model;
+
+/* 0 ok; -1 with a one-line reason in err. Refuses unsupported arch/types/shapes. */
+int model_load(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen);
+void model_free(model *m);
+
+/* One input row of a batched forward. Rows of the same slot must be in increasing
+ * pos order and contiguous positions; pos must equal the slot's n_pos at the first
+ * row of that slot (the forward appends K/V and token to the slot history). */
+typedef struct {
+    int slot, pos, token;
+    float *logits;          /* NULL: no logits wanted for this row; else vocab floats */
+    uint32_t *route_counts; /* NULL or n_moe_rows*n_experts counters (per-turn routing) */
+} fwd_row;
+
+/* Runs all rows through the model in one pass (weight rows read once per pass).
+ * 0 ok, -1 on OOM/expert read failure. */
+int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n);
+#endif
