@@ -26,6 +26,7 @@ typedef struct {
     uint32_t arr_type;      /* element type when type == ARRAY */
     uint64_t arr_len;
     const uint8_t *data;    /* raw little-endian value (or first array element) in the map */
+    uint64_t *str_off;      /* string arrays: offset of element i from data (owned by gguf.c) */
 } gguf_kv;
 
 typedef struct {

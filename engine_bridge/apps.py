@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class EngineBridgeConfig(AppConfig):
+    name = "engine_bridge"
