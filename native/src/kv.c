@@ -1,0 +1,160 @@
+/* kv.c — KV slots: lazily grown per-slot K/V buffers, prefix bookkeeping, slot files.
+ *
+ * Slot file layout (little-endian, native float32):
+ *   char magic[8] = "COLIKV01"
+ *   int32 n_layers, kv_dim, n_pos, reserved(0)
+ *   uint64 fingerprint
+ *   int32 tokens[n_pos]
+ *   per layer: float K[n_pos][kv_dim], then float V[n_pos][kv_dim]
+ * Written to "<path>.tmp" then renamed over <path>. Loaded only when magic, dims,
+ * fingerprint and the exact file size all match, and n_pos fits the context. */
+#include "kv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char KV_MAGIC[8] = {'C', 'O', 'L', 'I', 'K', 'V', '0', '1'};
+
+int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim) {
+    memset(c, 0, sizeof *c);
+    if (n_slots < 1 || ctx < 1 || n_layers < 1 || kv_dim < 1) return -1;
+    c->slots = calloc((size_t)n_slots, sizeof *c->slots);
+    if (!c->slots) return -1;
+    c->n_slots = n_slots;
+    c->ctx = ctx;
+    c->n_layers = n_layers;
+    c->kv_dim = kv_dim;
+    for (int s = 0; s < n_slots; s++) {
+        c->slots[s].k = calloc((size_t)n_layers, sizeof(float *));
+        c->slots[s].v = calloc((size_t)n_layers, sizeof(float *));
+        if (!c->slots[s].k || !c->slots[s].v) {
+            kv_free(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void kv_free(kv_cache *c) {
+    if (!c->slots) return;
+    for (int s = 0; s < c->n_slots; s++) {
+        kv_slot *sl = &c->slots[s];
+        for (int l = 0; l < c->n_layers; l++) {
+            if (sl->k) free(sl->k[l]);
+            if (sl->v) free(sl->v[l]);
+        }
+        free(sl->k);
+        free(sl->v);
+        free(sl->tokens);
+    }
+    free(c->slots);
+    memset(c, 0, sizeof *c);
+}
+
+int kv_reserve(kv_cache *c, int s, int n_pos) {
+    if (s < 0 || s >= c->n_slots || n_pos < 0 || n_pos > c->ctx) return -1;
+    kv_slot *sl = &c->slots[s];
+    if (n_pos <= sl->cap) return 0;
+    long cap = sl->cap > 0 ? sl->cap : 16;
+    while (cap < n_pos) cap *= 2;
+    if (cap > c->ctx) cap = c->ctx;
+    /* Each realloc that succeeds is kept (its pointer updated); cap only moves once
+     * every buffer has the new size, so a failure leaves a consistent slot. */
+    int *t = realloc(sl->tokens, (size_t)cap * sizeof(int));
+    if (!t) return -1;
+    sl->tokens = t;
+    size_t bytes = (size_t)cap * (size_t)c->kv_dim * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        float *k = realloc(sl->k[l], bytes);
+        if (!k) return -1;
+        sl->k[l] = k;
+        float *v = realloc(sl->v[l], bytes);
+        if (!v) return -1;
+        sl->v[l] = v;
+    }
+    sl->cap = (int)cap;
+    return 0;
+}
+
+int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n) {
+    if (s < 0 || s >= c->n_slots) return 0;
+    const kv_slot *sl = &c->slots[s];
+    int m = sl->n_pos < n ? sl->n_pos : n;
+    int i = 0;
+    while (i < m && sl->tokens[i] == ids[i]) i++;
+    return i;
+}
+
+void kv_truncate(kv_cache *c, int s, int n_keep) {
+    if (s < 0 || s >= c->n_slots) return;
+    if (n_keep < 0) n_keep = 0;
+    if (n_keep < c->slots[s].n_pos) c->slots[s].n_pos = n_keep;
+}
+
+static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n ? 0 : -1; }
+static int read_all(FILE *f, void *p, size_t n) { return n == 0 || fread(p, 1, n, f) == n ? 0 : -1; }
+
+int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
+    if (s < 0 || s >= c->n_slots || !path || !*path) return -1;
+    const kv_slot *sl = &c->slots[s];
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    if (!tmp) return -1;
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        free(tmp);
+        return -1;
+    }
+    int32_t hdr[4] = {c->n_layers, c->kv_dim, sl->n_pos, 0};
+    int rc = write_all(f, KV_MAGIC, sizeof KV_MAGIC);
+    rc |= write_all(f, hdr, sizeof hdr);
+    rc |= write_all(f, &fingerprint, sizeof fingerprint);
+    rc |= write_all(f, sl->tokens, (size_t)sl->n_pos * sizeof(int32_t));
+    size_t rows = (size_t)sl->n_pos * (size_t)c->kv_dim * sizeof(float);
+    for (int l = 0; l < c->n_layers && rc == 0; l++) {
+        rc |= write_all(f, sl->k[l], rows);
+        rc |= write_all(f, sl->v[l], rows);
+    }
+    if (fflush(f) != 0) rc = -1;
+    if (rc == 0 && fsync(fileno(f)) != 0) rc = -1;
+    if (fclose(f) != 0) rc = -1;
+    if (rc == 0 && rename(tmp, path) != 0) rc = -1;
+    if (rc != 0) unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
+    if (s < 0 || s >= c->n_slots || !path || !*path) return -1;
+    kv_slot *sl = &c->slots[s];
+    sl->n_pos = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char magic[8];
+    int32_t hdr[4];
+    uint64_t fp;
+    int rc = -1;
+    if (read_all(f, magic, 8) || memcmp(magic, KV_MAGIC, 8) != 0) goto out;
+    if (read_all(f, hdr, sizeof hdr) || read_all(f, &fp, sizeof fp)) goto out;
+    if (hdr[0] != c->n_layers || hdr[1] != c->kv_dim || fp != fingerprint) goto out;
+    int n = hdr[2];
+    if (n < 0 || n > c->ctx) goto out;
+    /* Exact size check before touching the slot. */
+    size_t rows = (size_t)n * (size_t)c->kv_dim * sizeof(float);
+    long want = (long)(8 + sizeof hdr + sizeof fp) + (long)n * 4 + (long)(2 * rows * (size_t)c->n_layers);
+    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) != want) goto out;
+    if (fseek(f, (long)(8 + sizeof hdr + sizeof fp), SEEK_SET) != 0) goto out;
+    if (kv_reserve(c, s, n) != 0) goto out;
+    if (read_all(f, sl->tokens, (size_t)n * sizeof(int32_t))) goto out;
+    for (int l = 0; l < c->n_layers; l++)
+        if (read_all(f, sl->k[l], rows) || read_all(f, sl->v[l], rows)) goto out;
+    sl->n_pos = n;
+    rc = 0;
+out:
+    fclose(f);
+    return rc;
+}

@@ -1,0 +1,446 @@
+/* quant.c — fp16 conversion, block formats (F32, F16, Q4_0, Q4_1, Q8_0) and the
+ * batched matrix-times-rows kernel.
+ *
+ * Determinism: every output element out[i][r] is computed by exactly one thread with
+ * one fixed sequence of operations that depends only on (weight row r, input row i).
+ * So results are bit-identical whatever the batch size n and the thread count.
+ *
+ * Quantized weights are multiplied with activations quantized per 32-block to int8
+ * (scale d = max|x| / 127), like ggml's q8_0; Q4_1's min term uses the exact float
+ * sum of the block's activations (qs), which is more accurate than d * sum(q).
+ *
+ * Block layouts (32 values each):
+ *   Q8_0: f16 d, int8 q[32]            value j = d * q[j]
+ *   Q4_0: f16 d, u8 qs[16]             value j = d * (nib_j - 8)
+ *   Q4_1: f16 d, f16 m, u8 qs[16]      value j = d * nib_j + m
+ * with nib_j = qs[j] & 15 for j < 16 and qs[j-16] >> 4 for j >= 16. */
+#include "quant.h"
+#include "gguf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#define QK 32
+#define Q8_0_BYTES 34
+#define Q4_0_BYTES 18
+#define Q4_1_BYTES 20
+
+/* ---- fp16 ------------------------------------------------------------------------ */
+
+static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static float sw_fp16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 31, man = h & 0x3ff;
+    if (exp == 0) {                        /* zero or subnormal: man * 2^-24, exact */
+        float v = (float)man * 0x1p-24f;
+        return bits_f32(f32_bits(v) | sign);
+    }
+    if (exp == 31)                         /* inf, or NaN (quieted, payload kept) */
+        return bits_f32(sign | 0x7f800000u | (man ? 0x00400000u | (man << 13) : 0));
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+static uint16_t sw_f32_to_fp16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    u &= 0x7fffffffu;
+    if (u >= 0x7f800000u)                  /* inf / NaN (NaN stays NaN, quiet) */
+        return (uint16_t)(sign | 0x7c00 | (u > 0x7f800000u ? 0x200 | ((u >> 13) & 0x3ff) : 0));
+    if (u >= 0x477ff000u)                  /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00);
+    if (u < 0x38800000u) {                 /* below 2^-14: subnormal half (or zero) */
+        float v = rintf(bits_f32(u) * 0x1p24f);   /* exact scaling, round to nearest even */
+        return (uint16_t)(sign | (uint16_t)v);    /* 1024 becomes the smallest normal */
+    }
+    uint32_t h = (u >> 13) - (112u << 10);
+    uint32_t rem = u & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+float fp16_to_f32(uint16_t h)
+{
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    return sw_fp16_to_f32(h);
+#endif
+}
+
+uint16_t f32_to_fp16(float f)
+{
+#ifdef __F16C__
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+    return sw_f32_to_fp16(f);
+#endif
+}
+
+/* Exposed for tests only (not in quant.h): the portable conversions. */
+float quant_sw_fp16_to_f32(uint16_t h);
+uint16_t quant_sw_f32_to_fp16(float f);
+float quant_sw_fp16_to_f32(uint16_t h) { return sw_fp16_to_f32(h); }
+uint16_t quant_sw_f32_to_fp16(float f) { return sw_f32_to_fp16(f); }
+
+static inline float ld_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return fp16_to_f32(h);
+}
+
+/* ---- dequantization ---------------------------------------------------------------- */
+
+void dequant_row(uint32_t type, const void *row, float *out, int n)
+{
+    const uint8_t *p = row;
+    int nb = n / QK;
+    switch (type) {
+    case GGML_F32:
+        memcpy(out, row, (size_t)n * sizeof(float));
+        break;
+    case GGML_F16:
+        for (int j = 0; j < n; j++) out[j] = ld_f16(p + 2 * (size_t)j);
+        break;
+    case GGML_Q8_0:
+        for (int b = 0; b < nb; b++, p += Q8_0_BYTES) {
+            float d = ld_f16(p);
+            const int8_t *q = (const int8_t *)(p + 2);
+            for (int j = 0; j < QK; j++) out[b * QK + j] = d * (float)q[j];
+        }
+        break;
+    case GGML_Q4_0:
+        for (int b = 0; b < nb; b++, p += Q4_0_BYTES) {
+            float d = ld_f16(p);
+            const uint8_t *qs = p + 2;
+            for (int j = 0; j < 16; j++) {
+                out[b * QK + j] = d * (float)((qs[j] & 15) - 8);
+                out[b * QK + j + 16] = d * (float)((qs[j] >> 4) - 8);
+            }
+        }
+        break;
+    case GGML_Q4_1:
+        for (int b = 0; b < nb; b++, p += Q4_1_BYTES) {
+            float d = ld_f16(p), m = ld_f16(p + 2);
+            const uint8_t *qs = p + 4;
+            for (int j = 0; j < 16; j++) {
+                out[b * QK + j] = d * (float)(qs[j] & 15) + m;
+                out[b * QK + j + 16] = d * (float)(qs[j] >> 4) + m;
+            }
+        }
+        break;
+    default:
+        memset(out, 0, (size_t)n * sizeof(float));
+        break;
+    }
+}
+
+/* ---- activations --------------------------------------------------------------------- */
+
+static int is_quant(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1; }
+
+static void *alloc64(size_t bytes)
+{
+    bytes = (bytes + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+/* Quantize one block of 32 floats to int8 with scale d; also the exact float sum. */
+static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out)
+{
+    float amax = 0.0f, sum = 0.0f;
+    for (int j = 0; j < QK; j++) {
+        float a = fabsf(x[j]);
+        amax = a > amax ? a : amax;
+        sum += x[j];
+    }
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK; j++) {
+        float v = x[j] * id;                       /* |v| <= 127 (+ rounding) */
+        v = v >= 0.0f ? v + 0.5f : v - 0.5f;       /* round half away from zero */
+        int iv = (int)v;
+        q[j] = (int8_t)(iv > 127 ? 127 : iv < -127 ? -127 : iv);
+    }
+    *d_out = d;
+    *s_out = sum;
+}
+
+/* The caller must zero-initialize a qact before the first prepare (qact a = {0}).
+ * The float copy is always kept; int8 blocks are kept whenever cols % 32 == 0, so a
+ * prepared qact can be used with weights of any type of the same cols. */
+void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols)
+{
+    size_t need = (size_t)(n > 0 ? n : 0) * (size_t)(cols > 0 ? cols : 0);
+    if (need > a->cap || !a->f) {
+        qact_free(a);
+        a->cap = need > 64 ? need : 64;
+        a->f = alloc64(a->cap * sizeof(float));
+        a->q = alloc64(a->cap);
+        a->qd = alloc64((a->cap / QK + 1) * sizeof(float));
+        a->qs = alloc64((a->cap / QK + 1) * sizeof(float));
+        if (!a->f || !a->q || !a->qd || !a->qs) {
+            fprintf(stderr, "qact_prepare: out of memory (%zu values)\n", need);
+            abort();
+        }
+    }
+    a->n = n;
+    a->cols = cols;
+    a->wtype = wtype;
+    if (need == 0) return;
+    memcpy(a->f, x, need * sizeof(float));
+    if (cols % QK == 0) {
+        size_t nblk = need / QK;
+        for (size_t b = 0; b < nblk; b++)
+            quant_block(x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b]);
+    }
+}
+
+void qact_free(qact *a)
+{
+    free(a->f);
+    free(a->q);
+    free(a->qd);
+    free(a->qs);
+    a->f = NULL;
+    a->q = NULL;
+    a->qd = NULL;
+    a->qs = NULL;
+    a->cap = 0;
+}
+
+/* ---- dot kernels: one weight row . one prepared activation row ------------------------ */
+
+#ifdef __AVX2__
+static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* sum of 8 int32 lanes of (unsigned u8 a) * (signed i8 b) over 32 bytes, as floats */
+static inline __m256 dot_u8i8(__m256i a, __m256i b)
+{
+    __m256i p16 = _mm256_maddubs_epi16(a, b);               /* |pair| <= 2*255*127 ok */
+    __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    return _mm256_cvtepi32_ps(p32);
+}
+
+/* signed x signed via sign trick */
+static inline __m256 dot_i8i8(__m256i w, __m256i x)
+{
+    return dot_u8i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_and_si256(both, _mm256_set1_epi8(15));
+}
+#endif
+
+static float dot_f32(const float *w, const float *x, int n)
+{
+    int j = 0;
+    float s = 0.0f;
+#ifdef __AVX2__
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; j + 32 <= n; j += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
+    }
+    for (; j + 8 <= n; j += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
+    s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#else
+#pragma omp simd reduction(+ : s)
+    for (int k = 0; k < n - n % 8; k++) s += w[k] * x[k];
+    j = n - n % 8;
+#endif
+    for (; j < n; j++) s += w[j] * x[j];
+    return s;
+}
+
+static float dot_f16(const uint8_t *w8, const float *x, int n)
+{
+    int j = 0;
+    float s = 0.0f;
+#if defined(__AVX2__) && defined(__F16C__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define LDH(k) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w8 + 2 * (size_t)(k))))
+    for (; j + 32 <= n; j += 32) {
+        a0 = _mm256_fmadd_ps(LDH(j), _mm256_loadu_ps(x + j), a0);
+        a1 = _mm256_fmadd_ps(LDH(j + 8), _mm256_loadu_ps(x + j + 8), a1);
+        a2 = _mm256_fmadd_ps(LDH(j + 16), _mm256_loadu_ps(x + j + 16), a2);
+        a3 = _mm256_fmadd_ps(LDH(j + 24), _mm256_loadu_ps(x + j + 24), a3);
+    }
+    for (; j + 8 <= n; j += 8) a0 = _mm256_fmadd_ps(LDH(j), _mm256_loadu_ps(x + j), a0);
+#undef LDH
+    s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#endif
+    for (; j < n; j++) s += ld_f16(w8 + 2 * (size_t)j) * x[j];
+    return s;
+}
+
+static float dot_q8_0(const uint8_t *w, const int8_t *xq, const float *xd, int nb)
+{
+#ifdef __AVX2__
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * Q8_0_BYTES, xq += 2 * QK) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)(w + 2));
+        __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + Q8_0_BYTES + 2));
+        __m256 p0 = dot_i8i8(w0, _mm256_loadu_si256((const __m256i *)xq));
+        __m256 p1 = dot_i8i8(w1, _mm256_loadu_si256((const __m256i *)(xq + QK)));
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w + Q8_0_BYTES) * xd[b + 1]), p1, a1);
+    }
+    if (b < nb) {
+        __m256 p0 = dot_i8i8(_mm256_loadu_si256((const __m256i *)(w + 2)),
+                             _mm256_loadu_si256((const __m256i *)xq));
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
+    }
+    return hsum8(_mm256_add_ps(a0, a1));
+#else
+    float s = 0.0f;
+    for (int b = 0; b < nb; b++, w += Q8_0_BYTES, xq += QK) {
+        const int8_t *q = (const int8_t *)(w + 2);
+        int32_t is = 0;
+        for (int j = 0; j < QK; j++) is += (int32_t)q[j] * xq[j];
+        s += ld_f16(w) * xd[b] * (float)is;
+    }
+    return s;
+#endif
+}
+
+static float dot_q4_0(const uint8_t *w, const int8_t *xq, const float *xd, int nb)
+{
+#ifdef __AVX2__
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    const __m256i eight = _mm256_set1_epi8(8);
+    int b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * Q4_0_BYTES, xq += 2 * QK) {
+        __m256i w0 = _mm256_sub_epi8(unpack_nibbles(w + 2), eight);
+        __m256i w1 = _mm256_sub_epi8(unpack_nibbles(w + Q4_0_BYTES + 2), eight);
+        __m256 p0 = dot_i8i8(w0, _mm256_loadu_si256((const __m256i *)xq));
+        __m256 p1 = dot_i8i8(w1, _mm256_loadu_si256((const __m256i *)(xq + QK)));
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w + Q4_0_BYTES) * xd[b + 1]), p1, a1);
+    }
+    if (b < nb) {
+        __m256i w0 = _mm256_sub_epi8(unpack_nibbles(w + 2), eight);
+        __m256 p0 = dot_i8i8(w0, _mm256_loadu_si256((const __m256i *)xq));
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
+    }
+    return hsum8(_mm256_add_ps(a0, a1));
+#else
+    float s = 0.0f;
+    for (int b = 0; b < nb; b++, w += Q4_0_BYTES, xq += QK) {
+        const uint8_t *qs = w + 2;
+        int32_t is = 0;
+        for (int j = 0; j < 16; j++)
+            is += ((qs[j] & 15) - 8) * xq[j] + ((qs[j] >> 4) - 8) * xq[j + 16];
+        s += ld_f16(w) * xd[b] * (float)is;
+    }
+    return s;
+#endif
+}
+
+static float dot_q4_1(const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,
+                      int nb)
+{
+#ifdef __AVX2__
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    float sm = 0.0f;
+    int b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * Q4_1_BYTES, xq += 2 * QK) {
+        __m256 p0 = dot_u8i8(unpack_nibbles(w + 4), _mm256_loadu_si256((const __m256i *)xq));
+        __m256 p1 = dot_u8i8(unpack_nibbles(w + Q4_1_BYTES + 4),
+                             _mm256_loadu_si256((const __m256i *)(xq + QK)));
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w + Q4_1_BYTES) * xd[b + 1]), p1, a1);
+        sm += ld_f16(w + 2) * xs[b];
+        sm += ld_f16(w + Q4_1_BYTES + 2) * xs[b + 1];
+    }
+    if (b < nb) {
+        __m256 p0 = dot_u8i8(unpack_nibbles(w + 4), _mm256_loadu_si256((const __m256i *)xq));
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
+        sm += ld_f16(w + 2) * xs[b];
+    }
+    return hsum8(_mm256_add_ps(a0, a1)) + sm;
+#else
+    float s = 0.0f, sm = 0.0f;
+    for (int b = 0; b < nb; b++, w += Q4_1_BYTES, xq += QK) {
+        const uint8_t *qs = w + 4;
+        int32_t is = 0;
+        for (int j = 0; j < 16; j++) is += (qs[j] & 15) * xq[j] + (qs[j] >> 4) * xq[j + 16];
+        s += ld_f16(w) * xd[b] * (float)is;
+        sm += ld_f16(w + 2) * xs[b];
+    }
+    return s + sm;
+#endif
+}
+
+/* ---- matrix x rows ------------------------------------------------------------------- */
+
+#define PAR_MIN_WORK (1L << 16)    /* multiply-adds below which threads cost more than they give */
+
+void qmat_mul(const qmat *w, const qact *x, float *out, int out_stride)
+{
+    const int rows = w->rows, cols = w->cols, n = x->n;
+    const uint32_t type = w->type;
+    if (rows <= 0 || n <= 0) return;
+    int ok = x->cols == cols && (type == GGML_F32 || type == GGML_F16 ||
+                                 (is_quant(type) && cols % QK == 0));
+    if (!ok) {
+        fprintf(stderr, "qmat_mul: unsupported case (type %u, cols %d, act cols %d)\n", type,
+                cols, x->cols);
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < rows; r++) out[(size_t)i * out_stride + r] = 0.0f;
+        return;
+    }
+    const size_t rb = w->row_bytes;
+    const int nb = cols / QK;
+    const long work = (long)rows * cols * n;
+
+#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *wr = w->data + (size_t)r * rb;
+        for (int i = 0; i < n; i++) {
+            const size_t xo = (size_t)i * cols;
+            const size_t bo = (size_t)i * nb;
+            float v;
+            switch (type) {
+            case GGML_F32: v = dot_f32((const float *)(const void *)wr, x->f + xo, cols); break;
+            case GGML_F16: v = dot_f16(wr, x->f + xo, cols); break;
+            case GGML_Q8_0: v = dot_q8_0(wr, x->q + xo, x->qd + bo, nb); break;
+            case GGML_Q4_0: v = dot_q4_0(wr, x->q + xo, x->qd + bo, nb); break;
+            default: v = dot_q4_1(wr, x->q + xo, x->qd + bo, x->qs + bo, nb); break;
+            }
+            out[(size_t)i * out_stride + r] = v;
+        }
+    }
+}
+
+void qmat_mul_f32(const qmat *w, const float *x, int n, float *out, int out_stride)
+{
+    qact a = {0};
+    qact_prepare(&a, w->type, x, n, w->cols);
+    qmat_mul(w, &a, out, out_stride);
+    qact_free(&a);
+}

@@ -1,0 +1,128 @@
+/* sampler.c — greedy / temperature + top-p sampling and top-k log-probabilities.
+ *
+ * RNG: splitmix64 turns the seed into the state of a xorshift64* generator.
+ * Scratch for sample_token: 8 * vocab bytes (vocab (float prob, int id) pairs,
+ * i.e. "2 * vocab floats/ints worth"), 4-byte aligned; the caller owns it and may
+ * reuse it between calls. Only used when temperature > 0.
+ * logits are never modified. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void rng_seed(rng_state *r, uint64_t seed) {
+    uint64_t x = seed;
+    r->s = splitmix64(&x);
+    if (r->s == 0) r->s = 0x2545f4914f6cdd1dull;   /* xorshift must not start at 0 */
+}
+
+double rng_uniform(rng_state *r) {
+    uint64_t x = r->s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    r->s = x;
+    return ((x * 0x2545f4914f6cdd1dull) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int argmax(const float *logits, int vocab) {
+    int best = 0;
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+typedef struct { float p; int id; } cand;   /* the scratch layout: vocab of these */
+
+/* Probability descending, id ascending on ties (deterministic). */
+static int cmp_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->p > y->p) return -1;
+    if (x->p < y->p) return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int sample_token(const float *logits, int vocab, float temperature, float top_p,
+                 rng_state *r, void *scratch) {
+    if (vocab <= 1) return 0;
+    if (!(temperature > 0.0f)) return argmax(logits, vocab);
+
+    cand *c = scratch;                   /* unnormalised probabilities, max = 1 */
+    float mx = logits[argmax(logits, vocab)];
+    double total = 0;
+    for (int i = 0; i < vocab; i++) {
+        c[i].p = expf((logits[i] - mx) / temperature);
+        c[i].id = i;
+        total += c[i].p;
+    }
+
+    if (!(top_p < 1.0f)) {               /* no nucleus cut: sample over everything */
+        double u = rng_uniform(r) * total, acc = 0;
+        for (int i = 0; i < vocab; i++) {
+            acc += c[i].p;
+            if (u < acc) return i;
+        }
+        return argmax(logits, vocab);
+    }
+
+    /* The nucleus is a prefix of the candidates sorted by probability. Sorting only
+     * those above a threshold is exact as soon as their mass reaches top_p, so
+     * partition at falling thresholds (all candidates stay in the array) before
+     * falling back to sorting everything. */
+    double need = (double)top_p * total;
+    int n = vocab;
+    for (float cut = 1e-3f; cut > 1e-12f; cut *= 1e-3f) {
+        double mass = 0;
+        int m = 0;
+        for (int i = 0; i < vocab; i++)
+            if (c[i].p >= cut) {
+                cand t = c[m]; c[m] = c[i]; c[i] = t;
+                mass += c[m++].p;
+            }
+        if (mass >= need) { n = m; break; }
+    }
+    qsort(c, (size_t)n, sizeof *c, cmp_cand);
+
+    int keep = 0;
+    double mass = 0;
+    while (keep < n) {
+        mass += c[keep++].p;
+        if (mass >= need) break;
+    }
+    double u = rng_uniform(r) * mass, acc = 0;
+    for (int i = 0; i < keep; i++) {
+        acc += c[i].p;
+        if (u < acc) return c[i].id;
+    }
+    return c[keep - 1].id;
+}
+
+void topk_logprobs(const float *logits, int vocab, int k, int *ids, float *logprobs) {
+    if (k <= 0) return;
+    int n = 0;   /* ids[0..n) sorted by logit descending (id ascending on ties) */
+    for (int i = 0; i < vocab; i++) {
+        if (n == k && !(logits[i] > logits[ids[n - 1]])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && logits[i] > logits[ids[j - 1]]) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = i;
+    }
+    float mx = n ? logits[ids[0]] : 0;
+    double sum = 0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    for (int i = 0; i < n; i++) logprobs[i] = (float)(logits[ids[i]] - lse);
+    for (int i = n; i < k; i++) {        /* vocab < k: pad */
+        ids[i] = -1;
+        logprobs[i] = -INFINITY;
+    }
+}

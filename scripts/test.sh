@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One command that runs every test: native unit tests, the protocol suite (plain and under
+# ASan/UBSan), and the Django/bridge/API/browser suite against Redis, PostgreSQL and the real engine.
+source "$(dirname "$0")/common.sh"
+ensure_venv test
+redis_up
+postgres_up
+chromium_up
+build_native
+build_frontend
+export DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/colibri}"
+export COLIBRI_DEV=1
+"$PY" manage.py collectstatic --noinput -v 0
+say "native unit tests"
+make -s -C native check
+say "native protocol suite under AddressSanitizer/UBSan"
+make -s -C native asan
+ASAN_OPTIONS=detect_leaks=0 COLIBRI_ENGINE="$ROOT/native/build-asan/colibri-engine" \
+    "$VENV/bin/pytest" -q -p no:cacheprovider tests/native "$@"
+say "full suite"
+exec "$VENV/bin/pytest" -q -p no:cacheprovider "$@"
