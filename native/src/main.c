@@ -1,0 +1,415 @@
+/* main.c — colibri-engine: arguments and environment, then one of
+ *   serve mode (SERVE=1 SERVE_BATCH=1: the mux protocol, server.c),
+ *   one-shot generation (-m MODEL -p TEXT),
+ *   --tokenize FILE / --detokenize "ID ID ..." (tokenizer tools for tests).
+ * Exit codes: 0 ok, 1 model/tokenizer load failure, 2 bad arguments or settings. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gguf.h"
+#include "kv.h"
+#include "model.h"
+#include "sampler.h"
+#include "server.h"
+#include "telemetry.h"
+#include "tokenizer.h"
+#include "utf8stream.h"
+
+#define MAX_SLOTS 64
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage:\n"
+        "  SERVE=1 SERVE_BATCH=1 [SNAP=model.gguf|dir] colibri-engine [--model PATH] [--slots N] [--ctx N]\n"
+        "  colibri-engine -m MODEL.gguf -p TEXT [-n 64] [-t TEMP] [--top-p P] [--seed S] [--ctx N]\n"
+        "  colibri-engine -m MODEL.gguf --tokenize FILE\n"
+        "  colibri-engine -m MODEL.gguf --detokenize \"ID ID ...\"\n"
+        "options: --threads N (else OMP_NUM_THREADS); see native/README.md for the environment\n");
+}
+
+/* Strict integer parse of a whole string; 0 ok. */
+static int parse_long(const char *s, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || errno) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Integer setting from a flag (wins) or the environment variable env (may be NULL);
+ * exit 2 when out of range. */
+static long int_setting(const char *flag_val, const char *env, long def, long lo, long hi,
+                        const char *what) {
+    const char *s = flag_val ? flag_val : env ? getenv(env) : NULL;
+    if (!s || !*s) return def;
+    long v;
+    if (parse_long(s, &v) != 0 || v < lo || v > hi) {
+        fprintf(stderr, "colibri-engine: %s must be an integer in %ld..%ld (got '%s')\n", what, lo, hi, s);
+        exit(2);
+    }
+    return v;
+}
+
+static int env_is(const char *name, const char *val) {
+    const char *s = getenv(name);
+    return s && !strcmp(s, val);
+}
+
+/* SNAP may name the .gguf or a directory holding exactly one. 0 ok, else err set. */
+static int resolve_model(const char *p, char *out, size_t cap, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        snprintf(err, errlen, "model path %s: %s", p, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(out, cap, "%s", p);
+        return 0;
+    }
+    DIR *d = opendir(p);
+    if (!d) {
+        snprintf(err, errlen, "model directory %s: %s", p, strerror(errno));
+        return -1;
+    }
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > 5 && !strcmp(e->d_name + n - 5, ".gguf")) {
+            if (found++ == 0) snprintf(out, cap, "%s/%s", p, e->d_name);
+        }
+    }
+    closedir(d);
+    if (found != 1) {
+        snprintf(err, errlen, "model directory %s holds %d .gguf files (need exactly one)", p, found);
+        return -1;
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) { free(buf); buf = NULL; }
+        else buf = nb;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return NULL; }
+    *len = n;
+    return buf;
+}
+
+/* ---------------------------------------------------------------- tokenizer tools */
+
+static int load_tokenizer_only(const char *path, gguf_file *g, tokenizer **t) {
+    char err[256];
+    if (gguf_open(g, path) != 0) {
+        fprintf(stderr, "colibri-engine: %s\n", g->err);
+        return 1;
+    }
+    *t = tok_load(g, err, sizeof err);
+    if (!*t) {
+        fprintf(stderr, "colibri-engine: %s\n", err);
+        gguf_close(g);
+        return 1;
+    }
+    return 0;
+}
+
+static int run_tokenize(const char *model_path, const char *file) {
+    size_t len;
+    char *text = read_file(file, &len);
+    if (!text) {
+        fprintf(stderr, "colibri-engine: cannot read %s: %s\n", file, strerror(errno));
+        return 2;
+    }
+    gguf_file g;
+    tokenizer *t;
+    if (load_tokenizer_only(model_path, &g, &t)) { free(text); return 1; }
+    int max = (int)(len < INT_MAX - 2 ? len + 1 : INT_MAX - 2);   /* BPE never yields more ids than bytes */
+    int *ids = malloc(((size_t)max + 1) * sizeof *ids);
+    int n = ids ? tok_encode(t, text, len, ids, max) : -1;
+    int rc = 0;
+    if (n < 0) {
+        fprintf(stderr, "colibri-engine: out of memory while tokenizing\n");
+        rc = 1;
+    } else {
+        if (n > max) n = max;
+        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    free(text);
+    tok_free(t);
+    gguf_close(&g);
+    return rc;
+}
+
+static int run_detokenize(const char *model_path, const char *list) {
+    gguf_file g;
+    tokenizer *t;
+    if (load_tokenizer_only(model_path, &g, &t)) return 1;
+    int vocab = tok_n_vocab(t), rc = 0;
+    utf8s u;
+    utf8s_init(&u);
+    const char *p = list;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == ',') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long id = strtol(p, &end, 10);
+        if (end == p || errno || id < 0 || id >= vocab) {
+            fprintf(stderr, "colibri-engine: bad token id near '%.20s' (vocab %d)\n", p, vocab);
+            rc = 2;
+            break;
+        }
+        p = end;
+        int plen;
+        const char *piece = tok_piece(t, (int)id, &plen);
+        int cap = 3 * (plen + 3);
+        char *out = malloc((size_t)cap);
+        int n = out ? utf8s_push(&u, piece, plen, out, cap) : -1;
+        if (n > 0) fwrite(out, 1, (size_t)n, stdout);
+        free(out);
+    }
+    char tail[8];
+    int n = utf8s_flush(&u, tail, (int)sizeof tail);
+    if (n > 0) fwrite(tail, 1, (size_t)n, stdout);
+    fflush(stdout);
+    tok_free(t);
+    gguf_close(&g);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- one-shot generation */
+
+static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, double top_p,
+                       uint64_t seed, int ctx) {
+    kv_cache kv;
+    if (kv_init(&kv, 1, ctx, m->c.n_layers, m->c.n_kv_heads * m->c.head_dim) != 0) {
+        fprintf(stderr, "colibri-engine: out of memory for the KV cache\n");
+        return 1;
+    }
+    int vocab = m->c.vocab, rc = 0;
+    int *ids = malloc((size_t)ctx * sizeof *ids);
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    void *scratch = malloc((size_t)vocab * 8);
+    fwd_row *rows = calloc(256, sizeof *rows);
+    if (!ids || !logits || !scratch || !rows) {
+        fprintf(stderr, "colibri-engine: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    int n = tok_encode(m->tok, prompt, strlen(prompt), ids, ctx - 1);
+    if (n <= 0 || n > ctx - 2) {
+        fprintf(stderr, "colibri-engine: prompt has %d tokens (need 1..%d)\n", n, ctx - 2);
+        rc = 2;
+        goto out;
+    }
+    if (n_gen > ctx - n - 1) n_gen = ctx - n - 1;
+    rng_state rng;
+    rng_seed(&rng, seed);
+    utf8s u;
+    utf8s_init(&u);
+
+    double t0 = now_s();
+    if (prefill_tail(m, &kv, 0, ids, 0, n, logits, NULL, rows, 256) != 0) {
+        fprintf(stderr, "colibri-engine: prefill failed\n");
+        rc = 1;
+        goto out;
+    }
+    double t1 = now_s();
+    int emitted = 0;
+    while (emitted < n_gen) {
+        int tok = sample_token(logits, vocab, (float)temp, (float)top_p, &rng, scratch);
+        if (tok_is_eog(m->tok, tok)) break;
+        emitted++;
+        int plen;
+        const char *piece = tok_piece(m->tok, tok, &plen);
+        char buf[3 * (512 + 3)];
+        int k = plen <= 512 ? utf8s_push(&u, piece, plen, buf, (int)sizeof buf) : 0;
+        if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
+        fflush(stdout);
+        if (emitted == n_gen) break;
+        fwd_row r = { .slot = 0, .pos = kv.slots[0].n_pos, .token = tok, .logits = logits };
+        if (kv_reserve(&kv, 0, r.pos + 1) != 0 || model_forward(m, &kv, &r, 1) != 0) {
+            fprintf(stderr, "colibri-engine: forward failed\n");
+            rc = 1;
+            break;
+        }
+    }
+    char tail[8];
+    int k = utf8s_flush(&u, tail, (int)sizeof tail);
+    if (k > 0) fwrite(tail, 1, (size_t)k, stdout);
+    printf("\n");
+    fflush(stdout);
+    double t2 = now_s();
+    fprintf(stderr, "prompt tokens: %d | prefill: %.2f tok/s | decode: %d tokens, %.2f tok/s\n", n,
+            t1 > t0 ? n / (t1 - t0) : 0.0, emitted, t2 > t1 ? emitted / (t2 - t1) : 0.0);
+out:
+    free(ids);
+    free(logits);
+    free(scratch);
+    free(rows);
+    kv_free(&kv);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv) {
+    const char *model_arg = NULL, *prompt = NULL, *tokenize_file = NULL, *detok = NULL;
+    const char *slots_arg = NULL, *ctx_arg = NULL, *n_arg = NULL, *threads_arg = NULL;
+    double temp = 0.0, top_p = 1.0;
+    uint64_t seed = 0;
+    int have_seed = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define TAKE() do { if (!v) { fprintf(stderr, "colibri-engine: %s needs a value\n", a); return 2; } i++; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { TAKE(); model_arg = v; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { TAKE(); prompt = v; }
+        else if (!strcmp(a, "-n")) { TAKE(); n_arg = v; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--temp")) {
+            TAKE();
+            if (parse_double(v, &temp) || !(temp >= 0 && temp <= 2)) {
+                fprintf(stderr, "colibri-engine: -t must be in 0..2\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--top-p")) {
+            TAKE();
+            if (parse_double(v, &top_p) || !(top_p > 0 && top_p <= 1)) {
+                fprintf(stderr, "colibri-engine: --top-p must be in (0, 1]\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            TAKE();
+            char *end;
+            errno = 0;
+            seed = strtoull(v, &end, 10);
+            if (*end || errno || !*v || *v == '-') {
+                fprintf(stderr, "colibri-engine: --seed must be an unsigned integer\n");
+                return 2;
+            }
+            have_seed = 1;
+        } else if (!strcmp(a, "--slots")) { TAKE(); slots_arg = v; }
+        else if (!strcmp(a, "--ctx")) { TAKE(); ctx_arg = v; }
+        else if (!strcmp(a, "--threads")) { TAKE(); threads_arg = v; }
+        else if (!strcmp(a, "--tokenize")) { TAKE(); tokenize_file = v; }
+        else if (!strcmp(a, "--detokenize")) { TAKE(); detok = v; }
+        else if (a[0] >= '0' && a[0] <= '9') {
+            /* colibri's launch form `colibri <cap> [bits]`: accepted and ignored */
+            fprintf(stderr, "colibri-engine: ignoring positional argument '%s'\n", a);
+        } else {
+            fprintf(stderr, "colibri-engine: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+#undef TAKE
+    }
+
+    int serve = env_is("SERVE", "1");
+    int serve_batch = env_is("SERVE_BATCH", "1");
+    int n_slots = (int)int_setting(slots_arg, "KV_SLOTS", 1, 1, MAX_SLOTS, "KV_SLOTS / --slots");
+    int ctx = (int)int_setting(ctx_arg, "CTX", 4096, 8, 1 << 20, "CTX / --ctx");
+    int n_gen = (int)int_setting(n_arg, NULL, 64, 0, INT_MAX, "-n");
+    long ram_mb = int_setting(NULL, "EXPERT_RAM_MB", -1, 0, LONG_MAX / (1L << 20), "EXPERT_RAM_MB");
+    long pin_mb = int_setting(NULL, "PIN_MB", 0, 0, LONG_MAX / (1L << 20), "PIN_MB");
+    if (threads_arg) omp_set_num_threads((int)int_setting(threads_arg, NULL, 1, 1, 4096, "--threads"));
+
+    if (serve && !serve_batch && !prompt && !tokenize_file && !detok) {
+        fprintf(stderr, "colibri-engine: the legacy single-slot protocol is not supported; "
+                        "set SERVE_BATCH=1 for the mux protocol\n");
+        return 2;
+    }
+    int serve_mode = serve && serve_batch && !prompt && !tokenize_file && !detok;
+    if (!serve_mode && !prompt && !tokenize_file && !detok) {
+        usage(stderr);
+        return 2;
+    }
+
+    const char *src = model_arg ? model_arg : getenv("SNAP");
+    if (!src || !*src) {
+        fprintf(stderr, "colibri-engine: no model: pass --model PATH or set SNAP\n");
+        return 1;
+    }
+    char path[1000], err[512];
+    if (resolve_model(src, path, sizeof path, err, sizeof err) != 0) {
+        fprintf(stderr, "colibri-engine: %s\n", err);
+        return 1;
+    }
+
+    if (tokenize_file) return run_tokenize(path, tokenize_file);
+    if (detok) return run_detokenize(path, detok);
+
+    expert_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.ram_budget = ram_mb < 0 ? SIZE_MAX : (size_t)ram_mb << 20;
+    eo.pin_budget = (size_t)pin_mb << 20;
+    eo.usage_save = !env_is("USAGE_SAVE", "0");
+    const char *up = getenv("USAGE_FILE");
+    if (!up || !*up) up = getenv("COLI_USAGE");
+    if (up && *up) snprintf(eo.usage_path, sizeof eo.usage_path, "%s", up);
+    else snprintf(eo.usage_path, sizeof eo.usage_path, "%s.coli_usage", path);
+
+    model m;
+    memset(&m, 0, sizeof m);
+    double t0 = now_s();
+    if (model_load(&m, path, &eo, err, sizeof err) != 0) {
+        fprintf(stderr, "colibri-engine: cannot load %s: %s\n", path, err);
+        return 1;
+    }
+    fprintf(stderr, "colibri-engine: loaded %s (%s, %d layers, %d experts, top-%d) in %.2fs\n", m.name,
+            m.arch, m.c.n_layers, m.c.n_experts, m.c.top_k, now_s() - t0);
+
+    int rc;
+    if (serve_mode) {
+        serve_opts so;
+        memset(&so, 0, sizeof so);
+        so.n_slots = n_slots;
+        so.ctx = ctx;
+        so.kvsave = env_is("KVSAVE", "1");
+        so.serve_topk = env_is("SERVE_TOPK", "1");
+        so.usage_save = eo.usage_save;
+        const char *kd = getenv("KV_DIR");
+        if (kd && *kd) {
+            const char *base = strrchr(path, '/');
+            snprintf(so.kv_base, sizeof so.kv_base, "%s/%s.kv", kd, base ? base + 1 : path);
+        } else {
+            snprintf(so.kv_base, sizeof so.kv_base, "%s.kv", path);
+        }
+        rc = serve_mux(&m, &so);
+    } else {
+        rc = run_oneshot(&m, prompt, n_gen, temp, top_p, have_seed ? seed : 0, ctx);
+    }
+    model_free(&m);
+    return rc;
+}

@@ -1,0 +1,29 @@
+/* server.h — the mux serve protocol (colibri-compatible, SERVE=1 SERVE_BATCH=1).
+ * Owns: reading commands from stdin (poll between decode steps), SUBMIT validation
+ * and admission, per-slot prefix reuse and serial prefill, continuously batched
+ * decode, per-turn telemetry, KV slot persistence and shutdown (EOF, BAD_FRAME,
+ * SIGINT, SIGTERM). Wire format: native/README.md and shared/reference/mux-protocol.md. */
+#ifndef COLI_SERVER_H
+#define COLI_SERVER_H
+#include <stdint.h>
+#include "kv.h"
+#include "model.h"
+
+typedef struct {
+    int n_slots;            /* KV_SLOTS, 1..64 */
+    int ctx;                /* per-slot context (CTX) */
+    int kvsave;             /* 1: load slot files at start, save at DONE and CANCEL */
+    char kv_base[1200];     /* slot s lives in "<kv_base>.<s>" */
+    int serve_topk;         /* SERVE_TOPK=1: a TOPK line after each DATA */
+    int usage_save;         /* 0: never write the usage file */
+} serve_opts;
+
+/* Runs the protocol until EOF / BAD_FRAME / SIGTERM; returns the process exit code. */
+int serve_mux(model *m, const serve_opts *o);
+
+/* Forwards ids[from..n) of slot s (whose history must hold exactly `from` positions)
+ * in chunks of `chunk` rows; logits of the last row go to `logits` (vocab floats).
+ * rows: scratch of at least `chunk` entries. 0 ok, -1 on OOM / forward failure. */
+int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
+                 float *logits, uint32_t *route_counts, fwd_row *rows, int chunk);
+#endif
