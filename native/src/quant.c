@@ -297,26 +297,99 @@ static float dot_f16(const uint8_t *w8, const float *x, int n)
     return s;
 }
 
-static float dot_q8_0(const uint8_t *w, const int8_t *xq, const float *xd, int nb)
-{
 #ifdef __AVX2__
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+#define FORCE_INLINE static inline __attribute__((always_inline))
+
+/* Weight block as 32 bytes: signed values for Q8_0/Q4_0, unsigned nibbles for Q4_1. */
+FORCE_INLINE __m256i wblock(uint32_t t, const uint8_t *blk)
+{
+    if (t == GGML_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    if (t == GGML_Q4_0) return _mm256_sub_epi8(unpack_nibbles(blk + 2), _mm256_set1_epi8(8));
+    return unpack_nibbles(blk + 4);
+}
+
+/* One weight row against NX (1..4) activation rows i0..i0+NX-1. The weight block is
+ * loaded and unpacked once for all NX rows; for each output the sequence of float
+ * operations is the same whatever NX is (two accumulators over even/odd blocks, then
+ * a fixed horizontal sum), which keeps results bit-identical across batch sizes. */
+FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact *x, int i0,
+                         int nb, float *res)
+{
+    const size_t bsz = t == GGML_Q8_0 ? Q8_0_BYTES : t == GGML_Q4_0 ? Q4_0_BYTES : Q4_1_BYTES;
+    const size_t xst = (size_t)x->cols, bst = (size_t)nb;
+    const int8_t *xq = x->q + (size_t)i0 * xst;
+    const float *xd = x->qd + (size_t)i0 * bst, *xs = x->qs + (size_t)i0 * bst;
+    __m256 a0[4], a1[4];
+    float sm[4];
+    for (int k = 0; k < NX; k++) {
+        a0[k] = a1[k] = _mm256_setzero_ps();
+        sm[k] = 0.0f;
+    }
     int b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * Q8_0_BYTES, xq += 2 * QK) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)(w + 2));
-        __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + Q8_0_BYTES + 2));
-        __m256 p0 = dot_i8i8(w0, _mm256_loadu_si256((const __m256i *)xq));
-        __m256 p1 = dot_i8i8(w1, _mm256_loadu_si256((const __m256i *)(xq + QK)));
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w + Q8_0_BYTES) * xd[b + 1]), p1, a1);
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *w0 = w + (size_t)b * bsz, *w1 = w0 + bsz;
+        const float d0 = ld_f16(w0), d1 = ld_f16(w1);
+        const __m256i v0 = wblock(t, w0), v1 = wblock(t, w1);
+        const __m256i u0 = t == GGML_Q4_1 ? v0 : _mm256_sign_epi8(v0, v0);
+        const __m256i u1 = t == GGML_Q4_1 ? v1 : _mm256_sign_epi8(v1, v1);
+        for (int k = 0; k < NX; k++) {
+            const int8_t *xk = xq + k * xst + (size_t)b * QK;
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)xk);
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(xk + QK));
+            if (t != GGML_Q4_1) {
+                x0 = _mm256_sign_epi8(x0, v0);
+                x1 = _mm256_sign_epi8(x1, v1);
+            }
+            const __m256 p0 = dot_u8i8(u0, x0), p1 = dot_u8i8(u1, x1);
+            a0[k] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd[k * bst + b]), p0, a0[k]);
+            a1[k] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * xd[k * bst + b + 1]), p1, a1[k]);
+        }
+        if (t == GGML_Q4_1) {
+            const float m0 = ld_f16(w0 + 2), m1 = ld_f16(w1 + 2);
+            for (int k = 0; k < NX; k++) {
+                sm[k] += m0 * xs[k * bst + b];
+                sm[k] += m1 * xs[k * bst + b + 1];
+            }
+        }
     }
     if (b < nb) {
-        __m256 p0 = dot_i8i8(_mm256_loadu_si256((const __m256i *)(w + 2)),
-                             _mm256_loadu_si256((const __m256i *)xq));
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
+        const uint8_t *w0 = w + (size_t)b * bsz;
+        const float d0 = ld_f16(w0);
+        const __m256i v0 = wblock(t, w0);
+        const __m256i u0 = t == GGML_Q4_1 ? v0 : _mm256_sign_epi8(v0, v0);
+        for (int k = 0; k < NX; k++) {
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + k * xst + (size_t)b * QK));
+            if (t != GGML_Q4_1) x0 = _mm256_sign_epi8(x0, v0);
+            a0[k] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd[k * bst + b]), dot_u8i8(u0, x0),
+                                    a0[k]);
+            if (t == GGML_Q4_1) sm[k] += ld_f16(w0 + 2) * xs[k * bst + b];
+        }
     }
-    return hsum8(_mm256_add_ps(a0, a1));
-#else
+    for (int k = 0; k < NX; k++) {
+        float v = hsum8(_mm256_add_ps(a0[k], a1[k]));
+        res[k] = t == GGML_Q4_1 ? v + sm[k] : v;
+    }
+}
+
+#define QDOT_DISPATCH(name, T)                                                              \
+    static void name(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)   \
+    {                                                                                       \
+        switch (nx) {                                                                       \
+        case 1: qdot_n(T, 1, w, x, i0, nb, res); break;                                     \
+        case 2: qdot_n(T, 2, w, x, i0, nb, res); break;                                     \
+        case 3: qdot_n(T, 3, w, x, i0, nb, res); break;                                     \
+        default: qdot_n(T, 4, w, x, i0, nb, res); break;                                    \
+        }                                                                                   \
+    }
+QDOT_DISPATCH(qdot_q8_0, GGML_Q8_0)
+QDOT_DISPATCH(qdot_q4_0, GGML_Q4_0)
+QDOT_DISPATCH(qdot_q4_1, GGML_Q4_1)
+#define QDOT_MAX 4
+
+#else /* portable kernels: one weight row . one activation row */
+
+static float dot_q8_0(const uint8_t *w, const int8_t *xq, const float *xd, int nb)
+{
     float s = 0.0f;
     for (int b = 0; b < nb; b++, w += Q8_0_BYTES, xq += QK) {
         const int8_t *q = (const int8_t *)(w + 2);
@@ -325,30 +398,10 @@ static float dot_q8_0(const uint8_t *w, const int8_t *xq, const float *xd, int n
         s += ld_f16(w) * xd[b] * (float)is;
     }
     return s;
-#endif
 }
 
 static float dot_q4_0(const uint8_t *w, const int8_t *xq, const float *xd, int nb)
 {
-#ifdef __AVX2__
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    const __m256i eight = _mm256_set1_epi8(8);
-    int b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * Q4_0_BYTES, xq += 2 * QK) {
-        __m256i w0 = _mm256_sub_epi8(unpack_nibbles(w + 2), eight);
-        __m256i w1 = _mm256_sub_epi8(unpack_nibbles(w + Q4_0_BYTES + 2), eight);
-        __m256 p0 = dot_i8i8(w0, _mm256_loadu_si256((const __m256i *)xq));
-        __m256 p1 = dot_i8i8(w1, _mm256_loadu_si256((const __m256i *)(xq + QK)));
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w + Q4_0_BYTES) * xd[b + 1]), p1, a1);
-    }
-    if (b < nb) {
-        __m256i w0 = _mm256_sub_epi8(unpack_nibbles(w + 2), eight);
-        __m256 p0 = dot_i8i8(w0, _mm256_loadu_si256((const __m256i *)xq));
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
-    }
-    return hsum8(_mm256_add_ps(a0, a1));
-#else
     float s = 0.0f;
     for (int b = 0; b < nb; b++, w += Q4_0_BYTES, xq += QK) {
         const uint8_t *qs = w + 2;
@@ -358,32 +411,11 @@ static float dot_q4_0(const uint8_t *w, const int8_t *xq, const float *xd, int n
         s += ld_f16(w) * xd[b] * (float)is;
     }
     return s;
-#endif
 }
 
 static float dot_q4_1(const uint8_t *w, const int8_t *xq, const float *xd, const float *xs,
                       int nb)
 {
-#ifdef __AVX2__
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    float sm = 0.0f;
-    int b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * Q4_1_BYTES, xq += 2 * QK) {
-        __m256 p0 = dot_u8i8(unpack_nibbles(w + 4), _mm256_loadu_si256((const __m256i *)xq));
-        __m256 p1 = dot_u8i8(unpack_nibbles(w + Q4_1_BYTES + 4),
-                             _mm256_loadu_si256((const __m256i *)(xq + QK)));
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w + Q4_1_BYTES) * xd[b + 1]), p1, a1);
-        sm += ld_f16(w + 2) * xs[b];
-        sm += ld_f16(w + Q4_1_BYTES + 2) * xs[b + 1];
-    }
-    if (b < nb) {
-        __m256 p0 = dot_u8i8(unpack_nibbles(w + 4), _mm256_loadu_si256((const __m256i *)xq));
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_f16(w) * xd[b]), p0, a0);
-        sm += ld_f16(w + 2) * xs[b];
-    }
-    return hsum8(_mm256_add_ps(a0, a1)) + sm;
-#else
     float s = 0.0f, sm = 0.0f;
     for (int b = 0; b < nb; b++, w += Q4_1_BYTES, xq += QK) {
         const uint8_t *qs = w + 4;
@@ -393,8 +425,24 @@ static float dot_q4_1(const uint8_t *w, const int8_t *xq, const float *xd, const
         sm += ld_f16(w + 2) * xs[b];
     }
     return s + sm;
-#endif
 }
+
+#define QDOT_PORTABLE(name, call)                                                           \
+    static void name(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)   \
+    {                                                                                       \
+        for (int k = 0; k < nx; k++) {                                                      \
+            const int8_t *xq = x->q + (size_t)(i0 + k) * x->cols;                           \
+            const float *xd = x->qd + (size_t)(i0 + k) * nb;                                \
+            const float *xs = x->qs + (size_t)(i0 + k) * nb;                                \
+            (void)xs;                                                                       \
+            res[k] = call;                                                                  \
+        }                                                                                   \
+    }
+QDOT_PORTABLE(qdot_q8_0, dot_q8_0(w, xq, xd, nb))
+QDOT_PORTABLE(qdot_q4_0, dot_q4_0(w, xq, xd, nb))
+QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
+#define QDOT_MAX 4
+#endif
 
 /* ---- matrix x rows ------------------------------------------------------------------- */
 
@@ -418,21 +466,29 @@ void qmat_mul(const qmat *w, const qact *x, float *out, int out_stride)
     const int nb = cols / QK;
     const long work = (long)rows * cols * n;
 
+    if (is_quant(type)) {
+        void (*kern)(const uint8_t *, const qact *, int, int, int, float *) =
+            type == GGML_Q8_0 ? qdot_q8_0 : type == GGML_Q4_0 ? qdot_q4_0 : qdot_q4_1;
+#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *wr = w->data + (size_t)r * rb;
+            float res[QDOT_MAX];
+            for (int i = 0; i < n; i += QDOT_MAX) {
+                int nx = n - i < QDOT_MAX ? n - i : QDOT_MAX;
+                kern(wr, x, i, nx, nb, res);
+                for (int k = 0; k < nx; k++) out[(size_t)(i + k) * out_stride + r] = res[k];
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
     for (int r = 0; r < rows; r++) {
         const uint8_t *wr = w->data + (size_t)r * rb;
         for (int i = 0; i < n; i++) {
-            const size_t xo = (size_t)i * cols;
-            const size_t bo = (size_t)i * nb;
-            float v;
-            switch (type) {
-            case GGML_F32: v = dot_f32((const float *)(const void *)wr, x->f + xo, cols); break;
-            case GGML_F16: v = dot_f16(wr, x->f + xo, cols); break;
-            case GGML_Q8_0: v = dot_q8_0(wr, x->q + xo, x->qd + bo, nb); break;
-            case GGML_Q4_0: v = dot_q4_0(wr, x->q + xo, x->qd + bo, nb); break;
-            default: v = dot_q4_1(wr, x->q + xo, x->qd + bo, x->qs + bo, nb); break;
-            }
-            out[(size_t)i * out_stride + r] = v;
+            const float *xi = x->f + (size_t)i * cols;
+            out[(size_t)i * out_stride + r] =
+                type == GGML_F32 ? dot_f32((const float *)(const void *)wr, xi, cols)
+                                 : dot_f16(wr, xi, cols);
         }
     }
 }

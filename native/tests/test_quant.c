@@ -1,0 +1,263 @@
+/* test_quant.c — fp16 conversion, block decoding and qmat_mul against a double-precision
+ * reference, plus bit-identity across batch sizes and thread counts. */
+#include "gguf.h"
+#include "quant.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* portable conversions, exported by quant.c for this test */
+float quant_sw_fp16_to_f32(uint16_t h);
+uint16_t quant_sw_f32_to_fp16(float f);
+
+static int fails;
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            fails++;                                                      \
+            if (fails < 30) {                                             \
+                printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
+                printf(__VA_ARGS__);                                      \
+                printf("\n");                                             \
+            }                                                             \
+        }                                                                 \
+    } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float frand(void) { return (float)rnd32() / 2147483648.0f - 1.0f; } /* about [-1,1) */
+
+static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ---------------------------------------------------------------------------------- */
+
+static void test_fp16(void)
+{
+    /* every half converts to float and back unchanged (NaNs stay NaN) */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = fp16_to_f32((uint16_t)h), g = quant_sw_fp16_to_f32((uint16_t)h);
+        int nan = ((h >> 10) & 31) == 31 && (h & 0x3ff);
+        if (nan) {
+            CHECK(f != f && g != g, "half 0x%04x should be NaN", h);
+            CHECK(f32_to_fp16(f) >> 10 == (h | 0x200) >> 10 && (f32_to_fp16(f) & 0x3ff),
+                  "NaN 0x%04x round trip", h);
+            continue;
+        }
+        CHECK(fbits(f) == fbits(g), "half 0x%04x: hw %g sw %g", h, f, g);
+        CHECK(f32_to_fp16(f) == h, "half 0x%04x -> %g -> 0x%04x", h, f, f32_to_fp16(f));
+        CHECK(quant_sw_f32_to_fp16(f) == h, "sw half 0x%04x round trip", h);
+    }
+    struct { float f; uint16_t h; } cases[] = {
+        {1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff}, {65519.996f, 0x7bff},
+        {65520.0f, 0x7c00}, {1e10f, 0x7c00}, {-1e10f, 0xfc00}, {0x1p-24f, 0x0001},
+        {0x1p-25f, 0x0000}, {0x1.8p-24f, 0x0002}, {0x1.000002p-25f, 0x0001},
+        {0x1p-14f, 0x0400}, {0x1.ff8p-15f, 0x03ff}, {0x1.ffcp-15f, 0x0400}, {-0.0f, 0x8000},
+        {1.0f + 0x1p-11f, 0x3c00}, {1.0f + 0x1.8p-11f, 0x3c01}, {1.0f + 0x1.8p-10f, 0x3c02}, {1e-30f, 0x0000},
+        {INFINITY, 0x7c00}, {-INFINITY, 0xfc00},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(f32_to_fp16(cases[i].f) == cases[i].h, "f32_to_fp16(%a) = 0x%04x, want 0x%04x",
+              cases[i].f, f32_to_fp16(cases[i].f), cases[i].h);
+        CHECK(quant_sw_f32_to_fp16(cases[i].f) == cases[i].h, "sw f32_to_fp16(%a)", cases[i].f);
+    }
+    uint16_t hn = f32_to_fp16(NAN);
+    CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff), "NaN -> 0x%04x", hn);
+    /* random bit patterns: portable path agrees with whatever fp16 path is compiled */
+    for (int i = 0; i < 2000000; i++) {
+        float f = bitsf(rnd32() << 1 | (rnd32() & 1));
+        if (f != f) continue;
+        CHECK(quant_sw_f32_to_fp16(f) == f32_to_fp16(f), "f32_to_fp16(%a): sw 0x%04x vs 0x%04x",
+              f, quant_sw_f32_to_fp16(f), f32_to_fp16(f));
+    }
+}
+
+/* ---- building weights in each format, and decoding them independently in double ---- */
+
+static size_t row_bytes(uint32_t t, int cols)
+{
+    switch (t) {
+    case GGML_F32: return 4 * (size_t)cols;
+    case GGML_F16: return 2 * (size_t)cols;
+    case GGML_Q8_0: return (size_t)cols / 32 * 34;
+    case GGML_Q4_0: return (size_t)cols / 32 * 18;
+    default: return (size_t)cols / 32 * 20;
+    }
+}
+
+static void put16(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
+static double get16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
+
+/* Random row in the given format (random codes and scales, not a quantizer). */
+static void make_row(uint32_t t, uint8_t *p, int cols)
+{
+    if (t == GGML_F32) {
+        for (int j = 0; j < cols; j++) { float f = frand(); memcpy(p + 4 * j, &f, 4); }
+        return;
+    }
+    if (t == GGML_F16) {
+        for (int j = 0; j < cols; j++) put16(p + 2 * j, frand());
+        return;
+    }
+    for (int b = 0; b < cols / 32; b++) {
+        if (t == GGML_Q8_0) {
+            put16(p, 0.001f + fabsf(frand()) * 0.02f);
+            for (int j = 0; j < 32; j++) p[2 + j] = (uint8_t)(int8_t)(rnd32() % 255 - 127);
+            if (b == 0) p[2] = (uint8_t)(int8_t)-128;   /* extreme code */
+            p += 34;
+        } else if (t == GGML_Q4_0) {
+            put16(p, frand() * 0.1f);
+            for (int j = 0; j < 16; j++) p[2 + j] = (uint8_t)rnd32();
+            p += 18;
+        } else {
+            put16(p, fabsf(frand()) * 0.1f);
+            put16(p + 2, frand() * 0.5f);
+            for (int j = 0; j < 16; j++) p[4 + j] = (uint8_t)rnd32();
+            p += 20;
+        }
+    }
+}
+
+static void ref_decode(uint32_t t, const uint8_t *p, double *out, int cols)
+{
+    for (int j = 0; j < cols; j++) {
+        if (t == GGML_F32) { float f; memcpy(&f, p + 4 * j, 4); out[j] = f; continue; }
+        if (t == GGML_F16) { out[j] = get16(p + 2 * j); continue; }
+        int b = j / 32, k = j % 32;
+        if (t == GGML_Q8_0) {
+            const uint8_t *blk = p + 34 * b;
+            out[j] = get16(blk) * (int8_t)blk[2 + k];
+        } else {
+            const uint8_t *blk = p + (t == GGML_Q4_0 ? 18 : 20) * b;
+            const uint8_t *qs = blk + (t == GGML_Q4_0 ? 2 : 4);
+            int nib = k < 16 ? (qs[k] & 15) : (qs[k - 16] >> 4);
+            out[j] = t == GGML_Q4_0 ? get16(blk) * (nib - 8) : get16(blk) * nib + get16(blk + 2);
+        }
+    }
+}
+
+static const char *tname(uint32_t t) { return ggml_type_name(t); }
+
+/* qmat_mul vs a double reference; tolerance: float rounding (1e-5 relative to sum|w x|)
+ * plus, for int8 activations, the activation rounding bound sum_b d_b/2 * sum_j |w_j|. */
+static void test_type(uint32_t t, int rows, int cols, int n)
+{
+    size_t rb = row_bytes(t, cols);
+    uint8_t *W = malloc(rb * rows);
+    float *x = malloc(sizeof(float) * n * cols);
+    float *out = malloc(sizeof(float) * n * (rows + 3));
+    double *wd = malloc(sizeof(double) * cols);
+    float *deq = malloc(sizeof(float) * cols);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int i = 0; i < n * cols; i++) x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+    qmat m = {t, rows, cols, rb, W};
+    int stride = rows + 3;
+    qmat_mul_f32(&m, x, n, out, stride);
+    int quant = t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1;
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        ref_decode(t, W + r * rb, wd, cols);
+        dequant_row(t, W + r * rb, deq, cols);
+        for (int j = 0; j < cols; j++)
+            CHECK(fabs(deq[j] - wd[j]) <= 1e-6 * fabs(wd[j]), "%s dequant_row r%d j%d: %g vs %g",
+                  tname(t), r, j, deq[j], wd[j]);
+        for (int i = 0; i < n; i++) {
+            const float *xi = x + (size_t)i * cols;
+            double ref = 0, mag = 0, qerr = 0;
+            for (int j = 0; j < cols; j++) {
+                ref += wd[j] * xi[j];
+                mag += fabs(wd[j] * xi[j]);
+            }
+            if (quant)
+                for (int b = 0; b < cols / 32; b++) {
+                    double amax = 0, sw = 0;
+                    for (int j = 32 * b; j < 32 * b + 32; j++) {
+                        amax = fmax(amax, fabs(xi[j]));
+                        sw += fabs(wd[j] - (t == GGML_Q4_1 ? get16(W + r * rb + 20 * b + 2) : 0));
+                    }
+                    qerr += amax / 127.0 * 0.5 * 1.0001 * sw;
+                }
+            double tol = 1e-5 * mag + qerr + 1e-6;
+            double err = fabs(out[(size_t)i * stride + r] - ref);
+            if (err / tol > worst) worst = err / tol;
+            CHECK(err <= tol, "%s %dx%d n=%d: out[%d][%d] = %.7g, ref %.7g, tol %.3g", tname(t),
+                  rows, cols, n, i, r, out[(size_t)i * stride + r], ref, tol);
+        }
+    }
+    printf("  %-5s %4dx%-4d n=%d  worst err/tol = %.3f\n", tname(t), rows, cols, n, worst);
+    free(W); free(x); free(out); free(wd); free(deq);
+}
+
+/* n=1 vs n=8 and 1/2/3 threads must give bit-identical outputs. */
+static void test_determinism(uint32_t t, int rows, int cols)
+{
+    const int n = 8;
+    size_t rb = row_bytes(t, cols);
+    uint8_t *W = malloc(rb * rows);
+    float *x = malloc(sizeof(float) * n * cols);
+    float *big = malloc(sizeof(float) * n * rows), *one = malloc(sizeof(float) * rows);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    qmat m = {t, rows, cols, rb, W};
+    qact a = {0};
+    int same = 1;
+    for (int threads = 1; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        qact_prepare(&a, t, x, n, cols);
+        qmat_mul(&m, &a, big, rows);
+        for (int i = 0; i < n; i++) {
+            qact_prepare(&a, t, x + (size_t)i * cols, 1, cols);   /* reuse smaller */
+            qmat_mul(&m, &a, one, rows);
+            if (memcmp(one, big + (size_t)i * rows, sizeof(float) * rows) != 0) same = 0;
+        }
+        static float *first;
+        if (threads == 1) {
+            first = malloc(sizeof(float) * n * rows);
+            memcpy(first, big, sizeof(float) * n * rows);
+        } else if (memcmp(first, big, sizeof(float) * n * rows) != 0) {
+            same = 0;
+        }
+        if (threads == 3) { free(first); first = NULL; }
+    }
+    omp_set_num_threads(omp_get_num_procs());
+    CHECK(same, "%s %dx%d: outputs differ between n=1/n=8 or thread counts", tname(t), rows,
+          cols);
+    printf("  %-5s %4dx%-4d bit-identical for n=1/n=8, 1-3 threads: %s\n", tname(t), rows, cols,
+           same ? "yes" : "NO");
+    qact_free(&a);
+    free(W); free(x); free(big); free(one);
+}
+
+int main(void)
+{
+    printf("fp16 conversions\n");
+    test_fp16();
+    printf("qmat_mul vs double reference\n");
+    uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1};
+    for (int k = 0; k < 5; k++) {
+        test_type(types[k], 37, 576, 1);
+        test_type(types[k], 37, 96, 5);
+        test_type(types[k], 300, 256, 3);     /* large enough to run in parallel */
+        test_type(types[k], 5, 32, 2);
+    }
+    test_type(GGML_F32, 9, 45, 3);            /* float rows of any length */
+    test_type(GGML_F16, 9, 13, 2);
+    test_type(GGML_F32, 3, 1, 1);
+    printf("determinism\n");
+    for (int k = 0; k < 5; k++) test_determinism(types[k], 301, 256);
+    if (fails) {
+        printf("test_quant: %d FAILED\n", fails);
+        return 1;
+    }
+    printf("test_quant: all passed\n");
+    return 0;
+}
