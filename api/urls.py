@@ -1,3 +1,11 @@
 from django.urls import path
 
-urlpatterns = []
+from api import views
+
+urlpatterns = [
+    path("v1/models", views.ModelListApi.as_view(), name="v1-models"),
+    path("v1/models/<path:model_id>", views.ModelDetailApi.as_view(), name="v1-model"),
+    path("v1/chat/completions", views.ChatCompletionsApi.as_view(), name="v1-chat-completions"),
+    path("api/keys", views.ApiKeysApi.as_view(), name="api-keys"),
+    path("api/keys/<int:pk>", views.ApiKeyRevokeApi.as_view(), name="api-key"),
+]

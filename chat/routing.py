@@ -1,1 +1,5 @@
-websocket_urlpatterns = []
+from django.urls import path
+
+from chat.consumers import ChatConsumer
+
+websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]

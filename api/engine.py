@@ -1,0 +1,74 @@
+"""Surface-neutral generation core for the /v1 surfaces.
+
+open_generation() waits (bounded) until the bridge accepts the job, so refusals before ACCEPT
+(context exceeded, queue full, engine down) become clean HTTP errors and the 200 is sent only
+for a job the engine took. The returned iterator is then projected by api/projectors.py.
+"""
+import asyncio
+
+from django.conf import settings
+
+from api.errors import ApiError, from_engine_error
+
+
+def queue_timeout_s():
+    # Well inside the SDKs' 600 s read timeout (colibri uses 300 s).
+    return float(getattr(settings, "API_QUEUE_TIMEOUT", 300))
+
+
+async def open_generation(request):
+    """-> (accepted event, async iterator of the remaining events). Raises ApiError."""
+    from engine_bridge import client
+
+    agen = client.generate(request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + queue_timeout_s()
+    while True:
+        try:
+            # A timeout cancels __anext__, which ends generate() and sends gen.cancel.
+            event = await asyncio.wait_for(agen.__anext__(), max(0.0, deadline - loop.time()))
+        except StopAsyncIteration:
+            raise ApiError(500, "the engine closed the request without an answer", type="server_error", code="engine_error")
+        except asyncio.TimeoutError:
+            raise ApiError(429, "timed out waiting in the generation queue", type="rate_limit_error",
+                           code="queue_timeout", headers={"Retry-After": "1"})
+        kind = event.get("kind")
+        if kind == "accepted":
+            return event, agen
+        if kind == "error":
+            await agen.aclose()
+            raise from_engine_error(event)
+        # queued / submitted (the client's own first event) and unknown kinds: keep waiting.
+
+
+async def with_keepalive(agen, interval):
+    """Yields agen's events, and None whenever `interval` seconds pass without one.
+    Leaving early (close, cancellation by a client disconnect) ends agen, which cancels the job."""
+    pending = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(agen.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            task, pending = pending, None
+            try:
+                event = task.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        if pending is not None:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+        await agen.aclose()
+
+
+async def collect(agen):
+    """All remaining events (buffered responses)."""
+    try:
+        return [event async for event in agen]
+    finally:
+        await agen.aclose()

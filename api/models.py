@@ -1,0 +1,73 @@
+"""Per-user API keys for the /v1 surfaces.
+
+The full key is shown once at creation; only its sha256 is stored. The prefix (first
+characters after "col-") is stored in clear to find the row and to let users tell keys apart.
+"""
+import hashlib
+import hmac
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+KEY_TAG = "col-"
+PREFIX_LEN = 8
+
+
+def hash_key(full_key: str) -> str:
+    return hashlib.sha256(full_key.encode()).hexdigest()
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(revoked=False)
+
+
+class ApiKey(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=PREFIX_LEN, unique=True)
+    hashed_secret = models.CharField(max_length=64)
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.name or 'key'} ({KEY_TAG}{self.prefix}…)"
+
+    @classmethod
+    def issue(cls, *, user, name=""):
+        """Creates a key; returns (row, full_key). The full key is never stored."""
+        while True:
+            prefix = secrets.token_hex(PREFIX_LEN // 2)
+            if not cls.objects.filter(prefix=prefix).exists():
+                break
+        full_key = f"{KEY_TAG}{prefix}-{secrets.token_urlsafe(32)}"
+        row = cls.objects.create(user=user, name=name, prefix=prefix, hashed_secret=hash_key(full_key))
+        return row, full_key
+
+    @classmethod
+    def lookup(cls, full_key: str):
+        """The active key row for full_key, or None. Constant-time compare of the hashes."""
+        if not full_key.startswith(KEY_TAG):
+            return None
+        prefix = full_key[len(KEY_TAG):len(KEY_TAG) + PREFIX_LEN]
+        row = cls.objects.active().select_related("user").filter(prefix=prefix).first()
+        if row is None or not hmac.compare_digest(row.hashed_secret, hash_key(full_key)):
+            return None
+        if not row.user.is_active:
+            return None
+        return row
+
+    def touch(self):
+        # At most one write a minute per key: last_used is for humans, not accounting.
+        now = timezone.now()
+        if self.last_used is None or (now - self.last_used).total_seconds() > 60:
+            ApiKey.objects.filter(pk=self.pk).update(last_used=now)
+            self.last_used = now

@@ -1,0 +1,81 @@
+"""Conversations and their messages.
+
+Messages are ordered by primary key: a conversation is a linear list. Regenerate deletes the
+last assistant message and appends a new one; edit-and-resend rewrites one user message and
+deletes everything after it. No tree of alternatives is kept (simplest correct semantics).
+"""
+from django.conf import settings
+from django.db import models
+
+
+class Conversation(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True, default="")
+    # The engine KV slot this conversation last used (informational; the bridge owns slot
+    # affinity through conversation_key "conv:<id>").
+    kv_slot = models.IntegerField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated"]
+        indexes = [models.Index(fields=["owner", "-updated"], name="conv_owner_updated")]
+
+    def __str__(self):
+        return self.title or f"Conversation {self.pk}"
+
+    @property
+    def group_name(self):
+        return f"conv-{self.pk}"
+
+    def as_dict(self):
+        return {
+            "id": self.pk,
+            "title": self.title,
+            "created": self.created.isoformat(),
+            "updated": self.updated.isoformat(),
+        }
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        SYSTEM = "system"
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming"
+        COMPLETE = "complete"
+        INTERRUPTED = "interrupted"
+        ERROR = "error"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    # Assistant text is stored exactly as the engine emitted it: the next turn renders it back
+    # byte-identically so the engine can reuse the KV prefix.
+    text = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error
+    stats = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    # Touched by every periodic save of a streaming message: a "streaming" row whose
+    # updated is old belongs to a relay that died with its process.
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["conversation", "id"], name="msg_conv_id")]
+
+    def __str__(self):
+        return f"{self.role} #{self.pk}"
+
+    def as_dict(self):
+        return {
+            "id": self.pk,
+            "conversation": self.conversation_id,
+            "role": self.role,
+            "text": self.text,
+            "status": self.status,
+            "stats": self.stats,
+            "created": self.created.isoformat(),
+        }

@@ -1,0 +1,91 @@
+"""Renders chat messages into the engine prompt with the model's own jinja2 chat template.
+
+Template source, in order: the MODEL line the engine sent (telemetry), settings.CHAT_TEMPLATE,
+ChatML. Rendering is a pure function of the messages, so the history of turn N+1 is
+byte-identical to the prompt + output of turn N and the engine keeps its KV prefix.
+"""
+import json
+from datetime import datetime
+
+import jinja2
+from django.conf import settings
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CHATML_TOKENS = {"bos_token": "", "eos_token": "<|im_end|>"}
+
+
+class TemplateError(Exception):
+    """The chat template refused the messages (raise_exception) or failed to render."""
+
+
+def _raise_exception(message):
+    raise TemplateError(message)
+
+
+def _tojson(value, indent=None, ensure_ascii=False, sort_keys=False):
+    # Hugging Face templates expect json.dumps semantics, not jinja's HTML-escaping tojson.
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+# Same options as transformers' template environment (trim_blocks/lstrip_blocks change output).
+_env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+_env.filters["tojson"] = _tojson
+_env.globals["raise_exception"] = _raise_exception
+_env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+
+
+def _model_info():
+    try:
+        from engine_bridge import telemetry
+
+        return (telemetry.get_state() or {}).get("model") or {}
+    except Exception:  # bridge not running / Redis down: fall back to settings
+        return {}
+
+
+def template_source():
+    """(template, bos_token, eos_token) for the served model."""
+    model = _model_info()
+    if model.get("chat_template"):
+        return (
+            model["chat_template"],
+            model.get("bos_token") or model.get("bos") or "",
+            model.get("eos_token") or model.get("eos") or "",
+        )
+    if settings.CHAT_TEMPLATE:
+        return settings.CHAT_TEMPLATE, "", ""
+    return CHATML_TEMPLATE, CHATML_TOKENS["bos_token"], CHATML_TOKENS["eos_token"]
+
+
+_compiled: dict[str, jinja2.Template] = {}
+
+
+def render_prompt(messages, *, add_generation_prompt=True, template=None, bos_token=None, eos_token=None):
+    """messages: [{"role", "content"}] -> prompt string. Raises TemplateError."""
+    if template is None:
+        template, bos, eos = template_source()
+        bos_token = bos if bos_token is None else bos_token
+        eos_token = eos if eos_token is None else eos_token
+    compiled = _compiled.get(template)
+    if compiled is None:
+        try:
+            compiled = _compiled[template] = _env.from_string(template)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"bad chat template: {exc}") from exc
+    try:
+        return compiled.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token or "",
+            eos_token=eos_token or "",
+        )
+    except TemplateError:
+        raise
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"chat template failed: {exc}") from exc

@@ -1,0 +1,222 @@
+"""Runs one assistant turn as an asyncio task in the Daphne process.
+
+The task belongs to the conversation, not to a socket: closing the tab does not stop it. It
+publishes to the group `conv-<id>`; any socket that sends `open` joins that group and gets a
+snapshot from the database (saved every RELAY_SAVE_EVERY_S), then the live deltas. Stop goes
+through the channel layer group `conv-<id>-ctl`, so it works from any socket and any process.
+"""
+import asyncio
+import logging
+import time
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from chat import services
+from chat.models import Message
+
+log = logging.getLogger(__name__)
+
+RELAY_SAVE_EVERY_S = 0.5
+_running: dict[int, asyncio.Task] = {}  # conversation id -> relay task; also keeps tasks referenced
+
+
+def group_for(conversation_id):
+    return f"conv-{conversation_id}"
+
+
+def control_group_for(conversation_id):
+    return f"conv-{conversation_id}-ctl"
+
+
+async def publish(conversation_id, frame):
+    """Sends one client frame to every socket watching the conversation."""
+    await get_channel_layer().group_send(group_for(conversation_id), {"type": "chat.frame", "frame": frame})
+
+
+def start(turn: services.Turn, params: dict) -> asyncio.Task:
+    conv_id = turn.conversation.pk
+    task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, turn.prompt, params), name=f"relay-conv-{conv_id}")
+    _running[conv_id] = task
+    task.add_done_callback(lambda t: _running.pop(conv_id, None) if _running.get(conv_id) is t else None)
+    return task
+
+
+async def request_stop(conversation_id):
+    await get_channel_layer().group_send(control_group_for(conversation_id), {"type": "chat.stop"})
+
+
+def _generation_request(conv_id, prompt, params):
+    from engine_bridge.client import GenerationRequest
+
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=params.get("max_tokens") or settings.DEFAULT_MAX_TOKENS,
+        temperature=params.get("temperature", 0.7),
+        top_p=params.get("top_p", 1.0),
+        conversation_key=f"conv:{conv_id}",
+        priority="interactive",
+    )
+
+
+async def _pump(request, queue):
+    """Feeds engine events into queue, then None. Cancelling this task leaves generate()
+    early, whose cleanup sends gen.cancel to the bridge."""
+    from engine_bridge import client
+
+    try:
+        async for event in client.generate(request):
+            await queue.put(event)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # bridge gap, layer failure: the user must see it
+        log.exception("generation stream failed")
+        await queue.put({"kind": "error", "code": "ENGINE_ERROR", "message": str(exc)})
+    await queue.put(None)
+
+
+async def _wait_stop(layer, channel):
+    while True:
+        msg = await layer.receive(channel)
+        if msg.get("type") == "chat.stop":
+            return
+
+
+class _State:
+    def __init__(self):
+        self.text = ""
+        self.stats = {}
+        self.error = None  # error event
+        self.outcome = None  # complete / interrupted / error
+        self.started = time.monotonic()
+
+
+async def _relay(conv_id, msg_id, prompt, params):
+    layer = get_channel_layer()
+    ctl_channel = await layer.new_channel()
+    await layer.group_add(control_group_for(conv_id), ctl_channel)
+    queue = asyncio.Queue()
+    state = _State()
+    pump = asyncio.create_task(_pump(_generation_request(conv_id, prompt, params), queue))
+    stopper = asyncio.create_task(_wait_stop(layer, ctl_channel))
+    try:
+        await _consume(conv_id, msg_id, queue, stopper, state)
+    except asyncio.CancelledError:
+        state.outcome = "interrupted"  # process shutting down: keep what we have
+        raise
+    except Exception as exc:
+        log.exception("relay failed")
+        state.outcome, state.error = "error", {"code": "ENGINE_ERROR", "message": str(exc)}
+    finally:
+        for task in (pump, stopper):
+            task.cancel()
+        await asyncio.gather(pump, stopper, return_exceptions=True)
+        await asyncio.shield(_finish(conv_id, msg_id, state))
+        await layer.group_discard(control_group_for(conv_id), ctl_channel)
+
+
+async def _consume(conv_id, msg_id, queue, stopper, state):
+    last_save = time.monotonic()
+    saved_len = 0
+    while state.outcome is None:
+        getter = asyncio.ensure_future(queue.get())
+        done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if getter not in done:
+            getter.cancel()
+            state.outcome = "interrupted"
+            return
+        # Drain what is already queued (one bridge batch) and publish it as one delta.
+        events = [getter.result()]
+        while not queue.empty():
+            events.append(queue.get_nowait())
+        offset, pending = len(state.text), []
+        for event in events:
+            if event is None:
+                state.outcome = "error"
+                state.error = state.error or {"code": "ENGINE_ERROR", "message": "generation ended without a result"}
+                break
+            kind = event.get("kind")
+            if kind == "text":
+                pending.append(event["text"])
+                continue
+            if pending:  # keep frames in engine order
+                await _publish_delta(conv_id, msg_id, state, offset, pending)
+                offset, pending = len(state.text), []
+            await _handle(conv_id, msg_id, event, state)
+            if state.outcome:
+                break
+        if pending:
+            await _publish_delta(conv_id, msg_id, state, offset, pending)
+        now = time.monotonic()
+        if state.outcome is None and len(state.text) != saved_len and now - last_save >= RELAY_SAVE_EVERY_S:
+            await database_sync_to_async(services.message_save_partial)(msg_id, state.text)
+            last_save, saved_len = now, len(state.text)
+
+
+async def _publish_delta(conv_id, msg_id, state, offset, pieces):
+    text = "".join(pieces)
+    state.text += text
+    # offset counts Unicode code points of the message text before this delta.
+    await publish(conv_id, {"type": "delta", "message": msg_id, "offset": offset, "text": text})
+
+
+async def _handle(conv_id, msg_id, event, state):
+    kind = event.get("kind")
+    if kind == "queued":
+        await publish(conv_id, {"type": "queued", "message": msg_id, "position": event.get("position")})
+    elif kind == "accepted":
+        state.stats["prompt_tokens"] = event.get("prompt_tokens")
+        if event.get("slot") is not None:
+            await database_sync_to_async(services.conversation_set_slot)(conv_id, event["slot"])
+        await publish(conv_id, {"type": "started", "message": msg_id, "prompt_tokens": event.get("prompt_tokens")})
+    elif kind == "done":
+        usage, stats = event.get("usage") or {}, event.get("stats") or {}
+        state.stats.update(
+            prompt_tokens=usage.get("prompt_tokens", state.stats.get("prompt_tokens")),
+            completion_tokens=usage.get("completion_tokens"),
+            ttft_s=stats.get("ttft_s"),
+            tok_s=stats.get("tok_s"),
+            hit_pct=stats.get("hit_pct"),
+            finish_reason=event.get("finish_reason"),
+        )
+        state.outcome = "complete"
+    elif kind == "error":
+        state.error = {"code": event.get("code", "ENGINE_ERROR"), "message": event.get("message", "")}
+        state.outcome = "interrupted" if event.get("code") == "CANCELLED" else "error"
+    # topk and unknown kinds: not shown in chat
+
+
+ERROR_DETAIL = {
+    "ENGINE_DIED": "The engine stopped while answering. The text so far is kept; try again.",
+    "ENGINE_UNAVAILABLE": "The engine is not running right now. Try again in a moment.",
+    "QUEUE_FULL": "The server is busy (queue full). Try again in a moment.",
+    "CONTEXT_EXCEEDED": "This conversation is longer than the model's context window. Start a new chat or edit an earlier message.",
+}
+
+
+async def _finish(conv_id, msg_id, state):
+    """Stores the final message, then (after commit) publishes `error` and `done`."""
+    outcome = state.outcome or "interrupted"
+    stats = {k: v for k, v in state.stats.items() if v is not None}
+    detail = None
+    if outcome == "error":
+        err = state.error or {}
+        detail = ERROR_DETAIL.get(err.get("code"), "The engine failed: " + (err.get("message") or "unknown error"))
+        stats["error"] = f"{err.get('code', 'ENGINE_ERROR')}: {err.get('message', '')}".strip()
+        # Partial text stays visible as an interrupted reply; the error note is in stats.
+        status = Message.Status.INTERRUPTED if state.text else Message.Status.ERROR
+    elif outcome == "complete":
+        status = Message.Status.COMPLETE
+    else:
+        status = Message.Status.INTERRUPTED
+        stats.setdefault("finish_reason", "stopped")
+    try:
+        msg = await database_sync_to_async(services.message_finish)(msg_id, text=state.text, status=status, stats=stats)
+    except Exception:
+        log.exception("could not store the final message %s", msg_id)
+        return
+    if detail:
+        await publish(conv_id, {"type": "error", "message": msg_id, "code": state.error.get("code", "ENGINE_ERROR") if state.error else "ENGINE_ERROR", "detail": detail})
+    if msg is not None:
+        await publish(conv_id, {"type": "done", "message": msg.as_dict()})

@@ -1,0 +1,185 @@
+"""Chat writes and reads (sync, ORM). The async token relay lives in chat/relay.py.
+
+Every function that starts a turn commits the user message and the empty assistant message
+(status streaming) before it returns, so the caller publishes only committed state and a
+reload at any moment shows what the database has.
+"""
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from chat.models import Conversation, Message
+from chat.prompting import render_prompt
+
+TITLE_WORDS = 8
+# A streaming message not saved for this long belongs to a relay that died with its process
+# (the live relay saves at least every RELAY_SAVE_EVERY_S while text flows, and on every event).
+STALE_STREAMING = timedelta(seconds=90)
+
+
+class ChatError(Exception):
+    """A refused chat action; code and detail go to the client's `error` frame."""
+
+    def __init__(self, code, detail, field=None):
+        super().__init__(detail)
+        self.code, self.detail, self.field = code, detail, field
+
+
+@dataclass
+class Turn:
+    conversation: Conversation
+    assistant: Message
+    prompt: str
+    new_messages: list  # messages created/changed by this action, for the `message` frames
+    created_conversation: bool = False
+    deleted: list = None  # message ids removed (regenerate/edit)
+
+
+def fallback_title(text):
+    words = text.split()
+    title = " ".join(words[:TITLE_WORDS])
+    return (title + ("…" if len(words) > TITLE_WORDS else ""))[:200] or "New chat"
+
+
+def conversation_for(user, conversation_id, *, lock=False):
+    """The user's conversation or ChatError not_found (also for other users' ids: no oracle)."""
+    qs = Conversation.objects.filter(owner=user, pk=conversation_id)
+    if lock:
+        qs = qs.select_for_update()
+    conv = qs.first()
+    if conv is None:
+        raise ChatError("not_found", f"conversation {conversation_id} not found", "conversation")
+    return conv
+
+
+def conversation_search(user, q=""):
+    qs = Conversation.objects.filter(owner=user)
+    if q:
+        qs = qs.filter(title__icontains=q)
+    return qs.order_by("-updated")
+
+
+def conversation_rename(user, conversation_id, title):
+    conv = conversation_for(user, conversation_id)
+    conv.title = title[:200]
+    conv.save(update_fields=["title", "updated"])
+    return conv
+
+
+def conversation_snapshot(user, conversation_id):
+    conv = conversation_for(user, conversation_id)
+    expire_stale_streaming(conv)
+    return conv, [m.as_dict() for m in conv.messages.all()]
+
+
+def expire_stale_streaming(conv):
+    cutoff = timezone.now() - STALE_STREAMING
+    for msg in conv.messages.filter(status=Message.Status.STREAMING, updated__lt=cutoff):
+        msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
+        msg.stats = {**msg.stats, "error": "generation lost (server restarted)"}
+        msg.save(update_fields=["status", "stats", "updated"])
+
+
+def _ensure_idle(conv):
+    expire_stale_streaming(conv)
+    if conv.messages.filter(status=Message.Status.STREAMING).exists():
+        raise ChatError("busy", "a reply is still being generated; stop it first", "conversation")
+
+
+def prompt_messages(conv, *, before_id=None):
+    """The history as template messages. Assistant text goes back exactly as emitted (partial
+    text of interrupted replies included); failed replies with no text are left out."""
+    qs = conv.messages.all()
+    if before_id is not None:
+        qs = qs.filter(pk__lt=before_id)
+    out = []
+    for m in qs:
+        if m.role == Message.Role.ASSISTANT and m.status in (Message.Status.ERROR, Message.Status.STREAMING) and not m.text:
+            continue
+        out.append({"role": m.role, "content": m.text})
+    return out
+
+
+def _start_assistant(conv, new_messages, **turn_kw):
+    conv.save(update_fields=["updated"])
+    assistant = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="", status=Message.Status.STREAMING)
+    prompt = render_prompt(prompt_messages(conv, before_id=assistant.pk))
+    return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant], **turn_kw)
+
+
+def turn_send(user, conversation_id, text):
+    with transaction.atomic():
+        created = conversation_id is None
+        if created:
+            conv = Conversation.objects.create(owner=user, title=fallback_title(text))
+        else:
+            conv = conversation_for(user, conversation_id, lock=True)
+            _ensure_idle(conv)
+        user_msg = Message.objects.create(conversation=conv, role=Message.Role.USER, text=text)
+        return _start_assistant(conv, [user_msg], created_conversation=created)
+
+
+def turn_regenerate(user, conversation_id):
+    with transaction.atomic():
+        conv = conversation_for(user, conversation_id, lock=True)
+        _ensure_idle(conv)
+        last = conv.messages.order_by("-id").first()
+        if last is None:
+            raise ChatError("empty", "nothing to regenerate", "conversation")
+        deleted = []
+        if last.role == Message.Role.ASSISTANT:
+            deleted.append(last.pk)
+            last.delete()
+        return _start_assistant(conv, [], deleted=deleted)
+
+
+def turn_edit(user, conversation_id, message_id, text):
+    with transaction.atomic():
+        conv = conversation_for(user, conversation_id, lock=True)
+        _ensure_idle(conv)
+        msg = conv.messages.filter(pk=message_id, role=Message.Role.USER).first()
+        if msg is None:
+            raise ChatError("not_found", f"user message {message_id} not found in this conversation", "message")
+        later = conv.messages.filter(pk__gt=msg.pk)
+        deleted = list(later.values_list("pk", flat=True))
+        later.delete()
+        msg.text = text
+        msg.save(update_fields=["text", "updated"])
+        return _start_assistant(conv, [msg], deleted=deleted)
+
+
+def message_save_partial(message_id, text):
+    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=text, updated=timezone.now())
+
+
+def message_finish(message_id, *, text, status, stats):
+    """Stores the final state of an assistant message; returns it (None if it was deleted)."""
+    with transaction.atomic():
+        msg = Message.objects.select_for_update().filter(pk=message_id).first()
+        if msg is None:
+            return None
+        msg.text, msg.status, msg.stats = text, status, stats
+        msg.save(update_fields=["text", "status", "stats", "updated"])
+        if status == Message.Status.COMPLETE and _is_first_exchange(msg.conversation_id):
+            _enqueue_title(msg.conversation_id)
+    return msg
+
+
+def conversation_set_slot(conversation_id, slot):
+    Conversation.objects.filter(pk=conversation_id).update(kv_slot=slot)
+
+
+def _is_first_exchange(conversation_id):
+    roles = list(Message.objects.filter(conversation_id=conversation_id).values_list("role", flat=True)[:3])
+    return roles == [Message.Role.USER, Message.Role.ASSISTANT]
+
+
+def _enqueue_title(conversation_id):
+    if not getattr(settings, "CHAT_AUTO_TITLE", True):
+        return
+    from chat.tasks import title_conversation
+
+    title_conversation.delay_on_commit(conversation_id)

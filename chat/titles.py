@@ -1,0 +1,59 @@
+"""Titles a conversation after its first exchange: a short background-priority generation."""
+import logging
+import re
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from chat.models import Conversation, Message
+from chat.prompting import render_prompt
+from chat.relay import group_for
+from chat.services import fallback_title
+
+log = logging.getLogger(__name__)
+TITLE_MAX_TOKENS = 16
+INSTRUCTION = "Write a short title (at most 6 words) for this conversation. Answer with the title only."
+
+
+def clean_title(text):
+    line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
+    line = re.sub(r"^(title\s*:\s*)", "", line.strip(), flags=re.I).strip(" \"'*#`.")
+    return line[:80]
+
+
+async def _generate_text(prompt):
+    from engine_bridge.client import GenerationRequest, generate
+
+    req = GenerationRequest(prompt=prompt, max_tokens=TITLE_MAX_TOKENS, temperature=0.0, priority="background")
+    parts = []
+    async for event in generate(req):
+        if event.get("kind") == "text":
+            parts.append(event["text"])
+        elif event.get("kind") == "error":
+            raise RuntimeError(f"{event.get('code')}: {event.get('message')}")
+        elif event.get("kind") == "done":
+            break
+    return "".join(parts)
+
+
+def title_conversation(conversation_id):
+    conv = Conversation.objects.filter(pk=conversation_id).first()
+    if conv is None:
+        return None
+    msgs = list(conv.messages.filter(status=Message.Status.COMPLETE)[:2])
+    if not msgs:
+        return None
+    first_user = next((m.text for m in msgs if m.role == Message.Role.USER), "")
+    history = [{"role": m.role, "content": m.text[:2000]} for m in msgs]
+    title = ""
+    try:
+        title = clean_title(async_to_sync(_generate_text)(render_prompt(history + [{"role": "user", "content": INSTRUCTION}])))
+    except Exception as exc:  # titles are cosmetic: fall back, never fail the task
+        log.warning("title generation failed for conversation %s: %s", conversation_id, exc)
+    title = title or fallback_title(first_user)
+    Conversation.objects.filter(pk=conversation_id).update(title=title)
+    async_to_sync(get_channel_layer().group_send)(
+        group_for(conversation_id),
+        {"type": "chat.frame", "frame": {"type": "title", "conversation": conversation_id, "title": title}},
+    )
+    return title

@@ -1,0 +1,83 @@
+"""JSON endpoints for the browser UI (session auth + CSRF) and the export download."""
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+from rest_framework import serializers, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import NotFound
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from chat import services
+from chat.export import FORMATS, export_content
+from chat.models import Conversation
+
+
+class SessionApi(APIView):
+    # DRF's SessionAuthentication enforces CSRF on unsafe methods for logged-in users.
+    authentication_classes = [SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    def conversation(self, pk):
+        try:
+            return services.conversation_for(self.request.user, pk)
+        except services.ChatError as exc:
+            raise NotFound(exc.detail)
+
+
+class TitleInput(serializers.Serializer):
+    title = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
+
+
+class ConversationListApi(SessionApi):
+    def get(self, request):
+        q = request.query_params.get("q", "").strip()
+        convs = services.conversation_search(request.user, q)[:500]
+        return Response({"conversations": [c.as_dict() for c in convs]})
+
+    def post(self, request):
+        data = TitleInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        conv = Conversation.objects.create(owner=request.user, title=data.validated_data["title"])
+        return Response(conv.as_dict(), status=status.HTTP_201_CREATED)
+
+
+class RenameInput(serializers.Serializer):
+    title = serializers.CharField(max_length=200, allow_blank=False)
+
+
+class ConversationDetailApi(SessionApi):
+    def get(self, request, pk):
+        return Response(self.conversation(pk).as_dict())
+
+    def patch(self, request, pk):
+        self.conversation(pk)
+        data = RenameInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(services.conversation_rename(request.user, pk, data.validated_data["title"]).as_dict())
+
+    def delete(self, request, pk):
+        self.conversation(pk).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ConversationMessagesApi(SessionApi):
+    def get(self, request, pk):
+        self.conversation(pk)
+        conv, messages = services.conversation_snapshot(request.user, pk)
+        return Response({"conversation": conv.as_dict(), "messages": messages})
+
+
+@login_required
+@require_GET
+def export_view(request):
+    # Inline: a chat UI's history exports in well under a second; chat.tasks.export_conversations
+    # builds the same content in Celery for very large accounts.
+    fmt = request.GET.get("format", "json")
+    if fmt not in FORMATS:
+        return JsonResponse({"error": "format must be json or md", "field": "format"}, status=400)
+    body, content_type, name = export_content(request.user, fmt)
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
