@@ -1,0 +1,302 @@
+"""Engine process lifecycle: handshake, shutdown paths, startup refusals, expert tiers and
+heat persistence, tokenizer CLI. Each test starts its own engine process(es)."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+
+from tests.native.engine import (SCALE, T, chatml, parse_hwinfo, parse_map, parse_model_line,
+                                 parse_tiers)
+
+pytestmark = pytest.mark.timeout(int(120 * SCALE))
+
+
+def tier_counts(emap: bytes):
+    c = [0, 0, 0, 0]
+    for b in emap:
+        c[b >> 6] += 1
+    return c
+
+
+def bitlen_heat(n: int) -> int:
+    return min(63, n.bit_length())
+
+
+def test_it_handshake(spawn):
+    e = spawn(slots=2)
+    e.sync()
+    assert not e.errors0
+    lines = [" ".join(p) for k, p, _ in e.events if k != "ERROR"]
+    kinds = [ln.split(" ", 1)[0] for ln in lines]
+    assert kinds and kinds[0] == "STAT", f"first line after READY should be STAT: {lines[:6]}"
+    stat = lines[0].split(" ")[1:]
+    assert len(stat) in (4, 6), f"startup STAT has {len(stat)} values: {lines[0]!r}"
+    for v in stat:
+        float(v)
+    for k in ("HWINFO", "TIERS", "EMAP", "MODEL"):
+        assert k in kinds, f"handshake lacks {k}: {kinds}"
+    assert "HITS" not in kinds, "no HITS expected at startup"
+    assert kinds.index("STAT") < kinds.index("EMAP")
+    cores, tot, avail, ngpu, vram, names = parse_hwinfo(e.latest["HWINFO"])
+    assert cores >= 1 and tot > 0 and 0 <= avail <= tot + 0.1 and ngpu == 0
+    vr, ram, disk, _, _ = parse_tiers(e.latest["TIERS"])
+    rows, cols, emap = parse_map(e.latest["EMAP"], "EMAP")
+    assert (rows, cols, len(emap)) == (4, 8, 32)
+    assert vr + ram + disk == rows * cols
+    c = tier_counts(emap)
+    assert (c[2], c[1], c[0], c[3]) == (vr, ram, disk, 0)
+    assert all(b & 63 == 0 for b in emap), "fresh usage file: all heat must be 0"
+    model = parse_model_line(e.latest["MODEL"])
+    assert isinstance(model, dict) and model, f"MODEL json: {model!r}"
+    assert e.close() == 0
+
+
+def test_it_dense_and_shared_expert_models_load(spawn):
+    """Dense fixture: no MoE rows; shared-expert + unit-gating fixture: serves normally."""
+    for name in ("shexp", "dense"):
+        e = spawn(model=name, slots=1)
+        e.sync()
+        r = e.generate(chatml("hello"), max_tokens=6)
+        assert r.done is not None
+        rows, cols, emap = parse_map(r.block_line("EMAP") or e.latest["EMAP"], "EMAP")
+        if name == "dense":
+            assert rows * cols == 0 and emap == b"", f"dense model EMAP should be empty: {e.latest['EMAP']!r}"
+        else:
+            assert (rows, cols) == (4, 8)
+        assert e.close() == 0
+
+
+def test_it_bad_frame_exits_zero(spawn):
+    e = spawn(slots=2)
+    a = e.submit(chatml("count to twenty"), slot=0, max_tokens=20)
+    e.write(b"SUBMIT 77 1 5 4 0 1\nhelloX\n")
+    ra = e.result(a)
+    e.wait(lambda: 77 in e.reqs and e.reqs[77].errors, what="ERROR 77 BAD_FRAME")
+    assert e.reqs[77].codes == ["BAD_FRAME"], e.reqs[77].errors
+    assert ra.done is not None, "in-flight request must finish after BAD_FRAME"
+    rc = e.wait_exit(T)   # stdin is still open: the engine must exit by itself
+    assert rc == 0, f"exit code after BAD_FRAME: {rc}"
+
+
+def test_it_eof_drains(spawn):
+    e = spawn(slots=2)
+    a = e.submit(chatml("first"), slot=0, max_tokens=20)
+    b = e.submit(chatml("second"), slot=1, max_tokens=20)
+    e.close_stdin()
+    rc = e.wait_exit(T)
+    assert rc == 0, f"exit code after EOF: {rc}"
+    for rid in (a, b):
+        r = e.reqs[rid]
+        assert r.done is not None, f"request {rid} got no DONE before exit: {r.errors}"
+        assert r.stat()["emitted"] == len(r.data)
+
+
+def _start_long(e, slot=0):
+    for p in ("Write a very long essay about the sea.", "Keep talking forever.", "List many words."):
+        rid = e.submit(chatml(p), slot=slot, max_tokens=400, temperature=1.0)
+        r = e.reqs[rid]
+        e.wait(lambda: len(r.data) >= 2 or r.finished, what="first DATA")
+        if not r.finished:
+            return r
+    pytest.skip("could not keep a request running")
+
+
+def test_it_sigterm_exits_promptly(spawn):
+    e = spawn(slots=2)
+    r = _start_long(e)
+    t0 = time.monotonic()
+    e.signal(signal.SIGTERM)
+    rc = e.wait_exit(5 * SCALE)
+    dt = time.monotonic() - t0
+    assert rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM), f"exit code after SIGTERM: {rc}"
+    assert r.done is not None, f"active request got no DONE on SIGTERM (rc {rc}, {dt:.2f}s)"
+    assert r.stat()["length_limited"] == 0
+
+
+def test_it_sigint_soft_stop(spawn):
+    e = spawn(slots=2)
+    r = _start_long(e)
+    e.signal(signal.SIGINT)
+    e.wait(lambda: r.done is not None or r.finished, what="DONE after SIGINT")
+    assert r.done is not None and r.stat()["length_limited"] == 0
+    assert e.proc.poll() is None, "SIGINT must not end the engine"
+    r2 = e.generate(chatml("still there?"), slot=1, max_tokens=4)
+    assert r2.done is not None
+    assert e.close() == 0
+
+
+@pytest.mark.parametrize("slots", ["0", "99"])
+def test_it_kv_slots_refused(spawn, slots):
+    e = spawn(slots=slots, wait_ready=False)
+    rc = e.wait_exit(T)
+    assert not e.ready, f"KV_SLOTS={slots}: engine reached READY"
+    assert rc > 0, f"KV_SLOTS={slots}: expected a non-zero exit, got {rc}"
+    assert e.stderr_text().strip(), f"KV_SLOTS={slots}: no message on stderr"
+
+
+def _corrupt(src, dst, how):
+    data = bytearray(open(src, "rb").read())
+    if how == "truncated-header":
+        data = data[:1000]
+    elif how == "truncated-data":
+        data = data[:-4096]
+    elif how == "bad-magic":
+        data[0:4] = b"FUGG"
+    elif how == "wrong-arch":
+        key = b"general.architecture"
+        i = data.index(key) + len(key)
+        vtype, n = struct.unpack_from("<IQ", data, i)
+        assert vtype == 8 and data[i + 12:i + 12 + n] == b"llama"
+        data[i + 12:i + 17] = b"bloom"
+    elif how == "empty":
+        data = b""
+    open(dst, "wb").write(bytes(data))
+    return dst
+
+
+@pytest.mark.parametrize("how", ["truncated-header", "truncated-data", "bad-magic", "wrong-arch", "empty", "missing"])
+def test_it_bad_gguf_refused(spawn, models, tmp_path, how):
+    path = tmp_path / f"{how}.gguf"
+    if how != "missing":
+        _corrupt(models["moe"], path, how)
+    e = spawn(model=path, wait_ready=False)
+    rc = e.wait_exit(T)
+    err = e.stderr_text().strip()
+    assert not e.ready, f"{how}: engine reached READY on a bad model"
+    assert rc > 0, f"{how}: expected a non-zero exit code (no signal), got {rc}; stderr: {err[-500:]}"
+    assert err, f"{how}: nothing on stderr"
+    last = err.splitlines()[-1]
+    assert 0 < len(last) <= 400, f"{how}: refusal should be one clear line, got {last!r}"
+    e.check_clean()
+
+
+def test_it_disk_tier_and_lru(spawn, models):
+    # big fixture: 8 MoE layers x 16 experts; one expert = 2 x (64 x 128 Q8_0) + 128 x 64 F16 = 33792 B
+    expert_bytes = 2 * (64 * 128 // 32 * 34) + 128 * 64 * 2
+    cap = (1 << 20) // expert_bytes
+    e = spawn(model="big", slots=2, EXPERT_RAM_MB=1, PIN_MB=0)
+    e.sync()
+    rows, cols, emap0 = parse_map(e.latest["EMAP"], "EMAP")
+    assert (rows, cols) == (8, 16)
+    vr, ram, disk, _, _ = parse_tiers(e.latest["TIERS"])
+    assert disk > 0 and ram <= cap, f"EXPERT_RAM_MB=1 should leave experts on disk: {e.latest['TIERS']}"
+    c = tier_counts(emap0)
+    assert c[0] == disk and c[0] > 0, f"EMAP tier bits 0 for disk experts: {c} vs {e.latest['TIERS']}"
+    resident = []
+    for p in ("Tell me about the ocean.", "Write code for a parser."):
+        r = e.generate(chatml(p), slot=0, max_tokens=40, temperature=1.0)
+        _, _, emap = parse_map(r.block_line("EMAP"), "EMAP")
+        vr, ram, disk, _, _ = parse_tiers(r.block_line("TIERS"))
+        c = tier_counts(emap)
+        assert (c[2], c[1], c[0]) == (vr, ram, disk)
+        assert 0 < ram <= cap, f"RAM tier holds {ram} experts, budget allows {cap}"
+        used = sum(1 for b in emap if b & 63)
+        assert used > ram, f"{used} experts routed but {ram} resident: nothing went through the disk tier"
+        assert r.stat()["hit_pct"] < 100.0, f"hit_pct 100 with most experts on disk: {' '.join(r.done)}"
+        resident.append({i for i, b in enumerate(emap) if b >> 6 == 1})
+    evicted = resident[0] - resident[1]
+    assert evicted, "no expert resident after turn 1 left RAM during turn 2 (LRU never evicts?)"
+    assert e.close() == 0
+
+
+def _read_usage(path):
+    recs = []
+    for ln in open(path).read().splitlines():
+        if ln.strip():
+            recs.append(tuple(int(x) for x in ln.split()))
+    return recs
+
+
+def test_it_heat_persists_across_restart(spawn, tmp_path):
+    usage = tmp_path / "usage.txt"
+    e1 = spawn(slots=1, USAGE_SAVE=1, COLI_USAGE=usage)
+    r = e1.generate(chatml("Remember this turn."), max_tokens=10)
+    assert usage.exists(), "usage file not written at turn end"
+    recs = _read_usage(usage)
+    assert recs[0][:3] == (-1, 4, 8), f"first usage record should be '-1 <n_layers> <n_experts>': {recs[:2]}"
+    assert recs[1][:2] == (-2, 1), f"second usage record should be '-2 1 <engine_id>': {recs[:2]}"
+    counts = {(l, x): n for l, x, n in recs[2:]}
+    assert all(n > 0 for n in counts.values())
+    _, _, emap = parse_map(r.block_line("EMAP"), "EMAP")
+    for i, b in enumerate(emap):
+        want = bitlen_heat(counts.get((i // 8, i % 8), 0))
+        assert b & 63 == want, f"layer {i // 8} expert {i % 8}: heat {b & 63}, usage count -> {want}"
+    per_layer = [sum(n for (l, _), n in counts.items() if l == L) for L in range(4)]
+    assert len(set(per_layer)) == 1, f"selections per layer differ: {per_layer}"
+    fwd = per_layer[0] / 2
+    s = r.stat()
+    assert fwd in (s["prompt_tokens"] + s["emitted"] - 1, s["prompt_tokens"] + s["emitted"]), (
+        f"{per_layer[0]} selections per layer = {fwd} tokens x top-2; prompt {s['prompt_tokens']} + {s['emitted']} emitted")
+    assert e1.close() == 0
+    saved = usage.read_bytes()
+    e2 = spawn(slots=1, USAGE_SAVE=0, COLI_USAGE=usage)
+    e2.sync()
+    _, _, emap2 = parse_map(e2.latest["EMAP"], "EMAP")
+    assert [b & 63 for b in emap2] == [b & 63 for b in emap], "startup EMAP heat differs from the saved usage"
+    assert any(b & 63 for b in emap2)
+    e2.generate(chatml("another"), max_tokens=4)
+    assert e2.close() == 0
+    assert usage.read_bytes() == saved, "USAGE_SAVE=0 must not write the usage file"
+
+
+# ------------------------------------------------------------------------- tokenizer CLI
+
+TEXT = "Hello, 世界! 🦜🚀 naïve café — ½ and 東京タワー 12345\n\tend <|im_start|>user"
+
+
+def _cli(engine_bin, model, *args):
+    env = dict(os.environ, SNAP=str(model))
+    for k in ("SERVE", "SERVE_BATCH"):
+        env.pop(k, None)
+    p = subprocess.run([str(engine_bin), *args], env=env, capture_output=True, timeout=T)
+    assert p.returncode == 0, f"{args[0]} exited {p.returncode}: {p.stderr.decode(errors='replace')[-800:]}"
+    return p.stdout
+
+
+def _tokenize(engine_bin, model, text, tmp_path):
+    f = tmp_path / "text.txt"
+    f.write_bytes(text.encode())
+    out = _cli(engine_bin, model, "--tokenize", str(f)).decode().strip()
+    assert "\n" not in out, f"--tokenize should print one line: {out!r}"
+    return [int(x) for x in out.replace(",", " ").split()]
+
+
+def test_it_detokenize_round_trip(engine_bin, models, tmp_path):
+    ids = _tokenize(engine_bin, models["moe"], TEXT, tmp_path)
+    assert ids and all(0 <= i < 459 for i in ids)
+    assert 1 in ids, "<|im_start|> must be one atomic token (id 1)"
+    out = _cli(engine_bin, models["moe"], "--detokenize", " ".join(map(str, ids)))
+    if out.endswith(b"\n") and not TEXT.endswith("\n"):
+        out = out[:-1]
+    assert out == TEXT.encode(), f"detokenize(tokenize(x)) != x: {out!r}"
+
+
+def test_it_tokenize_matches_hf(engine_bin, models, tmp_path):
+    """The engine's BPE must match HF tokenizers on the fixture vocabulary (smollm pre-tokenizer)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, models as tm, pre_tokenizers as pt
+
+    rd = GGUFReader(str(models["moe"]))
+    toks = rd.fields["tokenizer.ggml.tokens"].contents()
+    merges = rd.fields["tokenizer.ggml.merges"].contents()
+    hf = Tokenizer(tm.BPE(vocab={t: i for i, t in enumerate(toks)}, merges=[tuple(m.split(" ")) for m in merges]))
+    hf.pre_tokenizer = pt.Sequence([pt.Digits(individual_digits=True),
+                                    pt.ByteLevel(add_prefix_space=False, use_regex=True)])
+    hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in toks[:3]])
+    texts = [TEXT, "The quick brown fox jumps over the lazy dog.\n\n  def main():\n    return 0\n",
+             "it's we'll they've I'm  multiple   spaces\t\ttabs", chatml("What is the capital of France?")]
+    problems = []
+    for t in texts:
+        want = hf.encode(t).ids
+        got = _tokenize(engine_bin, models["moe"], t, tmp_path)
+        if got != want:
+            problems.append(f"{t!r}:\n  engine {got}\n  hf     {want}")
+    assert not problems, "\n".join(problems)
