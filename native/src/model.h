@@ -25,6 +25,7 @@ typedef struct {
     qmat q, k, v, o;
     qmat ffn_gate, ffn_up, ffn_down;           /* dense FFN (rows 0 when MoE) */
     qmat router;                               /* ffn_gate_inp: n_experts x d_model */
+    const float *router_b;                     /* optional ffn_gate_inp.bias [n_experts], or NULL */
     qmat sh_gate, sh_up, sh_down;              /* shared expert (rows 0 when absent) */
     int moe_row;                               /* -1 dense layer, else EMAP row */
 } layer_w;
@@ -47,6 +48,7 @@ typedef struct model {
     char *chat_template;                       /* NULL if absent */
     uint64_t fingerprint;                      /* for KV slot files */
     perf_counters perf;
+    struct model_priv *priv;                   /* model.c-private: scratch buffers, owned copies */
 } model;
 
 /* 0 ok; -1 with a one-line reason in err. Refuses unsupported arch/types/shapes. */

@@ -1,0 +1,529 @@
+/* experts.c — the expert store (see experts.h).
+ *
+ * Expert (r, e) of MoE row r is three byte slices of the stacked tensors
+ * blk.N.ffn_{gate,up,down}_exps.weight: slice e = bytes [e*S, (e+1)*S) with
+ * S = row_bytes(ne0) * ne1 of that tensor.
+ *
+ * Tier 1 (RAM): a malloc'ed copy gate|up|down, either pinned (never evicted) or in an
+ * LRU list. Pinned + LRU bytes stay within ram_budget; the pinned set is the hottest
+ * experts (cumulative selection count, ties: lower index) that fit pin_budget.
+ * With ram_budget == SIZE_MAX every expert is read at creation and stays resident.
+ * Tier 0 (disk): not resident; es_acquire reads it with pread into a pooled scratch
+ * buffer unless the LRU can admit it (evicting least-recently-used unpinned,
+ * unacquired experts), and the buffer is returned to the pool on es_release.
+ *
+ * REPIN callback: called once per expert whose pinned state changes, with the
+ * absolute layer, the expert id, the tier it had before the change (0 disk, 1 RAM)
+ * and gpu = 0 (there is no device tier yet).
+ *
+ * Usage file: "-1 <n_layers> <n_experts>\n-2 1 <engine_id>\n" then
+ * "<absolute_layer> <expert> <count>\n" per expert with a non-zero count; a zero-byte
+ * file when there is no history. Written to "<path>.tmp" and renamed. */
+#include "experts.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int layer;
+    uint32_t type[3];
+    int rows[3], cols[3];
+    size_t row_bytes[3];
+    uint64_t off[3];        /* absolute file offset of expert 0's slice */
+    size_t slice[3];        /* bytes of one expert in that tensor */
+    size_t bytes;           /* slice[0] + slice[1] + slice[2] */
+} es_row;
+
+typedef struct {
+    uint8_t *buf;           /* resident copy (tier 1) or NULL */
+    uint8_t *tmp;           /* scratch copy while acquired from disk */
+    int pinned;
+    int in_use;             /* acquisitions not yet released */
+    int prev, next;         /* LRU links (unpinned residents only), -1 = none */
+} es_ent;
+
+struct expert_store {
+    int fd;
+    const uint8_t *map;     /* fallback when fd < 0 */
+    size_t map_size;
+    int rows, cols, n_layers_total;
+    uint32_t engine_id;
+    expert_opts o;
+    es_row *row;
+    es_ent *ent;
+    uint64_t *count;
+    uint8_t *hits;
+    size_t hits_bytes;
+    size_t ram_used, max_bytes;
+    int n_resident;
+    int lru_head, lru_tail; /* head = most recently used */
+    uint64_t acq_all, acq_ram;
+    uint8_t **pool;         /* free scratch buffers of max_bytes */
+    int pool_n, pool_cap;
+};
+
+static double es_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, const char *a) {
+    if (err && errlen) snprintf(err, errlen, fmt, a);
+}
+
+/* ---- LRU list ---- */
+static void lru_unlink(expert_store *s, int i) {
+    es_ent *x = &s->ent[i];
+    if (x->prev >= 0) s->ent[x->prev].next = x->next;
+    else if (s->lru_head == i) s->lru_head = x->next;
+    if (x->next >= 0) s->ent[x->next].prev = x->prev;
+    else if (s->lru_tail == i) s->lru_tail = x->prev;
+    x->prev = x->next = -1;
+}
+
+static void lru_push_head(expert_store *s, int i) {
+    es_ent *x = &s->ent[i];
+    x->prev = -1;
+    x->next = s->lru_head;
+    if (s->lru_head >= 0) s->ent[s->lru_head].prev = i;
+    s->lru_head = i;
+    if (s->lru_tail < 0) s->lru_tail = i;
+}
+
+/* ---- reading ---- */
+static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) {
+    if (s->fd < 0) {
+        if (!s->map || off + n > s->map_size) return -1;
+        memcpy(dst, s->map + off, n);
+        return 0;
+    }
+    while (n > 0) {
+        ssize_t got = pread(s->fd, dst, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        dst += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+static int read_expert(const expert_store *s, int r, int e, uint8_t *dst) {
+    const es_row *R = &s->row[r];
+    size_t at = 0;
+    for (int k = 0; k < 3; k++) {
+        if (read_at(s, dst + at, R->slice[k], R->off[k] + (uint64_t)e * R->slice[k]) != 0) return -1;
+        at += R->slice[k];
+    }
+    return 0;
+}
+
+static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *out) {
+    const es_row *R = &s->row[r];
+    qmat *m[3] = {&out->gate, &out->up, &out->down};
+    size_t at = 0;
+    for (int k = 0; k < 3; k++) {
+        m[k]->type = R->type[k];
+        m[k]->rows = R->rows[k];
+        m[k]->cols = R->cols[k];
+        m[k]->row_bytes = R->row_bytes[k];
+        m[k]->data = base + at;
+        at += R->slice[k];
+    }
+}
+
+/* Evict LRU experts (from the tail, skipping acquired ones) until `need` more bytes fit
+ * the RAM budget. 0 when they fit. */
+static int make_room(expert_store *s, size_t need) {
+    if (need > s->o.ram_budget) return -1;
+    int i = s->lru_tail;
+    while (s->ram_used + need > s->o.ram_budget && i >= 0) {
+        int prev = s->ent[i].prev;
+        if (s->ent[i].in_use == 0) {
+            lru_unlink(s, i);
+            free(s->ent[i].buf);
+            s->ent[i].buf = NULL;
+            s->ram_used -= s->row[i / s->cols].bytes;
+            s->n_resident--;
+        }
+        i = prev;
+    }
+    return s->ram_used + need <= s->o.ram_budget ? 0 : -1;
+}
+
+/* Read expert i into a new resident buffer (budget already checked). */
+static int load_resident(expert_store *s, int i) {
+    int r = i / s->cols, e = i % s->cols;
+    uint8_t *b = malloc(s->row[r].bytes ? s->row[r].bytes : 1);
+    if (!b) return -1;
+    if (read_expert(s, r, e, b) != 0) {
+        free(b);
+        return -1;
+    }
+    s->ent[i].buf = b;
+    s->ram_used += s->row[r].bytes;
+    s->n_resident++;
+    return 0;
+}
+
+/* ---- usage file ---- */
+static void usage_load(expert_store *s) {
+    FILE *f = fopen(s->o.usage_path, "r");
+    if (!f) return;
+    long long a, b;
+    unsigned long long c;
+    int n = 0, ok = 1;
+    int *layer_row = malloc(sizeof(int) * (size_t)(s->n_layers_total + 1));
+    if (!layer_row) {
+        fclose(f);
+        return;
+    }
+    for (int l = 0; l <= s->n_layers_total; l++) layer_row[l] = -1;
+    for (int r = 0; r < s->rows; r++)
+        if (s->row[r].layer >= 0 && s->row[r].layer <= s->n_layers_total) layer_row[s->row[r].layer] = r;
+    uint64_t *cnt = calloc((size_t)s->rows * (size_t)s->cols + 1, sizeof(uint64_t));
+    if (!cnt) ok = 0;
+    int got;
+    while (ok && (got = fscanf(f, "%lld %lld %llu", &a, &b, &c)) == 3) {
+        if (n == 0) {
+            if (a != -1 || b != s->n_layers_total || (long long)c != s->cols) ok = 0;
+        } else if (n == 1) {
+            if (a != -2 || b != 1 || c != (unsigned long long)s->engine_id) ok = 0;
+        } else if (a >= 0 && a <= s->n_layers_total && layer_row[a] >= 0 && b >= 0 && b < s->cols) {
+            cnt[(size_t)layer_row[a] * (size_t)s->cols + (size_t)b] += c;
+        }
+        n++;
+    }
+    if (ok && n > 0 && n < 2) ok = 0;
+    if (ok && !feof(f)) ok = 0;   /* trailing garbage */
+    if (ok && n >= 2) {
+        memcpy(s->count, cnt, (size_t)s->rows * (size_t)s->cols * sizeof(uint64_t));
+    } else if (!ok) {
+        fprintf(stderr, "[usage] %s: header does not match this model (or unreadable); ignored\n",
+                s->o.usage_path);
+    }
+    free(cnt);
+    free(layer_row);
+    fclose(f);
+}
+
+int es_usage_save(expert_store *s) {
+    if (!s || !s->o.usage_path[0] || !s->o.usage_save) return 0;
+    size_t n = (size_t)s->rows * (size_t)s->cols;
+    int any = 0;
+    for (size_t i = 0; i < n; i++) any |= s->count[i] != 0;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", s->o.usage_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return -1;
+    int rc = 0;
+    if (any) {
+        if (fprintf(f, "-1 %d %d\n-2 1 %u\n", s->n_layers_total, s->cols, (unsigned)s->engine_id) < 0) rc = -1;
+        for (size_t i = 0; i < n && rc == 0; i++)
+            if (s->count[i] &&
+                fprintf(f, "%d %d %llu\n", s->row[i / (size_t)s->cols].layer, (int)(i % (size_t)s->cols),
+                        (unsigned long long)s->count[i]) < 0)
+                rc = -1;
+    }
+    if (fflush(f) != 0) rc = -1;
+    if (fclose(f) != 0) rc = -1;
+    if (rc == 0 && rename(tmp, s->o.usage_path) != 0) rc = -1;
+    if (rc != 0) unlink(tmp);
+    return rc;
+}
+
+/* ---- pinning ---- */
+/* Order of expert indices by count descending, ties lower index first. */
+static void heat_order(const expert_store *s, int *idx, int n) {
+    for (int i = 0; i < n; i++) idx[i] = i;
+    /* insertion sort would be O(n^2) for 20k experts; use a simple merge sort */
+    int *tmp = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!tmp) return;  /* leaves index order: a valid if suboptimal pin order */
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int a = lo, b = mid, k = lo;
+            while (a < mid && b < hi) {
+                uint64_t ca = s->count[idx[a]], cb = s->count[idx[b]];
+                if (ca > cb || (ca == cb && idx[a] < idx[b])) tmp[k++] = idx[a++];
+                else tmp[k++] = idx[b++];
+            }
+            while (a < mid) tmp[k++] = idx[a++];
+            while (b < hi) tmp[k++] = idx[b++];
+        }
+        memcpy(idx, tmp, sizeof(int) * (size_t)n);
+    }
+    free(tmp);
+}
+
+/* want[i] = 1 for the experts that should be pinned now. */
+static void wanted_pins(const expert_store *s, uint8_t *want) {
+    int n = s->rows * s->cols;
+    memset(want, 0, (size_t)n);
+    size_t budget = s->o.pin_budget < s->o.ram_budget ? s->o.pin_budget : s->o.ram_budget;
+    int *idx = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!idx) return;
+    heat_order(s, idx, n);
+    size_t used = 0;
+    for (int k = 0; k < n; k++) {
+        int i = idx[k];
+        if (s->count[i] == 0) break;
+        size_t b = s->row[i / s->cols].bytes;
+        if (used + b > budget) continue;
+        used += b;
+        want[i] = 1;
+    }
+    free(idx);
+}
+
+void es_repin(expert_store *s, repin_cb cb, void *ud) {
+    if (!s || s->rows == 0) return;
+    int n = s->rows * s->cols;
+    uint8_t *want = malloc((size_t)n);
+    if (!want) return;
+    wanted_pins(s, want);
+    /* Unpin first: those become ordinary LRU residents (still tier 1). */
+    for (int i = 0; i < n; i++) {
+        es_ent *x = &s->ent[i];
+        if (x->pinned && !want[i]) {
+            x->pinned = 0;
+            lru_push_head(s, i);
+            if (cb) cb(ud, s->row[i / s->cols].layer, i % s->cols, 1, 0);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        es_ent *x = &s->ent[i];
+        if (x->pinned || !want[i]) continue;
+        int old_tier = x->buf ? 1 : 0;
+        if (x->buf) {
+            lru_unlink(s, i);
+        } else {
+            if (make_room(s, s->row[i / s->cols].bytes) != 0 || load_resident(s, i) != 0) continue;
+        }
+        x->pinned = 1;
+        if (cb) cb(ud, s->row[i / s->cols].layer, i % s->cols, old_tier, 0);
+    }
+    free(want);
+}
+
+/* ---- create / free ---- */
+expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_rows,
+                        int n_experts, const expert_opts *o, uint32_t engine_id,
+                        int n_layers_total, char *err, size_t errlen) {
+    if (n_rows < 0 || n_experts < 0 || (n_rows > 0 && n_experts < 1)) {
+        set_err(err, errlen, "expert store: bad dimensions%s", "");
+        return NULL;
+    }
+    expert_store *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->fd = g ? g->fd : -1;
+    s->map = g ? g->map : NULL;
+    s->map_size = g ? g->size : 0;
+    s->rows = n_rows;
+    s->cols = n_experts;
+    s->n_layers_total = n_layers_total;
+    s->engine_id = engine_id;
+    if (o) s->o = *o;
+    else s->o.ram_budget = SIZE_MAX;
+    s->o.usage_path[sizeof s->o.usage_path - 1] = 0;
+    s->lru_head = s->lru_tail = -1;
+    size_t n = (size_t)n_rows * (size_t)n_experts;
+    s->row = calloc((size_t)(n_rows ? n_rows : 1), sizeof *s->row);
+    s->ent = calloc(n ? n : 1, sizeof *s->ent);
+    s->count = calloc(n ? n : 1, sizeof *s->count);
+    s->hits_bytes = (n + 7) / 8;
+    s->hits = calloc(s->hits_bytes ? s->hits_bytes : 1, 1);
+    if (!s->row || !s->ent || !s->count || !s->hits) goto oom;
+    for (size_t i = 0; i < n; i++) s->ent[i].prev = s->ent[i].next = -1;
+
+    for (int r = 0; r < n_rows; r++) {
+        es_row *R = &s->row[r];
+        const gguf_tensor *t[3] = {rows[r].gate, rows[r].up, rows[r].down};
+        R->layer = rows[r].layer;
+        for (int k = 0; k < 3; k++) {
+            if (!t[k] || t[k]->n_dims != 3 || t[k]->ne[2] != (uint64_t)n_experts) {
+                if (err && errlen)
+                    snprintf(err, errlen, "blk.%d: expert tensor %d is missing or not [*, *, %d]", R->layer, k,
+                             n_experts);
+                es_free(s);
+                return NULL;
+            }
+            R->type[k] = t[k]->type;
+            R->cols[k] = (int)t[k]->ne[0];
+            R->rows[k] = (int)t[k]->ne[1];
+            R->row_bytes[k] = ggml_row_bytes(t[k]->type, t[k]->ne[0]);
+            R->slice[k] = R->row_bytes[k] * (size_t)t[k]->ne[1];
+            R->off[k] = t[k]->file_offset;
+            if (R->row_bytes[k] == 0 || R->off[k] + R->slice[k] * (uint64_t)n_experts > (g ? g->size : 0)) {
+                if (err && errlen)
+                    snprintf(err, errlen, "%.*s: unsupported type or data outside the file", (int)t[k]->name.len,
+                             t[k]->name.ptr);
+                es_free(s);
+                return NULL;
+            }
+            R->bytes += R->slice[k];
+        }
+        if (R->bytes > s->max_bytes) s->max_bytes = R->bytes;
+    }
+
+    if (s->o.usage_path[0] && n > 0) usage_load(s);
+
+    if (s->o.ram_budget == SIZE_MAX) {
+        /* Everything resident; the hottest within pin_budget are also marked pinned. */
+        for (size_t i = 0; i < n; i++) {
+            if (load_resident(s, (int)i) != 0) {
+                set_err(err, errlen, "expert store: cannot read experts from %s", g ? g->path : "?");
+                es_free(s);
+                return NULL;
+            }
+            lru_push_head(s, (int)i);
+        }
+    }
+    es_repin(s, NULL, NULL);
+    return s;
+oom:
+    set_err(err, errlen, "expert store: out of memory%s", "");
+    es_free(s);
+    return NULL;
+}
+
+void es_free(expert_store *s) {
+    if (!s) return;
+    size_t n = (size_t)s->rows * (size_t)s->cols;
+    if (s->ent)
+        for (size_t i = 0; i < n; i++) {
+            free(s->ent[i].buf);
+            free(s->ent[i].tmp);
+        }
+    for (int i = 0; i < s->pool_n; i++) free(s->pool[i]);
+    free(s->pool);
+    free(s->row);
+    free(s->ent);
+    free(s->count);
+    free(s->hits);
+    free(s);
+}
+
+/* ---- acquire / release ---- */
+int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s) {
+    if (!s || r < 0 || r >= s->rows || e < 0 || e >= s->cols) return -1;
+    int i = r * s->cols + e;
+    es_ent *x = &s->ent[i];
+    s->acq_all++;
+    if (x->buf) {
+        s->acq_ram++;
+        if (!x->pinned) {
+            lru_unlink(s, i);
+            lru_push_head(s, i);
+        }
+        x->in_use++;
+        fill_w(s, r, x->buf, out);
+        return 0;
+    }
+    if (x->tmp) {   /* already acquired from disk and not yet released */
+        x->in_use++;
+        fill_w(s, r, x->tmp, out);
+        return 0;
+    }
+    double t0 = es_now();
+    int rc = -1;
+    if (make_room(s, s->row[r].bytes) == 0) {
+        rc = load_resident(s, i);
+        if (rc == 0) {
+            lru_push_head(s, i);
+            fill_w(s, r, x->buf, out);
+        }
+    }
+    if (rc != 0) {
+        uint8_t *b = s->pool_n > 0 ? s->pool[--s->pool_n] : malloc(s->max_bytes ? s->max_bytes : 1);
+        if (b && read_expert(s, r, e, b) == 0) {
+            x->tmp = b;
+            fill_w(s, r, b, out);
+            rc = 0;
+        } else {
+            free(b);
+        }
+    }
+    if (t_read_s) *t_read_s += es_now() - t0;
+    if (rc == 0) x->in_use++;
+    return rc;
+}
+
+void es_release(expert_store *s, int r, int e) {
+    if (!s || r < 0 || r >= s->rows || e < 0 || e >= s->cols) return;
+    es_ent *x = &s->ent[r * s->cols + e];
+    if (x->in_use > 0) x->in_use--;
+    if (x->in_use == 0 && x->tmp) {
+        if (s->pool_n == s->pool_cap) {
+            int nc = s->pool_cap ? s->pool_cap * 2 : 4;
+            uint8_t **np = realloc(s->pool, sizeof *np * (size_t)nc);
+            if (!np) {
+                free(x->tmp);
+                x->tmp = NULL;
+                return;
+            }
+            s->pool = np;
+            s->pool_cap = nc;
+        }
+        s->pool[s->pool_n++] = x->tmp;
+        x->tmp = NULL;
+    }
+}
+
+/* ---- bookkeeping and telemetry ---- */
+void es_note_selected(expert_store *s, int r, int e) {
+    if (!s || r < 0 || r >= s->rows || e < 0 || e >= s->cols) return;
+    size_t i = (size_t)r * (size_t)s->cols + (size_t)e;
+    s->count[i]++;
+    s->hits[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
+int es_rows(const expert_store *s) { return s ? s->rows : 0; }
+int es_cols(const expert_store *s) { return s ? s->cols : 0; }
+
+static int bit_length(uint64_t v) {
+    int b = 0;
+    while (v) {
+        b++;
+        v >>= 1;
+    }
+    return b > 63 ? 63 : b;
+}
+
+void es_emap(const expert_store *s, uint8_t *out) {
+    if (!s) return;
+    size_t n = (size_t)s->rows * (size_t)s->cols;
+    for (size_t i = 0; i < n; i++) {
+        int tier = s->ent[i].buf ? 1 : 0;
+        out[i] = (uint8_t)((tier << 6) | bit_length(s->count[i]));
+    }
+}
+
+void es_hits_take(expert_store *s, uint8_t *bits) {
+    if (!s) return;
+    memcpy(bits, s->hits, s->hits_bytes);
+    memset(s->hits, 0, s->hits_bytes);
+}
+
+void es_tiers(const expert_store *s, int *vram, int *ram, int *disk, double *vram_gb, double *ram_gb) {
+    int total = s ? s->rows * s->cols : 0, res = s ? s->n_resident : 0;
+    if (vram) *vram = 0;
+    if (ram) *ram = res;
+    if (disk) *disk = total - res;
+    if (vram_gb) *vram_gb = 0.0;
+    if (ram_gb) *ram_gb = s ? (double)s->ram_used / 1e9 : 0.0;
+}
+
+double es_hit_pct_take(expert_store *s) {
+    if (!s) return 0.0;
+    double pct = s->acq_all ? 100.0 * (double)s->acq_ram / (double)s->acq_all : 0.0;
+    s->acq_all = s->acq_ram = 0;
+    return pct;
+}
+
+size_t es_expert_bytes(const expert_store *s) { return s ? s->max_bytes : 0; }

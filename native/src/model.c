@@ -1,0 +1,734 @@
+/* model.c — llama-architecture model (dense or MoE) from GGUF, and its batched forward.
+ *
+ * Forward, per row (same formulas as llama.cpp's llama graph):
+ *   x = token_embd[token]
+ *   per layer: h = rmsnorm(x, attn_norm); q,k,v = Wq h, Wk h, Wv h; RoPE (interleaved
+ *   pairs, ggml mode 0) on q and k; K/V appended to the row's slot; causal attention over
+ *   [0, pos] of the slot (GQA, scale 1/sqrt(head_dim), float softmax with max subtraction);
+ *   x += Wo o; h = rmsnorm(x, ffn_norm); x += FFN(h) where FFN is the SiLU-gated MLP or
+ *   the MoE (top-k routed experts + optional shared expert).
+ *   logits = output * rmsnorm(x, output_norm)  (output tied to token_embd when absent).
+ *
+ * MoE combination order is fixed per row (selected experts in increasing id, then the
+ * shared expert), so a row's result does not depend on which other rows share the batch. */
+#include "model.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct { float *p; size_t cap; } fbuf;   /* grown scratch, capacity in floats */
+typedef struct { int *p; size_t cap; } ibuf;
+
+struct model_priv {
+    int g_open;
+    float **owned;          /* converted (F16 -> F32) norm vectors */
+    int n_owned, cap_owned;
+    double *inv_freq;       /* RoPE: base^(-2i/rope_dim), i < rope_dim/2 */
+    int rope_dim;
+    qact act;
+    fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
+    ibuf sel, ecnt, eoff, elist, slot0;
+};
+
+static double mnow(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static float *fb(fbuf *b, size_t n) {
+    if (n == 0) n = 1;
+    if (n > b->cap) {
+        float *p = realloc(b->p, n * sizeof(float));
+        if (!p) return NULL;
+        b->p = p;
+        b->cap = n;
+    }
+    return b->p;
+}
+
+static int *ib(ibuf *b, size_t n) {
+    if (n == 0) n = 1;
+    if (n > b->cap) {
+        int *p = realloc(b->p, n * sizeof(int));
+        if (!p) return NULL;
+        b->p = p;
+        b->cap = n;
+    }
+    return b->p;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static uint32_t fnv1a32_local(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* ---------------------------------------------------------------- math helpers */
+
+static void rmsnorm(float *out, const float *x, const float *w, int d, float eps) {
+    double ss = 0.0;
+    for (int j = 0; j < d; j++) ss += (double)(x[j] * x[j]);
+    float mean = (float)(ss / d);
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int j = 0; j < d; j++) out[j] = (x[j] * scale) * w[j];
+}
+
+static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+
+/* cs: rope_dim/2 (cos, sin) pairs for position pos. */
+static void rope_table(const struct model_priv *P, int pos, float *cs) {
+    for (int i = 0; i < P->rope_dim / 2; i++) {
+        double th = (double)pos * P->inv_freq[i];
+        cs[2 * i] = (float)cos(th);
+        cs[2 * i + 1] = (float)sin(th);
+    }
+}
+
+static void rope_apply(float *v, int n_heads, int head_dim, int rope_dim, const float *cs) {
+    for (int hh = 0; hh < n_heads; hh++) {
+        float *p = v + (size_t)hh * head_dim;
+        for (int i = 0; i < rope_dim / 2; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float x0 = p[2 * i], x1 = p[2 * i + 1];
+            p[2 * i] = x0 * c - x1 * s;
+            p[2 * i + 1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* Matmuls over n input rows; activations prepared once per distinct weight type. */
+static void mm_many(struct model_priv *P, const float *x, int n, const qmat *const *ws, float *const *outs,
+                    int cnt) {
+    uint32_t prepared = UINT32_MAX;
+    for (int i = 0; i < cnt; i++) {
+        if (ws[i]->type != prepared) {
+            qact_prepare(&P->act, ws[i]->type, x, n, ws[i]->cols);
+            prepared = ws[i]->type;
+        }
+        qmat_mul(ws[i], &P->act, outs[i], ws[i]->rows);
+    }
+}
+
+static void mm(struct model_priv *P, const qmat *w, const float *x, int n, float *out) {
+    mm_many(P, x, n, &w, &out, 1);
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static void shape_str(char *buf, size_t cap, const uint64_t *ne, int nd) {
+    size_t at = 0;
+    at += (size_t)snprintf(buf + at, cap - at, "[");
+    for (int i = 0; i < nd && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, i ? ", %llu" : "%llu", (unsigned long long)ne[i]);
+    if (at < cap) snprintf(buf + at, cap - at, "]");
+}
+
+/* Finds `name` and checks its shape (nd dims e[0..nd), missing trailing dims = 1).
+ * *t = NULL and 0 when optional and absent. */
+static int get_tensor(const gguf_file *g, const char *name, int nd, const uint64_t *e, int optional,
+                      const gguf_tensor **t, char *err, size_t errlen) {
+    *t = gguf_find_tensor(g, name);
+    if (!*t) return optional ? 0 : fail(err, errlen, "%s: tensor missing", name);
+    uint64_t want[4] = {1, 1, 1, 1};
+    for (int i = 0; i < nd; i++) want[i] = e[i];
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= (*t)->ne[i] == want[i];
+    if (!ok) {
+        char a[96], b[96];
+        int got = (int)(*t)->n_dims;
+        if (got < 1) got = 1;
+        if (got > 4) got = 4;
+        shape_str(a, sizeof a, want, nd);
+        shape_str(b, sizeof b, (*t)->ne, got);
+        return fail(err, errlen, "%s: expected %s, got %s", name, a, b);
+    }
+    return 0;
+}
+
+static int mat_type_ok(uint32_t t) { return t == GGML_F32 || t == GGML_F16 || t == GGML_Q8_0 || t == GGML_Q4_1; }
+
+static int get_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, int optional, qmat *q,
+                   char *err, size_t errlen) {
+    const gguf_tensor *t;
+    uint64_t e[2] = {cols, rows};
+    memset(q, 0, sizeof *q);
+    if (get_tensor(g, name, 2, e, optional, &t, err, errlen) != 0) return -1;
+    if (!t) return 0;
+    if (!mat_type_ok(t->type))
+        return fail(err, errlen, "%s: type %s is not supported (F32, F16, Q8_0, Q4_1)", name, ggml_type_name(t->type));
+    q->type = t->type;
+    q->rows = (int)rows;
+    q->cols = (int)cols;
+    q->row_bytes = ggml_row_bytes(t->type, cols);
+    q->data = t->data;
+    if (q->row_bytes == 0) return fail(err, errlen, "%s: bad row length for %s", name, ggml_type_name(t->type));
+    return 0;
+}
+
+static int own(struct model_priv *P, float *p) {
+    if (P->n_owned == P->cap_owned) {
+        int nc = P->cap_owned ? 2 * P->cap_owned : 16;
+        float **np = realloc(P->owned, sizeof *np * (size_t)nc);
+        if (!np) return -1;
+        P->owned = np;
+        P->cap_owned = nc;
+    }
+    P->owned[P->n_owned++] = p;
+    return 0;
+}
+
+/* F32 [n] vector (F16 converted into an owned buffer). NULL result with 0 when optional+absent. */
+static int get_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen) {
+    const gguf_tensor *t;
+    uint64_t e[1] = {(uint64_t)n};
+    *out = NULL;
+    if (get_tensor(&m->g, name, 1, e, optional, &t, err, errlen) != 0) return -1;
+    if (!t) return 0;
+    if (t->type == GGML_F32) {
+        *out = (const float *)(const void *)t->data;
+        return 0;
+    }
+    if (t->type != GGML_F16)
+        return fail(err, errlen, "%s: type %s is not supported for a vector (F32 or F16)", name,
+                    ggml_type_name(t->type));
+    float *b = malloc(sizeof(float) * (size_t)n);
+    if (!b || own(m->priv, b) != 0) {
+        free(b);
+        return fail(err, errlen, "%s: out of memory", name);
+    }
+    const uint8_t *src = t->data;
+    for (int i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * (size_t)i, 2);
+        b[i] = fp16_to_f32(h);
+    }
+    *out = b;
+    return 0;
+}
+
+static int load_inner(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
+    struct model_priv *P = m->priv;
+    gguf_file *g = &m->g;
+    char nm[160];
+    if (gguf_open(g, path) != 0) return fail(err, errlen, "%s", g->err[0] ? g->err : "cannot open model");
+    P->g_open = 1;
+
+    char *arch = gguf_get_string(g, "general.architecture");
+    if (!arch) return fail(err, errlen, "general.architecture is missing");
+    if (strcmp(arch, "llama") != 0) {
+        fail(err, errlen, "architecture '%s' is not supported (llama only)", arch);
+        free(arch);
+        return -1;
+    }
+    snprintf(m->arch, sizeof m->arch, "%s", arch);
+    free(arch);
+
+    model_config *c = &m->c;
+    const int64_t LIM = 1 << 24;
+#define REQ(dst, key)                                                                     \
+    do {                                                                                  \
+        int64_t v_ = gguf_get_int(g, key, -1);                                            \
+        if (v_ < 1 || v_ > LIM) return fail(err, errlen, "%s is missing or invalid", key); \
+        dst = (int)v_;                                                                    \
+    } while (0)
+#define OPT(dst, key, def)                                                                       \
+    do {                                                                                         \
+        int64_t v_ = gguf_get_int(g, key, def);                                                  \
+        if (v_ < 0 || v_ > LIM) return fail(err, errlen, "%s = %lld is invalid", key, (long long)v_); \
+        dst = (int)v_;                                                                           \
+    } while (0)
+    REQ(c->n_layers, "llama.block_count");
+    REQ(c->d_model, "llama.embedding_length");
+    REQ(c->n_heads, "llama.attention.head_count");
+    OPT(c->n_kv_heads, "llama.attention.head_count_kv", c->n_heads);
+    OPT(c->d_ff, "llama.feed_forward_length", 0);
+    OPT(c->ctx_train, "llama.context_length", 0);
+    OPT(c->n_experts, "llama.expert_count", 0);
+    OPT(c->top_k, "llama.expert_used_count", 0);
+    OPT(c->d_expert, "llama.expert_feed_forward_length", 0);
+    OPT(c->d_shexp, "llama.expert_shared_feed_forward_length", 0);
+    c->rope_base = (float)gguf_get_float(g, "llama.rope.freq_base", 10000.0);
+    c->rms_eps = (float)gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5);
+    if (c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0)
+        return fail(err, errlen, "head_count %d is not a multiple of head_count_kv %d", c->n_heads, c->n_kv_heads);
+    if (c->d_model % c->n_heads != 0)
+        return fail(err, errlen, "embedding_length %d is not a multiple of head_count %d", c->d_model, c->n_heads);
+    c->head_dim = c->d_model / c->n_heads;
+    int64_t kl = gguf_get_int(g, "llama.attention.key_length", c->head_dim);
+    int64_t vl = gguf_get_int(g, "llama.attention.value_length", c->head_dim);
+    if (kl != c->head_dim || vl != c->head_dim)
+        return fail(err, errlen, "attention key/value length %lld/%lld != embedding_length/head_count %d is not supported",
+                    (long long)kl, (long long)vl, c->head_dim);
+    int64_t rd = gguf_get_int(g, "llama.rope.dimension_count", c->head_dim);
+    if (rd < 2 || rd > c->head_dim || rd % 2)
+        return fail(err, errlen, "llama.rope.dimension_count %lld is invalid for head_dim %d", (long long)rd, c->head_dim);
+    if (!(c->rope_base > 0.0f) || !isfinite(c->rope_base)) return fail(err, errlen, "llama.rope.freq_base is invalid");
+    if (!(c->rms_eps >= 0.0f) || !isfinite(c->rms_eps))
+        return fail(err, errlen, "llama.attention.layer_norm_rms_epsilon is invalid");
+    c->gating = GATING_SOFTMAX;
+    char *gs = gguf_get_string(g, "colibri.expert_gating");
+    if (gs) {
+        if (strcmp(gs, "softmax") == 0) c->gating = GATING_SOFTMAX;
+        else if (strcmp(gs, "unit") == 0) c->gating = GATING_UNIT;
+        else {
+            fail(err, errlen, "colibri.expert_gating '%s' is not supported (softmax or unit)", gs);
+            free(gs);
+            return -1;
+        }
+        free(gs);
+    }
+    if (c->n_experts > 0 && (c->top_k < 1 || c->top_k > c->n_experts))
+        return fail(err, errlen, "llama.expert_used_count %d is invalid for %d experts", c->top_k, c->n_experts);
+    if (c->n_experts == 0) c->top_k = 0;
+
+    /* tokenizer */
+    m->tok = tok_load(g, err, errlen);
+    if (!m->tok) return -1;
+    c->vocab = tok_n_vocab(m->tok);
+    if (c->vocab < 1) return fail(err, errlen, "tokenizer has no tokens");
+
+    uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab;
+    int kv_dim = c->n_kv_heads * c->head_dim;
+    if (get_mat(g, "token_embd.weight", D, V, 0, &m->tok_embd, err, errlen)) return -1;
+    if (get_vec(m, "output_norm.weight", c->d_model, 0, &m->output_norm, err, errlen)) return -1;
+    if (get_mat(g, "output.weight", D, V, 1, &m->output, err, errlen)) return -1;
+    if (m->output.rows == 0) m->output = m->tok_embd;
+
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    expert_layer_src *src = calloc((size_t)c->n_layers, sizeof *src);
+    if (!m->layers || !src) {
+        free(src);
+        return fail(err, errlen, "out of memory");
+    }
+    int rc = -1;
+    /* Derive expert widths from the first MoE layer when metadata lacks them. */
+    if (c->n_experts > 0) {
+        for (int l = 0; l < c->n_layers; l++) {
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", l);
+            if (!gguf_find_tensor(g, nm)) continue;
+            const gguf_tensor *t;
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", l);
+            if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)LIM) c->d_expert = (int)t->ne[1];
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
+            if (c->d_shexp == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)LIM) c->d_shexp = (int)t->ne[1];
+            if (c->d_expert) break;
+        }
+    }
+    c->n_moe_rows = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_w *L = &m->layers[l];
+        L->moe_row = -1;
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+        if (get_vec(m, NAME("attn_norm.weight"), c->d_model, 0, &L->attn_norm, err, errlen)) goto out;
+        if (get_vec(m, NAME("ffn_norm.weight"), c->d_model, 0, &L->ffn_norm, err, errlen)) goto out;
+        if (get_mat(g, NAME("attn_q.weight"), D, D, 0, &L->q, err, errlen)) goto out;
+        if (get_mat(g, NAME("attn_k.weight"), D, (uint64_t)kv_dim, 0, &L->k, err, errlen)) goto out;
+        if (get_mat(g, NAME("attn_v.weight"), D, (uint64_t)kv_dim, 0, &L->v, err, errlen)) goto out;
+        if (get_mat(g, NAME("attn_output.weight"), D, D, 0, &L->o, err, errlen)) goto out;
+        int is_moe = c->n_experts > 0 && gguf_find_tensor(g, NAME("ffn_gate_inp.weight")) != NULL;
+        if (!is_moe) {
+            if (c->d_ff < 1) {
+                fail(err, errlen, "blk.%d is a dense layer but llama.feed_forward_length is missing", l);
+                goto out;
+            }
+            uint64_t F = (uint64_t)c->d_ff;
+            if (get_mat(g, NAME("ffn_gate.weight"), D, F, 0, &L->ffn_gate, err, errlen)) goto out;
+            if (get_mat(g, NAME("ffn_up.weight"), D, F, 0, &L->ffn_up, err, errlen)) goto out;
+            if (get_mat(g, NAME("ffn_down.weight"), F, D, 0, &L->ffn_down, err, errlen)) goto out;
+            continue;
+        }
+        uint64_t E = (uint64_t)c->n_experts, X = (uint64_t)c->d_expert;
+        if (c->d_expert < 1) {
+            fail(err, errlen, "blk.%d.ffn_gate_exps.weight: tensor missing", l);
+            goto out;
+        }
+        if (get_mat(g, NAME("ffn_gate_inp.weight"), D, E, 0, &L->router, err, errlen)) goto out;
+        if (get_vec(m, NAME("ffn_gate_inp.bias"), c->n_experts, 1, &L->router_b, err, errlen)) goto out;
+        const gguf_tensor *tg, *tu, *td;
+        uint64_t eg[3] = {D, X, E}, ed[3] = {X, D, E};
+        if (get_tensor(g, NAME("ffn_gate_exps.weight"), 3, eg, 0, &tg, err, errlen)) goto out;
+        if (get_tensor(g, NAME("ffn_up_exps.weight"), 3, eg, 0, &tu, err, errlen)) goto out;
+        if (get_tensor(g, NAME("ffn_down_exps.weight"), 3, ed, 0, &td, err, errlen)) goto out;
+        const gguf_tensor *te[3] = {tg, tu, td};
+        for (int k = 0; k < 3; k++)
+            if (!mat_type_ok(te[k]->type)) {
+                fail(err, errlen, "%.*s: type %s is not supported (F32, F16, Q8_0, Q4_1)", (int)te[k]->name.len,
+                     te[k]->name.ptr, ggml_type_name(te[k]->type));
+                goto out;
+            }
+        int has_sh = gguf_find_tensor(g, NAME("ffn_gate_shexp.weight")) || gguf_find_tensor(g, NAME("ffn_up_shexp.weight")) ||
+                     gguf_find_tensor(g, NAME("ffn_down_shexp.weight"));
+        if (has_sh) {
+            if (c->d_shexp < 1) {
+                fail(err, errlen, "blk.%d.ffn_gate_shexp.weight: tensor missing", l);
+                goto out;
+            }
+            uint64_t S = (uint64_t)c->d_shexp;
+            if (get_mat(g, NAME("ffn_gate_shexp.weight"), D, S, 0, &L->sh_gate, err, errlen)) goto out;
+            if (get_mat(g, NAME("ffn_up_shexp.weight"), D, S, 0, &L->sh_up, err, errlen)) goto out;
+            if (get_mat(g, NAME("ffn_down_shexp.weight"), S, D, 0, &L->sh_down, err, errlen)) goto out;
+        }
+#undef NAME
+        L->moe_row = c->n_moe_rows;
+        src[c->n_moe_rows].layer = l;
+        src[c->n_moe_rows].gate = tg;
+        src[c->n_moe_rows].up = tu;
+        src[c->n_moe_rows].down = td;
+        c->n_moe_rows++;
+    }
+    if (c->n_moe_rows == 0) c->d_expert = c->d_shexp = 0;
+
+    expert_opts def;
+    memset(&def, 0, sizeof def);
+    def.ram_budget = SIZE_MAX;
+    m->es = es_create(g, src, c->n_moe_rows, c->n_moe_rows ? c->n_experts : 0, eo ? eo : &def,
+                      fnv1a32_local(m->arch), c->n_layers, err, errlen);
+    if (!m->es) goto out;
+    rc = 0;
+out:
+    free(src);
+    if (rc) return rc;
+
+    /* name, template, fingerprint, rope table */
+    char *name = gguf_get_string(g, "general.name");
+    if (name && name[0]) snprintf(m->name, sizeof m->name, "%s", name);
+    else {
+        const char *b = strrchr(path, '/');
+        snprintf(m->name, sizeof m->name, "%s", b ? b + 1 : path);
+    }
+    free(name);
+    m->chat_template = gguf_get_string(g, "tokenizer.chat_template");
+    int64_t fp[16] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->vocab,
+                      c->n_experts, c->top_k, c->d_expert, c->d_shexp, c->gating, c->n_moe_rows, rd,
+                      (int64_t)g->size, (int64_t)g->n_tensors};
+    m->fingerprint = fnv1a64(1469598103934665603ull, fp, sizeof fp);
+    P->rope_dim = (int)rd;
+    P->inv_freq = malloc(sizeof(double) * (size_t)(rd / 2));
+    if (!P->inv_freq) return fail(err, errlen, "out of memory");
+    for (int i = 0; i < rd / 2; i++) P->inv_freq[i] = pow((double)c->rope_base, -2.0 * i / (double)rd);
+    return 0;
+#undef REQ
+#undef OPT
+}
+
+int model_load(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    m->g.fd = -1;
+    m->priv = calloc(1, sizeof *m->priv);
+    if (!m->priv) return fail(err, errlen, "out of memory");
+    if (!path) return model_free(m), fail(err, errlen, "no model path");
+    if (load_inner(m, path, eo, err, errlen) != 0) {
+        model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+void model_free(model *m) {
+    struct model_priv *P = m->priv;
+    if (!P) return;
+    es_free(m->es);
+    if (m->tok) tok_free(m->tok);
+    free(m->layers);
+    free(m->chat_template);
+    for (int i = 0; i < P->n_owned; i++) free(P->owned[i]);
+    free(P->owned);
+    free(P->inv_freq);
+    qact_free(&P->act);
+    fbuf *fs[] = {&P->x, &P->h, &P->q, &P->k, &P->v, &P->att, &P->tmp, &P->fg, &P->fu, &P->rlog, &P->eout,
+                  &P->shout, &P->xin, &P->eg, &P->eu, &P->eo, &P->hin, &P->hout, &P->ascr, &P->rope, &P->selw};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]->p);
+    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0};
+    for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) free(is[i]->p);
+    if (P->g_open) gguf_close(&m->g);
+    free(P);
+    memset(m, 0, sizeof *m);
+    m->g.fd = -1;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
+static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    const int d = c->d_model, E = c->n_experts, K = c->top_k, X = c->d_expert, r = L->moe_row;
+    float *rl = fb(&P->rlog, (size_t)n * E);
+    int *sel = ib(&P->sel, (size_t)n * K);
+    float *selw = fb(&P->selw, (size_t)n * K);
+    int *ecnt = ib(&P->ecnt, (size_t)E + 1);
+    int *eoff = ib(&P->eoff, (size_t)E + 1);
+    int *elist = ib(&P->elist, (size_t)n * K);
+    float *eout = fb(&P->eout, (size_t)n * K * d);
+    if (!rl || !sel || !selw || !ecnt || !eoff || !elist || !eout) return -1;
+
+    double t0 = mnow();
+    mm(P, &L->router, h, n, rl);
+    for (int i = 0; i < n; i++) {
+        float *lg = rl + (size_t)i * E;
+        if (L->router_b)
+            for (int e = 0; e < E; e++) lg[e] += L->router_b[e];
+        int *s = sel + (size_t)i * K;
+        float *w = selw + (size_t)i * K;
+        /* top-k: largest logits, ties -> lower id; then reorder by increasing id */
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++) taken |= s[q] == e;
+                if (taken) continue;
+                if (best < 0 || lg[e] > lg[best]) best = e;
+            }
+            s[j] = best;
+        }
+        for (int a = 1; a < K; a++)
+            for (int b = a; b > 0 && s[b - 1] > s[b]; b--) {
+                int t = s[b];
+                s[b] = s[b - 1];
+                s[b - 1] = t;
+            }
+        if (c->gating == GATING_UNIT) {
+            for (int j = 0; j < K; j++) w[j] = 1.0f;
+        } else {
+            float mx = lg[s[0]];
+            for (int j = 1; j < K; j++) mx = fmaxf(mx, lg[s[j]]);
+            double sum = 0.0;
+            for (int j = 0; j < K; j++) {
+                w[j] = expf(lg[s[j]] - mx);
+                sum += w[j];
+            }
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j < K; j++) w[j] *= inv;
+        }
+        for (int j = 0; j < K; j++) {
+            es_note_selected(m->es, r, s[j]);
+            if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
+        }
+    }
+    /* group (row, rank) pairs by expert; within an expert, rows in batch order */
+    memset(ecnt, 0, sizeof(int) * (size_t)(E + 1));
+    for (int p = 0; p < n * K; p++) ecnt[sel[p]]++;
+    eoff[0] = 0;
+    for (int e = 0; e < E; e++) eoff[e + 1] = eoff[e] + ecnt[e];
+    for (int e = 0; e <= E; e++) ecnt[e] = eoff[e];
+    for (int p = 0; p < n * K; p++) elist[ecnt[sel[p]]++] = p;
+    m->perf.t_dense += mnow() - t0;
+
+    for (int e = 0; e < E; e++) {
+        int cnt = eoff[e + 1] - eoff[e];
+        if (cnt == 0) continue;
+        expert_w w;
+        if (es_acquire(m->es, r, e, &w, &m->perf.t_edisk) != 0) return -1;
+        double t1 = mnow();
+        float *xin = fb(&P->xin, (size_t)cnt * d);
+        float *g = fb(&P->eg, (size_t)cnt * X);
+        float *u = fb(&P->eu, (size_t)cnt * X);
+        float *o = fb(&P->eo, (size_t)cnt * d);
+        if (!xin || !g || !u || !o) {
+            es_release(m->es, r, e);
+            return -1;
+        }
+        const int *lst = elist + eoff[e];
+        for (int j = 0; j < cnt; j++) memcpy(xin + (size_t)j * d, h + (size_t)(lst[j] / K) * d, sizeof(float) * d);
+        const qmat *ws[2] = {&w.gate, &w.up};
+        float *os[2] = {g, u};
+        mm_many(P, xin, cnt, ws, os, 2);
+        for (size_t q = 0; q < (size_t)cnt * X; q++) g[q] = silu(g[q]) * u[q];
+        mm(P, &w.down, g, cnt, o);
+        for (int j = 0; j < cnt; j++) memcpy(eout + (size_t)lst[j] * d, o + (size_t)j * d, sizeof(float) * d);
+        es_release(m->es, r, e);
+        m->perf.t_emm += mnow() - t1;
+    }
+
+    t0 = mnow();
+    const float *sh = NULL;
+    if (L->sh_gate.rows > 0) {
+        int S = c->d_shexp;
+        float *g = fb(&P->fg, (size_t)n * S), *u = fb(&P->fu, (size_t)n * S), *so = fb(&P->shout, (size_t)n * d);
+        if (!g || !u || !so) return -1;
+        const qmat *ws[2] = {&L->sh_gate, &L->sh_up};
+        float *os[2] = {g, u};
+        mm_many(P, h, n, ws, os, 2);
+        for (size_t q = 0; q < (size_t)n * S; q++) g[q] = silu(g[q]) * u[q];
+        mm(P, &L->sh_down, g, n, so);
+        sh = so;
+    }
+    for (int i = 0; i < n; i++) {
+        float *y = out + (size_t)i * d;
+        const float *w = selw + (size_t)i * K;
+        for (int q = 0; q < d; q++) y[q] = 0.0f;
+        for (int j = 0; j < K; j++) {
+            const float *eo = eout + ((size_t)i * K + j) * d;
+            for (int q = 0; q < d; q++) y[q] += w[j] * eo[q];
+        }
+        if (sh)
+            for (int q = 0; q < d; q++) y[q] += sh[(size_t)i * d + q];
+    }
+    m->perf.t_dense += mnow() - t0;
+    return 0;
+}
+
+static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    const int d = c->d_model, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int qd = nh * hd, kvd = nkv * hd, grp = nh / nkv, rdim = P->rope_dim;
+    int maxpos = 0;
+    for (int i = 0; i < n; i++)
+        if (rows[i].pos > maxpos) maxpos = rows[i].pos;
+    int nthr = omp_get_max_threads();
+    float *x = fb(&P->x, (size_t)n * d), *h = fb(&P->h, (size_t)n * d);
+    float *Q = fb(&P->q, (size_t)n * qd), *Kb = fb(&P->k, (size_t)n * kvd), *Vb = fb(&P->v, (size_t)n * kvd);
+    float *att = fb(&P->att, (size_t)n * qd), *tmp = fb(&P->tmp, (size_t)n * d);
+    float *ascr = fb(&P->ascr, (size_t)nthr * (size_t)(maxpos + 1));
+    float *rope = fb(&P->rope, (size_t)n * rdim);
+    if (!x || !h || !Q || !Kb || !Vb || !att || !tmp || !ascr || !rope) return -1;
+
+    for (int i = 0; i < n; i++) {
+        dequant_row(m->tok_embd.type, m->tok_embd.data + (size_t)rows[i].token * m->tok_embd.row_bytes,
+                    x + (size_t)i * d, d);
+        rope_table(P, rows[i].pos, rope + (size_t)i * rdim);
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        double t0 = mnow();
+        for (int i = 0; i < n; i++) rmsnorm(h + (size_t)i * d, x + (size_t)i * d, L->attn_norm, d, c->rms_eps);
+        {
+            const qmat *ws[3] = {&L->q, &L->k, &L->v};
+            float *os[3] = {Q, Kb, Vb};
+            mm_many(P, h, n, ws, os, 3);
+        }
+        for (int i = 0; i < n; i++) {
+            const float *cs = rope + (size_t)i * rdim;
+            rope_apply(Q + (size_t)i * qd, nh, hd, rdim, cs);
+            rope_apply(Kb + (size_t)i * kvd, nkv, hd, rdim, cs);
+            memcpy(kv_k(kv, rows[i].slot, l, rows[i].pos), Kb + (size_t)i * kvd, sizeof(float) * kvd);
+            memcpy(kv_v(kv, rows[i].slot, l, rows[i].pos), Vb + (size_t)i * kvd, sizeof(float) * kvd);
+        }
+#pragma omp parallel
+        {
+            float *sc = ascr + (size_t)omp_get_thread_num() * (size_t)(maxpos + 1);
+#pragma omp for schedule(dynamic, 1)
+            for (int task = 0; task < n * nh; task++) {
+                int i = task / nh, hh = task % nh, kh = hh / grp, s = rows[i].slot, pos = rows[i].pos;
+                const float *qv = Q + (size_t)i * qd + (size_t)hh * hd;
+                float mx = -INFINITY;
+                for (int t = 0; t <= pos; t++) {
+                    const float *kr = kv_k(kv, s, l, t) + (size_t)kh * hd;
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int q = 0; q < hd; q++) dot += qv[q] * kr[q];
+                    sc[t] = dot * scale;
+                    if (sc[t] > mx) mx = sc[t];
+                }
+                double sum = 0.0;
+                for (int t = 0; t <= pos; t++) {
+                    sc[t] = expf(sc[t] - mx);
+                    sum += sc[t];
+                }
+                float inv = (float)(1.0 / sum);
+                float *o = att + (size_t)i * qd + (size_t)hh * hd;
+                for (int q = 0; q < hd; q++) o[q] = 0.0f;
+                for (int t = 0; t <= pos; t++) {
+                    const float *vr = kv_v(kv, s, l, t) + (size_t)kh * hd;
+                    float wt = sc[t] * inv;
+#pragma omp simd
+                    for (int q = 0; q < hd; q++) o[q] += wt * vr[q];
+                }
+            }
+        }
+        mm(P, &L->o, att, n, tmp);
+        for (size_t q = 0; q < (size_t)n * d; q++) x[q] += tmp[q];
+        m->perf.t_attn += mnow() - t0;
+
+        for (int i = 0; i < n; i++) rmsnorm(h + (size_t)i * d, x + (size_t)i * d, L->ffn_norm, d, c->rms_eps);
+        if (L->moe_row < 0) {
+            t0 = mnow();
+            float *g = fb(&P->fg, (size_t)n * c->d_ff), *u = fb(&P->fu, (size_t)n * c->d_ff);
+            if (!g || !u) return -1;
+            const qmat *ws[2] = {&L->ffn_gate, &L->ffn_up};
+            float *os[2] = {g, u};
+            mm_many(P, h, n, ws, os, 2);
+            for (size_t q = 0; q < (size_t)n * c->d_ff; q++) g[q] = silu(g[q]) * u[q];
+            mm(P, &L->ffn_down, g, n, tmp);
+            m->perf.t_dense += mnow() - t0;
+        } else {
+            if (moe_ffn(m, L, h, n, rows, tmp) != 0) return -1;
+        }
+        for (size_t q = 0; q < (size_t)n * d; q++) x[q] += tmp[q];
+    }
+
+    double t0 = mnow();
+    int nl = 0;
+    for (int i = 0; i < n; i++) nl += rows[i].logits != NULL;
+    if (nl > 0) {
+        float *hin = fb(&P->hin, (size_t)nl * d), *hout = fb(&P->hout, (size_t)nl * c->vocab);
+        if (!hin || !hout) return -1;
+        int j = 0;
+        for (int i = 0; i < n; i++)
+            if (rows[i].logits) rmsnorm(hin + (size_t)(j++) * d, x + (size_t)i * d, m->output_norm, d, c->rms_eps);
+        mm(P, &m->output, hin, nl, hout);
+        j = 0;
+        for (int i = 0; i < n; i++)
+            if (rows[i].logits) memcpy(rows[i].logits, hout + (size_t)(j++) * c->vocab, sizeof(float) * c->vocab);
+    }
+    m->perf.t_head += mnow() - t0;
+    m->perf.forwards++;
+    return 0;
+}
+
+int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n) {
+    if (n <= 0) return 0;
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    if (!P || !kv || kv->n_layers != c->n_layers || kv->kv_dim != c->n_kv_heads * c->head_dim) return -1;
+    int *slot0 = ib(&P->slot0, (size_t)kv->n_slots);
+    if (!slot0) return -1;
+    for (int s = 0; s < kv->n_slots; s++) slot0[s] = -1;
+    /* Validate rows and append their tokens to the slot histories; undone on failure. */
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        int s = rows[i].slot;
+        if (s < 0 || s >= kv->n_slots || rows[i].token < 0 || rows[i].token >= c->vocab) {
+            rc = -1;
+            break;
+        }
+        kv_slot *sl = &kv->slots[s];
+        if (slot0[s] < 0) slot0[s] = sl->n_pos;
+        if (rows[i].pos != sl->n_pos || rows[i].pos >= kv->ctx || kv_reserve(kv, s, rows[i].pos + 1) != 0) {
+            rc = -1;
+            break;
+        }
+        sl->tokens[rows[i].pos] = rows[i].token;
+        sl->n_pos = rows[i].pos + 1;
+    }
+    if (rc == 0) rc = forward_inner(m, kv, rows, n);
+    if (rc != 0)
+        for (int s = 0; s < kv->n_slots; s++)
+            if (slot0[s] >= 0) kv_truncate(kv, s, slot0[s]);
+    return rc;
+}

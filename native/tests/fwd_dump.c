@@ -1,0 +1,46 @@
+/* fwd_dump.c — forward driver for numpy comparisons (not a unit test).
+ *   fwd_dump MODEL.gguf OUT.f32 ID...   prefill the ids in one batch on slot 0 and write
+ *   the float32 logits of every position (n_ids x vocab, row-major) to OUT.f32.
+ *   Set FWD_DUMP_SERIAL=1 to forward one token at a time instead.
+ * Build: make -C native build/fwd_dump */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: fwd_dump MODEL.gguf OUT.f32 ID...\n");
+        return 2;
+    }
+    model m;
+    char err[256];
+    expert_opts o;
+    memset(&o, 0, sizeof o);
+    o.ram_budget = SIZE_MAX;
+    if (model_load(&m, argv[1], &o, err, sizeof err) != 0) {
+        fprintf(stderr, "fwd_dump: %s\n", err);
+        return 1;
+    }
+    int n = argc - 3, V = m.c.vocab;
+    kv_cache kv;
+    if (kv_init(&kv, 1, n, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim) != 0) return 1;
+    float *lg = malloc(sizeof(float) * (size_t)n * V);
+    fwd_row *rows = calloc((size_t)n, sizeof *rows);
+    if (!lg || !rows) return 1;
+    for (int i = 0; i < n; i++) rows[i] = (fwd_row){0, i, atoi(argv[3 + i]), lg + (size_t)i * V, NULL};
+    int serial = getenv("FWD_DUMP_SERIAL") && atoi(getenv("FWD_DUMP_SERIAL"));
+    for (int i = 0; i < (serial ? n : 1); i++)
+        if (model_forward(&m, &kv, serial ? rows + i : rows, serial ? 1 : n) != 0) {
+            fprintf(stderr, "fwd_dump: forward failed\n");
+            return 1;
+        }
+    FILE *f = fopen(argv[2], "wb");
+    if (!f || fwrite(lg, sizeof(float), (size_t)n * V, f) != (size_t)n * V || fclose(f) != 0) return 1;
+    free(lg);
+    free(rows);
+    kv_free(&kv);
+    model_free(&m);
+    return 0;
+}
