@@ -629,7 +629,10 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
             memcpy(kv_k(kv, rows[i].slot, l, rows[i].pos), Kb + (size_t)i * kvd, sizeof(float) * kvd);
             memcpy(kv_v(kv, rows[i].slot, l, rows[i].pos), Vb + (size_t)i * kvd, sizeof(float) * kvd);
         }
-#pragma omp parallel
+        /* threads only when there is enough work to pay for the team (results do not
+         * depend on it: each (row, head) task is computed the same way either way) */
+        long awork = (long)n * nh * (long)(maxpos + 1) * hd;
+#pragma omp parallel if (awork > (1L << 17))
         {
             float *sc = ascr + (size_t)omp_get_thread_num() * (size_t)(maxpos + 1);
 #pragma omp for schedule(dynamic, 1)
