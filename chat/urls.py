@@ -1,3 +1,7 @@
 from django.urls import path
 
-urlpatterns = []
+from chat import pages
+
+urlpatterns = [
+    path("", pages.index, name="index"),
+]

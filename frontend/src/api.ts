@@ -1,0 +1,276 @@
+// The one client for the server: typed websocket events (docs/contracts.md, "Chat websocket") and
+// the JSON HTTP endpoints (conversations, API keys, /health). Nothing else in the front end builds
+// URLs or touches fetch/WebSocket directly.
+
+export type MessageRole = "user" | "assistant" | "system";
+export type MessageStatus = "streaming" | "complete" | "interrupted" | "error";
+
+export interface Stats {
+  prompt_tokens?: number | null;
+  completion_tokens?: number | null;
+  ttft_s?: number | null;
+  tok_s?: number | null;
+  hit_pct?: number | null;
+  finish_reason?: string | null;
+}
+
+export interface Message {
+  id: number;
+  conversation: number;
+  role: MessageRole;
+  text: string;
+  status: MessageStatus;
+  stats: Stats | null;
+  created: string;
+}
+
+export interface Conversation {
+  id: number;
+  title: string;
+  created: string;
+  updated: string;
+}
+
+export interface GenParams {
+  temperature: number;
+  top_p: number;
+  max_tokens: number;
+}
+
+export type ClientEvent =
+  | { type: "send"; conversation: number | null; text: string; params: GenParams }
+  | { type: "stop"; conversation: number }
+  | { type: "regenerate"; conversation: number; params: GenParams }
+  | { type: "edit"; conversation: number; message: number; text: string; params: GenParams }
+  | { type: "open"; conversation: number };
+
+export type ServerEvent =
+  | { type: "conversation"; conversation: Conversation }
+  | { type: "snapshot"; conversation: number; messages: Message[] }
+  | { type: "message"; message: Message }
+  | { type: "queued"; message: number; position: number }
+  | { type: "started"; message: number; prompt_tokens: number }
+  | { type: "delta"; message: number; offset: number; text: string }
+  | { type: "done"; message: Message }
+  | { type: "error"; message: number | null; code: string; detail: string }
+  | { type: "title"; conversation: number; title: string };
+
+export type ConnectionState = "connecting" | "open" | "closed";
+
+export interface ApiKey {
+  id: number | string;
+  name: string;
+  prefix?: string;
+  created?: string;
+  last_used?: string | null;
+  key?: string; // only in the answer to the create call
+}
+
+export interface Health {
+  ok: boolean;
+  state: string; // "ok", "starting", "restarting", "down", "unreachable", ...
+  reason: string;
+}
+
+export class ApiError extends Error {
+  constructor(
+    public status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const URLS = {
+  conversations: "/api/conversations",
+  conversation: (id: number) => `/api/conversations/${id}`,
+  keys: "/api/keys",
+  key: (id: number | string) => `/api/keys/${encodeURIComponent(String(id))}`,
+  health: "/health",
+  ws: "/ws/chat/",
+};
+
+// Lists may come bare or wrapped ({"conversations": [...]}, {"keys": [...]}, DRF's {"results": [...]}).
+function unwrapList<T>(body: unknown, key: string): T[] {
+  if (Array.isArray(body)) return body as T[];
+  if (body && typeof body === "object") {
+    const o = body as Record<string, unknown>;
+    for (const k of [key, "results", "data", "items"]) if (Array.isArray(o[k])) return o[k] as T[];
+  }
+  return [];
+}
+
+function unwrapOne<T>(body: unknown, key: string): T {
+  if (body && typeof body === "object" && key in (body as object)) {
+    const inner = (body as Record<string, unknown>)[key];
+    if (inner && typeof inner === "object" && !Array.isArray(inner)) return inner as T;
+  }
+  return body as T;
+}
+
+function errorText(body: unknown, fallback: string): string {
+  if (body && typeof body === "object") {
+    const o = body as Record<string, unknown>;
+    const e = o.error;
+    if (typeof e === "string") return e;
+    if (e && typeof e === "object" && typeof (e as Record<string, unknown>).message === "string")
+      return (e as Record<string, string>).message;
+    for (const k of ["detail", "message", "reason"]) if (typeof o[k] === "string") return o[k] as string;
+  }
+  return fallback;
+}
+
+export class Http {
+  constructor(private csrfToken: string) {}
+
+  private async request(method: string, url: string, body?: unknown): Promise<unknown> {
+    const headers: Record<string, string> = { Accept: "application/json" };
+    if (method !== "GET") headers["X-CSRFToken"] = this.csrfToken;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const res = await fetch(url, {
+      method,
+      headers,
+      credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    let parsed: unknown = null;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      parsed = null;
+    }
+    if (!res.ok) throw new ApiError(res.status, errorText(parsed, `${res.status} ${res.statusText}`));
+    return parsed;
+  }
+
+  async listConversations(query = ""): Promise<Conversation[]> {
+    const url = query ? `${URLS.conversations}?q=${encodeURIComponent(query)}` : URLS.conversations;
+    return unwrapList<Conversation>(await this.request("GET", url), "conversations");
+  }
+
+  async renameConversation(id: number, title: string): Promise<Conversation> {
+    return unwrapOne<Conversation>(await this.request("PATCH", URLS.conversation(id), { title }), "conversation");
+  }
+
+  async deleteConversation(id: number): Promise<void> {
+    await this.request("DELETE", URLS.conversation(id));
+  }
+
+  async listKeys(): Promise<ApiKey[]> {
+    return unwrapList<ApiKey>(await this.request("GET", URLS.keys), "keys");
+  }
+
+  async createKey(name: string): Promise<ApiKey> {
+    return unwrapOne<ApiKey>(await this.request("POST", URLS.keys, { name }), "key_info");
+  }
+
+  async revokeKey(id: number | string): Promise<void> {
+    await this.request("DELETE", URLS.key(id));
+  }
+
+  // /health answers 200 when the engine is up and 503 with a reason otherwise; both carry JSON.
+  async health(): Promise<Health> {
+    let res: Response;
+    try {
+      res = await fetch(URLS.health, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    } catch {
+      return { ok: false, state: "unreachable", reason: "The server cannot be reached." };
+    }
+    let body: Record<string, unknown> = {};
+    try {
+      body = (await res.json()) as Record<string, unknown>;
+    } catch {
+      /* a non-JSON answer still has a status code */
+    }
+    const engine = (body.engine && typeof body.engine === "object" ? body.engine : {}) as Record<string, unknown>;
+    const state = String(body.state ?? engine.state ?? body.status ?? (res.ok ? "ok" : "down"));
+    const ok = res.ok && body.up !== false && engine.up !== false && !/restart|start|down|error/.test(state);
+    const reason = String(body.reason ?? engine.reason ?? body.detail ?? "");
+    return { ok, state: ok ? "ok" : state, reason };
+  }
+}
+
+type Listener<T> = (value: T) => void;
+
+// A websocket that reconnects with backoff and, once reconnected, re-opens the conversations it
+// was subscribed to; the server answers each "open" with a snapshot, so nothing is lost across a drop.
+export class ChatSocket {
+  private ws: WebSocket | null = null;
+  private retries = 0;
+  private timer: number | undefined;
+  private subscribed = new Set<number>();
+  private outbox: ClientEvent[] = [];
+  private eventListeners: Listener<ServerEvent>[] = [];
+  private stateListeners: Listener<ConnectionState>[] = [];
+  state: ConnectionState = "connecting";
+
+  constructor(private path: string = URLS.ws) {}
+
+  onEvent(fn: Listener<ServerEvent>): void {
+    this.eventListeners.push(fn);
+  }
+
+  onState(fn: Listener<ConnectionState>): void {
+    this.stateListeners.push(fn);
+  }
+
+  connect(): void {
+    window.clearTimeout(this.timer);
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    this.setState("connecting");
+    const ws = new WebSocket(`${scheme}//${location.host}${this.path}`);
+    this.ws = ws;
+    ws.onopen = () => {
+      this.retries = 0;
+      this.setState("open");
+      for (const id of this.subscribed) this.raw({ type: "open", conversation: id });
+      const pending = this.outbox;
+      this.outbox = [];
+      for (const ev of pending) this.raw(ev);
+    };
+    ws.onmessage = (e: MessageEvent) => {
+      let ev: ServerEvent;
+      try {
+        ev = JSON.parse(String(e.data)) as ServerEvent;
+      } catch {
+        return;
+      }
+      if (ev.type === "conversation") this.subscribed.add(ev.conversation.id);
+      for (const fn of this.eventListeners) fn(ev);
+    };
+    ws.onclose = () => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      this.setState("closed");
+      // 0.5 s, 1 s, 2 s ... capped at 10 s, with jitter so many tabs do not reconnect in step.
+      const delay = Math.min(10000, 500 * 2 ** this.retries++) * (0.75 + Math.random() * 0.5);
+      this.timer = window.setTimeout(() => this.connect(), delay);
+    };
+  }
+
+  // Subscribe to one conversation (the one on screen); the server answers with a snapshot.
+  open(id: number): void {
+    this.subscribed.clear();
+    this.subscribed.add(id);
+    this.send({ type: "open", conversation: id });
+  }
+
+  unsubscribeAll(): void {
+    this.subscribed.clear();
+  }
+
+  send(ev: ClientEvent): void {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.raw(ev);
+    else if (ev.type !== "open") this.outbox.push(ev); // "open" is replayed from `subscribed`
+  }
+
+  private raw(ev: ClientEvent): void {
+    this.ws?.send(JSON.stringify(ev));
+  }
+
+  private setState(s: ConnectionState): void {
+    this.state = s;
+    for (const fn of this.stateListeners) fn(s);
+  }
+}

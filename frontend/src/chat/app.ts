@@ -1,0 +1,218 @@
+// Wires the socket and HTTP client to the sidebar, message pane, composer and status strip.
+// The server is the source of truth: every "open" is answered with a snapshot, deltas carry the
+// offset of their text, and a gap triggers a fresh snapshot instead of guessing.
+import { ChatSocket, Http, type Message, type ServerEvent } from "../api";
+import { Composer } from "./composer";
+import { byId } from "./dom";
+import { errorMessage } from "./format";
+import { KeysDialog } from "./keys";
+import { MessagePane } from "./pane";
+import { Sidebar } from "./sidebar";
+import { StatusBar } from "./status";
+
+export interface Boot {
+  username: string;
+  csrf_token: string;
+}
+
+export class ChatApp {
+  private http: Http;
+  private socket = new ChatSocket();
+  private sidebar: Sidebar;
+  private pane: MessagePane;
+  private composer: Composer;
+  private status: StatusBar;
+  private keys: KeysDialog;
+  private current: number | null = null;
+  private awaitingNew = false; // a "send" with conversation null is on its way
+  private titles = new Map<number, string>();
+
+  constructor(boot: Boot) {
+    this.http = new Http(boot.csrf_token);
+    this.status = new StatusBar(byId("notices"), byId("engine-status"), this.http);
+    this.sidebar = new Sidebar(byId("conv-nav"), {
+      select: (id) => this.select(id),
+      create: () => this.select(null),
+      rename: (id, title) => this.rename(id, title),
+      remove: (id) => this.remove(id),
+      search: (q) => void this.loadList(q),
+    });
+    this.pane = new MessagePane(byId("scroller"), byId("messages"), {
+      regenerate: () => this.regenerate(),
+      edit: (m, text) => this.edit(m, text),
+      canAct: () => !this.pane.streaming && this.socket.state === "open",
+    });
+    this.composer = new Composer(byId("composer"), byId("settings"), {
+      send: (text) => this.send(text),
+      stop: () => this.stop(),
+    });
+    this.keys = new KeysDialog(this.http);
+
+    byId("keys-open").addEventListener("click", () => void this.keys.show());
+    const settings = byId("settings");
+    byId("settings-toggle").addEventListener("click", (e) => {
+      settings.hidden = !settings.hidden;
+      (e.currentTarget as HTMLElement).setAttribute("aria-expanded", String(!settings.hidden));
+    });
+    window.addEventListener("hashchange", () => this.select(this.idFromHash(), false));
+
+    this.socket.onEvent((ev) => this.handle(ev));
+    this.socket.onState((s) => {
+      this.status.setConnection(s);
+      this.pane.refreshAll();
+    });
+    this.socket.connect();
+    void this.loadList("");
+    this.select(this.idFromHash(), false);
+  }
+
+  private idFromHash(): number | null {
+    const m = /^#c\/(\d+)$/.exec(location.hash);
+    return m ? Number(m[1]) : null;
+  }
+
+  private select(id: number | null, pushHash = true): void {
+    if (id === this.current && id !== null) return;
+    this.current = id;
+    this.awaitingNew = false;
+    this.pane.clear();
+    this.sidebar.setCurrent(id);
+    this.updateChrome();
+    if (pushHash) history.replaceState(null, "", id === null ? location.pathname : `#c/${id}`);
+    if (id === null) this.socket.unsubscribeAll();
+    else this.socket.open(id);
+    this.composer.focus();
+  }
+
+  private async loadList(query: string): Promise<void> {
+    try {
+      const items = await this.http.listConversations(query);
+      for (const c of items) this.titles.set(c.id, c.title);
+      this.sidebar.setItems(items);
+      this.updateChrome();
+    } catch (e) {
+      this.status.flash(`Could not load conversations: ${(e as Error).message}`);
+    }
+  }
+
+  private async rename(id: number, title: string): Promise<void> {
+    try {
+      const c = await this.http.renameConversation(id, title);
+      this.sidebar.setTitle(id, c.title ?? title);
+      this.titles.set(id, c.title ?? title);
+      this.updateChrome();
+    } catch (e) {
+      this.status.flash(`Could not rename: ${(e as Error).message}`);
+    }
+  }
+
+  private async remove(id: number): Promise<void> {
+    try {
+      await this.http.deleteConversation(id);
+      this.sidebar.drop(id);
+      if (id === this.current) this.select(null);
+    } catch (e) {
+      this.status.flash(`Could not delete: ${(e as Error).message}`);
+    }
+  }
+
+  private send(text: string): void {
+    if (this.current === null) this.awaitingNew = true;
+    this.socket.send({ type: "send", conversation: this.current, text, params: this.composer.params });
+    this.composer.setBusy(true); // until the server's "message" events say otherwise
+  }
+
+  private stop(): void {
+    if (this.current !== null) this.socket.send({ type: "stop", conversation: this.current });
+  }
+
+  private regenerate(): void {
+    if (this.current === null) return;
+    const last = this.pane.messages[this.pane.messages.length - 1];
+    if (last?.role === "assistant") this.pane.truncateFrom(last.id);
+    this.socket.send({ type: "regenerate", conversation: this.current, params: this.composer.params });
+    this.composer.setBusy(true);
+  }
+
+  private edit(m: Message, text: string): void {
+    if (this.current === null) return;
+    this.pane.truncateFrom(m.id + 1);
+    this.pane.upsert({ ...m, text });
+    this.socket.send({ type: "edit", conversation: this.current, message: m.id, text, params: this.composer.params });
+    this.composer.setBusy(true);
+  }
+
+  private adopt(conversation: number): void {
+    // The first event about a conversation we just started by sending into "New chat".
+    if (this.awaitingNew && this.current === null) {
+      this.awaitingNew = false;
+      this.current = conversation;
+      history.replaceState(null, "", `#c/${conversation}`);
+      this.sidebar.setCurrent(conversation);
+      this.updateChrome();
+    }
+  }
+
+  private handle(ev: ServerEvent): void {
+    switch (ev.type) {
+      case "conversation":
+        this.titles.set(ev.conversation.id, ev.conversation.title);
+        this.sidebar.upsert(ev.conversation);
+        this.adopt(ev.conversation.id);
+        this.updateChrome();
+        break;
+      case "title":
+        this.titles.set(ev.conversation, ev.title);
+        this.sidebar.setTitle(ev.conversation, ev.title);
+        this.updateChrome();
+        break;
+      case "snapshot":
+        if (ev.conversation !== this.current) return;
+        this.pane.setMessages(ev.messages);
+        break;
+      case "message":
+      case "done":
+        this.adopt(ev.message.conversation);
+        if (ev.message.conversation !== this.current) return;
+        this.pane.upsert(ev.message);
+        break;
+      case "queued":
+        this.pane.setLive(ev.message, { queued: ev.position });
+        break;
+      case "started":
+        this.pane.setLive(ev.message, { startedAt: performance.now(), promptTokens: ev.prompt_tokens });
+        break;
+      case "delta":
+        if (!this.pane.applyDelta(ev.message, ev.offset, ev.text) && this.current !== null) this.socket.open(this.current);
+        break;
+      case "error":
+        this.onError(ev.message, ev.code, ev.detail);
+        break;
+    }
+    this.composer.setBusy(this.pane.streaming !== undefined || (this.awaitingNew && ev.type !== "error"));
+    this.updateChrome();
+  }
+
+  private onError(message: number | null, code: string, detail: string): void {
+    if (code.startsWith("ENGINE")) this.status.pollSoon();
+    if (message !== null && this.pane.messages.some((m) => m.id === message)) {
+      this.pane.setLive(message, { error: { code, detail } });
+    } else if (code !== "CANCELLED") {
+      this.status.flash(errorMessage(code, detail));
+    }
+    this.awaitingNew = false;
+  }
+
+  private updateChrome(): void {
+    const title = this.current === null ? "New chat" : this.titles.get(this.current) || "New chat";
+    byId("chat-title").textContent = title;
+    document.title = `${title} · colibri`;
+    byId("empty").hidden = this.pane.messages.length > 0;
+  }
+}
+
+export function mount(): void {
+  const boot = JSON.parse(byId("colibri-boot").textContent || "{}") as Boot;
+  byId("user-name").textContent = boot.username;
+  new ChatApp(boot);
+}

@@ -1,0 +1,105 @@
+// The composer: an auto-growing textarea, Send / Stop, and the sampling controls (kept in localStorage).
+import type { GenParams } from "../api";
+import { h } from "./dom";
+
+const STORE_KEY = "colibri.params";
+export const DEFAULT_PARAMS: GenParams = { temperature: 0.7, top_p: 1, max_tokens: 512 };
+
+function loadParams(): GenParams {
+  try {
+    const saved = JSON.parse(localStorage.getItem(STORE_KEY) || "{}") as Partial<GenParams>;
+    return { ...DEFAULT_PARAMS, ...saved };
+  } catch {
+    return { ...DEFAULT_PARAMS };
+  }
+}
+
+export interface ComposerHandlers {
+  send(text: string): void;
+  stop(): void;
+}
+
+export class Composer {
+  params: GenParams = loadParams();
+  private area: HTMLTextAreaElement;
+  private button: HTMLButtonElement;
+  private busy = false;
+
+  constructor(root: HTMLElement, settingsRoot: HTMLElement, private handlers: ComposerHandlers) {
+    this.area = h("textarea", {
+      class: "composer-input",
+      attrs: { rows: "1", placeholder: "Message colibri…  (Enter to send, Shift+Enter for a new line)", "aria-label": "Message" },
+      on: {
+        input: () => this.autosize(),
+        keydown: (e) => {
+          if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+            e.preventDefault();
+            this.submit();
+          }
+        },
+      },
+    });
+    this.button = h("button", { class: "btn btn-primary send", text: "Send", attrs: { type: "button" }, on: { click: () => this.submit() } });
+    root.append(h("div", { class: "composer-box" }, this.area, this.button));
+    settingsRoot.append(...this.controls());
+  }
+
+  focus(): void {
+    this.area.focus();
+  }
+
+  setBusy(busy: boolean): void {
+    this.busy = busy;
+    this.button.textContent = busy ? "Stop" : "Send";
+    this.button.classList.toggle("btn-stop", busy);
+    this.button.setAttribute("aria-label", busy ? "Stop generating" : "Send message");
+  }
+
+  private submit(): void {
+    if (this.busy) {
+      this.handlers.stop();
+      return;
+    }
+    const text = this.area.value.trim();
+    if (!text) return;
+    this.area.value = "";
+    this.autosize();
+    this.handlers.send(text);
+  }
+
+  private autosize(): void {
+    this.area.style.height = "auto";
+    this.area.style.height = `${Math.min(this.area.scrollHeight, 240)}px`;
+  }
+
+  private controls(): HTMLElement[] {
+    const slider = (key: keyof GenParams, label: string, min: number, max: number, step: number, hint: string) => {
+      const out = h("output", { class: "param-value", text: String(this.params[key]) });
+      const input = h("input", {
+        attrs: { type: key === "max_tokens" ? "number" : "range", min: String(min), max: String(max), step: String(step), name: key, "aria-label": label },
+        on: {
+          input: () => {
+            const v = Number(input.value);
+            if (!Number.isFinite(v)) return;
+            this.params = { ...this.params, [key]: Math.min(max, Math.max(min, v)) };
+            out.textContent = String(this.params[key]);
+            localStorage.setItem(STORE_KEY, JSON.stringify(this.params));
+          },
+        },
+      });
+      input.value = String(this.params[key]);
+      return h(
+        "label",
+        { class: "param", title: hint },
+        h("span", { class: "param-name", text: label }),
+        input,
+        key === "max_tokens" ? null : out,
+      );
+    };
+    return [
+      slider("temperature", "Temperature", 0, 2, 0.05, "0 = always the most likely token; higher = more varied"),
+      slider("top_p", "Top p", 0.05, 1, 0.05, "Sample only from the smallest set of tokens whose probability adds up to p"),
+      slider("max_tokens", "Max tokens", 1, 32768, 1, "Longest reply, in tokens"),
+    ];
+  }
+}

@@ -1,0 +1,135 @@
+// API keys dialog: create (the secret is shown once), list, revoke.
+import { ApiError, type ApiKey, type Http } from "../api";
+import { h } from "./dom";
+
+export class KeysDialog {
+  private dialog: HTMLDialogElement;
+  private body: HTMLElement;
+  private fresh: HTMLElement;
+  private error: HTMLElement;
+
+  constructor(private http: Http) {
+    this.body = h("div", { class: "keys-list" });
+    this.fresh = h("div", { class: "key-fresh" });
+    this.error = h("div", { class: "form-error", attrs: { role: "alert" } });
+    const name = h("input", { attrs: { name: "name", placeholder: "Key name, e.g. laptop", maxlength: "100", required: "" } });
+    const form = h(
+      "form",
+      {
+        class: "key-create",
+        on: {
+          submit: (e) => {
+            e.preventDefault();
+            void this.create(name.value.trim() || "key").then(() => (name.value = ""));
+          },
+        },
+      },
+      name,
+      h("button", { class: "btn btn-primary", text: "Create key", attrs: { type: "submit" } }),
+    );
+    this.dialog = h(
+      "dialog",
+      { class: "keys-dialog", attrs: { "aria-label": "API keys" } },
+      h(
+        "header",
+        { class: "dialog-head" },
+        h("h2", { text: "API keys" }),
+        h("button", { class: "icon-btn", text: "✕", attrs: { type: "button", "aria-label": "Close" }, on: { click: () => this.dialog.close() } }),
+      ),
+      h("p", {
+        class: "hint",
+        text: "Keys let other programs use the OpenAI-compatible API as you (Authorization: Bearer <key>). A new key is shown only once.",
+      }),
+      form,
+      this.error,
+      this.fresh,
+      this.body,
+    );
+    document.body.append(this.dialog);
+  }
+
+  async show(): Promise<void> {
+    this.fresh.replaceChildren();
+    this.error.textContent = "";
+    this.dialog.showModal();
+    await this.refresh();
+  }
+
+  private async refresh(): Promise<void> {
+    let keys: ApiKey[];
+    try {
+      keys = await this.http.listKeys();
+    } catch (e) {
+      this.body.replaceChildren();
+      this.error.textContent =
+        e instanceof ApiError && e.status === 404 ? "API keys are not available on this server." : `Could not load keys: ${(e as Error).message}`;
+      return;
+    }
+    if (!keys.length) {
+      this.body.replaceChildren(h("p", { class: "hint", text: "No keys yet." }));
+      return;
+    }
+    this.body.replaceChildren(
+      h(
+        "table",
+        { class: "keys-table" },
+        h("thead", {}, h("tr", {}, h("th", { text: "Name" }), h("th", { text: "Key" }), h("th", { text: "Created" }), h("th", { text: "Last used" }), h("th"))),
+        h(
+          "tbody",
+          {},
+          ...keys.map((k) =>
+            h(
+              "tr",
+              {},
+              h("td", { text: k.name }),
+              h("td", { class: "mono", text: k.prefix ? `${k.prefix}…` : "—" }),
+              h("td", { text: k.created ? new Date(k.created).toLocaleDateString() : "—" }),
+              h("td", { text: k.last_used ? new Date(k.last_used).toLocaleString() : "never" }),
+              h(
+                "td",
+                {},
+                h("button", {
+                  class: "link-btn danger",
+                  text: "Revoke",
+                  attrs: { type: "button" },
+                  on: { click: () => void this.revoke(k) },
+                }),
+              ),
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+
+  private async create(name: string): Promise<void> {
+    this.error.textContent = "";
+    try {
+      const k = await this.http.createKey(name);
+      const secret = k.key ?? "";
+      const code = h("code", { class: "mono", text: secret });
+      this.fresh.replaceChildren(
+        h("p", { text: `Copy “${k.name || name}” now — it will not be shown again:` }),
+        h(
+          "div",
+          { class: "key-secret" },
+          code,
+          h("button", { class: "btn", text: "Copy", attrs: { type: "button" }, on: { click: () => void navigator.clipboard?.writeText(secret) } }),
+        ),
+      );
+    } catch (e) {
+      this.error.textContent = `Could not create the key: ${(e as Error).message}`;
+    }
+    await this.refresh();
+  }
+
+  private async revoke(k: ApiKey): Promise<void> {
+    if (!window.confirm(`Revoke “${k.name}”? Programs using it will stop working.`)) return;
+    try {
+      await this.http.revokeKey(k.id);
+    } catch (e) {
+      this.error.textContent = `Could not revoke the key: ${(e as Error).message}`;
+    }
+    await this.refresh();
+  }
+}

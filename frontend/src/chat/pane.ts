@@ -1,0 +1,256 @@
+// The message column: user turns as plain text, assistant turns as sanitised markdown that is
+// re-rendered at most once per animation frame while deltas stream in, and a stats row per turn.
+import type { Message } from "../api";
+import { h } from "./dom";
+import { errorMessage, statsParts } from "./format";
+import { renderMarkdown } from "./markdown";
+
+// What we know about a reply before its final stats arrive.
+export interface LiveInfo {
+  queued?: number;
+  promptTokens?: number;
+  startedAt?: number; // performance.now() when "started" arrived
+  firstTextAt?: number;
+  error?: { code: string; detail: string };
+}
+
+export interface PaneHandlers {
+  regenerate(): void;
+  edit(message: Message, text: string): void;
+  canAct(): boolean;
+}
+
+interface View {
+  root: HTMLElement;
+  body: HTMLElement;
+  meta: HTMLElement;
+  actions: HTMLElement;
+}
+
+export class MessagePane {
+  messages: Message[] = [];
+  live = new Map<number, LiveInfo>();
+  private views = new Map<number, View>();
+  private dirty = new Set<number>();
+  private frame = 0;
+  private editing: number | null = null;
+  private stickToBottom = true;
+
+  constructor(
+    private scroller: HTMLElement,
+    private column: HTMLElement,
+    private handlers: PaneHandlers,
+  ) {
+    scroller.addEventListener("scroll", () => {
+      const gap = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight;
+      this.stickToBottom = gap < 80;
+    });
+    // The live stats line ticks while a reply streams.
+    window.setInterval(() => {
+      for (const m of this.messages) if (m.status === "streaming") this.markDirty(m.id);
+    }, 500);
+  }
+
+  get streaming(): Message | undefined {
+    return this.messages.find((m) => m.status === "streaming");
+  }
+
+  setMessages(messages: Message[]): void {
+    this.messages = messages.slice().sort((a, b) => a.id - b.id);
+    this.views.clear();
+    this.editing = null;
+    this.column.replaceChildren();
+    this.stickToBottom = true;
+    for (const m of this.messages) this.column.append(this.view(m).root);
+    this.refreshAll();
+    this.flush();
+  }
+
+  clear(): void {
+    this.live.clear();
+    this.setMessages([]);
+  }
+
+  upsert(m: Message): void {
+    const i = this.messages.findIndex((x) => x.id === m.id);
+    if (i >= 0) this.messages[i] = m;
+    else {
+      this.messages.push(m);
+      this.messages.sort((a, b) => a.id - b.id);
+      const v = this.view(m);
+      const next = this.messages[this.messages.indexOf(m) + 1];
+      const nextView = next && this.views.get(next.id);
+      if (nextView) this.column.insertBefore(v.root, nextView.root);
+      else this.column.append(v.root);
+      this.stickToBottom = true;
+    }
+    this.refreshAll(); // the "last reply" actions move
+  }
+
+  // Removes the given message and everything after it (edit / regenerate replace the tail).
+  truncateFrom(id: number): void {
+    for (const m of this.messages.filter((x) => x.id >= id)) {
+      this.views.get(m.id)?.root.remove();
+      this.views.delete(m.id);
+      this.live.delete(m.id);
+    }
+    this.messages = this.messages.filter((x) => x.id < id);
+    this.refreshAll();
+  }
+
+  // Returns false when the delta leaves a gap (deltas were missed): the caller re-syncs.
+  applyDelta(id: number, offset: number, text: string): boolean {
+    const m = this.messages.find((x) => x.id === id);
+    if (!m) return false;
+    const have = m.text.length;
+    if (offset > have) return false;
+    if (offset + text.length <= have) return true; // already have it (replayed after a reconnect)
+    m.text += text.slice(have - offset);
+    const info = this.live.get(id) ?? {};
+    if (info.firstTextAt === undefined) info.firstTextAt = performance.now();
+    this.live.set(id, info);
+    this.markDirty(id);
+    return true;
+  }
+
+  setLive(id: number, patch: Partial<LiveInfo>): void {
+    this.live.set(id, { ...(this.live.get(id) ?? {}), ...patch });
+    this.markDirty(id);
+  }
+
+  refreshAll(): void {
+    for (const m of this.messages) this.dirty.add(m.id);
+    this.schedule();
+  }
+
+  private markDirty(id: number): void {
+    this.dirty.add(id);
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  private flush(): void {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    const lastAssistant = [...this.messages].reverse().find((m) => m.role === "assistant");
+    for (const id of this.dirty) {
+      const m = this.messages.find((x) => x.id === id);
+      if (m) this.paint(m, m === lastAssistant);
+    }
+    this.dirty.clear();
+    if (this.stickToBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
+  }
+
+  private view(m: Message): View {
+    let v = this.views.get(m.id);
+    if (!v) {
+      const body = h("div", { class: "msg-body" });
+      const meta = h("div", { class: "msg-meta" });
+      const actions = h("div", { class: "msg-actions" });
+      const root = h("article", { class: `msg msg-${m.role}`, attrs: { "data-id": String(m.id) } }, body, meta, actions);
+      v = { root, body, meta, actions };
+      this.views.set(m.id, v);
+    }
+    return v;
+  }
+
+  private paint(m: Message, isLastReply: boolean): void {
+    const v = this.view(m);
+    v.root.dataset.status = m.status;
+    if (this.editing === m.id) return;
+    if (m.role === "assistant") {
+      if (m.text) v.body.replaceChildren(renderMarkdown(m.text));
+      else v.body.replaceChildren(h("span", { class: "typing", attrs: { "aria-label": "waiting for the reply" } }, h("i"), h("i"), h("i")));
+    } else {
+      v.body.textContent = m.text; // user text is shown verbatim, never parsed
+    }
+    this.paintMeta(m, v.meta);
+    this.paintActions(m, v.actions, isLastReply);
+  }
+
+  private paintMeta(m: Message, meta: HTMLElement): void {
+    meta.replaceChildren();
+    if (m.role !== "assistant") return;
+    const info = this.live.get(m.id);
+    if (m.status === "streaming") {
+      let line: string;
+      if (info?.queued !== undefined && info.startedAt === undefined) line = `Queued — position ${info.queued}`;
+      else if (info?.startedAt !== undefined && info.firstTextAt === undefined)
+        line = `Reading the prompt${info.promptTokens ? ` (${info.promptTokens} tokens)` : ""}…`;
+      else if (info?.startedAt !== undefined) {
+        const s = ((performance.now() - info.startedAt) / 1000).toFixed(1);
+        line = `Generating… ${s} s`;
+      } else line = "Waiting for the engine…";
+      meta.append(h("span", { class: "live", text: line }));
+      return;
+    }
+    if (m.status === "interrupted") meta.append(h("span", { class: "badge badge-warn", text: "Interrupted" }));
+    if (m.status === "error") meta.append(h("span", { class: "badge badge-error", text: "Failed" }));
+    for (const p of statsParts(m.stats)) {
+      meta.append(
+        h("span", { class: p.warn ? "stat stat-warn" : "stat", title: p.label }, h("span", { class: "stat-label", text: p.label }), ` ${p.value}`),
+      );
+    }
+    if (info?.error && info.error.code !== "CANCELLED")
+      meta.append(h("div", { class: "msg-error", attrs: { role: "alert" }, text: errorMessage(info.error.code, info.error.detail) }));
+  }
+
+  private paintActions(m: Message, actions: HTMLElement, isLastReply: boolean): void {
+    actions.replaceChildren();
+    if (m.status === "streaming") return;
+    const enabled = this.handlers.canAct();
+    if (m.role === "assistant") {
+      actions.append(
+        h("button", {
+          class: "link-btn",
+          text: "Copy",
+          attrs: { type: "button" },
+          on: { click: () => void navigator.clipboard?.writeText(m.text) },
+        }),
+      );
+      if (isLastReply && enabled)
+        actions.append(
+          h("button", { class: "link-btn", text: "Regenerate", attrs: { type: "button" }, on: { click: () => this.handlers.regenerate() } }),
+        );
+    } else if (m.role === "user" && enabled) {
+      actions.append(h("button", { class: "link-btn", text: "Edit", attrs: { type: "button" }, on: { click: () => this.startEdit(m) } }));
+    }
+  }
+
+  private startEdit(m: Message): void {
+    const v = this.view(m);
+    this.editing = m.id;
+    const area = h("textarea", { class: "edit-area", attrs: { rows: "3", "aria-label": "Edit message" } });
+    area.value = m.text;
+    const done = () => {
+      this.editing = null;
+      this.markDirty(m.id);
+    };
+    v.body.replaceChildren(
+      area,
+      h(
+        "div",
+        { class: "edit-buttons" },
+        h("button", { class: "btn", text: "Cancel", attrs: { type: "button" }, on: { click: done } }),
+        h("button", {
+          class: "btn btn-primary",
+          text: "Save & resend",
+          attrs: { type: "button" },
+          on: {
+            click: () => {
+              const text = area.value.trim();
+              if (!text) return;
+              this.editing = null;
+              this.handlers.edit(m, text);
+            },
+          },
+        }),
+      ),
+    );
+    v.actions.replaceChildren();
+    area.focus();
+  }
+}
