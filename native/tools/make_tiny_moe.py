@@ -233,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     w.add_chat_template(CHAT_TEMPLATE)
 
     Q8 = GGMLQuantizationType.Q8_0
-    w.add_tensor("token_embd.weight", q8(rng.standard_normal((vocab, D_MODEL), dtype=np.float32)), raw_dtype=Q8)
+    # Embedding scale 0.15: the tied head's logits then have std ~1.7, so greedy decoding is
+    # still decisive but temperature-1 sampling visits many different tokens (byte tokens too).
+    embd = rng.standard_normal((vocab, D_MODEL), dtype=np.float32) * np.float32(0.15)
+    w.add_tensor("token_embd.weight", q8(embd), raw_dtype=Q8)
     w.add_tensor("output_norm.weight", norm_w(D_MODEL))
     kv_dim = N_KV_HEADS * HEAD_DIM
     for L in range(a.layers):
