@@ -12,6 +12,13 @@ typedef struct tokenizer tokenizer;
 /* NULL on failure with a one-line reason in err (e.g. "tokenizer.ggml.model 'llama' not supported"). */
 tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen);
 void tok_free(tokenizer *t);
+/* Build from plain tables (tests, tools): n NUL-terminated vocab strings in byte-level form
+ * (control / user-defined entries as literal text), their types (NULL: all normal; 1 normal,
+ * 3 control, 4 user-defined, 6 byte), n_merges "a b" strings in rank order, bos/eos ids
+ * (-1: none) and the pre-tokenizer name ("smollm" etc. split digits; NULL/"gpt2": GPT-2 only).
+ * NULL on failure. */
+tokenizer *tok_build(const char **tokens, const int *types, int n, const char **merges, int n_merges,
+                     int bos, int eos, const char *pre);
 
 int tok_n_vocab(const tokenizer *t);
 int tok_bos(const tokenizer *t);            /* -1 if none */
