@@ -182,4 +182,5 @@ def _enqueue_title(conversation_id):
         return
     from chat.tasks import title_conversation
 
-    title_conversation.delay_on_commit(conversation_id)
+    # robust: a broker outage must not fail the turn (titles are cosmetic; the fallback stays).
+    transaction.on_commit(lambda: title_conversation.delay(conversation_id), robust=True)

@@ -1,0 +1,45 @@
+"""Fixtures for the web tests: personas, a scripted bridge, API keys, and `live_stack` — the
+real Daphne + bridge worker + native engine on the fixture model, for end-to-end tests (also
+imported by the browser tests)."""
+import pytest
+
+from tests.web.fakes import FakeBridge
+from tests.web.live import live_stack  # noqa: F401  (re-exported fixture)
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create_user("alice", password=PASSWORD)
+
+
+@pytest.fixture
+def bob(django_user_model):
+    return django_user_model.objects.create_user("bob", password=PASSWORD)
+
+
+@pytest.fixture
+def in_memory_layer(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+@pytest.fixture
+def fake_bridge(monkeypatch, in_memory_layer, settings):
+    """Scripted generate(); ChatML prompts (no telemetry), no Celery titles, saves every event."""
+    from engine_bridge import client
+
+    bridge = FakeBridge()
+    monkeypatch.setattr(client, "generate", bridge.generate)
+    monkeypatch.setattr("chat.prompting._model_info", lambda: {})
+    monkeypatch.setattr("api.served._model_json", lambda: {"name": "tiny"})
+    monkeypatch.setattr("chat.relay.RELAY_SAVE_EVERY_S", 0.0)
+    settings.CHAT_AUTO_TITLE = False
+    return bridge
+
+
+@pytest.fixture
+def alice_key(alice):
+    from api.models import ApiKey
+
+    return ApiKey.issue(user=alice, name="test")[1]

@@ -1,0 +1,43 @@
+"""A scripted stand-in for engine_bridge.client.generate (unit tests only; end-to-end tests use
+the real bridge). Scripts are lists of event dicts; the string "hang" waits until cancelled."""
+import asyncio
+
+
+def done_event(prompt_tokens=7, completion_tokens=2, finish_reason="stop"):
+    return {"kind": "done", "finish_reason": finish_reason,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+            "stats": {"tok_s": 42.0, "hit_pct": 90.0, "rss_gb": 0.1, "ttft_s": 0.05},
+            "perf": None, "entropy": [1.5], "gpus": None, "repin": []}
+
+
+def reply(*texts, **done_kw):
+    return ([{"kind": "submitted", "req": "r"}, {"kind": "queued", "position": 1},
+             {"kind": "accepted", "prompt_tokens": 7, "slot": 1, "reused": 0}]
+            + [{"kind": "text", "text": t} for t in texts] + [done_event(**done_kw)])
+
+
+class FakeBridge:
+    def __init__(self):
+        self.scripts = []  # one script per generate() call, in order; the last one repeats
+        self.requests = []
+        self.cancelled = []
+        self.hanging = asyncio.Event()
+
+    def script(self, *events):
+        self.scripts.append(list(events))
+
+    async def generate(self, request, req_id=None):
+        self.requests.append(request)
+        events = self.scripts.pop(0) if len(self.scripts) > 1 else self.scripts[0]
+        finished = False
+        try:
+            for event in events:
+                if event == "hang":
+                    self.hanging.set()
+                    await asyncio.Event().wait()
+                await asyncio.sleep(0)
+                yield event
+            finished = True
+        finally:
+            if not finished:
+                self.cancelled.append(request)

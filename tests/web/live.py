@@ -1,0 +1,124 @@
+"""`live_stack`: the real site for end-to-end tests — Daphne serving colibri_site.asgi and the
+bridge worker (manage.py run_bridge) driving the native engine on the fixture model.
+
+Both subprocesses use pytest-django's test database (tests that talk to them need
+`transactional_db` so their rows are committed) and a Redis database of their own, so the fixed
+bridge channel `engine-bridge` of a developer's running site is never shared.
+"""
+import json
+import os
+import random
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+import redis
+
+from tests.support import procs
+
+READY_TIMEOUT = float(os.environ.get("LIVE_READY_TIMEOUT", "180"))
+
+
+@dataclass
+class LiveStack:
+    url: str  # http://127.0.0.1:<port>
+    ws_url: str  # ws://127.0.0.1:<port>
+    env: dict  # environment of the subprocesses (DATABASE_URL, REDIS_URL, CACHE_PREFIX, ...)
+    redis_url: str
+    cache_prefix: str
+
+    def bridge_state(self):
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            raw = client.get(f"{self.cache_prefix}:bridge:state")
+        finally:
+            client.close()
+        return json.loads(raw) if raw else {}
+
+
+def _database_url():
+    from django.db import connections
+
+    s = connections["default"].settings_dict
+    user, host, port = s.get("USER") or "postgres", s.get("HOST") or "127.0.0.1", s.get("PORT") or 5432
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    return f"postgres://{user}{password}@{host}:{port}/{s['NAME']}"
+
+
+def _redis_url():
+    db = int(os.environ.get("LIVE_REDIS_DB") or random.randint(2, 15))
+    return f"redis://127.0.0.1:6379/{db}"
+
+
+def _start_bridge(env, log):
+    start = getattr(procs, "start_bridge", None)
+    if start is not None:  # the bridge engineer's helper, when it exists
+        try:
+            return start(env=env, stdout=log)
+        except TypeError:
+            pass
+    return subprocess.Popen([procs.PYTHON, "manage.py", "run_bridge"], cwd=procs.ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wait_bridge_up(stack, proc, timeout=READY_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"bridge exited with code {proc.returncode}")
+        if stack.bridge_state().get("up"):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the bridge did not report up within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tmp_path_factory):
+    port = procs.free_port()
+    url = f"http://127.0.0.1:{port}"
+    with django_db_blocker.unblock():
+        database_url = _database_url()
+    cache_prefix = f"test-{uuid.uuid4().hex[:8]}"
+    redis_url = _redis_url()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "colibri_site.settings",
+        "COLIBRI_DEV": "1",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "CACHE_PREFIX": cache_prefix,
+        "ENGINE_BINARY": str(engine_binary),
+        "ENGINE_MODEL": str(tiny_model),
+        "CTX": os.environ.get("LIVE_CTX", "1024"),
+        "KV_SLOTS": "2",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "CSRF_TRUSTED_ORIGINS": url,
+        "WEBSOCKET_ALLOWED_ORIGINS": "127.0.0.1,localhost",
+        "PYTHONUNBUFFERED": "1",
+    }
+    logdir = tmp_path_factory.mktemp("live")
+    stack = LiveStack(url=url, ws_url=f"ws://127.0.0.1:{port}", env=env, redis_url=redis_url, cache_prefix=cache_prefix)
+    bridge_log = open(logdir / "bridge.log", "wb")
+    daphne_log = open(logdir / "daphne.log", "wb")
+    bridge = daphne = None
+    try:
+        bridge = _start_bridge(env, bridge_log)
+        daphne = subprocess.Popen(
+            [procs.PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "colibri_site.asgi:application"],
+            cwd=procs.ROOT, env=env, stdout=daphne_log, stderr=subprocess.STDOUT)
+        procs.wait_for_port(port, daphne)
+        _wait_bridge_up(stack, bridge)
+        yield stack
+    except Exception:
+        for log in (bridge_log, daphne_log):
+            log.flush()
+            print(f"--- {log.name} ---\n" + open(log.name, errors="replace").read()[-4000:])
+        raise
+    finally:
+        procs.stop(daphne)
+        procs.stop(bridge)
+        bridge_log.close()
+        daphne_log.close()

@@ -1,0 +1,108 @@
+"""The browser UI's JSON endpoints (session + CSRF), API key issuing, export and titles."""
+import json
+
+import pytest
+from django.test import Client
+
+from api.models import ApiKey
+from chat import services, titles
+from chat.models import Conversation, Message
+from tests.web.fakes import reply
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client(alice):
+    c = Client()
+    c.force_login(alice)
+    return c
+
+
+@pytest.fixture
+def conv(alice):
+    c = Conversation.objects.create(owner=alice, title="Paris trip")
+    Message.objects.create(conversation=c, role="user", text="Where to eat?")
+    Message.objects.create(conversation=c, role="assistant", text="Try *bistros*.", stats={"tok_s": 3.0})
+    return c
+
+
+def test_it_lists_and_searches(client, conv, alice):
+    Conversation.objects.create(owner=alice, title="Rust lifetimes")
+    assert len(client.get("/api/conversations").json()["conversations"]) == 2
+    found = client.get("/api/conversations?q=paris").json()["conversations"]
+    assert [c["id"] for c in found] == [conv.pk]
+
+
+def test_it_creates_renames_and_deletes(client):
+    created = client.post("/api/conversations", {"title": "New"}, content_type="application/json").json()
+    r = client.patch(f"/api/conversations/{created['id']}", {"title": "Renamed"}, content_type="application/json")
+    assert r.json()["title"] == "Renamed"
+    assert client.patch(f"/api/conversations/{created['id']}", {"title": ""}, content_type="application/json").status_code == 400
+    assert client.delete(f"/api/conversations/{created['id']}").status_code == 204
+    assert not Conversation.objects.filter(pk=created["id"]).exists()
+
+
+def test_it_returns_messages(client, conv):
+    data = client.get(f"/api/conversations/{conv.pk}/messages").json()
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+
+
+def test_it_validates_ownership(conv, bob):
+    c = Client()
+    c.force_login(bob)
+    assert c.get(f"/api/conversations/{conv.pk}/messages").status_code == 404
+    assert c.delete(f"/api/conversations/{conv.pk}").status_code == 404
+    assert c.get("/api/conversations").json()["conversations"] == []
+
+
+def test_it_requires_login_and_csrf(alice):
+    assert Client().get("/api/conversations").status_code == 403
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(alice)
+    assert c.post("/api/conversations", {}, content_type="application/json").status_code == 403
+
+
+def test_it_issues_an_api_key_once(client, alice):
+    r = client.post("/api/keys", {"name": "laptop"}, content_type="application/json")
+    assert r.status_code == 201
+    key = r.json()["key"]
+    row = ApiKey.objects.get()
+    assert key.startswith("col-" + row.prefix) and key not in row.hashed_secret
+    assert ApiKey.lookup(key) == row
+    assert "key" not in client.get("/api/keys").json()["keys"][0]
+    client.delete(f"/api/keys/{row.pk}")
+    assert ApiKey.lookup(key) is None
+
+
+def test_it_exports_json_and_markdown(client, conv):
+    r = client.get("/conversations/export?format=json")
+    assert r["Content-Disposition"].startswith("attachment")
+    data = json.loads(r.content)
+    assert data["conversations"][0]["messages"][1]["text"] == "Try *bistros*."
+    md = client.get("/conversations/export?format=md").content.decode()
+    assert "## Paris trip" in md and "### Assistant" in md and "Try *bistros*." in md
+    assert client.get("/conversations/export?format=pdf").status_code == 400
+
+
+def test_the_export_task_stores_the_file(conv, alice, settings, tmp_path):
+    from chat.tasks import export_conversations
+
+    settings.MEDIA_ROOT = tmp_path
+    path = export_conversations(alice.pk, "md")
+    assert (tmp_path / path).read_text().startswith("# Conversations of alice")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_titles_a_conversation_through_the_bridge(conv, fake_bridge):
+    fake_bridge.script(*reply('Title: "Eating in Paris".\n'))
+    assert titles.title_conversation(conv.pk) == "Eating in Paris"
+    assert fake_bridge.requests[0].priority == "background"
+    conv.refresh_from_db()
+    assert conv.title == "Eating in Paris"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_falls_back_to_the_first_words(conv, fake_bridge):
+    fake_bridge.script({"kind": "error", "code": "ENGINE_UNAVAILABLE", "message": "down"})
+    assert titles.title_conversation(conv.pk) == services.fallback_title("Where to eat?")

@@ -1,0 +1,108 @@
+"""Prompt rendering and the chat service functions (DB, no engine)."""
+import pytest
+
+from chat import services
+from chat.models import Message
+from chat.prompting import CHATML_TEMPLATE, TemplateError, render_prompt
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_telemetry(monkeypatch, settings):
+    monkeypatch.setattr("chat.prompting._model_info", lambda: {})
+    settings.CHAT_AUTO_TITLE = False
+
+
+def test_it_renders_chatml_by_default():
+    prompt = render_prompt([{"role": "user", "content": "hi"}])
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_it_uses_the_models_template_and_tokens(monkeypatch):
+    tpl = "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+    monkeypatch.setattr("chat.prompting._model_info", lambda: {"chat_template": tpl, "bos_token": "<s>", "eos_token": "</s>"})
+    assert render_prompt([{"role": "user", "content": "hi"}]) == "<s>[user]hi</s>[assistant]"
+
+
+def test_it_falls_back_to_the_settings_template(settings):
+    settings.CHAT_TEMPLATE = "{% for m in messages %}{{ m.content }}|{% endfor %}"
+    assert render_prompt([{"role": "user", "content": "a"}]) == "a|"
+
+
+def test_it_exposes_raise_exception():
+    tpl = "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok"
+    with pytest.raises(TemplateError, match="first must be user"):
+        render_prompt([{"role": "assistant", "content": "x"}], template=tpl)
+
+
+def test_it_sandboxes_templates():
+    with pytest.raises(TemplateError):
+        render_prompt([], template="{{ ''.__class__.__mro__[1].__subclasses__() }}")
+
+
+def test_it_renders_history_byte_identically_between_turns(alice):
+    turn = services.turn_send(alice, None, "Hello  there\n")
+    emitted = " Hi! \n\n"  # leading/trailing whitespace must survive as emitted
+    services.message_finish(turn.assistant.pk, text=emitted, status=Message.Status.COMPLETE, stats={})
+    turn2 = services.turn_send(alice, turn.conversation.pk, "again")
+    assert turn2.prompt.startswith(turn.prompt + emitted)
+
+
+def test_it_stores_the_user_message_before_generation(alice):
+    turn = services.turn_send(alice, None, "What is up")
+    msgs = list(turn.conversation.messages.all())
+    assert [(m.role, m.status) for m in msgs] == [("user", "complete"), ("assistant", "streaming")]
+    assert turn.conversation.title == "What is up"
+    assert turn.created_conversation
+
+
+def test_it_refuses_a_second_turn_while_streaming(alice):
+    turn = services.turn_send(alice, None, "one")
+    with pytest.raises(services.ChatError) as exc:
+        services.turn_send(alice, turn.conversation.pk, "two")
+    assert exc.value.code == "busy"
+
+
+def test_it_validates_ownership(alice, bob):
+    turn = services.turn_send(alice, None, "mine")
+    with pytest.raises(services.ChatError) as exc:
+        services.turn_send(bob, turn.conversation.pk, "theirs")
+    assert exc.value.code == "not_found"
+
+
+def test_regenerate_replaces_the_last_assistant_message(alice):
+    turn = services.turn_send(alice, None, "q")
+    services.message_finish(turn.assistant.pk, text="a1", status=Message.Status.COMPLETE, stats={})
+    turn2 = services.turn_regenerate(alice, turn.conversation.pk)
+    assert turn2.deleted == [turn.assistant.pk]
+    assert [m.role for m in turn.conversation.messages.all()] == ["user", "assistant"]
+    assert turn2.prompt == turn.prompt
+
+
+def test_edit_truncates_after_the_edited_message_and_resends(alice):
+    turn = services.turn_send(alice, None, "first")
+    services.message_finish(turn.assistant.pk, text="a1", status=Message.Status.COMPLETE, stats={})
+    t2 = services.turn_send(alice, turn.conversation.pk, "second")
+    services.message_finish(t2.assistant.pk, text="a2", status=Message.Status.COMPLETE, stats={})
+    first_user = turn.conversation.messages.first()
+    t3 = services.turn_edit(alice, turn.conversation.pk, first_user.pk, "FIRST")
+    assert [(m.role, m.text) for m in turn.conversation.messages.all()] == [("user", "FIRST"), ("assistant", "")]
+    assert "FIRST" in t3.prompt and "second" not in t3.prompt
+
+
+def test_failed_empty_replies_are_left_out_of_the_prompt(alice):
+    turn = services.turn_send(alice, None, "q")
+    services.message_finish(turn.assistant.pk, text="", status=Message.Status.ERROR, stats={"error": "x"})
+    t2 = services.turn_send(alice, turn.conversation.pk, "q2")
+    assert t2.prompt == render_prompt([{"role": "user", "content": "q"}, {"role": "user", "content": "q2"}], template=CHATML_TEMPLATE)
+
+
+def test_it_enqueues_a_title_after_the_first_exchange(alice, settings, monkeypatch, django_capture_on_commit_callbacks):
+    settings.CHAT_AUTO_TITLE = True
+    seen = []
+    monkeypatch.setattr("chat.tasks.title_conversation.delay", seen.append)
+    turn = services.turn_send(alice, None, "q")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.message_finish(turn.assistant.pk, text="a", status=Message.Status.COMPLETE, stats={})
+    assert seen == [turn.conversation.pk]
