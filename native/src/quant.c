@@ -308,10 +308,24 @@ FORCE_INLINE __m256i wblock(uint32_t t, const uint8_t *blk)
     return unpack_nibbles(blk + 4);
 }
 
-/* One weight row against NX (1..4) activation rows i0..i0+NX-1. The weight block is
- * loaded and unpacked once for all NX rows; for each output the sequence of float
- * operations is the same whatever NX is (two accumulators over even/odd blocks, then
- * a fixed horizontal sum), which keeps results bit-identical across batch sizes. */
+/* Four consecutive f16 values at stride `st` bytes as a float vector. */
+FORCE_INLINE __m128 ld4_f16(const uint8_t *p, size_t st)
+{
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, p, 2);
+    memcpy(&h1, p + st, 2);
+    memcpy(&h2, p + 2 * st, 2);
+    memcpy(&h3, p + 3 * st, 2);
+    uint64_t v = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
+/* One weight row against NX (1..4) activation rows i0..i0+NX-1. Weight blocks are
+ * loaded and unpacked once for all NX rows. Groups of 4 blocks: the 4 per-block int32
+ * sums are folded with horizontal adds into one vector, converted once and scaled by
+ * [s0 s1 s2 s3 | s0 s1 s2 s3]; leftover blocks go to a second accumulator. For each
+ * output the float operations and their order depend only on cols, never on NX, so
+ * results are bit-identical across batch sizes. */
 FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact *x, int i0,
                          int nb, float *res)
 {
@@ -319,40 +333,45 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
     const size_t xst = (size_t)x->cols, bst = (size_t)nb;
     const int8_t *xq = x->q + (size_t)i0 * xst;
     const float *xd = x->qd + (size_t)i0 * bst, *xs = x->qs + (size_t)i0 * bst;
-    __m256 a0[4], a1[4];
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4], tail[4];
+    __m128 sm4[4];
     float sm[4];
     for (int k = 0; k < NX; k++) {
-        a0[k] = a1[k] = _mm256_setzero_ps();
+        acc[k] = tail[k] = _mm256_setzero_ps();
+        sm4[k] = _mm_setzero_ps();
         sm[k] = 0.0f;
     }
     int b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        const uint8_t *w0 = w + (size_t)b * bsz, *w1 = w0 + bsz;
-        const float d0 = ld_f16(w0), d1 = ld_f16(w1);
-        const __m256i v0 = wblock(t, w0), v1 = wblock(t, w1);
-        const __m256i u0 = t == GGML_Q4_1 ? v0 : _mm256_sign_epi8(v0, v0);
-        const __m256i u1 = t == GGML_Q4_1 ? v1 : _mm256_sign_epi8(v1, v1);
+    for (; b + 4 <= nb; b += 4) {
+        const uint8_t *wb = w + (size_t)b * bsz;
+        const __m128 d4 = ld4_f16(wb, bsz);
+        __m256i v[4], u[4];
+        for (int j = 0; j < 4; j++) {
+            v[j] = wblock(t, wb + j * bsz);
+            u[j] = t == GGML_Q4_1 ? v[j] : _mm256_sign_epi8(v[j], v[j]);
+        }
         for (int k = 0; k < NX; k++) {
             const int8_t *xk = xq + k * xst + (size_t)b * QK;
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)xk);
-            __m256i x1 = _mm256_loadu_si256((const __m256i *)(xk + QK));
-            if (t != GGML_Q4_1) {
-                x0 = _mm256_sign_epi8(x0, v0);
-                x1 = _mm256_sign_epi8(x1, v1);
+            __m256i p[4];
+            for (int j = 0; j < 4; j++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xk + j * QK));
+                if (t != GGML_Q4_1) xv = _mm256_sign_epi8(xv, v[j]);
+                p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], xv), ones);
             }
-            const __m256 p0 = dot_u8i8(u0, x0), p1 = dot_u8i8(u1, x1);
-            a0[k] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd[k * bst + b]), p0, a0[k]);
-            a1[k] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * xd[k * bst + b + 1]), p1, a1[k]);
+            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]),
+                                          _mm256_hadd_epi32(p[2], p[3]));
+            __m128 s4 = _mm_mul_ps(d4, _mm_loadu_ps(xd + k * bst + b));
+            __m256 s8 = _mm256_insertf128_ps(_mm256_castps128_ps256(s4), s4, 1);
+            acc[k] = _mm256_fmadd_ps(s8, _mm256_cvtepi32_ps(h), acc[k]);
         }
         if (t == GGML_Q4_1) {
-            const float m0 = ld_f16(w0 + 2), m1 = ld_f16(w1 + 2);
-            for (int k = 0; k < NX; k++) {
-                sm[k] += m0 * xs[k * bst + b];
-                sm[k] += m1 * xs[k * bst + b + 1];
-            }
+            const __m128 m4 = ld4_f16(wb + 2, bsz);
+            for (int k = 0; k < NX; k++)
+                sm4[k] = _mm_fmadd_ps(m4, _mm_loadu_ps(xs + k * bst + b), sm4[k]);
         }
     }
-    if (b < nb) {
+    for (; b < nb; b++) {
         const uint8_t *w0 = w + (size_t)b * bsz;
         const float d0 = ld_f16(w0);
         const __m256i v0 = wblock(t, w0);
@@ -360,14 +379,19 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
         for (int k = 0; k < NX; k++) {
             __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + k * xst + (size_t)b * QK));
             if (t != GGML_Q4_1) x0 = _mm256_sign_epi8(x0, v0);
-            a0[k] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd[k * bst + b]), dot_u8i8(u0, x0),
-                                    a0[k]);
+            tail[k] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd[k * bst + b]), dot_u8i8(u0, x0),
+                                      tail[k]);
             if (t == GGML_Q4_1) sm[k] += ld_f16(w0 + 2) * xs[k * bst + b];
         }
     }
     for (int k = 0; k < NX; k++) {
-        float v = hsum8(_mm256_add_ps(a0[k], a1[k]));
-        res[k] = t == GGML_Q4_1 ? v + sm[k] : v;
+        float v = hsum8(_mm256_add_ps(acc[k], tail[k]));
+        if (t == GGML_Q4_1) {
+            __m128 q = _mm_add_ps(sm4[k], _mm_movehl_ps(sm4[k], sm4[k]));
+            q = _mm_add_ss(q, _mm_movehdup_ps(q));
+            v += _mm_cvtss_f32(q) + sm[k];
+        }
+        res[k] = v;
     }
 }
 
