@@ -126,6 +126,17 @@ static char *read_file(const char *path, size_t *len) {
 
 /* ---------------------------------------------------------------- tokenizer tools */
 
+/* Writes a token's bytes to stdout through the UTF-8 sanitizer u. */
+static void put_token(const tokenizer *t, utf8s *u, int id) {
+    int plen;
+    const char *piece = tok_piece(t, id, &plen);
+    int cap = 3 * (plen + 3);
+    char *out = malloc((size_t)cap);
+    int n = out ? utf8s_push(u, piece, plen, out, cap) : -1;
+    if (n > 0) fwrite(out, 1, (size_t)n, stdout);
+    free(out);
+}
+
 static int load_tokenizer_only(const char *path, gguf_file *g, tokenizer **t) {
     char err[256];
     if (gguf_open(g, path) != 0) {
@@ -190,13 +201,7 @@ static int run_detokenize(const char *model_path, const char *list) {
             break;
         }
         p = end;
-        int plen;
-        const char *piece = tok_piece(t, (int)id, &plen);
-        int cap = 3 * (plen + 3);
-        char *out = malloc((size_t)cap);
-        int n = out ? utf8s_push(&u, piece, plen, out, cap) : -1;
-        if (n > 0) fwrite(out, 1, (size_t)n, stdout);
-        free(out);
+        put_token(t, &u, (int)id);
     }
     char tail[8];
     int n = utf8s_flush(&u, tail, (int)sizeof tail);
@@ -250,11 +255,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
         int tok = sample_token(logits, vocab, (float)temp, (float)top_p, &rng, scratch);
         if (tok_is_eog(m->tok, tok)) break;
         emitted++;
-        int plen;
-        const char *piece = tok_piece(m->tok, tok, &plen);
-        char buf[3 * (512 + 3)];
-        int k = plen <= 512 ? utf8s_push(&u, piece, plen, buf, (int)sizeof buf) : 0;
-        if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
+        put_token(m->tok, &u, tok);
         fflush(stdout);
         if (emitted == n_gen) break;
         fwd_row r = { .slot = 0, .pos = kv.slots[0].n_pos, .token = tok, .logits = logits };
