@@ -1,3 +1,7 @@
 from django.urls import path
 
-urlpatterns = []
+from engine_bridge import views
+
+urlpatterns = [
+    path("health", views.health, name="health"),
+]

@@ -1,3 +1,7 @@
 from django.urls import path
 
-urlpatterns = []
+from experts import views
+
+urlpatterns = [
+    path("experts", views.experts, name="experts"),
+]

@@ -55,3 +55,61 @@ def make_tiny_model(out_path, *extra_args):
         check=True,
     )
     return Path(out_path)
+
+
+def claim_redis_db(url="redis://127.0.0.1:6379", ttl=3600):
+    """Claims a Redis database (1..15) for this test session so concurrent sessions do not share
+    the `engine-bridge` channel; returns its redis:// URL. The claim is a key in db 0 with a TTL."""
+    import redis
+
+    admin = redis.Redis.from_url(f"{url}/0")
+    try:
+        for n in range(1, 16):
+            if admin.set(f"colibri-test:db:{n}", os.getpid(), nx=True, ex=ttl):
+                redis.Redis.from_url(f"{url}/{n}").flushdb()
+                return f"{url}/{n}"
+    finally:
+        admin.close()
+    raise RuntimeError("no free Redis database to claim for tests")
+
+
+def release_redis_db(db_url):
+    import redis
+
+    base, _, n = db_url.rpartition("/")
+    client = redis.Redis.from_url(f"{base}/0")
+    client.delete(f"colibri-test:db:{n}")
+    client.close()
+
+
+def bridge_state(env):
+    """The bridge's telemetry (engine_bridge/telemetry.py) read straight from Redis, or None."""
+    import json
+
+    import redis
+
+    client = redis.Redis.from_url(env.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    try:
+        raw = client.get(f"{env.get('CACHE_PREFIX', 'colibri')}:bridge:state")
+    finally:
+        client.close()
+    return json.loads(raw) if raw else None
+
+
+def start_bridge(env, timeout=60.0):
+    """Runs `manage.py run_bridge` with env (merged over os.environ) and waits until its telemetry
+    says the engine is up. Set REDIS_URL (see claim_redis_db), ENGINE_BINARY or ENGINE_COMMAND,
+    ENGINE_MODEL, KV_SLOTS, CTX; ENGINE_ENV="KVSAVE=0,USAGE_SAVE=0" keeps the engine hermetic."""
+    full = {**os.environ, **env}
+    state_before = bridge_state(full)
+    proc = subprocess.Popen([PYTHON, str(ROOT / "manage.py"), "run_bridge"], cwd=ROOT, env=full)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"run_bridge exited early with code {proc.returncode}")
+        state = bridge_state(full)
+        if state and state.get("up") and state != state_before:
+            return proc
+        time.sleep(0.1)
+    stop(proc)
+    raise TimeoutError(f"bridge did not report the engine up within {timeout}s")

@@ -1,0 +1,230 @@
+"""The asyncio owner of one engine process, and the supervisor that restarts it.
+
+Engine: spawn, skip banner lines until READY (with a timeout), one reader task feeding the
+protocol parser, stderr copied to the log, every command written as one write under a lock.
+Supervisor: start an Engine, report its events, and when it dies or breaks the protocol (EOF,
+ProtocolError, BAD_FRAME, ERROR 0) tell the owner, then restart with exponential backoff.
+"""
+import asyncio
+import itertools
+import logging
+import os
+import shlex
+import signal
+import time
+
+from django.conf import settings
+
+from engine_bridge import protocol
+
+log = logging.getLogger(__name__)
+
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+HEALTHY_AFTER = 60.0
+TERM_GRACE = 5.0
+
+# Request ids: one process-wide counter, never reused, so a late NOT_FOUND cannot hit a new request.
+_ids = itertools.count(1)
+
+
+def next_id():
+    return next(_ids)
+
+
+def engine_command():
+    """(argv, env) from settings: ENGINE_COMMAND (shlex) or [ENGINE_BINARY], plus ENGINE_ENV pairs."""
+    argv = shlex.split(settings.ENGINE_COMMAND) if settings.ENGINE_COMMAND else [settings.ENGINE_BINARY]
+    env = dict(os.environ)
+    env.update(SERVE="1", SERVE_BATCH="1", SNAP=str(settings.ENGINE_MODEL),
+               KV_SLOTS=str(settings.KV_SLOTS), CTX=str(settings.ENGINE_CTX))
+    for pair in settings.ENGINE_ENV.split(","):
+        key, sep, value = pair.strip().partition("=")
+        if sep and key:
+            env[key] = value
+    return argv, env
+
+
+class EngineFailed(Exception):
+    pass
+
+
+class Engine:
+    def __init__(self, argv, env, on_event, slots):
+        self.argv, self.env, self.on_event, self.slots = argv, env, on_event, slots
+        self.proc = None
+        self.lock = asyncio.Lock()
+        self.ready = asyncio.get_running_loop().create_future()
+        self.exited = asyncio.get_running_loop().create_future()  # result: reason (str)
+        self.tasks = []
+        self.broken = None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    async def start(self, ready_timeout):
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, env=self.env, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        log.info("engine started: pid %s, %s", self.proc.pid, shlex.join(self.argv))
+        self.tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._stderr())]
+        done, _ = await asyncio.wait([self.ready, self.exited], timeout=ready_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if self.ready.done():
+            return
+        reason = self.exited.result() if self.exited.done() else f"no READY within {ready_timeout:g}s"
+        await self.kill()
+        raise EngineFailed(reason)
+
+    async def _read(self):
+        parser = protocol.Parser()
+        reason, kill_now = "engine closed stdout", True
+        try:
+            while True:
+                chunk = await self.proc.stdout.read(65536)
+                if not chunk:
+                    kill_now = False
+                    break
+                for event in parser.feed(chunk):
+                    self._dispatch(event)
+                if self.broken:
+                    reason = self.broken
+                    break
+        except protocol.ProtocolError as exc:
+            reason = f"protocol error: {exc}"
+        except Exception as exc:  # a bug in an event handler must not leave requests hanging
+            log.exception("engine reader failed")
+            reason = f"reader failed: {exc!r}"
+        if self.broken:
+            reason = self.broken
+        log.warning("engine pid %s: %s", self.pid, reason)
+        if kill_now:
+            self._signal(signal.SIGKILL)
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), TERM_GRACE)
+            reason = f"{reason} (exit code {code})"
+        except asyncio.TimeoutError:
+            self._signal(signal.SIGKILL)
+            await self.proc.wait()
+        if not self.exited.done():
+            self.exited.set_result(reason)
+
+    def _dispatch(self, event):
+        if isinstance(event, protocol.Banner):
+            log.info("engine banner: %s", event.text)
+            return
+        if isinstance(event, protocol.Ready):
+            if not self.ready.done():
+                self.ready.set_result(True)
+            return
+        if isinstance(event, protocol.Error) and (event.id == 0 or event.code == "BAD_FRAME"):
+            # ERROR 0: the stream may be desynchronised; BAD_FRAME: the engine is about to exit.
+            log.error("engine said ERROR %s %s; restarting it", event.id, event.message)
+            self.broken = f"engine error {event.id} {event.message}"
+        self.on_event(event)
+
+    async def _stderr(self):
+        while True:
+            line = await self.proc.stderr.readline()
+            if not line:
+                return
+            log.info("engine: %s", line.decode("utf-8", "replace").rstrip())
+
+    async def write(self, data):
+        if self.broken or self.exited.done() or self.proc.stdin.is_closing():
+            raise EngineFailed("engine is not accepting commands")
+        async with self.lock:
+            try:
+                self.proc.stdin.write(data)
+                await self.proc.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise EngineFailed(f"write failed: {exc!r}") from exc
+
+    async def submit(self, req_id, slot, prompt, max_tokens, temperature, top_p):
+        await self.write(protocol.format_submit(req_id, slot, prompt, max_tokens, temperature,
+                                                top_p, slots=self.slots))
+
+    async def stop(self, req_id):
+        await self.write(protocol.format_stop(req_id))
+
+    async def cancel(self, req_id):
+        await self.write(protocol.format_cancel(req_id))
+
+    def _signal(self, sig):
+        if self.proc and self.proc.returncode is None:
+            try:
+                self.proc.send_signal(sig)  # by PID: the engine may re-exec itself as "exe"
+            except ProcessLookupError:
+                pass
+
+    async def kill(self):
+        self._signal(signal.SIGKILL)
+        if self.proc:
+            await self.proc.wait()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def shutdown(self, drain_timeout):
+        """Close stdin (in-flight requests finish with DONE), then SIGTERM, 5 s, SIGKILL."""
+        if self.proc is None:
+            return
+        if not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        for sig, wait in ((None, drain_timeout), (signal.SIGTERM, TERM_GRACE), (signal.SIGKILL, None)):
+            if sig:
+                self._signal(sig)
+            try:
+                await asyncio.wait_for(asyncio.shield(self.exited), wait)
+                break
+            except asyncio.TimeoutError:
+                continue
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+class Supervisor:
+    """Keeps one engine running. hooks: on_status(str), on_ready(engine), on_event(event),
+    on_down(reason) — on_down is where in-flight requests get ENGINE_DIED."""
+
+    def __init__(self, hooks, command=None, ready_timeout=None):
+        self.hooks = hooks
+        self.command = command or engine_command()
+        self.ready_timeout = ready_timeout or settings.ENGINE_READY_TIMEOUT
+        self.engine = None
+        self.restarts = 0
+        self.stopping = False
+
+    async def run(self):
+        delay = BACKOFF_FIRST
+        first = True
+        while not self.stopping:
+            if not first:
+                self.restarts += 1
+            first = False
+            self.hooks.on_status("starting")
+            engine = Engine(*self.command, on_event=self.hooks.on_event, slots=settings.KV_SLOTS)
+            started = time.monotonic()
+            try:
+                await engine.start(self.ready_timeout)
+            except (EngineFailed, OSError) as exc:
+                log.error("engine failed to start: %s", exc)
+                reason = str(exc)
+            else:
+                self.engine = engine
+                self.hooks.on_status("up")
+                self.hooks.on_ready(engine)
+                reason = await asyncio.shield(engine.exited)
+                self.engine = None
+            if self.stopping:
+                return
+            log.error("engine down: %s", reason)
+            self.hooks.on_status("down")
+            self.hooks.on_down(reason)
+            if time.monotonic() - started >= HEALTHY_AFTER:
+                delay = BACKOFF_FIRST
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def shutdown(self, drain_timeout=30.0):
+        self.stopping = True
+        if self.engine is not None:
+            await self.engine.shutdown(drain_timeout)

@@ -1,0 +1,26 @@
+"""manage.py run_bridge — the long-running bridge worker; the only owner of the engine process."""
+import asyncio
+import signal
+
+from channels.layers import get_channel_layer
+from django.core.management.base import BaseCommand
+
+from engine_bridge.worker import Bridge
+
+
+class Command(BaseCommand):
+    help = "Run the engine bridge worker (spawns and supervises the engine)."
+
+    def handle(self, *args, **options):
+        asyncio.run(serve())
+
+
+async def serve():
+    task = asyncio.create_task(Bridge(get_channel_layer()).run())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

@@ -1,0 +1,515 @@
+"""The colibri mux protocol: engine stdout -> typed events, and the commands we write to stdin.
+
+Reference: /work/shared/reference/mux-protocol.md. Rules that shape this module:
+* stdout before the READY sentinel is banner text, not protocol (§2);
+* DATA, TOOL and ECHO payloads are read by byte count, then exactly one '\n' (§4.2, §4.7);
+* unknown kinds are ignored (logged once), a malformed line of a known kind is a ProtocolError
+  (the caller restarts the engine);
+* a SUBMIT the engine rejects leaves its payload in the pipe, so we validate before writing (§5).
+"""
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+log = logging.getLogger(__name__)
+
+READY_LINE = b"\x01\x01READY\x01\x01"
+MAX_LINE = 16 * 1024 * 1024
+MAX_FRAME = 16 * 1024 * 1024
+MAX_PAYLOAD = 16 * 1024 * 1024
+_warned_kinds = set()
+
+
+class ProtocolError(Exception):
+    """The engine broke the protocol; the stream can no longer be trusted."""
+
+
+class SubmitError(ValueError):
+    """A command we were about to write would be rejected by the engine."""
+
+
+@dataclass
+class Banner:
+    text: str
+
+
+@dataclass
+class Ready:
+    pass
+
+
+@dataclass
+class Stat:
+    values: list
+
+
+@dataclass
+class Caps:
+    caps: dict
+
+
+@dataclass
+class HwInfo:
+    cores: int
+    ram_total_gb: float
+    ram_avail_gb: float
+    ngpu: int
+    vram_total_gb: float
+    cpu: str
+    gpu: str
+
+
+@dataclass
+class Tiers:
+    vram_experts: int
+    ram_experts: int
+    disk_experts: int
+    vram_gb: float
+    ram_gb: float
+
+
+@dataclass
+class Emap:
+    rows: int
+    cols: int
+    hex: str
+
+
+@dataclass
+class Hits:
+    rows: int
+    cols: int
+    hex: str
+
+
+@dataclass
+class Gpus:
+    gpus: list  # [{"used_gb", "total_gb", "experts"}]
+
+
+@dataclass
+class GpuDetail:
+    pass
+
+
+@dataclass
+class Model:
+    info: dict
+
+
+@dataclass
+class Accept:
+    id: int
+    prompt_tokens: int
+    extras: dict = field(default_factory=dict)
+
+
+@dataclass
+class Data:
+    id: int
+    data: bytes
+    logprob: float | None = None
+    top: list | None = None  # [[token_id, logprob], ...] with logprobs=k
+
+
+@dataclass
+class TopK:
+    id: int
+    candidates: list  # [[logprob, text], ...]
+
+
+@dataclass
+class Perf:
+    id: int
+    values: dict
+
+
+@dataclass
+class Prof:
+    values: dict
+
+
+@dataclass
+class Entropy:
+    values: list
+
+
+@dataclass
+class Repin:
+    layer: int
+    expert: int
+    old_tier: int
+    gpu: int
+
+
+@dataclass
+class Done:
+    id: int
+    emitted: int
+    tok_s: float
+    hit_pct: float
+    rss_gb: float
+    prompt_tokens: int
+    length_limited: bool
+
+
+@dataclass
+class Error:
+    id: int
+    code: str
+    args: list = field(default_factory=list)
+    n: int | None = None       # CONTEXT_EXCEEDED only
+    limit: int | None = None   # CONTEXT_EXCEEDED only
+
+    @property
+    def message(self):
+        return " ".join([self.code, *self.args])
+
+
+@dataclass
+class Tool:
+    id: int
+
+
+@dataclass
+class Echo:
+    id: int
+
+
+PROF_FIELDS = [
+    "wall_s", "prompt_tokens", "completion_tokens", "expert_disk_s", "expert_wait_s",
+    "expert_matmul_s", "attention_s", "lm_head_s", "forwards",
+    "fwd_p50_ms", "fwd_p99_ms", "physical_ssd_bytes", "rammap_experts", "rammap_bytes",
+    "ttft_ms", "prefault_s", "physical_ssd_valid",
+]
+PERF_FIELDS = ["dt", "t_edisk", "t_ewait", "t_emm", "t_attn", "t_kvb", "t_head"]
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+def _int(tok, lo=None):
+    try:
+        value = int(tok)
+    except ValueError:
+        raise ProtocolError(f"bad integer {tok!r}") from None
+    if lo is not None and value < lo:
+        raise ProtocolError(f"integer {value} below {lo}")
+    return value
+
+
+def _float(tok):
+    try:
+        value = float(tok)
+    except ValueError:
+        raise ProtocolError(f"bad number {tok!r}") from None
+    if not math.isfinite(value):
+        raise ProtocolError(f"non-finite number {tok!r}")
+    return value
+
+
+def _need(toks, n, kind):
+    if len(toks) < n:
+        raise ProtocolError(f"{kind}: expected at least {n - 1} fields, got {len(toks) - 1}")
+
+
+def _hex(tok, nbytes, kind):
+    if len(tok) != 2 * nbytes or not re.fullmatch(r"[0-9a-fA-F]*", tok):
+        raise ProtocolError(f"{kind}: expected {nbytes} hex bytes")
+    return tok.lower()
+
+
+def _kv(tokens):
+    out = {}
+    for tok in tokens:
+        key, sep, value = tok.partition("=")
+        if not sep:
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def emap_cells(hex_str):
+    """EMAP bytes as (tier, heat) pairs, row-major: tier = byte >> 6, heat = byte & 63."""
+    return [(b >> 6, b & 63) for b in bytes.fromhex(hex_str)]
+
+
+def hit_bit(hex_str, index):
+    """True when expert `index` (row * cols + col) is set in a HITS bitmap (LSB-first per byte)."""
+    data = bytes.fromhex(hex_str)
+    return bool(data[index >> 3] & (1 << (index & 7)))
+
+
+def hit_indices(hex_str, count=None):
+    """Indices of the set bits of a HITS bitmap, LSB-first within each byte."""
+    data = bytes.fromhex(hex_str)
+    total = len(data) * 8 if count is None else count
+    return [i for i in range(total) if data[i >> 3] & (1 << (i & 7))]
+
+
+# --- line parsers (one per kind); each gets the tokens of the line -----------------------------
+
+def _stat(toks, line):
+    if len(toks) - 1 not in (4, 6):
+        raise ProtocolError("STAT: expected 4 or 6 values")
+    return Stat([_float(t) for t in toks[1:]])
+
+
+def _hwinfo(toks, line):
+    m = re.match(r"HWINFO\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)(?:\s(.*))?$", line)
+    if not m:
+        raise ProtocolError("HWINFO: expected 5 numbers and a name")
+    cpu, _, gpu = (m.group(6) or "").partition("|")
+    return HwInfo(_int(m.group(1)), _float(m.group(2)), _float(m.group(3)), _int(m.group(4)),
+                  _float(m.group(5)), cpu.strip(), gpu.strip())
+
+
+def _tiers(toks, line):
+    _need(toks, 6, "TIERS")
+    return Tiers(_int(toks[1]), _int(toks[2]), _int(toks[3]), _float(toks[4]), _float(toks[5]))
+
+
+def _emap(toks, line):
+    _need(toks, 4, "EMAP")
+    rows, cols = _int(toks[1], 0), _int(toks[2], 0)
+    return Emap(rows, cols, _hex(toks[3], rows * cols, "EMAP"))
+
+
+def _hits(toks, line):
+    _need(toks, 4, "HITS")
+    rows, cols = _int(toks[1], 0), _int(toks[2], 0)
+    return Hits(rows, cols, _hex(toks[3], (rows * cols + 7) // 8, "HITS"))
+
+
+def _gpus(toks, line):
+    _need(toks, 2, "GPUS")
+    n = _int(toks[1], 0)
+    if len(toks) != 2 + 3 * n:
+        raise ProtocolError("GPUS: expected 3 values per device")
+    return Gpus([{"used_gb": _float(toks[2 + 3 * i]), "total_gb": _float(toks[3 + 3 * i]),
+                  "experts": _int(toks[4 + 3 * i])} for i in range(n)])
+
+
+def _model(toks, line):
+    try:
+        info = json.loads(line[len("MODEL"):].strip())
+    except ValueError:
+        raise ProtocolError("MODEL: bad json") from None
+    if not isinstance(info, dict):
+        raise ProtocolError("MODEL: expected a json object")
+    return Model(info)
+
+
+def _accept(toks, line):
+    _need(toks, 3, "ACCEPT")
+    return Accept(_int(toks[1], 1), _int(toks[2], 0), _kv(toks[3:]))
+
+
+def _topk(toks, line):
+    _need(toks, 3, "TOPK")
+    k = _int(toks[2], 0)
+    if len(toks) != 3 + 2 * k:
+        raise ProtocolError("TOPK: expected k (logprob, hextext) pairs")
+    cands = []
+    for i in range(k):
+        try:
+            text = bytes.fromhex(toks[4 + 2 * i]).decode("utf-8", "replace")
+        except ValueError:
+            raise ProtocolError("TOPK: bad hex text") from None
+        cands.append([_float(toks[3 + 2 * i]), text])
+    return TopK(_int(toks[1], 1), cands)
+
+
+def _perf(toks, line):
+    _need(toks, 3, "PERF")
+    return Perf(_int(toks[1], 1), dict(zip(PERF_FIELDS, (_float(t) for t in toks[2:]))))
+
+
+def _prof(toks, line):
+    _need(toks, 10, "PROF")
+    return Prof(dict(zip(PROF_FIELDS, (_float(t) for t in toks[1:]))))
+
+
+def _entropy(toks, line):
+    return Entropy([_float(t) for t in toks[1:]])
+
+
+def _repin(toks, line):
+    _need(toks, 5, "REPIN")
+    return Repin(*(_int(t) for t in toks[1:5]))
+
+
+def _done(toks, line):
+    _need(toks, 9, "DONE")
+    if toks[2] != "STAT":
+        raise ProtocolError("DONE: expected STAT")
+    return Done(_int(toks[1], 1), _int(toks[3], 0), _float(toks[4]), _float(toks[5]),
+                _float(toks[6]), _int(toks[7], 0), toks[8] == "1")
+
+
+def _error(toks, line):
+    _need(toks, 3, "ERROR")
+    err = Error(_int(toks[1], 0), toks[2], toks[3:])
+    if err.code == "CONTEXT_EXCEEDED":
+        kv = _kv(err.args)
+        nums = [int(t) for t in err.args if t.lstrip("-").isdigit()]
+        if "prompt_tokens" in kv or "capacity" in kv:   # Kimi-style key=value form
+            err.n, err.limit = kv.get("prompt_tokens"), kv.get("capacity", kv.get("limit"))
+        elif len(nums) >= 2:                             # GLM positional form: n limit
+            err.n, err.limit = nums[0], nums[1]
+    return err
+
+
+LINE_KINDS = {
+    "STAT": _stat, "CAPS": lambda t, l: Caps(_kv(t[1:])), "HWINFO": _hwinfo, "TIERS": _tiers,
+    "EMAP": _emap, "HITS": _hits, "GPUS": _gpus, "GPUDETAIL": lambda t, l: GpuDetail(),
+    "MODEL": _model, "ACCEPT": _accept, "TOPK": _topk, "PERF": _perf, "PROF": _prof,
+    "ENTROPY": _entropy, "REPIN": _repin, "DONE": _done, "ERROR": _error,
+}
+FRAME_KINDS = {"DATA", "TOOL", "ECHO"}
+
+
+def parse_line(line):
+    """One protocol line (str, no '\\n') -> event; None for unknown kinds."""
+    toks = line.split()
+    if not toks:
+        raise ProtocolError("blank line")
+    kind = toks[0]
+    parser = LINE_KINDS.get(kind)
+    if parser is None:
+        if kind not in _warned_kinds:
+            _warned_kinds.add(kind)
+            log.warning("ignoring unknown engine line kind %r", kind[:40])
+        return None
+    return parser(toks, line)
+
+
+def _frame_header(toks):
+    """DATA/TOOL/ECHO header -> (partial event, byte count)."""
+    kind = toks[0]
+    _need(toks, 3, kind)
+    req, n = _int(toks[1], 1), _int(toks[2], 0)
+    if n > MAX_FRAME:
+        raise ProtocolError(f"{kind}: frame of {n} bytes")
+    if kind == "DATA":
+        event = Data(req, b"")
+        if len(toks) > 3:  # logprobs tail: <lp> <k> [<tid> <tlp>]*k
+            _need(toks, 5, kind)
+            k = _int(toks[4], 0)
+            if len(toks) != 5 + 2 * k:
+                raise ProtocolError("DATA: bad logprobs tail")
+            event.logprob = _float(toks[3])
+            event.top = [[_int(toks[5 + 2 * i]), _float(toks[6 + 2 * i])] for i in range(k)]
+        return event, n
+    return (Tool(req) if kind == "TOOL" else Echo(req)), n
+
+
+class Parser:
+    """Push parser: feed() raw stdout bytes in chunks of any size, get complete events back."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.ready = False
+        self.pending = None  # (event, byte count) while a frame payload is incomplete
+
+    def feed(self, chunk):
+        self.buf += chunk
+        events = []
+        while True:
+            if self.pending is not None:
+                event, n = self.pending
+                if len(self.buf) < n + 1:
+                    break
+                if self.buf[n] != 0x0A:
+                    raise ProtocolError(f"frame of {n} bytes not followed by a newline")
+                if isinstance(event, Data):
+                    event.data = bytes(self.buf[:n])
+                del self.buf[:n + 1]
+                self.pending = None
+                events.append(event)
+                continue
+            end = self.buf.find(b"\n")
+            if end < 0:
+                if len(self.buf) > MAX_LINE:
+                    raise ProtocolError("line too long")
+                break
+            raw = bytes(self.buf[:end]).rstrip(b"\r")
+            del self.buf[:end + 1]
+            event = self._line(raw)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _line(self, raw):
+        if not self.ready:
+            if raw == READY_LINE:
+                self.ready = True
+                return Ready()
+            return Banner(raw.decode("utf-8", "replace"))
+        line = raw.decode("utf-8", "replace")
+        toks = line.split()
+        if toks and toks[0] in FRAME_KINDS:
+            self.pending = _frame_header(toks)
+            return None
+        return parse_line(line)
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+def format_number(value):
+    """Shortest decimal form without exponent: 0.7 -> '0.7', 1.0 -> '1', 1e-05 -> '0.00001'."""
+    text = format(Decimal(repr(float(value))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots):
+    """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse."""
+    if not isinstance(req_id, int) or req_id < 1:
+        raise SubmitError("id must be >= 1")
+    if not isinstance(slot, int) or not 0 <= slot < slots:
+        raise SubmitError(f"slot must be in 0..{slots - 1}")
+    if isinstance(payload, str):
+        try:
+            payload = payload.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SubmitError("prompt is not valid UTF-8") from None
+    else:
+        try:
+            bytes(payload).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SubmitError("prompt is not valid UTF-8") from None
+    if b"\x00" in payload:
+        raise SubmitError("prompt contains NUL")
+    if len(payload) > MAX_PAYLOAD:
+        raise SubmitError("prompt larger than 16 MiB")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise SubmitError("max_tokens must be >= 1")
+    temperature, top_p = float(temperature), float(top_p)
+    if not (math.isfinite(temperature) and 0 <= temperature <= 2):
+        raise SubmitError("temperature must be in [0, 2]")
+    if not (math.isfinite(top_p) and 0 < top_p <= 1):
+        raise SubmitError("top_p must be in (0, 1]")
+    header = (f"SUBMIT {req_id} {slot} {len(payload)} {max_tokens} "
+              f"{format_number(temperature)} {format_number(top_p)}\n")
+    return header.encode("ascii") + bytes(payload) + b"\n"
+
+
+def _simple(verb, req_id):
+    if not isinstance(req_id, int) or req_id < 1:
+        raise SubmitError("id must be >= 1")
+    return f"{verb} {req_id}\n".encode("ascii")
+
+
+def format_stop(req_id):
+    return _simple("STOP", req_id)
+
+
+def format_cancel(req_id):
+    return _simple("CANCEL", req_id)

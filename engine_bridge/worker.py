@@ -1,0 +1,390 @@
+"""The bridge worker: the only owner of the engine. Listens on the `engine-bridge` channel for
+gen.submit / gen.cancel / gen.stop and relays each request's events to its reply channel in
+numbered batches (docs/contracts.md).
+
+Why batches: channels_redis drops messages to a full channel silently, so text is coalesced
+(every FLUSH_INTERVAL or FLUSH_EVENTS text events) and numbered; the client fails on a gap.
+"""
+import asyncio
+import codecs
+import logging
+import time
+from dataclasses import dataclass, field
+
+from channels.exceptions import ChannelFull
+from django.conf import settings
+
+from engine_bridge import protocol as p
+from engine_bridge.client import BRIDGE_CHANNEL, GenerationRequest
+from engine_bridge.engine import EngineFailed, Supervisor, next_id
+from engine_bridge.scheduler import Job, QueueFull, Scheduler
+from engine_bridge.telemetry import Publisher
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL = 0.03
+FLUSH_EVENTS = 16
+DIED_MESSAGE = "The engine stopped unexpectedly; your partial reply was kept. Restarting…"
+JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
+
+
+@dataclass
+class Request:
+    req: str
+    reply: str
+    job: GenerationRequest
+    t_submit: float = field(default_factory=time.monotonic)
+    eng_id: int | None = None
+    slot: int | None = None
+    decoder: object = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    text: str = ""           # decoded output so far
+    sent: int = 0            # chars of text already emitted
+    stopped: bool = False    # a stop string matched (STOP sent): drop further DATA
+    cancelled: bool = False  # CANCEL sent: drop further DATA, wait for CANCELLED or DONE
+    t_first: float | None = None
+    prompt_tokens: int | None = None
+    reused: int | None = None
+    topk: list = field(default_factory=list)
+    perf: dict | None = None
+    outbox: list = field(default_factory=list)
+    n_text: int = 0
+    seq: int = 0
+    timer: object = None
+    position: int | None = None
+
+
+def parse_job(raw):
+    job = GenerationRequest(**{k: v for k, v in (raw or {}).items() if k in JOB_FIELDS})
+    if not isinstance(job.prompt, str) or not job.prompt:
+        raise p.SubmitError("prompt must be a non-empty string")
+    if not isinstance(job.stop, list) or not all(isinstance(s, str) and s for s in job.stop):
+        raise p.SubmitError("stop must be a list of non-empty strings")
+    p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1)
+    return job
+
+
+def held_back(text, stops):
+    """Length of the longest suffix of text that could still grow into a stop string."""
+    hold = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:n]):
+                hold = n
+                break
+    return hold
+
+
+class Bridge:
+    def __init__(self, layer, command=None, ready_timeout=None):
+        self.layer = layer
+        self.requests = {}   # req -> Request (queued or running)
+        self.by_id = {}      # engine id -> Request
+        self.block = {}      # telemetry lines since the last DONE (the block belongs to the next DONE)
+        self.scheduler = Scheduler(settings.KV_SLOTS, settings.BRIDGE_QUEUE_LIMIT)
+        self.scheduler.paused = True
+        self.supervisor = Supervisor(self, command, ready_timeout)
+        self.publisher = Publisher()
+        self.publisher.update(slots=settings.KV_SLOTS)
+        self.outq = asyncio.Queue()
+
+    # --- main loop ---------------------------------------------------------------------------
+
+    async def run(self):
+        tasks = [asyncio.create_task(self.supervisor.run()), asyncio.create_task(self.publisher.run()),
+                 asyncio.create_task(self._sender())]
+        try:
+            while True:
+                message = await self.layer.receive(BRIDGE_CHANNEL)
+                try:
+                    self.handle(message)
+                except Exception:
+                    log.exception("bad bridge message %r", message.get("type"))
+        finally:
+            await self.shutdown(tasks)
+
+    async def shutdown(self, tasks):
+        self.scheduler.paused = True
+        await self.supervisor.shutdown()
+        for r in list(self.requests.values()):
+            self.finish(r, {"kind": "error", "code": "ENGINE_UNAVAILABLE",
+                            "message": "The engine bridge is shutting down."})
+        await self.outq.join()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.publisher.close()
+
+    async def _sender(self):
+        while True:
+            channel, message = await self.outq.get()
+            try:
+                await self.layer.send(channel, message)
+            except ChannelFull:
+                log.error("reply channel full; req %s lost seq %s", message["req"], message["seq"])
+            except Exception:
+                log.exception("sending to %s failed", channel)
+            finally:
+                self.outq.task_done()
+
+    def handle(self, message):
+        kind, req = message.get("type"), message.get("req")
+        if kind == "gen.submit":
+            self.submit(req, message.get("reply"), message.get("job"))
+        elif kind == "gen.cancel" and req in self.requests:
+            self.cancel(self.requests[req])
+        elif kind == "gen.stop" and req in self.requests:
+            self.stop(self.requests[req])
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def submit(self, req, reply, raw_job):
+        if not req or not reply or req in self.requests:
+            log.error("ignoring gen.submit with req=%r reply=%r", req, reply)
+            return
+        try:
+            job = parse_job(raw_job)
+        except (TypeError, ValueError) as exc:
+            r = Request(req, reply, None)
+            self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
+            return
+        r = Request(req, reply, job)
+        self.requests[req] = r
+        try:
+            started = self.scheduler.submit(Job(req, job.prompt, job.conversation_key, job.priority))
+        except QueueFull:
+            self.finish(r, {"kind": "error", "code": "QUEUE_FULL",
+                            "message": "Too many requests are waiting; try again shortly."})
+            return
+        self.start_all(started)
+
+    def start_all(self, started):
+        for job, slot in started:
+            self.start(self.requests[job.req], slot)
+        for req, position in self.scheduler.positions().items():
+            r = self.requests.get(req)
+            if r and r.position != position:
+                r.position = position
+                self.emit(r, {"kind": "queued", "position": position}, flush=True)
+        self.publisher.update(queue=len(self.scheduler.queue),
+                              busy=sum(1 for s in self.scheduler.slots if s.busy is not None))
+
+    def start(self, r, slot):
+        r.eng_id, r.slot, r.position = next_id(), slot, None
+        self.by_id[r.eng_id] = r
+        job = r.job
+        self._write(self.supervisor.engine.submit(r.eng_id, slot, job.prompt, job.max_tokens,
+                                                  job.temperature, job.top_p))
+
+    def _write(self, coro):
+        async def run():
+            try:
+                await coro
+            except EngineFailed as exc:  # the engine is going down; on_down fails the requests
+                log.warning("engine write failed: %s", exc)
+        asyncio.create_task(run())
+
+    def cancel(self, r):
+        if r.eng_id is None:
+            self.scheduler.remove(r.req)
+            self.finish(r, {"kind": "error", "code": "CANCELLED", "message": "Cancelled."})
+            self.start_all([])
+        elif not r.cancelled:
+            r.cancelled = True
+            self._write(self.supervisor.engine.cancel(r.eng_id))
+
+    def stop(self, r):
+        if r.eng_id is None:
+            self.cancel(r)
+        elif not (r.cancelled or r.stopped):
+            r.stopped = True
+            self._write(self.supervisor.engine.stop(r.eng_id))
+
+    # --- events out ---------------------------------------------------------------------------
+
+    def emit(self, r, event, flush=False):
+        if event["kind"] == "text":
+            if not event["text"]:
+                return
+            if r.t_first is None:
+                r.t_first = time.monotonic()
+            r.n_text += 1
+            if r.outbox and r.outbox[-1]["kind"] == "text":
+                r.outbox[-1]["text"] += event["text"]
+            else:
+                r.outbox.append(event)
+        else:
+            r.outbox.append(event)
+        if flush or r.n_text >= FLUSH_EVENTS:
+            self.flush(r)
+        elif r.timer is None:
+            r.timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL, self.flush, r)
+
+    def flush(self, r):
+        if r.timer is not None:
+            r.timer.cancel()
+            r.timer = None
+        if r.outbox:
+            self.outq.put_nowait((r.reply, {"type": "gen.events", "req": r.req, "seq": r.seq,
+                                            "events": r.outbox}))
+            r.seq, r.outbox, r.n_text = r.seq + 1, [], 0
+
+    def emit_text(self, r, final=False):
+        stops = r.job.stop
+        if not r.stopped and stops:
+            hits = [i for i in (r.text.find(s, max(0, r.sent - len(s))) for s in stops) if i >= 0]
+            if hits:
+                cut = min(hits)
+                self.emit(r, {"kind": "text", "text": r.text[r.sent:cut]})
+                r.sent, r.text = cut, r.text[:cut]
+                self.stop(r)
+                return
+        end = len(r.text) if final or r.stopped else len(r.text) - held_back(r.text, stops)
+        if end > r.sent:
+            self.emit(r, {"kind": "text", "text": r.text[r.sent:end]})
+            r.sent = end
+
+    def finish(self, r, final):
+        self.emit(r, final, flush=True)
+        self.requests.pop(r.req, None)
+        if r.eng_id is not None:
+            self.by_id.pop(r.eng_id, None)
+        elapsed = time.monotonic() - r.t_submit
+        log.info("req %s id=%s slot=%s prompt=%s reused=%s out_chars=%d ttft=%s %.2fs -> %s",
+                 r.req, r.eng_id, r.slot, r.prompt_tokens, r.reused, len(r.text),
+                 f"{r.t_first - r.t_submit:.3f}" if r.t_first else "-", elapsed,
+                 final.get("finish_reason") or final.get("code"))
+
+    def release(self, r):
+        if r.job is not None:
+            self.start_all(self.scheduler.release(r.req, r.job.prompt + r.text))
+
+    # --- engine hooks (called from the supervisor / the engine's reader task) ------------------
+
+    def on_status(self, status):
+        self.publisher.update(status=status, up=status == "up", restarts=self.supervisor.restarts)
+
+    def on_ready(self, engine):
+        self.scheduler.paused = False
+        self.start_all(self.scheduler.dispatch())
+
+    def on_down(self, reason):
+        self.scheduler.paused = True
+        self.block = {}
+        for r in list(self.by_id.values()):
+            self.emit_text(r, final=True)
+            self.finish(r, {"kind": "error", "code": "ENGINE_DIED", "message": DIED_MESSAGE})
+        self.scheduler.reset()
+        self.start_all([])
+
+    def on_event(self, ev):
+        handler = getattr(self, "ev_" + type(ev).__name__.lower(), None)
+        if handler:
+            handler(ev)
+
+    def ev_model(self, ev):
+        self.publisher.update(model=ev.info)
+
+    def ev_hwinfo(self, ev):
+        self.block["hwinfo"] = ev.__dict__
+        self.publisher.update(hwinfo=ev.__dict__)
+
+    def ev_tiers(self, ev):
+        self.publisher.update(tiers=ev.__dict__)
+
+    def ev_emap(self, ev):
+        self.publisher.update(emap=ev.__dict__, seq=self.publisher.state["seq"] + 1)
+
+    def ev_hits(self, ev):
+        self.publisher.update(hits=ev.__dict__, seq=self.publisher.state["seq"] + 1)
+
+    def ev_gpus(self, ev):
+        self.block["gpus"] = ev.gpus
+        self.publisher.update(gpus=ev.gpus)
+
+    def ev_entropy(self, ev):
+        self.block["entropy"] = ev.values
+        self.publisher.update(entropy=ev.values)
+
+    def ev_repin(self, ev):
+        self.block.setdefault("repin", []).append(ev.__dict__)
+        self.publisher.add_repin(ev.__dict__)
+
+    def ev_prof(self, ev):
+        self.block["prof"] = ev.values
+
+    def ev_perf(self, ev):
+        r = self.by_id.get(ev.id)
+        if r:
+            r.perf = ev.values
+
+    def ev_accept(self, ev):
+        r = self.by_id.get(ev.id)
+        if r is None or r.prompt_tokens is not None:
+            if r is not None:
+                log.error("duplicate ACCEPT for id %s", ev.id)
+            return
+        r.prompt_tokens, r.reused = ev.prompt_tokens, ev.extras.get("reused")
+        self.emit(r, {"kind": "accepted", "prompt_tokens": ev.prompt_tokens, "slot": r.slot,
+                      "reused": r.reused}, flush=True)
+
+    def ev_data(self, ev):
+        r = self.by_id.get(ev.id)
+        if r is None or r.cancelled or r.stopped:
+            return
+        r.text += r.decoder.decode(ev.data)
+        self.emit_text(r)
+
+    def ev_topk(self, ev):
+        r = self.by_id.get(ev.id)
+        if r and r.job.topk and not (r.cancelled or r.stopped):
+            r.topk.append(ev.candidates)
+            self.emit(r, {"kind": "topk", "candidates": ev.candidates})
+
+    def ev_done(self, ev):
+        block, self.block = self.block, {}
+        r = self.by_id.get(ev.id)
+        if r is None:
+            return
+        if r.cancelled:
+            self.finish(r, {"kind": "error", "code": "CANCELLED", "message": "Cancelled."})
+            return self.release(r)
+        if not r.stopped:
+            r.text += r.decoder.decode(b"", final=True)
+        self.emit_text(r, final=True)
+        ttft = round(r.t_first - r.t_submit, 4) if r.t_first else None
+        self.finish(r, {
+            "kind": "done",
+            "finish_reason": "length" if ev.length_limited and not r.stopped else "stop",
+            "usage": {"prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.emitted},
+            "stats": {"tok_s": ev.tok_s, "hit_pct": ev.hit_pct, "rss_gb": ev.rss_gb, "ttft_s": ttft},
+            "reused": r.reused,
+            "perf": r.perf or block.get("prof"),
+            "entropy": block.get("entropy"),
+            "gpus": block.get("gpus"),
+            "repin": block.get("repin", []),
+            "topk": r.topk if r.job.topk else None,
+        })
+        self.release(r)
+
+    def ev_error(self, ev):
+        r = self.by_id.get(ev.id)
+        if r is None or ev.code == "NOT_FOUND":
+            if ev.id != 0 and ev.code != "NOT_FOUND":
+                log.error("engine error for unknown id %s: %s", ev.id, ev.message)
+            return
+        if ev.code == "CANCELLED":
+            final = {"kind": "error", "code": "CANCELLED", "message": "Cancelled."}
+        elif ev.code == "CONTEXT_EXCEEDED":
+            final = {"kind": "error", "code": "CONTEXT_EXCEEDED", "n": ev.n, "limit": ev.limit,
+                     "message": f"The prompt is too long: at least {ev.n} tokens, the limit is {ev.limit}."}
+        elif ev.code in ("BAD_REQUEST", "EMPTY_PROMPT"):
+            final = {"kind": "error", "code": "BAD_REQUEST", "message": ev.message}
+        else:
+            if ev.code in ("SLOT_BUSY", "DUPLICATE_ID"):
+                log.error("bridge bug: engine said %s for id %s", ev.code, ev.id)
+            final = {"kind": "error", "code": "ENGINE_ERROR", "message": ev.message}
+        if ev.code == "BAD_FRAME":
+            return  # the engine exits; on_down reports ENGINE_DIED
+        self.emit_text(r, final=True)
+        self.finish(r, final)
+        self.release(r)

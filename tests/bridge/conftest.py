@@ -1,0 +1,53 @@
+"""Bridge test fixtures: a Redis database of our own (so the `engine-bridge` channel is not shared
+with other test sessions), settings pointing at it, and bridge worker processes."""
+import sys
+from pathlib import Path
+
+import pytest
+from channels.layers import channel_layers
+from django.test.utils import override_settings
+
+from tests.support import procs
+
+FAKES = Path(__file__).parent / "fake_engines"
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    url = procs.claim_redis_db()
+    yield url
+    procs.release_redis_db(url)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bridge_settings(redis_url):
+    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                          "CONFIG": {"hosts": [redis_url], "capacity": 1000, "expiry": 60}}}
+    with override_settings(REDIS_URL=redis_url, CHANNEL_LAYERS=layers):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def fresh_layer():
+    channel_layers.backends.clear()  # a layer per test: each test has its own event loop
+    yield
+    channel_layers.backends.clear()
+
+
+def bridge_env(redis_url, **extra):
+    env = {"REDIS_URL": redis_url, "ENGINE_ENV": "KVSAVE=0,USAGE_SAVE=0", "KV_SLOTS": "2",
+           "CTX": "256", "LOG_LEVEL": "INFO", "BRIDGE_QUEUE_LIMIT": "4"}
+    env.update(extra)
+    return env
+
+
+def fake_command(name):
+    return f"{sys.executable} {FAKES / name}"
+
+
+@pytest.fixture(scope="module")
+def real_bridge(engine_binary, tiny_model, redis_url):
+    proc = procs.start_bridge(bridge_env(redis_url, ENGINE_BINARY=str(engine_binary),
+                                         ENGINE_MODEL=str(tiny_model)))
+    yield proc
+    procs.stop(proc)

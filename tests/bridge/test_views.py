@@ -1,0 +1,61 @@
+import json
+
+import pytest
+import redis
+from django.contrib.auth.models import User
+from django.test import override_settings
+
+from engine_bridge.telemetry import empty_state, get_state, state_key
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def state(settings):
+    client = redis.Redis.from_url(settings.REDIS_URL)
+
+    def put(**fields):
+        client.set(state_key(), json.dumps({**empty_state(), **fields, "updated": 1.0}))
+
+    yield put
+    client.delete(state_key())
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def own_prefix():
+    with override_settings(CACHES={"default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache", "KEY_PREFIX": "bridge-views-test"}}):
+        yield
+
+
+def test_it_reports_a_healthy_engine(client, state):
+    state(up=True, status="up", model={"name": "tiny"}, slots=2, queue=1, restarts=3)
+    r = client.get("/health")
+    assert r.status_code == 200
+    assert r.json() == {"engine": "up", "model": "tiny", "slots": 2, "queue": 1, "restarts": 3}
+
+
+def test_it_is_503_while_starting(client, state):
+    state(status="starting")
+    r = client.get("/health")
+    assert r.status_code == 503 and r.json()["engine"] == "starting"
+
+
+def test_it_is_503_without_a_bridge(client):
+    assert get_state()["up"] is False
+    r = client.get("/health")
+    assert r.status_code == 503 and r.json()["engine"] == "down"
+
+
+def test_it_requires_login_for_experts(client, state):
+    assert client.get("/experts").status_code == 401
+
+
+def test_it_serves_the_expert_map(client, state):
+    state(up=True, emap={"rows": 2, "cols": 8, "hex": "00" * 16}, hits={"rows": 2, "cols": 8, "hex": "f8fc"},
+          seq=4, tiers={"vram_experts": 0}, entropy=[1.5], repin=[])
+    client.force_login(User.objects.create_user("alice"))
+    body = client.get("/experts").json()
+    assert body == {"rows": 2, "cols": 8, "map": "00" * 16, "hits": "f8fc", "seq": 4, "gpus": None,
+                    "entropy": [1.5], "repin": [], "tiers": {"vram_experts": 0}}

@@ -1,0 +1,89 @@
+"""The bridge worker against test-double engines (tests/bridge/fake_engines/): crashes, banners,
+unknown line kinds, queueing."""
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+from engine_bridge.client import GenerationRequest, generate
+from engine_bridge.telemetry import aget_state
+from tests.bridge.conftest import bridge_env, fake_command
+from tests.bridge.helpers import collect, final, text_of
+from tests.support import procs
+
+
+@contextlib.contextmanager
+def bridge(redis_url, engine, **env):
+    proc = procs.start_bridge(bridge_env(redis_url, ENGINE_COMMAND=fake_command(engine), **env))
+    try:
+        yield proc
+    finally:
+        procs.stop(proc)
+
+
+async def test_it_restarts_an_engine_that_dies_mid_line(redis_url, tmp_path):
+    with bridge(redis_url, "crash_mid_line.py", FAKE_STATE_DIR=str(tmp_path), FAKE_DELAY="0.01"):
+        events = await collect(GenerationRequest(prompt="hello", max_tokens=50))
+        err = final(events)
+        assert err["code"] == "ENGINE_DIED"
+        assert err["message"].startswith("The engine stopped unexpectedly")
+        assert text_of(events) == "héllo"  # 3 frames of 2 bytes arrived before the crash
+        deadline = time.monotonic() + 10
+        while not ((state := await aget_state())["up"] and state["restarts"] == 1):
+            assert time.monotonic() < deadline, state
+            await asyncio.sleep(0.1)
+        events = await collect(GenerationRequest(prompt="hello", max_tokens=6))
+        assert final(events)["kind"] == "done"
+        assert text_of(events) == "héllo wörl"
+
+
+async def test_it_skips_banners_and_ignores_unknown_kinds(redis_url):
+    with bridge(redis_url, "mux_fake.py", FAKE_BANNER="1", FAKE_UNKNOWN="1"):
+        events = await collect(GenerationRequest(prompt="hello", max_tokens=9))
+        done = final(events)
+        assert done["kind"] == "done" and done["usage"] == {"prompt_tokens": 5, "completion_tokens": 9}
+        assert text_of(events) == "héllo wörld 🙂"   # the emoji arrived split over two frames
+        cut = await collect(GenerationRequest(prompt="hello", max_tokens=8))
+        assert text_of(cut) == "héllo wörld \ufffd"  # half an emoji at DONE: flushed as U+FFFD
+        assert done["perf"]["forwards"] == 7
+        state = await aget_state()
+        assert state["model"]["name"] == "fake-moe" and state["restarts"] == 0
+        assert state["hwinfo"]["cpu"] == "Fake CPU @ 1.00GHz"
+
+
+async def test_it_queues_with_positions_and_rejects_when_full(redis_url):
+    with bridge(redis_url, "mux_fake.py", KV_SLOTS="1", BRIDGE_QUEUE_LIMIT="2", FAKE_DELAY="0.02"):
+        running = asyncio.create_task(collect(GenerationRequest(prompt="a", max_tokens=30)))
+        await asyncio.sleep(0.3)
+        bg = asyncio.create_task(collect(GenerationRequest(prompt="b", max_tokens=2, priority="background")))
+        await asyncio.sleep(0.1)
+        fg = asyncio.create_task(collect(GenerationRequest(prompt="c", max_tokens=2)))
+        await asyncio.sleep(0.1)
+        rejected = await collect(GenerationRequest(prompt="d", max_tokens=2))
+        assert final(rejected)["code"] == "QUEUE_FULL"
+        results = await asyncio.gather(running, bg, fg)
+        assert all(final(r)["kind"] == "done" for r in results)
+        bg_positions = [e["position"] for e in results[1] if e["kind"] == "queued"]
+        fg_positions = [e["position"] for e in results[2] if e["kind"] == "queued"]
+        assert bg_positions == [1, 2, 1]   # the interactive job overtook it
+        assert fg_positions == [1]
+
+
+async def test_it_cancels_a_queued_job_when_the_caller_leaves(redis_url):
+    with bridge(redis_url, "mux_fake.py", KV_SLOTS="1", FAKE_DELAY="0.02"):
+        running = asyncio.create_task(collect(GenerationRequest(prompt="a", max_tokens=20)))
+        await asyncio.sleep(0.3)
+        async with contextlib.aclosing(generate(GenerationRequest(prompt="b", max_tokens=2))) as events:
+            async for event in events:
+                if event["kind"] == "queued":
+                    break
+        assert final(await running)["kind"] == "done"
+        await asyncio.sleep(0.5)  # telemetry writes are throttled
+        state = await aget_state()
+        assert state["queue"] == 0 and state["busy"] == 0
+
+
+async def test_it_says_unavailable_when_no_bridge_runs(redis_url):
+    events = await collect(GenerationRequest(prompt="x", max_tokens=2), idle_timeout=5)
+    assert final(events)["code"] == "ENGINE_UNAVAILABLE"
