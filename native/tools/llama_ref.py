@@ -1,0 +1,155 @@
+"""A small numpy reference forward pass of llama-architecture GGUF models (dense or MoE).
+
+It is the correctness oracle for the C engine (same formulas, float64 math, no quantized
+activations) and the calibration forward of the default-model builder. Slow but exact enough.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGUFReader, GGMLQuantizationType
+from gguf.quants import dequantize
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    if f.types and f.types[0].name == "STRING":
+        return bytes(f.parts[f.data[0]]).decode("utf-8")
+    return f.parts[f.data[0]][0].item()
+
+
+def tensor_f32(t) -> np.ndarray:
+    """Dequantized tensor in numpy order (ne[n-1], ..., ne[0])."""
+    shape = tuple(int(x) for x in reversed(t.shape[: len(t.shape)]))
+    qt = GGMLQuantizationType(int(t.tensor_type))
+    if qt in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        arr = np.asarray(t.data, dtype=np.float32)
+    else:
+        arr = dequantize(np.asarray(t.data), qt).astype(np.float32)
+    return arr.reshape(shape)
+
+
+class Model:
+    def __init__(self, path):
+        r = GGUFReader(path)
+        self.reader = r
+        a = "llama"
+        self.n_layers = int(_field(r, f"{a}.block_count"))
+        self.d = int(_field(r, f"{a}.embedding_length"))
+        self.n_heads = int(_field(r, f"{a}.attention.head_count"))
+        self.n_kv = int(_field(r, f"{a}.attention.head_count_kv", self.n_heads))
+        self.head_dim = self.d // self.n_heads
+        self.rope_base = float(_field(r, f"{a}.rope.freq_base", 10000.0))
+        self.eps = float(_field(r, f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
+        self.n_experts = int(_field(r, f"{a}.expert_count", 0) or 0)
+        self.top_k = int(_field(r, f"{a}.expert_used_count", 0) or 0)
+        self.gating = _field(r, "colibri.expert_gating", "softmax")
+        self.t = {t.name: t for t in r.tensors}
+        self._cache: dict[str, np.ndarray] = {}
+
+    def w(self, name) -> np.ndarray:
+        if name not in self._cache:
+            self._cache[name] = tensor_f32(self.t[name]).astype(np.float64)
+        return self._cache[name]
+
+    def has(self, name) -> bool:
+        return name in self.t
+
+    def rmsnorm(self, x, name):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * self.w(name)
+
+    def rope(self, x, pos):
+        # Interleaved pairs (x[2i], x[2i+1]) per head, angle pos * base^(-2i/head_dim).
+        hd = self.head_dim
+        i = np.arange(hd // 2)
+        theta = pos[:, None] * self.rope_base ** (-2.0 * i / hd)[None, :]
+        c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = x0 * c - x1 * s
+        out[..., 1::2] = x0 * s + x1 * c
+        return out
+
+    def ffn(self, L, h, record=None, routes=None):
+        p = f"blk.{L}."
+        if not self.has(p + "ffn_gate_inp.weight"):
+            a = silu(h @ self.w(p + "ffn_gate.weight").T) * (h @ self.w(p + "ffn_up.weight").T)
+            if record is not None:
+                record(L, h, a)
+            return a @ self.w(p + "ffn_down.weight").T
+        out = np.zeros_like(h)
+        if self.has(p + "ffn_gate_shexp.weight"):
+            a = silu(h @ self.w(p + "ffn_gate_shexp.weight").T) * (h @ self.w(p + "ffn_up_shexp.weight").T)
+            out += a @ self.w(p + "ffn_down_shexp.weight").T
+        logits = h @ self.w(p + "ffn_gate_inp.weight").T
+        if self.has(p + "ffn_gate_inp.bias"):
+            logits = logits + self.w(p + "ffn_gate_inp.bias")
+        gate, up, down = (self.w(p + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        for row in range(h.shape[0]):
+            sel = np.argsort(-logits[row], kind="stable")[: self.top_k]
+            if self.gating == "unit":
+                wts = np.ones(len(sel))
+            else:
+                z = np.exp(logits[row, sel] - logits[row, sel].max())
+                wts = z / z.sum()
+            if routes is not None:
+                routes.append((L, row, sorted(int(e) for e in sel)))
+            for e, wt in zip(sel, wts):
+                a = silu(gate[e] @ h[row]) * (up[e] @ h[row])
+                out[row] += wt * (down[e] @ a)
+        return out
+
+    def forward(self, tokens, record=None, routes=None, cache=None) -> np.ndarray:
+        """Logits for every new position (causal), float64. `cache` (a dict, filled in place)
+        keeps K/V between calls so decoding one token at a time costs one position."""
+        tokens = np.asarray(tokens)
+        n = len(tokens)
+        cache = {} if cache is None else cache
+        past = cache.get("n", 0)
+        x = self.w("token_embd.weight")[tokens].copy()
+        pos = np.arange(past, past + n, dtype=np.float64)
+        group = self.n_heads // self.n_kv
+        mask = np.triu(np.full((n, past + n), -np.inf), past + 1)
+        for L in range(self.n_layers):
+            p = f"blk.{L}."
+            h = self.rmsnorm(x, p + "attn_norm.weight")
+            q = (h @ self.w(p + "attn_q.weight").T).reshape(n, self.n_heads, self.head_dim)
+            k = (h @ self.w(p + "attn_k.weight").T).reshape(n, self.n_kv, self.head_dim)
+            v = (h @ self.w(p + "attn_v.weight").T).reshape(n, self.n_kv, self.head_dim)
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            if past:
+                k = np.concatenate([cache["k"][L], k])
+                v = np.concatenate([cache["v"][L], v])
+            cache.setdefault("k", [None] * self.n_layers)[L] = k
+            cache.setdefault("v", [None] * self.n_layers)[L] = v
+            o = np.empty_like(q)
+            for hh in range(self.n_heads):
+                kv = hh // group
+                s = q[:, hh] @ k[:, kv].T / np.sqrt(self.head_dim) + mask
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                o[:, hh] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv]
+            x = x + o.reshape(n, -1) @ self.w(p + "attn_output.weight").T
+            h = self.rmsnorm(x, p + "ffn_norm.weight")
+            x = x + self.ffn(L, h, record, routes)
+        cache["n"] = past + n
+        head = self.w("output.weight") if self.has("output.weight") else self.w("token_embd.weight")
+        return self.rmsnorm(x, "output_norm.weight") @ head.T
+
+    def greedy(self, prompt_ids, steps, eos=None):
+        """Greedy continuation ids and the logits each choice was made from."""
+        cache: dict = {}
+        logits = self.forward(prompt_ids, cache=cache)[-1]
+        out, seen = [], []
+        for _ in range(steps):
+            nxt = int(np.argmax(logits))
+            out.append(nxt)
+            seen.append(logits)
+            if nxt == eos:
+                break
+            logits = self.forward([nxt], cache=cache)[-1]
+        return out, seen
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
