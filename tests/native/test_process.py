@@ -300,3 +300,34 @@ def test_it_tokenize_matches_hf(engine_bin, models, tmp_path):
         if got != want:
             problems.append(f"{t!r}:\n  engine {got}\n  hf     {want}")
     assert not problems, "\n".join(problems)
+
+
+def test_it_keeps_conversations_warm_across_restart_with_kvsave(spawn, tmp_path):
+    kv_dir = tmp_path / "kv"
+    kv_dir.mkdir()
+    first = chatml("Keep this conversation warm.")
+    e1 = spawn(slots=2, KVSAVE=1, KV_DIR=kv_dir)
+    r1 = e1.generate(first, slot=1, max_tokens=8)
+    assert e1.close() == 0
+    assert any(kv_dir.iterdir()), "KVSAVE=1 wrote no slot file"
+    e2 = spawn(slots=2, KVSAVE=1, KV_DIR=kv_dir)
+    follow = first + r1.text.decode("utf-8") + "<|im_end|>\n<|im_start|>user\nAnd now?<|im_end|>\n"
+    r2 = e2.generate(follow, slot=1, max_tokens=4)
+    assert r2.reused is not None and r2.reused >= r1.prompt_tokens, (
+        f"after restart slot 1 reused {r2.reused} tokens, expected >= {r1.prompt_tokens}")
+    other = e2.generate(follow, slot=0, max_tokens=4)
+    assert other.reused == 0, "slot 0 had no saved conversation, yet reused a prefix"
+    assert e2.close() == 0
+
+
+def test_it_pins_the_hottest_experts_and_reports_repin(spawn, tmp_path):
+    usage = tmp_path / "usage.txt"
+    e = spawn(model="big", slots=1, USAGE_SAVE=1, COLI_USAGE=usage, EXPERT_RAM_MB=1, PIN_MB=1)
+    r = e.generate(chatml("Warm up the router with a few words."), max_tokens=12)
+    repins = [line for line in r.block if line.startswith("REPIN ")]
+    assert repins, "no REPIN line after the first turn although PIN_MB leaves room for pinned experts"
+    for line in repins:
+        _, layer, eid, old_tier, gpu = line.split()
+        assert 0 <= int(layer) < 8 and 0 <= int(eid) < 16 and int(old_tier) in (0, 1, 2)
+    assert r.stat()["emitted"] >= 1
+    assert e.close() == 0
