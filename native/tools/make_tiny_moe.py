@@ -5,7 +5,7 @@ Test fixture for the native engine (see docs: default-model.md §7). Same argume
 same bytes, every run, in well under a second.
 
     make_tiny_moe.py OUT.gguf [--shared-expert] [--dense] [--layers 4] [--experts 8]
-                     [--top-k 2] [--seed 0] [--gating softmax|unit]
+                     [--top-k 2] [--seed 0] [--gating softmax|unit] [--f32]
 
 Shape: d_model 128, 4 query heads / 2 KV heads (head_dim 32), dense FFN 256, routed expert
 width 64, shared expert width 128, context 2048, rope base 10000, RMS eps 1e-5, tied output
@@ -24,6 +24,9 @@ Tensors (ggml order: ne0 = row length = input dimension; numpy shapes are revers
          (--shared-expert) blk.N.ffn_{gate,up}_shexp Q8_0 [d_model, d_shexp],
                            blk.N.ffn_down_shexp Q8_0 [d_shexp, d_model]
   Dense: blk.N.ffn_gate / ffn_up Q8_0 [d_model, d_ff], ffn_down Q8_0 [d_ff, d_model]
+
+--f32 stores every Q8_0/F16 matrix above as F32 instead (the same random values), for
+tight engine-vs-numpy logit comparisons free of weight quantization error.
 
 Metadata: llama.* hyper-parameters, llama.vocab_size, llama.expert_* (MoE only),
 colibri.expert_gating = "softmax" | "unit" (string; MoE only), and a byte-level BPE
@@ -172,7 +175,7 @@ def build_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-def q8(arr: np.ndarray) -> np.ndarray:
+def quant_q8(arr: np.ndarray) -> np.ndarray:
     return gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), GGMLQuantizationType.Q8_0)
 
 
@@ -186,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gating", choices=["softmax", "unit"], default="softmax")
+    ap.add_argument("--f32", action="store_true", help="all matrices F32 (no weight quantization)")
     a = ap.parse_args(argv)
     if a.layers < 1 or (not a.dense and not (1 <= a.top_k <= a.experts)):
         ap.error("need layers >= 1 and 1 <= top-k <= experts")
@@ -202,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
     name = "tiny-" + ("dense" if a.dense else f"moe{a.experts}x{a.top_k}" + ("-shexp" if a.shared_expert else ""))
+    name += "-f32" if a.f32 else ""
     w = GGUFWriter(a.out, "llama")
     w.add_name(name)
     w.add_block_count(a.layers)
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.shared_expert:
             w.add_expert_shared_feed_forward_length(D_SHEXP)
         w.add_string("colibri.expert_gating", a.gating)
-    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32 if a.f32 else gguf.LlamaFileType.MOSTLY_Q8_0))
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
@@ -232,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     w.add_add_bos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
 
-    Q8 = GGMLQuantizationType.Q8_0
+    Q8 = None if a.f32 else GGMLQuantizationType.Q8_0
+
+    def q8(arr: np.ndarray) -> np.ndarray:   # the matrix encoding: Q8_0, or F32 with --f32
+        return np.ascontiguousarray(arr, dtype=np.float32) if a.f32 else quant_q8(arr)
     # Embedding scale 0.15: the tied head's logits then have std ~1.7, so greedy decoding is
     # still decisive but temperature-1 sampling visits many different tokens (byte tokens too).
     embd = rng.standard_normal((vocab, D_MODEL), dtype=np.float32) * np.float32(0.15)
@@ -257,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         w.add_tensor(p + "ffn_gate_inp.weight", mat(E, D_MODEL, 4.0))
         gate = (rng.standard_normal((E, D_EXPERT, D_MODEL), dtype=np.float32) / np.sqrt(D_MODEL)).astype(np.float32)
         up = (rng.standard_normal((E, D_EXPERT, D_MODEL), dtype=np.float32) / np.sqrt(D_MODEL)).astype(np.float32)
-        down = (rng.standard_normal((E, D_MODEL, D_EXPERT), dtype=np.float32) * (0.5 / np.sqrt(D_EXPERT))).astype(np.float16)
+        down = (rng.standard_normal((E, D_MODEL, D_EXPERT), dtype=np.float32) * (0.5 / np.sqrt(D_EXPERT)))
+        down = down.astype(np.float32 if a.f32 else np.float16)
         w.add_tensor(p + "ffn_gate_exps.weight", q8(gate), raw_dtype=Q8)
         w.add_tensor(p + "ffn_up_exps.weight", q8(up), raw_dtype=Q8)
         w.add_tensor(p + "ffn_down_exps.weight", down)
