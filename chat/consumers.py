@@ -15,6 +15,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.user = self.scope.get("user")
         if self.user is None or not self.user.is_authenticated:
+            # Accept, then close: a close before accept becomes a bare HTTP 403 handshake
+            # refusal, and the client could not tell "log in again" (4401) from other failures.
+            await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.watching = set()

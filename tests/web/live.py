@@ -92,7 +92,9 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
         "CACHE_PREFIX": cache_prefix,
         "ENGINE_BINARY": str(engine_binary),
         "ENGINE_MODEL": str(tiny_model),
-        "CTX": os.environ.get("LIVE_CTX", "1024"),
+        # A long context lets Stop/disconnect tests start generations that outlast the test steps
+        # (the fixture model decodes thousands of tokens a second).
+        "CTX": os.environ.get("LIVE_CTX", "16384"),
         "KV_SLOTS": "2",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "CSRF_TRUSTED_ORIGINS": url,
