@@ -332,7 +332,10 @@ def _perf(toks, line):
 
 def _prof(toks, line):
     _need(toks, 10, "PROF")
-    return Prof(dict(zip(PROF_FIELDS, (_float(t) for t in toks[1:]))))
+    values = dict(zip(PROF_FIELDS, (_float(t) for t in toks[1:])))
+    for key in ("prompt_tokens", "completion_tokens", "forwards"):
+        values[key] = int(values[key])
+    return Prof(values)
 
 
 def _entropy(toks, line):

@@ -87,3 +87,17 @@ async def test_it_cancels_a_queued_job_when_the_caller_leaves(redis_url):
 async def test_it_says_unavailable_when_no_bridge_runs(redis_url):
     events = await collect(GenerationRequest(prompt="x", max_tokens=2), idle_timeout=5)
     assert final(events)["code"] == "ENGINE_UNAVAILABLE"
+
+
+async def test_it_drains_in_flight_requests_on_shutdown(redis_url):
+    with bridge(redis_url, "mux_fake.py", FAKE_DELAY="0.02") as proc:
+        events = []
+        async with contextlib.aclosing(generate(GenerationRequest(prompt="a", max_tokens=30))) as stream:
+            async for event in stream:
+                events.append(event)
+                if event["kind"] == "text" and proc.poll() is None:
+                    proc.terminate()   # closes the engine's stdin: the request still finishes
+        done = final(events)
+        assert done["kind"] == "done" and done["usage"]["completion_tokens"] == 30
+        assert proc.wait(10) == 0
+        assert (await aget_state())["updated"] is None

@@ -18,8 +18,16 @@ class Command(BaseCommand):
 async def serve():
     task = asyncio.create_task(Bridge(get_channel_layer()).run())
     loop = asyncio.get_running_loop()
+
+    def on_signal():
+        # Once only: a second cancel would abort the graceful drain (in-flight requests finish).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+            loop.add_signal_handler(sig, lambda: None)
+        task.cancel()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
+        loop.add_signal_handler(sig, on_signal)
     try:
         await task
     except asyncio.CancelledError:
