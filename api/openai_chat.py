@@ -17,6 +17,8 @@ REFUSED = {
     "presence_penalty": lambda v: v not in (None, 0, 0.0),
     "top_k": lambda v: v is not None,
     "tools": lambda v: bool(v),
+    # The mux SUBMIT has no seed field (engine_bridge.client accepts it but never sends it).
+    "seed": lambda v: v is not None,
 }
 
 
@@ -142,9 +144,6 @@ def parse_chat(body, *, served, default_budget):
     _check_refused(body)
     temperature = _number(body, "temperature", 0, 2, default=0.7)
     top_p = _number(body, "top_p", 0, 1, low_open=True, default=0.9)
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise bad_param("seed", "seed must be an integer")
     stop = _stop(body)
     budget = _budget(body)
     extension = body.get("colibri") if isinstance(body.get("colibri"), dict) else {}
@@ -156,7 +155,7 @@ def parse_chat(body, *, served, default_budget):
         prompt=prompt,
         # Explicit 0: the engine needs >= 1; submit 1 and drop it (prewarms the KV prefix).
         max_tokens=max(1, default_budget if budget is None else min(budget, default_budget)),
-        temperature=temperature, top_p=top_p, seed=seed, stop=stop,
+        temperature=temperature, top_p=top_p, stop=stop,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
         priority="interactive", topk=bool(extension.get("topk")),
     )

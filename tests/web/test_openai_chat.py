@@ -84,6 +84,7 @@ def test_it_answers_buffered(fake_bridge, alice_key):
     ({"max_tokens": -1}, "max_tokens", 400),
     ({"max_completion_tokens": "10"}, "max_completion_tokens", 400),
     ({"n": 2}, "n", 400),
+    ({"seed": 1}, "seed", 400),
     ({"stop": ["a", ""]}, "stop", 400),
     ({"response_format": {"type": "json_object"}}, "response_format", 400),
     ({"stream": "yes"}, "stream", 400),
