@@ -12,6 +12,7 @@
  * MoE combination order is fixed per row (selected experts in increasing id, then the
  * shared expert), so a row's result does not depend on which other rows share the batch. */
 #include "model.h"
+#include "pool.h"
 
 #include <math.h>
 #include <omp.h>
@@ -33,6 +34,9 @@ struct model_priv {
     qact act;
     fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
     ibuf sel, ecnt, eoff, elist, slot0;
+    qact *eact;             /* per expert: gate/up input (E), down input (E) */
+    expert_w *ew;
+    mm_job *jobs;
 };
 
 static double mnow(void) {
@@ -118,17 +122,13 @@ static void rope_apply(float *v, int n_heads, int head_dim, int rope_dim, const 
     }
 }
 
-/* Matmuls over n input rows; activations prepared once per distinct weight type. */
+/* Matmuls over the same n input rows, run as one parallel job. */
 static void mm_many(struct model_priv *P, const float *x, int n, const qmat *const *ws, float *const *outs,
                     int cnt) {
-    uint32_t prepared = UINT32_MAX;
-    for (int i = 0; i < cnt; i++) {
-        if (ws[i]->type != prepared) {
-            qact_prepare(&P->act, ws[i]->type, x, n, ws[i]->cols);
-            prepared = ws[i]->type;
-        }
-        qmat_mul(ws[i], &P->act, outs[i], ws[i]->rows);
-    }
+    mm_job J[8];
+    qact_prepare(&P->act, ws[0]->type, x, n, ws[0]->cols);
+    for (int i = 0; i < cnt; i++) J[i] = (mm_job){ws[i], NULL, &P->act, outs[i], ws[i]->rows};
+    qmat_mul_multi(J, cnt);
 }
 
 static void mm(struct model_priv *P, const qmat *w, const float *x, int n, float *out) {
@@ -457,6 +457,11 @@ void model_free(model *m) {
     free(P->owned);
     free(P->inv_freq);
     qact_free(&P->act);
+    if (P->eact)
+        for (int e = 0; e < 2 * m->c.n_experts; e++) qact_free(&P->eact[e]);
+    free(P->eact);
+    free(P->ew);
+    free(P->jobs);
     fbuf *fs[] = {&P->x, &P->h, &P->q, &P->k, &P->v, &P->att, &P->tmp, &P->fg, &P->fu, &P->rlog, &P->eout,
                   &P->shout, &P->xin, &P->eg, &P->eu, &P->eo, &P->hin, &P->hout, &P->ascr, &P->rope, &P->selw};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]->p);
@@ -470,22 +475,36 @@ void model_free(model *m) {
 
 /* ---------------------------------------------------------------- forward */
 
-/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
+/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out.
+ * All selected experts' gate/up (and the shared expert's) run as one parallel job, then all
+ * down projections as a second one. */
 static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, K = c->top_k, X = c->d_expert, r = L->moe_row;
+    const int S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
     float *rl = fb(&P->rlog, (size_t)n * E);
     int *sel = ib(&P->sel, (size_t)n * K);
     float *selw = fb(&P->selw, (size_t)n * K);
     int *ecnt = ib(&P->ecnt, (size_t)E + 1);
     int *eoff = ib(&P->eoff, (size_t)E + 1);
-    int *elist = ib(&P->elist, (size_t)n * K);
-    float *eout = fb(&P->eout, (size_t)n * K * d);
-    if (!rl || !sel || !selw || !ecnt || !eoff || !elist || !eout) return -1;
+    int *elist = ib(&P->elist, (size_t)n * K * 2);     /* pairs by expert | slot of each pair */
+    float *eg = fb(&P->eg, (size_t)n * K * X);
+    float *eo = fb(&P->eout, (size_t)n * K * d);
+    float *sg = S ? fb(&P->fg, (size_t)n * S) : NULL, *so = S ? fb(&P->shout, (size_t)n * d) : NULL;
+    if (!rl || !sel || !selw || !ecnt || !eoff || !elist || !eg || !eo || (S && (!sg || !so))) return -1;
+    if (!P->eact) {
+        P->eact = calloc((size_t)E * 2, sizeof(qact));
+        P->ew = calloc((size_t)E, sizeof(expert_w));
+        P->jobs = calloc((size_t)E + 2, sizeof(mm_job));
+        if (!P->eact || !P->ew || !P->jobs) return -1;
+    }
+    qact *gact = P->eact, *dact = P->eact + E;
+    int *slot_of = elist + (size_t)n * K;
 
     double t0 = mnow();
-    mm(P, &L->router, h, n, rl);
+    qact_prepare(&P->act, L->router.type, h, n, d);
+    qmat_mul(&L->router, &P->act, rl, E);
     for (int i = 0; i < n; i++) {
         float *lg = rl + (size_t)i * E;
         if (L->router_b)
@@ -533,61 +552,112 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     eoff[0] = 0;
     for (int e = 0; e < E; e++) eoff[e + 1] = eoff[e] + ecnt[e];
     for (int e = 0; e <= E; e++) ecnt[e] = eoff[e];
-    for (int p = 0; p < n * K; p++) elist[ecnt[sel[p]]++] = p;
+    for (int p = 0; p < n * K; p++) {
+        slot_of[p] = ecnt[sel[p]];
+        elist[ecnt[sel[p]]++] = p / K;          /* the batch row of each grouped pair */
+    }
     m->perf.t_dense += mnow() - t0;
 
-    for (int e = 0; e < E; e++) {
-        int cnt = eoff[e + 1] - eoff[e];
-        if (cnt == 0) continue;
-        expert_w w;
-        if (es_acquire(m->es, r, e, &w, &m->perf.t_edisk) != 0) return -1;
-        double t1 = mnow();
-        float *xin = fb(&P->xin, (size_t)cnt * d);
-        float *g = fb(&P->eg, (size_t)cnt * X);
-        float *u = fb(&P->eu, (size_t)cnt * X);
-        float *o = fb(&P->eo, (size_t)cnt * d);
-        if (!xin || !g || !u || !o) {
-            es_release(m->es, r, e);
-            return -1;
-        }
-        const int *lst = elist + eoff[e];
-        for (int j = 0; j < cnt; j++) memcpy(xin + (size_t)j * d, h + (size_t)(lst[j] / K) * d, sizeof(float) * d);
-        const qmat *ws[2] = {&w.gate, &w.up};
-        float *os[2] = {g, u};
-        mm_many(P, xin, cnt, ws, os, 2);
-        for (size_t q = 0; q < (size_t)cnt * X; q++) g[q] = silu(g[q]) * u[q];
-        mm(P, &w.down, g, cnt, o);
-        for (int j = 0; j < cnt; j++) memcpy(eout + (size_t)lst[j] * d, o + (size_t)j * d, sizeof(float) * d);
-        es_release(m->es, r, e);
-        m->perf.t_emm += mnow() - t1;
+    /* acquire every selected expert (disk reads happen here, serially) */
+    int nacq = 0, rc = 0;
+    for (int e = 0; e < E && rc == 0; e++) {
+        if (eoff[e + 1] == eoff[e]) continue;
+        if (es_acquire(m->es, r, e, &P->ew[e], &m->perf.t_edisk) != 0) rc = -1;
+        else nacq = e + 1;
     }
+    double t1 = mnow();
+    mm_job *J = P->jobs;
+    int nj = 0;
+    if (rc == 0) {
+        /* gate/up: experts on gathered rows of h, shared expert on all rows */
+        /* P->act still holds h (prepared for the router; int8 blocks and floats both kept) */
+        for (int e = 0; e < E; e++) {
+            int cnt = eoff[e + 1] - eoff[e];
+            if (cnt == 0) continue;
+            if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) {
+                rc = -1;
+                break;
+            }
+            J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gact[e], eg + (size_t)eoff[e] * X, X};
+        }
+        if (S) J[nj++] = (mm_job){&L->sh_gate, &L->sh_up, &P->act, sg, S};
+    }
+    if (rc == 0) {
+        qmat_mul_multi(J, nj);
+        nj = 0;
+        for (int e = 0; e < E; e++) {
+            int cnt = eoff[e + 1] - eoff[e];
+            if (cnt == 0) continue;
+            qact_prepare(&dact[e], P->ew[e].down.type, eg + (size_t)eoff[e] * X, cnt, X);
+            J[nj++] = (mm_job){&P->ew[e].down, NULL, &dact[e], eo + (size_t)eoff[e] * d, d};
+        }
+        if (S) {
+            qact_prepare(&P->act, L->sh_down.type, sg, n, S);
+            J[nj++] = (mm_job){&L->sh_down, NULL, &P->act, so, d};
+        }
+        qmat_mul_multi(J, nj);
+    }
+    for (int e = 0; e < nacq; e++)
+        if (eoff[e + 1] > eoff[e]) es_release(m->es, r, e);
+    m->perf.t_emm += mnow() - t1;
+    if (rc != 0) return -1;
 
     t0 = mnow();
-    const float *sh = NULL;
-    if (L->sh_gate.rows > 0) {
-        int S = c->d_shexp;
-        float *g = fb(&P->fg, (size_t)n * S), *u = fb(&P->fu, (size_t)n * S), *so = fb(&P->shout, (size_t)n * d);
-        if (!g || !u || !so) return -1;
-        const qmat *ws[2] = {&L->sh_gate, &L->sh_up};
-        float *os[2] = {g, u};
-        mm_many(P, h, n, ws, os, 2);
-        for (size_t q = 0; q < (size_t)n * S; q++) g[q] = silu(g[q]) * u[q];
-        mm(P, &L->sh_down, g, n, so);
-        sh = so;
-    }
     for (int i = 0; i < n; i++) {
         float *y = out + (size_t)i * d;
         const float *w = selw + (size_t)i * K;
         for (int q = 0; q < d; q++) y[q] = 0.0f;
         for (int j = 0; j < K; j++) {
-            const float *eo = eout + ((size_t)i * K + j) * d;
-            for (int q = 0; q < d; q++) y[q] += w[j] * eo[q];
+            const float *er = eo + (size_t)slot_of[(size_t)i * K + j] * d;
+            for (int q = 0; q < d; q++) y[q] += w[j] * er[q];
         }
-        if (sh)
-            for (int q = 0; q < d; q++) y[q] += sh[(size_t)i * d + q];
+        if (S)
+            for (int q = 0; q < d; q++) y[q] += so[(size_t)i * d + q];
     }
     m->perf.t_dense += mnow() - t0;
     return 0;
+}
+
+typedef struct {
+    kv_cache *kv;
+    const fwd_row *rows;
+    const float *Q;
+    float *att, *ascr;
+    int sc_len, l, nh, hd, qd, grp;
+    float scale;
+} attn_ctx;
+
+/* Causal attention of one (row, head) task. */
+static void attn_task(void *vctx, int task) {
+    const attn_ctx *A = vctx;
+    kv_cache *kv = A->kv;
+    const int nh = A->nh, hd = A->hd, l = A->l;
+    int i = task / nh, hh = task % nh, kh = hh / A->grp, s = A->rows[i].slot, pos = A->rows[i].pos;
+    float *sc = A->ascr + (size_t)pool_thread_id() * (size_t)A->sc_len;
+    const float *qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
+    float mx = -INFINITY;
+    for (int t = 0; t <= pos; t++) {
+        const float *kr = kv_k(kv, s, l, t) + (size_t)kh * hd;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int q = 0; q < hd; q++) dot += qv[q] * kr[q];
+        sc[t] = dot * A->scale;
+        if (sc[t] > mx) mx = sc[t];
+    }
+    double sum = 0.0;
+    for (int t = 0; t <= pos; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    float inv = (float)(1.0 / sum);
+    float *o = A->att + (size_t)i * A->qd + (size_t)hh * hd;
+    for (int q = 0; q < hd; q++) o[q] = 0.0f;
+    for (int t = 0; t <= pos; t++) {
+        const float *vr = kv_v(kv, s, l, t) + (size_t)kh * hd;
+        float wt = sc[t] * inv;
+#pragma omp simd
+        for (int q = 0; q < hd; q++) o[q] += wt * vr[q];
+    }
 }
 
 static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
@@ -598,7 +668,7 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
     int maxpos = 0;
     for (int i = 0; i < n; i++)
         if (rows[i].pos > maxpos) maxpos = rows[i].pos;
-    int nthr = omp_get_max_threads();
+    int nthr = pool_threads();
     float *x = fb(&P->x, (size_t)n * d), *h = fb(&P->h, (size_t)n * d);
     float *Q = fb(&P->q, (size_t)n * qd), *Kb = fb(&P->k, (size_t)n * kvd), *Vb = fb(&P->v, (size_t)n * kvd);
     float *att = fb(&P->att, (size_t)n * qd), *tmp = fb(&P->tmp, (size_t)n * d);
@@ -629,41 +699,13 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
             memcpy(kv_k(kv, rows[i].slot, l, rows[i].pos), Kb + (size_t)i * kvd, sizeof(float) * kvd);
             memcpy(kv_v(kv, rows[i].slot, l, rows[i].pos), Vb + (size_t)i * kvd, sizeof(float) * kvd);
         }
-        /* threads only when there is enough work to pay for the team (results do not
-         * depend on it: each (row, head) task is computed the same way either way) */
+        /* threads only when there is enough work to pay for them (results do not depend
+         * on it: each (row, head) task is computed the same way either way) */
         long awork = (long)n * nh * (long)(maxpos + 1) * hd;
-#pragma omp parallel if (awork > (1L << 17))
-        {
-            float *sc = ascr + (size_t)omp_get_thread_num() * (size_t)(maxpos + 1);
-#pragma omp for schedule(dynamic, 1)
-            for (int task = 0; task < n * nh; task++) {
-                int i = task / nh, hh = task % nh, kh = hh / grp, s = rows[i].slot, pos = rows[i].pos;
-                const float *qv = Q + (size_t)i * qd + (size_t)hh * hd;
-                float mx = -INFINITY;
-                for (int t = 0; t <= pos; t++) {
-                    const float *kr = kv_k(kv, s, l, t) + (size_t)kh * hd;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int q = 0; q < hd; q++) dot += qv[q] * kr[q];
-                    sc[t] = dot * scale;
-                    if (sc[t] > mx) mx = sc[t];
-                }
-                double sum = 0.0;
-                for (int t = 0; t <= pos; t++) {
-                    sc[t] = expf(sc[t] - mx);
-                    sum += sc[t];
-                }
-                float inv = (float)(1.0 / sum);
-                float *o = att + (size_t)i * qd + (size_t)hh * hd;
-                for (int q = 0; q < hd; q++) o[q] = 0.0f;
-                for (int t = 0; t <= pos; t++) {
-                    const float *vr = kv_v(kv, s, l, t) + (size_t)kh * hd;
-                    float wt = sc[t] * inv;
-#pragma omp simd
-                    for (int q = 0; q < hd; q++) o[q] += wt * vr[q];
-                }
-            }
-        }
+        attn_ctx A = {kv, rows, Q, att, ascr, maxpos + 1, l, nh, hd, qd, grp, scale};
+        if (awork > (1L << 15)) pool_run(attn_task, &A, n * nh);
+        else
+            for (int task = 0; task < n * nh; task++) attn_task(&A, task);
         mm(P, &L->o, att, n, tmp);
         for (size_t q = 0; q < (size_t)n * d; q++) x[q] += tmp[q];
         m->perf.t_attn += mnow() - t0;

@@ -16,6 +16,7 @@
  * with nib_j = qs[j] & 15 for j < 16 and qs[j-16] >> 4 for j >= 16. */
 #include "quant.h"
 #include "gguf.h"
+#include "pool.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -204,6 +205,37 @@ void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols)
         for (size_t b = 0; b < nblk; b++)
             quant_block(x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b]);
     }
+}
+
+int qact_gather(qact *dst, const qact *src, const int *rows, int cnt)
+{
+    const size_t cols = (size_t)src->cols, nb = cols / QK;
+    size_t need = (size_t)(cnt > 0 ? cnt : 0) * cols;
+    if (need > dst->cap || !dst->f) {
+        qact_free(dst);
+        dst->cap = need > 64 ? need : 64;
+        dst->f = alloc64(dst->cap * sizeof(float));
+        dst->q = alloc64(dst->cap);
+        dst->qd = alloc64((dst->cap / QK + 1) * sizeof(float));
+        dst->qs = alloc64((dst->cap / QK + 1) * sizeof(float));
+        if (!dst->f || !dst->q || !dst->qd || !dst->qs) {
+            qact_free(dst);
+            return -1;
+        }
+    }
+    dst->n = cnt;
+    dst->cols = src->cols;
+    dst->wtype = src->wtype;
+    for (int j = 0; j < cnt; j++) {
+        size_t i = (size_t)rows[j];
+        memcpy(dst->f + j * cols, src->f + i * cols, cols * sizeof(float));
+        if (cols % QK == 0) {
+            memcpy(dst->q + j * cols, src->q + i * cols, cols);
+            memcpy(dst->qd + j * nb, src->qd + i * nb, nb * sizeof(float));
+            memcpy(dst->qs + j * nb, src->qs + i * nb, nb * sizeof(float));
+        }
+    }
+    return 0;
 }
 
 void qact_free(qact *a)
@@ -470,51 +502,154 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 
 /* ---- matrix x rows ------------------------------------------------------------------- */
 
-#define PAR_MIN_WORK (1L << 16)    /* multiply-adds below which threads cost more than they give */
+#define PAR_MIN_WORK (1L << 15)    /* multiply-adds below which threads cost more than they give */
+#define CHUNK_WORK (1L << 15)      /* multiply-adds per chunk (at least one weight row) */
+
+static inline float silu_f(float v) { return v / (1.0f + expf(-v)); }
+
+typedef void (*qkern)(const uint8_t *, const qact *, int, int, int, float *);
+
+/* One weight row r against all x rows: res[i] for i < n (n values written). */
+static inline void row_all(const qmat *w, const qact *x, qkern kern, int r, float *res)
+{
+    const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
+    const int n = x->n, cols = w->cols;
+    if (kern) {
+        for (int i = 0; i < n; i += QDOT_MAX) {
+            int nx = n - i < QDOT_MAX ? n - i : QDOT_MAX;
+            kern(wr, x, i, nx, cols / QK, res + i);
+        }
+    } else if (w->type == GGML_F32) {
+        for (int i = 0; i < n; i++) res[i] = dot_f32((const float *)(const void *)wr, x->f + (size_t)i * cols, cols);
+    } else {
+        for (int i = 0; i < n; i++) res[i] = dot_f16(wr, x->f + (size_t)i * cols, cols);
+    }
+}
+
+static qkern kern_for(uint32_t t)
+{
+    return t == GGML_Q8_0 ? qdot_q8_0 : t == GGML_Q4_0 ? qdot_q4_0 : t == GGML_Q4_1 ? qdot_q4_1 : NULL;
+}
+
+static void mm_rows(const mm_job *j, int r0, int r1)
+{
+    const int n = j->x->n;
+    const size_t st = (size_t)j->out_stride;
+    qkern k1 = kern_for(j->w->type), k2 = j->w2 ? kern_for(j->w2->type) : NULL;
+    float a[QDOT_MAX * 4], b[QDOT_MAX * 4];
+    for (int r = r0; r < r1; r++) {
+        for (int i0 = 0; i0 < n; i0 += QDOT_MAX * 4) {
+            /* row_all over a window of at most 16 activation rows */
+            qact xw = *j->x;
+            int nw = n - i0 < QDOT_MAX * 4 ? n - i0 : QDOT_MAX * 4;
+            xw.n = nw;
+            xw.f += (size_t)i0 * j->x->cols;
+            if (j->x->cols % QK == 0) {
+                xw.q += (size_t)i0 * j->x->cols;
+                xw.qd += (size_t)i0 * (j->x->cols / QK);
+                xw.qs += (size_t)i0 * (j->x->cols / QK);
+            }
+            row_all(j->w, &xw, k1, r, a);
+            if (j->w2) {
+                row_all(j->w2, &xw, k2, r, b);
+                for (int i = 0; i < nw; i++) j->out[(size_t)(i0 + i) * st + r] = silu_f(a[i]) * b[i];
+            } else {
+                for (int i = 0; i < nw; i++) j->out[(size_t)(i0 + i) * st + r] = a[i];
+            }
+        }
+    }
+}
+
+typedef struct { int job, r0, r1; } mm_chunk;
+typedef struct { const mm_job *jobs; const mm_chunk *ch; } mm_ctx;
+
+static void mm_chunk_fn(void *vctx, int c)
+{
+    const mm_ctx *m = vctx;
+    mm_rows(&m->jobs[m->ch[c].job], m->ch[c].r0, m->ch[c].r1);
+}
+
+static int job_ok(const mm_job *j)
+{
+    const qmat *w = j->w;
+    const uint32_t type = w->type;
+    int ok = j->x->cols == w->cols && (type == GGML_F32 || type == GGML_F16 ||
+                                       (is_quant(type) && w->cols % QK == 0));
+    if (ok && j->w2)
+        ok = j->w2->rows == w->rows && j->w2->cols == w->cols && j->w2->type == type;
+    if (!ok) {
+        fprintf(stderr, "qmat_mul: unsupported case (type %u, cols %d, act cols %d)\n", type,
+                w->cols, j->x->cols);
+        for (int i = 0; i < j->x->n; i++)
+            for (int r = 0; r < w->rows; r++) j->out[(size_t)i * j->out_stride + r] = 0.0f;
+    }
+    return ok;
+}
+
+static int job_ok_quiet(const mm_job *j)
+{
+    const qmat *w = j->w;
+    int ok = j->x->cols == w->cols && (w->type == GGML_F32 || w->type == GGML_F16 ||
+                                       (is_quant(w->type) && w->cols % QK == 0));
+    if (ok && j->w2) ok = j->w2->rows == w->rows && j->w2->cols == w->cols && j->w2->type == w->type;
+    return ok;
+}
+
+void qmat_mul_multi(const mm_job *jobs, int cnt)
+{
+    long total = 0;
+    int nch = 0;
+    mm_chunk stack_ch[512], *ch = stack_ch;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int j = 0; j < cnt; j++) {
+            const mm_job *J = &jobs[j];
+            if (J->w->rows <= 0 || J->x->n <= 0) continue;
+            if (pass == 0 && !job_ok(J)) continue;
+            long per_row = (long)J->w->cols * J->x->n * (J->w2 ? 2 : 1);
+            int rpc = (int)(CHUNK_WORK / (per_row > 0 ? per_row : 1));
+            if (rpc < 1) rpc = 1;
+            if (pass == 0) {
+                total += per_row * J->w->rows;
+                nch += (J->w->rows + rpc - 1) / rpc;
+                continue;
+            }
+            if (!job_ok_quiet(J)) continue;
+            for (int r = 0; r < J->w->rows; r += rpc) {
+                ch[nch].job = j;
+                ch[nch].r0 = r;
+                ch[nch].r1 = r + rpc < J->w->rows ? r + rpc : J->w->rows;
+                nch++;
+            }
+        }
+        if (pass == 0) {
+            if (nch == 0) return;
+            if (total < PAR_MIN_WORK || pool_threads() == 1) {
+                for (int j = 0; j < cnt; j++)
+                    if (jobs[j].w->rows > 0 && jobs[j].x->n > 0 && job_ok_quiet(&jobs[j]))
+                        mm_rows(&jobs[j], 0, jobs[j].w->rows);
+                return;
+            }
+            if (nch > (int)(sizeof stack_ch / sizeof stack_ch[0])) {
+                ch = malloc(sizeof *ch * (size_t)nch);
+                if (!ch) {
+                    for (int j = 0; j < cnt; j++)
+                        if (jobs[j].w->rows > 0 && jobs[j].x->n > 0 && job_ok_quiet(&jobs[j]))
+                            mm_rows(&jobs[j], 0, jobs[j].w->rows);
+                    return;
+                }
+            }
+            nch = 0;
+        }
+    }
+    mm_ctx m = {jobs, ch};
+    pool_run(mm_chunk_fn, &m, nch);
+    if (ch != stack_ch) free(ch);
+}
 
 void qmat_mul(const qmat *w, const qact *x, float *out, int out_stride)
 {
-    const int rows = w->rows, cols = w->cols, n = x->n;
-    const uint32_t type = w->type;
-    if (rows <= 0 || n <= 0) return;
-    int ok = x->cols == cols && (type == GGML_F32 || type == GGML_F16 ||
-                                 (is_quant(type) && cols % QK == 0));
-    if (!ok) {
-        fprintf(stderr, "qmat_mul: unsupported case (type %u, cols %d, act cols %d)\n", type,
-                cols, x->cols);
-        for (int i = 0; i < n; i++)
-            for (int r = 0; r < rows; r++) out[(size_t)i * out_stride + r] = 0.0f;
-        return;
-    }
-    const size_t rb = w->row_bytes;
-    const int nb = cols / QK;
-    const long work = (long)rows * cols * n;
-
-    if (is_quant(type)) {
-        void (*kern)(const uint8_t *, const qact *, int, int, int, float *) =
-            type == GGML_Q8_0 ? qdot_q8_0 : type == GGML_Q4_0 ? qdot_q4_0 : qdot_q4_1;
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-        for (int r = 0; r < rows; r++) {
-            const uint8_t *wr = w->data + (size_t)r * rb;
-            float res[QDOT_MAX];
-            for (int i = 0; i < n; i += QDOT_MAX) {
-                int nx = n - i < QDOT_MAX ? n - i : QDOT_MAX;
-                kern(wr, x, i, nx, nb, res);
-                for (int k = 0; k < nx; k++) out[(size_t)(i + k) * out_stride + r] = res[k];
-            }
-        }
-        return;
-    }
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-    for (int r = 0; r < rows; r++) {
-        const uint8_t *wr = w->data + (size_t)r * rb;
-        for (int i = 0; i < n; i++) {
-            const float *xi = x->f + (size_t)i * cols;
-            out[(size_t)i * out_stride + r] =
-                type == GGML_F32 ? dot_f32((const float *)(const void *)wr, xi, cols)
-                                 : dot_f16(wr, xi, cols);
-        }
-    }
+    mm_job j = {w, NULL, x, out, out_stride};
+    qmat_mul_multi(&j, 1);
 }
 
 void qmat_mul_f32(const qmat *w, const float *x, int n, float *out, int out_stride)

@@ -34,10 +34,21 @@ typedef struct {
 
 void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols);
 void qact_free(qact *a);
+/* dst = rows[0..cnt) of src (floats and int8 blocks). 0 ok, -1 OOM. */
+int qact_gather(qact *dst, const qact *src, const int *rows, int cnt);
 
 /* out[i*out_stride + r] = dot(W row r, x row i) for r in [0,W.rows), i in [0,n).
  * Parallel over weight rows with OpenMP; every weight row is read once for all n rows. */
 void qmat_mul(const qmat *w, const qact *x, float *out, int out_stride);
+/* Several independent matmuls run as one parallel job (one synchronization).
+ * w2 != NULL (same shape and type as w): out = silu(w x) * (w2 x) elementwise. */
+typedef struct {
+    const qmat *w, *w2;
+    const qact *x;
+    float *out;
+    int out_stride;
+} mm_job;
+void qmat_mul_multi(const mm_job *jobs, int cnt);
 /* Convenience: prepares activations internally (allocates scratch). */
 void qmat_mul_f32(const qmat *w, const float *x, int n, float *out, int out_stride);
 #endif

@@ -1,0 +1,136 @@
+/* pool.c — persistent worker threads with dynamic chunk claiming (see pool.h).
+ *
+ * Job publication: the job fields are written, then `ticket` is set to gen << 32 (the
+ * next chunk index in the low 32 bits) with release order. A thread claims a chunk with
+ * a CAS that also checks the generation, so a late worker can never take a chunk of a
+ * newer job with the old job's function. `done` counts finished chunks of the current
+ * job; the caller waits for done == n_chunks. */
+#include "pool.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define SPIN_IDLE 20000     /* pause iterations a worker spins before sleeping */
+#define SPIN_WAIT 2000      /* pause iterations the caller spins before yielding */
+
+static struct {
+    pthread_once_t once;
+    int nthr;                           /* threads incl. the caller */
+    _Atomic uint64_t ticket;            /* gen << 32 | next chunk */
+    _Atomic int done;
+    _Atomic(pool_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic int n;
+    _Atomic int sleepers;
+    _Atomic int busy;                   /* a job is running (nested calls run inline) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t gen;
+} P = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* Claim and run chunks of job generation g; returns when none are left. */
+static void run_chunks(uint32_t g) {
+    pool_fn fn = atomic_load_explicit(&P.fn, memory_order_relaxed);
+    void *ctx = atomic_load_explicit(&P.ctx, memory_order_relaxed);
+    int n = atomic_load_explicit(&P.n, memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&P.ticket, memory_order_acquire);
+    for (;;) {
+        if ((uint32_t)(t >> 32) != g || (int)(uint32_t)t >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&P.ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        fn(ctx, (int)(uint32_t)t);
+        atomic_fetch_add_explicit(&P.done, 1, memory_order_release);
+        t = atomic_load_explicit(&P.ticket, memory_order_acquire);
+    }
+}
+
+static _Thread_local int tid;
+
+int pool_thread_id(void) { return tid; }
+
+static void *worker(void *arg) {
+    tid = (int)(intptr_t)arg;
+    uint32_t seen = 0;
+    for (;;) {
+        uint64_t t;
+        int spins = 0;
+        while ((uint32_t)((t = atomic_load_explicit(&P.ticket, memory_order_acquire)) >> 32) == seen) {
+            if (++spins < SPIN_IDLE) {
+                CPU_RELAX();
+                continue;
+            }
+            pthread_mutex_lock(&P.mu);
+            atomic_fetch_add(&P.sleepers, 1);
+            while ((uint32_t)(atomic_load(&P.ticket) >> 32) == seen) pthread_cond_wait(&P.cv, &P.mu);
+            atomic_fetch_sub(&P.sleepers, 1);
+            pthread_mutex_unlock(&P.mu);
+            spins = 0;
+        }
+        seen = (uint32_t)(t >> 32);
+        run_chunks(seen);
+    }
+    return NULL;
+}
+
+static void pool_init(void) {
+    int n = omp_get_max_threads();
+    if (n < 1) n = 1;
+    if (n > 256) n = 256;
+    P.nthr = 1;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);     /* signals stay with the main thread */
+    for (int i = 1; i < n; i++) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, worker, (void *)(intptr_t)i) != 0) break;
+        pthread_detach(th);
+        P.nthr++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+int pool_threads(void) {
+    pthread_once(&P.once, pool_init);
+    return P.nthr;
+}
+
+void pool_run(pool_fn fn, void *ctx, int n_chunks) {
+    if (n_chunks <= 0) return;
+    int expect = 0;
+    if (n_chunks == 1 || pool_threads() == 1 ||
+        !atomic_compare_exchange_strong(&P.busy, &expect, 1)) {
+        for (int c = 0; c < n_chunks; c++) fn(ctx, c);
+        return;
+    }
+    uint32_t g = ++P.gen;
+    if (g == 0) g = ++P.gen;                    /* workers start with seen = 0 */
+    atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&P.ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&P.n, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&P.done, 0, memory_order_relaxed);
+    atomic_store_explicit(&P.ticket, (uint64_t)g << 32, memory_order_seq_cst);
+    if (atomic_load(&P.sleepers) > 0) {
+        pthread_mutex_lock(&P.mu);
+        pthread_cond_broadcast(&P.cv);
+        pthread_mutex_unlock(&P.mu);
+    }
+    run_chunks(g);
+    int spins = 0;
+    while (atomic_load_explicit(&P.done, memory_order_acquire) < n_chunks) {
+        if (++spins < SPIN_WAIT) CPU_RELAX();
+        else sched_yield();
+    }
+    atomic_store(&P.busy, 0);
+}
