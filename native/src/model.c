@@ -302,6 +302,14 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     if (c->n_experts > 0 && (c->top_k < 1 || c->top_k > c->n_experts))
         return fail(err, errlen, "llama.expert_used_count %d is invalid for %d experts", c->top_k, c->n_experts);
     if (c->n_experts == 0) c->top_k = 0;
+    const char *tk = getenv("TOPK");     /* colibri's override of experts per token */
+    if (tk && *tk && c->n_experts > 0) {
+        char *end;
+        long v = strtol(tk, &end, 10);
+        if (*end || v < 1 || v > c->n_experts)
+            return fail(err, errlen, "TOPK=%s is invalid (1..%d experts)", tk, c->n_experts);
+        c->top_k = (int)v;
+    }
 
     /* tokenizer */
     m->tok = tok_load(g, err, errlen);
