@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -21,7 +23,14 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_IDLE 20000     /* pause iterations a worker spins before sleeping */
+/* Pause iterations an idle worker spins before sleeping. Spinning keeps wake-ups cheap on
+ * a quiet machine but steals time slices when the cores are oversubscribed (other
+ * processes): the caller measures its own involuntary context switches and drops the spin
+ * to SPIN_BUSY while they are frequent. POOL_SPIN=N fixes it. */
+#define SPIN_QUIET 4000
+#define SPIN_BUSY 0
+static _Atomic int spin_idle = SPIN_QUIET;
+static int spin_fixed = -1;
 #define SPIN_WAIT 2000      /* pause iterations the caller spins before yielding */
 
 static struct {
@@ -67,7 +76,7 @@ static void *worker(void *arg) {
         uint64_t t;
         int spins = 0;
         while ((uint32_t)((t = atomic_load_explicit(&P.ticket, memory_order_acquire)) >> 32) == seen) {
-            if (++spins < SPIN_IDLE) {
+            if (++spins < atomic_load_explicit(&spin_idle, memory_order_relaxed)) {
                 CPU_RELAX();
                 continue;
             }
@@ -89,6 +98,9 @@ static void pool_init(void) {
     if (n < 1) n = 1;
     if (n > 256) n = 256;
     P.nthr = 1;
+    const char *sp = getenv("POOL_SPIN");
+    if (sp && *sp) spin_fixed = atoi(sp);
+    if (spin_fixed >= 0) atomic_store(&spin_idle, spin_fixed);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);     /* signals stay with the main thread */
@@ -106,6 +118,25 @@ int pool_threads(void) {
     return P.nthr;
 }
 
+/* Every ~0.2 s of jobs: involuntary switches of the calling thread per second decide
+ * whether idle workers spin. */
+static void adapt_spin(void) {
+    static double t_last;
+    static long iv_last;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    if (now - t_last < 0.2) return;
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0) return;
+    if (t_last > 0 && now - t_last < 5.0) {
+        double rate = (double)(ru.ru_nivcsw - iv_last) / (now - t_last);
+        atomic_store_explicit(&spin_idle, rate > 20.0 ? SPIN_BUSY : SPIN_QUIET, memory_order_relaxed);
+    }
+    t_last = now;
+    iv_last = ru.ru_nivcsw;
+}
+
 void pool_run(pool_fn fn, void *ctx, int n_chunks) {
     if (n_chunks <= 0) return;
     int expect = 0;
@@ -114,6 +145,7 @@ void pool_run(pool_fn fn, void *ctx, int n_chunks) {
         for (int c = 0; c < n_chunks; c++) fn(ctx, c);
         return;
     }
+    if (spin_fixed < 0) adapt_spin();
     uint32_t g = ++P.gen;
     if (g == 0) g = ++P.gen;                    /* workers start with seen = 0 */
     atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
