@@ -47,7 +47,8 @@ def fake_command(name):
 
 @pytest.fixture(scope="module")
 def real_bridge(engine_binary, tiny_model, redis_url):
+    # CTX 2048 (the fixture model's own): room for a generation long enough to cancel mid-stream.
     proc = procs.start_bridge(bridge_env(redis_url, ENGINE_BINARY=str(engine_binary),
-                                         ENGINE_MODEL=str(tiny_model)))
+                                         ENGINE_MODEL=str(tiny_model), CTX="2048"))
     yield proc
     procs.stop(proc)
