@@ -377,7 +377,21 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
     int b = 0;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t *wb = w + (size_t)b * bsz;
-        const __m128 d4 = ld4_f16(wb, bsz);
+        __m128 d4, m4 = _mm_setzero_ps();
+        if (t == GGML_Q4_1) {
+            /* (d, m) f16 pairs of 4 blocks in one conversion, then split */
+            uint32_t p0, p1, p2, p3;
+            memcpy(&p0, wb, 4);
+            memcpy(&p1, wb + bsz, 4);
+            memcpy(&p2, wb + 2 * bsz, 4);
+            memcpy(&p3, wb + 3 * bsz, 4);
+            __m256 dm = _mm256_cvtph_ps(_mm_set_epi32((int)p3, (int)p2, (int)p1, (int)p0));
+            dm = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+            d4 = _mm256_castps256_ps128(dm);
+            m4 = _mm256_extractf128_ps(dm, 1);
+        } else {
+            d4 = ld4_f16(wb, bsz);
+        }
         __m256i v[4], u[4];
         for (int j = 0; j < 4; j++) {
             v[j] = wblock(t, wb + j * bsz);
@@ -398,7 +412,6 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
             acc[k] = _mm256_fmadd_ps(s8, _mm256_cvtepi32_ps(h), acc[k]);
         }
         if (t == GGML_Q4_1) {
-            const __m128 m4 = ld4_f16(wb + 2, bsz);
             for (int k = 0; k < NX; k++)
                 sm4[k] = _mm_fmadd_ps(m4, _mm_loadu_ps(xs + k * bst + b), sm4[k]);
         }
