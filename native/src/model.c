@@ -15,6 +15,9 @@
 #include "pool.h"
 
 #include <math.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -635,6 +638,27 @@ typedef struct {
     float scale;
 } attn_ctx;
 
+/* q . k over one head (fixed operation order for a given hd). */
+static inline float dot_hd(const float *restrict a, const float *restrict b, int hd) {
+#ifdef __AVX2__
+    if (hd % 16 == 0) {
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        for (int q = 0; q < hd; q += 16) {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + q), _mm256_loadu_ps(b + q), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + q + 8), _mm256_loadu_ps(b + q + 8), s1);
+        }
+        __m256 v = _mm256_add_ps(s0, s1);
+        __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+        x = _mm_add_ss(x, _mm_movehdup_ps(x));
+        return _mm_cvtss_f32(x);
+    }
+#endif
+    float dot = 0.0f;
+    for (int q = 0; q < hd; q++) dot += a[q] * b[q];
+    return dot;
+}
+
 /* Causal attention of one (row, head) task. */
 static void attn_task(void *vctx, int task) {
     const attn_ctx *A = vctx;
@@ -642,14 +666,11 @@ static void attn_task(void *vctx, int task) {
     const int nh = A->nh, hd = A->hd, l = A->l;
     int i = task / nh, hh = task % nh, kh = hh / A->grp, s = A->rows[i].slot, pos = A->rows[i].pos;
     float *sc = A->ascr + (size_t)pool_thread_id() * (size_t)A->sc_len;
-    const float *qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
+    const float *restrict qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
     float mx = -INFINITY;
     for (int t = 0; t <= pos; t++) {
-        const float *kr = kv_k(kv, s, l, t) + (size_t)kh * hd;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int q = 0; q < hd; q++) dot += qv[q] * kr[q];
-        sc[t] = dot * A->scale;
+        const float *restrict kr = kv_k(kv, s, l, t) + (size_t)kh * hd;
+        sc[t] = dot_hd(qv, kr, hd) * A->scale;
         if (sc[t] > mx) mx = sc[t];
     }
     double sum = 0.0;
@@ -658,14 +679,17 @@ static void attn_task(void *vctx, int task) {
         sum += sc[t];
     }
     float inv = (float)(1.0 / sum);
-    float *o = A->att + (size_t)i * A->qd + (size_t)hh * hd;
-    for (int q = 0; q < hd; q++) o[q] = 0.0f;
+    float *restrict o = A->att + (size_t)i * A->qd + (size_t)hh * hd;
+    float acc[256];                      /* head_dim <= 256 here; else accumulate in place */
+    float *restrict ac = hd <= 256 ? acc : o;
+    for (int q = 0; q < hd; q++) ac[q] = 0.0f;
     for (int t = 0; t <= pos; t++) {
-        const float *vr = kv_v(kv, s, l, t) + (size_t)kh * hd;
+        const float *restrict vr = kv_v(kv, s, l, t) + (size_t)kh * hd;
         float wt = sc[t] * inv;
 #pragma omp simd
-        for (int q = 0; q < hd; q++) o[q] += wt * vr[q];
+        for (int q = 0; q < hd; q++) ac[q] += wt * vr[q];
     }
+    if (ac != o) memcpy(o, ac, sizeof(float) * (size_t)hd);
 }
 
 static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
