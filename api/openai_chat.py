@@ -17,8 +17,6 @@ REFUSED = {
     "presence_penalty": lambda v: v not in (None, 0, 0.0),
     "top_k": lambda v: v is not None,
     "tools": lambda v: bool(v),
-    # The mux SUBMIT has no seed field (engine_bridge.client accepts it but never sends it).
-    "seed": lambda v: v is not None,
 }
 
 
@@ -146,6 +144,9 @@ def parse_chat(body, *, served, default_budget):
     top_p = _number(body, "top_p", 0, 1, low_open=True, default=0.9)
     stop = _stop(body)
     budget = _budget(body)
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise bad_param("seed", "seed must be an integer in [0, 2^63)")
     extension = body.get("colibri") if isinstance(body.get("colibri"), dict) else {}
     try:
         prompt = render_prompt(messages)
@@ -155,7 +156,7 @@ def parse_chat(body, *, served, default_budget):
         prompt=prompt,
         # Explicit 0: the engine needs >= 1; submit 1 and drop it (prewarms the KV prefix).
         max_tokens=max(1, default_budget if budget is None else min(budget, default_budget)),
-        temperature=temperature, top_p=top_p, stop=stop,
+        temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
         priority="interactive", topk=bool(extension.get("topk")),
     )

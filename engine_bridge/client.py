@@ -26,7 +26,7 @@ class GenerationRequest:
     max_tokens: int
     temperature: float = 0.0         # 0 = greedy
     top_p: float = 1.0
-    seed: int | None = None          # accepted, not sent: the mux protocol has no seed field
+    seed: int | None = None          # sent as seed=<n> to engines with our extensions (MODEL line)
     stop: list[str] = field(default_factory=list)
     conversation_key: str | None = None
     priority: str = "interactive"    # or "background"

@@ -58,6 +58,7 @@ class Engine:
         self.exited = asyncio.get_running_loop().create_future()  # result: reason (str)
         self.tasks = []
         self.broken = None
+        self.model_info = None
 
     @property
     def pid(self):
@@ -114,6 +115,8 @@ class Engine:
         if isinstance(event, protocol.Banner):
             log.info("engine banner: %s", event.text)
             return
+        if isinstance(event, protocol.Model):
+            self.model_info = event.info
         if isinstance(event, protocol.Ready):
             if not self.ready.done():
                 self.ready.set_result(True)
@@ -141,9 +144,11 @@ class Engine:
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc
 
-    async def submit(self, req_id, slot, prompt, max_tokens, temperature, top_p):
+    async def submit(self, req_id, slot, prompt, max_tokens, temperature, top_p, seed=None):
+        # Only our engine (it sends a MODEL line) takes key=value extensions such as seed=.
+        seed = seed if self.model_info is not None else None
         await self.write(protocol.format_submit(req_id, slot, prompt, max_tokens, temperature,
-                                                top_p, slots=self.slots))
+                                                top_p, slots=self.slots, seed=seed))
 
     async def stop(self, req_id):
         await self.write(protocol.format_stop(req_id))

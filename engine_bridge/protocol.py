@@ -472,8 +472,11 @@ def format_number(value):
     return text or "0"
 
 
-def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots):
-    """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse."""
+def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None):
+    """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse.
+
+    `seed` becomes a `seed=<u64>` key=value field: only engines that announce our extensions
+    (the MODEL line) take it; the real colibri engine refuses unknown keys."""
     if not isinstance(req_id, int) or req_id < 1:
         raise SubmitError("id must be >= 1")
     if not isinstance(slot, int) or not 0 <= slot < slots:
@@ -499,8 +502,13 @@ def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slot
         raise SubmitError("temperature must be in [0, 2]")
     if not (math.isfinite(top_p) and 0 < top_p <= 1):
         raise SubmitError("top_p must be in (0, 1]")
+    extra = ""
+    if seed is not None:
+        if not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise SubmitError("seed must be an integer in [0, 2^64)")
+        extra = f" seed={seed}"
     header = (f"SUBMIT {req_id} {slot} {len(payload)} {max_tokens} "
-              f"{format_number(temperature)} {format_number(top_p)}\n")
+              f"{format_number(temperature)} {format_number(top_p)}{extra}\n")
     return header.encode("ascii") + bytes(payload) + b"\n"
 
 

@@ -173,7 +173,7 @@ class Bridge:
         self.by_id[r.eng_id] = r
         job = r.job
         self._write(self.supervisor.engine.submit(r.eng_id, slot, job.prompt, job.max_tokens,
-                                                  job.temperature, job.top_p))
+                                                  job.temperature, job.top_p, job.seed))
 
     def _write(self, coro):
         async def run():

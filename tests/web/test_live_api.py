@@ -49,6 +49,17 @@ def test_it_streams_with_usage(sdk, model):
     assert "".join(c.choices[0].delta.content or "" for c in with_choices)
 
 
+def test_it_repeats_a_sampled_reply_for_the_same_seed(sdk, model):
+    def sample(seed):
+        r = sdk.chat.completions.create(model=model, messages=MESSAGES, max_tokens=24, temperature=1.0,
+                                        top_p=1.0, seed=seed)
+        return r.choices[0].message.content
+
+    first = sample(11)
+    assert sample(11) == first
+    assert any(sample(s) != first for s in (12, 13, 14)), "different seeds never changed the sampled reply"
+
+
 def _raw_stream(live_stack, key, body, **kw):
     return httpx.stream("POST", live_stack.url + "/v1/chat/completions", json=body, timeout=60,
                         headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"}, **kw)
