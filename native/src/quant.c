@@ -332,6 +332,22 @@ static float dot_f16(const uint8_t *w8, const float *x, int n)
 #ifdef __AVX2__
 #define FORCE_INLINE static inline __attribute__((always_inline))
 
+/* 8 int32 lanes: sums of 4 adjacent (u8 a) * (i8 b) products. The weights' magnitudes
+ * (<= 15 for nibbles, <= 128 after the sign trick) keep maddubs' int16 pairs from
+ * saturating, so VNNI (one instruction) gives exactly the same sums. */
+FORCE_INLINE __m256i dot4_u8i8(__m256i a, __m256i b, __m256i ones)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    (void)ones;
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#elif defined(__AVXVNNI__)
+    (void)ones;
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones);
+#endif
+}
+
 /* Weight block as 32 bytes: signed values for Q8_0/Q4_0, unsigned nibbles for Q4_1. */
 FORCE_INLINE __m256i wblock(uint32_t t, const uint8_t *blk)
 {
@@ -403,7 +419,7 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
             for (int j = 0; j < 4; j++) {
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(xk + j * QK));
                 if (t != GGML_Q4_1) xv = _mm256_sign_epi8(xv, v[j]);
-                p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], xv), ones);
+                p[j] = dot4_u8i8(u[j], xv, ones);
             }
             __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]),
                                           _mm256_hadd_epi32(p[2], p[3]));
@@ -546,28 +562,38 @@ static qkern kern_for(uint32_t t)
 
 static void mm_rows(const mm_job *j, int r0, int r1)
 {
-    const int n = j->x->n;
+    const int n = j->x->n, cols = j->x->cols;
     const size_t st = (size_t)j->out_stride;
     qkern k1 = kern_for(j->w->type), k2 = j->w2 ? kern_for(j->w2->type) : NULL;
     float a[QDOT_MAX * 4], b[QDOT_MAX * 4];
-    for (int r = r0; r < r1; r++) {
-        for (int i0 = 0; i0 < n; i0 += QDOT_MAX * 4) {
-            /* row_all over a window of at most 16 activation rows */
-            qact xw = *j->x;
-            int nw = n - i0 < QDOT_MAX * 4 ? n - i0 : QDOT_MAX * 4;
-            xw.n = nw;
-            xw.f += (size_t)i0 * j->x->cols;
-            if (j->x->cols % QK == 0) {
-                xw.q += (size_t)i0 * j->x->cols;
-                xw.qd += (size_t)i0 * (j->x->cols / QK);
-                xw.qs += (size_t)i0 * (j->x->cols / QK);
-            }
+    for (int i0 = 0; i0 < n; i0 += QDOT_MAX * 4) {
+        /* a window of at most 16 activation rows against every weight row of the chunk */
+        qact xw = *j->x;
+        const int nw = n - i0 < QDOT_MAX * 4 ? n - i0 : QDOT_MAX * 4;
+        xw.n = nw;
+        xw.f += (size_t)i0 * cols;
+        if (cols % QK == 0) {
+            xw.q += (size_t)i0 * cols;
+            xw.qd += (size_t)i0 * (cols / QK);
+            xw.qs += (size_t)i0 * (cols / QK);
+        }
+        float *out = j->out + (size_t)i0 * st;
+        if (nw == 1 && !j->w2 && !k1) {
+            const uint8_t *wr = j->w->data + (size_t)r0 * j->w->row_bytes;
+            if (j->w->type == GGML_F16)
+                for (int r = r0; r < r1; r++, wr += j->w->row_bytes) out[r] = dot_f16(wr, xw.f, cols);
+            else
+                for (int r = r0; r < r1; r++, wr += j->w->row_bytes)
+                    out[r] = dot_f32((const float *)(const void *)wr, xw.f, cols);
+            continue;
+        }
+        for (int r = r0; r < r1; r++) {
             row_all(j->w, &xw, k1, r, a);
             if (j->w2) {
                 row_all(j->w2, &xw, k2, r, b);
-                for (int i = 0; i < nw; i++) j->out[(size_t)(i0 + i) * st + r] = silu_f(a[i]) * b[i];
+                for (int i = 0; i < nw; i++) out[(size_t)i * st + r] = silu_f(a[i]) * b[i];
             } else {
-                for (int i = 0; i < nw; i++) j->out[(size_t)(i0 + i) * st + r] = a[i];
+                for (int i = 0; i < nw; i++) out[(size_t)i * st + r] = a[i];
             }
         }
     }
