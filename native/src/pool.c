@@ -66,11 +66,27 @@ static void run_chunks(uint32_t g) {
 }
 
 static _Thread_local int tid;
+static cpu_set_t pin_cpus;          /* allowed CPUs at start; thread i -> the i-th of them */
+static int pin_on;
+
+static void pin_self(int i) {
+    if (!pin_on) return;
+    int k = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &pin_cpus) && k++ == i) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+            return;
+        }
+}
 
 int pool_thread_id(void) { return tid; }
 
 static void *worker(void *arg) {
     tid = (int)(intptr_t)arg;
+    pin_self(tid);
     uint32_t seen = 0;
     for (;;) {
         uint64_t t;
@@ -101,6 +117,10 @@ static void pool_init(void) {
     const char *sp = getenv("POOL_SPIN");
     if (sp && *sp) spin_fixed = atoi(sp);
     if (spin_fixed >= 0) atomic_store(&spin_idle, spin_fixed);
+    const char *pe = getenv("POOL_PIN");
+    if (pe && *pe == '1' && sched_getaffinity(0, sizeof pin_cpus, &pin_cpus) == 0 && CPU_COUNT(&pin_cpus) >= n)
+        pin_on = 1;
+    pin_self(0);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);     /* signals stay with the main thread */
