@@ -183,10 +183,12 @@ export class Http {
     } catch {
       /* a non-JSON answer still has a status code */
     }
-    const engine = (body.engine && typeof body.engine === "object" ? body.engine : {}) as Record<string, unknown>;
-    const state = String(body.state ?? engine.state ?? body.status ?? (res.ok ? "ok" : "down"));
-    const ok = res.ok && body.up !== false && engine.up !== false && !/restart|start|down|error/.test(state);
-    const reason = String(body.reason ?? engine.reason ?? body.detail ?? "");
+    // engine_bridge/views.py: {"engine": "up" | "starting" | "down", "restarts": n, ...}
+    const engineState = typeof body.engine === "string" ? body.engine : undefined;
+    let state = String(engineState ?? body.state ?? body.status ?? (res.ok ? "up" : "down"));
+    if (state === "starting" && Number(body.restarts) > 0) state = "restarting";
+    const ok = res.ok && body.up !== false && (state === "up" || state === "ok");
+    const reason = String(body.reason ?? body.detail ?? "");
     return { ok, state: ok ? "ok" : state, reason };
   }
 }

@@ -27,7 +27,7 @@ STATS = {"prompt_tokens": 31, "completion_tokens": 42, "ttft_s": 0.18, "tok_s": 
 class FakeChat:
     """Plays the server: records client frames, pushes server frames, answers the JSON endpoints."""
 
-    def __init__(self, page, conversations=(OLDER,), health=(200, {"status": "ok"})):
+    def __init__(self, page, conversations=(OLDER,), health=(200, {"engine": "up", "restarts": 0})):
         self.page = page
         self.ws = None
         self.frames = []
@@ -196,7 +196,7 @@ def test_errors_are_explained(chat):
     fake.push(type="error", message=None, code="QUEUE_FULL", detail="")
     page.locator("#notices").get_by_text("queue is full").wait_for()
     # /health says the engine is restarting: a banner says so, and the badge too.
-    fake.health = (503, {"status": "error", "state": "restarting", "reason": "engine exited, restarting"})
+    fake.health = (503, {"engine": "starting", "restarts": 1})
     fake.push(type="error", message=None, code="ENGINE_DIED", detail="engine exited")
     page.locator("#notices").get_by_text("replies will resume").wait_for()
     page.wait_for_function("document.querySelector('.engine-badge').textContent.includes('restarting')")
