@@ -155,6 +155,9 @@ def test_deltas_stream_without_duplicates_and_a_gap_resyncs(chat):
     fake.push(type="delta", message=2, offset=9, text="ld")
     page.wait_for_function("document.querySelector('.msg[data-id=\"2\"] .msg-body').innerText.trim() === 'Hello world'")
     fake.frames.clear()
+    fake.push(type="delta", message=99, offset=0, text="other chat")  # not on screen: ignored
+    page.wait_for_timeout(200)
+    assert [f for f in fake.frames if f["type"] == "open"] == []
     fake.push(type="delta", message=2, offset=50, text="?")  # a gap: deltas were lost
     fake.wait_frame("open", conversation=7)
     fake.push(type="snapshot", conversation=7, messages=[msg(1, "user", "hello"), msg(2, "assistant", "Hello world, again", "streaming")])

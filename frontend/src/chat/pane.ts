@@ -99,9 +99,11 @@ export class MessagePane {
   }
 
   // Returns false when the delta leaves a gap (deltas were missed): the caller re-syncs.
+  // A delta for a message not on screen belongs to another conversation this socket still
+  // watches on the server (it never leaves a group before disconnecting): ignored.
   applyDelta(id: number, offset: number, text: string): boolean {
     const m = this.messages.find((x) => x.id === id);
-    if (!m) return false;
+    if (!m) return true;
     const have = m.text.length;
     if (offset > have) return false;
     if (offset + text.length <= have) return true; // already have it (replayed after a reconnect)
