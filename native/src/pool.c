@@ -1,7 +1,7 @@
 /* pool.c — persistent worker threads with dynamic chunk claiming (see pool.h).
  *
- * Job publication: the job fields are written, then `ticket` is set to gen << 32 (the
- * next chunk index in the low 32 bits) with release order. A thread claims a chunk with
+ * Job publication: the job fields are written to slot gen & 1, then `ticket` is set to
+ * gen << 32 (the next chunk index in the low 32 bits). A thread claims a chunk with
  * a CAS that also checks the generation, so a late worker can never take a chunk of a
  * newer job with the old job's function. `done` counts finished chunks of the current
  * job; the caller waits for done == n_chunks. */
@@ -38,9 +38,11 @@ static struct {
     int nthr;                           /* threads incl. the caller */
     _Atomic uint64_t ticket;            /* gen << 32 | next chunk */
     _Atomic int done;
-    _Atomic(pool_fn) fn;
-    _Atomic(void *) ctx;
-    _Atomic int n;
+    struct {                            /* job of generation g in slot g & 1 */
+        _Atomic(pool_fn) fn;
+        _Atomic(void *) ctx;
+        _Atomic int n;
+    } job[2];
     _Atomic int sleepers;
     _Atomic int busy;                   /* a job is running (nested calls run inline) */
     pthread_mutex_t mu;
@@ -50,18 +52,19 @@ static struct {
 
 /* Claim and run chunks of job generation g; returns when none are left. */
 static void run_chunks(uint32_t g) {
-    pool_fn fn = atomic_load_explicit(&P.fn, memory_order_relaxed);
-    void *ctx = atomic_load_explicit(&P.ctx, memory_order_relaxed);
-    int n = atomic_load_explicit(&P.n, memory_order_relaxed);
-    uint64_t t = atomic_load_explicit(&P.ticket, memory_order_acquire);
+    /* Slot g & 1 is rewritten only for generation g + 2, published after the ticket moved
+     * to g + 1; so when a CAS on (g, c) succeeds, the fields read before it were job g's
+     * (all accesses are sequentially consistent). */
+    pool_fn fn = atomic_load(&P.job[g & 1].fn);
+    void *ctx = atomic_load(&P.job[g & 1].ctx);
+    int n = atomic_load(&P.job[g & 1].n);
+    uint64_t t = atomic_load(&P.ticket);
     for (;;) {
         if ((uint32_t)(t >> 32) != g || (int)(uint32_t)t >= n) return;
-        if (!atomic_compare_exchange_weak_explicit(&P.ticket, &t, t + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue;
+        if (!atomic_compare_exchange_weak(&P.ticket, &t, t + 1)) continue;
         fn(ctx, (int)(uint32_t)t);
-        atomic_fetch_add_explicit(&P.done, 1, memory_order_release);
-        t = atomic_load_explicit(&P.ticket, memory_order_acquire);
+        atomic_fetch_add(&P.done, 1);
+        t = atomic_load(&P.ticket);
     }
 }
 
@@ -168,11 +171,11 @@ void pool_run(pool_fn fn, void *ctx, int n_chunks) {
     if (spin_fixed < 0) adapt_spin();
     uint32_t g = ++P.gen;
     if (g == 0) g = ++P.gen;                    /* workers start with seen = 0 */
-    atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&P.ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&P.n, n_chunks, memory_order_relaxed);
-    atomic_store_explicit(&P.done, 0, memory_order_relaxed);
-    atomic_store_explicit(&P.ticket, (uint64_t)g << 32, memory_order_seq_cst);
+    atomic_store(&P.job[g & 1].fn, fn);
+    atomic_store(&P.job[g & 1].ctx, ctx);
+    atomic_store(&P.job[g & 1].n, n_chunks);
+    atomic_store(&P.done, 0);
+    atomic_store(&P.ticket, (uint64_t)g << 32);
     if (atomic_load(&P.sleepers) > 0) {
         pthread_mutex_lock(&P.mu);
         pthread_cond_broadcast(&P.cv);
