@@ -239,7 +239,9 @@ static void finish_all(server *S) {
 /* DATA for one sampled token, with the logprobs=k tail when asked. */
 static void emit_token(server *S, request *r, int tok, int last) {
     int plen = 0;
-    const char *piece = tok_piece(S->tok, tok, &plen);
+    /* A sampled control token (e.g. <|im_start|>) is markup, not reply text: its DATA is empty,
+     * as llama.cpp renders specials by default. */
+    const char *piece = tok_is_control(S->tok, tok) ? "" : tok_piece(S->tok, tok, &plen);
     size_t cap = 3 * ((size_t)plen + 3) + 16;   /* invalid bytes may become U+FFFD */
     char stackbuf[1024];
     char *buf = cap <= sizeof stackbuf ? stackbuf : malloc(cap);

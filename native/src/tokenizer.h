@@ -24,6 +24,7 @@ int tok_n_vocab(const tokenizer *t);
 int tok_bos(const tokenizer *t);            /* -1 if none */
 int tok_eos(const tokenizer *t);            /* -1 if none */
 int tok_is_eog(const tokenizer *t, int id); /* end of generation: eos, eot, <|im_end|>-like ids */
+int tok_is_control(const tokenizer *t, int id); /* control token (type 3): no text in replies */
 
 /* Encode len bytes of text (any bytes; invalid UTF-8 is encoded byte-wise as HF does).
  * Writes at most max_ids ids to ids and returns the total number of tokens the text
