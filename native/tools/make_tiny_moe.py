@@ -244,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     # Embedding scale 0.15: the tied head's logits then have std ~1.7, so greedy decoding is
     # still decisive but temperature-1 sampling visits many different tokens (byte tokens too).
     embd = rng.standard_normal((vocab, D_MODEL), dtype=np.float32) * np.float32(0.15)
+    # Markup tokens (<|endoftext|>, <|im_start|>) get near-zero rows so the tied head rarely
+    # samples them: their DATA is empty, and a reply of nothing but markup tests nothing.
+    embd[:2] *= np.float32(0.02)
     w.add_tensor("token_embd.weight", q8(embd), raw_dtype=Q8)
     w.add_tensor("output_norm.weight", norm_w(D_MODEL))
     kv_dim = N_KV_HEADS * HEAD_DIM
