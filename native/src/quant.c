@@ -329,6 +329,34 @@ static float dot_f16(const uint8_t *w8, const float *x, int n)
     return s;
 }
 
+/* dot_f16 of one weight row against nx (1..4) activation rows at stride xst: the weight
+ * values are converted once; every output gets exactly dot_f16's operations. */
+static void dot_f16_n(const uint8_t *w8, const float *x, size_t xst, int nx, int n, float *res)
+{
+#if defined(__AVX2__) && defined(__F16C__)
+    if (n % 8 == 0 && n <= 64) {
+        __m256 wv[8];
+        for (int k = 0; k < n / 8; k++)
+            wv[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w8 + 16 * (size_t)k)));
+        for (int i = 0; i < nx; i++) {
+            const float *xi = x + (size_t)i * xst;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            int j = 0;
+            for (; j + 32 <= n; j += 32) {
+                a0 = _mm256_fmadd_ps(wv[j / 8], _mm256_loadu_ps(xi + j), a0);
+                a1 = _mm256_fmadd_ps(wv[j / 8 + 1], _mm256_loadu_ps(xi + j + 8), a1);
+                a2 = _mm256_fmadd_ps(wv[j / 8 + 2], _mm256_loadu_ps(xi + j + 16), a2);
+                a3 = _mm256_fmadd_ps(wv[j / 8 + 3], _mm256_loadu_ps(xi + j + 24), a3);
+            }
+            for (; j + 8 <= n; j += 8) a0 = _mm256_fmadd_ps(wv[j / 8], _mm256_loadu_ps(xi + j), a0);
+            res[i] = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        }
+        return;
+    }
+#endif
+    for (int i = 0; i < nx; i++) res[i] = dot_f16(w8, x + (size_t)i * xst, n);
+}
+
 #ifdef __AVX2__
 #define FORCE_INLINE static inline __attribute__((always_inline))
 
@@ -551,7 +579,7 @@ static inline void row_all(const qmat *w, const qact *x, qkern kern, int r, floa
     } else if (w->type == GGML_F32) {
         for (int i = 0; i < n; i++) res[i] = dot_f32((const float *)(const void *)wr, x->f + (size_t)i * cols, cols);
     } else {
-        for (int i = 0; i < n; i++) res[i] = dot_f16(wr, x->f + (size_t)i * cols, cols);
+        for (int i = 0; i < n; i += 4) dot_f16_n(wr, x->f + (size_t)i * cols, (size_t)cols, n - i < 4 ? n - i : 4, cols, res + i);
     }
 }
 
