@@ -192,9 +192,11 @@ static void emit_entropy(server *S, const request *r) {
 /* Ends a turn the normal way: held UTF-8 bytes, telemetry block, usage, REPIN, DONE. */
 static void finish(server *S, request *r, int length_limited) {
     model *m = S->m;
+    /* An incomplete UTF-8 sequence still held here (STOP or end-of-generation right after
+     * a partial character) is dropped: a DATA frame carries exactly one token, and DONE's
+     * count must match the frames (the length-limited end folds it into the last frame). */
     char tail[16];
-    int nt = utf8s_flush(&r->u8, tail, (int)sizeof tail);
-    if (nt > 0) out_data(r->id, tail, nt);
+    (void)utf8s_flush(&r->u8, tail, (int)sizeof tail);
 
     double t_end = now_s();
     perf_counters d = m->perf;
