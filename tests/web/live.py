@@ -124,3 +124,17 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
         procs.stop(bridge)
         bridge_log.close()
         daphne_log.close()
+        with django_db_blocker.unblock():
+            _close_other_sessions()
+
+
+def _close_other_sessions():
+    """PostgreSQL may still hold the stopped servers' sessions for a moment; pytest-django could
+    then not drop the test database at the end of the run."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
