@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <sys/resource.h>
 
 static double now(clockid_t c) {
     struct timespec ts;
@@ -35,6 +36,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 16; i++) rows[i] = (fwd_row){s, i, 100 + 7 * i + s, i == 15 ? logits : NULL, NULL};
         if (model_forward(&m, &kv, rows, 16) != 0) return 1;
     }
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_THREAD, &ru0);
     double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
     for (int t = 0; t < steps; t++) {
         for (int s = 0; s < B; s++)
@@ -42,8 +45,10 @@ int main(int argc, char **argv) {
         if (model_forward(&m, &kv, rows, B) != 0) return 1;
     }
     double w1 = now(CLOCK_MONOTONIC), c1 = now(CLOCK_PROCESS_CPUTIME_ID);
-    printf("decode B=%d: %.2f ms/step wall (%.1f tok/s), %.2f ms CPU/step\n", B, (w1 - w0) * 1e3 / steps,
-           B * steps / (w1 - w0), (c1 - c0) * 1e3 / steps);
+    getrusage(RUSAGE_THREAD, &ru1);
+    printf("decode B=%d: %.2f ms/step wall (%.1f tok/s), %.2f ms CPU/step, caller preempted %.0f/s\n", B,
+           (w1 - w0) * 1e3 / steps, B * steps / (w1 - w0), (c1 - c0) * 1e3 / steps,
+           (ru1.ru_nivcsw - ru0.ru_nivcsw) / (w1 - w0));
     for (int i = 0; i < PR; i++) rows[i] = (fwd_row){S, i, 300 + (i * 13) % 2000, i == PR - 1 ? logits : NULL, NULL};
     w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
     if (model_forward(&m, &kv, rows, PR) != 0) return 1;
