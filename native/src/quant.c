@@ -357,45 +357,6 @@ static void dot_f16_n(const uint8_t *w8, const float *x, size_t xst, int nx, int
     for (int i = 0; i < nx; i++) res[i] = dot_f16(w8, x + (size_t)i * xst, n);
 }
 
-#if defined(__AVX2__) && defined(__F16C__)
-/* Narrow F16 rows (cols % 8 == 0, cols <= 64: the experts' down projections): for one
- * activation row x, out[r] for r in [r0, r1). Each row is one FMA chain over its 8-wide
- * column blocks, then the fixed tree ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) over the lanes,
- * done for 8 rows at once with horizontal adds; rows missing from a group are zeros, so
- * every output gets the same operations whatever the chunking. */
-static void f16_narrow_rows(const uint8_t *w, size_t rb, const float *x, int cols, int r0, int r1,
-                            float *out)
-{
-    __m256 xv[8];
-    const int nk = cols / 8;
-    for (int k = 0; k < nk; k++) xv[k] = _mm256_loadu_ps(x + 8 * k);
-    for (int r = r0; r < r1; r += 8) {
-        const int g = r1 - r < 8 ? r1 - r : 8;
-        __m256 a[8];
-        for (int q = 0; q < 8; q++) {
-            a[q] = _mm256_setzero_ps();
-            if (q >= g) continue;
-            const uint8_t *wr = w + (size_t)(r + q) * rb;
-            for (int k = 0; k < nk; k++)
-                a[q] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr + 16 * (size_t)k))),
-                                       xv[k], a[q]);
-        }
-        __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
-        __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
-        __m256 q03 = _mm256_hadd_ps(h01, h23), q47 = _mm256_hadd_ps(h45, h67);
-        __m256 res = _mm256_add_ps(_mm256_permute2f128_ps(q03, q47, 0x20), _mm256_permute2f128_ps(q03, q47, 0x31));
-        if (g == 8) {
-            _mm256_storeu_ps(out + r, res);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, res);
-            for (int q = 0; q < g; q++) out[r + q] = tmp[q];
-        }
-    }
-}
-#define HAVE_F16_NARROW 1
-#endif
-
 #ifdef __AVX2__
 #define FORCE_INLINE static inline __attribute__((always_inline))
 
@@ -645,14 +606,6 @@ static void mm_rows(const mm_job *j, int r0, int r1)
             xw.qs += (size_t)i0 * (cols / QK);
         }
         float *out = j->out + (size_t)i0 * st;
-#ifdef HAVE_F16_NARROW
-        if (!j->w2 && j->w->type == GGML_F16 && cols % 8 == 0 && cols <= 64) {
-            for (int i = 0; i < nw; i++)
-                f16_narrow_rows(j->w->data, j->w->row_bytes, xw.f + (size_t)i * cols, cols, r0, r1,
-                                out + (size_t)i * st);
-            continue;
-        }
-#endif
         if (nw == 1 && !j->w2 && !k1) {
             const uint8_t *wr = j->w->data + (size_t)r0 * j->w->row_bytes;
             if (j->w->type == GGML_F16)
