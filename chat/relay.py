@@ -2,8 +2,10 @@
 
 The task belongs to the conversation, not to a socket: closing the tab does not stop it. It
 publishes to the group `conv-<id>`; any socket that sends `open` joins that group and gets a
-snapshot from the database (saved every RELAY_SAVE_EVERY_S), then the live deltas. Stop goes
-through the channel layer group `conv-<id>-ctl`, so it works from any socket and any process.
+snapshot from the database (saved every RELAY_SAVE_EVERY_S), then the live deltas. Stop sets
+an event when the turn runs in this process and a short-lived cache flag for any other process;
+the relay polls the flag rather than blocking in a channel-layer receive, because cancelling such
+a receive can lose another channel's message in channels-redis.
 """
 import asyncio
 import logging
@@ -12,6 +14,7 @@ import time
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.core.cache import cache
 
 from chat import services
 from chat.models import Message
@@ -19,15 +22,17 @@ from chat.models import Message
 log = logging.getLogger(__name__)
 
 RELAY_SAVE_EVERY_S = 0.5
+STOP_POLL_S = 0.2
 _running: dict[int, asyncio.Task] = {}  # conversation id -> relay task; also keeps tasks referenced
+_stop_events: dict[int, asyncio.Event] = {}
 
 
 def group_for(conversation_id):
     return f"conv-{conversation_id}"
 
 
-def control_group_for(conversation_id):
-    return f"conv-{conversation_id}-ctl"
+def _stop_key(conversation_id):
+    return f"chat:stop:{conversation_id}"
 
 
 async def publish(conversation_id, frame):
@@ -44,7 +49,11 @@ def start(turn: services.Turn, params: dict) -> asyncio.Task:
 
 
 async def request_stop(conversation_id):
-    await get_channel_layer().group_send(control_group_for(conversation_id), {"type": "chat.stop"})
+    event = _stop_events.get(conversation_id)
+    if event is not None:
+        event.set()
+    else:  # the turn runs in another web process: it polls this flag
+        await cache.aset(_stop_key(conversation_id), 1, timeout=60)
 
 
 def _generation_request(conv_id, prompt, params):
@@ -76,11 +85,14 @@ async def _pump(request, queue):
     await queue.put(None)
 
 
-async def _wait_stop(layer, channel):
+async def _wait_stop(conversation_id, event):
     while True:
-        msg = await layer.receive(channel)
-        if msg.get("type") == "chat.stop":
+        try:
+            await asyncio.wait_for(event.wait(), STOP_POLL_S)
             return
+        except asyncio.TimeoutError:
+            if await cache.aget(_stop_key(conversation_id)):
+                return
 
 
 class _State:
@@ -93,13 +105,12 @@ class _State:
 
 
 async def _relay(conv_id, msg_id, prompt, params):
-    layer = get_channel_layer()
-    ctl_channel = await layer.new_channel()
-    await layer.group_add(control_group_for(conv_id), ctl_channel)
+    await cache.adelete(_stop_key(conv_id))
+    stop_event = _stop_events[conv_id] = asyncio.Event()
     queue = asyncio.Queue()
     state = _State()
     pump = asyncio.create_task(_pump(_generation_request(conv_id, prompt, params), queue))
-    stopper = asyncio.create_task(_wait_stop(layer, ctl_channel))
+    stopper = asyncio.create_task(_wait_stop(conv_id, stop_event))
     try:
         await _consume(conv_id, msg_id, queue, stopper, state)
     except asyncio.CancelledError:
@@ -112,8 +123,9 @@ async def _relay(conv_id, msg_id, prompt, params):
         for task in (pump, stopper):
             task.cancel()
         await asyncio.gather(pump, stopper, return_exceptions=True)
+        if _stop_events.get(conv_id) is stop_event:
+            del _stop_events[conv_id]
         await asyncio.shield(_finish(conv_id, msg_id, state))
-        await layer.group_discard(control_group_for(conv_id), ctl_channel)
 
 
 async def _consume(conv_id, msg_id, queue, stopper, state):

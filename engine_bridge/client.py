@@ -17,6 +17,7 @@ from engine_bridge import telemetry
 BRIDGE_CHANNEL = "engine-bridge"
 IDLE_TIMEOUT = 120.0   # nothing from the bridge for this long while not queued -> ENGINE_UNAVAILABLE
 GAP_TIMEOUT = 2.0      # a missing seq not filled within this long -> the stream is broken
+DRAIN_TIMEOUT = IDLE_TIMEOUT + 30.0  # receiver gives up after this long without a batch
 FINAL_KINDS = ("done", "error")
 
 
@@ -47,6 +48,11 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
         yield _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.")
         return
     reply = await layer.new_channel()
+    inbox = asyncio.Queue()
+    # The channel-layer receive runs in its own task and is never cancelled while the job is
+    # live: channels-redis can lose a message of *another* local channel (another conversation's
+    # delta) when a receive is cancelled mid-pop. Callers may cancel us; the drain goes on.
+    receiver = asyncio.create_task(_receive_until_final(layer, reply, req, inbox))
     finished = False
     try:
         await layer.send(BRIDGE_CHANNEL, {"type": "gen.submit", "req": req, "reply": reply,
@@ -55,7 +61,7 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
         while True:
             timeout = GAP_TIMEOUT if pending else idle_timeout
             try:
-                message = await asyncio.wait_for(layer.receive(reply), timeout)
+                message = await asyncio.wait_for(inbox.get(), timeout)
             except asyncio.TimeoutError:
                 if pending:
                     yield _error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {expected}).")
@@ -64,7 +70,7 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
                     continue  # waiting our turn and the bridge is alive
                 yield _error("ENGINE_UNAVAILABLE", "The engine did not answer in time.")
                 return
-            if message.get("req") != req or message.get("seq", -1) < expected:
+            if message.get("seq", -1) < expected:
                 continue
             pending[message["seq"]] = message
             while expected in pending:
@@ -79,6 +85,27 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     finally:
         if not finished:
             await asyncio.shield(cancel(req))
+            # The receiver keeps draining until the bridge's final event (CANCELLED), bounded.
+            receiver.add_done_callback(lambda t: t.cancelled() or t.exception())
+        else:
+            await asyncio.shield(receiver)
+
+
+async def _receive_until_final(layer, channel, req, inbox, *, drain_timeout=DRAIN_TIMEOUT):
+    """Moves the bridge's batches for `req` into inbox until one carries a final event. Gives up
+    (one last, unavoidable cancelled receive) only when nothing arrives for drain_timeout."""
+    seen, final_seq = set(), None
+    while final_seq is None or len(seen) <= final_seq:
+        try:
+            message = await asyncio.wait_for(layer.receive(channel), drain_timeout)
+        except asyncio.TimeoutError:
+            return
+        if message.get("req") != req:
+            continue
+        inbox.put_nowait(message)
+        seen.add(message.get("seq"))
+        if any(event.get("kind") in FINAL_KINDS for event in message.get("events", ())):
+            final_seq = message.get("seq")
 
 
 async def cancel(req_id):

@@ -28,6 +28,24 @@ class LiveStack:
     env: dict  # environment of the subprocesses (DATABASE_URL, REDIS_URL, CACHE_PREFIX, ...)
     redis_url: str
     cache_prefix: str
+    bridge_pid: int = 0
+
+    def engine_pid(self):
+        """The engine process the bridge owns (its child), or None while none runs."""
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # Fields after the parenthesised command name: state, ppid, ...
+            if int(stat.rsplit(")", 1)[1].split()[1]) == self.bridge_pid:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"colibri-engine" in f.read():
+                        return int(entry)
+        return None
 
     def bridge_state(self):
         client = redis.Redis.from_url(self.redis_url)
@@ -108,6 +126,7 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
     bridge = daphne = None
     try:
         bridge = _start_bridge(env, bridge_log)
+        stack.bridge_pid = bridge.pid
         daphne = subprocess.Popen(
             [procs.PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "colibri_site.asgi:application"],
             cwd=procs.ROOT, env=env, stdout=daphne_log, stderr=subprocess.STDOUT)

@@ -44,7 +44,7 @@ async def test_send_streams_and_completes(live_stack, session_cookie):
                                   "params": {"max_tokens": 32, "temperature": 0}}))
         frames = await recv_until(ws, "done")
     kinds = [f["type"] for f in frames]
-    assert kinds[0] == "conversation" and "started" in kinds and "delta" in kinds
+    assert kinds[0] == "conversation" and "started" in kinds and "delta" in kinds, kinds
     text = "".join(f["text"] for f in frames if f["type"] == "delta")
     final = frames[-1]["message"]
     assert final["status"] == "complete" and final["text"] == text
@@ -77,3 +77,40 @@ async def test_stop_keeps_partial_text_and_reload_shows_it(live_stack, session_c
     while live_stack.bridge_state().get("busy") and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
     assert not live_stack.bridge_state().get("busy")
+
+
+async def wait_up(live_stack, timeout=60):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (live_stack.bridge_state().get("up") and live_stack.engine_pid()):
+        assert asyncio.get_running_loop().time() < deadline, "the bridge did not restart the engine"
+        await asyncio.sleep(0.1)
+
+
+async def test_engine_killed_mid_stream_keeps_the_partial_reply_and_recovers(live_stack, session_cookie):
+    import os
+    import signal
+
+    from chat.models import Message
+
+    await wait_up(live_stack)
+    async with connect(live_stack, session_cookie) as ws:
+        await ws.send(json.dumps({"type": "send", "conversation": None, "text": "Write a long story",
+                                  "params": {"max_tokens": 15000, "temperature": 0}}))
+        frames = await recv_until(ws, "delta")
+        conv_id = frames[0]["conversation"]["id"]
+        os.kill(live_stack.engine_pid(), signal.SIGKILL)
+        frames = await recv_until(ws, "done")
+        errors = [f for f in frames if f["type"] == "error"]
+        assert errors and errors[0]["code"] == "ENGINE_DIED", frames[-3:]
+        assert "engine" in errors[0]["detail"].lower()
+        final = frames[-1]["message"]
+        assert final["status"] == "interrupted" and final["text"], "the partial reply was not kept"
+        stored = await sync_to_async(Message.objects.get)(pk=final["id"])
+        assert stored.status == "interrupted" and stored.text == final["text"]
+        assert "ENGINE_DIED" in stored.stats.get("error", "")
+
+        await wait_up(live_stack)
+        await ws.send(json.dumps({"type": "send", "conversation": conv_id, "text": "Again, shorter",
+                                  "params": {"max_tokens": 8, "temperature": 0}}))
+        after = (await recv_until(ws, "done"))[-1]["message"]
+    assert after["status"] == "complete" and after["stats"]["completion_tokens"] >= 1
