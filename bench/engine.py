@@ -247,7 +247,7 @@ def main():
     print(f"| 8-slot aggregate / single stream (ours) | {ours[8] / ours['decode']:.2f} |")
     print(f"| decode with EXPERT_RAM_MB={quarter} / all in RAM | {low['decode'] / ours['decode']:.2f} |")
     print()
-    print(f"| engine | prefill tok/s | decode tok/s | 4 slots tok/s | 8 slots tok/s | 16 slots tok/s | peak RSS MB |")
+    print("| engine | prefill tok/s | decode tok/s | 4 slots tok/s | 8 slots tok/s | 16 slots tok/s | peak RSS MB |")
     print("|---|---|---|---|---|---|---|")
     for name, r in (("colibri-engine, MoE, all experts in RAM", ours),
                     (f"colibri-engine, MoE, EXPERT_RAM_MB={quarter} (1/4)", low)):

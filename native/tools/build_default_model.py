@@ -29,7 +29,7 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama_ref import Model, silu  # noqa: E402
+from llama_ref import Model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 N_EXPERTS, EXPERT_W, SHARED_W, TOP_K = 16, 48, 768, 8

@@ -206,7 +206,6 @@ SOUP = ["'", "s", "t", "re", "ve", "ll", "d", "m", "'S", " ", "  ", "\n", "\t", 
 
 def make_corpus(out, size, seed):
     rng = random.Random(seed)
-    pieces = []
     here = os.path.dirname(os.path.abspath(__file__))
     # real text from this machine: Python code and docs, C sources and headers, licences
     roots = [os.path.dirname(os.__file__), "/usr/include", "/usr/share/common-licenses",

@@ -56,6 +56,12 @@ class Model:
     def has(self, name) -> bool:
         return name in self.t
 
+    def mm(self, x, name, e=None):
+        """x @ W.T for tensor `name` (its slice e for stacked experts). The one place weights
+        meet activations, so a subclass can model the engine's activation quantization."""
+        w = self.w(name)
+        return x @ (w if e is None else w[e]).T
+
     def rmsnorm(self, x, name):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * self.w(name)
 
@@ -74,18 +80,17 @@ class Model:
     def ffn(self, L, h, record=None, routes=None):
         p = f"blk.{L}."
         if not self.has(p + "ffn_gate_inp.weight"):
-            a = silu(h @ self.w(p + "ffn_gate.weight").T) * (h @ self.w(p + "ffn_up.weight").T)
+            a = silu(self.mm(h, p + "ffn_gate.weight")) * self.mm(h, p + "ffn_up.weight")
             if record is not None:
                 record(L, h, a)
-            return a @ self.w(p + "ffn_down.weight").T
+            return self.mm(a, p + "ffn_down.weight")
         out = np.zeros_like(h)
         if self.has(p + "ffn_gate_shexp.weight"):
-            a = silu(h @ self.w(p + "ffn_gate_shexp.weight").T) * (h @ self.w(p + "ffn_up_shexp.weight").T)
-            out += a @ self.w(p + "ffn_down_shexp.weight").T
-        logits = h @ self.w(p + "ffn_gate_inp.weight").T
+            a = silu(self.mm(h, p + "ffn_gate_shexp.weight")) * self.mm(h, p + "ffn_up_shexp.weight")
+            out += self.mm(a, p + "ffn_down_shexp.weight")
+        logits = self.mm(h, p + "ffn_gate_inp.weight")
         if self.has(p + "ffn_gate_inp.bias"):
             logits = logits + self.w(p + "ffn_gate_inp.bias")
-        gate, up, down = (self.w(p + f"ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
         for row in range(h.shape[0]):
             sel = np.argsort(-logits[row], kind="stable")[: self.top_k]
             if self.gating == "unit":
@@ -95,9 +100,10 @@ class Model:
                 wts = z / z.sum()
             if routes is not None:
                 routes.append((L, row, sorted(int(e) for e in sel)))
+            hr = h[row:row + 1]
             for e, wt in zip(sel, wts):
-                a = silu(gate[e] @ h[row]) * (up[e] @ h[row])
-                out[row] += wt * (down[e] @ a)
+                a = silu(self.mm(hr, p + "ffn_gate_exps.weight", e)) * self.mm(hr, p + "ffn_up_exps.weight", e)
+                out[row] += wt * self.mm(a, p + "ffn_down_exps.weight", e)[0]
         return out
 
     def forward(self, tokens, record=None, routes=None, cache=None) -> np.ndarray:
@@ -114,9 +120,9 @@ class Model:
         for L in range(self.n_layers):
             p = f"blk.{L}."
             h = self.rmsnorm(x, p + "attn_norm.weight")
-            q = (h @ self.w(p + "attn_q.weight").T).reshape(n, self.n_heads, self.head_dim)
-            k = (h @ self.w(p + "attn_k.weight").T).reshape(n, self.n_kv, self.head_dim)
-            v = (h @ self.w(p + "attn_v.weight").T).reshape(n, self.n_kv, self.head_dim)
+            q = self.mm(h, p + "attn_q.weight").reshape(n, self.n_heads, self.head_dim)
+            k = self.mm(h, p + "attn_k.weight").reshape(n, self.n_kv, self.head_dim)
+            v = self.mm(h, p + "attn_v.weight").reshape(n, self.n_kv, self.head_dim)
             q, k = self.rope(q, pos), self.rope(k, pos)
             if past:
                 k = np.concatenate([cache["k"][L], k])
@@ -129,12 +135,12 @@ class Model:
                 s = q[:, hh] @ k[:, kv].T / np.sqrt(self.head_dim) + mask
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 o[:, hh] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv]
-            x = x + o.reshape(n, -1) @ self.w(p + "attn_output.weight").T
+            x = x + self.mm(o.reshape(n, -1), p + "attn_output.weight")
             h = self.rmsnorm(x, p + "ffn_norm.weight")
             x = x + self.ffn(L, h, record, routes)
         cache["n"] = past + n
-        head = self.w("output.weight") if self.has("output.weight") else self.w("token_embd.weight")
-        return self.rmsnorm(x, "output_norm.weight") @ head.T
+        head = "output.weight" if self.has("output.weight") else "token_embd.weight"
+        return self.mm(self.rmsnorm(x, "output_norm.weight"), head)
 
     def greedy(self, prompt_ids, steps, eos=None):
         """Greedy continuation ids and the logits each choice was made from."""

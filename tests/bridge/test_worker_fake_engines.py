@@ -4,7 +4,6 @@ import asyncio
 import contextlib
 import time
 
-import pytest
 
 from engine_bridge.client import GenerationRequest, generate
 from engine_bridge.telemetry import aget_state

@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.native.engine import Engine, base_env, new_id
+from tests.native.engine import Engine, base_env
 from tests.support.procs import ROOT
 
 sys.path.insert(0, str(ROOT / "native" / "tools"))
 from llama_ref import Model  # noqa: E402
-from check_tokenizer import Reference  # noqa: E402
 
 EOS = 2
 K = 32  # the engine's maximum logprobs=k
@@ -161,8 +160,7 @@ class QuantActModel(Model):
         """x @ W.T (W = the tensor, or its slice e for stacked experts)."""
         parts = self._parts(name)
         if parts is None:
-            w = self.w(name)
-            return x @ (w if e is None else w[e]).T
+            return super().mm(x, name, e)
         wq, wm = parts
         if e is not None:
             wq, wm = wq[e], (None if wm is None else wm[e])
@@ -170,68 +168,6 @@ class QuantActModel(Model):
         if wm is not None:
             y = y + x @ wm.T
         return y
-
-    def ffn(self, L, h, record=None, routes=None):
-        p = f"blk.{L}."
-        if not self.has(p + "ffn_gate_inp.weight"):
-            a = silu(self.mm(h, p + "ffn_gate.weight")) * self.mm(h, p + "ffn_up.weight")
-            return self.mm(a, p + "ffn_down.weight")
-        out = np.zeros_like(h)
-        if self.has(p + "ffn_gate_shexp.weight"):
-            a = silu(self.mm(h, p + "ffn_gate_shexp.weight")) * self.mm(h, p + "ffn_up_shexp.weight")
-            out += self.mm(a, p + "ffn_down_shexp.weight")
-        logits = self.mm(h, p + "ffn_gate_inp.weight")
-        if self.has(p + "ffn_gate_inp.bias"):
-            logits = logits + self.w(p + "ffn_gate_inp.bias")
-        for row in range(h.shape[0]):
-            sel = np.argsort(-logits[row], kind="stable")[: self.top_k]
-            if self.gating == "unit":
-                wts = np.ones(len(sel))
-            else:
-                z = np.exp(logits[row, sel] - logits[row, sel].max())
-                wts = z / z.sum()
-            hr = h[row:row + 1]
-            for e, wt in zip(sel, wts):
-                a = silu(self.mm(hr, p + "ffn_gate_exps.weight", e)) * self.mm(hr, p + "ffn_up_exps.weight", e)
-                out[row] += wt * self.mm(a, p + "ffn_down_exps.weight", e)[0]
-        return out
-
-    def forward(self, tokens, record=None, routes=None, cache=None):
-        tokens = np.asarray(tokens)
-        n = len(tokens)
-        cache = {} if cache is None else cache
-        past = cache.get("n", 0)
-        x = self.w("token_embd.weight")[tokens].copy()
-        pos = np.arange(past, past + n, dtype=np.float64)
-        group = self.n_heads // self.n_kv
-        mask = np.triu(np.full((n, past + n), -np.inf), past + 1)
-        for L in range(self.n_layers):
-            p = f"blk.{L}."
-            h = self.rmsnorm(x, p + "attn_norm.weight")
-            q = self.mm(h, p + "attn_q.weight").reshape(n, self.n_heads, self.head_dim)
-            k = self.mm(h, p + "attn_k.weight").reshape(n, self.n_kv, self.head_dim)
-            v = self.mm(h, p + "attn_v.weight").reshape(n, self.n_kv, self.head_dim)
-            q, k = self.rope(q, pos), self.rope(k, pos)
-            if past:
-                k = np.concatenate([cache["k"][L], k])
-                v = np.concatenate([cache["v"][L], v])
-            cache.setdefault("k", [None] * self.n_layers)[L] = k
-            cache.setdefault("v", [None] * self.n_layers)[L] = v
-            o = np.empty_like(q)
-            for hh in range(self.n_heads):
-                kv = hh // group
-                s = q[:, hh] @ k[:, kv].T / np.sqrt(self.head_dim) + mask
-                s = np.exp(s - s.max(axis=1, keepdims=True))
-                o[:, hh] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv]
-            x = x + self.mm(o.reshape(n, -1), p + "attn_output.weight")
-            h = self.rmsnorm(x, p + "ffn_norm.weight")
-            x = x + self.ffn(L, h)
-        cache["n"] = past + n
-        head = "output.weight" if self.has("output.weight") else "token_embd.weight"
-        return self.mm(self.rmsnorm(x, "output_norm.weight"), head)
-
-
-from llama_ref import silu  # noqa: E402
 
 
 @dataclass

@@ -12,7 +12,6 @@ Deadlines scale with COLIBRI_TEST_TIMEOUT_SCALE (default 4 for build-asan binari
 """
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest

@@ -166,12 +166,12 @@ def test_it_sixteen_slots(eng):
 def _long_request(eng, slot, prompts):
     """Starts a long sampled request that is still decoding after 2 DATA frames."""
     for p in prompts:
-        rid = eng.submit(chatml(p), slot=slot, max_tokens=400, temperature=1.0, top_p=1)
+        rid = eng.submit(chatml(p), slot=slot, max_tokens=400, temperature=1.0, top_p=1, extra=" seed=7")
         r = eng.reqs[rid]
         eng.wait(lambda: len(r.data) >= 2 or r.finished, what=f"DATA of {rid}")
         if not r.finished:
             return rid, r
-    pytest.skip("every long request ended by itself before it could be interrupted")
+    pytest.fail("every seeded long request ended by itself before it could be interrupted")
 
 
 LONG = ["Write a very long essay about the sea.", "List every number you know.", "Keep talking."]

@@ -2,9 +2,7 @@
 heat persistence, tokenizer CLI. Each test starts its own engine process(es)."""
 from __future__ import annotations
 
-import math
 import os
-import shutil
 import signal
 import struct
 import subprocess
@@ -100,12 +98,12 @@ def test_it_eof_drains(spawn):
 
 def _start_long(e, slot=0):
     for p in ("Write a very long essay about the sea.", "Keep talking forever.", "List many words."):
-        rid = e.submit(chatml(p), slot=slot, max_tokens=400, temperature=1.0)
+        rid = e.submit(chatml(p), slot=slot, max_tokens=400, temperature=1.0, extra=" seed=7")
         r = e.reqs[rid]
         e.wait(lambda: len(r.data) >= 2 or r.finished, what="first DATA")
         if not r.finished:
             return r
-    pytest.skip("could not keep a request running")
+    pytest.fail("every seeded long request ended by itself within 2 tokens")
 
 
 def test_it_sigterm_exits_promptly(spawn):
@@ -280,7 +278,7 @@ def test_it_detokenize_round_trip(engine_bin, models, tmp_path):
 
 def test_it_tokenize_matches_hf(engine_bin, models, tmp_path):
     """The engine's BPE must match HF tokenizers on the fixture vocabulary (smollm pre-tokenizer)."""
-    tokenizers = pytest.importorskip("tokenizers")
+
     from gguf import GGUFReader
     from tokenizers import AddedToken, Tokenizer, models as tm, pre_tokenizers as pt
 
