@@ -144,7 +144,7 @@ def expert_bytes(model):
 
 
 def bench_ours(args, extra_env, prompts):
-    env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(MOE), KV_SLOTS="64", CTX="1024",
+    env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(args.model), KV_SLOTS="64", CTX="1024",
                USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(args.threads), **extra_env)
     env["USAGE_FILE"] = "/dev/null"
     res = {"prefill": [], "decode": [], 4: [], 8: [], 16: []}
@@ -220,15 +220,17 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--model", type=Path, default=MOE,
+                    help="our engine's model (default: the default MoE; llama.cpp runs only beside it)")
     args = ap.parse_args()
     subprocess.run(["make", "-s", "-C", str(ROOT / "native")], check=True)
-    prompts = cut_to_tokens(prompts_text([1400] * 4), args.prompt_tokens, MOE)
-    args.prompt_tokens = statistics.median(len(tokens_of(p, MOE)) for p in prompts)
-    eb = expert_bytes(MOE)
+    prompts = cut_to_tokens(prompts_text([1400] * 4), args.prompt_tokens, args.model)
+    args.prompt_tokens = statistics.median(len(tokens_of(p, args.model)) for p in prompts)
+    eb = expert_bytes(args.model)
     quarter = max(1, eb // 4 // (1 << 20))
     ours = bench_ours(args, {}, prompts)
     low = bench_ours(args, {"EXPERT_RAM_MB": str(quarter)}, prompts)
-    llama = bench_llama(args, prompts)
+    llama = bench_llama(args, prompts) if args.model == MOE else None
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
 
@@ -237,8 +239,8 @@ def main():
 
     L = llama or {}
     print(f"\n{cpu}, {args.threads} threads, commit {commit}; medians of {args.runs} runs; prompt "
-          f"{args.prompt_tokens} tokens, {args.gen} generated, greedy. Ours: default MoE "
-          f"(routed experts {eb / 2**20:.0f} MiB); llama.cpp: llama-cpp-python "
+          f"{args.prompt_tokens} tokens, {args.gen} generated, greedy. Ours: {args.model.name} "
+          f"(routed experts {eb / 2**20:.1f} MiB); llama.cpp: llama-cpp-python "
           f"0.3.16 on the dense Q4_1 source.\n")
     print("| ratio | value |\n|---|---|")
     if llama:
