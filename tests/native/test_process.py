@@ -329,3 +329,21 @@ def test_it_pins_the_hottest_experts_and_reports_repin(spawn, tmp_path):
         assert 0 <= int(layer) < 8 and 0 <= int(eid) < 16 and int(old_tier) in (0, 1, 2)
     assert r.stat()["emitted"] >= 1
     assert e.close() == 0
+
+
+def test_it_sends_topk_after_each_token_when_asked(spawn):
+    e = spawn(slots=1, SERVE_TOPK=1)
+    r = e.generate(chatml("Name a colour."), max_tokens=6)
+    seq = [(k, p) for k, p, _ in e.events[r.first_event:r.last_event + 1] if k in ("DATA", "TOPK")]
+    data_n = sum(1 for k, _ in seq if k == "DATA")
+    topk = [p for k, p in seq if k == "TOPK"]
+    assert data_n == r.stat()["emitted"] and len(topk) == data_n, seq
+    assert all(seq[i][0] == "DATA" and seq[i + 1][0] == "TOPK" for i in range(0, len(seq), 2)), seq
+    for p in topk:
+        assert p[1] == str(r.id) and p[2] == "5" and len(p) == 3 + 2 * 5, p
+        lps = [float(x) for x in p[3::2]]
+        assert lps == sorted(lps, reverse=True) and all(lp <= 0 for lp in lps), p
+    # Greedy: the sampled token is the most likely candidate, so its text leads each TOPK.
+    first_texts = b"".join(bytes.fromhex(p[4]) for p in topk)
+    assert first_texts.decode("utf-8", "replace") == r.text.decode("utf-8")
+    assert e.close() == 0
