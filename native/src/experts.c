@@ -113,11 +113,18 @@ static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) 
     return 0;
 }
 
+/* Matrices whose rows are a multiple of 8 are kept in the kernels' interleaved layout
+ * (quant.h qpack; same byte count), converted once right after the read. */
+static int packs(const es_row *R, int k) {
+    return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]);
+}
+
 static int read_expert(const expert_store *s, int r, int e, uint8_t *dst) {
     const es_row *R = &s->row[r];
     size_t at = 0;
     for (int k = 0; k < 3; k++) {
         if (read_at(s, dst + at, R->slice[k], R->off[k] + (uint64_t)e * R->slice[k]) != 0) return -1;
+        if (packs(R, k) && qpack_inplace(R->type[k], R->rows[k], R->cols[k], dst + at) != 0) return -1;
         at += R->slice[k];
     }
     return 0;
@@ -133,6 +140,7 @@ static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *
         m[k]->cols = R->cols[k];
         m[k]->row_bytes = R->row_bytes[k];
         m[k]->data = base + at;
+        m[k]->packed = packs(R, k);
         at += R->slice[k];
     }
 }

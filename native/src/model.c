@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 typedef struct { float *p; size_t cap; } fbuf;   /* grown scratch, capacity in floats */
 typedef struct { int *p; size_t cap; } ibuf;
@@ -231,6 +232,27 @@ static int get_vec(model *m, const char *name, int n, int optional, const float 
     return 0;
 }
 
+/* Replaces a mapped matrix by an owned packed copy (no-op when not packable). drop: the
+ * original's file pages are released from this process (re-read from the file if touched). */
+static int pack_mat(model *m, qmat *w, int drop) {
+    if (w->rows <= 0 || w->packed || !qpack_ok(w->type, w->rows, w->cols)) return 0;
+    size_t bytes = qpack_bytes(w->type, w->rows, w->cols);
+    uint8_t *b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!b || own(m->priv, (float *)(void *)b) != 0) {
+        free(b);
+        return -1;
+    }
+    qpack(w, b);
+    if (drop) {
+        uintptr_t a0 = ((uintptr_t)w->data + 4095) & ~(uintptr_t)4095;
+        uintptr_t a1 = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~(uintptr_t)4095;
+        if (a1 > a0) madvise((void *)a0, a1 - a0, MADV_DONTNEED);
+    }
+    w->data = b;
+    w->packed = 1;
+    return 0;
+}
+
 static int load_inner(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
     struct model_priv *P = m->priv;
     gguf_file *g = &m->g;
@@ -417,6 +439,22 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     m->es = es_create(g, src, c->n_moe_rows, c->n_moe_rows ? c->n_experts : 0, eo ? eo : &def,
                       fnv1a32_local(m->arch), c->n_layers, err, errlen);
     if (!m->es) goto out;
+    /* dense matrices into the interleaved layout of the matmul kernels (owned copies; the
+     * file pages of the originals are dropped, except token_embd's, read for embeddings) */
+    if (pack_mat(m, &m->output, m->output.data != m->tok_embd.data) != 0) {
+        fail(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_w *L = &m->layers[l];
+        qmat *ms[] = {&L->q, &L->k, &L->v, &L->o, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                      &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+            if (pack_mat(m, ms[i], 1) != 0) {
+                fail(err, errlen, "out of memory");
+                goto out;
+            }
+    }
     rc = 0;
 out:
     free(src);

@@ -557,6 +557,390 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 #define QDOT_MAX 4
 #endif
 
+/* ---- packed (interleaved) layout and its register-blocked kernels ----------------------
+ *
+ * A group is 8 consecutive weight rows r0..r0+7 (j = r - r0); groups follow each other,
+ * each 8 * row_bytes long. Within a group, per 32-block b (quantized types) or per value k
+ * (F16):
+ *   Q4_1: 160 bytes per block: f16 d[8], f16 m[8], then 4 vectors of 32 bytes; vector t,
+ *         bytes 4j..4j+3 = qs_j[4t..4t+3] (low nibbles: values 4t..4t+3 of row j, high
+ *         nibbles: values 16+4t..16+4t+3).
+ *   Q8_0: 272 bytes per block: f16 d[8], then 8 vectors of 32 bytes; vector g, bytes
+ *         4j..4j+3 = q_j[4g..4g+3].
+ *   F16:  16 bytes per value k: the 8 rows' f16 values of column k.
+ * One vpdpbusd (or maddubs+madd) of a weight vector with 4 activation bytes broadcast to
+ * all lanes advances 8 dot products by 4 values: no horizontal reductions at all, the
+ * unpacked weight vector is reused for every input row of the tile, the activation
+ * broadcast for every weight group of the tile.
+ *
+ * Canonical operation order of one output (row r, input i), shared by every kernel here
+ * (vector tiles of any size, the scalar fallback), so results never depend on n, the tile
+ * or the thread count:
+ *   quantized: acc = 0; for each block b in order:
+ *                  isum = exact int32 sum of w_q * x_q over the block;
+ *                  acc = fma((float)isum, d_w[b] * d_x[b], acc);
+ *                  Q4_1 only: acc = fma(m_w[b], s_x[b], acc);       result acc
+ *   F16:       e = o = 0; for k in order: (k even ? e : o) = fma(w_k, x_k, .); result e + o
+ * Unpacked matrices are packed on the fly, 8 rows at a time, into a per-thread buffer. */
+
+#define PK_ROWS 8
+
+static int pk_type(uint32_t t) { return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16; }
+
+int qpack_ok(uint32_t type, int rows, int cols)
+{
+    if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
+    return type == GGML_F16 || cols % QK == 0;
+}
+
+static size_t pk_group_bytes(uint32_t t, int cols)
+{
+    return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * (t == GGML_Q4_1 ? 160 : 272);
+}
+
+size_t qpack_bytes(uint32_t type, int rows, int cols)
+{
+    if (!qpack_ok(type, rows, cols)) return 0;
+    return (size_t)((rows + PK_ROWS - 1) / PK_ROWS) * pk_group_bytes(type, cols);
+}
+
+/* Packs group rows r0..r0+7 (rows >= nrows are zero) of row-major data into dst. */
+static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r0, int nrows,
+                     uint8_t *dst)
+{
+    const uint8_t *src[PK_ROWS];
+    for (int j = 0; j < PK_ROWS; j++) src[j] = r0 + j < nrows ? data + (size_t)(r0 + j) * row_bytes : NULL;
+    if (t == GGML_F16) {
+        for (int k = 0; k < cols; k++)
+            for (int j = 0; j < PK_ROWS; j++) {
+                if (src[j]) memcpy(dst + 16 * (size_t)k + 2 * j, src[j] + 2 * (size_t)k, 2);
+                else memset(dst + 16 * (size_t)k + 2 * j, 0, 2);
+            }
+        return;
+    }
+    const int nb = cols / QK;
+    for (int b = 0; b < nb; b++) {
+        if (t == GGML_Q4_1) {
+            uint8_t *o = dst + (size_t)b * 160;
+            for (int j = 0; j < PK_ROWS; j++) {
+                const uint8_t *s = src[j] ? src[j] + (size_t)b * Q4_1_BYTES : NULL;
+                if (!s) {
+                    memset(o + 2 * j, 0, 2);
+                    memset(o + 16 + 2 * j, 0, 2);
+                    for (int v = 0; v < 4; v++) memset(o + 32 + 32 * v + 4 * j, 0, 4);
+                    continue;
+                }
+                memcpy(o + 2 * j, s, 2);
+                memcpy(o + 16 + 2 * j, s + 2, 2);
+                for (int v = 0; v < 4; v++) memcpy(o + 32 + 32 * v + 4 * j, s + 4 + 4 * v, 4);
+            }
+        } else {
+            uint8_t *o = dst + (size_t)b * 272;
+            for (int j = 0; j < PK_ROWS; j++) {
+                const uint8_t *s = src[j] ? src[j] + (size_t)b * Q8_0_BYTES : NULL;
+                if (!s) {
+                    memset(o + 2 * j, 0, 2);
+                    for (int v = 0; v < 8; v++) memset(o + 16 + 32 * v + 4 * j, 0, 4);
+                    continue;
+                }
+                memcpy(o + 2 * j, s, 2);
+                for (int v = 0; v < 8; v++) memcpy(o + 16 + 32 * v + 4 * j, s + 2 + 4 * v, 4);
+            }
+        }
+    }
+}
+
+void qpack(const qmat *w, uint8_t *dst)
+{
+    const size_t gb = pk_group_bytes(w->type, w->cols);
+    for (int r = 0; r < w->rows; r += PK_ROWS)
+        pk_group(w->type, w->cols, w->row_bytes, w->data, r, w->rows, dst + (size_t)(r / PK_ROWS) * gb);
+}
+
+int qpack_inplace(uint32_t type, int rows, int cols, uint8_t *data)
+{
+    if (!qpack_ok(type, rows, cols) || rows % PK_ROWS) return -1;
+    const size_t gb = pk_group_bytes(type, cols), rb = ggml_row_bytes(type, (uint64_t)cols);
+    if (gb != rb * PK_ROWS) return -1;
+    uint8_t *tmp = malloc(gb);
+    if (!tmp) return -1;
+    for (int r = 0; r < rows; r += PK_ROWS) {
+        uint8_t *g = data + (size_t)r * rb;
+        pk_group(type, cols, rb, g, 0, PK_ROWS, tmp);
+        memcpy(g, tmp, gb);
+    }
+    free(tmp);
+    return 0;
+}
+
+/* Kernel: res[k * 8 * NG + g * 8 + j] = output (row j of group gp[g], input row i0 + k)
+ * for g < NG, k < NX. */
+#ifdef __AVX2__
+FORCE_INLINE __m256i pk_dot4(__m256i acc, __m256i a, __m256i b)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, a, b);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+#endif
+}
+
+FORCE_INLINE __m256i bc4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                         float *res)
+{
+    const size_t xst = (size_t)x->cols;
+    const int8_t *xq = x->q + (size_t)i0 * xst;
+    const float *xd = x->qd + (size_t)i0 * nb, *xs = x->qs + (size_t)i0 * nb;
+    const __m256i m15 = _mm256_set1_epi8(15);
+    __m256 acc[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i is[2][4];
+        for (int g = 0; g < NG; g++)
+            for (int k = 0; k < NX; k++) is[g][k] = _mm256_setzero_si256();
+        for (int t = 0; t < 4; t++) {
+            __m256i lo[2], hi[2];
+            for (int g = 0; g < NG; g++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 160 + 32 + 32 * t));
+                lo[g] = _mm256_and_si256(v, m15);
+                hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+            }
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq + k * xst + (size_t)b * QK + 4 * t;
+                __m256i xl = bc4(xk), xh = bc4(xk + 16);
+                for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh);
+            }
+        }
+        for (int g = 0; g < NG; g++) {
+            const uint8_t *gb = gp[g] + (size_t)b * 160;
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
+            __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
+            for (int k = 0; k < NX; k++) {
+                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k * nb + b]));
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
+                acc[g][k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[k * nb + b]), acc[g][k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
+FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                         float *res)
+{
+    const size_t xst = (size_t)x->cols;
+    const int8_t *xq = x->q + (size_t)i0 * xst;
+    const float *xd = x->qd + (size_t)i0 * nb;
+    __m256 acc[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i is[2][4];
+        for (int g = 0; g < NG; g++)
+            for (int k = 0; k < NX; k++) is[g][k] = _mm256_setzero_si256();
+        for (int t = 0; t < 8; t++) {
+            __m256i w[2], a[2];
+            for (int g = 0; g < NG; g++) {
+                w[g] = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t));
+                a[g] = _mm256_sign_epi8(w[g], w[g]);
+            }
+            for (int k = 0; k < NX; k++) {
+                __m256i xb = bc4(xq + k * xst + (size_t)b * QK + 4 * t);
+                for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(is[g][k], a[g], _mm256_sign_epi8(xb, w[g]));
+            }
+        }
+        for (int g = 0; g < NG; g++) {
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)b * 272)));
+            for (int k = 0; k < NX; k++) {
+                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k * nb + b]));
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
+FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int cols,
+                         float *res)
+{
+    const float *xf = x->f + (size_t)i0 * cols;
+    __m256 e[2][4], o[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) e[g][k] = o[g][k] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 2 <= cols; c += 2) {
+        __m256 w0[2], w1[2];
+        for (int g = 0; g < NG; g++) {
+            w0[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c)));
+            w1[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c + 16)));
+        }
+        for (int k = 0; k < NX; k++) {
+            __m256 x0 = _mm256_broadcast_ss(xf + (size_t)k * cols + c);
+            __m256 x1 = _mm256_broadcast_ss(xf + (size_t)k * cols + c + 1);
+            for (int g = 0; g < NG; g++) {
+                e[g][k] = _mm256_fmadd_ps(w0[g], x0, e[g][k]);
+                o[g][k] = _mm256_fmadd_ps(w1[g], x1, o[g][k]);
+            }
+        }
+    }
+    if (c < cols)
+        for (int g = 0; g < NG; g++) {
+            __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c)));
+            for (int k = 0; k < NX; k++)
+                e[g][k] = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(xf + (size_t)k * cols + c), e[g][k]);
+        }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, _mm256_add_ps(e[g][k], o[g][k]));
+}
+
+#else /* portable: the same canonical order with scalar fmaf */
+
+static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
+{
+    if (t == GGML_Q4_1) {
+        uint8_t byte = blk[32 + 32 * ((v % 16) / 4) + 4 * j + v % 4];
+        return v < 16 ? byte & 15 : byte >> 4;
+    }
+    return (int8_t)blk[16 + 32 * (v / 4) + 4 * j + v % 4];
+}
+
+static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, int cols,
+                      float *res)
+{
+    const int nb = cols / QK;
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++)
+            for (int j = 0; j < PK_ROWS; j++) {
+                float r;
+                if (t == GGML_F16) {
+                    const float *xf = x->f + (size_t)(i0 + k) * cols;
+                    float e = 0.0f, o = 0.0f;
+                    for (int c = 0; c < cols; c++) {
+                        float w = ld_f16(gp[g] + 16 * (size_t)c + 2 * j);
+                        if (c % 2 == 0) e = fmaf(w, xf[c], e);
+                        else o = fmaf(w, xf[c], o);
+                    }
+                    r = e + o;
+                } else {
+                    const size_t bs = t == GGML_Q4_1 ? 160 : 272;
+                    const int8_t *xq = x->q + (size_t)(i0 + k) * cols;
+                    const float *xd = x->qd + (size_t)(i0 + k) * nb, *xs = x->qs + (size_t)(i0 + k) * nb;
+                    float acc = 0.0f;
+                    for (int b = 0; b < nb; b++) {
+                        const uint8_t *blk = gp[g] + (size_t)b * bs;
+                        int32_t is = 0;
+                        for (int v = 0; v < QK; v++) is += pk_wval(t, blk, j, v) * xq[b * QK + v];
+                        acc = fmaf((float)is, ld_f16(blk + 2 * j) * xd[b], acc);
+                        if (t == GGML_Q4_1) acc = fmaf(ld_f16(blk + 16 + 2 * j), xs[b], acc);
+                    }
+                    r = acc;
+                }
+                res[k * 8 * NG + g * 8 + j] = r;
+            }
+}
+#define pk_q41(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_1, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
+#endif
+
+#define PK_NX 4
+/* One tile: NG (1, 2) groups x NX (1..4) input rows. */
+static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, float *res)
+{
+    const int cols = x->cols, nb = cols / QK;
+#define PK_CASE(KERN, LEN)                                                                  \
+    switch (NG * 8 + NX) {                                                                  \
+    case 9: KERN(gp, 1, x, i0, 1, LEN, res); break;                                         \
+    case 10: KERN(gp, 1, x, i0, 2, LEN, res); break;                                        \
+    case 11: KERN(gp, 1, x, i0, 3, LEN, res); break;                                        \
+    case 12: KERN(gp, 1, x, i0, 4, LEN, res); break;                                        \
+    case 17: KERN(gp, 2, x, i0, 1, LEN, res); break;                                        \
+    case 18: KERN(gp, 2, x, i0, 2, LEN, res); break;                                        \
+    case 19: KERN(gp, 2, x, i0, 3, LEN, res); break;                                        \
+    default: KERN(gp, 2, x, i0, 4, LEN, res); break;                                        \
+    }
+    if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
+    else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
+    else { PK_CASE(pk_f16, cols) }
+#undef PK_CASE
+}
+
+/* Per-thread buffer for packing unpacked matrices on the fly. */
+static _Thread_local uint8_t *pk_buf;
+static _Thread_local size_t pk_cap;
+
+static uint8_t *pk_scratch(size_t bytes)
+{
+    if (bytes > pk_cap) {
+        free(pk_buf);
+        pk_buf = alloc64(bytes);
+        pk_cap = pk_buf ? bytes : 0;
+    }
+    return pk_buf;
+}
+
+/* Group pointer of rows r..r+7 of w: in place when packed, else packed into buf. */
+static const uint8_t *pk_get(const qmat *w, int r, uint8_t *buf)
+{
+    const size_t gb = pk_group_bytes(w->type, w->cols);
+    if (w->packed) return w->data + (size_t)(r / PK_ROWS) * gb;
+    pk_group(w->type, w->cols, w->row_bytes, w->data, r, w->rows, buf);
+    return buf;
+}
+
+static inline float silu_f(float v);
+
+/* Rows [r0, r1) of a packable job (r0 a multiple of 8). */
+static int mm_rows_packed(const mm_job *j, int r0, int r1)
+{
+    const qmat *w = j->w, *w2 = j->w2;
+    const int n = j->x->n, rows = w->rows;
+    const size_t st = (size_t)j->out_stride, gb = pk_group_bytes(w->type, w->cols);
+    uint8_t *buf = NULL;
+    if (!w->packed || (w2 && !w2->packed)) {
+        buf = pk_scratch(4 * gb);
+        if (!buf) return -1;
+    }
+    float a[PK_NX * 16], b[PK_NX * 16];
+    for (int r = r0; r < r1; r += 2 * PK_ROWS) {
+        const int ng = r1 - r > PK_ROWS ? 2 : 1;
+        const uint8_t *g1[2], *g2[2];
+        for (int g = 0; g < ng; g++) {
+            g1[g] = pk_get(w, r + g * PK_ROWS, buf ? buf + g * gb : NULL);
+            if (w2) g2[g] = pk_get(w2, r + g * PK_ROWS, buf ? buf + (2 + g) * gb : NULL);
+        }
+        const int nr = (rows - r < ng * PK_ROWS ? rows - r : ng * PK_ROWS);
+        /* F16 with 2 groups keeps 4 accumulators per input row: at most 2 rows a tile */
+        const int nxmax = w->type == GGML_F16 && ng == 2 ? 2 : PK_NX;
+        for (int i0 = 0; i0 < n; i0 += nxmax) {
+            const int nx = n - i0 < nxmax ? n - i0 : nxmax;
+            pk_tile(w->type, g1, ng, j->x, i0, nx, a);
+            if (w2) pk_tile(w2->type, g2, ng, j->x, i0, nx, b);
+            for (int k = 0; k < nx; k++) {
+                float *o = j->out + (size_t)(i0 + k) * st + r;
+                const float *ak = a + k * 8 * ng, *bk = b + k * 8 * ng;
+                if (w2)
+                    for (int q = 0; q < nr; q++) o[q] = silu_f(ak[q]) * bk[q];
+                else
+                    memcpy(o, ak, sizeof(float) * (size_t)nr);
+            }
+        }
+    }
+    return 0;
+}
+
 /* ---- matrix x rows ------------------------------------------------------------------- */
 
 #define PAR_MIN_WORK (1L << 15)    /* multiply-adds below which threads cost more than they give */
@@ -588,8 +972,14 @@ static qkern kern_for(uint32_t t)
     return t == GGML_Q8_0 ? qdot_q8_0 : t == GGML_Q4_0 ? qdot_q4_0 : t == GGML_Q4_1 ? qdot_q4_1 : NULL;
 }
 
+static int job_packed(const mm_job *j)
+{
+    return qpack_ok(j->w->type, j->w->rows, j->w->cols) && (!j->w2 || j->w2->type == j->w->type);
+}
+
 static void mm_rows(const mm_job *j, int r0, int r1)
 {
+    if (job_packed(j) && mm_rows_packed(j, r0, r1) == 0) return;
     const int n = j->x->n, cols = j->x->cols;
     const size_t st = (size_t)j->out_stride;
     qkern k1 = kern_for(j->w->type), k2 = j->w2 ? kern_for(j->w2->type) : NULL;
@@ -675,6 +1065,7 @@ void qmat_mul_multi(const mm_job *jobs, int cnt)
             long per_row = (long)J->w->cols * J->x->n * (J->w2 ? 2 : 1);
             int rpc = (int)(CHUNK_WORK / (per_row > 0 ? per_row : 1));
             if (rpc < 1) rpc = 1;
+            if (job_packed(J)) rpc = (rpc + 15) / 16 * 16;    /* whole 16-row tiles */
             if (pass == 0) {
                 total += per_row * J->w->rows;
                 nch += (J->w->rows + rpc - 1) / rpc;

@@ -12,13 +12,26 @@ uint16_t f32_to_fp16(float f);
 /* Dequantize one row of n values of `type` into out. */
 void dequant_row(uint32_t type, const void *row, float *out, int n);
 
-/* A weight matrix: `rows` rows of `cols` values, row r at data + r*row_bytes. */
+/* A weight matrix: `rows` rows of `cols` values, row r at data + r*row_bytes.
+ * packed != 0: data holds the interleaved layout of qpack() instead (same byte count when
+ * rows % 8 == 0; see quant.c). Products are bit-identical either way. */
 typedef struct {
     uint32_t type;
     int rows, cols;
     size_t row_bytes;
     const uint8_t *data;
+    int packed;
 } qmat;
+
+/* Interleaved ("packed") layout: groups of 8 rows, values of the 8 rows side by side so
+ * one vector instruction works on 8 output rows. Supported for Q4_1, Q8_0 (cols % 32 == 0)
+ * and F16. qpack_ok: the type/shape can be packed. qpack_bytes: size of the packed matrix
+ * (rows rounded up to 8). qpack: writes it to dst (padding rows are zero). */
+int qpack_ok(uint32_t type, int rows, int cols);
+size_t qpack_bytes(uint32_t type, int rows, int cols);
+void qpack(const qmat *w, uint8_t *dst);
+/* Packs `rows` (a multiple of 8) rows at data in place. 0 ok, -1 unsupported. */
+int qpack_inplace(uint32_t type, int rows, int cols, uint8_t *data);
 
 /* Activations prepared for dot products with a given weight type (e.g. quantized to
  * int8 blocks for Q8_0/Q4_1 weights). Buffers are owned by the caller via qact_*. */

@@ -50,10 +50,13 @@ int main(int argc, char **argv) {
            (w1 - w0) * 1e3 / steps, B * steps / (w1 - w0), (c1 - c0) * 1e3 / steps,
            (ru1.ru_nivcsw - ru0.ru_nivcsw) / (w1 - w0));
     for (int i = 0; i < PR; i++) rows[i] = (fwd_row){S, i, 300 + (i * 13) % 2000, i == PR - 1 ? logits : NULL, NULL};
+    perf_counters pc0 = m.perf;
     w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
     if (model_forward(&m, &kv, rows, PR) != 0) return 1;
     w1 = now(CLOCK_MONOTONIC), c1 = now(CLOCK_PROCESS_CPUTIME_ID);
-    printf("prefill P=%d: %.1f tok/s wall, %.1f tok/s per CPU-second\n", PR, PR / (w1 - w0), PR / (c1 - c0));
+    printf("prefill P=%d: %.1f tok/s wall, %.1f tok/s per CPU-second (wall ms: attn %.1f, experts %.1f, "
+           "other dense %.1f, head %.1f)\n", PR, PR / (w1 - w0), PR / (c1 - c0), (m.perf.t_attn - pc0.t_attn) * 1e3,
+           (m.perf.t_emm - pc0.t_emm) * 1e3, (m.perf.t_dense - pc0.t_dense) * 1e3, (m.perf.t_head - pc0.t_head) * 1e3);
     model_free(&m);
     kv_free(&kv);
     free(logits);

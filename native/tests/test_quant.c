@@ -159,7 +159,7 @@ static void test_type(uint32_t t, int rows, int cols, int n)
     float *deq = malloc(sizeof(float) * cols);
     for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
     for (int i = 0; i < n * cols; i++) x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
-    qmat m = {t, rows, cols, rb, W};
+    qmat m = {t, rows, cols, rb, W, 0};
     int stride = rows + 3;
     qmat_mul_f32(&m, x, n, out, stride);
     int quant = t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1;
@@ -207,7 +207,7 @@ static void test_determinism(uint32_t t, int rows, int cols)
     float *big = malloc(sizeof(float) * n * rows), *one = malloc(sizeof(float) * rows);
     for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
     for (int i = 0; i < n * cols; i++) x[i] = frand();
-    qmat m = {t, rows, cols, rb, W};
+    qmat m = {t, rows, cols, rb, W, 0};
     qact a = {0};
     int same = 1;
     for (int threads = 1; threads <= 3; threads++) {
