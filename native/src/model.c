@@ -37,7 +37,7 @@ struct model_priv {
     int rope_dim;
     qact act;
     fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
-    ibuf sel, ecnt, eoff, elist, slot0;
+    ibuf sel, ecnt, eoff, elist, slot0, ablk;
     qact *eact;             /* per expert: gate/up input (E), down input (E) */
     expert_w *ew;
     mm_job *jobs;
@@ -103,7 +103,6 @@ static void rmsnorm(float *out, const float *x, const float *w, int d, float eps
     for (int j = 0; j < d; j++) out[j] = (x[j] * scale) * w[j];
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 
 /* cs: rope_dim/2 (cos, sin) pairs for position pos. */
 static void rope_table(const struct model_priv *P, int pos, float *cs) {
@@ -514,7 +513,7 @@ void model_free(model *m) {
     fbuf *fs[] = {&P->x, &P->h, &P->q, &P->k, &P->v, &P->att, &P->tmp, &P->fg, &P->fu, &P->rlog, &P->eout,
                   &P->shout, &P->xin, &P->eg, &P->eu, &P->eo, &P->hin, &P->hout, &P->ascr, &P->rope, &P->selw};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]->p);
-    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0};
+    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0, &P->ablk};
     for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) free(is[i]->p);
     if (P->g_open) gguf_close(&m->g);
     free(P);
@@ -667,67 +666,156 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     return 0;
 }
 
+#define ATT_R 4     /* query rows per attention task (same slot, consecutive positions) */
+
 typedef struct {
     kv_cache *kv;
     const fwd_row *rows;
+    const int *blk;         /* task blocks: rows blk[b] .. blk[b + 1] - 1 */
     const float *Q;
     float *att, *ascr;
-    int sc_len, l, nh, hd, qd, grp;
+    int sc_len, l, nh, nkv, hd, qd, grp;
     float scale;
 } attn_ctx;
 
-/* q . k over one head (fixed operation order for a given hd). */
-static inline float dot_hd(const float *restrict a, const float *restrict b, int hd) {
-#ifdef __AVX2__
-    if (hd % 16 == 0) {
-        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-        for (int q = 0; q < hd; q += 16) {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + q), _mm256_loadu_ps(b + q), s0);
-            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + q + 8), _mm256_loadu_ps(b + q + 8), s1);
-        }
-        __m256 v = _mm256_add_ps(s0, s1);
-        __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-        x = _mm_add_ss(x, _mm_movehdup_ps(x));
-        return _mm_cvtss_f32(x);
+/* Attention's fixed operation orders (every path, whatever the batch):
+ *   score(q, k): lanes l < 8: s0[l] = fma chain over d with d % 16 == l, s1[l] over
+ *     d % 16 == l + 8 (d ascending); e[l] = s0[l] + s1[l];
+ *     dot = ((e0 + e1) + (e2 + e3)) + ((e4 + e5) + (e6 + e7)); score = dot * scale.
+ *   softmax: see softmax_scores (own exp, double sums by t % 4).
+ *   out[d] = fma chain of w_t * v_t[d] over t ascending from 0. */
+static void score_scalar(const float *q, const float *k, int hd, float *out) {
+    float s0[8] = {0}, s1[8] = {0}, e[8];
+    for (int d = 0; d < hd; d++) {
+        int l = d % 16;
+        if (l < 8) s0[l] = fmaf(q[d], k[d], s0[l]);
+        else s1[l - 8] = fmaf(q[d], k[d], s1[l - 8]);
     }
-#endif
-    float dot = 0.0f;
-    for (int q = 0; q < hd; q++) dot += a[q] * b[q];
-    return dot;
+    for (int l = 0; l < 8; l++) e[l] = s0[l] + s1[l];
+    *out = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
 }
 
-/* Causal attention of one (row, head) task. */
+#ifdef __AVX2__
+static inline __attribute__((always_inline)) void score8_v(const float *q, const float *const *kp, const int hd,
+                                                           float *out) {
+    {
+        __m256 v[8];
+        for (int j = 0; j < 8; j++) {
+            __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d += 16) {
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kp[j] + d), s0);
+                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(kp[j] + d + 8), s1);
+            }
+            v[j] = _mm256_add_ps(s0, s1);
+        }
+        __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+        __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+        _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+    }
+}
+#endif
+
+/* Scores of q against the 8 keys kp[0..7] into out[0..7]. */
+static void score8(const float *q, const float *const *kp, int hd, float *out) {
+#ifdef __AVX2__
+    if (hd == 64) return score8_v(q, kp, 64, out);
+    if (hd == 128) return score8_v(q, kp, 128, out);
+    if (hd % 16 == 0) return score8_v(q, kp, hd, out);
+#endif
+    for (int j = 0; j < 8; j++) score_scalar(q, kp[j], hd, out + j);
+}
+
+/* o[0..hd) = sum over t < nt of w[t] * v_t (v_t = vb + t * vst), canonical order. */
+static void wsum_v(const float *w, const float *vb, size_t vst, int nt, int hd, float *o) {
+    int d = 0;
+#ifdef __AVX2__
+    for (; d + 64 <= hd; d += 64) {
+        __m256 a[8];
+        for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++) {
+            const float *v = vb + (size_t)t * vst + d;
+            __m256 wt = _mm256_broadcast_ss(w + t);
+            for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 8 * c), a[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + d + 8 * c, a[c]);
+    }
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t), _mm256_loadu_ps(vb + (size_t)t * vst + d), a);
+        _mm256_storeu_ps(o + d, a);
+    }
+#endif
+    for (; d < hd; d++) {
+        float a = 0.0f;
+        for (int t = 0; t < nt; t++) a = fmaf(w[t], vb[(size_t)t * vst + d], a);
+        o[d] = a;
+    }
+}
+
+/* In place over sc[0..nt): sc = scale * sc; p = exp(sc - max); sum of p in double, four
+ * partial sums by t % 4 combined as (s0 + s1) + (s2 + s3); sc = p * (float)(1 / sum). */
+static void softmax_scores(float *sc, int nt, float scale) {
+    int t = 0;
+    float mx = -INFINITY;
+#ifdef __AVX2__
+    __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(-INFINITY);
+    for (; t + 8 <= nt; t += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(sc + t), vs);
+        _mm256_storeu_ps(sc + t, v);
+        vm = _mm256_max_ps(vm, v);
+    }
+    float m8[8];
+    _mm256_storeu_ps(m8, vm);
+    for (int j = 0; j < 8; j++) mx = m8[j] > mx ? m8[j] : mx;
+#endif
+    for (; t < nt; t++) {
+        sc[t] *= scale;
+        if (sc[t] > mx) mx = sc[t];
+    }
+    double acc[4] = {0, 0, 0, 0};
+    t = 0;
+#ifdef __AVX2__
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256d a0 = _mm256_setzero_pd();
+    for (; t + 8 <= nt; t += 8) {
+        __m256 p = qexp_v(_mm256_sub_ps(_mm256_loadu_ps(sc + t), vmx));
+        _mm256_storeu_ps(sc + t, p);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+    }
+    _mm256_storeu_pd(acc, a0);
+#endif
+    for (; t < nt; t++) {
+        sc[t] = qexp_s(sc[t] - mx);
+        acc[t % 4] += sc[t];
+    }
+    float inv = (float)(1.0 / ((acc[0] + acc[1]) + (acc[2] + acc[3])));
+    for (t = 0; t < nt; t++) sc[t] *= inv;
+}
+
+/* One task: the rows of one block x the query heads of one KV head. */
 static void attn_task(void *vctx, int task) {
     const attn_ctx *A = vctx;
     kv_cache *kv = A->kv;
-    const int nh = A->nh, hd = A->hd, l = A->l;
-    int i = task / nh, hh = task % nh, kh = hh / A->grp, s = A->rows[i].slot, pos = A->rows[i].pos;
+    const int hd = A->hd, l = A->l, kh = task % A->nkv, b = task / A->nkv;
+    const int i0 = A->blk[b], i1 = A->blk[b + 1], s = A->rows[i0].slot;
+    const size_t kvd = (size_t)kv->kv_dim;
     float *sc = A->ascr + (size_t)pool_thread_id() * (size_t)A->sc_len;
-    const float *restrict qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
-    float mx = -INFINITY;
-    for (int t = 0; t <= pos; t++) {
-        const float *restrict kr = kv_k(kv, s, l, t) + (size_t)kh * hd;
-        sc[t] = dot_hd(qv, kr, hd) * A->scale;
-        if (sc[t] > mx) mx = sc[t];
+    for (int i = i0; i < i1; i++) {
+        const int nt = A->rows[i].pos + 1;
+        for (int g = 0; g < A->grp; g++) {
+            const int hh = kh * A->grp + g;
+            const float *qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
+            for (int t0 = 0; t0 < nt; t0 += 8) {
+                const float *kp[8];
+                for (int j = 0; j < 8; j++) kp[j] = kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd;
+                score8(qv, kp, hd, sc + t0);
+            }
+            softmax_scores(sc, nt, A->scale);
+            wsum_v(sc, kv_v(kv, s, l, 0) + (size_t)kh * hd, kvd, nt, hd, A->att + (size_t)i * A->qd + (size_t)hh * hd);
+        }
     }
-    double sum = 0.0;
-    for (int t = 0; t <= pos; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
-    }
-    float inv = (float)(1.0 / sum);
-    float *restrict o = A->att + (size_t)i * A->qd + (size_t)hh * hd;
-    float acc[256];                      /* head_dim <= 256 here; else accumulate in place */
-    float *restrict ac = hd <= 256 ? acc : o;
-    for (int q = 0; q < hd; q++) ac[q] = 0.0f;
-    for (int t = 0; t <= pos; t++) {
-        const float *restrict vr = kv_v(kv, s, l, t) + (size_t)kh * hd;
-        float wt = sc[t] * inv;
-#pragma omp simd
-        for (int q = 0; q < hd; q++) ac[q] += wt * vr[q];
-    }
-    if (ac != o) memcpy(o, ac, sizeof(float) * (size_t)hd);
 }
 
 static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
@@ -742,7 +830,15 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
     float *x = fb(&P->x, (size_t)n * d), *h = fb(&P->h, (size_t)n * d);
     float *Q = fb(&P->q, (size_t)n * qd), *Kb = fb(&P->k, (size_t)n * kvd), *Vb = fb(&P->v, (size_t)n * kvd);
     float *att = fb(&P->att, (size_t)n * qd), *tmp = fb(&P->tmp, (size_t)n * d);
-    float *ascr = fb(&P->ascr, (size_t)nthr * (size_t)(maxpos + 1));
+    const int sc_len = (maxpos + 8) / 8 * 8;
+    float *ascr = fb(&P->ascr, (size_t)nthr * (size_t)sc_len);
+    /* attention blocks: up to ATT_R consecutive rows of one slot at consecutive positions */
+    int *blk = ib(&P->ablk, (size_t)n + 1), nblk = 0;
+    if (!blk) return -1;
+    for (int i = 0; i < n; i++)
+        if (i == 0 || i - blk[nblk - 1] >= ATT_R || rows[i].slot != rows[i - 1].slot || rows[i].pos != rows[i - 1].pos + 1)
+            blk[nblk++] = i;
+    blk[nblk] = n;
     float *rope = fb(&P->rope, (size_t)n * rdim);
     if (!x || !h || !Q || !Kb || !Vb || !att || !tmp || !ascr || !rope) return -1;
 
@@ -772,10 +868,10 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
         /* threads only when there is enough work to pay for them (results do not depend
          * on it: each (row, head) task is computed the same way either way) */
         long awork = (long)n * nh * (long)(maxpos + 1) * hd;
-        attn_ctx A = {kv, rows, Q, att, ascr, maxpos + 1, l, nh, hd, qd, grp, scale};
-        if (awork > (1L << 15)) pool_run(attn_task, &A, n * nh);
+        attn_ctx A = {kv, rows, blk, Q, att, ascr, sc_len, l, nh, nkv, hd, qd, grp, scale};
+        if (awork > (1L << 15)) pool_run(attn_task, &A, nblk * nkv);
         else
-            for (int task = 0; task < n * nh; task++) attn_task(&A, task);
+            for (int task = 0; task < nblk * nkv; task++) attn_task(&A, task);
         mm(P, &L->o, att, n, tmp);
         for (size_t q = 0; q < (size_t)n * d; q++) x[q] += tmp[q];
         m->perf.t_attn += mnow() - t0;
@@ -788,7 +884,7 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
             const qmat *ws[2] = {&L->ffn_gate, &L->ffn_up};
             float *os[2] = {g, u};
             mm_many(P, h, n, ws, os, 2);
-            for (size_t q = 0; q < (size_t)n * c->d_ff; q++) g[q] = silu(g[q]) * u[q];
+            for (size_t q = 0; q < (size_t)n * c->d_ff; q++) g[q] = qsilu_mul(g[q], u[q]);
             mm(P, &L->ffn_down, g, n, tmp);
             m->perf.t_dense += mnow() - t0;
         } else {

@@ -900,7 +900,6 @@ static const uint8_t *pk_get(const qmat *w, int r, uint8_t *buf)
     return buf;
 }
 
-static inline float silu_f(float v);
 
 /* Rows [r0, r1) of a packable job (r0 a multiple of 8). */
 static int mm_rows_packed(const mm_job *j, int r0, int r1)
@@ -931,8 +930,14 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
             for (int k = 0; k < nx; k++) {
                 float *o = j->out + (size_t)(i0 + k) * st + r;
                 const float *ak = a + k * 8 * ng, *bk = b + k * 8 * ng;
-                if (w2)
-                    for (int q = 0; q < nr; q++) o[q] = silu_f(ak[q]) * bk[q];
+                if (w2) {
+                    int q = 0;
+#ifdef __AVX2__
+                    for (; q + 8 <= nr; q += 8)
+                        _mm256_storeu_ps(o + q, qsilu_mul_v(_mm256_loadu_ps(ak + q), _mm256_loadu_ps(bk + q)));
+#endif
+                    for (; q < nr; q++) o[q] = qsilu_mul(ak[q], bk[q]);
+                }
                 else
                     memcpy(o, ak, sizeof(float) * (size_t)nr);
             }
@@ -946,7 +951,6 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
 #define PAR_MIN_WORK (1L << 15)    /* multiply-adds below which threads cost more than they give */
 #define CHUNK_WORK (1L << 15)      /* multiply-adds per chunk (at least one weight row) */
 
-static inline float silu_f(float v) { return v / (1.0f + expf(-v)); }
 
 typedef void (*qkern)(const uint8_t *, const qact *, int, int, int, float *);
 
@@ -1009,7 +1013,7 @@ static void mm_rows(const mm_job *j, int r0, int r1)
             row_all(j->w, &xw, k1, r, a);
             if (j->w2) {
                 row_all(j->w2, &xw, k2, r, b);
-                for (int i = 0; i < nw; i++) out[(size_t)i * st + r] = silu_f(a[i]) * b[i];
+                for (int i = 0; i < nw; i++) out[(size_t)i * st + r] = qsilu_mul(a[i], b[i]);
             } else {
                 for (int i = 0; i < nw; i++) out[(size_t)i * st + r] = a[i];
             }

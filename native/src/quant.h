@@ -5,6 +5,11 @@
 #define COLI_QUANT_H
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
+#include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);
@@ -64,4 +69,57 @@ typedef struct {
 void qmat_mul_multi(const mm_job *jobs, int cnt);
 /* Convenience: prepares activations internally (allocates scratch). */
 void qmat_mul_f32(const qmat *w, const float *x, int n, float *out, int out_stride);
+/* exp for softmax and SiLU, one fixed sequence of float operations (vector and scalar give the
+ * same bits): x clamped to [-87, 88]; n = rint(x * log2 e); r = x - n ln2 (two fmas);
+ * degree-6 Taylor polynomial (Horner, fmas); times 2^n. Max relative error ~2e-7. */
+#define EXP_LO -87.0f
+#define EXP_HI 88.0f
+#define EXP_L2E 1.44269504088896341f
+#define EXP_LN2H 0.693145751953125f
+#define EXP_LN2L 1.428606765330187e-06f
+
+static inline float qexp_s(float x) {
+    x = fminf(fmaxf(x, EXP_LO), EXP_HI);
+    float n = rintf(x * EXP_L2E);
+    float r = fmaf(n, -EXP_LN2H, x);
+    r = fmaf(n, -EXP_LN2L, r);
+    float p = 1.0f / 720;
+    p = fmaf(p, r, 1.0f / 120);
+    p = fmaf(p, r, 1.0f / 24);
+    p = fmaf(p, r, 1.0f / 6);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    uint32_t bits = (uint32_t)((int)n + 127) << 23;
+    float sc;
+    memcpy(&sc, &bits, 4);
+    return p * sc;
+}
+
+#ifdef __AVX2__
+static inline __m256 qexp_v(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_L2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2H), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2L), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#endif
+
+/* silu(a) * b computed as a / (1 + qexp(-a)) * b (vector and scalar: same bits). */
+static inline float qsilu_mul(float a, float b) { return a / (1.0f + qexp_s(-a)) * b; }
+#ifdef __AVX2__
+static inline __m256 qsilu_mul_v(__m256 a, __m256 b) {
+    __m256 e = qexp_v(_mm256_sub_ps(_mm256_setzero_ps(), a));
+    return _mm256_mul_ps(_mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), b);
+}
+#endif
 #endif
