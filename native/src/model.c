@@ -38,7 +38,7 @@ struct model_priv {
     qact act;
     fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
     ibuf sel, ecnt, eoff, elist, slot0, ablk;
-    qact *eact;             /* per expert: gate/up input (E), down input (E) */
+    qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
     expert_w *ew;
     mm_job *jobs;
 };
@@ -122,6 +122,53 @@ static void rope_apply(float *v, int n_heads, int head_dim, int rope_dim, const 
             p[2 * i] = x0 * c - x1 * s;
             p[2 * i + 1] = x0 * s + x1 * c;
         }
+    }
+}
+
+/* Row loops of the forward, run on the pool in chunks of ROW_CHUNK rows when the batch is
+ * large (each row is computed the same way either way). */
+#define ROW_CHUNK 16
+static void par_rows(pool_fn fn, void *ctx, int n) {
+    int nc = (n + ROW_CHUNK - 1) / ROW_CHUNK;
+    if (n >= 2 * ROW_CHUNK) pool_run(fn, ctx, nc);
+    else
+        for (int c = 0; c < nc; c++) fn(ctx, c);
+}
+
+/* x += add (when add); h = rmsnorm(x, w) (when w). */
+typedef struct { float *x; const float *add; float *h; const float *w; int n, d; float eps; } norm_ctx;
+static void norm_chunk(void *vctx, int c) {
+    const norm_ctx *N = vctx;
+    const size_t d = (size_t)N->d;
+    for (int i = c * ROW_CHUNK; i < N->n && i < (c + 1) * ROW_CHUNK; i++) {
+        float *xi = N->x + i * d;
+        if (N->add)
+            for (size_t q = 0; q < d; q++) xi[q] += N->add[i * d + q];
+        if (N->w) rmsnorm(N->h + i * d, xi, N->w, N->d, N->eps);
+    }
+}
+static void add_norm(float *x, const float *add, float *h, const float *w, int n, int d, float eps) {
+    norm_ctx N = {x, add, h, w, n, d, eps};
+    par_rows(norm_chunk, &N, n);
+}
+
+/* RoPE on q and k, then k and v appended to the rows' slots. */
+typedef struct {
+    kv_cache *kv;
+    const fwd_row *rows;
+    float *Q, *K;
+    const float *V, *rope;
+    int n, l, nh, nkv, hd, rdim;
+} rope_ctx;
+static void rope_chunk(void *vctx, int c) {
+    const rope_ctx *R = vctx;
+    const size_t qd = (size_t)R->nh * R->hd, kvd = (size_t)R->nkv * R->hd;
+    for (int i = c * ROW_CHUNK; i < R->n && i < (c + 1) * ROW_CHUNK; i++) {
+        const float *cs = R->rope + (size_t)i * R->rdim;
+        rope_apply(R->Q + i * qd, R->nh, R->hd, R->rdim, cs);
+        rope_apply(R->K + i * kvd, R->nkv, R->hd, R->rdim, cs);
+        memcpy(kv_k(R->kv, R->rows[i].slot, R->l, R->rows[i].pos), R->K + i * kvd, sizeof(float) * kvd);
+        memcpy(kv_v(R->kv, R->rows[i].slot, R->l, R->rows[i].pos), R->V + i * kvd, sizeof(float) * kvd);
     }
 }
 
@@ -523,6 +570,30 @@ void model_free(model *m) {
 
 /* ---------------------------------------------------------------- forward */
 
+/* y_i = sum_j w_ij * expert_out(i, j) (selected experts in increasing id) + shared_i. */
+typedef struct {
+    float *out;
+    const float *selw, *eo, *so;
+    const int *slot_of;
+    int n, K, d;
+} combine_ctx;
+static void combine_chunk(void *vctx, int c) {
+    const combine_ctx *C = vctx;
+    const int d = C->d, K = C->K;
+    for (int i = c * ROW_CHUNK; i < C->n && i < (c + 1) * ROW_CHUNK; i++) {
+        float *restrict y = C->out + (size_t)i * d;
+        const float *w = C->selw + (size_t)i * K;
+        for (int q = 0; q < d; q++) y[q] = 0.0f;
+        for (int j = 0; j < K; j++) {
+            const float *restrict er = C->eo + (size_t)C->slot_of[(size_t)i * K + j] * d;
+            const float wj = w[j];
+            for (int q = 0; q < d; q++) y[q] += wj * er[q];
+        }
+        if (C->so)
+            for (int q = 0; q < d; q++) y[q] += C->so[(size_t)i * d + q];
+    }
+}
+
 /* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out.
  * All selected experts' gate/up (and the shared expert's) run as one parallel job, then all
  * down projections as a second one. */
@@ -542,12 +613,12 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     float *sg = S ? fb(&P->fg, (size_t)n * S) : NULL, *so = S ? fb(&P->shout, (size_t)n * d) : NULL;
     if (!rl || !sel || !selw || !ecnt || !eoff || !elist || !eg || !eo || (S && (!sg || !so))) return -1;
     if (!P->eact) {
-        P->eact = calloc((size_t)E * 2, sizeof(qact));
+        P->eact = calloc((size_t)E * 3, sizeof(qact));   /* gathered, down inputs, views */
         P->ew = calloc((size_t)E, sizeof(expert_w));
         P->jobs = calloc((size_t)E + 2, sizeof(mm_job));
         if (!P->eact || !P->ew || !P->jobs) return -1;
     }
-    qact *gact = P->eact, *dact = P->eact + E;
+    qact *gact = P->eact, *dact = P->eact + E, *gview = P->eact + 2 * E;
     int *slot_of = elist + (size_t)n * K;
 
     double t0 = mnow();
@@ -622,6 +693,13 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
         for (int e = 0; e < E; e++) {
             int cnt = eoff[e + 1] - eoff[e];
             if (cnt == 0) continue;
+            if (qpack_ok(P->ew[e].gate.type, P->ew[e].gate.rows, P->ew[e].gate.cols)) {
+                gview[e] = P->act;                  /* a view: rows by index, no copy */
+                gview[e].n = cnt;
+                gview[e].idx = elist + eoff[e];
+                J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gview[e], eg + (size_t)eoff[e] * X, X};
+                continue;
+            }
             if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) {
                 rc = -1;
                 break;
@@ -651,17 +729,8 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     if (rc != 0) return -1;
 
     t0 = mnow();
-    for (int i = 0; i < n; i++) {
-        float *y = out + (size_t)i * d;
-        const float *w = selw + (size_t)i * K;
-        for (int q = 0; q < d; q++) y[q] = 0.0f;
-        for (int j = 0; j < K; j++) {
-            const float *er = eo + (size_t)slot_of[(size_t)i * K + j] * d;
-            for (int q = 0; q < d; q++) y[q] += w[j] * er[q];
-        }
-        if (S)
-            for (int q = 0; q < d; q++) y[q] += so[(size_t)i * d + q];
-    }
+    combine_ctx C = {out, selw, eo, so, slot_of, n, K, d};
+    par_rows(combine_chunk, &C, n);
     m->perf.t_dense += mnow() - t0;
     return 0;
 }
@@ -852,19 +921,15 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
     for (int l = 0; l < c->n_layers; l++) {
         const layer_w *L = &m->layers[l];
         double t0 = mnow();
-        for (int i = 0; i < n; i++) rmsnorm(h + (size_t)i * d, x + (size_t)i * d, L->attn_norm, d, c->rms_eps);
+        /* h = attn_norm(x); the previous layer's FFN output is added to x first */
+        add_norm(x, l > 0 ? tmp : NULL, h, L->attn_norm, n, d, c->rms_eps);
         {
             const qmat *ws[3] = {&L->q, &L->k, &L->v};
             float *os[3] = {Q, Kb, Vb};
             mm_many(P, h, n, ws, os, 3);
         }
-        for (int i = 0; i < n; i++) {
-            const float *cs = rope + (size_t)i * rdim;
-            rope_apply(Q + (size_t)i * qd, nh, hd, rdim, cs);
-            rope_apply(Kb + (size_t)i * kvd, nkv, hd, rdim, cs);
-            memcpy(kv_k(kv, rows[i].slot, l, rows[i].pos), Kb + (size_t)i * kvd, sizeof(float) * kvd);
-            memcpy(kv_v(kv, rows[i].slot, l, rows[i].pos), Vb + (size_t)i * kvd, sizeof(float) * kvd);
-        }
+        rope_ctx R = {kv, rows, Q, Kb, Vb, rope, n, l, nh, nkv, hd, rdim};
+        par_rows(rope_chunk, &R, n);
         /* threads only when there is enough work to pay for them (results do not depend
          * on it: each (row, head) task is computed the same way either way) */
         long awork = (long)n * nh * (long)(maxpos + 1) * hd;
@@ -873,10 +938,9 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
         else
             for (int task = 0; task < nblk * nkv; task++) attn_task(&A, task);
         mm(P, &L->o, att, n, tmp);
-        for (size_t q = 0; q < (size_t)n * d; q++) x[q] += tmp[q];
         m->perf.t_attn += mnow() - t0;
 
-        for (int i = 0; i < n; i++) rmsnorm(h + (size_t)i * d, x + (size_t)i * d, L->ffn_norm, d, c->rms_eps);
+        add_norm(x, tmp, h, L->ffn_norm, n, d, c->rms_eps);
         if (L->moe_row < 0) {
             t0 = mnow();
             float *g = fb(&P->fg, (size_t)n * c->d_ff), *u = fb(&P->fu, (size_t)n * c->d_ff);
@@ -890,8 +954,8 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
         } else {
             if (moe_ffn(m, L, h, n, rows, tmp) != 0) return -1;
         }
-        for (size_t q = 0; q < (size_t)n * d; q++) x[q] += tmp[q];
     }
+    add_norm(x, tmp, NULL, NULL, n, d, c->rms_eps);
 
     double t0 = mnow();
     int nl = 0;

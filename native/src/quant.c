@@ -177,6 +177,22 @@ static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out)
     *s_out = sum;
 }
 
+/* Rows [c * rpc, min(n, (c + 1) * rpc)) of a prepare: float copy and int8 blocks. */
+#define PREP_ROWS 16
+typedef struct { qact *a; const float *x; int rpc; } prep_ctx;
+
+static void prep_chunk(void *vctx, int c)
+{
+    const prep_ctx *P = vctx;
+    qact *a = P->a;
+    const size_t cols = (size_t)a->cols;
+    const int r0 = c * P->rpc, r1 = r0 + P->rpc < a->n ? r0 + P->rpc : a->n;
+    memcpy(a->f + r0 * cols, P->x + r0 * cols, (size_t)(r1 - r0) * cols * sizeof(float));
+    if (cols % QK == 0)
+        for (size_t b = r0 * cols / QK; b < r1 * cols / QK; b++)
+            quant_block(P->x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b]);
+}
+
 /* The caller must zero-initialize a qact before the first prepare (qact a = {0}).
  * The float copy is always kept; int8 blocks are kept whenever cols % 32 == 0, so a
  * prepared qact can be used with weights of any type of the same cols. */
@@ -198,12 +214,14 @@ void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols)
     a->n = n;
     a->cols = cols;
     a->wtype = wtype;
+    a->idx = NULL;
     if (need == 0) return;
-    memcpy(a->f, x, need * sizeof(float));
-    if (cols % QK == 0) {
-        size_t nblk = need / QK;
-        for (size_t b = 0; b < nblk; b++)
-            quant_block(x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b]);
+    prep_ctx c = {a, x, PREP_ROWS};
+    if (n >= 2 * PREP_ROWS && (long)n * cols >= (1L << 14))
+        pool_run(prep_chunk, &c, (n + PREP_ROWS - 1) / PREP_ROWS);
+    else {
+        c.rpc = n;
+        prep_chunk(&c, 0);
     }
 }
 
@@ -226,6 +244,7 @@ int qact_gather(qact *dst, const qact *src, const int *rows, int cnt)
     dst->n = cnt;
     dst->cols = src->cols;
     dst->wtype = src->wtype;
+    dst->idx = NULL;
     for (int j = 0; j < cnt; j++) {
         size_t i = (size_t)rows[j];
         memcpy(dst->f + j * cols, src->f + i * cols, cols * sizeof(float));
@@ -697,9 +716,14 @@ FORCE_INLINE __m256i bc4(const int8_t *p)
 FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                          float *res)
 {
-    const size_t xst = (size_t)x->cols;
-    const int8_t *xq = x->q + (size_t)i0 * xst;
-    const float *xd = x->qd + (size_t)i0 * nb, *xs = x->qs + (size_t)i0 * nb;
+    const int8_t *xq[4];
+    const float *xd[4], *xs[4];
+    for (int k = 0; k < NX; k++) {
+        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
+        xq[k] = x->q + i * (size_t)x->cols;
+        xd[k] = x->qd + i * nb;
+        xs[k] = x->qs + i * nb;
+    }
     const __m256i m15 = _mm256_set1_epi8(15);
     __m256 acc[2][4];
     for (int g = 0; g < NG; g++)
@@ -716,7 +740,7 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
                 hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
             }
             for (int k = 0; k < NX; k++) {
-                const int8_t *xk = xq + k * xst + (size_t)b * QK + 4 * t;
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 __m256i xl = bc4(xk), xh = bc4(xk + 16);
                 for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh);
             }
@@ -726,9 +750,9 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
             __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
             for (int k = 0; k < NX; k++) {
-                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k * nb + b]));
+                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
-                acc[g][k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[k * nb + b]), acc[g][k]);
+                acc[g][k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[k][b]), acc[g][k]);
             }
         }
     }
@@ -739,9 +763,13 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
 FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                          float *res)
 {
-    const size_t xst = (size_t)x->cols;
-    const int8_t *xq = x->q + (size_t)i0 * xst;
-    const float *xd = x->qd + (size_t)i0 * nb;
+    const int8_t *xq[4];
+    const float *xd[4];
+    for (int k = 0; k < NX; k++) {
+        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
+        xq[k] = x->q + i * (size_t)x->cols;
+        xd[k] = x->qd + i * nb;
+    }
     __m256 acc[2][4];
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
@@ -756,14 +784,14 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
                 a[g] = _mm256_sign_epi8(w[g], w[g]);
             }
             for (int k = 0; k < NX; k++) {
-                __m256i xb = bc4(xq + k * xst + (size_t)b * QK + 4 * t);
+                __m256i xb = bc4(xq[k] + (size_t)b * QK + 4 * t);
                 for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(is[g][k], a[g], _mm256_sign_epi8(xb, w[g]));
             }
         }
         for (int g = 0; g < NG; g++) {
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)b * 272)));
             for (int k = 0; k < NX; k++) {
-                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k * nb + b]));
+                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
             }
         }
@@ -775,7 +803,8 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
 FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int cols,
                          float *res)
 {
-    const float *xf = x->f + (size_t)i0 * cols;
+    const float *xf[4];
+    for (int k = 0; k < NX; k++) xf[k] = x->f + (size_t)(x->idx ? x->idx[i0 + k] : i0 + k) * cols;
     __m256 e[2][4], o[2][4];
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) e[g][k] = o[g][k] = _mm256_setzero_ps();
@@ -787,8 +816,8 @@ FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, 
             w1[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c + 16)));
         }
         for (int k = 0; k < NX; k++) {
-            __m256 x0 = _mm256_broadcast_ss(xf + (size_t)k * cols + c);
-            __m256 x1 = _mm256_broadcast_ss(xf + (size_t)k * cols + c + 1);
+            __m256 x0 = _mm256_broadcast_ss(xf[k] + c);
+            __m256 x1 = _mm256_broadcast_ss(xf[k] + c + 1);
             for (int g = 0; g < NG; g++) {
                 e[g][k] = _mm256_fmadd_ps(w0[g], x0, e[g][k]);
                 o[g][k] = _mm256_fmadd_ps(w1[g], x1, o[g][k]);
@@ -799,7 +828,7 @@ FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) {
             __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c)));
             for (int k = 0; k < NX; k++)
-                e[g][k] = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(xf + (size_t)k * cols + c), e[g][k]);
+                e[g][k] = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(xf[k] + c), e[g][k]);
         }
     for (int k = 0; k < NX; k++)
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, _mm256_add_ps(e[g][k], o[g][k]));
@@ -823,9 +852,10 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
     for (int k = 0; k < NX; k++)
         for (int g = 0; g < NG; g++)
             for (int j = 0; j < PK_ROWS; j++) {
+                const size_t xi = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
                 float r;
                 if (t == GGML_F16) {
-                    const float *xf = x->f + (size_t)(i0 + k) * cols;
+                    const float *xf = x->f + xi * cols;
                     float e = 0.0f, o = 0.0f;
                     for (int c = 0; c < cols; c++) {
                         float w = ld_f16(gp[g] + 16 * (size_t)c + 2 * j);
@@ -835,8 +865,8 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                     r = e + o;
                 } else {
                     const size_t bs = t == GGML_Q4_1 ? 160 : 272;
-                    const int8_t *xq = x->q + (size_t)(i0 + k) * cols;
-                    const float *xd = x->qd + (size_t)(i0 + k) * nb, *xs = x->qs + (size_t)(i0 + k) * nb;
+                    const int8_t *xq = x->q + xi * cols;
+                    const float *xd = x->qd + xi * nb, *xs = x->qs + xi * nb;
                     float acc = 0.0f;
                     for (int b = 0; b < nb; b++) {
                         const uint8_t *blk = gp[g] + (size_t)b * bs;
@@ -983,7 +1013,13 @@ static int job_packed(const mm_job *j)
 
 static void mm_rows(const mm_job *j, int r0, int r1)
 {
-    if (job_packed(j) && mm_rows_packed(j, r0, r1) == 0) return;
+    if (job_packed(j)) {
+        if (mm_rows_packed(j, r0, r1) != 0) {
+            fprintf(stderr, "qmat_mul: out of memory\n");
+            abort();
+        }
+        return;
+    }
     const int n = j->x->n, cols = j->x->cols;
     const size_t st = (size_t)j->out_stride;
     qkern k1 = kern_for(j->w->type), k2 = j->w2 ? kern_for(j->w2->type) : NULL;

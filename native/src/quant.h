@@ -48,6 +48,8 @@ typedef struct {
     float *qd;              /* per-32-block scales, n*(cols/32) */
     float *qs;              /* per-32-block sums of q*d (for Q4_1's min term) */
     size_t cap;
+    const int *idx;         /* NULL, or a view: input row k is row idx[k] of the buffers
+                             * (only for packable weights: Q4_1, Q8_0, F16; see qpack_ok) */
 } qact;
 
 void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols);
