@@ -157,7 +157,7 @@ static void *alloc64(size_t bytes)
 }
 
 /* Quantize one block of 32 floats to int8 with scale d; also the exact float sum. */
-static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out)
+static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, int32_t *i_out)
 {
     float amax = 0.0f, sum = 0.0f;
     for (int j = 0; j < QK; j++) {
@@ -173,8 +173,11 @@ static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out)
         int iv = (int)v;
         q[j] = (int8_t)(iv > 127 ? 127 : iv < -127 ? -127 : iv);
     }
+    int32_t isum = 0;
+    for (int j = 0; j < QK; j++) isum += q[j];
     *d_out = d;
     *s_out = sum;
+    *i_out = isum;
 }
 
 /* Rows [c * rpc, min(n, (c + 1) * rpc)) of a prepare: float copy and int8 blocks. */
@@ -190,7 +193,7 @@ static void prep_chunk(void *vctx, int c)
     memcpy(a->f + r0 * cols, P->x + r0 * cols, (size_t)(r1 - r0) * cols * sizeof(float));
     if (cols % QK == 0)
         for (size_t b = r0 * cols / QK; b < r1 * cols / QK; b++)
-            quant_block(P->x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b]);
+            quant_block(P->x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b], &a->qi[b]);
 }
 
 /* The caller must zero-initialize a qact before the first prepare (qact a = {0}).
@@ -206,7 +209,8 @@ void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols)
         a->q = alloc64(a->cap);
         a->qd = alloc64((a->cap / QK + 1) * sizeof(float));
         a->qs = alloc64((a->cap / QK + 1) * sizeof(float));
-        if (!a->f || !a->q || !a->qd || !a->qs) {
+        a->qi = alloc64((a->cap / QK + 1) * sizeof(int32_t));
+        if (!a->f || !a->q || !a->qd || !a->qs || !a->qi) {
             fprintf(stderr, "qact_prepare: out of memory (%zu values)\n", need);
             abort();
         }
@@ -236,7 +240,8 @@ int qact_gather(qact *dst, const qact *src, const int *rows, int cnt)
         dst->q = alloc64(dst->cap);
         dst->qd = alloc64((dst->cap / QK + 1) * sizeof(float));
         dst->qs = alloc64((dst->cap / QK + 1) * sizeof(float));
-        if (!dst->f || !dst->q || !dst->qd || !dst->qs) {
+        dst->qi = alloc64((dst->cap / QK + 1) * sizeof(int32_t));
+        if (!dst->f || !dst->q || !dst->qd || !dst->qs || !dst->qi) {
             qact_free(dst);
             return -1;
         }
@@ -252,6 +257,7 @@ int qact_gather(qact *dst, const qact *src, const int *rows, int cnt)
             memcpy(dst->q + j * cols, src->q + i * cols, cols);
             memcpy(dst->qd + j * nb, src->qd + i * nb, nb * sizeof(float));
             memcpy(dst->qs + j * nb, src->qs + i * nb, nb * sizeof(float));
+            memcpy(dst->qi + j * nb, src->qi + i * nb, nb * sizeof(int32_t));
         }
     }
     return 0;
@@ -263,10 +269,12 @@ void qact_free(qact *a)
     free(a->q);
     free(a->qd);
     free(a->qs);
+    free(a->qi);
     a->f = NULL;
     a->q = NULL;
     a->qd = NULL;
     a->qs = NULL;
+    a->qi = NULL;
     a->cap = 0;
 }
 
@@ -585,7 +593,9 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
  *         bytes 4j..4j+3 = qs_j[4t..4t+3] (low nibbles: values 4t..4t+3 of row j, high
  *         nibbles: values 16+4t..16+4t+3).
  *   Q8_0: 272 bytes per block: f16 d[8], then 8 vectors of 32 bytes; vector g, bytes
- *         4j..4j+3 = q_j[4g..4g+3].
+ *         4j..4j+3 = q_j[4g..4g+3] ^ 0x80 (q + 128 as unsigned: with VNNI, vpdpbusd takes
+ *         them as the unsigned operand and the activations as the signed one; the sum is
+ *         corrected by -128 * sum(x_q), the block's integer activation sum qact.qi).
  *   F16:  16 bytes per value k: the 8 rows' f16 values of column k.
  * One vpdpbusd (or maddubs+madd) of a weight vector with 4 activation bytes broadcast to
  * all lanes advances 8 dot products by 4 values: no horizontal reductions at all, the
@@ -659,11 +669,16 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
                 const uint8_t *s = src[j] ? src[j] + (size_t)b * Q8_0_BYTES : NULL;
                 if (!s) {
                     memset(o + 2 * j, 0, 2);
-                    for (int v = 0; v < 8; v++) memset(o + 16 + 32 * v + 4 * j, 0, 4);
+                    for (int v = 0; v < 8; v++) memset(o + 16 + 32 * v + 4 * j, 0x80, 4);
                     continue;
                 }
                 memcpy(o + 2 * j, s, 2);
-                for (int v = 0; v < 8; v++) memcpy(o + 16 + 32 * v + 4 * j, s + 2 + 4 * v, 4);
+                for (int v = 0; v < 8; v++) {
+                    uint32_t q4;
+                    memcpy(&q4, s + 2 + 4 * v, 4);
+                    q4 ^= 0x80808080u;
+                    memcpy(o + 16 + 32 * v + 4 * j, &q4, 4);
+                }
             }
         }
     }
@@ -765,22 +780,43 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
 {
     const int8_t *xq[4];
     const float *xd[4];
+    const int32_t *xi[4];
     for (int k = 0; k < NX; k++) {
         size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
         xq[k] = x->q + i * (size_t)x->cols;
         xd[k] = x->qd + i * nb;
+        xi[k] = x->qi + i * nb;
     }
     __m256 acc[2][4];
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m256i is[2][4];
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+        /* sum (w + 128) x - 128 sum x: exact, no sign fix-ups */
+        for (int k = 0; k < NX; k++) {
+            __m256i c = _mm256_set1_epi32(-128 * xi[k][b]);
+            for (int g = 0; g < NG; g++) is[g][k] = c;
+        }
+        for (int t = 0; t < 8; t++) {
+            __m256i u[2];
+            for (int g = 0; g < NG; g++)
+                u[g] = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t));
+            for (int k = 0; k < NX; k++) {
+                __m256i xb = bc4(xq[k] + (size_t)b * QK + 4 * t);
+                for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(is[g][k], u[g], xb);
+            }
+        }
+#else
+        /* maddubs would saturate on (w + 128) x: signed weights, sign trick */
+        (void)xi;
         for (int g = 0; g < NG; g++)
             for (int k = 0; k < NX; k++) is[g][k] = _mm256_setzero_si256();
         for (int t = 0; t < 8; t++) {
             __m256i w[2], a[2];
             for (int g = 0; g < NG; g++) {
-                w[g] = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t));
+                w[g] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t)),
+                                        _mm256_set1_epi8((char)0x80));
                 a[g] = _mm256_sign_epi8(w[g], w[g]);
             }
             for (int k = 0; k < NX; k++) {
@@ -788,6 +824,7 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
                 for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(is[g][k], a[g], _mm256_sign_epi8(xb, w[g]));
             }
         }
+#endif
         for (int g = 0; g < NG; g++) {
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)b * 272)));
             for (int k = 0; k < NX; k++) {
@@ -842,7 +879,7 @@ static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
         uint8_t byte = blk[32 + 32 * ((v % 16) / 4) + 4 * j + v % 4];
         return v < 16 ? byte & 15 : byte >> 4;
     }
-    return (int8_t)blk[16 + 32 * (v / 4) + 4 * j + v % 4];
+    return (int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
 }
 
 static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, int cols,

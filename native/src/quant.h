@@ -47,6 +47,7 @@ typedef struct {
     int8_t *q;              /* int8 quantized values, n*cols */
     float *qd;              /* per-32-block scales, n*(cols/32) */
     float *qs;              /* per-32-block sums of q*d (for Q4_1's min term) */
+    int32_t *qi;            /* per-32-block integer sums of q (Q8_0's offset correction) */
     size_t cap;
     const int *idx;         /* NULL, or a view: input row k is row idx[k] of the buffers
                              * (only for packable weights: Q4_1, Q8_0, F16; see qpack_ok) */
