@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gating", choices=["softmax", "unit"], default="softmax")
     ap.add_argument("--f32", action="store_true", help="all matrices F32 (no weight quantization)")
+    ap.add_argument("--mute-eos", action="store_true",
+                    help="near-zero EOS row too: replies never end by themselves (for stop/cancel tests)")
     a = ap.parse_args(argv)
     if a.layers < 1 or (not a.dense and not (1 <= a.top_k <= a.experts)):
         ap.error("need layers >= 1 and 1 <= top-k <= experts")
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     embd = rng.standard_normal((vocab, D_MODEL), dtype=np.float32) * np.float32(0.15)
     # Markup tokens (<|endoftext|>, <|im_start|>) get near-zero rows so the tied head rarely
     # samples them: their DATA is empty, and a reply of nothing but markup tests nothing.
-    embd[:2] *= np.float32(0.02)
+    embd[:3 if a.mute_eos else 2] *= np.float32(0.02)
     w.add_tensor("token_embd.weight", q8(embd), raw_dtype=Q8)
     w.add_tensor("output_norm.weight", norm_w(D_MODEL))
     kv_dim = N_KV_HEADS * HEAD_DIM

@@ -24,7 +24,8 @@ from __future__ import annotations
 import pytest
 
 from tests.model.gguf_slice import slice_gguf
-from tests.model.oracle import EOS, Model, QuantActModel, Reference, engine_greedy, engine_model_info, forced
+from tests.model.oracle import EOS, Model, QuantActModel, engine_greedy, engine_model_info, forced
+from check_tokenizer import Reference  # noqa: E402  (native/tools is on sys.path via tests.model.oracle)
 from tests.native.engine import chatml
 from tests.support import procs
 

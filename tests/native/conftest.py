@@ -39,6 +39,7 @@ def models(tmp_path_factory, tiny_model):
         "big": procs.make_tiny_model(d / "big.gguf", "--layers", "8", "--experts", "16"),
         "shexp": procs.make_tiny_model(d / "shexp.gguf", "--shared-expert", "--gating", "unit"),
         "dense": procs.make_tiny_model(d / "dense.gguf", "--dense"),
+        "endless": procs.make_tiny_model(d / "endless.gguf", "--mute-eos"),
     }
 
 
