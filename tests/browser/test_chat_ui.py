@@ -8,6 +8,7 @@ import re
 import time
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.browser.conftest import PASSWORD, log_in, screenshot
 
@@ -145,7 +146,7 @@ def test_model_markup_is_rendered_inert(chat):
 def test_deltas_stream_without_duplicates_and_a_gap_resyncs(chat):
     page, watch, fake = chat
     fake.start_reply()
-    assert page.inner_text(".send") == "Stop"
+    expect(page.locator(".send")).to_have_text("Stop")
     fake.push(type="delta", message=2, offset=0, text="Hel")
     page.wait_for_function("document.querySelector('.msg[data-id=\"2\"] .msg-body').innerText.includes('Hel')")
     assert "Generating" in page.inner_text('.msg[data-id="2"] .msg-meta') or "Reading" in page.inner_text('.msg[data-id="2"] .msg-meta')
@@ -179,13 +180,13 @@ def test_stop_marks_the_reply_interrupted_and_shows_stats(chat):
     text = meta.inner_text()
     for part in ("31 tok", "42 tok", "0.18 s", "23.4 tok/s", "92%", "stop"):
         assert part in text, (part, text)
-    assert page.inner_text(".send") == "Send"
+    expect(page.locator(".send")).to_have_text("Send")
     # Regenerate replaces the last reply.
     page.hover('.msg[data-id="2"]')
     page.click('.msg[data-id="2"] >> text=Regenerate')
     frame = fake.wait_frame("regenerate", conversation=7)
     assert frame["params"]["max_tokens"] > 0
-    assert page.locator('.msg[data-id="2"]').count() == 0
+    expect(page.locator('.msg[data-id="2"]')).to_have_count(0)
     assert watch.errors == []
 
 
@@ -217,8 +218,9 @@ def test_edit_and_resend(chat):
     page.click("text=Save & resend")
     frame = fake.wait_frame("edit", conversation=7, message=1)
     assert frame["text"] == "second try"
-    assert page.locator('.msg[data-id="2"]').count() == 0
-    assert page.inner_text('.msg[data-id="1"] .msg-body') == "second try"
+    # The page re-renders after the frame went out: wait for it rather than read at once.
+    expect(page.locator('.msg[data-id="2"]')).to_have_count(0)
+    expect(page.locator('.msg[data-id="1"] .msg-body')).to_have_text("second try")
     assert watch.errors == []
 
 

@@ -112,7 +112,7 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
         "ENGINE_MODEL": str(tiny_model),
         # A long context lets Stop/disconnect tests start generations that outlast the test steps
         # (the fixture model decodes thousands of tokens a second).
-        "CTX": os.environ.get("LIVE_CTX", "16384"),
+        "CTX": os.environ.get("LIVE_CTX", "131072"),
         "KV_SLOTS": "2",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "CSRF_TRUSTED_ORIGINS": url,

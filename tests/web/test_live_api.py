@@ -112,9 +112,10 @@ def test_it_rejects_a_bad_key(live_stack, model):
         bad.chat.completions.create(model=model, messages=MESSAGES)
 
 
-def test_context_overflow_is_a_400(sdk, model):
+def test_context_overflow_is_a_400(live_stack, sdk, model):
+    words = int(live_stack.env["CTX"]) + 16  # each " word" is at least one token
     with pytest.raises(openai.BadRequestError) as exc:
-        sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "word " * 20000}], max_tokens=4)
+        sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": "word " * words}], max_tokens=4)
     assert exc.value.code == "context_length_exceeded"
 
 

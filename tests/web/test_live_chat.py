@@ -55,8 +55,9 @@ async def test_stop_keeps_partial_text_and_reload_shows_it(live_stack, session_c
     from chat.models import Message
 
     async with connect(live_stack, session_cookie) as ws:
+        # 120k tokens take ~10 s even on the fixture model: the turn is still running when we stop it.
         await ws.send(json.dumps({"type": "send", "conversation": None, "text": "Write a long story",
-                                  "params": {"max_tokens": 15000, "temperature": 0}}))
+                                  "params": {"max_tokens": 120000, "temperature": 0}}))
         frames = await recv_until(ws, "delta")
         conv_id = frames[0]["conversation"]["id"]
     # The tab is gone; the turn goes on. A new socket opens the conversation.
