@@ -133,8 +133,10 @@ async def _consume(conv_id, msg_id, queue, stopper, state):
     saved_len = 0
     while state.outcome is None:
         getter = asyncio.ensure_future(queue.get())
-        done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if getter not in done:
+        await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        # Stop wins even while events keep arriving (a fast engine keeps the queue non-empty);
+        # text that reached us after the Stop is dropped, as the engine's own CANCEL does.
+        if stopper.done():
             getter.cancel()
             state.outcome = "interrupted"
             return

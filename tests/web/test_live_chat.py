@@ -60,8 +60,13 @@ async def test_stop_keeps_partial_text_and_reload_shows_it(live_stack, session_c
                                   "params": {"max_tokens": 120000, "temperature": 0}}))
         frames = await recv_until(ws, "delta")
         conv_id = frames[0]["conversation"]["id"]
-    # The tab is gone; the turn goes on. A new socket opens the conversation.
-    await asyncio.sleep(0.8)
+    # The tab is gone; the turn goes on and its text so far is saved (every 0.5 s). A new socket
+    # then opens the conversation.
+    deadline = asyncio.get_running_loop().time() + 15
+    while not await sync_to_async(
+            Message.objects.filter(conversation_id=conv_id, role="assistant").exclude(text="").exists)():
+        assert asyncio.get_running_loop().time() < deadline, "the partial reply was never saved"
+        await asyncio.sleep(0.1)
     async with connect(live_stack, session_cookie) as ws:
         await ws.send(json.dumps({"type": "open", "conversation": conv_id}))
         snap = (await recv_until(ws, "snapshot"))[-1]
