@@ -212,7 +212,9 @@ def test_it_stop_gives_done(spawn):
     assert r.codes == ["NOT_FOUND"]
 
 
-def test_it_slot_busy(eng):
+def test_it_slot_busy(spawn):
+    # The EOS-muted fixture: request a cannot end by itself before b arrives.
+    eng = spawn(model="endless", slots=16)
     a, fa = eng.submit(chatml(LONG[0]), slot=11, max_tokens=400, temperature=1.0, write=False)
     b, fb = eng.submit(chatml("hi"), slot=11, max_tokens=4, write=False)
     eng.write(fa + fb)
@@ -226,7 +228,8 @@ def test_it_slot_busy(eng):
     assert ra.done is not None
 
 
-def test_it_duplicate_id(eng):
+def test_it_duplicate_id(spawn):
+    eng = spawn(model="endless", slots=16)  # request a cannot end by itself before b arrives
     a, fa = eng.submit(chatml(LONG[1]), slot=12, max_tokens=400, temperature=1.0, write=False)
     _, fb = eng.submit(chatml("hi"), slot=13, max_tokens=4, rid=a, write=False)
     m = eng.mark()
