@@ -43,7 +43,10 @@ def send(page, text):
 
 
 def finished(page):
-    page.wait_for_selector(f'{REPLY}:not([data-status="streaming"])', timeout=60000)
+    """Waits until the LAST reply has ended (a replaced reply may still be on screen for a moment)."""
+    page.wait_for_function(
+        "sel => { const r = [...document.querySelectorAll(sel)].pop(); return r && r.dataset.status && r.dataset.status !== 'streaming'; }",
+        arg=REPLY, timeout=60000)
     return last_reply(page)
 
 
