@@ -47,7 +47,10 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     if state["updated"] is None:
         yield _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.")
         return
-    reply = await layer.new_channel()
+    # A plain (not process-local) channel of its own: channels-redis serves process-local
+    # channels through one shared receive loop per process, which a consumer's cancelled receive
+    # (a closing websocket) can disturb; a plain channel is a BZPOPMIN on its own key.
+    reply = f"gen-reply.{req}"
     inbox = asyncio.Queue()
     # The channel-layer receive runs in its own task and is never cancelled while the job is
     # live: channels-redis can lose a message of *another* local channel (another conversation's
