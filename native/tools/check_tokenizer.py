@@ -26,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_tiny_moe import bytes_to_unicode  # noqa: E402  (one copy of GPT-2's byte map)
+
 DIGIT_PRES = ("smollm", "starcoder", "refact")
 PLACEHOLDER = "\ue000"
 
@@ -68,16 +71,6 @@ def build_hf(tokens, merges, types, pre):
     return tk
 
 
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 class Reference:
