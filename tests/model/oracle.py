@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.native.engine import Engine, base_env
+from tests.native.engine import Engine, base_env, parse_model_line
 from tests.support.procs import ROOT
 
 sys.path.insert(0, str(ROOT / "native" / "tools"))
@@ -49,33 +49,26 @@ def engine_greedy(binary, model, prompts: list[str], steps: int, timeout=120.0, 
                 g.ids.append(pairs[0][0])
                 g.top.append(pairs)
             out.append(g)
-        model_line = next((b for b in e.banner if b.startswith(b"MODEL ")), None)
-        e.model_line = model_line
         return out
     finally:
-        e.close_stdin()
-        try:
-            e.proc.wait(10)
-        finally:
-            e.kill()
+        _shutdown(e)
 
 
 def engine_model_info(binary, model, **env) -> dict:
     """The MODEL handshake line's JSON (serve mode)."""
-    import json
     e = Engine(binary, env=base_env(model, slots=1, ctx=64, **env))
     try:
         e.sync()
-        line = next((ln for ln in e.pending + list(e.latest.values()) if ln.startswith("MODEL ")), None)
-        if line is None:
-            line = next((b.decode() for b in e.banner if b.startswith(b"MODEL ")), None)
-        return json.loads(line.split(" ", 1)[1]) if line else {}
+        return parse_model_line(e.latest["MODEL"])
     finally:
-        e.close_stdin()
-        try:
-            e.proc.wait(10)
-        finally:
-            e.kill()
+        _shutdown(e)
+
+
+def _shutdown(e):
+    try:
+        e.close(10)
+    finally:
+        e.kill()
 
 
 def log_softmax(x):
