@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "native" / "tools"))
+from build_default_model import tokenize  # noqa: E402  (the engine's --tokenize, one copy)
 MOE = ROOT / "models/smollm2-135m-moe16.gguf"
 DENSE = ROOT / "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_PY = ROOT / "bench/.venv-llama/bin/python"
@@ -116,13 +118,7 @@ def prompts_text(n_words_list):
 
 
 def tokens_of(text, model):
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-        f.write(text)
-        f.flush()
-        r = subprocess.run([str(ROOT / "native/build/colibri-engine"), "-m", str(model), "--tokenize", f.name],
-                           capture_output=True, text=True, check=True)
-    return [int(x) for x in r.stdout.split()]
+    return tokenize(ROOT / "native/build/colibri-engine", model, text)
 
 
 def cut_to_tokens(texts, n, model):

@@ -26,6 +26,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 512
+sys.path.insert(0, str(ROOT / "native" / "tools"))
+from build_default_model import tokenize  # noqa: E402  (the engine's --tokenize, one copy)
 
 
 def texts():
@@ -34,15 +36,6 @@ def texts():
     verses = [json.loads(ln)["text"] for ln in (ROOT / "models/cache/kjv.jsonl").read_text("utf-8").splitlines()
               if ln.strip()]
     return {"pydoc": pydoc[400_000:440_000], "KJV": " ".join(verses[30_000:30_400])}
-
-
-def tokenize(engine, model, text):
-    with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
-        f.write(text.encode("utf-8"))
-        f.flush()
-        out = subprocess.run([str(engine), "-m", str(model), "--tokenize", f.name],
-                             capture_output=True, text=True, check=True).stdout
-    return [int(x) for x in out.split()]
 
 
 def perplexity(fwd, model, ids, env=None):
