@@ -124,7 +124,7 @@ static int read_expert(const expert_store *s, int r, int e, uint8_t *dst) {
     size_t at = 0;
     for (int k = 0; k < 3; k++) {
         if (read_at(s, dst + at, R->slice[k], R->off[k] + (uint64_t)e * R->slice[k]) != 0) return -1;
-        if (packs(R, k) && qpack_inplace(R->type[k], R->rows[k], R->cols[k], dst + at) != 0) return -1;
+        if (!s->o.exact && packs(R, k) && qpack_inplace(R->type[k], R->rows[k], R->cols[k], dst + at) != 0) return -1;
         at += R->slice[k];
     }
     return 0;
@@ -140,7 +140,7 @@ static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *
         m[k]->cols = R->cols[k];
         m[k]->row_bytes = R->row_bytes[k];
         m[k]->data = base + at;
-        m[k]->packed = packs(R, k);
+        m[k]->packed = !s->o.exact && packs(R, k);
         at += R->slice[k];
     }
 }

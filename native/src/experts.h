@@ -15,6 +15,8 @@ typedef struct {
     size_t pin_budget;      /* bytes of hottest experts kept pinned (PIN_MB) */
     char usage_path[1024];  /* "" = no usage file */
     int usage_save;         /* 0 = load but never write */
+    int exact;              /* EXACT=1: experts stay in the file's row layout (not packed), for
+                             * float-activation matmuls (quant.h qact.exact) */
 } expert_opts;
 
 typedef struct { qmat gate, up, down; } expert_w;   /* gate/up: d_exp x d_model, down: d_model x d_exp */

@@ -376,6 +376,7 @@ int main(int argc, char **argv) {
     eo.ram_budget = ram_mb < 0 ? SIZE_MAX : (size_t)ram_mb << 20;
     eo.pin_budget = (size_t)pin_mb << 20;
     eo.usage_save = !env_is("USAGE_SAVE", "0");
+    eo.exact = (int)int_setting(NULL, "EXACT", 0, 0, 1, "EXACT");
     const char *up = getenv("USAGE_FILE");
     if (!up || !*up) up = getenv("COLI_USAGE");
     if (up && *up) snprintf(eo.usage_path, sizeof eo.usage_path, "%s", up);

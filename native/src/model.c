@@ -281,7 +281,7 @@ static int get_vec(model *m, const char *name, int n, int optional, const float 
 /* Replaces a mapped matrix by an owned packed copy (no-op when not packable). drop: the
  * original's file pages are released from this process (re-read from the file if touched). */
 static int pack_mat(model *m, qmat *w, int drop) {
-    if (w->rows <= 0 || w->packed || !qpack_ok(w->type, w->rows, w->cols)) return 0;
+    if (m->exact || w->rows <= 0 || w->packed || !qpack_ok(w->type, w->rows, w->cols)) return 0;
     size_t bytes = qpack_bytes(w->type, w->rows, w->cols);
     uint8_t *b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!b || own(m->priv, (float *)(void *)b) != 0) {
@@ -533,6 +533,8 @@ int model_load(model *m, const char *path, const expert_opts *eo, char *err, siz
     m->g.fd = -1;
     m->priv = calloc(1, sizeof *m->priv);
     if (!m->priv) return fail(err, errlen, "out of memory");
+    m->exact = eo && eo->exact;
+    m->priv->act.exact = m->exact;
     if (!path) return model_free(m), fail(err, errlen, "no model path");
     if (load_inner(m, path, eo, err, errlen) != 0) {
         model_free(m);
@@ -617,6 +619,7 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
         P->ew = calloc((size_t)E, sizeof(expert_w));
         P->jobs = calloc((size_t)E + 2, sizeof(mm_job));
         if (!P->eact || !P->ew || !P->jobs) return -1;
+        for (int e = 0; e < 3 * E; e++) P->eact[e].exact = m->exact;
     }
     qact *gact = P->eact, *dact = P->eact + E, *gview = P->eact + 2 * E;
     int *slot_of = elist + (size_t)n * K;

@@ -48,6 +48,8 @@ typedef struct model {
     char *chat_template;                       /* NULL if absent */
     uint64_t fingerprint;                      /* for KV slot files */
     perf_counters perf;
+    int exact;                                 /* EXACT=1 (expert_opts.exact): float activations,
+                                                * weights unpacked (quant.h qact.exact) */
     struct model_priv *priv;                   /* model.c-private: scratch buffers, owned copies */
 } model;
 

@@ -191,7 +191,7 @@ static void prep_chunk(void *vctx, int c)
     const size_t cols = (size_t)a->cols;
     const int r0 = c * P->rpc, r1 = r0 + P->rpc < a->n ? r0 + P->rpc : a->n;
     memcpy(a->f + r0 * cols, P->x + r0 * cols, (size_t)(r1 - r0) * cols * sizeof(float));
-    if (cols % QK == 0)
+    if (cols % QK == 0 && !a->exact)
         for (size_t b = r0 * cols / QK; b < r1 * cols / QK; b++)
             quant_block(P->x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b], &a->qi[b]);
 }
@@ -250,10 +250,11 @@ int qact_gather(qact *dst, const qact *src, const int *rows, int cnt)
     dst->cols = src->cols;
     dst->wtype = src->wtype;
     dst->idx = NULL;
+    dst->exact = src->exact;
     for (int j = 0; j < cnt; j++) {
         size_t i = (size_t)rows[j];
         memcpy(dst->f + j * cols, src->f + i * cols, cols * sizeof(float));
-        if (cols % QK == 0) {
+        if (cols % QK == 0 && !src->exact) {
             memcpy(dst->q + j * cols, src->q + i * cols, cols);
             memcpy(dst->qd + j * nb, src->qd + i * nb, nb * sizeof(float));
             memcpy(dst->qs + j * nb, src->qs + i * nb, nb * sizeof(float));
@@ -1048,8 +1049,14 @@ static int job_packed(const mm_job *j)
     return qpack_ok(j->w->type, j->w->rows, j->w->cols) && (!j->w2 || j->w2->type == j->w->type);
 }
 
+static void mm_rows_exact(const mm_job *j, int r0, int r1);
+
 static void mm_rows(const mm_job *j, int r0, int r1)
 {
+    if (j->x->exact) {
+        mm_rows_exact(j, r0, r1);
+        return;
+    }
     if (job_packed(j)) {
         if (mm_rows_packed(j, r0, r1) != 0) {
             fprintf(stderr, "qmat_mul: out of memory\n");
@@ -1193,4 +1200,56 @@ void qmat_mul_f32(const qmat *w, const float *x, int n, float *out, int out_stri
     qact_prepare(&a, w->type, x, n, w->cols);
     qmat_mul(w, &a, out, out_stride);
     qact_free(&a);
+}
+
+/* ---- EXACT mode: float activations (qact.exact) ---------------------------------------- */
+
+float qdot_exact(const float *w, const float *x, int n)
+{
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int k = 0;
+#ifdef __AVX2__
+    __m256 acc = _mm256_setzero_ps();
+    for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), acc);
+    _mm256_storeu_ps(l, acc);
+#endif
+    for (; k < n; k++) l[k % 8] = fmaf(w[k], x[k], l[k % 8]);
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+static _Thread_local float *ex_buf;
+static _Thread_local size_t ex_cap;
+
+/* Rows [r0, r1) of a job whose activations are floats only: each weight row dequantized
+ * (dequant_row) once, dotted with every input row (qdot_exact); w2: silu(a) * b. One fixed
+ * operation order per output, whatever the batch, chunking or thread count. */
+static void mm_rows_exact(const mm_job *j, int r0, int r1)
+{
+    const qmat *w = j->w, *w2 = j->w2;
+    const qact *x = j->x;
+    const int n = x->n, cols = w->cols;
+    const size_t st = (size_t)j->out_stride;
+    if (w->packed || (w2 && w2->packed)) {
+        fprintf(stderr, "qmat_mul: float activations need unpacked weights\n");
+        abort();
+    }
+    if ((size_t)2 * cols > ex_cap) {
+        free(ex_buf);
+        ex_cap = (size_t)2 * cols;
+        ex_buf = alloc64(ex_cap * sizeof(float));
+        if (!ex_buf) {
+            fprintf(stderr, "qmat_mul: out of memory\n");
+            abort();
+        }
+    }
+    float *wa = ex_buf, *wb = ex_buf + cols;
+    for (int r = r0; r < r1; r++) {
+        dequant_row(w->type, w->data + (size_t)r * w->row_bytes, wa, cols);
+        if (w2) dequant_row(w2->type, w2->data + (size_t)r * w2->row_bytes, wb, cols);
+        for (int i = 0; i < n; i++) {
+            const float *xi = x->f + (size_t)(x->idx ? x->idx[i] : i) * (size_t)cols;
+            float a = qdot_exact(wa, xi, cols);
+            j->out[(size_t)i * st + r] = w2 ? qsilu_mul(a, qdot_exact(wb, xi, cols)) : a;
+        }
+    }
 }

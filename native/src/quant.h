@@ -51,6 +51,10 @@ typedef struct {
     size_t cap;
     const int *idx;         /* NULL, or a view: input row k is row idx[k] of the buffers
                              * (only for packable weights: Q4_1, Q8_0, F16; see qpack_ok) */
+    int exact;              /* set by the owner, kept by qact_prepare, copied by qact_gather:
+                             * float activations only (EXACT=1). No int8 blocks are made;
+                             * qmat_mul dequantizes each weight row (dequant_row's values) and
+                             * takes float32 dots, see qdot_exact. Weights must be unpacked. */
 } qact;
 
 void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols);
@@ -70,6 +74,10 @@ typedef struct {
     int out_stride;
 } mm_job;
 void qmat_mul_multi(const mm_job *jobs, int cnt);
+/* The EXACT-mode dot product of n floats: 8 lanes, lane l = fma chain over k % 8 == l
+ * (k ascending), then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). AVX2 and the
+ * portable loop give the same bits. */
+float qdot_exact(const float *w, const float *x, int n);
 /* Convenience: prepares activations internally (allocates scratch). */
 void qmat_mul_f32(const qmat *w, const float *x, int n, float *out, int out_stride);
 /* exp for softmax and SiLU, one fixed sequence of float operations (vector and scalar give the
