@@ -486,10 +486,15 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
                       fnv1a32_local(m->arch), c->n_layers, err, errlen);
     if (!m->es) goto out;
     /* dense matrices into the interleaved layout of the matmul kernels (owned copies; the
-     * file pages of the originals are dropped, except token_embd's, read for embeddings) */
-    if (pack_mat(m, &m->output, m->output.data != m->tok_embd.data) != 0) {
-        fail(err, errlen, "out of memory");
-        goto out;
+     * file pages of the originals are dropped). A tied head also serves the embedding rows
+     * (qmat_row reads the packed layout), so token_embd's pages are not kept either. */
+    {
+        const int tied = m->output.data == m->tok_embd.data;
+        if (pack_mat(m, &m->output, 1) != 0) {
+            fail(err, errlen, "out of memory");
+            goto out;
+        }
+        if (tied) m->tok_embd = m->output;
     }
     for (int l = 0; l < c->n_layers; l++) {
         layer_w *L = &m->layers[l];
@@ -915,8 +920,7 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
     if (!x || !h || !Q || !Kb || !Vb || !att || !tmp || !ascr || !rope) return -1;
 
     for (int i = 0; i < n; i++) {
-        dequant_row(m->tok_embd.type, m->tok_embd.data + (size_t)rows[i].token * m->tok_embd.row_bytes,
-                    x + (size_t)i * d, d);
+        qmat_row(&m->tok_embd, rows[i].token, x + (size_t)i * d);
         rope_table(P, rows[i].pos, rope + (size_t)i * rdim);
     }
     const float scale = 1.0f / sqrtf((float)hd);

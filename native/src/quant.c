@@ -156,28 +156,69 @@ static void *alloc64(size_t bytes)
     return aligned_alloc(64, bytes ? bytes : 64);
 }
 
-/* Quantize one block of 32 floats to int8 with scale d; also the exact float sum. */
+/* Quantize one block of 32 floats to int8 with scale d = max|x| / 127 (round half away
+ * from zero, clamped to +-127); also the float sum of the block and the integer sum of q.
+ * The float sum has one fixed order on every path: lanes l < 8 hold
+ * (x[l] + x[l+8]) + (x[l+16] + x[l+24]); then a_l = lane l + lane l+4 (l < 4);
+ * sum = (a0 + a2) + (a1 + a3). */
 static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, int32_t *i_out)
 {
-    float amax = 0.0f, sum = 0.0f;
+#ifdef __AVX2__
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
+    __m256 am = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                              _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    __m256 s8 = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    const float d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    const __m256 half = _mm256_set1_ps(0.5f);
+    __m256i iv[4], isum = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        __m256 t = _mm256_mul_ps(v[k], id);
+        t = _mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half));   /* t +- 0.5 */
+        iv[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(t), _mm256_set1_epi32(-127)),
+                                 _mm256_set1_epi32(127));
+        isum = _mm256_add_epi32(isum, iv[k]);
+    }
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+    __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
+    i4 = _mm_add_epi32(i4, _mm_shuffle_epi32(i4, 0x4e));
+    i4 = _mm_add_epi32(i4, _mm_shuffle_epi32(i4, 0xb1));
+    *d_out = d;
+    *s_out = _mm_cvtss_f32(s4);
+    *i_out = _mm_cvtsi128_si32(i4);
+#else
+    float amax = 0.0f, lane[8];
     for (int j = 0; j < QK; j++) {
         float a = fabsf(x[j]);
         amax = a > amax ? a : amax;
-        sum += x[j];
     }
+    for (int l = 0; l < 8; l++) lane[l] = (x[l] + x[l + 8]) + (x[l + 16] + x[l + 24]);
+    float a0 = lane[0] + lane[4], a1 = lane[1] + lane[5], a2 = lane[2] + lane[6], a3 = lane[3] + lane[7];
     float d = amax / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t isum = 0;
     for (int j = 0; j < QK; j++) {
         float v = x[j] * id;                       /* |v| <= 127 (+ rounding) */
         v = v >= 0.0f ? v + 0.5f : v - 0.5f;       /* round half away from zero */
         int iv = (int)v;
         q[j] = (int8_t)(iv > 127 ? 127 : iv < -127 ? -127 : iv);
+        isum += q[j];
     }
-    int32_t isum = 0;
-    for (int j = 0; j < QK; j++) isum += q[j];
     *d_out = d;
-    *s_out = sum;
+    *s_out = (a0 + a2) + (a1 + a3);
     *i_out = isum;
+#endif
 }
 
 /* Rows [c * rpc, min(n, (c + 1) * rpc)) of a prepare: float copy and int8 blocks. */
@@ -708,6 +749,37 @@ int qpack_inplace(uint32_t type, int rows, int cols, uint8_t *data)
     return 0;
 }
 
+void qmat_row(const qmat *w, int r, float *out)
+{
+    if (!w->packed) {
+        dequant_row(w->type, w->data + (size_t)r * w->row_bytes, out, w->cols);
+        return;
+    }
+    /* the inverse of pk_group for one row, with dequant_row's arithmetic */
+    const uint8_t *g = w->data + (size_t)(r / PK_ROWS) * pk_group_bytes(w->type, w->cols);
+    const int j = r % PK_ROWS, cols = w->cols;
+    if (w->type == GGML_F16) {
+        for (int k = 0; k < cols; k++) out[k] = ld_f16(g + 16 * (size_t)k + 2 * j);
+        return;
+    }
+    for (int b = 0; b < cols / QK; b++) {
+        float *o = out + b * QK;
+        if (w->type == GGML_Q8_0) {
+            const uint8_t *blk = g + (size_t)b * 272;
+            const float d = ld_f16(blk + 2 * j);
+            for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
+        } else {
+            const uint8_t *blk = g + (size_t)b * 160;
+            const float d = ld_f16(blk + 2 * j), m = ld_f16(blk + 16 + 2 * j);
+            for (int k = 0; k < 16; k++) {
+                const uint8_t byte = blk[32 + 32 * (k / 4) + 4 * j + k % 4];
+                o[k] = d * (float)(byte & 15) + m;
+                o[k + 16] = d * (float)(byte >> 4) + m;
+            }
+        }
+    }
+}
+
 /* Kernel: res[k * 8 * NG + g * 8 + j] = output (row j of group gp[g], input row i0 + k)
  * for g < NG, k < NX. */
 #ifdef __AVX2__
@@ -758,9 +830,21 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 __m256i xl = bc4(xk), xh = bc4(xk + 16);
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
                 for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh);
+#else
+                /* int16 partial sums over the whole block, widened once after it: a pair
+                 * of products is at most 2 * 15 * 127 = 3810, eight pairs 30480 < 2^15 */
+                for (int g = 0; g < NG; g++)
+                    is[g][k] = _mm256_add_epi16(is[g][k], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
+                                                                           _mm256_maddubs_epi16(hi[g], xh)));
+#endif
             }
         }
+#if !((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+        for (int g = 0; g < NG; g++)
+            for (int k = 0; k < NX; k++) is[g][k] = _mm256_madd_epi16(is[g][k], _mm256_set1_epi16(1));
+#endif
         for (int g = 0; g < NG; g++) {
             const uint8_t *gb = gp[g] + (size_t)b * 160;
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
@@ -983,6 +1067,19 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
     float a[PK_NX * 16], b[PK_NX * 16];
     for (int r = r0; r < r1; r += 2 * PK_ROWS) {
         const int ng = r1 - r > PK_ROWS ? 2 : 1;
+#ifdef __AVX2__
+        /* The next two groups are fetched while these are computed: at a few input rows the
+         * kernel otherwise waits on memory (weights stream from DRAM, once per step). */
+        if (w->packed && r + 2 * PK_ROWS < r1) {
+            const int nn = r1 - (r + 2 * PK_ROWS) > PK_ROWS ? 2 : 1;
+            const char *nx = (const char *)w->data + (size_t)((r + 2 * PK_ROWS) / PK_ROWS) * gb;
+            for (size_t o = 0; o < nn * gb; o += 64) _mm_prefetch(nx + o, _MM_HINT_T0);
+            if (w2 && w2->packed) {
+                const char *n2 = (const char *)w2->data + (size_t)((r + 2 * PK_ROWS) / PK_ROWS) * gb;
+                for (size_t o = 0; o < nn * gb; o += 64) _mm_prefetch(n2 + o, _MM_HINT_T0);
+            }
+        }
+#endif
         const uint8_t *g1[2], *g2[2];
         for (int g = 0; g < ng; g++) {
             g1[g] = pk_get(w, r + g * PK_ROWS, buf ? buf + g * gb : NULL);

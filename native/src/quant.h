@@ -38,6 +38,9 @@ void qpack(const qmat *w, uint8_t *dst);
 /* Packs `rows` (a multiple of 8) rows at data in place. 0 ok, -1 unsupported. */
 int qpack_inplace(uint32_t type, int rows, int cols, uint8_t *data);
 
+/* Row r of w dequantized (the values dequant_row gives), from either layout. */
+void qmat_row(const qmat *w, int r, float *out);
+
 /* Activations prepared for dot products with a given weight type (e.g. quantized to
  * int8 blocks for Q8_0/Q4_1 weights). Buffers are owned by the caller via qact_*. */
 typedef struct {

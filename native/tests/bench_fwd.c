@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
     }
     struct rusage ru0, ru1;
     getrusage(RUSAGE_THREAD, &ru0);
+    perf_counters pd = m.perf;
     double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
     for (int t = 0; t < steps; t++) {
         for (int s = 0; s < B; s++)
@@ -49,6 +50,9 @@ int main(int argc, char **argv) {
     printf("decode B=%d: %.2f ms/step wall (%.1f tok/s), %.2f ms CPU/step, caller preempted %.0f/s\n", B,
            (w1 - w0) * 1e3 / steps, B * steps / (w1 - w0), (c1 - c0) * 1e3 / steps,
            (ru1.ru_nivcsw - ru0.ru_nivcsw) / (w1 - w0));
+    printf("  per step, wall ms: attn %.2f, experts %.2f, other dense %.2f, head %.2f\n",
+           (m.perf.t_attn - pd.t_attn) * 1e3 / steps, (m.perf.t_emm - pd.t_emm) * 1e3 / steps,
+           (m.perf.t_dense - pd.t_dense) * 1e3 / steps, (m.perf.t_head - pd.t_head) * 1e3 / steps);
     for (int i = 0; i < PR; i++) rows[i] = (fwd_row){S, i, 300 + (i * 13) % 2000, i == PR - 1 ? logits : NULL, NULL};
     perf_counters pc0 = m.perf;
     w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);

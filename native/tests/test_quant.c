@@ -237,8 +237,71 @@ static void test_determinism(uint32_t t, int rows, int cols)
     free(W); free(x); free(big); free(one);
 }
 
+/* qact_prepare's int8 blocks against the definition: d = max|x| / 127, q = x / d rounded half
+ * away from zero, clamped to +-127; qi = sum q; qs = the block's float sum (any order: 1e-6). */
+static void test_act_quant(void)
+{
+    enum { N = 3, COLS = 96 };
+    float x[N * COLS];
+    for (int i = 0; i < N * COLS; i++) x[i] = frand() * (i % 7 == 0 ? 40.0f : 1.0f);
+    for (int j = 0; j < 32; j++) x[COLS + j] = 0.0f;                  /* an all-zero block */
+    x[2 * COLS + 5] = -x[2 * COLS + 6] * 3.0f;                         /* a negative maximum */
+    qact a = {0};
+    qact_prepare(&a, GGML_Q8_0, x, N, COLS);
+    for (int b = 0; b < N * COLS / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        double sum = 0.0;
+        for (int j = 0; j < 32; j++) {
+            amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+            sum += xb[j];
+        }
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++) {
+            float v = xb[j] * id;
+            int q = (int)(v >= 0.0f ? v + 0.5f : v - 0.5f);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            CHECK(a.q[32 * b + j] == q, "block %d value %d: q %d, want %d", b, j, a.q[32 * b + j], q);
+            isum += q;
+        }
+        CHECK(fbits(a.qd[b]) == fbits(d), "block %d: d %g, want %g", b, a.qd[b], d);
+        CHECK(a.qi[b] == isum, "block %d: integer sum %d, want %d", b, a.qi[b], isum);
+        CHECK(fabs(a.qs[b] - sum) <= 1e-6 * (1.0 + fabs(sum)) * 32, "block %d: sum %g, want %g", b, a.qs[b], sum);
+    }
+    qact_free(&a);
+}
+
+/* qmat_row on a packed matrix == dequant_row of the original row, bit for bit. */
+static void test_packed_rows(uint32_t t, int rows, int cols)
+{
+    const size_t rb = row_bytes(t, cols);
+    uint8_t *W = malloc(rb * rows), *Pk = malloc(qpack_bytes(t, rows, cols));
+    float *a = malloc(sizeof(float) * cols), *b = malloc(sizeof(float) * cols);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    qmat w = {t, rows, cols, rb, W, 0};
+    qpack(&w, Pk);
+    qmat pk = {t, rows, cols, rb, Pk, 1};
+    int same = 1;
+    for (int r = 0; r < rows; r++) {
+        dequant_row(t, W + r * rb, a, cols);
+        qmat_row(&pk, r, b);
+        same &= memcmp(a, b, sizeof(float) * cols) == 0;
+        qmat_row(&w, r, b);
+        same &= memcmp(a, b, sizeof(float) * cols) == 0;
+    }
+    CHECK(same, "%s %dx%d: qmat_row differs from dequant_row", tname(t), rows, cols);
+    free(W); free(Pk); free(a); free(b);
+}
+
 int main(void)
 {
+    printf("rows of packed matrices\n");
+    test_packed_rows(GGML_Q8_0, 21, 96);
+    test_packed_rows(GGML_Q4_1, 21, 96);
+    test_packed_rows(GGML_F16, 21, 40);
+    printf("activation quantization\n");
+    test_act_quant();
     printf("fp16 conversions\n");
     test_fp16();
     printf("qmat_mul vs double reference\n");
