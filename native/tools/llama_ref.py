@@ -31,7 +31,11 @@ def tensor_f32(t) -> np.ndarray:
 
 
 class Model:
-    def __init__(self, path):
+    """top_k: experts per token instead of the file's (the engine's TOPK; n_experts = every
+    expert, which with unit gating is the dense FFN the file encodes). kv_f16: K (after RoPE)
+    and V rounded to fp16 as they enter the cache, as an engine with an fp16 KV cache does."""
+
+    def __init__(self, path, top_k: int | None = None, kv_f16: bool = False):
         r = GGUFReader(path)
         self.reader = r
         a = "llama"
@@ -45,6 +49,11 @@ class Model:
         self.n_experts = int(_field(r, f"{a}.expert_count", 0) or 0)
         self.top_k = int(_field(r, f"{a}.expert_used_count", 0) or 0)
         self.gating = _field(r, "colibri.expert_gating", "softmax")
+        if top_k is not None:
+            if not 1 <= top_k <= self.n_experts:
+                raise ValueError(f"top_k {top_k} is invalid for {self.n_experts} experts")
+            self.top_k = top_k
+        self.kv_f16 = kv_f16
         self.t = {t.name: t for t in r.tensors}
         self._cache: dict[str, np.ndarray] = {}
 
@@ -61,6 +70,19 @@ class Model:
         meet activations, so a subclass can model the engine's activation quantization."""
         w = self.w(name)
         return x @ (w if e is None else w[e]).T
+
+    def mm_stack(self, x, name):
+        """Every expert of stacked tensor `name` (E x rows x cols) at once: x is [n, cols] (the
+        same input for all) or [n, E, cols] (one per expert); returns [n, E, rows]. Equal to
+        mm(x, name, e) for each e (a subclass overriding mm alone gets that loop)."""
+        if type(self).mm is not Model.mm:
+            return np.stack([self.mm(x if x.ndim == 2 else x[:, e], name, e)
+                             for e in range(self.w(name).shape[0])], axis=1)
+        w = self.w(name)
+        E, rows, cols = w.shape
+        if x.ndim == 2:
+            return (x @ w.reshape(E * rows, cols).T).reshape(len(x), E, rows)
+        return np.matmul(x.transpose(1, 0, 2), w.transpose(0, 2, 1)).transpose(1, 0, 2)
 
     def rmsnorm(self, x, name):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * self.w(name)
@@ -91,6 +113,16 @@ class Model:
         logits = self.mm(h, p + "ffn_gate_inp.weight")
         if self.has(p + "ffn_gate_inp.bias"):
             logits = logits + self.w(p + "ffn_gate_inp.bias")
+        if self.top_k == self.n_experts:      # every expert: one batched product per matrix
+            if self.gating == "unit":
+                wts = np.ones_like(logits)
+            else:
+                z = np.exp(logits - logits.max(axis=1, keepdims=True))
+                wts = z / z.sum(axis=1, keepdims=True)
+            if routes is not None:
+                routes.extend((L, row, list(range(self.n_experts))) for row in range(h.shape[0]))
+            a = silu(self.mm_stack(h, p + "ffn_gate_exps.weight")) * self.mm_stack(h, p + "ffn_up_exps.weight")
+            return out + np.einsum("ne,ned->nd", wts, self.mm_stack(a, p + "ffn_down_exps.weight"))
         for row in range(h.shape[0]):
             sel = np.argsort(-logits[row], kind="stable")[: self.top_k]
             if self.gating == "unit":
@@ -124,6 +156,8 @@ class Model:
             k = self.mm(h, p + "attn_k.weight").reshape(n, self.n_kv, self.head_dim)
             v = self.mm(h, p + "attn_v.weight").reshape(n, self.n_kv, self.head_dim)
             q, k = self.rope(q, pos), self.rope(k, pos)
+            if self.kv_f16:
+                k, v = f16(k), f16(v)
             if past:
                 k = np.concatenate([cache["k"][L], k])
                 v = np.concatenate([cache["v"][L], v])
@@ -155,6 +189,12 @@ class Model:
                 break
             logits = self.forward([nxt], cache=cache)[-1]
         return out, seen
+
+
+def f16(x):
+    """x as an engine with an fp16 KV cache stores it: its float32 value rounded to the nearest
+    fp16 (ties to even), back in float64."""
+    return np.asarray(x).astype(np.float32).astype(np.float16).astype(np.float64)
 
 
 def silu(x):

@@ -125,8 +125,8 @@ class QuantActModel(Model):
     engine-vs-numpy differences shrink to float32 rounding (and the rare rounding-boundary
     flip), which is what the oracle test uses to tell arithmetic bugs from quantization noise."""
 
-    def __init__(self, path):
-        super().__init__(path)
+    def __init__(self, path, **kw):
+        super().__init__(path, **kw)
         self._split: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
 
     def _parts(self, name):
@@ -172,19 +172,26 @@ class Forced:
     worst_gap: float             # max over steps of (ref max logprob - ref logprob of engine token)
     first_step_err: float        # max |engine - ref| logprob over the engine's top-K, step 0
     max_step_err: float          # same, any step
+    after: int = -1              # the reference argmax after the last engine token (EOS when
+                                 # the engine's stream ended by EOS and the reference agrees)
+    min_margin: float = 0.0      # smallest reference top-1 / top-2 log-prob margin, any step
 
     def __str__(self):
         return (f"{self.agree}/{self.steps} argmax-equal, worst gap {self.worst_gap:.4f}, "
-                f"logprob err first {self.first_step_err:.2e} max {self.max_step_err:.2e}")
+                f"logprob err first {self.first_step_err:.2e} max {self.max_step_err:.2e}, "
+                f"min margin {self.min_margin:.4f}, then {self.after}")
 
 
 def forced(model: Model, prompt_ids: list[int], gen: Gen) -> Forced:
     ids = list(prompt_ids) + gen.ids
     logits = model.forward(ids)[len(prompt_ids) - 1:]
-    agree, gap, errs = 0, 0.0, []
+    agree, gap, errs, margin = 0, 0.0, [], np.inf
     for s, tok in enumerate(gen.ids):
         lp = log_softmax(logits[s])
         agree += int(np.argmax(lp) == tok)
         gap = max(gap, float(lp.max() - lp[tok]))
         errs.append(max(abs(v - lp[i]) for i, v in gen.top[s]))
-    return Forced(len(gen.ids), agree, gap, errs[0] if errs else 0.0, max(errs) if errs else 0.0)
+        top2 = np.partition(lp, -2)[-2:]
+        margin = min(margin, float(top2[1] - top2[0]))
+    return Forced(len(gen.ids), agree, gap, errs[0] if errs else 0.0, max(errs) if errs else 0.0,
+                  int(np.argmax(logits[len(gen.ids)])), margin)

@@ -4,22 +4,37 @@ Engine side: serve mode, temperature 0, `logprobs=32` (greedy ids + the top-32 l
 every step), five prompts submitted at once to five slots (batched decode). Reference side:
 teacher-forced over prompt + the engine's 64 tokens (one forward), so every step is checked:
 the engine token must be the reference argmax (or within a stated gap of it) and its top-32
-log-probs must be within a stated error. All tokens argmax-equal == identical greedy streams.
+log-probs must be within a stated error. All tokens argmax-equal (and, for a stream the engine
+ended by EOS, EOS the reference's next argmax) == identical greedy streams.
+
+The oracle proper is the full default model in EXACT=1 (float activations, every weight row
+dequantized exactly as the reference's) with TOPK=16 (every expert; the file's unit gating
+makes that the dense FFN it encodes) against the float64 reference of the same file with every
+expert: identical greedy streams, log-probs equal to the engine's 4 printed decimals. The
+default int8-activation path is checked against the same reference with loose bounds: on this
+model int8 activations are chaotic (a 1e-7 relative nudge to the activations before int8
+quantization moves the int8 reference's log-probs by ~1.0: SmolLM's massive activations make
+d = max|x|/127 coarse in their blocks, and a single rounding flip moves a dot product by d·w),
+so no reference reproduces it; tests (a) and the C unit tests check the int8 kernels instead.
 
 Measured (2-core AVX2 box, engine at the commit of this test), and the tolerances used:
 
-| model | reference | argmax-equal | logprob err | tolerance |
-|---|---|---|---|---|
-| tiny MoE / shexp+unit, F32 weights | exact | 64/64 all | <= 5.3e-5 (the 4-decimal print) | identical; 1e-3 |
-| tiny MoE / shexp+unit, Q8_0 | with the engine's int8 activations (QuantActModel) | 64/64 all | first <= 3.6e-2, any <= 8e-2 | identical (1 near-tie < 0.05 allowed); 0.25 / 0.5 |
-| tiny MoE, Q8_0 | exact | diverges at near-ties | first up to 1.3 (a routing flip) | not asserted (why QuantActModel exists) |
-| default model, first 4 layers, MoE with all 16 experts | exact DENSE 4 layers | >= 59/64 | first <= 0.39, any <= 0.99; worst gap 0.39 | >= 54/64; gap 1.0; first 1.0, any 2.0 |
+| model | engine | reference | argmax-equal | logprob err | tolerance |
+|---|---|---|---|---|---|
+| tiny MoE / shexp+unit, F32 weights | default | exact | 64/64 all | <= 5.3e-5 (the 4-decimal print) | identical; 1e-3 |
+| tiny MoE / shexp+unit, Q8_0 | default | with the engine's int8 activations (QuantActModel) | 64/64 all | first <= 3.6e-2, any <= 8e-2 | identical (1 near-tie < 0.05 allowed); 0.25 / 0.5 |
+| tiny MoE, Q8_0 | default | exact | diverges at near-ties | first up to 1.3 (a routing flip) | not asserted (why QuantActModel exists) |
+| default model (30 layers), TOPK=16 | EXACT=1 | exact, same file, 16 experts | 64/64, 7+EOS, 61+EOS, 64/64, 64/64: identical streams (smallest reference top-1/top-2 margin along them 0.0013) | <= 6.4e-5 | identical; 2.5e-4 |
+| default model (30 layers), TOPK=16 | default (int8) | exact, same file, 16 experts | per prompt 0.81 .. 1.0 over three builds of the int8 kernels; worst gap <= 0.72 | first <= 1.72, any <= 1.72 | >= 0.6 per prompt; gap 1.5; 3.0 |
+| default model, first 4 layers, MoE with all 16 experts | EXACT=1 | exact DENSE 4 layers (the source file) | 64/64 all | first <= 0.06, any <= 0.17 (the builder's requantized down projections) | >= 60/64; gap 0.25; first 0.25, any 0.5 |
 
-The Q4_1 slices differ from numpy far more than the Q8_0 fixtures; per-tensor experiments show
-no single matrix is off (each alone adds <= 0.03 to the logits) but SmolLM's early layers
-amplify small differences (massive activations), so the slice bounds are loose on purpose.
+Runtime of the full-model EXACT test on 2 cores: ~19 s (reference load ~7 s, engine ~5 s, one
+teacher-forced reference forward per prompt ~1 s, the single-slot rerun ~2 s); the int8 one ~4 s. bench/oracle.py
+prints the full-model figures, also against the dense source file.
 """
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -30,6 +45,8 @@ from tests.native.engine import chatml
 from tests.support import procs
 
 STEPS = 64
+# The reference's K/V as the engine stores them (native/src/kv.c): float32, so not rounded.
+KV_F16 = False
 PROMPTS = [
     "The quick brown fox",
     chatml("What is the capital of France?"),
@@ -107,20 +124,25 @@ def moe_all_run(slices, engine_binary):
     return engine_greedy(engine_binary, slices["moe-all"], PROMPTS, STEPS)
 
 
-def test_moe_all_experts_matches_dense_reference(slices, moe_all_run):
+@pytest.fixture(scope="module")
+def moe_all_exact_run(slices, engine_binary):
+    return engine_greedy(engine_binary, slices["moe-all"], PROMPTS, STEPS, EXACT="1")
+
+
+def test_moe_all_experts_matches_dense_reference(slices, moe_all_exact_run):
     """Unit gating + every expert = the dense FFN, so the MoE file with top-k 16 must follow the
-    numpy DENSE model (up to the engine's quantized activations and the F16/Q8_0 requantized
-    down projections)."""
+    numpy DENSE model up to the builder's requantized down projections (F16 expert rows, Q8_0
+    shared expert): the engine in EXACT=1 adds nothing measurable on top of those."""
     ref_tok = Reference(str(slices["dense"]))
     model = Model(str(slices["dense"]))
     report = []
-    for p, ids, g in zip(PROMPTS, _prompt_ids(ref_tok, PROMPTS), moe_all_run):
+    for p, ids, g in zip(PROMPTS, _prompt_ids(ref_tok, PROMPTS), moe_all_exact_run):
         assert g.prompt_tokens == len(ids)
         assert len(g.ids) == STEPS
         f = forced(model, ids, g)
         report.append(f"{p[:30]!r}: {f}")
-        assert f.agree >= 54 and f.worst_gap < 1.0, "\n".join(report)
-        assert f.first_step_err < 1.0 and f.max_step_err < 2.0, "\n".join(report)
+        assert f.agree >= 60 and f.worst_gap < 0.25, "\n".join(report)
+        assert f.first_step_err < 0.25 and f.max_step_err < 0.5, "\n".join(report)
     print("\n".join(report))
 
 
@@ -147,3 +169,56 @@ def test_default_model_answers_paris(default_model, engine_binary):
     text = g.text.decode("utf-8")
     assert "Paris" in text, text
     assert text.startswith("The capital of France is Paris"), text
+
+
+# ---------------------------------------------------------------- (c) the full default model, every expert
+EXACT_TOL = 2.5e-4      # measured <= 6.4e-5: the engine prints 4 decimals (5e-5) + float32 sums
+
+
+@pytest.fixture(scope="module")
+def full_ref(default_model):
+    """The float64 reference of the default model with every expert (TOPK=16)."""
+    return Model(str(default_model), top_k=16, kv_f16=KV_F16)
+
+
+@pytest.fixture(scope="module")
+def full_ids(default_model):
+    return _prompt_ids(Reference(str(default_model)), PROMPTS)
+
+
+def test_exact_engine_reproduces_reference(default_model, engine_binary, full_ref, full_ids):
+    """EXACT=1, TOPK=16, all 30 layers: identical greedy streams (5 prompts x 64 steps, or up to
+    an EOS the reference also picks) and every step's top-32 log-probs within EXACT_TOL."""
+    t0 = time.monotonic()
+    gens = engine_greedy(engine_binary, default_model, PROMPTS, STEPS, EXACT="1", TOPK="16")
+    t1 = time.monotonic()
+    report = []
+    for p, ids, g in zip(PROMPTS, full_ids, gens):
+        assert g.prompt_tokens == len(ids)
+        f = forced(full_ref, ids, g)
+        report.append(f"{p[:30]!r}: {f}")
+        msg = "\n".join(report)
+        assert f.agree == f.steps, msg
+        assert len(g.ids) == STEPS or f.after == EOS, msg       # an EOS end: the reference's too
+        assert f.max_step_err < EXACT_TOL, msg
+    t2 = time.monotonic()
+    # batch independence: the first prompt alone in one slot gives the same bits
+    (alone,) = engine_greedy(engine_binary, default_model, PROMPTS[:1], STEPS, EXACT="1", TOPK="16")
+    assert alone.ids == gens[0].ids and alone.top == gens[0].top
+    report.append(f"engine {t1 - t0:.1f} s, reference {t2 - t1:.1f} s, single slot {time.monotonic() - t2:.1f} s")
+    print("\n".join(report))
+
+
+def test_int8_engine_near_reference(default_model, engine_binary, full_ref, full_ids):
+    """The default int8-activation path, TOPK=16, all 30 layers, against the same reference:
+    loose bounds (see the module docstring: the int8 path is chaotic on this model)."""
+    gens = engine_greedy(engine_binary, default_model, PROMPTS, STEPS, TOPK="16")
+    report = []
+    for p, ids, g in zip(PROMPTS, full_ids, gens):
+        assert g.prompt_tokens == len(ids)
+        f = forced(full_ref, ids, g)
+        report.append(f"{p[:30]!r}: {f}")
+        msg = "\n".join(report)
+        assert f.agree >= 0.6 * f.steps and f.worst_gap < 1.5, msg
+        assert f.max_step_err < 3.0, msg
+    print("\n".join(report))
