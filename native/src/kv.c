@@ -1,19 +1,23 @@
 /* kv.c — KV slots: lazily grown per-slot K/V buffers, prefix bookkeeping, slot files.
  *
- * Slot file layout (little-endian, native float32):
+ * Slot file layout (little-endian):
  *   char magic[8] = "COLIKV01"
- *   int32 n_layers, kv_dim, n_pos, reserved(0)
+ *   int32 n_layers, kv_dim, n_pos, f16 (0: float32 rows, 1: fp16 rows)
  *   uint64 fingerprint
  *   int32 tokens[n_pos]
- *   per layer: float K[n_pos][kv_dim], then float V[n_pos][kv_dim]
+ *   per layer: K[n_pos][kv_dim], then V[n_pos][kv_dim], elements as the cache holds them
  * Written to "<path>.tmp" then renamed over <path>. Loaded only when magic, dims,
- * fingerprint and the exact file size all match, and n_pos fits the context. */
+ * element type, fingerprint and the exact file size all match, and n_pos fits the context. */
 #include "kv.h"
+#include "quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 static const char KV_MAGIC[8] = {'C', 'O', 'L', 'I', 'K', 'V', '0', '1'};
 
@@ -27,14 +31,42 @@ int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim) {
     c->n_layers = n_layers;
     c->kv_dim = kv_dim;
     for (int s = 0; s < n_slots; s++) {
-        c->slots[s].k = calloc((size_t)n_layers, sizeof(float *));
-        c->slots[s].v = calloc((size_t)n_layers, sizeof(float *));
+        c->slots[s].k = calloc((size_t)n_layers, sizeof(void *));
+        c->slots[s].v = calloc((size_t)n_layers, sizeof(void *));
         if (!c->slots[s].k || !c->slots[s].v) {
             kv_free(c);
             return -1;
         }
     }
     return 0;
+}
+
+int kv_set_f16(kv_cache *c, int on) {
+    for (int s = 0; s < c->n_slots; s++)
+        if (c->slots[s].cap > 0) return -1;
+    c->f16 = on != 0;
+    return 0;
+}
+
+void kv_store(kv_cache *c, int s, int layer, int pos, const float *k, const float *v) {
+    const int n = c->kv_dim;
+    if (!c->f16) {
+        memcpy(kv_k(c, s, layer, pos), k, sizeof(float) * (size_t)n);
+        memcpy(kv_v(c, s, layer, pos), v, sizeof(float) * (size_t)n);
+        return;
+    }
+    uint16_t *hk = kv_k(c, s, layer, pos), *hv = kv_v(c, s, layer, pos);
+    int i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128((__m128i *)(hk + i), _mm256_cvtps_ph(_mm256_loadu_ps(k + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(hv + i), _mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+#endif
+    for (; i < n; i++) {
+        hk[i] = f32_to_fp16(k[i]);
+        hv[i] = f32_to_fp16(v[i]);
+    }
 }
 
 void kv_free(kv_cache *c) {
@@ -65,12 +97,12 @@ int kv_reserve(kv_cache *c, int s, int n_pos) {
     int *t = realloc(sl->tokens, (size_t)cap * sizeof(int));
     if (!t) return -1;
     sl->tokens = t;
-    size_t bytes = (size_t)cap * (size_t)c->kv_dim * sizeof(float);
+    size_t bytes = (size_t)cap * (size_t)c->kv_dim * kv_elt(c);
     for (int l = 0; l < c->n_layers; l++) {
-        float *k = realloc(sl->k[l], bytes);
+        void *k = realloc(sl->k[l], bytes);
         if (!k) return -1;
         sl->k[l] = k;
-        float *v = realloc(sl->v[l], bytes);
+        void *v = realloc(sl->v[l], bytes);
         if (!v) return -1;
         sl->v[l] = v;
     }
@@ -109,12 +141,12 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
         free(tmp);
         return -1;
     }
-    int32_t hdr[4] = {c->n_layers, c->kv_dim, sl->n_pos, 0};
+    int32_t hdr[4] = {c->n_layers, c->kv_dim, sl->n_pos, c->f16};
     int rc = write_all(f, KV_MAGIC, sizeof KV_MAGIC);
     rc |= write_all(f, hdr, sizeof hdr);
     rc |= write_all(f, &fingerprint, sizeof fingerprint);
     rc |= write_all(f, sl->tokens, (size_t)sl->n_pos * sizeof(int32_t));
-    size_t rows = (size_t)sl->n_pos * (size_t)c->kv_dim * sizeof(float);
+    size_t rows = (size_t)sl->n_pos * (size_t)c->kv_dim * kv_elt(c);
     for (int l = 0; l < c->n_layers && rc == 0; l++) {
         rc |= write_all(f, sl->k[l], rows);
         rc |= write_all(f, sl->v[l], rows);
@@ -140,11 +172,11 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     int rc = -1;
     if (read_all(f, magic, 8) || memcmp(magic, KV_MAGIC, 8) != 0) goto out;
     if (read_all(f, hdr, sizeof hdr) || read_all(f, &fp, sizeof fp)) goto out;
-    if (hdr[0] != c->n_layers || hdr[1] != c->kv_dim || fp != fingerprint) goto out;
+    if (hdr[0] != c->n_layers || hdr[1] != c->kv_dim || hdr[3] != c->f16 || fp != fingerprint) goto out;
     int n = hdr[2];
     if (n < 0 || n > c->ctx) goto out;
     /* Exact size check before touching the slot. */
-    size_t rows = (size_t)n * (size_t)c->kv_dim * sizeof(float);
+    size_t rows = (size_t)n * (size_t)c->kv_dim * kv_elt(c);
     long want = (long)(8 + sizeof hdr + sizeof fp) + (long)n * 4 + (long)(2 * rows * (size_t)c->n_layers);
     if (fseek(f, 0, SEEK_END) != 0 || ftell(f) != want) goto out;
     if (fseek(f, (long)(8 + sizeof hdr + sizeof fp), SEEK_SET) != 0) goto out;

@@ -1,34 +1,44 @@
 /* kv.h — KV slots: per-slot token history and per-layer K/V rows.
- * Owns: growth of slot buffers, truncate-and-extend bookkeeping, and the
- * on-disk slot files (KVSAVE). A slot grows lazily so 16 slots x large CTX
- * costs memory only for what conversations actually use. */
+ * Owns: growth of slot buffers, truncate-and-extend bookkeeping, the element type of the
+ * rows (float32, or fp16: half the memory; values are rounded to nearest even once, when
+ * stored, and read back exactly), and the on-disk slot files (KVSAVE). A slot grows
+ * lazily so 16 slots x large CTX costs memory only for what conversations actually use. */
 #ifndef COLI_KV_H
 #define COLI_KV_H
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
     int *tokens;    /* history: tokens whose K/V are stored, n_pos of them */
     int n_pos;
     int cap;        /* positions allocated */
-    float **k;      /* [n_layers] -> cap * kv_dim */
-    float **v;
+    void **k;       /* [n_layers] -> cap * kv_dim elements (float, or uint16_t fp16) */
+    void **v;
 } kv_slot;
 
 typedef struct {
     int n_slots, ctx, n_layers, kv_dim;
+    int f16;        /* elements are fp16 (kv_set_f16), else float */
     kv_slot *slots;
 } kv_cache;
 
+/* A cache of float32 rows; kv_set_f16 switches it to fp16 before anything is stored. */
 int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim);
+/* 0 ok, -1 when a slot already holds rows. */
+int kv_set_f16(kv_cache *c, int on);
 void kv_free(kv_cache *c);
 /* Make room for n_pos positions in slot s (n_pos <= ctx). 0 ok, -1 OOM. */
 int kv_reserve(kv_cache *c, int s, int n_pos);
-static inline float *kv_k(kv_cache *c, int s, int layer, int pos) {
-    return c->slots[s].k[layer] + (long)pos * c->kv_dim;
+static inline size_t kv_elt(const kv_cache *c) { return c->f16 ? 2 : 4; }
+/* Row `pos` of layer `layer` of slot s: kv_dim elements of the cache's type. */
+static inline void *kv_k(kv_cache *c, int s, int layer, int pos) {
+    return (char *)c->slots[s].k[layer] + (size_t)pos * (size_t)c->kv_dim * kv_elt(c);
 }
-static inline float *kv_v(kv_cache *c, int s, int layer, int pos) {
-    return c->slots[s].v[layer] + (long)pos * c->kv_dim;
+static inline void *kv_v(kv_cache *c, int s, int layer, int pos) {
+    return (char *)c->slots[s].v[layer] + (size_t)pos * (size_t)c->kv_dim * kv_elt(c);
 }
+/* Stores float rows k, v (kv_dim values each) at (s, layer, pos), converting to fp16. */
+void kv_store(kv_cache *c, int s, int layer, int pos, const float *k, const float *v);
 /* Length of the common prefix of the slot history and ids[0..n). */
 int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n);
 /* Drop positions >= n_keep. */

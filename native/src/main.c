@@ -215,9 +215,9 @@ static int run_detokenize(const char *model_path, const char *list) {
 /* ---------------------------------------------------------------- one-shot generation */
 
 static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, double top_p,
-                       uint64_t seed, int ctx) {
+                       uint64_t seed, int ctx, int kv_f16) {
     kv_cache kv;
-    if (kv_init(&kv, 1, ctx, m->c.n_layers, m->c.n_kv_heads * m->c.head_dim) != 0) {
+    if (kv_init(&kv, 1, ctx, m->c.n_layers, m->c.n_kv_heads * m->c.head_dim) != 0 || kv_set_f16(&kv, kv_f16) != 0) {
         fprintf(stderr, "colibri-engine: out of memory for the KV cache\n");
         return 1;
     }
@@ -344,6 +344,12 @@ int main(int argc, char **argv) {
     int n_gen = (int)int_setting(n_arg, NULL, 64, 0, INT_MAX, "-n");
     long ram_mb = int_setting(NULL, "EXPERT_RAM_MB", -1, 0, LONG_MAX / (1L << 20), "EXPERT_RAM_MB");
     long pin_mb = int_setting(NULL, "PIN_MB", 0, 0, LONG_MAX / (1L << 20), "PIN_MB");
+    const char *kvt = getenv("KV_TYPE");
+    if (kvt && *kvt && strcmp(kvt, "f16") != 0 && strcmp(kvt, "f32") != 0) {
+        fprintf(stderr, "colibri-engine: KV_TYPE must be f16 or f32 (got '%s')\n", kvt);
+        return 2;
+    }
+    int kv_f16 = !(kvt && !strcmp(kvt, "f32"));
     if (threads_arg) omp_set_num_threads((int)int_setting(threads_arg, NULL, 1, 1, 4096, "--threads"));
 
     if (serve && !serve_batch && !prompt && !tokenize_file && !detok) {
@@ -398,6 +404,7 @@ int main(int argc, char **argv) {
         memset(&so, 0, sizeof so);
         so.n_slots = n_slots;
         so.ctx = ctx;
+        so.kv_f16 = kv_f16;
         so.kvsave = env_is("KVSAVE", "1");
         so.serve_topk = env_is("SERVE_TOPK", "1");
         so.usage_save = eo.usage_save;
@@ -410,7 +417,7 @@ int main(int argc, char **argv) {
         }
         rc = serve_mux(&m, &so);
     } else {
-        rc = run_oneshot(&m, prompt, n_gen, temp, top_p, have_seed ? seed : 0, ctx);
+        rc = run_oneshot(&m, prompt, n_gen, temp, top_p, have_seed ? seed : 0, ctx, kv_f16);
     }
     model_free(&m);
     return rc;

@@ -167,8 +167,7 @@ static void rope_chunk(void *vctx, int c) {
         const float *cs = R->rope + (size_t)i * R->rdim;
         rope_apply(R->Q + i * qd, R->nh, R->hd, R->rdim, cs);
         rope_apply(R->K + i * kvd, R->nkv, R->hd, R->rdim, cs);
-        memcpy(kv_k(R->kv, R->rows[i].slot, R->l, R->rows[i].pos), R->K + i * kvd, sizeof(float) * kvd);
-        memcpy(kv_v(R->kv, R->rows[i].slot, R->l, R->rows[i].pos), R->V + i * kvd, sizeof(float) * kvd);
+        kv_store(R->kv, R->rows[i].slot, R->l, R->rows[i].pos, R->K + i * kvd, R->V + i * kvd);
     }
 }
 
@@ -802,6 +801,45 @@ static void score8(const float *q, const float *const *kp, int hd, float *out) {
     for (int j = 0; j < 8; j++) score_scalar(q, kp[j], hd, out + j);
 }
 
+/* The same with fp16 keys: each key value converted exactly to float, then score8's order. */
+#ifdef __AVX2__
+static inline __attribute__((always_inline)) void score8h_v(const float *q, const uint16_t *const *kp,
+                                                            const int hd, float *out) {
+    __m256 v[8];
+    for (int j = 0; j < 8; j++) {
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp[j] + d)));
+            __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp[j] + d + 8)));
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), k0, s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), k1, s1);
+        }
+        v[j] = _mm256_add_ps(s0, s1);
+    }
+    __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+}
+#endif
+
+static void score8h(const float *q, const uint16_t *const *kp, int hd, float *out) {
+#ifdef __AVX2__
+    if (hd == 64) return score8h_v(q, kp, 64, out);
+    if (hd % 16 == 0) return score8h_v(q, kp, hd, out);
+#endif
+    for (int j = 0; j < 8; j++) {
+        float s0[8] = {0}, s1[8] = {0}, e[8];
+        for (int d = 0; d < hd; d++) {
+            const int l = d % 16;
+            const float k = fp16_to_f32(kp[j][d]);
+            if (l < 8) s0[l] = fmaf(q[d], k, s0[l]);
+            else s1[l - 8] = fmaf(q[d], k, s1[l - 8]);
+        }
+        for (int l = 0; l < 8; l++) e[l] = s0[l] + s1[l];
+        out[j] = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+    }
+}
+
 /* o[0..hd) = sum over t < nt of w[t] * v_t (v_t = vb + t * vst), canonical order. */
 static void wsum_v(const float *w, const float *vb, size_t vst, int nt, int hd, float *o) {
     int d = 0;
@@ -826,6 +864,36 @@ static void wsum_v(const float *w, const float *vb, size_t vst, int nt, int hd, 
     for (; d < hd; d++) {
         float a = 0.0f;
         for (int t = 0; t < nt; t++) a = fmaf(w[t], vb[(size_t)t * vst + d], a);
+        o[d] = a;
+    }
+}
+
+/* wsum_v over fp16 rows (values converted exactly to float; the same order). */
+static void wsum_vh(const float *w, const uint16_t *vb, size_t vst, int nt, int hd, float *o) {
+    int d = 0;
+#ifdef __AVX2__
+    for (; d + 64 <= hd; d += 64) {
+        __m256 a[8];
+        for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++) {
+            const uint16_t *v = vb + (size_t)t * vst + d;
+            __m256 wt = _mm256_broadcast_ss(w + t);
+            for (int c = 0; c < 8; c++)
+                a[c] = _mm256_fmadd_ps(wt, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * c))), a[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + d + 8 * c, a[c]);
+    }
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t),
+                                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (size_t)t * vst + d))), a);
+        _mm256_storeu_ps(o + d, a);
+    }
+#endif
+    for (; d < hd; d++) {
+        float a = 0.0f;
+        for (int t = 0; t < nt; t++) a = fmaf(w[t], fp16_to_f32(vb[(size_t)t * vst + d]), a);
         o[d] = a;
     }
 }
@@ -885,12 +953,22 @@ static void attn_task(void *vctx, int task) {
             const int hh = kh * A->grp + g;
             const float *qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
             for (int t0 = 0; t0 < nt; t0 += 8) {
-                const float *kp[8];
-                for (int j = 0; j < 8; j++) kp[j] = kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd;
-                score8(qv, kp, hd, sc + t0);
+                if (kv->f16) {
+                    const uint16_t *kp[8];
+                    for (int j = 0; j < 8; j++)
+                        kp[j] = (const uint16_t *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd;
+                    score8h(qv, kp, hd, sc + t0);
+                } else {
+                    const float *kp[8];
+                    for (int j = 0; j < 8; j++)
+                        kp[j] = (const float *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd;
+                    score8(qv, kp, hd, sc + t0);
+                }
             }
             softmax_scores(sc, nt, A->scale);
-            wsum_v(sc, kv_v(kv, s, l, 0) + (size_t)kh * hd, kvd, nt, hd, A->att + (size_t)i * A->qd + (size_t)hh * hd);
+            float *o = A->att + (size_t)i * A->qd + (size_t)hh * hd;
+            if (kv->f16) wsum_vh(sc, (const uint16_t *)kv_v(kv, s, l, 0) + (size_t)kh * hd, kvd, nt, hd, o);
+            else wsum_v(sc, (const float *)kv_v(kv, s, l, 0) + (size_t)kh * hd, kvd, nt, hd, o);
         }
     }
 }

@@ -12,6 +12,7 @@
 typedef struct {
     int n_slots;            /* KV_SLOTS, 1..64 */
     int ctx;                /* per-slot context (CTX) */
+    int kv_f16;             /* KV_TYPE: 1 fp16 rows (default), 0 float32 */
     int kvsave;             /* 1: load slot files at start, save at DONE and CANCEL */
     char kv_base[1200];     /* slot s lives in "<kv_base>.<s>" */
     int serve_topk;         /* SERVE_TOPK=1: a TOPK line after each DATA */

@@ -61,8 +61,8 @@ static void test_kv(void) {
         c.slots[0].tokens[p] = 100 + p;
         for (int l = 0; l < 3; l++)
             for (int j = 0; j < 8; j++) {
-                kv_k(&c, 0, l, p)[j] = (float)(l * 1000 + p * 10 + j);
-                kv_v(&c, 0, l, p)[j] = -(float)(l * 1000 + p * 10 + j);
+                ((float *)kv_k(&c, 0, l, p))[j] = (float)(l * 1000 + p * 10 + j);
+                ((float *)kv_v(&c, 0, l, p))[j] = -(float)(l * 1000 + p * 10 + j);
             }
     }
     c.slots[0].n_pos = 10;
@@ -114,6 +114,39 @@ static void test_kv(void) {
     kv_init(&d, 1, 100, 3, 8);
     CHECK(kv_load(&d, 0, path, 0x1234) != 0 && d.slots[0].n_pos == 0, "truncated file refused");
     kv_free(&d);
+}
+
+/* fp16 rows: stored rounded to nearest even, read back exactly; slot files keep the type. */
+static void test_kv_f16(void) {
+    kv_cache c;
+    CHECK(kv_init(&c, 2, 64, 2, 24) == 0 && kv_set_f16(&c, 1) == 0 && kv_elt(&c) == 2, "f16 cache");
+    float k[24], v[24];
+    for (int j = 0; j < 24; j++) {
+        k[j] = 1.0f + (float)j / 3000.0f;               /* between fp16 neighbours */
+        v[j] = -65504.0f / (float)(j + 1);
+    }
+    CHECK(kv_reserve(&c, 0, 3) == 0, "reserve");
+    for (int p = 0; p < 3; p++) {
+        kv_store(&c, 0, 1, p, k, v);
+        c.slots[0].tokens[p] = 7 + p;
+    }
+    c.slots[0].n_pos = 3;
+    int exact = 1;
+    for (int j = 0; j < 24; j++) {
+        const uint16_t *hk = kv_k(&c, 0, 1, 2), *hv = kv_v(&c, 0, 1, 2);
+        exact &= hk[j] == f32_to_fp16(k[j]) && hv[j] == f32_to_fp16(v[j]);
+    }
+    CHECK(exact, "fp16 rows hold the rounded values (vector and scalar conversions agree)");
+    CHECK(kv_set_f16(&c, 0) != 0, "type change refused once rows are stored");
+    char path[512];
+    tpath(path, sizeof path, "slot-f16.kv");
+    CHECK(kv_save(&c, 0, path, 77) == 0 && kv_load(&c, 1, path, 77) == 0 && c.slots[1].n_pos == 3 &&
+              memcmp(kv_k(&c, 1, 1, 2), kv_k(&c, 0, 1, 2), 48) == 0, "fp16 slot file round trip");
+    kv_cache d;
+    kv_init(&d, 1, 64, 2, 24);
+    CHECK(kv_load(&d, 0, path, 77) != 0 && d.slots[0].n_pos == 0, "fp16 file refused by a float32 cache");
+    kv_free(&d);
+    kv_free(&c);
 }
 
 /* ------------------------------------------------------------------ a tiny GGUF writer */
@@ -648,6 +681,7 @@ int main(void) {
         return 1;
     }
     test_kv();
+    test_kv_f16();
     test_experts();
 
     char moe[512], moesh[512], dense[512];
