@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The engine against the numpy reference on the FULL default model (the CI test is
-tests/model/test_oracle.py; this is its full report, ~2-3 minutes on 2 cores).
+tests/model/test_oracle.py; this is its full report, ~4 minutes on 2 cores).
 
     .venv/bin/python bench/oracle.py [--moe models/smollm2-135m-moe16.gguf]
                                      [--dense models/cache/SmolLM2-135M-Instruct.Q4_1.gguf]
@@ -9,8 +9,10 @@ tests/model/test_oracle.py; this is its full report, ~2-3 minutes on 2 cores).
 Engine: serve mode, greedy, the five prompts of tests/model/test_oracle.py in five slots at once
 (batched decode), `logprobs=32`, TOPK=16 (every expert: with the file's unit gating that is the
 dense FFN it encodes); once with EXACT=1 (float activations), once with the default int8
-activations. References (native/tools/llama_ref.py, float64 math on the dequantized weights):
-the MoE file with every expert active, and the dense source file it was built from.
+activations; EXACT runs with the KV cache in float32 and in fp16 (KV_TYPE; an engine without
+it ignores the variable and stays float32). References (native/tools/llama_ref.py, float64 math
+on the dequantized weights): the MoE file with every expert active (also with K/V rounded to
+fp16 as they enter the cache), and the dense source file it was built from.
 
 Columns, per (engine, reference):
 * greedy: per prompt k/N, N = the reference's own greedy decisions (64, or fewer when it picks
@@ -53,20 +55,28 @@ def main():
     dense_tok = Reference(str(a.dense))
     assert ids == [dense_tok.encode(p.encode("utf-8")) for p in PROMPTS]     # one vocabulary
     engines = {}
-    for label, env in [("EXACT=1", {"EXACT": "1"}), ("int8 (default)", {})]:
+    for label, env in [("EXACT=1, KV f32", {"EXACT": "1", "KV_TYPE": "f32"}),
+                       ("EXACT=1, KV f16", {"EXACT": "1", "KV_TYPE": "f16"}),
+                       ("int8 (default), default KV", {})]:
         t = time.time()
         engines[label] = engine_greedy(binary, a.moe, PROMPTS, a.steps, timeout=600, TOPK="16", **env)
         print(f"engine {label}: {time.time() - t:.1f} s", file=sys.stderr)
+    moe = Model(str(a.moe), top_k=16)
+    refs = [  # (label, model, its K/V rounded to fp16, the engine runs compared with it)
+        ("numpy MoE, all 16 experts", moe, False, ["EXACT=1, KV f32", "int8 (default), default KV"]),
+        ("numpy MoE, all 16 experts, fp16 K/V", moe, True, ["EXACT=1, KV f16"]),
+        ("numpy dense source", None, False, ["EXACT=1, KV f32", "int8 (default), default KV"]),
+    ]
     rows = []
-    for rlabel, model in [("numpy MoE, all 16 experts", lambda: Model(str(a.moe), top_k=16)),
-                          ("numpy dense source", lambda: Model(str(a.dense)))]:
+    for rlabel, m, kv_f16, against in refs:
         t = time.time()
-        m = model()
+        m = m or Model(str(a.dense))
+        m.kv_f16 = kv_f16
         greedy = [m.greedy(i, a.steps, eos=EOS)[0] for i in ids]
         print(f"reference {rlabel}: greedy {time.time() - t:.1f} s", file=sys.stderr)
-        for elabel, gens in engines.items():
+        for elabel in against:
             cells, agree, steps, first, worst = [], 0, 0, 0.0, 0.0
-            for i, g, ref in zip(ids, gens, greedy):
+            for i, g, ref in zip(ids, engines[elabel], greedy):
                 eng = decisions(g, a.steps)
                 k = 0
                 while k < min(len(eng), len(ref)) and eng[k] == ref[k]:
@@ -76,7 +86,6 @@ def main():
                 agree, steps = agree + f.agree, steps + f.steps
                 first, worst = max(first, f.first_step_err), max(worst, f.max_step_err)
             rows.append((elabel, rlabel, " ".join(cells), f"{agree}/{steps}", f"{first:.2e}", f"{worst:.2e}"))
-        del m
     print("| engine (TOPK=16) | reference | greedy, per prompt | forced | err first step | err any step |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -1318,18 +1318,15 @@ static _Thread_local float *ex_buf;
 static _Thread_local size_t ex_cap;
 
 /* Rows [r0, r1) of a job whose activations are floats only: each weight row dequantized
- * (dequant_row) once, dotted with every input row (qdot_exact); w2: silu(a) * b. One fixed
- * operation order per output, whatever the batch, chunking or thread count. */
+ * (qmat_row: dequant_row's values, packed or not) once, dotted with every input row
+ * (qdot_exact); w2: silu(a) * b. One fixed operation order per output, whatever the batch,
+ * chunking or thread count. */
 static void mm_rows_exact(const mm_job *j, int r0, int r1)
 {
     const qmat *w = j->w, *w2 = j->w2;
     const qact *x = j->x;
     const int n = x->n, cols = w->cols;
     const size_t st = (size_t)j->out_stride;
-    if (w->packed || (w2 && w2->packed)) {
-        fprintf(stderr, "qmat_mul: float activations need unpacked weights\n");
-        abort();
-    }
     if ((size_t)2 * cols > ex_cap) {
         free(ex_buf);
         ex_cap = (size_t)2 * cols;
@@ -1341,8 +1338,8 @@ static void mm_rows_exact(const mm_job *j, int r0, int r1)
     }
     float *wa = ex_buf, *wb = ex_buf + cols;
     for (int r = r0; r < r1; r++) {
-        dequant_row(w->type, w->data + (size_t)r * w->row_bytes, wa, cols);
-        if (w2) dequant_row(w2->type, w2->data + (size_t)r * w2->row_bytes, wb, cols);
+        qmat_row(w, r, wa);
+        if (w2) qmat_row(w2, r, wb);
         for (int i = 0; i < n; i++) {
             const float *xi = x->f + (size_t)(x->idx ? x->idx[i] : i) * (size_t)cols;
             float a = qdot_exact(wa, xi, cols);

@@ -57,7 +57,7 @@ typedef struct {
     int exact;              /* set by the owner, kept by qact_prepare, copied by qact_gather:
                              * float activations only (EXACT=1). No int8 blocks are made;
                              * qmat_mul dequantizes each weight row (dequant_row's values) and
-                             * takes float32 dots, see qdot_exact. Weights must be unpacked. */
+                             * takes float32 dots, see qdot_exact. */
 } qact;
 
 void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols);

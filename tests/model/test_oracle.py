@@ -24,12 +24,14 @@ Measured (2-core AVX2 box, engine at the commit of this test), and the tolerance
 | tiny MoE / shexp+unit, F32 weights | default | exact | 64/64 all | <= 5.3e-5 (the 4-decimal print) | identical; 1e-3 |
 | tiny MoE / shexp+unit, Q8_0 | default | with the engine's int8 activations (QuantActModel) | 64/64 all | first <= 3.6e-2, any <= 8e-2 | identical (1 near-tie < 0.05 allowed); 0.25 / 0.5 |
 | tiny MoE, Q8_0 | default | exact | diverges at near-ties | first up to 1.3 (a routing flip) | not asserted (why QuantActModel exists) |
-| default model (30 layers), TOPK=16 | EXACT=1 | exact, same file, 16 experts | 64/64, 7+EOS, 61+EOS, 64/64, 64/64: identical streams (smallest reference top-1/top-2 margin along them 0.0013) | <= 6.4e-5 | identical; 2.5e-4 |
-| default model (30 layers), TOPK=16 | default (int8) | exact, same file, 16 experts | per prompt 0.81 .. 1.0 over three builds of the int8 kernels; worst gap <= 0.72 | first <= 1.72, any <= 1.72 | >= 0.6 per prompt; gap 1.5; 3.0 |
-| default model, first 4 layers, MoE with all 16 experts | EXACT=1 | exact DENSE 4 layers (the source file) | 64/64 all | first <= 0.06, any <= 0.17 (the builder's requantized down projections) | >= 60/64; gap 0.25; first 0.25, any 0.5 |
+| default model (30 layers), TOPK=16 | EXACT=1, KV_TYPE=f32 | exact, same file, 16 experts | 64/64, 7+EOS, 61+EOS, 64/64, 64/64: identical streams (smallest reference top-1/top-2 margin along them 0.0013) | <= 6.4e-5 | identical; 2.5e-4 |
+| default model (30 layers), TOPK=16 | EXACT=1, KV_TYPE=f16 | exact, K/V rounded to fp16 | identical streams, as above | first <= 2.1e-3, any <= 8.5e-3 | identical but at near-ties (gap < 0.03); 3e-2 |
+| default model (30 layers), TOPK=16 | default (int8), KV_TYPE=f32 | exact, same file, 16 experts | per prompt 0.81 .. 1.0 over three builds of the int8 kernels; worst gap <= 0.72 | first <= 1.72, any <= 1.72 | >= 0.6 per prompt; gap 1.5; 3.0 |
+| default model, first 4 layers, MoE with all 16 experts | EXACT=1, KV_TYPE=f32 | exact DENSE 4 layers (the source file) | 64/64 all | first <= 0.06, any <= 0.17 (the builder's requantized down projections) | >= 60/64; gap 0.25; first 0.25, any 0.5 |
 
-Runtime of the full-model EXACT test on 2 cores: ~19 s (reference load ~7 s, engine ~5 s, one
-teacher-forced reference forward per prompt ~1 s, the single-slot rerun ~2 s); the int8 one ~4 s. bench/oracle.py
+Runtime of the full-model EXACT tests on 2 cores: reference load ~7 s once, then per KV type
+~12 s (engine ~5 s, one teacher-forced reference forward per prompt ~1 s, the single-slot
+rerun ~2 s); the int8 one ~4 s. bench/oracle.py
 prints the full-model figures, also against the dense source file.
 """
 from __future__ import annotations
@@ -48,8 +50,8 @@ STEPS = 64
 # The full-model tests run the engine with KV_TYPE=f32: they check the forward arithmetic, and
 # with fp16 rows a float32-vs-float64 difference of 1e-7 in K can round to a different fp16
 # (1e-3), which SmolLM2 amplifies to ~1e-2 in the log-probs. The default fp16 rows are checked
-# exactly on the F32-weight fixtures (test_tiny_f32_identical_to_reference, kv_f16=True).
-KV_F16 = False
+# exactly on the F32-weight fixtures (test_tiny_f32_identical_to_reference, kv_f16=True), and
+# on the full model in EXACT=1 with the looser bound that amplification leaves (EXACT_KV).
 PROMPTS = [
     "The quick brown fox",
     chatml("What is the capital of France?"),
@@ -131,7 +133,7 @@ def moe_all_run(slices, engine_binary):
 
 @pytest.fixture(scope="module")
 def moe_all_exact_run(slices, engine_binary):
-    return engine_greedy(engine_binary, slices["moe-all"], PROMPTS, STEPS, EXACT="1")
+    return engine_greedy(engine_binary, slices["moe-all"], PROMPTS, STEPS, EXACT="1", KV_TYPE="f32")
 
 
 def test_moe_all_experts_matches_dense_reference(slices, moe_all_exact_run):
@@ -177,13 +179,18 @@ def test_default_model_answers_paris(default_model, engine_binary):
 
 
 # ---------------------------------------------------------------- (c) the full default model, every expert
-EXACT_TOL = 2.5e-4      # measured <= 6.4e-5: the engine prints 4 decimals (5e-5) + float32 sums
+# Per KV cache type: the log-prob tolerance, and the largest reference top-1 - top-2 gap a
+# differing token may have. float32: measured <= 6.4e-5, the 4 printed decimals (5e-5) + float32
+# sums; identical tokens. fp16 (the reference rounds K/V to fp16 too): measured <= 8.5e-3 and
+# identical tokens, but a 1e-7 nudge of the reference's activations alone moves its log-probs by
+# 3e-3 (values straddling an fp16 rounding boundary flip), so a near-tie may differ.
+EXACT_KV = {"f32": (2.5e-4, 0.0), "f16": (3e-2, 0.03)}
 
 
 @pytest.fixture(scope="module")
 def full_ref(default_model):
     """The float64 reference of the default model with every expert (TOPK=16)."""
-    return Model(str(default_model), top_k=16, kv_f16=KV_F16)
+    return Model(str(default_model), top_k=16)
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +198,15 @@ def full_ids(default_model):
     return _prompt_ids(Reference(str(default_model)), PROMPTS)
 
 
-def test_exact_engine_reproduces_reference(default_model, engine_binary, full_ref, full_ids):
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+def test_exact_engine_reproduces_reference(kv, default_model, engine_binary, full_ref, full_ids):
     """EXACT=1, TOPK=16, all 30 layers: identical greedy streams (5 prompts x 64 steps, or up to
-    an EOS the reference also picks) and every step's top-32 log-probs within EXACT_TOL."""
+    an EOS the reference also picks) and every step's top-32 log-probs within EXACT_KV's bound;
+    one slot alone gives the same bits as five batched."""
+    tol, gap = EXACT_KV[kv]
+    full_ref.kv_f16 = kv == "f16"
     t0 = time.monotonic()
-    gens = engine_greedy(engine_binary, default_model, PROMPTS, STEPS, EXACT="1", TOPK="16", KV_TYPE="f32")
+    gens = engine_greedy(engine_binary, default_model, PROMPTS, STEPS, EXACT="1", TOPK="16", KV_TYPE=kv)
     t1 = time.monotonic()
     report = []
     for p, ids, g in zip(PROMPTS, full_ids, gens):
@@ -203,13 +214,12 @@ def test_exact_engine_reproduces_reference(default_model, engine_binary, full_re
         f = forced(full_ref, ids, g)
         report.append(f"{p[:30]!r}: {f}")
         msg = "\n".join(report)
-        assert f.agree == f.steps, msg
+        assert f.agree == f.steps or f.worst_gap <= gap, msg
         assert len(g.ids) == STEPS or f.after == EOS, msg       # an EOS end: the reference's too
-        assert f.max_step_err < EXACT_TOL, msg
+        assert f.max_step_err < tol, msg
     t2 = time.monotonic()
     # batch independence: the first prompt alone in one slot gives the same bits
-    (alone,) = engine_greedy(engine_binary, default_model, PROMPTS[:1], STEPS, EXACT="1", TOPK="16",
-                              KV_TYPE="f32")
+    (alone,) = engine_greedy(engine_binary, default_model, PROMPTS[:1], STEPS, EXACT="1", TOPK="16", KV_TYPE=kv)
     assert alone.ids == gens[0].ids and alone.top == gens[0].top
     report.append(f"engine {t1 - t0:.1f} s, reference {t2 - t1:.1f} s, single slot {time.monotonic() - t2:.1f} s")
     print("\n".join(report))
@@ -218,6 +228,7 @@ def test_exact_engine_reproduces_reference(default_model, engine_binary, full_re
 def test_int8_engine_near_reference(default_model, engine_binary, full_ref, full_ids):
     """The default int8-activation path, TOPK=16, all 30 layers, against the same reference:
     loose bounds (see the module docstring: the int8 path is chaotic on this model)."""
+    full_ref.kv_f16 = False
     gens = engine_greedy(engine_binary, default_model, PROMPTS, STEPS, TOPK="16", KV_TYPE="f32")
     report = []
     for p, ids, g in zip(PROMPTS, full_ids, gens):
