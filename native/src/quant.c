@@ -726,8 +726,32 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
     }
 }
 
+/* Short-row F16 matrices (the routed experts' down projections: 48 values per row) are
+ * packed TRANSPOSED instead: column k of W is stored contiguously, data[k * rows + r] =
+ * W[r][k]. Their products run "row-major over outputs" (tp_mm below): 32 outputs of one
+ * input row are 4 vector accumulators, each a single fma chain over k, so a row of 48
+ * values costs 48 fmas per 8 outputs without per-tile reductions. Canonical order for every
+ * product with such a matrix, packed or not, any n: acc = 0; for k ascending:
+ * acc = fma(w_k, x_k, acc). */
+#define TP_MAXCOLS 64
+#define TP_ROWS 32
+static int tp_shape(uint32_t type, int rows, int cols)
+{
+    return type == GGML_F16 && cols <= TP_MAXCOLS && rows % TP_ROWS == 0 && rows > 0;
+}
+
+static void tp_transpose(const uint8_t *src, size_t row_bytes, int rows, int cols, uint8_t *dst)
+{
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++) memcpy(dst + 2 * ((size_t)k * rows + r), src + (size_t)r * row_bytes + 2 * k, 2);
+}
+
 void qpack(const qmat *w, uint8_t *dst)
 {
+    if (tp_shape(w->type, w->rows, w->cols)) {
+        tp_transpose(w->data, w->row_bytes, w->rows, w->cols, dst);
+        return;
+    }
     const size_t gb = pk_group_bytes(w->type, w->cols);
     for (int r = 0; r < w->rows; r += PK_ROWS)
         pk_group(w->type, w->cols, w->row_bytes, w->data, r, w->rows, dst + (size_t)(r / PK_ROWS) * gb);
@@ -738,6 +762,14 @@ int qpack_inplace(uint32_t type, int rows, int cols, uint8_t *data)
     if (!qpack_ok(type, rows, cols) || rows % PK_ROWS) return -1;
     const size_t gb = pk_group_bytes(type, cols), rb = ggml_row_bytes(type, (uint64_t)cols);
     if (gb != rb * PK_ROWS) return -1;
+    if (tp_shape(type, rows, cols)) {
+        uint8_t *t = malloc(rb * (size_t)rows);
+        if (!t) return -1;
+        tp_transpose(data, rb, rows, cols, t);
+        memcpy(data, t, rb * (size_t)rows);
+        free(t);
+        return 0;
+    }
     uint8_t *tmp = malloc(gb);
     if (!tmp) return -1;
     for (int r = 0; r < rows; r += PK_ROWS) {
@@ -753,6 +785,10 @@ void qmat_row(const qmat *w, int r, float *out)
 {
     if (!w->packed) {
         dequant_row(w->type, w->data + (size_t)r * w->row_bytes, out, w->cols);
+        return;
+    }
+    if (tp_shape(w->type, w->rows, w->cols)) {
+        for (int k = 0; k < w->cols; k++) out[k] = ld_f16(w->data + 2 * ((size_t)k * w->rows + r));
         return;
     }
     /* the inverse of pk_group for one row, with dequant_row's arithmetic */
@@ -1148,6 +1184,89 @@ static int job_packed(const mm_job *j)
 
 static void mm_rows_exact(const mm_job *j, int r0, int r1);
 
+/* out[i * ost + o] for o < 32, i < NX (1 or 2): outputs r..r+31 of the transposed matrix wt
+ * (column stride rows) against float input rows xs[i]. */
+static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, size_t rows, int cols, const float *const *xs, const int NX,
+                          float *out, size_t ost)
+{
+#ifdef __AVX2__
+    __m256 acc[2][4];
+    for (int i = 0; i < NX; i++)
+        for (int c = 0; c < 4; c++) acc[i][c] = _mm256_setzero_ps();
+    for (int k = 0; k < cols; k++) {
+        const uint8_t *wk = wt + 2 * (size_t)k * rows;
+        __m256 w[4];
+        for (int c = 0; c < 4; c++) w[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wk + 16 * c)));
+        for (int i = 0; i < NX; i++) {
+            const __m256 xb = _mm256_broadcast_ss(xs[i] + k);
+            for (int c = 0; c < 4; c++) acc[i][c] = _mm256_fmadd_ps(w[c], xb, acc[i][c]);
+        }
+    }
+    for (int i = 0; i < NX; i++)
+        for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + (size_t)i * ost + 8 * c, acc[i][c]);
+#else
+    for (int i = 0; i < NX; i++)
+        for (int o = 0; o < TP_ROWS; o++) {
+            float a = 0.0f;
+            for (int k = 0; k < cols; k++) a = fmaf(ld_f16(wt + 2 * ((size_t)k * rows + o)), xs[i][k], a);
+            out[(size_t)i * ost + o] = a;
+        }
+#endif
+}
+
+/* Rows [r0, r1) (multiples of TP_ROWS) of a job whose matrix has tp_shape. Unpacked matrices
+ * are transposed chunk by chunk into a per-thread buffer: the same products either way. */
+static int mm_rows_tp(const mm_job *j, int r0, int r1)
+{
+    const int n = j->x->n, cols = j->x->cols, nr = r1 - r0;
+    const size_t st = (size_t)j->out_stride;
+    const qmat *ws[2] = {j->w, j->w2};
+    const uint8_t *wt[2] = {NULL, NULL};
+    size_t wrows[2] = {0, 0};
+    uint8_t *buf = NULL;
+    for (int m = 0; m < (j->w2 ? 2 : 1); m++) {
+        if (ws[m]->packed) {
+            wt[m] = ws[m]->data + 2 * (size_t)r0;
+            wrows[m] = (size_t)ws[m]->rows;
+        } else {
+            if (!buf) buf = pk_scratch(2 * (size_t)nr * cols * 2);
+            if (!buf) return -1;
+            uint8_t *t = buf + (size_t)m * nr * cols * 2;
+            tp_transpose(ws[m]->data + (size_t)r0 * ws[m]->row_bytes, ws[m]->row_bytes, nr, cols, t);
+            wt[m] = t;
+            wrows[m] = (size_t)nr;
+        }
+    }
+    float a[2 * TP_ROWS], b[2 * TP_ROWS];
+    for (int r = 0; r < nr; r += TP_ROWS) {
+        for (int i0 = 0; i0 < n; i0 += 2) {
+            const int nx = n - i0 < 2 ? n - i0 : 2;
+            const float *xs[2];
+            for (int k = 0; k < nx; k++) {
+                const int i = i0 + k;
+                xs[k] = j->x->f + (size_t)(j->x->idx ? j->x->idx[i] : i) * cols;
+            }
+            if (!j->w2) {
+                float *o = j->out + (size_t)i0 * st + r0 + r;
+                if (nx == 2) tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 2, o, st);
+                else tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 1, o, st);
+                continue;
+            }
+            if (nx == 2) {
+                tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 2, a, TP_ROWS);
+                tp_tile(wt[1] + 2 * (size_t)r, wrows[1], cols, xs, 2, b, TP_ROWS);
+            } else {
+                tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 1, a, TP_ROWS);
+                tp_tile(wt[1] + 2 * (size_t)r, wrows[1], cols, xs, 1, b, TP_ROWS);
+            }
+            for (int k = 0; k < nx; k++)
+                for (int q = 0; q < TP_ROWS; q++)
+                    j->out[(size_t)(i0 + k) * st + r0 + r + q] = qsilu_mul(a[k * TP_ROWS + q], b[k * TP_ROWS + q]);
+        }
+    }
+    return 0;
+}
+
 static void mm_rows(const mm_job *j, int r0, int r1)
 {
     if (j->x->exact) {
@@ -1155,7 +1274,7 @@ static void mm_rows(const mm_job *j, int r0, int r1)
         return;
     }
     if (job_packed(j)) {
-        if (mm_rows_packed(j, r0, r1) != 0) {
+        if ((tp_shape(j->w->type, j->w->rows, j->w->cols) ? mm_rows_tp(j, r0, r1) : mm_rows_packed(j, r0, r1)) != 0) {
             fprintf(stderr, "qmat_mul: out of memory\n");
             abort();
         }
@@ -1247,6 +1366,8 @@ void qmat_mul_multi(const mm_job *jobs, int cnt)
             int rpc = (int)(CHUNK_WORK / (per_row > 0 ? per_row : 1));
             if (rpc < 1) rpc = 1;
             if (job_packed(J)) rpc = (rpc + 15) / 16 * 16;    /* whole 16-row tiles */
+            if (job_packed(J) && tp_shape(J->w->type, J->w->rows, J->w->cols))
+                rpc = (rpc + TP_ROWS - 1) / TP_ROWS * TP_ROWS;
             if (pass == 0) {
                 total += per_row * J->w->rows;
                 nch += (J->w->rows + rpc - 1) / rpc;

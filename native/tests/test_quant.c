@@ -294,8 +294,70 @@ static void test_packed_rows(uint32_t t, int rows, int cols)
     free(W); free(Pk); free(a); free(b);
 }
 
+/* Short-row F16 matrices are packed transposed (quant.c tp_shape): packed, packed in place
+ * and unpacked products are the same bits, for any n; the silu pairing equals silu of the
+ * two separate products; qmat_row reads the transposed layout. */
+static void test_transposed_f16(int rows, int cols, int n)
+{
+    const size_t rb = row_bytes(GGML_F16, cols), bytes = rb * rows;
+    uint8_t *W = malloc(bytes), *W2 = malloc(bytes), *P = malloc(bytes), *I = malloc(bytes);
+    float *x = malloc(sizeof(float) * n * cols), *o[5], *row = malloc(sizeof(float) * cols),
+          *deq = malloc(sizeof(float) * cols);
+    for (int k = 0; k < 5; k++) o[k] = malloc(sizeof(float) * n * rows);
+    for (int r = 0; r < rows; r++) {
+        make_row(GGML_F16, W + r * rb, cols);
+        make_row(GGML_F16, W2 + r * rb, cols);
+    }
+    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    qmat u = {GGML_F16, rows, cols, rb, W, 0}, u2 = {GGML_F16, rows, cols, rb, W2, 0};
+    qpack(&u, P);
+    memcpy(I, W, bytes);
+    CHECK(qpack_inplace(GGML_F16, rows, cols, I) == 0 && memcmp(I, P, bytes) == 0, "in-place pack == pack");
+    qmat p = {GGML_F16, rows, cols, rb, P, 1};
+    qact a = {0};
+    qact_prepare(&a, GGML_F16, x, n, cols);
+    qmat_mul(&u, &a, o[0], rows);
+    qmat_mul(&p, &a, o[1], rows);
+    CHECK(memcmp(o[0], o[1], sizeof(float) * n * rows) == 0, "F16 %dx%d n=%d: packed != unpacked", rows, cols, n);
+    qmat_mul(&u2, &a, o[2], rows);
+    mm_job j = {&u, &u2, &a, o[3], rows};
+    qmat_mul_multi(&j, 1);
+    int silu = 1;
+    for (int q = 0; q < n * rows; q++) silu &= o[3][q] == qsilu_mul(o[0][q], o[2][q]);
+    CHECK(silu, "F16 %dx%d: silu pairing differs from the separate products", rows, cols);
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        dequant_row(GGML_F16, W + r * rb, deq, cols);
+        qmat_row(&p, r, row);
+        CHECK(memcmp(deq, row, sizeof(float) * cols) == 0, "qmat_row of transposed row %d", r);
+        for (int i = 0; i < n; i++) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < cols; k++) {
+                ref += (double)deq[k] * x[i * cols + k];
+                mag += fabs((double)deq[k] * x[i * cols + k]);
+            }
+            double err = fabs(o[1][(size_t)i * rows + r] - ref) / (1e-6 * mag + 1e-9);
+            worst = err > worst ? err : worst;
+        }
+    }
+    CHECK(worst <= 1.0, "F16 transposed %dx%d: error %.3g x tolerance", rows, cols, worst);
+    for (int i = 0; i < n; i++) {               /* one row at a time: the same bits */
+        qact_prepare(&a, GGML_F16, x + (size_t)i * cols, 1, cols);
+        qmat_mul(&p, &a, o[4], rows);
+        CHECK(memcmp(o[4], o[1] + (size_t)i * rows, sizeof(float) * rows) == 0, "n=1 vs n=%d, row %d", n, i);
+    }
+    printf("  F16   %4dx%-4d n=%d transposed: packed == unpacked == n=1, worst err/tol %.3f\n", rows, cols, n, worst);
+    qact_free(&a);
+    for (int k = 0; k < 5; k++) free(o[k]);
+    free(W); free(W2); free(P); free(I); free(x); free(row); free(deq);
+}
+
 int main(void)
 {
+    printf("short-row F16 (transposed packing)\n");
+    test_transposed_f16(576, 48, 5);
+    test_transposed_f16(64, 64, 2);
+    test_transposed_f16(32, 13, 1);
     printf("rows of packed matrices\n");
     test_packed_rows(GGML_Q8_0, 21, 96);
     test_packed_rows(GGML_Q4_1, 21, 96);

@@ -213,9 +213,10 @@ def test_it_stop_gives_done(spawn):
 
 
 def test_it_slot_busy(spawn):
-    # The EOS-muted fixture: request a cannot end by itself before b arrives.
-    eng = spawn(model="endless", slots=16)
-    a, fa = eng.submit(chatml(LONG[0]), slot=11, max_tokens=400, temperature=1.0, write=False)
+    # The EOS-muted fixture, greedy: request a cannot end by itself before b arrives (sampled at
+    # temperature 1 it could: its markup rows are only near-zero, not impossible).
+    eng = spawn(model="endless", slots=16, ctx=LONG_CTX)
+    a, fa = eng.submit(chatml(LONG[0]), slot=11, max_tokens=LONG_CTX - 1024, temperature=0.0, write=False)
     b, fb = eng.submit(chatml("hi"), slot=11, max_tokens=4, write=False)
     eng.write(fa + fb)
     rb = eng.result(b)
@@ -229,8 +230,8 @@ def test_it_slot_busy(spawn):
 
 
 def test_it_duplicate_id(spawn):
-    eng = spawn(model="endless", slots=16)  # request a cannot end by itself before b arrives
-    a, fa = eng.submit(chatml(LONG[1]), slot=12, max_tokens=400, temperature=1.0, write=False)
+    eng = spawn(model="endless", slots=16, ctx=LONG_CTX)  # a cannot end by itself before b arrives
+    a, fa = eng.submit(chatml(LONG[1]), slot=12, max_tokens=LONG_CTX - 1024, temperature=0.0, write=False)
     _, fb = eng.submit(chatml("hi"), slot=13, max_tokens=4, rid=a, write=False)
     m = eng.mark()
     eng.write(fa + fb)
