@@ -727,8 +727,9 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
 }
 
 /* Short-row F16 matrices (the routed experts' down projections: 48 values per row) are
- * packed TRANSPOSED instead: column k of W is stored contiguously, data[k * rows + r] =
- * W[r][k]. Their products run "row-major over outputs" (tp_mm below): 32 outputs of one
+ * packed TRANSPOSED instead, in blocks of 32 rows: block b holds, for each column k, the 32
+ * values W[32b .. 32b+31][k] side by side (data[((b * cols + k) * 32 + r % 32]), so one
+ * block is read front to back. Their products run "row-major over outputs" (tp_mm below): 32 outputs of one
  * input row are 4 vector accumulators, each a single fma chain over k, so a row of 48
  * values costs 48 fmas per 8 outputs without per-tile reductions. Canonical order for every
  * product with such a matrix, packed or not, any n: acc = 0; for k ascending:
@@ -740,10 +741,15 @@ static int tp_shape(uint32_t type, int rows, int cols)
     return type == GGML_F16 && cols <= TP_MAXCOLS && rows % TP_ROWS == 0 && rows > 0;
 }
 
+static size_t tp_index(int r, int k, int cols)
+{
+    return ((size_t)(r / TP_ROWS) * cols + k) * TP_ROWS + r % TP_ROWS;
+}
+
 static void tp_transpose(const uint8_t *src, size_t row_bytes, int rows, int cols, uint8_t *dst)
 {
     for (int r = 0; r < rows; r++)
-        for (int k = 0; k < cols; k++) memcpy(dst + 2 * ((size_t)k * rows + r), src + (size_t)r * row_bytes + 2 * k, 2);
+        for (int k = 0; k < cols; k++) memcpy(dst + 2 * tp_index(r, k, cols), src + (size_t)r * row_bytes + 2 * k, 2);
 }
 
 void qpack(const qmat *w, uint8_t *dst)
@@ -788,7 +794,7 @@ void qmat_row(const qmat *w, int r, float *out)
         return;
     }
     if (tp_shape(w->type, w->rows, w->cols)) {
-        for (int k = 0; k < w->cols; k++) out[k] = ld_f16(w->data + 2 * ((size_t)k * w->rows + r));
+        for (int k = 0; k < w->cols; k++) out[k] = ld_f16(w->data + 2 * tp_index(r, k, w->cols));
         return;
     }
     /* the inverse of pk_group for one row, with dequant_row's arithmetic */
@@ -1184,17 +1190,17 @@ static int job_packed(const mm_job *j)
 
 static void mm_rows_exact(const mm_job *j, int r0, int r1);
 
-/* out[i * ost + o] for o < 32, i < NX (1 or 2): outputs r..r+31 of the transposed matrix wt
- * (column stride rows) against float input rows xs[i]. */
-static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, size_t rows, int cols, const float *const *xs, const int NX,
-                          float *out, size_t ost)
+/* out[i * ost + o] for o < 32, i < NX (1 or 2): the 32 outputs of one transposed block wt
+ * (cols x 32 values) against float input rows xs[i]. */
+static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, int cols, const float *const *xs,
+                                                          const int NX, float *out, size_t ost)
 {
 #ifdef __AVX2__
     __m256 acc[2][4];
     for (int i = 0; i < NX; i++)
         for (int c = 0; c < 4; c++) acc[i][c] = _mm256_setzero_ps();
     for (int k = 0; k < cols; k++) {
-        const uint8_t *wk = wt + 2 * (size_t)k * rows;
+        const uint8_t *wk = wt + 2 * (size_t)k * TP_ROWS;
         __m256 w[4];
         for (int c = 0; c < 4; c++) w[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wk + 16 * c)));
         for (int i = 0; i < NX; i++) {
@@ -1208,7 +1214,7 @@ static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, siz
     for (int i = 0; i < NX; i++)
         for (int o = 0; o < TP_ROWS; o++) {
             float a = 0.0f;
-            for (int k = 0; k < cols; k++) a = fmaf(ld_f16(wt + 2 * ((size_t)k * rows + o)), xs[i][k], a);
+            for (int k = 0; k < cols; k++) a = fmaf(ld_f16(wt + 2 * ((size_t)k * TP_ROWS + o)), xs[i][k], a);
             out[(size_t)i * ost + o] = a;
         }
 #endif
@@ -1219,26 +1225,24 @@ static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, siz
 static int mm_rows_tp(const mm_job *j, int r0, int r1)
 {
     const int n = j->x->n, cols = j->x->cols, nr = r1 - r0;
-    const size_t st = (size_t)j->out_stride;
+    const size_t st = (size_t)j->out_stride, bb = 2 * (size_t)TP_ROWS * cols;   /* bytes per block */
     const qmat *ws[2] = {j->w, j->w2};
     const uint8_t *wt[2] = {NULL, NULL};
-    size_t wrows[2] = {0, 0};
     uint8_t *buf = NULL;
     for (int m = 0; m < (j->w2 ? 2 : 1); m++) {
         if (ws[m]->packed) {
-            wt[m] = ws[m]->data + 2 * (size_t)r0;
-            wrows[m] = (size_t)ws[m]->rows;
+            wt[m] = ws[m]->data + (size_t)(r0 / TP_ROWS) * bb;
         } else {
             if (!buf) buf = pk_scratch(2 * (size_t)nr * cols * 2);
             if (!buf) return -1;
             uint8_t *t = buf + (size_t)m * nr * cols * 2;
             tp_transpose(ws[m]->data + (size_t)r0 * ws[m]->row_bytes, ws[m]->row_bytes, nr, cols, t);
             wt[m] = t;
-            wrows[m] = (size_t)nr;
         }
     }
     float a[2 * TP_ROWS], b[2 * TP_ROWS];
     for (int r = 0; r < nr; r += TP_ROWS) {
+        const size_t off = (size_t)(r / TP_ROWS) * bb;
         for (int i0 = 0; i0 < n; i0 += 2) {
             const int nx = n - i0 < 2 ? n - i0 : 2;
             const float *xs[2];
@@ -1248,16 +1252,16 @@ static int mm_rows_tp(const mm_job *j, int r0, int r1)
             }
             if (!j->w2) {
                 float *o = j->out + (size_t)i0 * st + r0 + r;
-                if (nx == 2) tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 2, o, st);
-                else tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 1, o, st);
+                if (nx == 2) tp_tile(wt[0] + off, cols, xs, 2, o, st);
+                else tp_tile(wt[0] + off, cols, xs, 1, o, st);
                 continue;
             }
             if (nx == 2) {
-                tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 2, a, TP_ROWS);
-                tp_tile(wt[1] + 2 * (size_t)r, wrows[1], cols, xs, 2, b, TP_ROWS);
+                tp_tile(wt[0] + off, cols, xs, 2, a, TP_ROWS);
+                tp_tile(wt[1] + off, cols, xs, 2, b, TP_ROWS);
             } else {
-                tp_tile(wt[0] + 2 * (size_t)r, wrows[0], cols, xs, 1, a, TP_ROWS);
-                tp_tile(wt[1] + 2 * (size_t)r, wrows[1], cols, xs, 1, b, TP_ROWS);
+                tp_tile(wt[0] + off, cols, xs, 1, a, TP_ROWS);
+                tp_tile(wt[1] + off, cols, xs, 1, b, TP_ROWS);
             }
             for (int k = 0; k < nx; k++)
                 for (int q = 0; q < TP_ROWS; q++)
