@@ -241,7 +241,7 @@ def main():
     quarter = max(1, eb // 4 // (1 << 20))
     ours = bench_ours(args, {}, prompts)
     low = bench_ours(args, {"EXPERT_RAM_MB": str(quarter)}, prompts)
-    serving_rss = rss_serving(args)
+    serving_rss = {k: rss_serving(args, slots=k) for k in (1, 8, 16)}
     llama = bench_llama(args, prompts) if args.model == MOE else None
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
@@ -260,9 +260,10 @@ def main():
         print(f"| decode, ours / llama.cpp | {ours['decode'] / L['decode']:.2f} |")
     print(f"| 8-slot aggregate / single stream (ours) | {ours[8] / ours['decode']:.2f} |")
     print(f"| decode with EXPERT_RAM_MB={quarter} / all in RAM | {low['decode'] / ours['decode']:.2f} |")
-    print(f"\nPeak RSS of a fresh engine serving 8 conversations at once (KV_SLOTS=8, CTX 4096, "
-          f"{args.prompt_tokens:.0f}+{args.gen} tokens each): {serving_rss:.0f} MB. The table's RSS column "
-          "is the 64-slot benchmark process, which holds the KV of every run.")
+    print(f"\nPeak RSS of a fresh engine serving 1 / 8 / 16 conversations at once (KV_SLOTS=n, CTX 4096, "
+          f"{args.prompt_tokens:.0f}+{args.gen} tokens each): "
+          + " / ".join(f"{v:.0f}" for v in serving_rss.values())
+          + " MB. The table's RSS column is the 64-slot benchmark process, which holds the KV of every run.")
     print()
     print("| engine | prefill tok/s | decode tok/s | 4 slots tok/s | 8 slots tok/s | 16 slots tok/s | peak RSS MB |")
     print("|---|---|---|---|---|---|---|")

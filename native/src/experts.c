@@ -21,6 +21,8 @@
  * file when there is no history. Written to "<path>.tmp" and renamed. */
 #include "experts.h"
 
+#include "pool.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -459,6 +461,94 @@ int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s) {
     }
     if (t_read_s) *t_read_s += es_now() - t0;
     if (rc == 0) x->in_use++;
+    return rc;
+}
+
+/* Reads of one es_acquire_many call, run as pool tasks (pread and packing only: all cache
+ * bookkeeping stays on the calling thread). */
+typedef struct {
+    const expert_store *s;
+    int r;
+    const int *e;
+    uint8_t *const *dst;
+    int *ok;
+} read_job;
+
+static void read_task(void *vctx, int k) {
+    const read_job *J = vctx;
+    J->ok[k] = read_expert(J->s, J->r, J->e[k], J->dst[k]) == 0;
+}
+
+int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *outs, double *t_read_s) {
+    if (!s || r < 0 || r >= s->rows || n < 0 || n > s->cols) return -1;
+    int pe[n > 0 ? n : 1], resident[n > 0 ? n : 1], ok[n > 0 ? n : 1], got[n > 0 ? n : 1], np = 0, rc = 0;
+    memset(got, 0, sizeof got);
+    uint8_t *dst[n > 0 ? n : 1];
+    const size_t bytes = s->row[r].bytes;
+    double t0 = es_now();
+    for (int k = 0; k < n && rc == 0; k++) {
+        const int e = list[k];
+        if (e < 0 || e >= s->cols) {
+            rc = -1;
+            break;
+        }
+        es_ent *x = &s->ent[r * s->cols + e];
+        if (x->buf || x->tmp) {         /* in RAM, or already read for another holder */
+            if (es_acquire(s, r, e, &outs[e], NULL) != 0) rc = -1;
+            else got[k] = 1;
+            continue;
+        }
+        s->acq_all++;
+        uint8_t *b = NULL;
+        int res = 0;
+        if (make_room(s, bytes) == 0 && (b = malloc(bytes ? bytes : 1)) != NULL) {
+            res = 1;                    /* counted now so later make_room calls see it */
+            s->ram_used += bytes;
+            s->n_resident++;
+        } else {
+            b = s->pool_n > 0 ? s->pool[--s->pool_n] : malloc(s->max_bytes ? s->max_bytes : 1);
+        }
+        if (!b) {
+            rc = -1;
+            break;
+        }
+        x->tmp = b;                     /* placeholder: a later duplicate joins it; never evicted */
+        x->in_use++;
+        got[k] = 2;                     /* pending: settled below */
+        pe[np] = e;
+        resident[np] = res;
+        dst[np++] = b;
+    }
+    if (np > 0) {
+        read_job J = {s, r, pe, dst, ok};
+        if (np > 1) pool_run(read_task, &J, np);
+        else read_task(&J, 0);
+    }
+    for (int k = 0; k < np; k++) {
+        es_ent *x = &s->ent[r * s->cols + pe[k]];
+        x->tmp = NULL;
+        if (!ok[k]) rc = -1;
+        if (resident[k] && ok[k]) {
+            x->buf = dst[k];
+            lru_push_head(s, r * s->cols + pe[k]);
+        } else if (resident[k]) {
+            free(dst[k]);
+            s->ram_used -= bytes;
+            s->n_resident--;
+        } else if (ok[k]) {
+            x->tmp = dst[k];
+        } else {
+            free(dst[k]);
+        }
+        if (ok[k]) fill_w(s, r, dst[k], &outs[pe[k]]);
+        else x->in_use--;
+    }
+    for (int k = 0, q = 0; k < n; k++)
+        if (got[k] == 2) got[k] = ok[q++];
+    if (t_read_s) *t_read_s += es_now() - t0;
+    if (rc != 0)                        /* nothing this call took stays held after a failure */
+        for (int k = 0; k < n; k++)
+            if (got[k]) es_release(s, r, list[k]);
     return rc;
 }
 

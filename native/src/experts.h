@@ -41,6 +41,10 @@ void es_free(expert_store *s);
  * Updates LRU, hit/miss counters and adds read time to *t_read_s. Not thread-safe:
  * call from the forward's serial part. */
 int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s);
+/* es_acquire for the distinct experts list[0..n) of row r, outs indexed by expert id: the
+ * misses are read and packed in parallel on the pool. 0 ok; -1 on failure, then none of
+ * them is held. */
+int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *outs, double *t_read_s);
 void es_release(expert_store *s, int r, int e);
 
 /* Routing bookkeeping: heat count +1 and HITS bit set. */

@@ -613,7 +613,7 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     float *selw = fb(&P->selw, (size_t)n * K);
     int *ecnt = ib(&P->ecnt, (size_t)E + 1);
     int *eoff = ib(&P->eoff, (size_t)E + 1);
-    int *elist = ib(&P->elist, (size_t)n * K * 2);     /* pairs by expert | slot of each pair */
+    int *elist = ib(&P->elist, (size_t)n * K * 2 + E); /* pairs by expert | slot of each pair | experts */
     float *eg = fb(&P->eg, (size_t)n * K * X);
     float *eo = fb(&P->eout, (size_t)n * K * d);
     float *sg = S ? fb(&P->fg, (size_t)n * S) : NULL, *so = S ? fb(&P->shout, (size_t)n * d) : NULL;
@@ -685,12 +685,11 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     m->perf.t_dense += mnow() - t0;
 
     /* acquire every selected expert (disk reads happen here, serially) */
-    int nacq = 0, rc = 0;
-    for (int e = 0; e < E && rc == 0; e++) {
-        if (eoff[e + 1] == eoff[e]) continue;
-        if (es_acquire(m->es, r, e, &P->ew[e], &m->perf.t_edisk) != 0) rc = -1;
-        else nacq = e + 1;
-    }
+    int nsel = 0;
+    for (int e = 0; e < E; e++)
+        if (eoff[e + 1] > eoff[e]) elist[2 * n * K + nsel++] = e;
+    int rc = es_acquire_many(m->es, r, elist + 2 * n * K, nsel, P->ew, &m->perf.t_edisk);
+    int nacq = rc == 0 ? E : 0;
     double t1 = mnow();
     mm_job *J = P->jobs;
     int nj = 0;

@@ -748,8 +748,18 @@ static size_t tp_index(int r, int k, int cols)
 
 static void tp_transpose(const uint8_t *src, size_t row_bytes, int rows, int cols, uint8_t *dst)
 {
-    for (int r = 0; r < rows; r++)
-        for (int k = 0; k < cols; k++) memcpy(dst + 2 * tp_index(r, k, cols), src + (size_t)r * row_bytes + 2 * k, 2);
+    /* block by block: rows read front to back, a block's 32 x cols values written in L1 */
+    for (int b = 0; b < rows / TP_ROWS; b++) {
+        uint8_t *blk = dst + 2 * (size_t)b * TP_ROWS * cols;
+        for (int o = 0; o < TP_ROWS; o++) {
+            const uint8_t *row = src + (size_t)(b * TP_ROWS + o) * row_bytes;
+            for (int k = 0; k < cols; k++) {
+                uint16_t v;
+                memcpy(&v, row + 2 * k, 2);
+                memcpy(blk + 2 * ((size_t)k * TP_ROWS + o), &v, 2);
+            }
+        }
+    }
 }
 
 void qpack(const qmat *w, uint8_t *dst)

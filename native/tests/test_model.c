@@ -363,6 +363,38 @@ static void test_experts(void) {
     CHECK(tr >= 0.0, "read time");
     es_free(s);
 
+    /* es_acquire_many: room for 2 of 4 misses, read on the pool; all held until released */
+    o.ram_budget = 2 * EB;
+    s = open_store(&g, &o, 77);
+    {
+        expert_w ws[XN];
+        int list[4] = {0, 1, 2, 3};
+        CHECK(es_acquire_many(s, 1, list, 4, ws, &tr) == 0, "acquire_many");
+        ok = 1;
+        for (int k = 0; k < 4; k++) ok &= check_expert(&ws[k], 1, k);
+        CHECK(ok, "acquire_many: every expert's bytes correct");
+        es_tiers(s, &vr, &ram, &disk, &vg, &rg);
+        CHECK(ram == 2, "acquire_many: 2 resident (the budget), 2 read to scratch: %d", ram);
+        int again[2] = {1, 3};
+        expert_w ws2[XN];
+        CHECK(es_acquire_many(s, 1, again, 2, ws2, &tr) == 0 && check_expert(&ws2[1], 1, 1) &&
+                  check_expert(&ws2[3], 1, 3), "held experts acquired twice");
+        es_release(s, 1, 1);
+        es_release(s, 1, 3);
+        for (int k = 0; k < 4; k++) es_release(s, 1, k);
+        int bad[2] = {0, XN};
+        CHECK(es_acquire_many(s, 0, bad, 2, ws, &tr) != 0, "acquire_many refuses a bad id");
+        CHECK(es_acquire(s, 0, 0, &w, &tr) == 0 && check_expert(&w, 0, 0), "store usable after a failure");
+        es_release(s, 0, 0);
+        /* everything released: all of it evictable again */
+        CHECK(es_acquire_many(s, 0, list, 4, ws, &tr) == 0 && check_expert(&ws[3], 0, 3) &&
+                  check_expert(&ws[1], 0, 1), "second batch, other row");
+        for (int k = 0; k < 4; k++) es_release(s, 0, k);
+        es_tiers(s, &vr, &ram, &disk, &vg, &rg);
+        CHECK(ram == 2, "budget kept: %d resident", ram);
+    }
+    es_free(s);
+
     /* budget 0: every acquisition reads from disk, nothing kept */
     o.ram_budget = 0;
     s = open_store(&g, &o, 77);
