@@ -759,59 +759,39 @@ typedef struct {
  *     dot = ((e0 + e1) + (e2 + e3)) + ((e4 + e5) + (e6 + e7)); score = dot * scale.
  *   softmax: see softmax_scores (own exp, double sums by t % 4).
  *   out[d] = fma chain of w_t * v_t[d] over t ascending from 0. */
-static void score_scalar(const float *q, const float *k, int hd, float *out) {
+/* K/V rows hold float or fp16 values (kv_cache.f16); every value is read as its exact float,
+ * so both element types share one kernel and one order. f16 is a constant in each caller's
+ * branch of the always-inline kernels, so each compiles to its own loads. */
+static inline float kv_ld1(const void *p, size_t i, int f16) {
+    return f16 ? fp16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+#ifdef __AVX2__
+static inline __attribute__((always_inline)) __m256 kv_ld8(const void *p, size_t i, int f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)))
+               : _mm256_loadu_ps((const float *)p + i);
+}
+#endif
+
+static void score_scalar(const float *q, const void *k, int hd, int f16, float *out) {
     float s0[8] = {0}, s1[8] = {0}, e[8];
     for (int d = 0; d < hd; d++) {
         int l = d % 16;
-        if (l < 8) s0[l] = fmaf(q[d], k[d], s0[l]);
-        else s1[l - 8] = fmaf(q[d], k[d], s1[l - 8]);
+        if (l < 8) s0[l] = fmaf(q[d], kv_ld1(k, (size_t)d, f16), s0[l]);
+        else s1[l - 8] = fmaf(q[d], kv_ld1(k, (size_t)d, f16), s1[l - 8]);
     }
     for (int l = 0; l < 8; l++) e[l] = s0[l] + s1[l];
     *out = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
 }
 
 #ifdef __AVX2__
-static inline __attribute__((always_inline)) void score8_v(const float *q, const float *const *kp, const int hd,
-                                                           float *out) {
-    {
-        __m256 v[8];
-        for (int j = 0; j < 8; j++) {
-            __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-            for (int d = 0; d < hd; d += 16) {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kp[j] + d), s0);
-                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(kp[j] + d + 8), s1);
-            }
-            v[j] = _mm256_add_ps(s0, s1);
-        }
-        __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-        __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-        _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
-    }
-}
-#endif
-
-/* Scores of q against the 8 keys kp[0..7] into out[0..7]. */
-static void score8(const float *q, const float *const *kp, int hd, float *out) {
-#ifdef __AVX2__
-    if (hd == 64) return score8_v(q, kp, 64, out);
-    if (hd == 128) return score8_v(q, kp, 128, out);
-    if (hd % 16 == 0) return score8_v(q, kp, hd, out);
-#endif
-    for (int j = 0; j < 8; j++) score_scalar(q, kp[j], hd, out + j);
-}
-
-/* The same with fp16 keys: each key value converted exactly to float, then score8's order. */
-#ifdef __AVX2__
-static inline __attribute__((always_inline)) void score8h_v(const float *q, const uint16_t *const *kp,
-                                                            const int hd, float *out) {
+static inline __attribute__((always_inline)) void score8_v(const float *q, const void *const *kp, const int hd,
+                                                           const int f16, float *out) {
     __m256 v[8];
     for (int j = 0; j < 8; j++) {
         __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
         for (int d = 0; d < hd; d += 16) {
-            __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp[j] + d)));
-            __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp[j] + d + 8)));
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), k0, s0);
-            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), k1, s1);
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv_ld8(kp[j], (size_t)d, f16), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), kv_ld8(kp[j], (size_t)d + 8, f16), s1);
         }
         v[j] = _mm256_add_ps(s0, s1);
     }
@@ -821,80 +801,52 @@ static inline __attribute__((always_inline)) void score8h_v(const float *q, cons
 }
 #endif
 
-static void score8h(const float *q, const uint16_t *const *kp, int hd, float *out) {
+/* Scores of q against the 8 keys kp[0..7] into out[0..7]. */
+static void score8(const float *q, const void *const *kp, int hd, int f16, float *out) {
 #ifdef __AVX2__
-    if (hd == 64) return score8h_v(q, kp, 64, out);
-    if (hd % 16 == 0) return score8h_v(q, kp, hd, out);
-#endif
-    for (int j = 0; j < 8; j++) {
-        float s0[8] = {0}, s1[8] = {0}, e[8];
-        for (int d = 0; d < hd; d++) {
-            const int l = d % 16;
-            const float k = fp16_to_f32(kp[j][d]);
-            if (l < 8) s0[l] = fmaf(q[d], k, s0[l]);
-            else s1[l - 8] = fmaf(q[d], k, s1[l - 8]);
-        }
-        for (int l = 0; l < 8; l++) e[l] = s0[l] + s1[l];
-        out[j] = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+    if (f16) {
+        if (hd == 64) return score8_v(q, kp, 64, 1, out);
+        if (hd % 16 == 0) return score8_v(q, kp, hd, 1, out);
+    } else {
+        if (hd == 64) return score8_v(q, kp, 64, 0, out);
+        if (hd == 128) return score8_v(q, kp, 128, 0, out);
+        if (hd % 16 == 0) return score8_v(q, kp, hd, 0, out);
     }
+#endif
+    for (int j = 0; j < 8; j++) score_scalar(q, kp[j], hd, f16, out + j);
 }
 
-/* o[0..hd) = sum over t < nt of w[t] * v_t (v_t = vb + t * vst), canonical order. */
-static void wsum_v(const float *w, const float *vb, size_t vst, int nt, int hd, float *o) {
+/* o[0..hd) = sum over t < nt of w[t] * v_t (v_t = row t of vb, vst values apart), canonical order. */
+static inline __attribute__((always_inline)) void wsum_k(const float *w, const void *vb, size_t vst, int nt,
+                                                         int hd, const int f16, float *o) {
     int d = 0;
 #ifdef __AVX2__
     for (; d + 64 <= hd; d += 64) {
         __m256 a[8];
         for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
         for (int t = 0; t < nt; t++) {
-            const float *v = vb + (size_t)t * vst + d;
             __m256 wt = _mm256_broadcast_ss(w + t);
-            for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 8 * c), a[c]);
+            for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(wt, kv_ld8(vb, (size_t)t * vst + d + 8 * c, f16), a[c]);
         }
         for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + d + 8 * c, a[c]);
     }
     for (; d + 8 <= hd; d += 8) {
         __m256 a = _mm256_setzero_ps();
         for (int t = 0; t < nt; t++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t), _mm256_loadu_ps(vb + (size_t)t * vst + d), a);
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t), kv_ld8(vb, (size_t)t * vst + d, f16), a);
         _mm256_storeu_ps(o + d, a);
     }
 #endif
     for (; d < hd; d++) {
         float a = 0.0f;
-        for (int t = 0; t < nt; t++) a = fmaf(w[t], vb[(size_t)t * vst + d], a);
+        for (int t = 0; t < nt; t++) a = fmaf(w[t], kv_ld1(vb, (size_t)t * vst + d, f16), a);
         o[d] = a;
     }
 }
 
-/* wsum_v over fp16 rows (values converted exactly to float; the same order). */
-static void wsum_vh(const float *w, const uint16_t *vb, size_t vst, int nt, int hd, float *o) {
-    int d = 0;
-#ifdef __AVX2__
-    for (; d + 64 <= hd; d += 64) {
-        __m256 a[8];
-        for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
-        for (int t = 0; t < nt; t++) {
-            const uint16_t *v = vb + (size_t)t * vst + d;
-            __m256 wt = _mm256_broadcast_ss(w + t);
-            for (int c = 0; c < 8; c++)
-                a[c] = _mm256_fmadd_ps(wt, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * c))), a[c]);
-        }
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + d + 8 * c, a[c]);
-    }
-    for (; d + 8 <= hd; d += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (int t = 0; t < nt; t++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t),
-                                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (size_t)t * vst + d))), a);
-        _mm256_storeu_ps(o + d, a);
-    }
-#endif
-    for (; d < hd; d++) {
-        float a = 0.0f;
-        for (int t = 0; t < nt; t++) a = fmaf(w[t], fp16_to_f32(vb[(size_t)t * vst + d]), a);
-        o[d] = a;
-    }
+static void wsum_v(const float *w, const void *vb, size_t vst, int nt, int hd, int f16, float *o) {
+    if (f16) wsum_k(w, vb, vst, nt, hd, 1, o);
+    else wsum_k(w, vb, vst, nt, hd, 0, o);
 }
 
 /* In place over sc[0..nt): sc = scale * sc; p = exp(sc - max); sum of p in double, four
@@ -952,22 +904,14 @@ static void attn_task(void *vctx, int task) {
             const int hh = kh * A->grp + g;
             const float *qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
             for (int t0 = 0; t0 < nt; t0 += 8) {
-                if (kv->f16) {
-                    const uint16_t *kp[8];
-                    for (int j = 0; j < 8; j++)
-                        kp[j] = (const uint16_t *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd;
-                    score8h(qv, kp, hd, sc + t0);
-                } else {
-                    const float *kp[8];
-                    for (int j = 0; j < 8; j++)
-                        kp[j] = (const float *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd;
-                    score8(qv, kp, hd, sc + t0);
-                }
+                const void *kp[8];
+                for (int j = 0; j < 8; j++)
+                    kp[j] = (const char *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd * kv_elt(kv);
+                score8(qv, kp, hd, kv->f16, sc + t0);
             }
             softmax_scores(sc, nt, A->scale);
             float *o = A->att + (size_t)i * A->qd + (size_t)hh * hd;
-            if (kv->f16) wsum_vh(sc, (const uint16_t *)kv_v(kv, s, l, 0) + (size_t)kh * hd, kvd, nt, hd, o);
-            else wsum_v(sc, (const float *)kv_v(kv, s, l, 0) + (size_t)kh * hd, kvd, nt, hd, o);
+            wsum_v(sc, (const char *)kv_v(kv, s, l, 0) + (size_t)kh * hd * kv_elt(kv), kvd, nt, hd, kv->f16, o);
         }
     }
 }
