@@ -11,39 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fails;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fails++;                                                      \
-            if (fails < 30) {                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
-                printf(__VA_ARGS__);                                      \
-                printf("\n");                                             \
-            }                                                             \
-        }                                                                 \
-    } while (0)
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd32(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float frand(void) { return (float)rnd32() / 2147483648.0f - 1.0f; } /* about [-1,1) */
-
-static size_t row_bytes(uint32_t t, int cols)
-{
-    switch (t) {
-    case GGML_F32: return 4 * (size_t)cols;
-    case GGML_F16: return 2 * (size_t)cols;
-    case GGML_Q8_0: return (size_t)cols / 32 * 34;
-    case GGML_Q4_0: return (size_t)cols / 32 * 18;
-    default: return (size_t)cols / 32 * 20;       /* Q4_1 */
-    }
-}
+#define TEST_SEED 0x2545f4914f6cdd1dull
+#include "check.h"
 
 static void put16(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
 
@@ -57,8 +26,8 @@ static void make_row(uint32_t t, uint8_t *p, int cols)
         for (int j = 0; j < cols; j++) put16(p + 2 * j, frand());
         return;
     }
-    size_t bb = row_bytes(t, 32);
-    for (size_t k = 0; k < row_bytes(t, cols); k++) p[k] = (uint8_t)rnd32();
+    size_t bb = ggml_row_bytes(t, 32);
+    for (size_t k = 0; k < ggml_row_bytes(t, cols); k++) p[k] = (uint8_t)rnd32();
     for (int b = 0; b < cols / 32; b++) {
         put16(p + b * bb, 0.002f + 0.02f * fabsf(frand()));
         if (t == GGML_Q4_1) put16(p + b * bb + 2, 0.1f * frand());
@@ -78,7 +47,7 @@ static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a
 static void test_case(uint32_t t, int rows, int cols)
 {
     const int n = 8;
-    size_t rb = row_bytes(t, cols);
+    size_t rb = ggml_row_bytes(t, cols);
     uint8_t *W = malloc(rb * rows), *W2 = malloc(rb * rows);
     float *x = malloc(sizeof(float) * n * cols), *wd = malloc(sizeof(float) * cols), *wd2 = malloc(sizeof(float) * cols);
     float *want = malloc(sizeof(float) * n * rows), *want2 = malloc(sizeof(float) * n * rows);

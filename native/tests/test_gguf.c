@@ -8,18 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int fails;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fails++;                                                      \
-            if (fails < 30) {                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
-                printf(__VA_ARGS__);                                      \
-                printf("\n");                                             \
-            }                                                             \
-        }                                                                 \
-    } while (0)
+#include "check.h"
 
 /* ---- a tiny GGUF writer ----------------------------------------------------------- */
 

@@ -13,28 +13,8 @@
 float quant_sw_fp16_to_f32(uint16_t h);
 uint16_t quant_sw_f32_to_fp16(float f);
 
-static int fails;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fails++;                                                      \
-            if (fails < 30) {                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
-                printf(__VA_ARGS__);                                      \
-                printf("\n");                                             \
-            }                                                             \
-        }                                                                 \
-    } while (0)
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd32(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float frand(void) { return (float)rnd32() / 2147483648.0f - 1.0f; } /* about [-1,1) */
+#define TEST_SEED 0x9e3779b97f4a7c15ull
+#include "check.h"
 
 static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -82,17 +62,6 @@ static void test_fp16(void)
 }
 
 /* ---- building weights in each format, and decoding them independently in double ---- */
-
-static size_t row_bytes(uint32_t t, int cols)
-{
-    switch (t) {
-    case GGML_F32: return 4 * (size_t)cols;
-    case GGML_F16: return 2 * (size_t)cols;
-    case GGML_Q8_0: return (size_t)cols / 32 * 34;
-    case GGML_Q4_0: return (size_t)cols / 32 * 18;
-    default: return (size_t)cols / 32 * 20;
-    }
-}
 
 static void put16(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
 static double get16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
@@ -151,7 +120,7 @@ static const char *tname(uint32_t t) { return ggml_type_name(t); }
  * plus, for int8 activations, the activation rounding bound sum_b d_b/2 * sum_j |w_j|. */
 static void test_type(uint32_t t, int rows, int cols, int n)
 {
-    size_t rb = row_bytes(t, cols);
+    size_t rb = ggml_row_bytes(t, cols);
     uint8_t *W = malloc(rb * rows);
     float *x = malloc(sizeof(float) * n * cols);
     float *out = malloc(sizeof(float) * n * (rows + 3));
@@ -201,7 +170,7 @@ static void test_type(uint32_t t, int rows, int cols, int n)
 static void test_determinism(uint32_t t, int rows, int cols)
 {
     const int n = 8;
-    size_t rb = row_bytes(t, cols);
+    size_t rb = ggml_row_bytes(t, cols);
     uint8_t *W = malloc(rb * rows);
     float *x = malloc(sizeof(float) * n * cols);
     float *big = malloc(sizeof(float) * n * rows), *one = malloc(sizeof(float) * rows);
@@ -275,7 +244,7 @@ static void test_act_quant(void)
 /* qmat_row on a packed matrix == dequant_row of the original row, bit for bit. */
 static void test_packed_rows(uint32_t t, int rows, int cols)
 {
-    const size_t rb = row_bytes(t, cols);
+    const size_t rb = ggml_row_bytes(t, cols);
     uint8_t *W = malloc(rb * rows), *Pk = malloc(qpack_bytes(t, rows, cols));
     float *a = malloc(sizeof(float) * cols), *b = malloc(sizeof(float) * cols);
     for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
@@ -299,7 +268,7 @@ static void test_packed_rows(uint32_t t, int rows, int cols)
  * two separate products; qmat_row reads the transposed layout. */
 static void test_transposed_f16(int rows, int cols, int n)
 {
-    const size_t rb = row_bytes(GGML_F16, cols), bytes = rb * rows;
+    const size_t rb = ggml_row_bytes(GGML_F16, cols), bytes = rb * rows;
     uint8_t *W = malloc(bytes), *W2 = malloc(bytes), *P = malloc(bytes), *I = malloc(bytes);
     float *x = malloc(sizeof(float) * n * cols), *o[5], *row = malloc(sizeof(float) * cols),
           *deq = malloc(sizeof(float) * cols);
