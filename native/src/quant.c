@@ -1119,19 +1119,6 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
     float a[PK_NX * 16], b[PK_NX * 16];
     for (int r = r0; r < r1; r += 2 * PK_ROWS) {
         const int ng = r1 - r > PK_ROWS ? 2 : 1;
-#ifdef __AVX2__
-        /* The next two groups are fetched while these are computed: at a few input rows the
-         * kernel otherwise waits on memory (weights stream from DRAM, once per step). */
-        if (w->packed && r + 2 * PK_ROWS < r1) {
-            const int nn = r1 - (r + 2 * PK_ROWS) > PK_ROWS ? 2 : 1;
-            const char *nx = (const char *)w->data + (size_t)((r + 2 * PK_ROWS) / PK_ROWS) * gb;
-            for (size_t o = 0; o < nn * gb; o += 64) _mm_prefetch(nx + o, _MM_HINT_T0);
-            if (w2 && w2->packed) {
-                const char *n2 = (const char *)w2->data + (size_t)((r + 2 * PK_ROWS) / PK_ROWS) * gb;
-                for (size_t o = 0; o < nn * gb; o += 64) _mm_prefetch(n2 + o, _MM_HINT_T0);
-            }
-        }
-#endif
         const uint8_t *g1[2], *g2[2];
         for (int g = 0; g < ng; g++) {
             g1[g] = pk_get(w, r + g * PK_ROWS, buf ? buf + g * gb : NULL);
