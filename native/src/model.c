@@ -783,70 +783,116 @@ static void score_scalar(const float *q, const void *k, int hd, int f16, float *
     *out = ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
 }
 
+/* The G query heads of one KV head (GQA) share every key and value row: the kernels below
+ * take G heads at once, so each K/V value is loaded (and converted from fp16) once for all
+ * of them. Per head the operations and their order are those stated above. */
+#define ATT_G 4     /* query heads per kernel call, at most */
+
 #ifdef __AVX2__
-static inline __attribute__((always_inline)) void score8_v(const float *q, const void *const *kp, const int hd,
-                                                           const int f16, float *out) {
-    __m256 v[8];
-    for (int j = 0; j < 8; j++) {
-        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d += 16) {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv_ld8(kp[j], (size_t)d, f16), s0);
-            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), kv_ld8(kp[j], (size_t)d + 8, f16), s1);
-        }
-        v[j] = _mm256_add_ps(s0, s1);
-    }
+/* Reduces v[0..7] (key j's lanes e[l] = s0[l] + s1[l] in v[j]) to the 8 scores, canonical order. */
+static inline __attribute__((always_inline)) __m256 score_reduce8(const __m256 *v) {
     __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
     __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
-#endif
 
-/* Scores of q against the 8 keys kp[0..7] into out[0..7]. */
-static void score8(const float *q, const void *const *kp, int hd, int f16, float *out) {
-#ifdef __AVX2__
-    if (f16) {
-        if (hd == 64) return score8_v(q, kp, 64, 1, out);
-        if (hd % 16 == 0) return score8_v(q, kp, hd, 1, out);
-    } else {
-        if (hd == 64) return score8_v(q, kp, 64, 0, out);
-        if (hd == 128) return score8_v(q, kp, 128, 0, out);
-        if (hd % 16 == 0) return score8_v(q, kp, hd, 0, out);
+static inline __attribute__((always_inline)) void score8_v(const float *const *q, const int G,
+                                                           const void *const *kp, const int hd, const int f16,
+                                                           float *const *out) {
+    __m256 v[ATT_G][8];
+    for (int j = 0; j < 8; j++) {
+        __m256 s0[ATT_G], s1[ATT_G];
+        for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            const __m256 k0 = kv_ld8(kp[j], (size_t)d, f16), k1 = kv_ld8(kp[j], (size_t)d + 8, f16);
+            for (int g = 0; g < G; g++) {
+                s0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + d), k0, s0[g]);
+                s1[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + d + 8), k1, s1[g]);
+            }
+        }
+        for (int g = 0; g < G; g++) v[g][j] = _mm256_add_ps(s0[g], s1[g]);
     }
+    for (int g = 0; g < G; g++) _mm256_storeu_ps(out[g], score_reduce8(v[g]));
+}
 #endif
-    for (int j = 0; j < 8; j++) score_scalar(q, kp[j], hd, f16, out + j);
+
+/* Scores of the G query heads q[g] against the 8 keys kp[0..7] into out[g][0..7]. */
+static void score8(const float *const *q, int G, const void *const *kp, int hd, int f16, float *const *out) {
+#ifdef __AVX2__
+#define SCORE_G(HD, F16)                                                                     \
+    switch (G) {                                                                             \
+    case 1: return score8_v(q, 1, kp, HD, F16, out);                                         \
+    case 2: return score8_v(q, 2, kp, HD, F16, out);                                         \
+    case 3: return score8_v(q, 3, kp, HD, F16, out);                                         \
+    default: return score8_v(q, 4, kp, HD, F16, out);                                        \
+    }
+    if (hd % 16 == 0) {
+        if (f16) {
+            if (hd == 64) SCORE_G(64, 1)
+            SCORE_G(hd, 1)
+        }
+        if (hd == 64) SCORE_G(64, 0)
+        if (hd == 128) SCORE_G(128, 0)
+        SCORE_G(hd, 0)
+    }
+#undef SCORE_G
+#endif
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < 8; j++) score_scalar(q[g], kp[j], hd, f16, out[g] + j);
 }
 
-/* o[0..hd) = sum over t < nt of w[t] * v_t (v_t = row t of vb, vst values apart), canonical order. */
-static inline __attribute__((always_inline)) void wsum_k(const float *w, const void *vb, size_t vst, int nt,
-                                                         int hd, const int f16, float *o) {
+/* o[g][0..hd) = sum over t < nt of w[g][t] * v_t (v_t = row t of vb, vst values apart) for
+ * the G heads, canonical order. Columns in chunks of 32 (4 vectors) keep G * 4 accumulators. */
+static inline __attribute__((always_inline)) void wsum_k(const float *const *w, const int G, const void *vb,
+                                                         size_t vst, int nt, int hd, const int f16,
+                                                         float *const *o) {
     int d = 0;
 #ifdef __AVX2__
-    for (; d + 64 <= hd; d += 64) {
-        __m256 a[8];
-        for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
+    for (; d + 32 <= hd; d += 32) {
+        __m256 a[ATT_G][4];
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < 4; c++) a[g][c] = _mm256_setzero_ps();
         for (int t = 0; t < nt; t++) {
-            __m256 wt = _mm256_broadcast_ss(w + t);
-            for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(wt, kv_ld8(vb, (size_t)t * vst + d + 8 * c, f16), a[c]);
+            __m256 vt[4];
+            for (int c = 0; c < 4; c++) vt[c] = kv_ld8(vb, (size_t)t * vst + d + 8 * c, f16);
+            for (int g = 0; g < G; g++) {
+                const __m256 wt = _mm256_broadcast_ss(w[g] + t);
+                for (int c = 0; c < 4; c++) a[g][c] = _mm256_fmadd_ps(wt, vt[c], a[g][c]);
+            }
         }
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(o + d + 8 * c, a[c]);
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < 4; c++) _mm256_storeu_ps(o[g] + d + 8 * c, a[g][c]);
     }
     for (; d + 8 <= hd; d += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (int t = 0; t < nt; t++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t), kv_ld8(vb, (size_t)t * vst + d, f16), a);
-        _mm256_storeu_ps(o + d, a);
+        __m256 a[ATT_G];
+        for (int g = 0; g < G; g++) a[g] = _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++) {
+            const __m256 vt = kv_ld8(vb, (size_t)t * vst + d, f16);
+            for (int g = 0; g < G; g++) a[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(w[g] + t), vt, a[g]);
+        }
+        for (int g = 0; g < G; g++) _mm256_storeu_ps(o[g] + d, a[g]);
     }
 #endif
-    for (; d < hd; d++) {
-        float a = 0.0f;
-        for (int t = 0; t < nt; t++) a = fmaf(w[t], kv_ld1(vb, (size_t)t * vst + d, f16), a);
-        o[d] = a;
-    }
+    for (; d < hd; d++)
+        for (int g = 0; g < G; g++) {
+            float a = 0.0f;
+            for (int t = 0; t < nt; t++) a = fmaf(w[g][t], kv_ld1(vb, (size_t)t * vst + d, f16), a);
+            o[g][d] = a;
+        }
 }
 
-static void wsum_v(const float *w, const void *vb, size_t vst, int nt, int hd, int f16, float *o) {
-    if (f16) wsum_k(w, vb, vst, nt, hd, 1, o);
-    else wsum_k(w, vb, vst, nt, hd, 0, o);
+static void wsum_v(const float *const *w, int G, const void *vb, size_t vst, int nt, int hd, int f16,
+                   float *const *o) {
+#define WSUM_G(F16)                                                                          \
+    switch (G) {                                                                             \
+    case 1: wsum_k(w, 1, vb, vst, nt, hd, F16, o); break;                                    \
+    case 2: wsum_k(w, 2, vb, vst, nt, hd, F16, o); break;                                    \
+    case 3: wsum_k(w, 3, vb, vst, nt, hd, F16, o); break;                                    \
+    default: wsum_k(w, 4, vb, vst, nt, hd, F16, o); break;                                   \
+    }
+    if (f16) WSUM_G(1)
+    else WSUM_G(0)
+#undef WSUM_G
 }
 
 /* In place over sc[0..nt): sc = scale * sc; p = exp(sc - max); sum of p in double, four
@@ -890,28 +936,36 @@ static void softmax_scores(float *sc, int nt, float scale) {
     for (t = 0; t < nt; t++) sc[t] *= inv;
 }
 
-/* One task: the rows of one block x the query heads of one KV head. */
+/* One task: the rows of one block x the query heads of one KV head, up to ATT_G heads per pass. */
 static void attn_task(void *vctx, int task) {
     const attn_ctx *A = vctx;
     kv_cache *kv = A->kv;
     const int hd = A->hd, l = A->l, kh = task % A->nkv, b = task / A->nkv;
     const int i0 = A->blk[b], i1 = A->blk[b + 1], s = A->rows[i0].slot;
-    const size_t kvd = (size_t)kv->kv_dim;
-    float *sc = A->ascr + (size_t)pool_thread_id() * (size_t)A->sc_len;
+    const size_t kvd = (size_t)kv->kv_dim, koff = (size_t)kh * hd * kv_elt(kv);
+    float *scr = A->ascr + (size_t)pool_thread_id() * ATT_G * (size_t)A->sc_len;
     for (int i = i0; i < i1; i++) {
         const int nt = A->rows[i].pos + 1;
-        for (int g = 0; g < A->grp; g++) {
-            const int hh = kh * A->grp + g;
-            const float *qv = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
+        for (int g0 = 0; g0 < A->grp; g0 += ATT_G) {
+            const int G = A->grp - g0 < ATT_G ? A->grp - g0 : ATT_G;
+            const float *qv[ATT_G];
+            float *sc[ATT_G], *o[ATT_G];
+            for (int g = 0; g < G; g++) {
+                const int hh = kh * A->grp + g0 + g;
+                qv[g] = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
+                sc[g] = scr + (size_t)g * A->sc_len;
+                o[g] = A->att + (size_t)i * A->qd + (size_t)hh * hd;
+            }
             for (int t0 = 0; t0 < nt; t0 += 8) {
                 const void *kp[8];
+                float *out[ATT_G];
                 for (int j = 0; j < 8; j++)
-                    kp[j] = (const char *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + (size_t)kh * hd * kv_elt(kv);
-                score8(qv, kp, hd, kv->f16, sc + t0);
+                    kp[j] = (const char *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + koff;
+                for (int g = 0; g < G; g++) out[g] = sc[g] + t0;
+                score8(qv, G, kp, hd, kv->f16, out);
             }
-            softmax_scores(sc, nt, A->scale);
-            float *o = A->att + (size_t)i * A->qd + (size_t)hh * hd;
-            wsum_v(sc, (const char *)kv_v(kv, s, l, 0) + (size_t)kh * hd * kv_elt(kv), kvd, nt, hd, kv->f16, o);
+            for (int g = 0; g < G; g++) softmax_scores(sc[g], nt, A->scale);
+            wsum_v((const float *const *)sc, G, (const char *)kv_v(kv, s, l, 0) + koff, kvd, nt, hd, kv->f16, o);
         }
     }
 }
@@ -929,7 +983,7 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
     float *Q = fb(&P->q, (size_t)n * qd), *Kb = fb(&P->k, (size_t)n * kvd), *Vb = fb(&P->v, (size_t)n * kvd);
     float *att = fb(&P->att, (size_t)n * qd), *tmp = fb(&P->tmp, (size_t)n * d);
     const int sc_len = (maxpos + 8) / 8 * 8;
-    float *ascr = fb(&P->ascr, (size_t)nthr * (size_t)sc_len);
+    float *ascr = fb(&P->ascr, (size_t)nthr * ATT_G * (size_t)sc_len);
     /* attention blocks: up to ATT_R consecutive rows of one slot at consecutive positions */
     int *blk = ib(&P->ablk, (size_t)n + 1), nblk = 0;
     if (!blk) return -1;

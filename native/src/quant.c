@@ -853,6 +853,14 @@ FORCE_INLINE __m256i bc4(const int8_t *p)
     return _mm256_set1_epi32(v);
 }
 
+/* Software prefetch distance (bytes ahead in a packed matrix): a decode step streams ~100 MB
+ * of weights from DRAM and one core's hardware prefetch alone leaves it waiting on memory,
+ * more so when a tile also computes for 8 rows. Measured (bench_fwd, 2 threads, 8 slots at
+ * ~250 tokens of context, medians of 6 alternated runs): none 428 tok/s, 4 KiB 450, 8 KiB
+ * 489, 16 KiB 530; one slot 128 / 144 / 143 (none / 8 / 16 KiB). */
+#ifndef PK_PFD
+#define PK_PFD 16384
+#endif
 FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                          float *res)
 {
@@ -874,6 +882,8 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
             for (int k = 0; k < NX; k++) is[g][k] = _mm256_setzero_si256();
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
+            if (t < 3)
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 160 + 64 * t + PK_PFD, _MM_HINT_T0);
             for (int g = 0; g < NG; g++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 160 + 32 + 32 * t));
                 lo[g] = _mm256_and_si256(v, m15);
@@ -937,6 +947,8 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
         }
         for (int t = 0; t < 8; t++) {
             __m256i u[2];
+            if (t < 5)
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 272 + 64 * t + PK_PFD, _MM_HINT_T0);
             for (int g = 0; g < NG; g++)
                 u[g] = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t));
             for (int k = 0; k < NX; k++) {

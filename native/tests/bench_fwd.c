@@ -1,11 +1,12 @@
 /* bench_fwd.c — forward-pass timing (not a test): decode steps of B rows (B slots, one
  * row each, after a short prefill) and one prefill chunk of P rows.
- * usage: bench_fwd MODEL [B=8] [steps=32] [P=256]
+ * usage: bench_fwd MODEL [B=8] [steps=32] [P=256] [ctx=16]  (ctx: prompt tokens per slot before decode)
  * Prints wall and process CPU time per step; compare CPU time on a loaded machine. */
 #include "model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <sys/resource.h>
 
@@ -18,6 +19,7 @@ static double now(clockid_t c) {
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     int B = argc > 2 ? atoi(argv[2]) : 8, steps = argc > 3 ? atoi(argv[3]) : 32, PR = argc > 4 ? atoi(argv[4]) : 256;
+    int CTX0 = argc > 5 ? atoi(argv[5]) : 16;
     model m;
     char err[512];
     if (model_load(&m, argv[1], NULL, err, sizeof err) != 0) {
@@ -26,15 +28,19 @@ int main(int argc, char **argv) {
     }
     int S = B > 1 ? B : 1;
     kv_cache kv;
-    if (kv_init(&kv, S + 1, 4096, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim) != 0) return 1;
+    /* the engine's KV element type: fp16 unless KV_TYPE=f32 */
+    const char *kvt = getenv("KV_TYPE");
+    if (kv_init(&kv, S + 1, 4096, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim) != 0 ||
+        kv_set_f16(&kv, !(kvt && !strcmp(kvt, "f32"))) != 0)
+        return 1;
     float *logits = malloc(sizeof(float) * (size_t)m.c.vocab * (size_t)(B > PR ? B : PR));
     int NR = B > PR ? B : PR;
-    if (NR < 16) NR = 16;
+    if (NR < CTX0) NR = CTX0;
     fwd_row *rows = calloc((size_t)NR, sizeof *rows);
-    /* prefill 16 tokens per slot */
+    /* prefill CTX0 tokens per slot */
     for (int s = 0; s < S; s++) {
-        for (int i = 0; i < 16; i++) rows[i] = (fwd_row){s, i, 100 + 7 * i + s, i == 15 ? logits : NULL, NULL};
-        if (model_forward(&m, &kv, rows, 16) != 0) return 1;
+        for (int i = 0; i < CTX0; i++) rows[i] = (fwd_row){s, i, 100 + (7 * i + s) % 4000, i == CTX0 - 1 ? logits : NULL, NULL};
+        if (model_forward(&m, &kv, rows, CTX0) != 0) return 1;
     }
     struct rusage ru0, ru1;
     getrusage(RUSAGE_THREAD, &ru0);
