@@ -36,14 +36,14 @@ static int spin_fixed = -1;
 static struct {
     pthread_once_t once;
     int nthr;                           /* threads incl. the caller */
-    _Atomic uint64_t ticket;            /* gen << 32 | next chunk */
-    _Atomic int done;
+    _Alignas(64) _Atomic uint64_t ticket;   /* gen << 32 | next chunk */
+    _Alignas(64) _Atomic int done;          /* own cache line: claims and completions don't contend */
     struct {                            /* job of generation g in slot g & 1 */
         _Atomic(pool_fn) fn;
         _Atomic(void *) ctx;
         _Atomic int n;
     } job[2];
-    _Atomic int sleepers;
+    _Alignas(64) _Atomic int sleepers;
     _Atomic int busy;                   /* a job is running (nested calls run inline) */
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -1165,7 +1165,7 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
 /* ---- matrix x rows ------------------------------------------------------------------- */
 
 #define PAR_MIN_WORK (1L << 15)    /* multiply-adds below which threads cost more than they give */
-#define CHUNK_WORK (1L << 15)      /* multiply-adds per chunk (at least one weight row) */
+#define CHUNK_WORK (1L << 17)      /* multiply-adds per chunk (at least one weight row) */
 
 
 typedef void (*qkern)(const uint8_t *, const qact *, int, int, int, float *);
