@@ -54,5 +54,8 @@ int main(int argc, char **argv) {
         run("expert down F16", GGML_F16, 576, 48, n / 2, p);
         run("head Q8_0", GGML_Q8_0, 49152 / 8, 576, n < 8 ? n : 8, p);
     }
+    /* weights streamed from memory, as in a decode step: the whole head (30 MB) */
+    for (int k = 1; k <= 8; k *= 2) run("head Q8_0 (DRAM)", GGML_Q8_0, 49152, 576, k, 1);
+    for (int k = 1; k <= 8; k *= 2) run("Q4_1 (DRAM)", GGML_Q4_1, 49152, 576, k, 1);
     return 0;
 }
