@@ -853,13 +853,18 @@ FORCE_INLINE __m256i bc4(const int8_t *p)
     return _mm256_set1_epi32(v);
 }
 
-/* Software prefetch distance (bytes ahead in a packed matrix): a decode step streams ~100 MB
- * of weights from DRAM and one core's hardware prefetch alone leaves it waiting on memory,
- * more so when a tile also computes for 8 rows. Measured (bench_fwd, 2 threads, 8 slots at
- * ~250 tokens of context, medians of 6 alternated runs): none 428 tok/s, 4 KiB 450, 8 KiB
- * 489, 16 KiB 530; one slot 128 / 144 / 143 (none / 8 / 16 KiB). */
+/* Software prefetch, PK_PFD bytes ahead in a packed matrix, into L2: a decode step streams
+ * ~100 MB of weights from DRAM, and one core's hardware prefetch alone leaves it waiting on
+ * memory, more so when a tile also computes for 8 rows. Measured (bench_fwd, 2 threads,
+ * ~120-250 tokens of context, medians of 4-6 alternated runs): 8 slots: none 428 tok/s,
+ * 4 / 8 / 16 KiB into L1 450 / 489 / 530; one slot: none 128, 16 KiB into L1 143. Then, on
+ * a later build, 16 KiB into L1 vs L2: 8 slots 673 -> 728, one slot 177 -> 220 (32 KiB into
+ * L2: 716 / 207). Prefetches into L1 hold its few miss buffers; into L2 more lines fly. */
 #ifndef PK_PFD
 #define PK_PFD 16384
+#endif
+#ifndef PK_HINT
+#define PK_HINT _MM_HINT_T1
 #endif
 FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                          float *res)
@@ -883,7 +888,7 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             if (t < 3)
-                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 160 + 64 * t + PK_PFD, _MM_HINT_T0);
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 160 + 64 * t + PK_PFD, PK_HINT);
             for (int g = 0; g < NG; g++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 160 + 32 + 32 * t));
                 lo[g] = _mm256_and_si256(v, m15);
@@ -948,7 +953,7 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int t = 0; t < 8; t++) {
             __m256i u[2];
             if (t < 5)
-                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 272 + 64 * t + PK_PFD, _MM_HINT_T0);
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 272 + 64 * t + PK_PFD, PK_HINT);
             for (int g = 0; g < NG; g++)
                 u[g] = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t));
             for (int k = 0; k < NX; k++) {
@@ -1154,8 +1159,14 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
 #endif
                     for (; q < nr; q++) o[q] = qsilu_mul(ak[q], bk[q]);
                 }
-                else
-                    memcpy(o, ak, sizeof(float) * (size_t)nr);
+                else {
+                    int q = 0;
+#ifdef __AVX2__
+                    /* inline stores: a libc memcpy call per 64 bytes showed as 2 % of a batched step */
+                    for (; q + 8 <= nr; q += 8) _mm256_storeu_ps(o + q, _mm256_loadu_ps(ak + q));
+#endif
+                    for (; q < nr; q++) o[q] = ak[q];
+                }
             }
         }
     }
