@@ -787,6 +787,13 @@ static void score_scalar(const float *q, const void *k, int hd, int f16, float *
  * take G heads at once, so each K/V value is loaded (and converted from fp16) once for all
  * of them. Per head the operations and their order are those stated above. */
 #define ATT_G 4     /* query heads per kernel call, at most */
+#ifndef ATT_PF
+#define ATT_PF 32   /* K/V rows prefetched ahead (into L2): 8 slots' caches stream from DRAM */
+#endif
+
+static inline void prefetch_l2(const char *p, int bytes) {
+    for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
 
 #ifdef __AVX2__
 /* Reduces v[0..7] (key j's lanes e[l] = s0[l] + s1[l] in v[j]) to the 8 scores, canonical order. */
@@ -854,6 +861,7 @@ static inline __attribute__((always_inline)) void wsum_k(const float *const *w, 
             for (int c = 0; c < 4; c++) a[g][c] = _mm256_setzero_ps();
         for (int t = 0; t < nt; t++) {
             __m256 vt[4];
+            if (d == 0 && t + ATT_PF < nt) prefetch_l2((const char *)vb + (size_t)(t + ATT_PF) * vst * (f16 ? 2 : 4), hd * (f16 ? 2 : 4));
             for (int c = 0; c < 4; c++) vt[c] = kv_ld8(vb, (size_t)t * vst + d + 8 * c, f16);
             for (int g = 0; g < G; g++) {
                 const __m256 wt = _mm256_broadcast_ss(w[g] + t);
@@ -959,8 +967,10 @@ static void attn_task(void *vctx, int task) {
             for (int t0 = 0; t0 < nt; t0 += 8) {
                 const void *kp[8];
                 float *out[ATT_G];
-                for (int j = 0; j < 8; j++)
+                for (int j = 0; j < 8; j++) {
                     kp[j] = (const char *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + koff;
+                    if (g0 == 0 && t0 + j + ATT_PF < nt) prefetch_l2((const char *)kv_k(kv, s, l, t0 + j + ATT_PF) + koff, hd * (int)kv_elt(kv));
+                }
                 for (int g = 0; g < G; g++) out[g] = sc[g] + t0;
                 score8(qv, G, kp, hd, kv->f16, out);
             }
