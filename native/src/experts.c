@@ -121,12 +121,29 @@ static int packs(const es_row *R, int k) {
     return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]);
 }
 
+/* Per-thread landing buffer of reads that are packed: read there, packed into place in one
+ * pass (packing in place needed a temporary copy of the matrix and a copy back). */
+static _Thread_local uint8_t *rd_buf;
+static _Thread_local size_t rd_cap;
+
 static int read_expert(const expert_store *s, int r, int e, uint8_t *dst) {
     const es_row *R = &s->row[r];
     size_t at = 0;
     for (int k = 0; k < 3; k++) {
-        if (read_at(s, dst + at, R->slice[k], R->off[k] + (uint64_t)e * R->slice[k]) != 0) return -1;
-        if (!s->o.exact && packs(R, k) && qpack_inplace(R->type[k], R->rows[k], R->cols[k], dst + at) != 0) return -1;
+        const uint64_t off = R->off[k] + (uint64_t)e * R->slice[k];
+        if (s->o.exact || !packs(R, k) || qpack_bytes(R->type[k], R->rows[k], R->cols[k]) != R->slice[k]) {
+            if (read_at(s, dst + at, R->slice[k], off) != 0) return -1;
+        } else {
+            if (R->slice[k] > rd_cap) {
+                free(rd_buf);
+                rd_buf = malloc(R->slice[k]);
+                rd_cap = rd_buf ? R->slice[k] : 0;
+                if (!rd_buf) return -1;
+            }
+            if (read_at(s, rd_buf, R->slice[k], off) != 0) return -1;
+            qmat m = {R->type[k], R->rows[k], R->cols[k], R->row_bytes[k], rd_buf, 0};
+            qpack(&m, dst + at);
+        }
         at += R->slice[k];
     }
     return 0;

@@ -26,6 +26,9 @@
 #if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define QK 32
 #define Q8_0_BYTES 34
@@ -746,14 +749,47 @@ static size_t tp_index(int r, int k, int cols)
     return ((size_t)(r / TP_ROWS) * cols + k) * TP_ROWS + r % TP_ROWS;
 }
 
+#ifdef __SSE2__
+/* 8 rows x 8 values (16-bit) at src (rows sst bytes apart) -> 8 columns at dst (dst_step bytes apart). */
+static inline void tr8x8_16(const uint8_t *src, size_t sst, uint8_t *dst, size_t dst_step)
+{
+    __m128i a[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm_loadu_si128((const __m128i *)(src + (size_t)i * sst));
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+        t[2 * i + 1] = _mm_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+    }
+    /* u[0..3]: columns {0,1} {2,3} {4,5} {6,7} of rows 0-3; u[4..7]: the same of rows 4-7 */
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm_unpacklo_epi32(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 1] = _mm_unpackhi_epi32(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 2] = _mm_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        _mm_storeu_si128((__m128i *)(dst + (size_t)(2 * c) * dst_step), _mm_unpacklo_epi64(u[c], u[4 + c]));
+        _mm_storeu_si128((__m128i *)(dst + (size_t)(2 * c + 1) * dst_step), _mm_unpackhi_epi64(u[c], u[4 + c]));
+    }
+}
+#endif
+
 static void tp_transpose(const uint8_t *src, size_t row_bytes, int rows, int cols, uint8_t *dst)
 {
-    /* block by block: rows read front to back, a block's 32 x cols values written in L1 */
+    /* block by block: rows read front to back, a block's 32 x cols values written in L1;
+     * 8 x 8 tiles of 16-bit values where SSE2 has them (an expert read from disk is packed
+     * on every use; a scalar scatter cost as much as the read) */
     for (int b = 0; b < rows / TP_ROWS; b++) {
         uint8_t *blk = dst + 2 * (size_t)b * TP_ROWS * cols;
+        int k0 = 0;
+#ifdef __SSE2__
+        for (; k0 + 8 <= cols; k0 += 8)
+            for (int o = 0; o < TP_ROWS; o += 8)
+                tr8x8_16(src + (size_t)(b * TP_ROWS + o) * row_bytes + 2 * (size_t)k0, row_bytes,
+                         blk + 2 * ((size_t)k0 * TP_ROWS + o), 2 * TP_ROWS);
+#endif
         for (int o = 0; o < TP_ROWS; o++) {
             const uint8_t *row = src + (size_t)(b * TP_ROWS + o) * row_bytes;
-            for (int k = 0; k < cols; k++) {
+            for (int k = k0; k < cols; k++) {
                 uint16_t v;
                 memcpy(&v, row + 2 * k, 2);
                 memcpy(blk + 2 * ((size_t)k * TP_ROWS + o), &v, 2);
@@ -771,30 +807,6 @@ void qpack(const qmat *w, uint8_t *dst)
     const size_t gb = pk_group_bytes(w->type, w->cols);
     for (int r = 0; r < w->rows; r += PK_ROWS)
         pk_group(w->type, w->cols, w->row_bytes, w->data, r, w->rows, dst + (size_t)(r / PK_ROWS) * gb);
-}
-
-int qpack_inplace(uint32_t type, int rows, int cols, uint8_t *data)
-{
-    if (!qpack_ok(type, rows, cols) || rows % PK_ROWS) return -1;
-    const size_t gb = pk_group_bytes(type, cols), rb = ggml_row_bytes(type, (uint64_t)cols);
-    if (gb != rb * PK_ROWS) return -1;
-    if (tp_shape(type, rows, cols)) {
-        uint8_t *t = malloc(rb * (size_t)rows);
-        if (!t) return -1;
-        tp_transpose(data, rb, rows, cols, t);
-        memcpy(data, t, rb * (size_t)rows);
-        free(t);
-        return 0;
-    }
-    uint8_t *tmp = malloc(gb);
-    if (!tmp) return -1;
-    for (int r = 0; r < rows; r += PK_ROWS) {
-        uint8_t *g = data + (size_t)r * rb;
-        pk_group(type, cols, rb, g, 0, PK_ROWS, tmp);
-        memcpy(g, tmp, gb);
-    }
-    free(tmp);
-    return 0;
 }
 
 void qmat_row(const qmat *w, int r, float *out)

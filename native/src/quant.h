@@ -35,8 +35,6 @@ typedef struct {
 int qpack_ok(uint32_t type, int rows, int cols);
 size_t qpack_bytes(uint32_t type, int rows, int cols);
 void qpack(const qmat *w, uint8_t *dst);
-/* Packs `rows` (a multiple of 8) rows at data in place. 0 ok, -1 unsupported. */
-int qpack_inplace(uint32_t type, int rows, int cols, uint8_t *data);
 
 /* Row r of w dequantized (the values dequant_row gives), from either layout. */
 void qmat_row(const qmat *w, int r, float *out);
