@@ -693,6 +693,31 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
         return;
     }
     const int nb = cols / QK;
+#ifdef __SSE2__
+    if (t == GGML_Q4_1 && r0 + PK_ROWS <= nrows) {
+        /* all 8 rows present: the quants' 8 x 4 dword transpose in registers */
+        for (int b = 0; b < nb; b++) {
+            uint8_t *o = dst + (size_t)b * 160;
+            __m128i q[8];
+            for (int j = 0; j < PK_ROWS; j++) {
+                const uint8_t *s = src[j] + (size_t)b * Q4_1_BYTES;
+                memcpy(o + 2 * j, s, 2);
+                memcpy(o + 16 + 2 * j, s + 2, 2);
+                q[j] = _mm_loadu_si128((const __m128i *)(s + 4));
+            }
+            for (int h = 0; h < 2; h++) {     /* rows 4h..4h+3 -> bytes 16h..16h+15 of each vector */
+                const __m128i *a = q + 4 * h;
+                __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpacklo_epi32(a[2], a[3]);
+                __m128i t2 = _mm_unpackhi_epi32(a[0], a[1]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
+                _mm_storeu_si128((__m128i *)(o + 32 + 16 * h), _mm_unpacklo_epi64(t0, t1));
+                _mm_storeu_si128((__m128i *)(o + 64 + 16 * h), _mm_unpackhi_epi64(t0, t1));
+                _mm_storeu_si128((__m128i *)(o + 96 + 16 * h), _mm_unpacklo_epi64(t2, t3));
+                _mm_storeu_si128((__m128i *)(o + 128 + 16 * h), _mm_unpackhi_epi64(t2, t3));
+            }
+        }
+        return;
+    }
+#endif
     for (int b = 0; b < nb; b++) {
         if (t == GGML_Q4_1) {
             uint8_t *o = dst + (size_t)b * 160;
