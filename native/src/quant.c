@@ -1062,6 +1062,102 @@ FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, _mm256_add_ps(e[g][k], o[g][k]));
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* Two groups (16 rows) in one 512-bit register: the same per-lane operations and order as
+ * pk_q41 / pk_q80 with NG = 2 (bit-identical), half the instructions, and registers for 8
+ * input rows, so a batch of 8 unpacks each weight vector once. */
+#define PK_ZMM 1
+FORCE_INLINE __m512i z_load2(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+FORCE_INLINE __m512 z_half2(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                                   _mm_loadu_si128((const __m128i *)b), 1));
+}
+
+FORCE_INLINE __m512i z_bc4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+FORCE_INLINE void pkz_q41(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
+{
+    const int8_t *xq[8];
+    const float *xd[8], *xs[8];
+    for (int k = 0; k < NX; k++) {
+        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
+        xq[k] = x->q + i * (size_t)x->cols;
+        xd[k] = x->qd + i * nb;
+        xs[k] = x->qs + i * nb;
+    }
+    const __m512i m15 = _mm512_set1_epi8(15);
+    __m512 acc[8];
+    for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *b0 = gp[0] + (size_t)b * 160, *b1 = gp[1] + (size_t)b * 160;
+        __m512i is[8];
+        for (int k = 0; k < NX; k++) is[k] = _mm512_setzero_si512();
+        for (int t = 0; t < 4; t++) {
+            if (t < 3) {
+                _mm_prefetch((const char *)b0 + 64 * t + PK_PFD, PK_HINT);
+                _mm_prefetch((const char *)b1 + 64 * t + PK_PFD, PK_HINT);
+            }
+            const __m512i v = z_load2(b0 + 32 + 32 * t, b1 + 32 + 32 * t);
+            const __m512i lo = _mm512_and_si512(v, m15), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                is[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[k], lo, z_bc4(xk)), hi, z_bc4(xk + 16));
+            }
+        }
+        const __m512 dw = z_half2(b0, b1), mw = z_half2(b0 + 16, b1 + 16);
+        for (int k = 0; k < NX; k++) {
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[k][b]));
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), sc, acc[k]);
+            acc[k] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[k][b]), acc[k]);
+        }
+    }
+    for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
+}
+
+FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
+{
+    const int8_t *xq[8];
+    const float *xd[8];
+    const int32_t *xi[8];
+    for (int k = 0; k < NX; k++) {
+        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
+        xq[k] = x->q + i * (size_t)x->cols;
+        xd[k] = x->qd + i * nb;
+        xi[k] = x->qi + i * nb;
+    }
+    __m512 acc[8];
+    for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *b0 = gp[0] + (size_t)b * 272, *b1 = gp[1] + (size_t)b * 272;
+        __m512i is[8];
+        for (int k = 0; k < NX; k++) is[k] = _mm512_set1_epi32(-128 * xi[k][b]);
+        for (int t = 0; t < 8; t++) {
+            if (t < 5) {
+                _mm_prefetch((const char *)b0 + 64 * t + PK_PFD, PK_HINT);
+                _mm_prefetch((const char *)b1 + 64 * t + PK_PFD, PK_HINT);
+            }
+            const __m512i u = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
+            for (int k = 0; k < NX; k++) is[k] = _mm512_dpbusd_epi32(is[k], u, z_bc4(xq[k] + (size_t)b * QK + 4 * t));
+        }
+        const __m512 dw = z_half2(b0, b1);
+        for (int k = 0; k < NX; k++)
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[k][b])), acc[k]);
+    }
+    for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
+}
+#endif
+
 #else /* portable: the same canonical order with scalar fmaf */
 
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
@@ -1113,8 +1209,12 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
 #endif
 
+#ifdef PK_ZMM
+#define PK_NX 8     /* input rows of a 16-row tile (zmm kernels); a single group takes 4 */
+#else
 #define PK_NX 4
-/* One tile: NG (1, 2) groups x NX (1..4) input rows. */
+#endif
+/* One tile: NG (1, 2) groups x NX (1..PK_NX; at most 4 unless the zmm kernels take it) input rows. */
 static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, float *res)
 {
     const int cols = x->cols, nb = cols / QK;
@@ -1129,6 +1229,22 @@ static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x,
     case 19: KERN(gp, 2, x, i0, 3, LEN, res); break;                                        \
     default: KERN(gp, 2, x, i0, 4, LEN, res); break;                                        \
     }
+#ifdef PK_ZMM
+#define PKZ_CASE(KERN)                                                                      \
+    switch (NX) {                                                                           \
+    case 1: KERN(gp, x, i0, 1, nb, res); break;                                             \
+    case 2: KERN(gp, x, i0, 2, nb, res); break;                                             \
+    case 3: KERN(gp, x, i0, 3, nb, res); break;                                             \
+    case 4: KERN(gp, x, i0, 4, nb, res); break;                                             \
+    case 5: KERN(gp, x, i0, 5, nb, res); break;                                             \
+    case 6: KERN(gp, x, i0, 6, nb, res); break;                                             \
+    case 7: KERN(gp, x, i0, 7, nb, res); break;                                             \
+    default: KERN(gp, x, i0, 8, nb, res); break;                                            \
+    }
+    if (NG == 2 && t == GGML_Q4_1) { PKZ_CASE(pkz_q41) return; }
+    if (NG == 2 && t == GGML_Q8_0) { PKZ_CASE(pkz_q80) return; }
+#undef PKZ_CASE
+#endif
     if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
     else { PK_CASE(pk_f16, cols) }
@@ -1180,7 +1296,10 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
         }
         const int nr = (rows - r < ng * PK_ROWS ? rows - r : ng * PK_ROWS);
         /* F16 with 2 groups keeps 4 accumulators per input row: at most 2 rows a tile */
-        const int nxmax = w->type == GGML_F16 && ng == 2 ? 2 : PK_NX;
+        int nxmax = w->type == GGML_F16 && ng == 2 ? 2 : 4;
+#ifdef PK_ZMM
+        if (ng == 2 && w->type != GGML_F16) nxmax = PK_NX;
+#endif
         for (int i0 = 0; i0 < n; i0 += nxmax) {
             const int nx = n - i0 < nxmax ? n - i0 : nxmax;
             pk_tile(w->type, g1, ng, j->x, i0, nx, a);

@@ -206,6 +206,39 @@ static void test_determinism(uint32_t t, int rows, int cols)
     free(W); free(x); free(big); free(one);
 }
 
+/* A row's outputs do not depend on the tile that computes it: 16-row tiles (two groups; the
+ * 512-bit kernels where built) and 8-row tiles (one group), batches split 4 + 1 or taken at
+ * once. Rows 0-7 and 16-23 of a 24-row matrix against the same rows in an 8-row matrix and
+ * first in a 16-row one. */
+static void test_tile_independence(uint32_t t)
+{
+    const int rows = 24, cols = 256, n = 5;
+    const size_t rb = ggml_row_bytes(t, cols);
+    uint8_t *W = malloc(rb * rows), *S = malloc(rb * 16);
+    float *x = malloc(sizeof(float) * n * cols), *full = malloc(sizeof(float) * n * rows),
+          *sub = malloc(sizeof(float) * n * 16), *one = malloc(sizeof(float) * n * 8);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    memcpy(S, W + 16 * rb, 8 * rb);            /* rows 16-23, then rows 0-7 */
+    memcpy(S + 8 * rb, W, 8 * rb);
+    qmat mf = {t, rows, cols, rb, W, 0}, ms = {t, 16, cols, rb, S, 0}, m1 = {t, 8, cols, rb, W, 0};
+    qact a = {0};
+    qact_prepare(&a, t, x, n, cols);
+    qmat_mul(&mf, &a, full, rows);
+    qmat_mul(&ms, &a, sub, 16);
+    qmat_mul(&m1, &a, one, 8);
+    int same = 1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < 8; j++) {
+            same &= sub[i * 16 + j] == full[i * rows + 16 + j] && sub[i * 16 + 8 + j] == full[i * rows + j];
+            same &= one[i * 8 + j] == full[i * rows + j];
+        }
+    CHECK(same, "%s: a row's output depends on the tile computing it", tname(t));
+    printf("  %-5s 8-row and 16-row tiles give the same bits: %s\n", tname(t), same ? "yes" : "NO");
+    qact_free(&a);
+    free(W); free(S); free(x); free(full); free(sub); free(one);
+}
+
 /* qact_prepare's int8 blocks against the definition: d = max|x| / 127, q = x / d rounded half
  * away from zero, clamped to +-127; qi = sum q; qs = the block's float sum (any order: 1e-6). */
 static void test_act_quant(void)
@@ -345,6 +378,9 @@ int main(void)
     test_type(GGML_F32, 3, 1, 1);
     printf("determinism\n");
     for (int k = 0; k < 5; k++) test_determinism(types[k], 301, 256);
+    test_tile_independence(GGML_Q4_1);
+    test_tile_independence(GGML_Q8_0);
+    test_tile_independence(GGML_F16);
     if (fails) {
         printf("test_quant: %d FAILED\n", fails);
         return 1;
