@@ -183,7 +183,7 @@ def test_it_disk_tier_and_lru(spawn, models):
     # big fixture: 8 MoE layers x 16 experts; one expert = 2 x (64 x 128 Q8_0) + 128 x 64 F16 = 33792 B
     expert_bytes = 2 * (64 * 128 // 32 * 34) + 128 * 64 * 2
     cap = (1 << 20) // expert_bytes
-    e = spawn(model="big", slots=2, EXPERT_RAM_MB=1, PIN_MB=0)
+    e = spawn(model="big", slots=2, EXPERT_RAM_MB=1)
     e.sync()
     rows, cols, emap0 = parse_map(e.latest["EMAP"], "EMAP")
     assert (rows, cols) == (8, 16)
@@ -332,6 +332,18 @@ def test_it_pins_the_hottest_experts_and_reports_repin(spawn, tmp_path):
         _, layer, eid, old_tier, gpu = line.split()
         assert 0 <= int(layer) < 8 and 0 <= int(eid) < 16 and int(old_tier) in (0, 1, 2)
     assert r.stat()["emitted"] >= 1
+    assert e.close() == 0
+
+
+def test_it_pins_the_whole_budget_by_default(spawn, tmp_path):
+    # no PIN_MB: the RAM budget is all pinned to the hottest experts (an LRU smaller than a
+    # token's working set never hits), so the first turn end re-pins and the budget stays full
+    expert_bytes = 2 * (64 * 128 // 32 * 34) + 128 * 64 * 2
+    e = spawn(model="big", slots=1, USAGE_SAVE=0, COLI_USAGE=tmp_path / "usage.txt", EXPERT_RAM_MB=1)
+    r = e.generate(chatml("Warm up the router with a few words."), max_tokens=12)
+    assert any(line.startswith("REPIN ") for line in r.block), "no REPIN although the budget is pinned"
+    vr, ram, disk, _, _ = parse_tiers(r.block_line("TIERS"))
+    assert ram == (1 << 20) // expert_bytes and disk == 8 * 16 - ram, r.block_line("TIERS")
     assert e.close() == 0
 
 
