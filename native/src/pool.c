@@ -1,10 +1,15 @@
 /* pool.c — persistent worker threads with dynamic chunk claiming (see pool.h).
  *
  * Job publication: the job fields are written to slot gen & 1, then `ticket` is set to
- * gen << 32 (the next chunk index in the low 32 bits). A thread claims a chunk with
- * a CAS that also checks the generation, so a late worker can never take a chunk of a
- * newer job with the old job's function. `done` counts finished chunks of the current
- * job; the caller waits for done == n_chunks. */
+ * gen << 32. The chunks are split into one contiguous range per thread; a thread claims the
+ * chunks of its own range in order, then steals from the others' ranges. So each thread
+ * walks its part of a matrix front to back (its software prefetch, which runs ahead of the
+ * chunk it computes, fetches what it will compute next rather than a chunk the other thread
+ * takes), and a descheduled thread's remaining chunks are still taken by the others. Each
+ * range's counter holds gen << 32 | next index and is claimed with a CAS that also checks
+ * the generation, so a late worker can never take a chunk of a newer job with the old job's
+ * function. `done` counts finished chunks of the current job; the caller waits for
+ * done == n_chunks. */
 #include "pool.h"
 
 #include <omp.h>
@@ -32,6 +37,7 @@
 static _Atomic int spin_idle = SPIN_QUIET;
 static int spin_fixed = -1;
 #define SPIN_WAIT 2000      /* pause iterations the caller spins before yielding */
+#define MAX_THREADS 256
 /* Involuntary switches per second of the caller above which the cores count as oversubscribed.
  * Measured on a 2-vCPU VM (bench_fwd, 8 slots): 20-70/s with nothing else running (there,
  * the former threshold of 20 often stopped the spin and cost 5-20 % of a step in wake-ups),
@@ -47,6 +53,10 @@ static struct {
         _Atomic(pool_fn) fn;
         _Atomic(void *) ctx;
         _Atomic int n;
+        struct {                        /* thread t's range: next (gen << 32 | index) .. end */
+            _Alignas(64) _Atomic uint64_t next;
+            _Atomic int end;
+        } range[MAX_THREADS];
     } job[2];
     _Alignas(64) _Atomic int sleepers;
     _Atomic int busy;                   /* a job is running (nested calls run inline) */
@@ -55,21 +65,34 @@ static struct {
     uint32_t gen;
 } P = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-/* Claim and run chunks of job generation g; returns when none are left. */
-static void run_chunks(uint32_t g) {
-    /* Slot g & 1 is rewritten only for generation g + 2, published after the ticket moved
-     * to g + 1; so when a CAS on (g, c) succeeds, the fields read before it were job g's
-     * (all accesses are sequentially consistent). */
+/* Claims the next chunk of range u of job g: its index, or -1 when the range is used up
+ * (or the job is no longer g). */
+static int claim(uint32_t g, int u) {
+    _Atomic uint64_t *next = &P.job[g & 1].range[u].next;
+    const int end = atomic_load(&P.job[g & 1].range[u].end);
+    uint64_t t = atomic_load(next);
+    for (;;) {
+        if ((uint32_t)(t >> 32) != g || (int)(uint32_t)t >= end) return -1;
+        if (atomic_compare_exchange_weak(next, &t, t + 1)) return (int)(uint32_t)t;
+    }
+}
+
+/* Run chunks of job generation g, own range first (self = the caller's range), then the
+ * others'; returns when none are left. */
+static void run_chunks(uint32_t g, int self) {
+    /* Slot g & 1 is rewritten only for generation g + 2, published after job g + 1 began;
+     * so when a CAS on (g, c) succeeds, the fields read before it were job g's (all
+     * accesses are sequentially consistent). */
     pool_fn fn = atomic_load(&P.job[g & 1].fn);
     void *ctx = atomic_load(&P.job[g & 1].ctx);
-    int n = atomic_load(&P.job[g & 1].n);
-    uint64_t t = atomic_load(&P.ticket);
-    for (;;) {
-        if ((uint32_t)(t >> 32) != g || (int)(uint32_t)t >= n) return;
-        if (!atomic_compare_exchange_weak(&P.ticket, &t, t + 1)) continue;
-        fn(ctx, (int)(uint32_t)t);
-        atomic_fetch_add(&P.done, 1);
-        t = atomic_load(&P.ticket);
+    const int nr = P.nthr;
+    for (int k = 0; k < nr; k++) {
+        const int u = (self + k) % nr;
+        for (int c; (c = claim(g, u)) >= 0;) {
+            fn(ctx, c);
+            atomic_fetch_add(&P.done, 1);
+        }
+        if ((uint32_t)(atomic_load(&P.ticket) >> 32) != g) return;
     }
 }
 
@@ -112,7 +135,7 @@ static void *worker(void *arg) {
             spins = 0;
         }
         seen = (uint32_t)(t >> 32);
-        run_chunks(seen);
+        run_chunks(seen, tid);
     }
     return NULL;
 }
@@ -120,7 +143,7 @@ static void *worker(void *arg) {
 static void pool_init(void) {
     int n = omp_get_max_threads();
     if (n < 1) n = 1;
-    if (n > 256) n = 256;
+    if (n > MAX_THREADS) n = MAX_THREADS;
     P.nthr = 1;
     const char *sp = getenv("POOL_SPIN");
     if (sp && *sp) spin_fixed = atoi(sp);
@@ -179,6 +202,12 @@ void pool_run(pool_fn fn, void *ctx, int n_chunks) {
     atomic_store(&P.job[g & 1].fn, fn);
     atomic_store(&P.job[g & 1].ctx, ctx);
     atomic_store(&P.job[g & 1].n, n_chunks);
+    for (int u = 0; u < P.nthr; u++) {      /* contiguous ranges, one per thread */
+        /* next before end: claim() reads end before next, so a late worker of generation
+         * g - 2 that still sees its own generation in next also sees that job's end */
+        atomic_store(&P.job[g & 1].range[u].next, (uint64_t)g << 32 | (uint32_t)((long)n_chunks * u / P.nthr));
+        atomic_store(&P.job[g & 1].range[u].end, (int)((long)n_chunks * (u + 1) / P.nthr));
+    }
     atomic_store(&P.done, 0);
     atomic_store(&P.ticket, (uint64_t)g << 32);
     if (atomic_load(&P.sleepers) > 0) {
@@ -186,7 +215,7 @@ void pool_run(pool_fn fn, void *ctx, int n_chunks) {
         pthread_cond_broadcast(&P.cv);
         pthread_mutex_unlock(&P.mu);
     }
-    run_chunks(g);
+    run_chunks(g, 0);
     int spins = 0;
     while (atomic_load_explicit(&P.done, memory_order_acquire) < n_chunks) {
         if (++spins < SPIN_WAIT) CPU_RELAX();
