@@ -519,9 +519,10 @@ out:
     }
     free(name);
     m->chat_template = gguf_get_string(g, "tokenizer.chat_template");
-    int64_t fp[16] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->vocab,
+    /* what K/V rows depend on: the shapes, the effective top-k, the file, EXACT's arithmetic */
+    int64_t fp[17] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->vocab,
                       c->n_experts, c->top_k, c->d_expert, c->d_shexp, c->gating, c->n_moe_rows, rd,
-                      (int64_t)g->size, (int64_t)g->n_tensors};
+                      (int64_t)g->size, (int64_t)g->n_tensors, m->exact};
     m->fingerprint = fnv1a64(1469598103934665603ull, fp, sizeof fp);
     P->rope_dim = (int)rd;
     P->inv_freq = malloc(sizeof(double) * (size_t)(rd / 2));

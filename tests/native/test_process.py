@@ -322,6 +322,26 @@ def test_it_keeps_conversations_warm_across_restart_with_kvsave(spawn, tmp_path)
     assert e2.close() == 0
 
 
+def test_it_does_not_reuse_a_slot_file_saved_in_another_arithmetic(spawn, tmp_path):
+    # K/V rows computed under EXACT=1 differ from the default path's: a slot file records
+    # the mode (in the model fingerprint) and loads only into an engine running the same one
+    kv_dir = tmp_path / "kv"
+    kv_dir.mkdir()
+    first = chatml("Keep this conversation warm.")
+    e1 = spawn(slots=2, KVSAVE=1, KV_DIR=kv_dir, EXACT=1)
+    r1 = e1.generate(first, slot=1, max_tokens=8)
+    assert e1.close() == 0
+    follow = first + r1.text.decode("utf-8") + "<|im_end|>\n<|im_start|>user\nAnd now?<|im_end|>\n"
+    e2 = spawn(slots=2, KVSAVE=1, KV_DIR=kv_dir)
+    r2 = e2.generate(follow, slot=1, max_tokens=4)
+    assert r2.reused == 0, f"a slot saved under EXACT=1 was reused ({r2.reused} tokens) by a default engine"
+    assert e2.close() == 0
+    e3 = spawn(slots=2, KVSAVE=1, KV_DIR=kv_dir, EXACT=1)
+    r3 = e3.generate(follow, slot=1, max_tokens=4)
+    assert r3.reused == 0, "the default engine's save of slot 1 should have replaced the EXACT one"
+    assert e3.close() == 0
+
+
 def test_it_pins_the_hottest_experts_and_reports_repin(spawn, tmp_path):
     usage = tmp_path / "usage.txt"
     e = spawn(model="big", slots=1, USAGE_SAVE=1, COLI_USAGE=usage, EXPERT_RAM_MB=1, PIN_MB=1)
