@@ -11,6 +11,7 @@ characters 400,000-440,000 (sorted keys joined by blank lines) and KJV verses 30
 native/tests/fwd_dump (the engine's model_forward over all positions in one prefill; the
 mux protocol has no per-prompt-token log-probs), perplexity = exp(mean NLL of tokens 1..511).
 Expect roughly +35-45 % for the MoE (the doc measured 19.55 -> 26.7 and 34.27 -> 49.6).
+Also with EXACT=1 (float activations): the conversion's own cost, without int8 rounding.
 """
 from __future__ import annotations
 
@@ -60,12 +61,14 @@ def main():
     rows = [("dense (source)", a.dense, None), ("MoE top-8 (default)", a.moe, None)]
     if a.topk:
         rows.append((f"MoE TOPK={a.topk}", a.moe, {"TOPK": str(a.topk)}))
+    # float activations (EXACT=1): what the MoE conversion costs without the int8 rounding
+    exact = [("dense, EXACT=1", a.dense, {"EXACT": "1"}), ("MoE top-8, EXACT=1", a.moe, {"EXACT": "1"})]
     sets = texts()
     res = {}
     for name, text in sets.items():
         ids = tokenize(engine, a.dense, text)[:N]
         assert len(ids) == N, (name, len(ids))
-        for label, model, env in rows:
+        for label, model, env in rows + exact:
             res[label, name] = perplexity(fwd, model, ids, env)
     print("| model | " + " | ".join(f"{s} ppl" for s in sets) + " |")
     print("|---|" + "---|" * len(sets))
@@ -75,6 +78,12 @@ def main():
         for s in sets:
             v = res[label, s]
             cells.append(f"{v:.2f}" if label == base else f"{v:.2f} ({100 * (v / res[base, s] - 1):+.1f} %)")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    for label, _, _ in exact:
+        cells = []
+        for s in sets:
+            v, ref = res[label, s], res[exact[0][0], s]
+            cells.append(f"{v:.2f}" if label == exact[0][0] else f"{v:.2f} ({100 * (v / ref - 1):+.1f} % vs dense EXACT)")
         print(f"| {label} | " + " | ".join(cells) + " |")
     print(f"\n{N} tokens per set; logits from the engine's forward (native/tests/fwd_dump).")
     return 0

@@ -1,7 +1,8 @@
 /* fwd_dump.c — forward driver for numpy comparisons (not a unit test).
  *   fwd_dump MODEL.gguf OUT.f32 ID...   prefill the ids in one batch on slot 0 and write
  *   the float32 logits of every position (n_ids x vocab, row-major) to OUT.f32.
- *   Set FWD_DUMP_SERIAL=1 to forward one token at a time instead.
+ *   Set FWD_DUMP_SERIAL=1 to forward one token at a time instead; EXACT=1 and KV_TYPE as
+ *   colibri-engine.
  * Build: make -C native build/fwd_dump */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ int main(int argc, char **argv) {
     expert_opts o;
     memset(&o, 0, sizeof o);
     o.ram_budget = SIZE_MAX;
+    o.exact = getenv("EXACT") && !strcmp(getenv("EXACT"), "1");
     if (model_load(&m, argv[1], &o, err, sizeof err) != 0) {
         fprintf(stderr, "fwd_dump: %s\n", err);
         return 1;
