@@ -883,6 +883,20 @@ FORCE_INLINE __m256i pk_dot4(__m256i acc, __m256i a, __m256i b)
 #endif
 }
 
+/* Pointers to the int8 blocks, block scales, block sums (xs) and integer block sums (xi) of
+ * input rows i0 .. i0 + NX - 1 (through x->idx when set); xs / xi may be NULL. */
+FORCE_INLINE void act_rows(const qact *x, int i0, const int NX, int nb, const int8_t **xq, const float **xd,
+                           const float **xs, const int32_t **xi)
+{
+    for (int k = 0; k < NX; k++) {
+        const size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
+        xq[k] = x->q + i * (size_t)x->cols;
+        xd[k] = x->qd + i * nb;
+        if (xs) xs[k] = x->qs + i * nb;
+        if (xi) xi[k] = x->qi + i * nb;
+    }
+}
+
 FORCE_INLINE __m256i bc4(const int8_t *p)
 {
     int32_t v;
@@ -908,12 +922,7 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
 {
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
-    for (int k = 0; k < NX; k++) {
-        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
-        xq[k] = x->q + i * (size_t)x->cols;
-        xd[k] = x->qd + i * nb;
-        xs[k] = x->qs + i * nb;
-    }
+    act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
     const __m256i m15 = _mm256_set1_epi8(15);
     __m256 acc[2][4];
     for (int g = 0; g < NG; g++)
@@ -970,12 +979,7 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
     const int8_t *xq[4];
     const float *xd[4];
     const int32_t *xi[4];
-    for (int k = 0; k < NX; k++) {
-        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
-        xq[k] = x->q + i * (size_t)x->cols;
-        xd[k] = x->qd + i * nb;
-        xi[k] = x->qi + i * nb;
-    }
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
     __m256 acc[2][4];
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
@@ -1090,12 +1094,7 @@ FORCE_INLINE void pkz_q41(const uint8_t *const *gp, const qact *x, int i0, const
 {
     const int8_t *xq[8];
     const float *xd[8], *xs[8];
-    for (int k = 0; k < NX; k++) {
-        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
-        xq[k] = x->q + i * (size_t)x->cols;
-        xd[k] = x->qd + i * nb;
-        xs[k] = x->qs + i * nb;
-    }
+    act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
     const __m512i m15 = _mm512_set1_epi8(15);
     __m512 acc[8];
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
@@ -1130,12 +1129,7 @@ FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const
     const int8_t *xq[8];
     const float *xd[8];
     const int32_t *xi[8];
-    for (int k = 0; k < NX; k++) {
-        size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
-        xq[k] = x->q + i * (size_t)x->cols;
-        xd[k] = x->qd + i * nb;
-        xi[k] = x->qi + i * nb;
-    }
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
     __m512 acc[8];
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
