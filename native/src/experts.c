@@ -126,26 +126,29 @@ static int packs(const es_row *R, int k) {
 static _Thread_local uint8_t *rd_buf;
 static _Thread_local size_t rd_cap;
 
-static int read_expert(const expert_store *s, int r, int e, uint8_t *dst) {
+/* Reads slice k (0 gate, 1 up, 2 down) of expert e of row r into its place in dst. */
+static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) {
     const es_row *R = &s->row[r];
     size_t at = 0;
-    for (int k = 0; k < 3; k++) {
-        const uint64_t off = R->off[k] + (uint64_t)e * R->slice[k];
-        if (s->o.exact || !packs(R, k) || qpack_bytes(R->type[k], R->rows[k], R->cols[k]) != R->slice[k]) {
-            if (read_at(s, dst + at, R->slice[k], off) != 0) return -1;
-        } else {
-            if (R->slice[k] > rd_cap) {
-                free(rd_buf);
-                rd_buf = malloc(R->slice[k]);
-                rd_cap = rd_buf ? R->slice[k] : 0;
-                if (!rd_buf) return -1;
-            }
-            if (read_at(s, rd_buf, R->slice[k], off) != 0) return -1;
-            qmat m = {R->type[k], R->rows[k], R->cols[k], R->row_bytes[k], rd_buf, 0};
-            qpack(&m, dst + at);
-        }
-        at += R->slice[k];
+    for (int j = 0; j < k; j++) at += R->slice[j];
+    const uint64_t off = R->off[k] + (uint64_t)e * R->slice[k];
+    if (s->o.exact || !packs(R, k) || qpack_bytes(R->type[k], R->rows[k], R->cols[k]) != R->slice[k])
+        return read_at(s, dst + at, R->slice[k], off);
+    if (R->slice[k] > rd_cap) {
+        free(rd_buf);
+        rd_buf = malloc(R->slice[k]);
+        rd_cap = rd_buf ? R->slice[k] : 0;
+        if (!rd_buf) return -1;
     }
+    if (read_at(s, rd_buf, R->slice[k], off) != 0) return -1;
+    qmat m = {R->type[k], R->rows[k], R->cols[k], R->row_bytes[k], rd_buf, 0};
+    qpack(&m, dst + at);
+    return 0;
+}
+
+static int read_expert(const expert_store *s, int r, int e, uint8_t *dst) {
+    for (int k = 0; k < 3; k++)
+        if (read_slice(s, r, e, k, dst) != 0) return -1;
     return 0;
 }
 
@@ -491,9 +494,11 @@ typedef struct {
     int *ok;
 } read_job;
 
-static void read_task(void *vctx, int k) {
+/* Task t: slice t % 3 of the (t / 3)-th expert (per slice, so a layer's few reads spread
+ * evenly over the threads). ok[t] per slice. */
+static void read_task(void *vctx, int t) {
     const read_job *J = vctx;
-    J->ok[k] = read_expert(J->s, J->r, J->e[k], J->dst[k]) == 0;
+    J->ok[t] = read_slice(J->s, J->r, J->e[t / 3], t % 3, J->dst[t / 3]) == 0;
 }
 
 int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *outs, double *t_read_s) {
@@ -537,9 +542,10 @@ int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *ou
         dst[np++] = b;
     }
     if (np > 0) {
-        read_job J = {s, r, pe, dst, ok};
-        if (np > 1) pool_run(read_task, &J, np);
-        else read_task(&J, 0);
+        int sok[3 * np];
+        read_job J = {s, r, pe, dst, sok};
+        pool_run(read_task, &J, 3 * np);
+        for (int k = 0; k < np; k++) ok[k] = sok[3 * k] && sok[3 * k + 1] && sok[3 * k + 2];
     }
     for (int k = 0; k < np; k++) {
         es_ent *x = &s->ent[r * s->cols + pe[k]];
