@@ -14,25 +14,7 @@
 #define TEST_SEED 0x2545f4914f6cdd1dull
 #include "check.h"
 
-static void put16(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
-
-static void make_row(uint32_t t, uint8_t *p, int cols)
-{
-    if (t == GGML_F32) {
-        for (int j = 0; j < cols; j++) { float f = frand(); memcpy(p + 4 * j, &f, 4); }
-        return;
-    }
-    if (t == GGML_F16) {
-        for (int j = 0; j < cols; j++) put16(p + 2 * j, frand());
-        return;
-    }
-    size_t bb = ggml_row_bytes(t, 32);
-    for (size_t k = 0; k < ggml_row_bytes(t, cols); k++) p[k] = (uint8_t)rnd32();
-    for (int b = 0; b < cols / 32; b++) {
-        put16(p + b * bb, 0.002f + 0.02f * fabsf(frand()));
-        if (t == GGML_Q4_1) put16(p + b * bb + 2, 0.1f * frand());
-    }
-}
+#include "rows.h"
 
 /* The documented order, portable: lane l = fmaf chain over k % 8 == l, then the fixed tree. */
 static float dot_spec(const float *w, const float *x, int n)

@@ -15,6 +15,7 @@ uint16_t quant_sw_f32_to_fp16(float f);
 
 #define TEST_SEED 0x9e3779b97f4a7c15ull
 #include "check.h"
+#include "rows.h"
 
 static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -63,38 +64,7 @@ static void test_fp16(void)
 
 /* ---- building weights in each format, and decoding them independently in double ---- */
 
-static void put16(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
 static double get16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return fp16_to_f32(h); }
-
-/* Random row in the given format (random codes and scales, not a quantizer). */
-static void make_row(uint32_t t, uint8_t *p, int cols)
-{
-    if (t == GGML_F32) {
-        for (int j = 0; j < cols; j++) { float f = frand(); memcpy(p + 4 * j, &f, 4); }
-        return;
-    }
-    if (t == GGML_F16) {
-        for (int j = 0; j < cols; j++) put16(p + 2 * j, frand());
-        return;
-    }
-    for (int b = 0; b < cols / 32; b++) {
-        if (t == GGML_Q8_0) {
-            put16(p, 0.001f + fabsf(frand()) * 0.02f);
-            for (int j = 0; j < 32; j++) p[2 + j] = (uint8_t)(int8_t)(rnd32() % 255 - 127);
-            if (b == 0) p[2] = (uint8_t)(int8_t)-128;   /* extreme code */
-            p += 34;
-        } else if (t == GGML_Q4_0) {
-            put16(p, frand() * 0.1f);
-            for (int j = 0; j < 16; j++) p[2 + j] = (uint8_t)rnd32();
-            p += 18;
-        } else {
-            put16(p, fabsf(frand()) * 0.1f);
-            put16(p + 2, frand() * 0.5f);
-            for (int j = 0; j < 16; j++) p[4 + j] = (uint8_t)rnd32();
-            p += 20;
-        }
-    }
-}
 
 static void ref_decode(uint32_t t, const uint8_t *p, double *out, int cols)
 {

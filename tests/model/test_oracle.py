@@ -65,6 +65,17 @@ def _prompt_ids(ref_tok, prompts):
     return [ref_tok.encode(p.encode("utf-8")) for p in prompts]
 
 
+def _against(model, all_ids, gens, report=None):
+    """Per prompt: (prompt, its ids, the engine's run, forced() of that run against model),
+    after checking the engine read the same prompt; each forced line also goes to report."""
+    for p, ids, g in zip(PROMPTS, all_ids, gens):
+        assert g.prompt_tokens == len(ids)
+        f = forced(model, ids, g)
+        if report is not None:
+            report.append(f"{p[:30]!r}: {f}")
+        yield p, ids, g, f
+
+
 # ---------------------------------------------------------------- (a) tiny fixtures
 @pytest.fixture(scope="module")
 def tiny_variants(tiny_model, tmp_path_factory):
@@ -83,9 +94,7 @@ def test_tiny_f32_identical_to_reference(variant, tiny_variants, engine_binary):
     ref_tok = Reference(str(path))
     gens = engine_greedy(engine_binary, path, PROMPTS, STEPS)
     model = Model(str(path), kv_f16=True)           # the engine's default KV_TYPE=f16
-    for p, ids, g in zip(PROMPTS, _prompt_ids(ref_tok, PROMPTS), gens):
-        assert g.prompt_tokens == len(ids)
-        f = forced(model, ids, g)
+    for p, ids, g, f in _against(model, _prompt_ids(ref_tok, PROMPTS), gens):
         ref_ids, _ = model.greedy(ids, STEPS, eos=EOS)
         assert g.ids == [t for t in ref_ids if t != EOS], f"{variant} {p!r}: {f}"
         assert f.max_step_err < 1e-3, f"{variant} {p!r}: {f}"
@@ -100,9 +109,7 @@ def test_tiny_q8_matches_int8_activation_reference(variant, tiny_variants, engin
     gens = engine_greedy(engine_binary, path, PROMPTS, STEPS, KV_TYPE="f32")
     model = QuantActModel(str(path))
     near_ties = 0
-    for p, ids, g in zip(PROMPTS, _prompt_ids(ref_tok, PROMPTS), gens):
-        assert g.prompt_tokens == len(ids)
-        f = forced(model, ids, g)
+    for p, ids, g, f in _against(model, _prompt_ids(ref_tok, PROMPTS), gens):
         assert f.first_step_err < 0.25 and f.max_step_err < 0.5, f"{variant} {p!r}: {f}"
         if f.agree < f.steps:
             assert f.worst_gap < 0.05, f"{variant} {p!r}: not a near-tie: {f}"
@@ -143,11 +150,8 @@ def test_moe_all_experts_matches_dense_reference(slices, moe_all_exact_run):
     ref_tok = Reference(str(slices["dense"]))
     model = Model(str(slices["dense"]))
     report = []
-    for p, ids, g in zip(PROMPTS, _prompt_ids(ref_tok, PROMPTS), moe_all_exact_run):
-        assert g.prompt_tokens == len(ids)
+    for _, _, g, f in _against(model, _prompt_ids(ref_tok, PROMPTS), moe_all_exact_run, report):
         assert len(g.ids) == STEPS
-        f = forced(model, ids, g)
-        report.append(f"{p[:30]!r}: {f}")
         assert f.agree >= 60 and f.worst_gap < 0.25, "\n".join(report)
         assert f.first_step_err < 0.25 and f.max_step_err < 0.5, "\n".join(report)
     print("\n".join(report))
@@ -209,10 +213,7 @@ def test_exact_engine_reproduces_reference(kv, default_model, engine_binary, ful
     gens = engine_greedy(engine_binary, default_model, PROMPTS, STEPS, EXACT="1", TOPK="16", KV_TYPE=kv)
     t1 = time.monotonic()
     report = []
-    for p, ids, g in zip(PROMPTS, full_ids, gens):
-        assert g.prompt_tokens == len(ids)
-        f = forced(full_ref, ids, g)
-        report.append(f"{p[:30]!r}: {f}")
+    for _, _, g, f in _against(full_ref, full_ids, gens, report):
         msg = "\n".join(report)
         assert f.agree == f.steps or f.worst_gap <= gap, msg
         assert len(g.ids) == STEPS or f.after == EOS, msg       # an EOS end: the reference's too
@@ -231,10 +232,7 @@ def test_int8_engine_near_reference(default_model, engine_binary, full_ref, full
     full_ref.kv_f16 = False
     gens = engine_greedy(engine_binary, default_model, PROMPTS, STEPS, TOPK="16", KV_TYPE="f32")
     report = []
-    for p, ids, g in zip(PROMPTS, full_ids, gens):
-        assert g.prompt_tokens == len(ids)
-        f = forced(full_ref, ids, g)
-        report.append(f"{p[:30]!r}: {f}")
+    for _, _, g, f in _against(full_ref, full_ids, gens, report):
         msg = "\n".join(report)
         assert f.agree >= 0.6 * f.steps and f.worst_gap < 1.5, msg
         assert f.max_step_err < 3.0, msg

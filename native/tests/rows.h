@@ -1,0 +1,40 @@
+/* rows.h — random weight rows in each format for the kernel tests (random codes and scales,
+ * not a quantizer; a Q8_0 row's first code is the extreme -128). Include after check.h with
+ * TEST_SEED defined, and after quant.h / gguf.h. */
+#ifndef COLI_TEST_ROWS_H
+#define COLI_TEST_ROWS_H
+#include <math.h>
+#include <string.h>
+
+static void put16(uint8_t *p, float f) { uint16_t h = f32_to_fp16(f); memcpy(p, &h, 2); }
+
+/* Random row in the given format (random codes and scales, not a quantizer). */
+static void make_row(uint32_t t, uint8_t *p, int cols)
+{
+    if (t == GGML_F32) {
+        for (int j = 0; j < cols; j++) { float f = frand(); memcpy(p + 4 * j, &f, 4); }
+        return;
+    }
+    if (t == GGML_F16) {
+        for (int j = 0; j < cols; j++) put16(p + 2 * j, frand());
+        return;
+    }
+    for (int b = 0; b < cols / 32; b++) {
+        if (t == GGML_Q8_0) {
+            put16(p, 0.001f + fabsf(frand()) * 0.02f);
+            for (int j = 0; j < 32; j++) p[2 + j] = (uint8_t)(int8_t)(rnd32() % 255 - 127);
+            if (b == 0) p[2] = (uint8_t)(int8_t)-128;   /* extreme code */
+            p += 34;
+        } else if (t == GGML_Q4_0) {
+            put16(p, frand() * 0.1f);
+            for (int j = 0; j < 16; j++) p[2 + j] = (uint8_t)rnd32();
+            p += 18;
+        } else {
+            put16(p, fabsf(frand()) * 0.1f);
+            put16(p + 2, frand() * 0.5f);
+            for (int j = 0; j < 16; j++) p[4 + j] = (uint8_t)rnd32();
+            p += 20;
+        }
+    }
+}
+#endif
