@@ -186,6 +186,12 @@ static int make_room(expert_store *s, size_t need) {
     return s->ram_used + need <= s->o.ram_budget ? 0 : -1;
 }
 
+/* A scratch buffer for an expert read that does not stay resident: a pooled one (the most
+ * recently returned, likely still in cache), else a new one of the largest expert's size. */
+static uint8_t *scratch_take(expert_store *s) {
+    return s->pool_n > 0 ? s->pool[--s->pool_n] : malloc(s->max_bytes ? s->max_bytes : 1);
+}
+
 /* Read expert i into a new resident buffer (budget already checked). */
 static int load_resident(expert_store *s, int i) {
     int r = i / s->cols, e = i % s->cols;
@@ -470,7 +476,7 @@ int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s) {
         }
     }
     if (rc != 0) {
-        uint8_t *b = s->pool_n > 0 ? s->pool[--s->pool_n] : malloc(s->max_bytes ? s->max_bytes : 1);
+        uint8_t *b = scratch_take(s);
         if (b && read_expert(s, r, e, b) == 0) {
             x->tmp = b;
             fill_w(s, r, b, out);
@@ -528,7 +534,7 @@ int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *ou
             s->ram_used += bytes;
             s->n_resident++;
         } else {
-            b = s->pool_n > 0 ? s->pool[--s->pool_n] : malloc(s->max_bytes ? s->max_bytes : 1);
+            b = scratch_take(s);
         }
         if (!b) {
             rc = -1;

@@ -48,6 +48,11 @@ int kv_set_f16(kv_cache *c, int on) {
     return 0;
 }
 
+int kv_type_f16(const char *setting) {
+    if (!setting || !*setting || !strcmp(setting, "f16")) return 1;
+    return !strcmp(setting, "f32") ? 0 : -1;
+}
+
 void kv_store(kv_cache *c, int s, int layer, int pos, const float *k, const float *v) {
     const int n = c->kv_dim;
     if (!c->f16) {

@@ -26,6 +26,8 @@ typedef struct {
 int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim);
 /* 0 ok, -1 when a slot already holds rows. */
 int kv_set_f16(kv_cache *c, int on);
+/* The KV_TYPE setting: 1 fp16 rows (unset, empty or "f16"), 0 float32 ("f32"), -1 anything else. */
+int kv_type_f16(const char *setting);
 void kv_free(kv_cache *c);
 /* Make room for n_pos positions in slot s (n_pos <= ctx). 0 ok, -1 OOM. */
 int kv_reserve(kv_cache *c, int s, int n_pos);

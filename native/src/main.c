@@ -348,12 +348,11 @@ int main(int argc, char **argv) {
      * a budget below that working set never hits in an LRU (0 % measured at a quarter of the
      * experts) while the hottest quarter pinned serves a third of the selections. */
     long pin_mb = int_setting(NULL, "PIN_MB", -1, 0, LONG_MAX / (1L << 20), "PIN_MB");
-    const char *kvt = getenv("KV_TYPE");
-    if (kvt && *kvt && strcmp(kvt, "f16") != 0 && strcmp(kvt, "f32") != 0) {
-        fprintf(stderr, "colibri-engine: KV_TYPE must be f16 or f32 (got '%s')\n", kvt);
+    const int kv_f16 = kv_type_f16(getenv("KV_TYPE"));
+    if (kv_f16 < 0) {
+        fprintf(stderr, "colibri-engine: KV_TYPE must be f16 or f32 (got '%s')\n", getenv("KV_TYPE"));
         return 2;
     }
-    int kv_f16 = !(kvt && !strcmp(kvt, "f32"));
     if (threads_arg) omp_set_num_threads((int)int_setting(threads_arg, NULL, 1, 1, 4096, "--threads"));
 
     if (serve && !serve_batch && !prompt && !tokenize_file && !detok) {

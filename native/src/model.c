@@ -685,7 +685,7 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     }
     m->perf.t_dense += mnow() - t0;
 
-    /* acquire every selected expert (disk reads happen here, serially) */
+    /* acquire every selected expert (misses are read and packed here, in parallel on the pool) */
     int nsel = 0;
     for (int e = 0; e < E; e++)
         if (eoff[e + 1] > eoff[e]) elist[2 * n * K + nsel++] = e;

@@ -47,12 +47,11 @@ static int spin_fixed = -1;
 static struct {
     pthread_once_t once;
     int nthr;                           /* threads incl. the caller */
-    _Alignas(64) _Atomic uint64_t ticket;   /* gen << 32 | next chunk */
+    _Alignas(64) _Atomic uint64_t ticket;   /* gen << 32: the current job's generation */
     _Alignas(64) _Atomic int done;          /* own cache line: claims and completions don't contend */
     struct {                            /* job of generation g in slot g & 1 */
         _Atomic(pool_fn) fn;
         _Atomic(void *) ctx;
-        _Atomic int n;
         struct {                        /* thread t's range: next (gen << 32 | index) .. end */
             _Alignas(64) _Atomic uint64_t next;
             _Atomic int end;
@@ -201,7 +200,6 @@ void pool_run(pool_fn fn, void *ctx, int n_chunks) {
     if (g == 0) g = ++P.gen;                    /* workers start with seen = 0 */
     atomic_store(&P.job[g & 1].fn, fn);
     atomic_store(&P.job[g & 1].ctx, ctx);
-    atomic_store(&P.job[g & 1].n, n_chunks);
     for (int u = 0; u < P.nthr; u++) {      /* contiguous ranges, one per thread */
         /* next before end: claim() reads end before next, so a late worker of generation
          * g - 2 that still sees its own generation in next also sees that job's end */

@@ -1390,6 +1390,13 @@ static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, int
 #endif
 }
 
+/* tp_tile for nx (1 or 2) input rows, each NX a compile-time constant. */
+static void tp_tiles(const uint8_t *wt, int cols, const float *const *xs, int nx, float *out, size_t ost)
+{
+    if (nx == 2) tp_tile(wt, cols, xs, 2, out, ost);
+    else tp_tile(wt, cols, xs, 1, out, ost);
+}
+
 /* Rows [r0, r1) (multiples of TP_ROWS) of a job whose matrix has tp_shape. Unpacked matrices
  * are transposed chunk by chunk into a per-thread buffer: the same products either way. */
 static int mm_rows_tp(const mm_job *j, int r0, int r1)
@@ -1421,18 +1428,11 @@ static int mm_rows_tp(const mm_job *j, int r0, int r1)
                 xs[k] = j->x->f + (size_t)(j->x->idx ? j->x->idx[i] : i) * cols;
             }
             if (!j->w2) {
-                float *o = j->out + (size_t)i0 * st + r0 + r;
-                if (nx == 2) tp_tile(wt[0] + off, cols, xs, 2, o, st);
-                else tp_tile(wt[0] + off, cols, xs, 1, o, st);
+                tp_tiles(wt[0] + off, cols, xs, nx, j->out + (size_t)i0 * st + r0 + r, st);
                 continue;
             }
-            if (nx == 2) {
-                tp_tile(wt[0] + off, cols, xs, 2, a, TP_ROWS);
-                tp_tile(wt[1] + off, cols, xs, 2, b, TP_ROWS);
-            } else {
-                tp_tile(wt[0] + off, cols, xs, 1, a, TP_ROWS);
-                tp_tile(wt[1] + off, cols, xs, 1, b, TP_ROWS);
-            }
+            tp_tiles(wt[0] + off, cols, xs, nx, a, TP_ROWS);
+            tp_tiles(wt[1] + off, cols, xs, nx, b, TP_ROWS);
             for (int k = 0; k < nx; k++)
                 for (int q = 0; q < TP_ROWS; q++)
                     j->out[(size_t)(i0 + k) * st + r0 + r + q] = qsilu_mul(a[k * TP_ROWS + q], b[k * TP_ROWS + q]);

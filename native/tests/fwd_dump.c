@@ -28,9 +28,8 @@ int main(int argc, char **argv) {
     int n = argc - 3, V = m.c.vocab;
     kv_cache kv;
     /* the engine's KV element type: fp16 unless KV_TYPE=f32 (as colibri-engine) */
-    const char *kvt = getenv("KV_TYPE");
     if (kv_init(&kv, 1, n, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim) != 0 ||
-        kv_set_f16(&kv, !(kvt && !strcmp(kvt, "f32"))) != 0)
+        kv_set_f16(&kv, kv_type_f16(getenv("KV_TYPE")) != 0) != 0)
         return 1;
     float *lg = malloc(sizeof(float) * (size_t)n * V);
     fwd_row *rows = calloc((size_t)n, sizeof *rows);
