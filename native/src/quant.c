@@ -1360,12 +1360,35 @@ static int job_packed(const mm_job *j)
 
 static void mm_rows_exact(const mm_job *j, int r0, int r1);
 
-/* out[i * ost + o] for o < 32, i < NX (1 or 2): the 32 outputs of one transposed block wt
- * (cols x 32 values) against float input rows xs[i]. */
+/* out[i * ost + o] for o < 32, i < NX (1 .. TP_NX): the 32 outputs of one transposed block wt
+ * (cols x 32 values) against float input rows xs[i]. With AVX-512 one block's 32 weights of a
+ * column are two registers, converted once for up to 8 input rows (same fma per lane). */
+#ifdef __AVX512F__
+#define TP_NX 8
+#else
+#define TP_NX 2
+#endif
 static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, int cols, const float *const *xs,
                                                           const int NX, float *out, size_t ost)
 {
-#ifdef __AVX2__
+#if defined(__AVX512F__)
+    __m512 acc[TP_NX][2];
+    for (int i = 0; i < NX; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int k = 0; k < cols; k++) {
+        const uint8_t *wk = wt + 2 * (size_t)k * TP_ROWS;
+        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wk));
+        const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wk + 32)));
+        for (int i = 0; i < NX; i++) {
+            const __m512 xb = _mm512_set1_ps(xs[i][k]);
+            acc[i][0] = _mm512_fmadd_ps(w0, xb, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(w1, xb, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < NX; i++) {
+        _mm512_storeu_ps(out + (size_t)i * ost, acc[i][0]);
+        _mm512_storeu_ps(out + (size_t)i * ost + 16, acc[i][1]);
+    }
+#elif defined(__AVX2__)
     __m256 acc[2][4];
     for (int i = 0; i < NX; i++)
         for (int c = 0; c < 4; c++) acc[i][c] = _mm256_setzero_ps();
@@ -1390,11 +1413,21 @@ static inline __attribute__((always_inline)) void tp_tile(const uint8_t *wt, int
 #endif
 }
 
-/* tp_tile for nx (1 or 2) input rows, each NX a compile-time constant. */
+/* tp_tile for nx (1 .. TP_NX) input rows, each NX a compile-time constant. */
 static void tp_tiles(const uint8_t *wt, int cols, const float *const *xs, int nx, float *out, size_t ost)
 {
-    if (nx == 2) tp_tile(wt, cols, xs, 2, out, ost);
-    else tp_tile(wt, cols, xs, 1, out, ost);
+    switch (nx) {
+    case 1: tp_tile(wt, cols, xs, 1, out, ost); break;
+#if TP_NX > 2
+    case 2: tp_tile(wt, cols, xs, 2, out, ost); break;
+    case 3: tp_tile(wt, cols, xs, 3, out, ost); break;
+    case 4: tp_tile(wt, cols, xs, 4, out, ost); break;
+    case 5: tp_tile(wt, cols, xs, 5, out, ost); break;
+    case 6: tp_tile(wt, cols, xs, 6, out, ost); break;
+    case 7: tp_tile(wt, cols, xs, 7, out, ost); break;
+#endif
+    default: tp_tile(wt, cols, xs, TP_NX, out, ost); break;
+    }
 }
 
 /* Rows [r0, r1) (multiples of TP_ROWS) of a job whose matrix has tp_shape. Unpacked matrices
@@ -1417,12 +1450,12 @@ static int mm_rows_tp(const mm_job *j, int r0, int r1)
             wt[m] = t;
         }
     }
-    float a[2 * TP_ROWS], b[2 * TP_ROWS];
+    float a[TP_NX * TP_ROWS], b[TP_NX * TP_ROWS];
     for (int r = 0; r < nr; r += TP_ROWS) {
         const size_t off = (size_t)(r / TP_ROWS) * bb;
-        for (int i0 = 0; i0 < n; i0 += 2) {
-            const int nx = n - i0 < 2 ? n - i0 : 2;
-            const float *xs[2];
+        for (int i0 = 0; i0 < n; i0 += TP_NX) {
+            const int nx = n - i0 < TP_NX ? n - i0 : TP_NX;
+            const float *xs[TP_NX];
             for (int k = 0; k < nx; k++) {
                 const int i = i0 + k;
                 xs[k] = j->x->f + (size_t)(j->x->idx ? j->x->idx[i] : i) * cols;
