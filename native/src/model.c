@@ -824,15 +824,44 @@ static inline __attribute__((always_inline)) void score8_v(const float *const *q
 }
 #endif
 
+#ifdef __AVX512F__
+/* 16 lanes: lane l < 8 is score_scalar's s0[l], lane l >= 8 its s1[l - 8] (the same fma chains). */
+static inline __attribute__((always_inline)) __m512 kv_ld16(const void *p, size_t i, int f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)))
+               : _mm512_loadu_ps((const float *)p + i);
+}
+
+static inline __attribute__((always_inline)) void score8_z(const float *const *q, const int G,
+                                                           const void *const *kp, const int hd, const int f16,
+                                                           float *const *out) {
+    __m256 v[ATT_G][8];
+    for (int j = 0; j < 8; j++) {
+        __m512 s[ATT_G];
+        for (int g = 0; g < G; g++) s[g] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            const __m512 k = kv_ld16(kp[j], (size_t)d, f16);
+            for (int g = 0; g < G; g++) s[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q[g] + d), k, s[g]);
+        }
+        for (int g = 0; g < G; g++)
+            v[g][j] = _mm256_add_ps(_mm512_castps512_ps256(s[g]),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[g]), 1)));
+    }
+    for (int g = 0; g < G; g++) _mm256_storeu_ps(out[g], score_reduce8(v[g]));
+}
+#define score8_w score8_z
+#elif defined(__AVX2__)
+#define score8_w score8_v
+#endif
+
 /* Scores of the G query heads q[g] against the 8 keys kp[0..7] into out[g][0..7]. */
 static void score8(const float *const *q, int G, const void *const *kp, int hd, int f16, float *const *out) {
 #ifdef __AVX2__
 #define SCORE_G(HD, F16)                                                                     \
     switch (G) {                                                                             \
-    case 1: return score8_v(q, 1, kp, HD, F16, out);                                         \
-    case 2: return score8_v(q, 2, kp, HD, F16, out);                                         \
-    case 3: return score8_v(q, 3, kp, HD, F16, out);                                         \
-    default: return score8_v(q, 4, kp, HD, F16, out);                                        \
+    case 1: return score8_w(q, 1, kp, HD, F16, out);                                         \
+    case 2: return score8_w(q, 2, kp, HD, F16, out);                                         \
+    case 3: return score8_w(q, 3, kp, HD, F16, out);                                         \
+    default: return score8_w(q, 4, kp, HD, F16, out);                                        \
     }
     if (hd % 16 == 0) {
         if (f16) {
@@ -855,6 +884,25 @@ static inline __attribute__((always_inline)) void wsum_k(const float *const *w, 
                                                          size_t vst, int nt, int hd, const int f16,
                                                          float *const *o) {
     int d = 0;
+#ifdef __AVX512F__
+    /* columns in chunks of 64 (4 x 16 lanes): the same fma chain per column */
+    for (; d + 64 <= hd; d += 64) {
+        __m512 a[ATT_G][4];
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < 4; c++) a[g][c] = _mm512_setzero_ps();
+        for (int t = 0; t < nt; t++) {
+            __m512 vt[4];
+            if (d == 0 && t + ATT_PF < nt) prefetch_l2((const char *)vb + (size_t)(t + ATT_PF) * vst * (f16 ? 2 : 4), hd * (f16 ? 2 : 4));
+            for (int c = 0; c < 4; c++) vt[c] = kv_ld16(vb, (size_t)t * vst + d + 16 * c, f16);
+            for (int g = 0; g < G; g++) {
+                const __m512 wt = _mm512_set1_ps(w[g][t]);
+                for (int c = 0; c < 4; c++) a[g][c] = _mm512_fmadd_ps(wt, vt[c], a[g][c]);
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(o[g] + d + 16 * c, a[g][c]);
+    }
+#endif
 #ifdef __AVX2__
     for (; d + 32 <= hd; d += 32) {
         __m256 a[ATT_G][4];
