@@ -520,7 +520,7 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     {
         const int tied = m->output.data == m->tok_embd.data;
         if (pack_mat(m, &m->output, 1) != 0) {
-            fail(err, errlen, "out of memory");
+            fail(err, errlen, "output.weight: out of memory or unreadable");
             goto out;
         }
         if (tied) m->tok_embd = m->output;
@@ -531,7 +531,7 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
                       &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
             if (pack_mat(m, ms[i], 1) != 0) {
-                fail(err, errlen, "out of memory");
+                fail(err, errlen, "blk.%d: out of memory or unreadable tensor data", l);
                 goto out;
             }
     }
