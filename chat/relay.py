@@ -95,6 +95,18 @@ async def _wait_stop(conversation_id, event):
                 return
 
 
+async def _reap(*tasks):
+    """Cancels the tasks until they have ended. One cancel is not enough on Python 3.11: its
+    asyncio.wait_for swallows a cancellation that arrives as the inner future completes
+    (CPython gh-86296), and the bridge client's wait_for(inbox.get()) completes constantly while
+    a fast engine streams, so a Stop could wait for the whole turn to finish."""
+    while pending := [t for t in tasks if not t.done()]:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=0.1)
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class _State:
     def __init__(self):
         self.text = ""
@@ -120,9 +132,7 @@ async def _relay(conv_id, msg_id, prompt, params):
         log.exception("relay failed")
         state.outcome, state.error = "error", {"code": "ENGINE_ERROR", "message": str(exc)}
     finally:
-        for task in (pump, stopper):
-            task.cancel()
-        await asyncio.gather(pump, stopper, return_exceptions=True)
+        await _reap(pump, stopper)
         if _stop_events.get(conv_id) is stop_event:
             del _stop_events[conv_id]
         await asyncio.shield(_finish(conv_id, msg_id, state))
