@@ -796,6 +796,12 @@ int serve_mux(model *m, const serve_opts *o) {
             finish_all(S);
             break;
         }
+        if (out_closed()) {
+            /* the bridge is gone (killed, crashed): decoding on would only burn the CPU */
+            fprintf(stderr, "[API] stdout closed: stopping active requests and exiting\n");
+            finish_all(S);
+            break;
+        }
         if (sig_int) {
             sig_int = 0;
             fprintf(stderr, "[API] SIGINT: stopping active requests\n");

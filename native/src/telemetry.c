@@ -11,14 +11,20 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Set once a write finds stdout's reader gone (EPIPE): the state of the process's stdout. */
+static int stdout_gone;
+
+int out_closed(void) { return stdout_gone; }
+
 /* Write all of buf to stdout. A pipe write of this size is normally taken whole; the
- * loop only matters for partial writes of very long lines, and for EINTR. Errors
- * (EPIPE: the reader is gone) are dropped: there is nobody left to tell. */
+ * loop only matters for partial writes of very long lines, and for EINTR. Errors are
+ * dropped (there is nobody left to tell); EPIPE is remembered for out_closed. */
 static void write_all(const char *buf, size_t len) {
     while (len > 0) {
         ssize_t w = write(STDOUT_FILENO, buf, len);
         if (w < 0) {
             if (errno == EINTR) continue;
+            if (errno == EPIPE) stdout_gone = 1;
             return;
         }
         buf += w;

@@ -12,6 +12,8 @@ void out_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void out_data(uint64_t id, const char *bytes, int n);
 /* Writes a line that is already formatted (without \n); one write. */
 void out_raw_line(const char *s, size_t len);
+/* 1 once a write to stdout failed with EPIPE: nobody reads the replies any more. */
+int out_closed(void);
 
 void hw_line(char *buf, size_t cap);        /* "HWINFO <cores> <tot> <avail> 0 0.0 <cpu>|" */
 double rss_peak_gb(void);

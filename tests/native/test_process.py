@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.native.engine import (SCALE, T, chatml, parse_hwinfo, parse_map, parse_model_line,
-                                 parse_tiers)
+from tests.native.engine import (READY, SCALE, T, base_env, chatml, parse_hwinfo, parse_map,
+                                 parse_model_line, parse_tiers)
 
 pytestmark = pytest.mark.timeout(int(120 * SCALE))
 
@@ -120,6 +120,30 @@ def test_it_sigterm_exits_promptly(spawn):
     assert rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM), f"exit code after SIGTERM: {rc}"
     assert r.done is not None, f"active request got no DONE on SIGTERM (rc {rc}, {dt:.2f}s)"
     assert r.stat()["length_limited"] == 0
+
+
+def test_it_exits_when_nobody_reads_its_replies(engine_bin, models, tmp_path):
+    """A killed bridge leaves its engine with a broken stdout: the engine stops decoding and
+    exits rather than finish a long turn nobody can read (an orphan once decoded for 13 minutes
+    on two cores, slowing everything else on the machine)."""
+    env = base_env(models["endless"], slots=1, ctx=131072, COLI_USAGE=str(tmp_path / "usage"))
+    p = subprocess.Popen([str(engine_bin)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, env=env)
+    try:
+        while p.stdout.readline() != READY:
+            pass
+        body = chatml("Write a very long essay about the sea.").encode()
+        p.stdin.write(f"SUBMIT 1 0 {len(body)} 130000 0 1\n".encode() + body + b"\n")
+        p.stdin.flush()
+        while not p.stdout.readline().startswith(b"DATA "):
+            pass
+        p.stdout.close()
+        p.stdin.close()
+        assert p.wait(10 * SCALE) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_it_sigint_soft_stop(spawn):
