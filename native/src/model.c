@@ -909,7 +909,8 @@ static void score8(const float *const *q, int G, const void *const *kp, int hd, 
 }
 
 /* o[g][0..hd) = sum over t < nt of w[g][t] * v_t (v_t = row t of vb, vst values apart) for
- * the G heads, canonical order. Columns in chunks of 32 (4 vectors) keep G * 4 accumulators. */
+ * the G heads, canonical order. Columns in chunks of 32 (64 with AVX-512: 4 vectors) keep G * 4
+ * accumulators; the 512-bit and 256-bit loops differ only in vector width. */
 static inline __attribute__((always_inline)) void wsum_k(const float *const *w, const int G, const void *vb,
                                                          size_t vst, int nt, int hd, const int f16,
                                                          float *const *o) {
