@@ -23,7 +23,6 @@
 
 #include "pool.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,20 +98,7 @@ static void lru_push_head(expert_store *s, int i) {
 
 /* ---- reading ---- */
 static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) {
-    if (s->fd < 0) {
-        if (!s->map || off + n > s->map_size) return -1;
-        memcpy(dst, s->map + off, n);
-        return 0;
-    }
-    while (n > 0) {
-        ssize_t got = pread(s->fd, dst, n, (off_t)off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return -1;
-        dst += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
-    }
-    return 0;
+    return gguf_read_at(s->fd, s->map, s->map_size, off, dst, n);
 }
 
 /* Matrices whose rows are a multiple of 8 are kept in the kernels' interleaved layout

@@ -353,6 +353,25 @@ static int parse(gguf_file *g)
     return 0;
 }
 
+int gguf_read_at(int fd, const uint8_t *map, size_t map_size, uint64_t off, void *dst, size_t n)
+{
+    uint8_t *d = dst;
+    if (fd < 0) {
+        if (!map || off + n > map_size) return -1;
+        memcpy(d, map + off, n);
+        return 0;
+    }
+    while (n > 0) {
+        ssize_t got = pread(fd, d, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        d += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
 int gguf_open(gguf_file *g, const char *path)
 {
     memset(g, 0, sizeof *g);

@@ -54,6 +54,10 @@ typedef struct {
     char err[256];
 } gguf_file;
 
+/* n bytes at file offset off into dst: pread on fd (never touching the mapping's pages), or a
+ * copy from the mapping when fd < 0. 0 ok, -1 error or out of range. */
+int gguf_read_at(int fd, const uint8_t *map, size_t map_size, uint64_t off, void *dst, size_t n);
+
 /* 0 on success; -1 with g->err set (file missing, bad magic, truncated, bad type, ...). */
 int gguf_open(gguf_file *g, const char *path);
 void gguf_close(gguf_file *g);

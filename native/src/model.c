@@ -24,9 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <errno.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 typedef struct { float *p; size_t cap; } fbuf;   /* grown scratch, capacity in floats */
 typedef struct { int *p; size_t cap; } ibuf;
@@ -238,24 +236,9 @@ static int get_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t
     return 0;
 }
 
-/* n bytes at p, a pointer into g's mapping, into dst with pread: no page of the mapping is
- * touched (see get_vec). 0 ok, -1 error. */
+/* n bytes at p, a pointer into g's mapping, into dst without touching the mapping (see get_vec). */
 static int read_mapped(const gguf_file *g, const void *p, size_t n, void *dst) {
-    off_t off = (off_t)((const uint8_t *)p - (const uint8_t *)g->map);
-    uint8_t *d = dst;
-    if (g->fd < 0) {
-        memcpy(dst, p, n);
-        return 0;
-    }
-    while (n > 0) {
-        ssize_t got = pread(g->fd, d, n, off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return -1;
-        d += got;
-        n -= (size_t)got;
-        off += got;
-    }
-    return 0;
+    return gguf_read_at(g->fd, g->map, g->size, (uint64_t)((const uint8_t *)p - g->map), dst, n);
 }
 
 static int own(struct model_priv *P, float *p) {
