@@ -3,7 +3,7 @@ import json
 from dataclasses import dataclass
 
 from api.errors import ApiError, bad_param
-from chat.prompting import TemplateError, render_prompt
+from engine_bridge.prompting import TemplateError, render_prompt
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 MAX_BUDGET = (1 << 31) - 1

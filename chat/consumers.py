@@ -5,7 +5,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from chat import frames, relay, services
-from chat.prompting import TemplateError
+from engine_bridge.prompting import TemplateError
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401

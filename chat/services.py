@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from chat.models import Conversation, Message
-from chat.prompting import render_prompt
+from engine_bridge.prompting import render_prompt
 
 TITLE_WORDS = 8
 # A streaming message not saved for this long belongs to a relay that died with its process

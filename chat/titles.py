@@ -6,7 +6,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from chat.models import Conversation, Message
-from chat.prompting import render_prompt
+from engine_bridge.prompting import render_prompt
 from chat.relay import group_for
 from chat.services import fallback_title
 
