@@ -1,14 +1,21 @@
-from django.http import JsonResponse
-from django.views.decorators.http import require_GET
+"""Thin views over experts.services: the telemetry JSON, the atlas page and its JSON endpoints.
+Every view is staff only (experts/access.py)."""
+from django.http import HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET, require_http_methods
 
 from engine_bridge.telemetry import get_state
+from experts import services
+from experts.access import staff_json, staff_page
+from experts.atlas_format import AtlasFormatError
+from experts.models import Atlas
 
 
 @require_GET
+@staff_json
 def experts(request):
-    """The latest expert map for the atlas. Session login required (API-key auth may come later)."""
-    if not request.user.is_authenticated:
-        return JsonResponse({"error": "login required"}, status=401)
+    """The latest expert map, in the seed's shape (colibri's /experts plus gpus/entropy/repin/tiers)."""
     state = get_state()
     emap, hits = state["emap"] or {}, state["hits"] or {}
     return JsonResponse({
@@ -22,3 +29,67 @@ def experts(request):
         "repin": state["repin"],
         "tiers": state["tiers"],
     })
+
+
+def _file_response(atlas, attachment):
+    response = HttpResponse(bytes(atlas.content), content_type="application/json")
+    if attachment:
+        response["Content-Disposition"] = 'attachment; filename="experts.json"'
+    response["X-Atlas-Id"] = str(atlas.pk)
+    return response
+
+
+@require_GET
+@staff_json
+def experts_json(request):
+    """The current experts.json of the model the engine runs (colibri's UI reads /experts.json)."""
+    atlas = services.atlas_current(model_name=services.model_name_current())
+    if atlas is None:
+        return JsonResponse({"error": "no atlas for this model yet"}, status=404)
+    return _file_response(atlas, attachment=False)
+
+
+@require_GET
+@staff_page
+def atlas_page(request):
+    boot = {"csrf_token": get_token(request), "username": request.user.get_username()}
+    return render(request, "experts/atlas.html", {"boot": boot})
+
+
+@require_http_methods(["GET", "POST"])
+@staff_json
+def atlases(request):
+    """GET: the current model, its current atlas and the history of all atlases.
+    POST (multipart `file`, optional `model`): import a colibri experts.json."""
+    if request.method == "POST":
+        upload = request.FILES.get("file")
+        if upload is None:
+            return JsonResponse({"error": "attach the experts.json as 'file'"}, status=400)
+        model_name = request.POST.get("model") or services.model_name_current()
+        try:
+            atlas = services.atlas_import(content=upload.read(), model_name=model_name,
+                                          filename=upload.name or "", user=request.user)
+        except AtlasFormatError as exc:
+            return JsonResponse({"error": str(exc)}, status=400)
+        return JsonResponse({"atlas": atlas.as_dict()}, status=201)
+    model_name = services.model_name_current()
+    current = services.atlas_current(model_name=model_name)
+    return JsonResponse({
+        "model": model_name,
+        "current": current.as_dict() if current else None,
+        "history": [a.as_dict() for a in services.atlas_history()],
+    })
+
+
+@require_GET
+@staff_json
+def atlas_download(request, pk):
+    return _file_response(get_object_or_404(Atlas, pk=pk), attachment=True)
+
+
+@require_GET
+@staff_json
+def atlas_map(request, pk):
+    """The server-side 2-D projection of every expert's affinity vector."""
+    atlas = get_object_or_404(Atlas.objects.only("projection"), pk=pk)
+    return JsonResponse(atlas.projection)

@@ -1,0 +1,46 @@
+"""Personas for the expert pages: staff Sam, member Mia (the chat user kind), nobody signed in."""
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+PASSWORD = "correct horse battery"
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("sam", password=PASSWORD, is_staff=True)
+
+
+@pytest.fixture
+def member(django_user_model):
+    return django_user_model.objects.create_user("mia", password=PASSWORD)
+
+
+@pytest.fixture
+def staff_client(staff):
+    client = Client()
+    client.force_login(staff)
+    return client
+
+
+@pytest.fixture
+def member_client(member):
+    client = Client()
+    client.force_login(member)
+    return client
+
+
+@pytest.fixture
+def sample_bytes():
+    return (DATA / "colibri_sample.json").read_bytes()
+
+
+@pytest.fixture
+def no_bridge(monkeypatch, settings):
+    """Telemetry as when no bridge runs (no Redis read), ENGINE_MODEL naming the model."""
+    from engine_bridge import telemetry
+
+    settings.ENGINE_MODEL = "/models/tiny-moe.gguf"
+    monkeypatch.setattr(telemetry, "get_state", telemetry.empty_state)
