@@ -3,3 +3,6 @@ from django.apps import AppConfig
 
 class ChatConfig(AppConfig):
     name = "chat"
+
+    def ready(self):
+        from chat import signals  # noqa: F401  (connects the receivers)

@@ -1,4 +1,10 @@
-"""The chat websocket: validates frames, calls services, relays group events. No chat logic here."""
+"""The chat websocket: validates frames, calls services, relays group events. No chat logic here.
+
+Invariants: a socket joins a conversation's group only after the database says the user owns it
+(a group is a broadcast: joining first would leak another user's live turn); a malformed frame is
+answered with an `error` frame and the socket stays open; a deactivated user's sockets close.
+"""
+import json
 import logging
 
 from channels.db import database_sync_to_async
@@ -9,35 +15,56 @@ from engine_bridge.prompting import TemplateError
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
+MAX_FRAME_CHARS = 1 << 20  # a send frame carries at most frames.MAX_TEXT_CHARS of text; JSON escapes fit
+
+
+def user_group(user_id):
+    """Every socket of one user: closed together when the account is deactivated."""
+    return f"user-{user_id}"
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.user = self.scope.get("user")
-        if self.user is None or not self.user.is_authenticated:
+        if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             # Accept, then close: a close before accept becomes a bare HTTP 403 handshake
             # refusal, and the client could not tell "log in again" (4401) from other failures.
             await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.watching = set()
+        await self.channel_layer.group_add(user_group(self.user.pk), self.channel_name)
         await self.accept()
 
     async def disconnect(self, code):
-        for conv_id in getattr(self, "watching", ()):
+        if not hasattr(self, "watching"):
+            return
+        await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
+        for conv_id in self.watching:
             await self.channel_layer.group_discard(relay.group_for(conv_id), self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         if not text_data:  # binary or empty frame: answer instead of raising (socket survives)
             return await self._error(None, "bad_frame", "frames must be JSON text", "type")
-        await super().receive(text_data=text_data, **kwargs)
+        if len(text_data) > MAX_FRAME_CHARS:
+            return await self._error(None, "bad_frame", f"frame larger than {MAX_FRAME_CHARS} characters", "type")
+        if not await _still_active(self.user.pk):
+            return await self.close(code=CLOSE_UNAUTHENTICATED)
+        try:
+            await super().receive(text_data=text_data, **kwargs)
+        except Exception:  # a bug must cost one frame an error answer, not the socket (1011)
+            log.exception("chat frame failed")
+            await self._error(None, "server_error", "the server could not handle this frame", None)
 
     @classmethod
     async def decode_json(cls, text_data):
         try:
-            return await super().decode_json(text_data)
-        except ValueError:
+            return json.loads(text_data, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
             return _BAD_JSON
+
+    async def user_revoked(self, event):
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def receive_json(self, content, **kwargs):
         if content is _BAD_JSON:
@@ -90,15 +117,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await relay.request_stop(conversation)
 
     async def on_open(self, conversation):
-        # Join the group before reading the snapshot: a delta published in between is then
-        # seen twice rather than lost; the client ignores deltas whose offset it already has.
+        # Ownership first (ChatError not_found for another user's id), then join the group, then
+        # read the snapshot: a delta published between join and read is seen twice rather than
+        # lost; the client ignores deltas whose offset it already has.
+        await database_sync_to_async(services.conversation_for)(self.user, conversation)
         await self._watch(conversation)
-        try:
-            messages = await _messages(self.user, conversation)
-        except services.ChatError:
-            await self.channel_layer.group_discard(relay.group_for(conversation), self.channel_name)
-            self.watching.discard(conversation)
-            raise
+        messages = await _messages(self.user, conversation)
         await self.send_json({"type": "snapshot", "conversation": conversation, "messages": messages})
 
     async def chat_frame(self, event):
@@ -106,6 +130,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
 
 _BAD_JSON = object()
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+@database_sync_to_async
+def _still_active(user_id):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
 
 
 @database_sync_to_async

@@ -1,4 +1,10 @@
-"""Validation of client frames on /ws/chat/ (docs/contracts.md). Pure functions, no I/O."""
+"""Validation of client frames on /ws/chat/ (docs/contracts.md). Pure functions, no I/O.
+
+Every string must be encodable as UTF-8 (json accepts lone surrogates, the database does not) and
+every id must fit the database's bigint; sampling values follow engine_bridge.sampling, the one
+owner of their rules, so a frame that passes here can neither break a save nor the engine.
+"""
+from engine_bridge import sampling
 
 MAX_TEXT_CHARS = 100_000
 FRAME_FIELDS = {
@@ -8,11 +14,11 @@ FRAME_FIELDS = {
     "edit": {"conversation": "id", "message": "id", "text": "text", "params": "params"},
     "open": {"conversation": "id"},
 }
-PARAM_RANGES = {
-    # name: (type check, low, high, low inclusive)
-    "temperature": ((int, float), 0.0, 2.0, True),
-    "top_p": ((int, float), 0.0, 1.0, False),
-    "max_tokens": ((int,), 1, 1 << 20, True),
+MAX_ID = (1 << 63) - 1
+MAX_TOKENS_LIMIT = 1 << 20
+PARAM_RULES = {
+    "temperature": sampling.wire_temperature,
+    "top_p": sampling.wire_top_p,
 }
 
 
@@ -23,7 +29,23 @@ class FrameError(ValueError):
 
 
 def _is_id(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID
+
+
+def _is_utf8(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _max_tokens(value, field):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FrameError(field, f"{field} must be an integer")
+    if not 1 <= value <= MAX_TOKENS_LIMIT:
+        raise FrameError(field, f"{field} must be in [1, {MAX_TOKENS_LIMIT}]")
+    return value
 
 
 def _check_params(params):
@@ -33,17 +55,18 @@ def _check_params(params):
         raise FrameError("params", "params must be an object")
     out = {}
     for name, value in params.items():
-        if name not in PARAM_RANGES:
-            raise FrameError(f"params.{name}", f"unknown parameter params.{name}")
+        field = f"params.{name}"
+        if name not in (*PARAM_RULES, "max_tokens"):
+            raise FrameError(field, f"unknown parameter {field}")
         if value is None:
             continue
-        types, low, high, low_inclusive = PARAM_RANGES[name]
-        if isinstance(value, bool) or not isinstance(value, types):
-            raise FrameError(f"params.{name}", f"params.{name} must be a number" + (" (integer)" if types == (int,) else ""))
-        if value > high or value < low or (value == low and not low_inclusive):
-            bracket = "[" if low_inclusive else "("
-            raise FrameError(f"params.{name}", f"params.{name} must be in {bracket}{low}, {high}]")
-        out[name] = value
+        if name == "max_tokens":
+            out[name] = _max_tokens(value, field)
+            continue
+        try:
+            out[name] = PARAM_RULES[name](value, field)
+        except sampling.SamplingError as exc:
+            raise FrameError(exc.field, exc.message) from None
     return out
 
 
@@ -52,8 +75,8 @@ def parse(frame):
     if not isinstance(frame, dict):
         raise FrameError("type", "frame must be a JSON object")
     kind = frame.get("type")
-    if kind not in FRAME_FIELDS:
-        raise FrameError("type", f"unknown frame type {kind!r}")
+    if not isinstance(kind, str) or kind not in FRAME_FIELDS:
+        raise FrameError("type", f"unknown frame type; expected one of {', '.join(FRAME_FIELDS)}")
     out = {}
     for name, rule in FRAME_FIELDS[kind].items():
         value = frame.get(name)
@@ -64,6 +87,8 @@ def parse(frame):
         if rule == "text":
             if not isinstance(value, str) or not value.strip():
                 raise FrameError(name, f"{name} must be a non-empty string")
+            if not _is_utf8(value):
+                raise FrameError(name, f"{name} is not valid Unicode (it contains a lone surrogate)")
             if len(value) > MAX_TEXT_CHARS:
                 raise FrameError(name, f"{name} is longer than {MAX_TEXT_CHARS} characters")
         if rule == "params":

@@ -18,6 +18,7 @@ from django.core.cache import cache
 
 from chat import services
 from chat.models import Message
+from engine_bridge import sampling
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,8 @@ def _generation_request(conv_id, prompt, params):
     return GenerationRequest(
         prompt=prompt,
         max_tokens=params.get("max_tokens") or settings.DEFAULT_MAX_TOKENS,
-        temperature=params.get("temperature", 0.7),
-        top_p=params.get("top_p", 1.0),
+        temperature=params.get("temperature", sampling.DEFAULT_TEMPERATURE),
+        top_p=params.get("top_p", sampling.DEFAULT_TOP_P),
         conversation_key=f"conv:{conv_id}",
         priority="interactive",
     )

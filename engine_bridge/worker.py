@@ -15,6 +15,7 @@ from channels.exceptions import ChannelFull
 from django.conf import settings
 
 from engine_bridge import protocol as p
+from engine_bridge import sampling
 from engine_bridge.client import BRIDGE_CHANNEL, GenerationRequest
 from engine_bridge.engine import EngineFailed, Supervisor, next_id
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
@@ -59,8 +60,25 @@ def parse_job(raw):
         raise p.SubmitError("prompt must be a non-empty string")
     if not isinstance(job.stop, list) or not all(isinstance(s, str) and s for s in job.stop):
         raise p.SubmitError("stop must be a list of non-empty strings")
+    if any(not _utf8(s) for s in (job.prompt, *job.stop)):
+        raise p.SubmitError("prompt and stop must be valid UTF-8 (no lone surrogates)")
+    # The wire form of every number, decided by the one owner of the rules: a value the engine
+    # would refuse in the header must never reach it (that refusal is a stream-level ERROR 0).
+    try:
+        job.temperature, job.top_p, job.seed = sampling.sampling_validate(
+            temperature=job.temperature, top_p=job.top_p, seed=job.seed)
+    except sampling.SamplingError as exc:
+        raise p.SubmitError(exc.message) from None
     p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1)
     return job
+
+
+def _utf8(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def held_back(text, stops):

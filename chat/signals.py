@@ -1,0 +1,21 @@
+"""Closes every chat socket of a user whose account is deactivated, once the change is committed.
+
+A socket authenticates once, at connect; without this, a deactivated user's open tab could go on
+generating. The consumer also re-checks is_active on every frame (a socket in a web process that
+missed the broadcast still refuses work)."""
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="chat-close-deactivated")
+def close_sockets_of_deactivated(sender, instance, **kwargs):
+    if instance.is_active:
+        return
+    from chat.consumers import user_group
+
+    group = user_group(instance.pk)
+    transaction.on_commit(lambda: async_to_sync(get_channel_layer().group_send)(group, {"type": "user.revoked"}))

@@ -1,0 +1,126 @@
+"""Issue 10 on the chat websocket: authorization before subscription, hostile frames answered with
+an error frame (never a dropped socket), deactivated users' sockets closed, and sampling values
+that cannot reach the engine in a form it refuses."""
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from chat import relay, services
+from chat.consumers import ChatConsumer
+from tests.web.fakes import reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def connect(user):
+    comm = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    comm.scope["user"] = user
+    connected, _ = await comm.connect()
+    assert connected
+    return comm
+
+
+async def frames_until(comm, kind, timeout=3):
+    seen = []
+    while True:
+        frame = await comm.receive_json_from(timeout=timeout)
+        seen.append(frame)
+        if frame["type"] == kind:
+            return seen
+
+
+async def test_it_never_lets_another_user_join_a_live_conversation(alice, bob, fake_bridge, monkeypatch):
+    fake_bridge.script(*reply("secret ")[:4], "hang")
+    owner = await connect(alice)
+    await owner.send_json_to({"type": "send", "conversation": None, "text": "my secret plan"})
+    conv_id = (await frames_until(owner, "delta"))[0]["conversation"]["id"]
+
+    # A delta of the owner's stream lands while the intruder's `open` is being checked: a socket
+    # that joined the group before the check would receive it.
+    check = services.conversation_for
+
+    def racing_check(user, conversation_id, **kw):
+        from asgiref.sync import async_to_sync
+        async_to_sync(relay.publish)(conv_id, {"type": "delta", "message": 0, "offset": 7, "text": "LEAKED"})
+        return check(user, conversation_id, **kw)
+
+    monkeypatch.setattr(services, "conversation_for", racing_check)
+    intruder = await connect(bob)
+    await intruder.send_json_to({"type": "open", "conversation": conv_id})
+    error = await intruder.receive_json_from(timeout=2)
+    assert error["type"] == "error" and error["code"] == "not_found"
+    await relay.publish(conv_id, {"type": "delta", "message": 0, "offset": 13, "text": "LATER"})
+    assert await intruder.receive_nothing(timeout=0.3), "the intruder received the owner's frames"
+    await intruder.disconnect()
+    await owner.send_json_to({"type": "stop", "conversation": conv_id})
+    await frames_until(owner, "done")
+    await owner.disconnect()
+
+
+HOSTILE_FRAMES = [
+    ('{"type": "send", "conversation": null, "text": "\\ud800 lone surrogate"}', "text"),
+    ('{"type": "send", "conversation": null, "text": "hi", "params": {"temperature": NaN}}', "type"),
+    ('{"type": "send", "conversation": null, "text": "hi", "params": {"temperature": Infinity}}', "type"),
+    ('{"type": "send", "conversation": null, "text": "hi", "params": {"max_tokens": 1e400}}', "params.max_tokens"),
+    ('{"type": "send", "conversation": null, "text": "hi", "params": {"max_tokens": 99999999999}}', "params.max_tokens"),
+    ('{"type": "send", "conversation": null, "text": "hi", "params": {"top_p": -1e-320}}', "params.top_p"),
+    ('{"type": "open", "conversation": 100000000000000000000000}', "conversation"),
+    ('{"type": {"nested": 1}}', "type"),
+    ('{"type": ["send"]}', "type"),
+    ('{"type": "send", "conversation": null, "text": ["a"]}', "text"),
+    ('{"type": "send", "conversation": null, "text": "hi", "params": {"\\udc00": 1}}', "params.\udc00"),
+    ("[" * 5000 + "]" * 5000, "type"),
+    ('{"type": "send", "text": "' + "x" * (1 << 20) + '"}', "type"),
+]
+
+
+@pytest.mark.parametrize("raw,field", HOSTILE_FRAMES, ids=range(len(HOSTILE_FRAMES)))
+async def test_it_answers_hostile_frames_and_keeps_the_socket(alice, fake_bridge, raw, field):
+    fake_bridge.script(*reply("ok"))
+    comm = await connect(alice)
+    await comm.send_to(text_data=raw)
+    error = await comm.receive_json_from(timeout=3)
+    assert error["type"] == "error" and error.get("field") == field, error
+    assert error["detail"]
+    # the socket still works
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hello"})
+    assert (await frames_until(comm, "done"))[-1]["message"]["text"] == "ok"
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("params,sent", [
+    ({"temperature": 1e-320}, (0.0, 1.0)),
+    ({"temperature": 2e-308, "top_p": 1e-320}, (0.0, 1e-6)),
+    ({"temperature": 0.123456789, "top_p": 0.99999999}, (0.123457, 1.0)),
+])
+async def test_it_sends_tiny_sampling_values_in_the_engines_form(alice, fake_bridge, params, sent):
+    fake_bridge.script(*reply("ok"))
+    comm = await connect(alice)
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hi", "params": params})
+    await frames_until(comm, "done")
+    request = fake_bridge.requests[-1]
+    assert (request.temperature, request.top_p) == sent
+    await comm.disconnect()
+
+
+async def test_it_closes_the_sockets_of_a_deactivated_user(alice, fake_bridge):
+    comm = await connect(alice)
+    other_tab = await connect(alice)
+    alice.is_active = False
+    await sync_to_async(alice.save)()
+    for socket in (comm, other_tab):
+        closed = await socket.receive_output(timeout=2)
+        assert closed == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_deactivated_user_cannot_start_a_turn_even_without_the_broadcast(alice, fake_bridge, django_user_model):
+    fake_bridge.script(*reply("should not run"))
+    comm = await connect(alice)
+    # Deactivated behind the signal's back (e.g. by another process's raw UPDATE).
+    await sync_to_async(django_user_model.objects.filter(pk=alice.pk).update)(is_active=False)
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hi"})
+    assert await comm.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
+    await asyncio.sleep(0.1)
+    assert fake_bridge.requests == []
