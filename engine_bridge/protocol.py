@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from engine_bridge import sampling
+
 log = logging.getLogger(__name__)
 
 READY_LINE = b"\x01\x01READY\x01\x01"
@@ -497,11 +499,10 @@ def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slot
         raise SubmitError("prompt larger than 16 MiB")
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise SubmitError("max_tokens must be >= 1")
-    temperature, top_p = float(temperature), float(top_p)
-    if not (math.isfinite(temperature) and 0 <= temperature <= 2):
-        raise SubmitError("temperature must be in [0, 2]")
-    if not (math.isfinite(top_p) and 0 < top_p <= 1):
-        raise SubmitError("top_p must be in (0, 1]")
+    try:  # the wire form the engine's parser takes (no subnormals, no exponent, 6 decimals)
+        temperature, top_p = sampling.wire_temperature(temperature), sampling.wire_top_p(top_p)
+    except sampling.SamplingError as exc:
+        raise SubmitError(exc.message) from None
     extra = ""
     if seed is not None:
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
