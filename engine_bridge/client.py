@@ -7,18 +7,23 @@
 Leaving the iterator early (break + aclose, exception, task cancelled) sends gen.cancel.
 """
 import asyncio
+import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 
 from channels.layers import get_channel_layer
 
-from engine_bridge import telemetry
+from engine_bridge import liveness
+
+log = logging.getLogger(__name__)
 
 BRIDGE_CHANNEL = "engine-bridge"
 IDLE_TIMEOUT = 120.0   # nothing from the bridge for this long while not queued -> ENGINE_UNAVAILABLE
 GAP_TIMEOUT = 2.0      # a missing seq not filled within this long -> the stream is broken
 DRAIN_TIMEOUT = IDLE_TIMEOUT + 30.0  # receiver gives up after this long without a batch
 FINAL_KINDS = ("done", "error")
+LIVENESS_POLL = 1.0    # nothing arrived for this long: is the bridge that took the job still alive?
+BROKER_RETRY_S = 2     # Retry-After while Redis cannot be reached
 
 
 @dataclass
@@ -34,8 +39,13 @@ class GenerationRequest:
     topk: bool = False
 
 
-def _error(code, message):
-    return {"kind": "error", "code": code, "message": message}
+def _error(code, message, **extra):
+    return {"kind": "error", "code": code, "message": message, **extra}
+
+
+def _broker_down(exc):
+    return _error("ENGINE_UNAVAILABLE", f"The message broker (Redis) cannot be reached: {exc}",
+                  retry_after=BROKER_RETRY_S)
 
 
 async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
@@ -43,9 +53,12 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     layer = get_channel_layer()
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
-    state = await telemetry.aget_state()
-    if state["updated"] is None:
-        yield _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.")
+    boot = await liveness.aget_boot()
+    if boot is None:
+        yield _broker_down("no answer")
+        return
+    if not boot:
+        yield _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.", retry_after=5)
         return
     # A plain (not process-local) channel of its own: channels-redis serves process-local
     # channels through one shared receive loop per process, which a consumer's cancelled receive
@@ -58,21 +71,35 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     receiver = asyncio.create_task(_receive_until_final(layer, reply, req, inbox))
     finished = False
     try:
-        await layer.send(BRIDGE_CHANNEL, {"type": "gen.submit", "req": req, "reply": reply,
-                                          "job": asdict(request)})
+        try:
+            await layer.send(BRIDGE_CHANNEL, {"type": "gen.submit", "req": req, "reply": reply,
+                                              "job": asdict(request)})
+        except Exception as exc:  # Redis refused the submit: nothing reached the bridge
+            finished = True
+            receiver.cancel()
+            yield _broker_down(exc)
+            return
         expected, pending, queued = 0, {}, False
+        loop = asyncio.get_running_loop()
+        idle_deadline = loop.time() + idle_timeout
         while True:
-            timeout = GAP_TIMEOUT if pending else idle_timeout
+            timeout = GAP_TIMEOUT if pending else min(LIVENESS_POLL, max(0.0, idle_deadline - loop.time()))
             try:
                 message = await asyncio.wait_for(inbox.get(), timeout)
             except asyncio.TimeoutError:
                 if pending:
                     yield _error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {expected}).")
                     return
-                if queued and (await telemetry.aget_state())["updated"] is not None:
-                    continue  # waiting our turn and the bridge is alive
+                now_boot = await liveness.aget_boot()
+                if now_boot is not None and now_boot != boot:
+                    yield _error("ENGINE_UNAVAILABLE", "The engine bridge stopped while handling this request"
+                                 + (" and was restarted." if now_boot else "."), retry_after=5)
+                    return
+                if queued or loop.time() < idle_deadline:
+                    continue  # waiting our turn, or still within the idle limit, and the bridge lives
                 yield _error("ENGINE_UNAVAILABLE", "The engine did not answer in time.")
                 return
+            idle_deadline = loop.time() + idle_timeout
             if message.get("seq", -1) < expected:
                 continue
             pending[message["seq"]] = message
@@ -98,11 +125,21 @@ async def _receive_until_final(layer, channel, req, inbox, *, drain_timeout=DRAI
     """Moves the bridge's batches for `req` into inbox until one carries a final event. Gives up
     (one last, unavoidable cancelled receive) only when nothing arrives for drain_timeout."""
     seen, final_seq = set(), None
+    loop = asyncio.get_running_loop()
+    failing_since = None
     while final_seq is None or len(seen) <= final_seq:
         try:
             message = await asyncio.wait_for(layer.receive(channel), drain_timeout)
         except asyncio.TimeoutError:
             return
+        except Exception as exc:  # Redis outage: keep trying until it is back or the drain times out
+            failing_since = failing_since or loop.time()
+            if loop.time() - failing_since >= drain_timeout:
+                return
+            log.warning("receive on %s failed (%s); retrying", channel, exc)
+            await asyncio.sleep(0.2)
+            continue
+        failing_since = None
         if message.get("req") != req:
             continue
         inbox.put_nowait(message)

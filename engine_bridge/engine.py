@@ -3,7 +3,9 @@
 Engine: spawn, skip banner lines until READY (with a timeout), one reader task feeding the
 protocol parser, stderr copied to the log, every command written as one write under a lock.
 Supervisor: start an Engine, report its events, and when it dies or breaks the protocol (EOF,
-ProtocolError, BAD_FRAME, ERROR 0) tell the owner, then restart with exponential backoff.
+ProtocolError, BAD_FRAME, ERROR 0) tell the owner, then restart with exponential backoff. The
+backoff resets once an engine reaches READY and is capped at BACKOFF_MAX, so one crash costs
+about a second and a crash loop costs at most BACKOFF_MAX between attempts.
 """
 import asyncio
 import itertools
@@ -20,8 +22,7 @@ from engine_bridge import protocol
 log = logging.getLogger(__name__)
 
 BACKOFF_FIRST = 0.5
-BACKOFF_MAX = 30.0
-HEALTHY_AFTER = 60.0
+BACKOFF_MAX = 5.0
 TERM_GRACE = 5.0
 
 # Request ids: one process-wide counter, never reused, so a late NOT_FOUND cannot hit a new request.
@@ -197,6 +198,18 @@ class Supervisor:
         self.engine = None
         self.restarts = 0
         self.stopping = False
+        self.status = "starting"
+        self.next_attempt = time.monotonic()
+        self.last_start_s = 1.0  # how long the last start took (READY or failure)
+
+    def retry_after(self):
+        """Whole seconds until an engine may be up again (for Retry-After), at least 1."""
+        wait = max(0.0, self.next_attempt - time.monotonic()) + self.last_start_s
+        return max(1, int(wait + 0.999))
+
+    def _status(self, status):
+        self.status = status
+        self.hooks.on_status(status)
 
     async def run(self):
         delay = BACKOFF_FIRST
@@ -205,27 +218,34 @@ class Supervisor:
             if not first:
                 self.restarts += 1
             first = False
-            self.hooks.on_status("starting")
+            self._status("starting")
             engine = Engine(*self.command, on_event=self.hooks.on_event, slots=settings.KV_SLOTS)
             started = time.monotonic()
             try:
                 await engine.start(self.ready_timeout)
             except (EngineFailed, OSError) as exc:
                 log.error("engine failed to start: %s", exc)
-                reason = str(exc)
+                reason, ready = str(exc), False
             else:
+                ready = True
+                self.last_start_s = time.monotonic() - started
+                delay = BACKOFF_FIRST  # it started: the next crash is retried quickly again
                 self.engine = engine
-                self.hooks.on_status("up")
+                self._status("up")
                 self.hooks.on_ready(engine)
                 reason = await asyncio.shield(engine.exited)
                 self.engine = None
             if self.stopping:
                 return
             log.error("engine down: %s", reason)
-            self.hooks.on_status("down")
+            self.next_attempt = time.monotonic() + delay
+            self._status("down")
             self.hooks.on_down(reason)
-            if time.monotonic() - started >= HEALTHY_AFTER:
-                delay = BACKOFF_FIRST
+            if not ready:
+                self.last_start_s = time.monotonic() - started
+                on_start_failed = getattr(self.hooks, "on_start_failed", None)
+                if on_start_failed:
+                    on_start_failed(reason)
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 

@@ -4,19 +4,32 @@ Key: "<CACHES.default.KEY_PREFIX>:bridge:state" (default "colibri:bridge:state")
 database of settings.REDIS_URL: one JSON object, written at most ~10 times a second and at least
 every HEARTBEAT seconds, with a TTL of STALE_AFTER seconds; the worker deletes it when it stops.
 A missing key means no bridge is running: get_state() then reports up=False and updated=None.
+
+Pushed too: every update of the fields in PUSHED (and every REPIN) also goes, unthrottled and
+numbered, to the Channels group GROUP as {"type": "telemetry.batch", "boot", "items": [{"n", ...}]}
+so pages (the expert atlas) are pushed each HITS window instead of polling, and a reader can tell
+a lost item by a gap in `n` (per `boot`, i.e. per bridge process).
 """
 import asyncio
 import json
+import logging
 import time
+import uuid
 
 import redis
 import redis.asyncio
+from channels.layers import get_channel_layer
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0
 STALE_AFTER = 15
 MIN_INTERVAL = 0.1
 REPIN_KEEP = 64
+GROUP = "telemetry"
+PUSHED = ("up", "status", "model", "tiers", "emap", "hits", "entropy", "busy", "queue")
+PUSH_KEEP = 5000  # items held while the channel layer is slow; older ones are dropped (a gap in n)
 
 
 def state_key():
@@ -63,32 +76,71 @@ class Publisher:
         self.state = empty_state()
         self.dirty = asyncio.Event()
         self.client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        self.boot = uuid.uuid4().hex[:12]
+        self.pushed = 0
+        self.push_items = []
+        self.push_ready = asyncio.Event()
 
     def update(self, **fields):
         self.state.update(fields)
         self.dirty.set()
+        item = {k: v for k, v in fields.items() if k in PUSHED}
+        if item:
+            self._push(item)
 
     def add_repin(self, entry):
         self.state["repin"] = (self.state["repin"] + [entry])[-REPIN_KEEP:]
         self.dirty.set()
+        self._push({"repin": entry})
+
+    def _push(self, item):
+        self.pushed += 1
+        item["n"] = self.pushed
+        self.push_items.append(item)
+        del self.push_items[:-PUSH_KEEP]
+        self.push_ready.set()
+
+    async def push_loop(self):
+        """Sends what accumulated since the last send as one group message, in order."""
+        layer = get_channel_layer()
+        while True:
+            await self.push_ready.wait()
+            self.push_ready.clear()
+            items, self.push_items = self.push_items, []
+            try:
+                await layer.group_send(GROUP, {"type": "telemetry.batch", "boot": self.boot, "items": items})
+            except Exception:
+                log.exception("pushing telemetry to group %r failed", GROUP)
 
     async def write(self):
         self.state["updated"] = time.time()
         await self.client.set(state_key(), json.dumps(self.state), ex=STALE_AFTER)
 
     async def run(self):
-        while True:
-            try:
-                await asyncio.wait_for(self.dirty.wait(), HEARTBEAT)
-            except asyncio.TimeoutError:
-                pass
-            self.dirty.clear()
-            await self.write()
-            await asyncio.sleep(MIN_INTERVAL)
+        pusher = asyncio.create_task(self.push_loop())
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self.dirty.wait(), HEARTBEAT)
+                except asyncio.TimeoutError:
+                    pass
+                self.dirty.clear()
+                try:
+                    await self.write()
+                except (redis.RedisError, OSError) as exc:
+                    # Redis outage: keep the state in memory and write it again once Redis is back.
+                    log.warning("telemetry write failed (%s); retrying", exc)
+                    self.dirty.set()
+                    await asyncio.sleep(1.0)
+                await asyncio.sleep(MIN_INTERVAL)
+        finally:
+            pusher.cancel()
 
     async def close(self):
         """Delete the state, so readers see at once that no bridge is running."""
         try:
             await self.client.delete(state_key())
+        except (redis.RedisError, OSError):
+            pass
         finally:
             await self.client.aclose()

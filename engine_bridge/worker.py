@@ -4,6 +4,11 @@ numbered batches (docs/contracts.md).
 
 Why batches: channels_redis drops messages to a full channel silently, so text is coalesced
 (every FLUSH_INTERVAL or FLUSH_EVENTS text events) and numbered; the client fails on a gap.
+
+Failure containment: a Redis outage never ends the worker (receives and sends retry with a
+backoff; the engine and its slots live on); a request that arrives while the engine is not up is
+answered ENGINE_UNAVAILABLE at once with a `retry_after` hint, never parked behind a restart that
+may not come; a heartbeat (engine_bridge.liveness) lets waiting clients notice a dead bridge.
 """
 import asyncio
 import codecs
@@ -16,6 +21,7 @@ from django.conf import settings
 
 from engine_bridge import protocol as p
 from engine_bridge import sampling
+from engine_bridge.liveness import Heart
 from engine_bridge.client import BRIDGE_CHANNEL, GenerationRequest
 from engine_bridge.engine import EngineFailed, Supervisor, next_id
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
@@ -25,7 +31,10 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.03
 FLUSH_EVENTS = 16
-DIED_MESSAGE = "The engine stopped unexpectedly; your partial reply was kept. Restarting…"
+DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
+UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
+REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
+SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 
 
@@ -103,16 +112,17 @@ class Bridge:
         self.supervisor = Supervisor(self, command, ready_timeout)
         self.publisher = Publisher()
         self.publisher.update(slots=settings.KV_SLOTS)
+        self.heart = Heart()
         self.outq = asyncio.Queue()
 
     # --- main loop ---------------------------------------------------------------------------
 
     async def run(self):
         tasks = [asyncio.create_task(self.supervisor.run()), asyncio.create_task(self.publisher.run()),
-                 asyncio.create_task(self._sender())]
+                 asyncio.create_task(self._sender()), asyncio.create_task(self.heart.run())]
         try:
             while True:
-                message = await self.layer.receive(BRIDGE_CHANNEL)
+                message = await self._receive()
                 try:
                     self.handle(message)
                 except Exception:
@@ -120,29 +130,60 @@ class Bridge:
         finally:
             await self.shutdown(tasks)
 
+    async def _receive(self):
+        """The next message on the bridge channel, riding out a Redis outage."""
+        delay = REDIS_RETRY_FIRST
+        while True:
+            try:
+                return await self.layer.receive(BRIDGE_CHANNEL)
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                log.error("bridge channel receive failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, REDIS_RETRY_MAX)
+
     async def shutdown(self, tasks):
         self.scheduler.paused = True
         await self.supervisor.shutdown()
         for r in list(self.requests.values()):
             self.finish(r, {"kind": "error", "code": "ENGINE_UNAVAILABLE",
                             "message": "The engine bridge is shutting down."})
-        await self.outq.join()
+        try:
+            await asyncio.wait_for(self.outq.join(), SEND_GIVE_UP_S)
+        except asyncio.TimeoutError:
+            log.error("shutting down with %d reply batches undelivered", self.outq.qsize())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.publisher.close()
+        await self.heart.close()
 
     async def _sender(self):
         while True:
             channel, message = await self.outq.get()
             try:
-                await self.layer.send(channel, message)
-            except ChannelFull:
-                log.error("reply channel full; req %s lost seq %s", message["req"], message["seq"])
-            except Exception:
-                log.exception("sending to %s failed", channel)
+                await self._send(channel, message)
             finally:
                 self.outq.task_done()
+
+    async def _send(self, channel, message):
+        """One batch, retried through a Redis outage (in order: the queue waits behind it)."""
+        delay, give_up = REDIS_RETRY_FIRST, time.monotonic() + SEND_GIVE_UP_S
+        while True:
+            try:
+                return await self.layer.send(channel, message)
+            except ChannelFull:
+                log.error("reply channel full; req %s lost seq %s", message["req"], message["seq"])
+                return
+            except Exception as exc:
+                if time.monotonic() >= give_up:
+                    log.error("sending to %s failed for %gs (%s); req %s lost seq %s", channel,
+                              SEND_GIVE_UP_S, exc, message["req"], message["seq"])
+                    return
+                log.warning("sending to %s failed (%s); retrying in %.1fs", channel, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, REDIS_RETRY_MAX)
 
     def handle(self, message):
         kind, req = message.get("type"), message.get("req")
@@ -166,6 +207,9 @@ class Bridge:
             self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
         r = Request(req, reply, job)
+        if self.supervisor.engine is None:
+            self.finish(r, self._unavailable())
+            return
         self.requests[req] = r
         try:
             started = self.scheduler.submit(Job(req, job.prompt, job.conversation_key, job.priority))
@@ -174,6 +218,11 @@ class Bridge:
                             "message": "Too many requests are waiting; try again shortly."})
             return
         self.start_all(started)
+
+    def _unavailable(self):
+        status, retry_after = self.supervisor.status, self.supervisor.retry_after()
+        return {"kind": "error", "code": "ENGINE_UNAVAILABLE", "retry_after": retry_after,
+                "message": UNAVAILABLE_MESSAGE.format(status=status, retry_after=retry_after)}
 
     def start_all(self, started):
         for job, slot in started:
@@ -292,6 +341,13 @@ class Bridge:
             self.emit_text(r, final=True)
             self.finish(r, {"kind": "error", "code": "ENGINE_DIED", "message": DIED_MESSAGE})
         self.scheduler.reset()
+        self.start_all([])
+
+    def on_start_failed(self, reason):
+        """The engine could not start: nobody waiting may be parked behind the next attempt."""
+        for r in [r for r in self.requests.values() if r.eng_id is None]:
+            self.scheduler.remove(r.req)
+            self.finish(r, self._unavailable())
         self.start_all([])
 
     def on_event(self, ev):

@@ -5,6 +5,7 @@ import redis
 from django.contrib.auth.models import User
 from django.test import override_settings
 
+from engine_bridge.liveness import alive_key
 from engine_bridge.telemetry import empty_state, get_state, state_key
 
 pytestmark = pytest.mark.django_db
@@ -16,9 +17,10 @@ def state(settings):
 
     def put(**fields):
         client.set(state_key(), json.dumps({**empty_state(), **fields, "updated": 1.0}))
+        client.set(alive_key(), "boot-1")
 
     yield put
-    client.delete(state_key())
+    client.delete(state_key(), alive_key())
     client.close()
 
 
@@ -33,7 +35,8 @@ def test_it_reports_a_healthy_engine(client, state):
     state(up=True, status="up", model={"name": "tiny"}, slots=2, queue=1, restarts=3)
     r = client.get("/health")
     assert r.status_code == 200
-    assert r.json() == {"engine": "up", "model": "tiny", "slots": 2, "queue": 1, "restarts": 3}
+    assert r.json() == {"engine": "up", "bridge": "up", "redis": "up", "model": "tiny", "slots": 2, "queue": 1,
+                        "restarts": 3}
 
 
 def test_it_is_503_while_starting(client, state):
@@ -45,7 +48,21 @@ def test_it_is_503_while_starting(client, state):
 def test_it_is_503_without_a_bridge(client):
     assert get_state()["up"] is False
     r = client.get("/health")
-    assert r.status_code == 503 and r.json()["engine"] == "down"
+    assert r.status_code == 503 and r.json()["engine"] == "down" and r["Retry-After"]
+
+
+def test_it_is_503_when_the_bridge_died_but_its_last_state_lingers(client, state, settings):
+    state(up=True, status="up", model={"name": "tiny"})
+    redis.Redis.from_url(settings.REDIS_URL).delete(alive_key())  # the heartbeat expired
+    r = client.get("/health")
+    assert r.status_code == 503 and r.json()["bridge"] == "down" and r.json()["engine"] == "down"
+
+
+def test_it_answers_json_503_while_redis_is_down(client):
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):  # nothing listens on port 1
+        r = client.get("/health")
+    assert r.status_code == 503 and r["Content-Type"] == "application/json"
+    assert r.json()["redis"] == "down" and r.json()["engine"] == "unknown"
 
 
 def test_it_requires_login_for_experts(client, state):
@@ -55,7 +72,7 @@ def test_it_requires_login_for_experts(client, state):
 def test_it_serves_the_expert_map(client, state):
     state(up=True, emap={"rows": 2, "cols": 8, "hex": "00" * 16}, hits={"rows": 2, "cols": 8, "hex": "f8fc"},
           seq=4, tiers={"vram_experts": 0}, entropy=[1.5], repin=[])
-    client.force_login(User.objects.create_user("alice"))
+    client.force_login(User.objects.create_user("alice", is_staff=True))  # staff only (issue 13)
     body = client.get("/experts").json()
     assert body == {"rows": 2, "cols": 8, "map": "00" * 16, "hits": "f8fc", "seq": 4, "gpus": None,
                     "entropy": [1.5], "repin": [], "tiers": {"vram_experts": 0}}
