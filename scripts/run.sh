@@ -19,6 +19,7 @@ redis_up
 "$PY" manage.py migrate --noinput -v 0
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py ensure_admin
-say "starting web (http://127.0.0.1:${PORT:-8000}/), bridge and worker"
-export PORT="${PORT:-8000}"
-exec "$VENV/bin/honcho" -f Procfile start
+say "starting web (http://127.0.0.1:${PORT:-8000}/), bridge and worker under supervisord (each restarted if it exits)"
+export PORT="${PORT:-8000}" ROOT VENV RUN_DIR="${RUN_DIR:-$ROOT/.run}"
+mkdir -p "$RUN_DIR"
+exec "$VENV/bin/supervisord" -c deploy/supervisord.conf
