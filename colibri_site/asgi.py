@@ -12,12 +12,13 @@ from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from experts.routing import websocket_urlpatterns as experts_websockets  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": OriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns + experts_websockets)),
             settings.WEBSOCKET_ALLOWED_ORIGINS,
         ),
     }

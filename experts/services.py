@@ -3,14 +3,22 @@
 The model an atlas belongs to is the name the engine reports in its MODEL line, else the stem
 of ENGINE_MODEL (engines without our extension), so atlases follow the model, not the process.
 """
+import asyncio
 import hashlib
+import logging
+import time
 from pathlib import Path
 
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import transaction
 
 from engine_bridge import telemetry
-from experts import atlas_format
-from experts.models import Atlas
+from experts import atlas_format, builder
+from experts.models import Atlas, AtlasBuild
+
+log = logging.getLogger(__name__)
 
 
 def model_name_current(*, state=None):
@@ -64,3 +72,117 @@ def row_layers(*, rows: int, model: dict | None, atlas_layers=()):
     if isinstance(n_layers, int) and n_layers >= rows:
         return list(range(n_layers - rows, n_layers)), "model"
     return list(range(rows)), "rows"
+
+
+# --- the atlas builder (experts/builder.py measures; these functions own the rows) -------------
+
+def build_publish(*, build):
+    """Pushes a build's progress to every atlas page (the /ws/atlas/ group)."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from experts.consumers import BUILD_GROUP
+
+    try:
+        async_to_sync(get_channel_layer().group_send)(BUILD_GROUP, {"type": "atlas.build", "build": build.as_dict()})
+    except Exception:  # progress is a courtesy; the row is the truth
+        log.exception("publishing build %s failed", build.pk)
+
+
+def build_start(*, user=None, model_name: str | None = None, enqueue: bool = True) -> AtlasBuild:
+    """Creates a build of the current model's atlas and queues the Celery job after commit.
+    One build at a time: an unfinished build is returned instead of starting a second."""
+    running = AtlasBuild.objects.exclude(status__in=AtlasBuild.FINAL).first()
+    if running is not None:
+        return running
+    probes, _, _ = builder.load_probes()
+    build = AtlasBuild.objects.create(model_name=model_name or model_name_current(), total=len(probes),
+                                      created_by=user)
+    if enqueue:
+        from experts.tasks import build_atlas
+
+        transaction.on_commit(lambda: build_atlas.delay(build.pk))
+    build_publish(build=build)
+    return build
+
+
+def build_cancel(*, build: AtlasBuild) -> AtlasBuild:
+    """Asks a build to stop; the job stops before its next probe. A queued build stops at once."""
+    updated = AtlasBuild.objects.filter(pk=build.pk, status=AtlasBuild.QUEUED).update(
+        status=AtlasBuild.CANCELLED, cancel_requested=True)
+    if not updated:
+        AtlasBuild.objects.filter(pk=build.pk).exclude(status__in=AtlasBuild.FINAL).update(cancel_requested=True)
+    build.refresh_from_db()
+    build_publish(build=build)
+    return build
+
+
+def _progress(build, **fields):
+    for k, v in fields.items():
+        setattr(build, k, v)
+    build.save(update_fields=list(fields))
+    build_publish(build=build)
+
+
+def build_run(*, build_id: int, on_probe=None) -> AtlasBuild:
+    """The job: runs every probe through the bridge, computes the atlas, stores it as the model's
+    newest. Claims the build with an atomic UPDATE, so a second worker never runs it twice."""
+    if not AtlasBuild.objects.filter(pk=build_id, status=AtlasBuild.QUEUED).update(status=AtlasBuild.RUNNING):
+        return AtlasBuild.objects.get(pk=build_id)
+    build = AtlasBuild.objects.get(pk=build_id)
+    build_publish(build=build)
+    started = time.monotonic()
+    try:
+        runs, layers = async_to_sync(_measure)(build, on_probe)
+        probes, _, _ = builder.load_probes()
+        categories = list(dict.fromkeys(p.category for p in probes))
+        doc = builder.compute_atlas(runs, categories, layers)
+        validation = builder.leave_one_out(runs, categories)
+        atlas = atlas_import(content=atlas_format.dump(doc), model_name=build.model_name, filename="experts.json",
+                             user=build.created_by, source=Atlas.BUILT, validation=validation)
+        _progress(build, status=AtlasBuild.DONE, atlas=atlas, wall_s=round(time.monotonic() - started, 2))
+    except builder.BuildCancelled:
+        _progress(build, status=AtlasBuild.CANCELLED, wall_s=round(time.monotonic() - started, 2))
+    except Exception as exc:
+        log.exception("atlas build %s failed", build.pk)
+        _progress(build, status=AtlasBuild.FAILED, error=str(exc)[:500] or type(exc).__name__,
+                  wall_s=round(time.monotonic() - started, 2))
+    return build
+
+
+async def _measure(build, on_probe):
+    probes, max_tokens, _ = builder.load_probes()
+    runs, shape = [], None
+    async with builder.ProbeRunner(key=f"atlas-build:{build.pk}", max_tokens=max_tokens) as runner:
+        runner.drain()
+        for i, probe in enumerate(probes):
+            for attempt in range(builder.MAX_ATTEMPTS):
+                if await _cancel_requested(build.pk):
+                    raise builder.BuildCancelled()
+                hexes = await runner.run(probe)
+                if hexes is not None:
+                    break
+                await asyncio.sleep(builder.RETRY_WAIT_S)  # someone else's request ran alongside
+            else:
+                raise builder.BuildError(f"probe {probe.category}/{probe.index} never ran alone")
+            rows, cols = hexes[-1][0], hexes[-1][1]
+            if shape not in (None, (rows, cols)):
+                raise builder.BuildError("the engine's expert map changed shape during the build")
+            shape = (rows, cols)
+            runs.append((probe.category, builder.hits_counts([h for _, _, h in hexes], rows, cols)))
+            await _save_progress(build, i + 1)
+            if on_probe:
+                on_probe(i + 1, len(probes), probe)
+    state = await telemetry.aget_state()
+    layers, _ = row_layers(rows=shape[0], model=state.get("model"))
+    return runs, layers
+
+
+@database_sync_to_async
+def _cancel_requested(build_id):
+    return AtlasBuild.objects.filter(pk=build_id, cancel_requested=True).exists()
+
+
+@database_sync_to_async
+def _save_progress(build, done):
+    _progress(build, done=done)

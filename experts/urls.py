@@ -10,3 +10,7 @@ urlpatterns = [
     path("atlas/api/atlases/<int:pk>/experts.json", views.atlas_download, name="atlas-download"),
     path("atlas/api/atlases/<int:pk>/map", views.atlas_map, name="atlas-map"),
 ]
+urlpatterns += [
+    path("atlas/api/builds", views.builds, name="atlas-builds"),
+    path("atlas/api/builds/<int:pk>/cancel", views.build_cancel, name="atlas-build-cancel"),
+]

@@ -9,7 +9,7 @@ from engine_bridge.telemetry import get_state
 from experts import services
 from experts.access import staff_json, staff_page
 from experts.atlas_format import AtlasFormatError
-from experts.models import Atlas
+from experts.models import Atlas, AtlasBuild
 
 
 @require_GET
@@ -93,3 +93,20 @@ def atlas_map(request, pk):
     """The server-side 2-D projection of every expert's affinity vector."""
     atlas = get_object_or_404(Atlas.objects.only("projection"), pk=pk)
     return JsonResponse(atlas.projection)
+
+
+@require_http_methods(["GET", "POST"])
+@staff_json
+def builds(request):
+    """GET: recent builds. POST: start a build of the current model's atlas (one at a time)."""
+    if request.method == "POST":
+        build = services.build_start(user=request.user)
+        return JsonResponse({"build": build.as_dict()}, status=202)
+    return JsonResponse({"builds": [b.as_dict() for b in AtlasBuild.objects.all()[:10]]})
+
+
+@require_http_methods(["POST"])
+@staff_json
+def build_cancel(request, pk):
+    build = services.build_cancel(build=get_object_or_404(AtlasBuild, pk=pk))
+    return JsonResponse({"build": build.as_dict()})

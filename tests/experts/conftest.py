@@ -40,7 +40,20 @@ def sample_bytes():
 @pytest.fixture
 def no_bridge(monkeypatch, settings):
     """Telemetry as when no bridge runs (no Redis read), ENGINE_MODEL naming the model."""
+    import colibri_site.urls  # noqa: F401  (modules that bind get_state at import bind the real one)
     from engine_bridge import telemetry
 
     settings.ENGINE_MODEL = "/models/tiny-moe.gguf"
     monkeypatch.setattr(telemetry, "get_state", telemetry.empty_state)
+    monkeypatch.setattr("experts.views.get_state", telemetry.empty_state)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_thread_sessions(django_db_setup, django_db_blocker):
+    """database_sync_to_async threads keep PostgreSQL sessions open; the test database could
+    not be dropped at the end of the run otherwise."""
+    yield
+    from tests.web.live import _close_other_sessions
+
+    with django_db_blocker.unblock():
+        _close_other_sessions()

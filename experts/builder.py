@@ -1,0 +1,249 @@
+"""The atlas builder: probe prompts through the bridge, per-probe expert counts, experts.json.
+
+Measuring (documented limits, issue 13):
+* Counts come from HITS. The engine's HITS bitmap is engine-wide and says only "routed at least
+  once since the previous HITS" (every 6 generated tokens, and once in the turn's block). So the
+  builder runs probes one at a time and counts, per expert, the HITS windows of its probe in which
+  the expert fired: a "selection" below is one such window, not one token. native/ is unchanged.
+* A probe's windows are the telemetry items (engine_bridge.telemetry pushes each HITS, numbered)
+  between its start (a `busy` update) and its release (the next `busy` update after its DONE).
+  Any other request running meanwhile (busy > 1), a lost item (gap in n) or a bridge restart
+  makes the probe contaminated: it is run again.
+* Reproducible: probes are raw text, greedy (temperature 0, fixed seed), on one slot (the build's
+  conversation key) that a reset request clears right before each probe, so the engine reuses no
+  KV prefix (ACCEPT's reused must be 0) and prefills the whole probe every time. Same model + same
+  probes -> same counts -> same bytes (atlas_format.dump).
+* Probes go at background priority: a person's chat is always served first. They do add to the
+  engine's cumulative usage heat (.coli_usage); keeping them out would need an engine extension.
+
+Computation (colibri's analyze.py as peers.md §4 describes it): per run, an expert's share = its
+count / all counts of the run; average the shares over the runs of each category; renormalise ->
+affinity; entropy in bits; spec = 1 - H/ln C; specialist iff spec >= 0.5; only experts with
+>= MIN_COUNT selections that fire in >= MIN_RUNS runs of their top category are written.
+"""
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from channels.layers import get_channel_layer
+
+from engine_bridge import client as bridge_client
+from engine_bridge import telemetry
+
+PROBES_FILE = Path(__file__).parent / "data" / "probes.json"
+MIN_COUNT = 30
+MIN_RUNS = 2
+SPECIALIST = 0.5
+SEED = 1
+RESET_PROMPT = "|"            # no probe starts with it, so no probe shares a KV prefix with it
+MAX_ATTEMPTS = 20
+RETRY_WAIT_S = 1.0
+RELEASE_TIMEOUT_S = 10.0
+
+
+class BuildError(Exception):
+    pass
+
+
+class BuildCancelled(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Probe:
+    category: str
+    index: int
+    text: str
+
+
+def load_probes(path=PROBES_FILE):
+    """(probes in run order, max_tokens, digest). Run order interleaves the categories, so two
+    consecutive probes never come from the same category."""
+    raw = Path(path).read_bytes()
+    spec = json.loads(raw)
+    cats = spec["categories"]
+    rounds = max(len(v) for v in cats.values())
+    probes = [Probe(c, i, cats[c][i]) for i in range(rounds) for c in cats if i < len(cats[c])]
+    return probes, int(spec.get("max_tokens", 24)), hashlib.sha256(raw).hexdigest()
+
+
+# --- computation (pure) ------------------------------------------------------------------------
+
+def hits_counts(hexes, rows, cols):
+    """Per-expert number of HITS bitmaps (hex, LSB-first) in which it is set: shape (rows, cols)."""
+    cells = rows * cols
+    total = np.zeros(cells, dtype=np.int64)
+    for hx in hexes:
+        bits = np.unpackbits(np.frombuffer(bytes.fromhex(hx), dtype=np.uint8), bitorder="little")
+        total += bits[:cells]
+    return total.reshape(rows, cols)
+
+
+def _shares(counts):
+    s = counts.sum()
+    return counts / s if s else np.zeros_like(counts, dtype=float)
+
+
+def compute_atlas(runs, categories, layers):
+    """runs: [(category, counts (rows, cols))]; layers: absolute layer index per row.
+    Returns the experts.json document (dict, in key order (layer, expert))."""
+    shares = {c: [] for c in categories}
+    totals, fired = None, {c: None for c in categories}
+    for cat, counts in runs:
+        counts = np.asarray(counts, dtype=float)
+        shares[cat].append(_shares(counts))
+        totals = counts if totals is None else totals + counts
+        f = (counts > 0).astype(int)
+        fired[cat] = f if fired[cat] is None else fired[cat] + f
+    rows, cols = totals.shape
+    mean = np.stack([np.mean(shares[c], axis=0) if shares[c] else np.zeros((rows, cols)) for c in categories], axis=-1)
+    n_cat = len(categories)
+    experts = {}
+    for r in range(rows):
+        for e in range(cols):
+            vec = mean[r, e]
+            if totals[r, e] < MIN_COUNT or vec.sum() <= 0:
+                continue
+            p = vec / vec.sum()
+            top_i = int(np.argmax(p))
+            top = categories[top_i]
+            if fired[top] is None or fired[top][r, e] < MIN_RUNS:
+                continue
+            nz = p[p > 0]
+            h_bits = float(-(nz * np.log2(nz)).sum())
+            spec = 1.0 - float(-(nz * np.log(nz)).sum()) / math.log(n_cat) if n_cat > 1 else 1.0
+            affinity = {c: round(float(v), 4) for c, v in zip(categories, p) if round(float(v), 4) != 0}
+            experts[f"{layers[r]}:{e}"] = {
+                "affinity": affinity,
+                "entropy": round(h_bits, 2) if h_bits > 0 else -0.0,
+                "top": top,
+                "label": f"specialist: {top}" if spec >= SPECIALIST else "generalist",
+            }
+    return {"categories": list(categories), "experts": experts}
+
+
+def leave_one_out(runs, categories):
+    """Leave-one-prompt-out: each run is classified by the category whose mean share profile
+    (from the other runs) is closest in cosine to its own, both centred on the other runs' mean.
+    Returns {"correct", "total", "accuracy"}."""
+    vectors = [(cat, _shares(np.asarray(c, dtype=float)).ravel()) for cat, c in runs]
+    correct = 0
+    for i, (cat, v) in enumerate(vectors):
+        rest = [(c, w) for j, (c, w) in enumerate(vectors) if j != i]
+        centre = np.mean([w for _, w in rest], axis=0)
+        best, best_score = None, -np.inf
+        for c in categories:
+            members = [w for cc, w in rest if cc == c]
+            if not members:
+                continue
+            profile = np.mean(members, axis=0) - centre
+            x = v - centre
+            denom = np.linalg.norm(profile) * np.linalg.norm(x)
+            score = float(profile @ x / denom) if denom else -np.inf
+            if score > best_score:
+                best, best_score = c, score
+        correct += best == cat
+    total = len(vectors)
+    return {"correct": int(correct), "total": total, "accuracy": round(correct / total, 4) if total else 0.0}
+
+
+# --- running the probes (async, through the bridge) ----------------------------------------------
+
+class ProbeRunner:
+    """Runs probes one at a time and returns each one's HITS bitmaps (see the module docstring)."""
+
+    def __init__(self, *, key, max_tokens):
+        self.key = key
+        self.max_tokens = max_tokens
+        self.layer = get_channel_layer()
+        self.channel = f"atlas-probe.{uuid.uuid4().hex}"  # a plain channel: its own BZPOPMIN key
+        self.inbox = asyncio.Queue()
+        self.receiver = None
+        self.last = None  # (boot, n) of the last item seen
+
+    async def __aenter__(self):
+        await self.layer.group_add(telemetry.GROUP, self.channel)
+        self.receiver = asyncio.create_task(self._pump())
+        return self
+
+    async def __aexit__(self, *exc):
+        self.receiver.cancel()  # nothing after the build matters, so a lost message is harmless
+        await asyncio.gather(self.receiver, return_exceptions=True)
+        await self.layer.group_discard(telemetry.GROUP, self.channel)
+
+    async def _pump(self):
+        while True:
+            message = await self.layer.receive(self.channel)
+            for item in message.get("items", ()):
+                self.inbox.put_nowait((message.get("boot"), item))
+
+    async def _generate(self, prompt, max_tokens):
+        request = bridge_client.GenerationRequest(
+            prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=SEED,
+            conversation_key=self.key, priority="background")
+        accepted, final = None, None
+        async with contextlib.aclosing(bridge_client.generate(request)) as events:
+            async for event in events:
+                if event["kind"] == "accepted":
+                    accepted = event
+                elif event["kind"] in ("done", "error"):
+                    final = event
+        if final is None or final["kind"] == "error":
+            raise BuildError(f"the engine refused a probe: {(final or {}).get('message', 'no answer')}")
+        return accepted or {}
+
+    def drain(self):
+        """Forget items that arrived before the next request (called once before the first)."""
+        while not self.inbox.empty():
+            boot, item = self.inbox.get_nowait()
+            self.last = (boot, item.get("n"))
+
+    async def _request(self, prompt, max_tokens):
+        """Runs one request and consumes its telemetry items, from its start (busy >= 1) to its
+        release (busy == 0 after it). Returns (HITS [(rows, cols, hex)], clean, accepted)."""
+        task = asyncio.create_task(self._generate(prompt, max_tokens))
+        hexes, started, clean, released, waited = [], False, True, False, 0.0
+        try:
+            while not released:
+                try:
+                    boot, item = await asyncio.wait_for(self.inbox.get(), 1.0)
+                except asyncio.TimeoutError:
+                    if task.done():
+                        if task.exception() is not None:
+                            break
+                        waited += 1.0
+                        if waited >= RELEASE_TIMEOUT_S:
+                            clean = False  # the release item was lost
+                            break
+                    continue
+                if self.last is not None and (boot != self.last[0] or item.get("n") != self.last[1] + 1):
+                    clean = False
+                self.last = (boot, item.get("n"))
+                busy = item.get("busy")
+                if not started:
+                    if busy is not None and busy >= 1:
+                        started, clean = True, clean and busy == 1
+                    continue
+                if busy is not None and busy > 1:
+                    clean = False
+                if item.get("hits") and item["hits"].get("hex"):
+                    hits = item["hits"]
+                    hexes.append((hits["rows"], hits["cols"], hits["hex"]))
+                released = busy == 0
+        finally:
+            accepted = await task
+        return hexes, clean and started and released, accepted
+
+    async def run(self, probe):
+        """The probe's HITS [(rows, cols, hex)], or None when its windows were contaminated."""
+        await self._request(RESET_PROMPT, 1)
+        hexes, clean, accepted = await self._request(probe.text, self.max_tokens)
+        if accepted.get("reused"):
+            raise BuildError(f"probe {probe.category}/{probe.index} reused {accepted['reused']} KV tokens")
+        return hexes if clean and hexes else None

@@ -1,0 +1,108 @@
+"""The atlas websocket (/ws/atlas/): staff only; pushes telemetry and builder progress.
+
+The bridge sends every telemetry update to the Channels group `telemetry` (one HITS window per
+item, possibly hundreds a second on a fast engine). A browser does not need that rate: each
+connection coalesces what arrives within FLUSH_S — HITS bitmaps OR-ed together, the newest
+EMAP/TIERS/ENTROPY kept, REPINs appended — and sends one frame. The `windows` count says how
+many HITS windows a frame merges, so the page's rates stay honest.
+"""
+import asyncio
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from engine_bridge import telemetry
+from experts import services
+from experts.atlas_format import parse_key
+
+FLUSH_S = 0.05
+BUILD_GROUP = "atlas-builds"
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+LATEST = ("up", "status", "model", "tiers", "emap", "entropy", "busy", "queue")
+
+
+def or_hits(a, b):
+    """The union of two HITS bitmaps of the same shape (hex strings of equal length)."""
+    if not a:
+        return b
+    merged = int(a, 16) | int(b, 16)
+    return format(merged, f"0{len(a)}x")
+
+
+@database_sync_to_async
+def _layers(rows, model):
+    atlas = services.atlas_current(model_name=services.model_name_current(state={"model": model}))
+    atlas_layers = set()
+    if atlas is not None:
+        atlas_layers = {parse_key(p[0])[0] for p in atlas.projection.get("points", [])}
+    return services.row_layers(rows=rows, model=model, atlas_layers=atlas_layers)
+
+
+class AtlasConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        user = self.scope.get("user")
+        await self.accept()  # then close with a code the page can tell apart (as /ws/chat/ does)
+        if user is None or not user.is_authenticated:
+            return await self.close(code=CLOSE_UNAUTHENTICATED)
+        if not user.is_staff:
+            return await self.close(code=CLOSE_FORBIDDEN)
+        self.pending, self.flush_handle, self.rows, self.model = {}, None, None, None
+        await self.channel_layer.group_add(telemetry.GROUP, self.channel_name)
+        await self.channel_layer.group_add(BUILD_GROUP, self.channel_name)
+        state = await telemetry.aget_state()
+        snapshot = {k: state.get(k) for k in LATEST + ("hits", "repin", "seq", "updated")}
+        snapshot.update(await self._layer_fields(state.get("emap"), state.get("model")))
+        await self.send_json({"type": "snapshot", **snapshot})
+
+    async def disconnect(self, code):
+        if getattr(self, "pending", None) is None:
+            return
+        if self.flush_handle is not None:
+            self.flush_handle.cancel()
+        await self.channel_layer.group_discard(telemetry.GROUP, self.channel_name)
+        await self.channel_layer.group_discard(BUILD_GROUP, self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        pass  # the page only listens
+
+    async def _layer_fields(self, emap, model):
+        if model is not None:
+            self.model = model
+        rows = (emap or {}).get("rows")
+        if rows is None or rows == self.rows:
+            return {}
+        self.rows = rows
+        layers, source = await _layers(rows, self.model)
+        return {"layers": layers, "layer_source": source}
+
+    async def telemetry_batch(self, event):
+        p = self.pending
+        for item in event["items"]:
+            if "hits" in item and item["hits"]:
+                hits = item["hits"]
+                same = p.get("hits") and (p["hits"]["rows"], p["hits"]["cols"]) == (hits["rows"], hits["cols"])
+                p["hits"] = {**hits, "hex": or_hits(p["hits"]["hex"], hits["hex"]) if same else hits["hex"]}
+                p["windows"] = p.get("windows", 0) + 1 if same else 1
+            if "repin" in item:
+                p.setdefault("repin", []).append(item["repin"])
+            for key in LATEST:
+                if key in item:
+                    p[key] = item[key]
+        if self.flush_handle is None:
+            self.flush_handle = asyncio.get_running_loop().call_later(
+                FLUSH_S, lambda: asyncio.ensure_future(self._flush()))
+
+    async def _flush(self):
+        self.flush_handle = None
+        frame, self.pending = self.pending, {}
+        if not frame:
+            return
+        frame.update(await self._layer_fields(frame.get("emap"), frame.get("model")))
+        await self.send_json({"type": "telemetry", **frame})
+
+    async def atlas_build(self, event):
+        await self.send_json({"type": "build", "build": event["build"]})
+
+    async def atlas_saved(self, event):
+        await self.send_json({"type": "atlas", "atlas": event["atlas"]})

@@ -1,0 +1,26 @@
+"""manage.py build_atlas: run the atlas builder here (no Celery) against the running bridge."""
+from django.core.management.base import BaseCommand, CommandError
+
+from experts import services
+from experts.models import AtlasBuild
+
+
+class Command(BaseCommand):
+    help = "Measure experts.json for the engine's current model with the shipped probe prompts."
+
+    def handle(self, *args, **options):
+        build = services.build_start(enqueue=False)
+        if build.status != AtlasBuild.QUEUED:
+            raise CommandError(f"build {build.pk} is already {build.status}; cancel it on the atlas page first")
+
+        def on_probe(done, total, probe):
+            self.stdout.write(f"{done}/{total} {probe.category}#{probe.index}")
+
+        build = services.build_run(build_id=build.pk, on_probe=on_probe)
+        if build.status != AtlasBuild.DONE:
+            raise CommandError(f"build {build.pk} {build.status}: {build.error}")
+        atlas = build.atlas
+        v = atlas.validation
+        self.stdout.write(f"atlas {atlas.pk} for {atlas.model_name}: {atlas.entries} experts, "
+                          f"{atlas.specialists} specialists, leave-one-prompt-out {v['correct']}/{v['total']}, "
+                          f"{build.wall_s:.1f} s, sha256 {atlas.sha256[:12]}")

@@ -1,0 +1,49 @@
+// Shapes of what the atlas page receives (experts/views.py, experts/consumers.py) and of
+// colibri's experts.json (peers.md §4).
+
+export interface Grid { rows: number; cols: number; hex: string }
+
+export interface TiersInfo { vram_experts: number; ram_experts: number; disk_experts: number; vram_gb: number; ram_gb: number }
+
+export interface Repin { layer: number; expert: number; old_tier: number; gpu: number }
+
+export interface TelemetryFrame {
+  up?: boolean;
+  status?: string;
+  model?: Record<string, unknown> | null;
+  tiers?: TiersInfo | null;
+  emap?: Grid | null;
+  hits?: Grid | null;
+  entropy?: number[] | null;
+  busy?: number;
+  queue?: number;
+  repin?: Repin[];
+  windows?: number;           // HITS windows merged into this frame's bitmap
+  layers?: number[];          // absolute layer index per EMAP row
+  layer_source?: string;      // engine | atlas | atlas+extra | model | rows
+}
+
+export interface AtlasEntry { affinity: Record<string, number>; entropy: number; top: string; label: string }
+export interface AtlasDoc { categories: string[]; experts: Record<string, AtlasEntry> }
+
+export interface AtlasInfo {
+  id: number; model: string; source: string; sha256: string; filename: string; entries: number;
+  specialists: number; categories: string[]; validation: Validation | null; bytes: number; created: string;
+}
+
+export interface Validation { correct: number; total: number; accuracy: number }
+
+export interface AtlasList { model: string; current: AtlasInfo | null; history: AtlasInfo[] }
+
+export interface MapData { categories: string[]; points: [string, number, number, string][] }
+
+export interface Build {
+  id: number; model: string; status: string; done: number; total: number; atlas: number | null;
+  error: string; wall_s: number | null; created: string;
+}
+
+export type ServerFrame =
+  | ({ type: "snapshot" } & TelemetryFrame)
+  | ({ type: "telemetry" } & TelemetryFrame)
+  | { type: "build"; build: Build }
+  | { type: "atlas"; atlas: AtlasInfo };

@@ -1,0 +1,74 @@
+"""/ws/atlas/: staff only; the bridge's telemetry reaches the page pushed, coalesced per frame."""
+import asyncio
+
+import pytest
+from channels.auth import AuthMiddlewareStack
+from channels.db import database_sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from engine_bridge import telemetry
+from experts.consumers import or_hits
+from experts.routing import websocket_urlpatterns
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+EMAP = {"rows": 2, "cols": 8, "hex": "00000041414344450000434344444342"}
+
+
+@pytest.fixture
+def layer(settings, monkeypatch):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.ENGINE_MODEL = "/models/tiny-moe.gguf"
+
+    async def state():
+        return {**telemetry.empty_state(), "up": True, "emap": EMAP, "model": {"name": "tiny", "n_layers": 2}}
+
+    monkeypatch.setattr(telemetry, "aget_state", state)
+    from channels.layers import channel_layers
+    channel_layers.backends.clear()
+
+
+async def connect(user):
+    app = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+    client = Client()
+    await database_sync_to_async(client.force_login)(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    communicator = WebsocketCommunicator(app, "/ws/atlas/", headers=[(b"cookie", cookie)])
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+def test_it_ors_hits_bitmaps():
+    assert or_hits("", "f8fc") == "f8fc"
+    assert or_hits("0100", "0300") == "0300"
+    assert or_hits("f000", "000f") == "f00f"
+
+
+async def test_it_pushes_hits_to_staff_coalesced(layer, staff):
+    ws = await connect(staff)
+    snapshot = await ws.receive_json_from(timeout=2)
+    assert snapshot["type"] == "snapshot"
+    assert snapshot["emap"] == EMAP
+    assert snapshot["layers"] == [0, 1] and snapshot["layer_source"] == "model"
+    publisher = telemetry.Publisher()
+    pusher = asyncio.create_task(publisher.push_loop())
+    try:
+        publisher.update(hits={"rows": 2, "cols": 8, "hex": "0100"}, seq=1)
+        publisher.update(hits={"rows": 2, "cols": 8, "hex": "0080"}, seq=2)
+        publisher.add_repin({"layer": 1, "expert": 3, "old_tier": 0, "gpu": 0})
+        frame = await ws.receive_json_from(timeout=2)
+    finally:
+        pusher.cancel()
+        await publisher.client.aclose()
+    assert frame["type"] == "telemetry"
+    assert frame["hits"]["hex"] == "0180" and frame["windows"] == 2
+    assert frame["repin"] == [{"layer": 1, "expert": 3, "old_tier": 0, "gpu": 0}]
+    await ws.disconnect()
+
+
+async def test_it_closes_the_socket_for_members(layer, member):
+    ws = await connect(member)
+    closed = await ws.receive_output(timeout=2)
+    assert closed == {"type": "websocket.close", "code": 4403}
