@@ -23,7 +23,8 @@ def env_list(name, default=""):
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env("SECRET_KEY") or ("insecure-dev-key" if DEBUG or env_bool("COLIBRI_DEV", True) else "")
+DEV = env_bool("COLIBRI_DEV", True)  # a developer's machine: plain http, a dev key
+SECRET_KEY = env("SECRET_KEY") or ("insecure-dev-key" if DEBUG or DEV else "")
 if not SECRET_KEY:
     raise RuntimeError("SECRET_KEY must be set when COLIBRI_DEV=0")
 
@@ -43,6 +44,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "channels",
+    "axes",
+    "csp",
     "engine_bridge",
     "chat",
     "experts",
@@ -58,7 +61,54 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into its lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Security: production defaults whenever COLIBRI_DEV=0; each can be set from the environment.
+# `manage.py check --deploy` is clean with COLIBRI_DEV=0 and a strong SECRET_KEY (issue 10).
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEV)
+SECURE_REDIRECT_EXEMPT = [r"^health$"]  # load balancers probe over plain http
+SECURE_HSTS_SECONDS = int(env("SECURE_HSTS_SECONDS", "0" if DEV else "31536000"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEV)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEV)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEV)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEV)
+if env_bool("SECURE_PROXY_SSL_HEADER", False):  # behind a TLS-terminating proxy that sets it
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (django-csp): only our own scripts, styles and connections (the chat
+# and atlas websockets are same-origin); no inline script, no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one username from
+# one address, that pair is locked out for AXES_COOLOFF_TIME hours, the right password included.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(env("AXES_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = float(env("AXES_COOLOFF_HOURS", "0.25"))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_PROXY_COUNT = int(env("AXES_PROXY_COUNT", "0"))
 
 ROOT_URLCONF = "colibri_site.urls"
 ASGI_APPLICATION = "colibri_site.asgi.application"
@@ -130,6 +180,10 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+
+# Request bodies above this answer 413 (the /v1 surfaces render it in their envelope); colibri's
+# gateway caps at 4 MiB, the engine's SUBMIT payload at 16 MiB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],

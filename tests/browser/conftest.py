@@ -71,11 +71,27 @@ class PageWatch:
         page.on("dialog", on_dialog)
 
 
-@pytest.fixture
-def page_and_watch(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
+def _page(browser, bypass_csp):
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, bypass_csp=bypass_csp)
     page = context.new_page()
     page.set_default_timeout(15000)
+    return context, page
+
+
+@pytest.fixture
+def page_and_watch(browser):
+    # Playwright's polling predicates (wait_for_function) compile strings in the page, which the
+    # site's CSP forbids (no eval): these tests bypass it; `strict_page_and_watch` enforces it.
+    context, page = _page(browser, bypass_csp=True)
+    watch = PageWatch(page)
+    yield page, watch
+    context.close()
+
+
+@pytest.fixture
+def strict_page_and_watch(browser):
+    """A page under the site's real Content-Security-Policy: drive it with locators only."""
+    context, page = _page(browser, bypass_csp=False)
     watch = PageWatch(page)
     yield page, watch
     context.close()
