@@ -37,7 +37,7 @@ struct model_priv {
     int rope_dim;
     qact act;
     fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
-    ibuf sel, ecnt, eoff, elist, slot0, ablk;
+    ibuf sel, ecnt, eoff, elist, slot0, ablk, koff;
     qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
     expert_w *ew;
     mm_job *jobs;
@@ -580,7 +580,7 @@ void model_free(model *m) {
     fbuf *fs[] = {&P->x, &P->h, &P->q, &P->k, &P->v, &P->att, &P->tmp, &P->fg, &P->fu, &P->rlog, &P->eout,
                   &P->shout, &P->xin, &P->eg, &P->eu, &P->eo, &P->hin, &P->hout, &P->ascr, &P->rope, &P->selw};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]->p);
-    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0, &P->ablk};
+    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0, &P->ablk, &P->koff};
     for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) free(is[i]->p);
     if (P->g_open) gguf_close(&m->g);
     free(P);
@@ -588,30 +588,79 @@ void model_free(model *m) {
     m->g.fd = -1;
 }
 
+uint64_t model_fingerprint_k(const model *m, int k) {
+    if (k == m->c.top_k) return m->fingerprint;
+    int64_t v = k;
+    return fnv1a64(m->fingerprint, &v, sizeof v);
+}
+
 /* ---------------------------------------------------------------- forward */
 
-/* y_i = sum_j w_ij * expert_out(i, j) (selected experts in increasing id) + shared_i. */
+/* y_i = sum_j w_ij * expert_out(i, j) (row i's selected experts in increasing id) + shared_i;
+ * row i's pairs are koff[i] .. koff[i + 1] - 1. */
 typedef struct {
     float *out;
     const float *selw, *eo, *so;
-    const int *slot_of;
-    int n, K, d;
+    const int *slot_of, *koff;
+    int n, d;
 } combine_ctx;
 static void combine_chunk(void *vctx, int c) {
     const combine_ctx *C = vctx;
-    const int d = C->d, K = C->K;
+    const int d = C->d;
     for (int i = c * ROW_CHUNK; i < C->n && i < (c + 1) * ROW_CHUNK; i++) {
         float *restrict y = C->out + (size_t)i * d;
-        const float *w = C->selw + (size_t)i * K;
         for (int q = 0; q < d; q++) y[q] = 0.0f;
-        for (int j = 0; j < K; j++) {
-            const float *restrict er = C->eo + (size_t)C->slot_of[(size_t)i * K + j] * d;
-            const float wj = w[j];
-            for (int q = 0; q < d; q++) y[q] += wj * er[q];
+        for (int p = C->koff[i]; p < C->koff[i + 1]; p++) {
+            const float *restrict er = C->eo + (size_t)C->slot_of[p] * d;
+            const float wp = C->selw[p];
+            for (int q = 0; q < d; q++) y[q] += wp * er[q];
         }
         if (C->so)
             for (int q = 0; q < d; q++) y[q] += C->so[(size_t)i * d + q];
     }
+}
+
+/* Experts per token of a row: its own count when set (1 .. n_experts), else the model's. */
+static int row_experts(const model_config *c, const fwd_row *r) {
+    return r->n_experts >= 1 && r->n_experts <= c->n_experts ? r->n_experts : c->top_k;
+}
+
+/* The K largest router logits of lg (ties -> lower id), written to s in increasing id. */
+static void top_k_ids(const float *lg, int E, int K, int *s) {
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= s[q] == e;
+            if (taken) continue;
+            if (best < 0 || lg[e] > lg[best]) best = e;
+        }
+        s[j] = best;
+    }
+    for (int a = 1; a < K; a++)
+        for (int b = a; b > 0 && s[b - 1] > s[b]; b--) {
+            int t = s[b];
+            s[b] = s[b - 1];
+            s[b - 1] = t;
+        }
+}
+
+/* Gating weights of the K selected experts s of one row: 1 each (unit), or the softmax of
+ * their logits. */
+static void gate_weights(int gating, const float *lg, const int *s, int K, float *w) {
+    if (gating == GATING_UNIT) {
+        for (int j = 0; j < K; j++) w[j] = 1.0f;
+        return;
+    }
+    float mx = lg[s[0]];
+    for (int j = 1; j < K; j++) mx = fmaxf(mx, lg[s[j]]);
+    double sum = 0.0;
+    for (int j = 0; j < K; j++) {
+        w[j] = expf(lg[s[j]] - mx);
+        sum += w[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < K; j++) w[j] *= inv;
 }
 
 /* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out.
@@ -620,16 +669,22 @@ static void combine_chunk(void *vctx, int c) {
 static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
-    const int d = c->d_model, E = c->n_experts, K = c->top_k, X = c->d_expert, r = L->moe_row;
+    const int d = c->d_model, E = c->n_experts, X = c->d_expert, r = L->moe_row;
     const int S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
+    /* each row has its own expert count: row i's (row, expert) pairs are koff[i] .. koff[i+1]-1 */
+    int *koff = ib(&P->koff, (size_t)n + 1);
+    if (!koff) return -1;
+    koff[0] = 0;
+    for (int i = 0; i < n; i++) koff[i + 1] = koff[i] + row_experts(c, &rows[i]);
+    const int NP = koff[n];
     float *rl = fb(&P->rlog, (size_t)n * E);
-    int *sel = ib(&P->sel, (size_t)n * K);
-    float *selw = fb(&P->selw, (size_t)n * K);
+    int *sel = ib(&P->sel, (size_t)NP);
+    float *selw = fb(&P->selw, (size_t)NP);
     int *ecnt = ib(&P->ecnt, (size_t)E + 1);
     int *eoff = ib(&P->eoff, (size_t)E + 1);
-    int *elist = ib(&P->elist, (size_t)n * K * 2 + E); /* pairs by expert | slot of each pair | experts */
-    float *eg = fb(&P->eg, (size_t)n * K * X);
-    float *eo = fb(&P->eout, (size_t)n * K * d);
+    int *elist = ib(&P->elist, (size_t)NP * 2 + E); /* pairs by expert | slot of each pair | experts */
+    float *eg = fb(&P->eg, (size_t)NP * X);
+    float *eo = fb(&P->eout, (size_t)NP * d);
     float *sg = S ? fb(&P->fg, (size_t)n * S) : NULL, *so = S ? fb(&P->shout, (size_t)n * d) : NULL;
     if (!rl || !sel || !selw || !ecnt || !eoff || !elist || !eg || !eo || (S && (!sg || !so))) return -1;
     if (!P->eact) {
@@ -640,7 +695,7 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
         for (int e = 0; e < 3 * E; e++) P->eact[e].exact = m->exact;
     }
     qact *gact = P->eact, *dact = P->eact + E, *gview = P->eact + 2 * E;
-    int *slot_of = elist + (size_t)n * K;
+    int *slot_of = elist + NP;
 
     double t0 = mnow();
     qact_prepare(&P->act, L->router.type, h, n, d);
@@ -649,38 +704,10 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
         float *lg = rl + (size_t)i * E;
         if (L->router_b)
             for (int e = 0; e < E; e++) lg[e] += L->router_b[e];
-        int *s = sel + (size_t)i * K;
-        float *w = selw + (size_t)i * K;
-        /* top-k: largest logits, ties -> lower id; then reorder by increasing id */
-        for (int j = 0; j < K; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int q = 0; q < j; q++) taken |= s[q] == e;
-                if (taken) continue;
-                if (best < 0 || lg[e] > lg[best]) best = e;
-            }
-            s[j] = best;
-        }
-        for (int a = 1; a < K; a++)
-            for (int b = a; b > 0 && s[b - 1] > s[b]; b--) {
-                int t = s[b];
-                s[b] = s[b - 1];
-                s[b - 1] = t;
-            }
-        if (c->gating == GATING_UNIT) {
-            for (int j = 0; j < K; j++) w[j] = 1.0f;
-        } else {
-            float mx = lg[s[0]];
-            for (int j = 1; j < K; j++) mx = fmaxf(mx, lg[s[j]]);
-            double sum = 0.0;
-            for (int j = 0; j < K; j++) {
-                w[j] = expf(lg[s[j]] - mx);
-                sum += w[j];
-            }
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j < K; j++) w[j] *= inv;
-        }
+        const int K = koff[i + 1] - koff[i];
+        int *s = sel + koff[i];
+        top_k_ids(lg, E, K, s);
+        gate_weights(c->gating, lg, s, K, selw + koff[i]);
         for (int j = 0; j < K; j++) {
             es_note_selected(m->es, r, s[j]);
             if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
@@ -688,21 +715,22 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     }
     /* group (row, rank) pairs by expert; within an expert, rows in batch order */
     memset(ecnt, 0, sizeof(int) * (size_t)(E + 1));
-    for (int p = 0; p < n * K; p++) ecnt[sel[p]]++;
+    for (int p = 0; p < NP; p++) ecnt[sel[p]]++;
     eoff[0] = 0;
     for (int e = 0; e < E; e++) eoff[e + 1] = eoff[e] + ecnt[e];
     for (int e = 0; e <= E; e++) ecnt[e] = eoff[e];
-    for (int p = 0; p < n * K; p++) {
-        slot_of[p] = ecnt[sel[p]];
-        elist[ecnt[sel[p]]++] = p / K;          /* the batch row of each grouped pair */
-    }
+    for (int i = 0; i < n; i++)
+        for (int p = koff[i]; p < koff[i + 1]; p++) {
+            slot_of[p] = ecnt[sel[p]];
+            elist[ecnt[sel[p]]++] = i;          /* the batch row of each grouped pair */
+        }
     m->perf.t_dense += mnow() - t0;
 
     /* acquire every selected expert (misses are read and packed here, in parallel on the pool) */
     int nsel = 0;
     for (int e = 0; e < E; e++)
-        if (eoff[e + 1] > eoff[e]) elist[2 * n * K + nsel++] = e;
-    int rc = es_acquire_many(m->es, r, elist + 2 * n * K, nsel, P->ew, &m->perf.t_edisk);
+        if (eoff[e + 1] > eoff[e]) elist[2 * NP + nsel++] = e;
+    int rc = es_acquire_many(m->es, r, elist + 2 * NP, nsel, P->ew, &m->perf.t_edisk);
     int nacq = rc == 0 ? E : 0;
     double t1 = mnow();
     mm_job *J = P->jobs;
@@ -749,7 +777,7 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
     if (rc != 0) return -1;
 
     t0 = mnow();
-    combine_ctx C = {out, selw, eo, so, slot_of, n, K, d};
+    combine_ctx C = {out, selw, eo, so, slot_of, koff, n, d};
     par_rows(combine_chunk, &C, n);
     m->perf.t_dense += mnow() - t0;
     return 0;

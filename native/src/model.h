@@ -64,9 +64,15 @@ typedef struct {
     int slot, pos, token;
     float *logits;          /* NULL: no logits wanted for this row; else vocab floats */
     uint32_t *route_counts; /* NULL or n_moe_rows*n_experts counters (per-turn routing) */
+    int n_experts;          /* routed experts per token for this row, 1..n_experts; 0 (or out
+                             * of range: callers validate) = the model's top_k */
 } fwd_row;
 
 /* Runs all rows through the model in one pass (weight rows read once per pass).
  * 0 ok, -1 on OOM/expert read failure. */
 int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n);
+
+/* The fingerprint of K/V rows computed with k routed experts per token (slot files): the
+ * model's own for its top_k, a distinct one for any other count. */
+uint64_t model_fingerprint_k(const model *m, int k);
 #endif

@@ -41,6 +41,10 @@ typedef struct {
     int emitted;
     float temperature, top_p;
     int logprobs;               /* k of logprobs=k, 0 = off */
+    int experts;                /* routed experts per token of this turn (experts=N, else the
+                                 * model's top_k); kept after the turn: the count that computed
+                                 * the slot's K/V history, which a turn with another count
+                                 * does not reuse */
     rng_state rng;
     utf8s u8;
     int next_tok;               /* sampled and sent, to be forwarded by the next step */
@@ -163,7 +167,7 @@ static void save_slot(server *S, int slot) {
     if (!S->o->kvsave) return;
     char path[1300];
     kv_path(S, slot, path, sizeof path);
-    if (kv_save(&S->kv, slot, path, S->m->fingerprint) != 0)
+    if (kv_save(&S->kv, slot, path, model_fingerprint_k(S->m, S->req[slot].experts)) != 0)
         fprintf(stderr, "[KV] could not save slot %d to %s\n", slot, path);
 }
 
@@ -314,7 +318,7 @@ static void take_token(server *S, request *r) {
 }
 
 int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
-                 float *logits, uint32_t *route_counts, fwd_row *rows, int chunk) {
+                 float *logits, uint32_t *route_counts, int n_experts, fwd_row *rows, int chunk) {
     for (int p = from; p < n; p += chunk) {
         int cnt = n - p < chunk ? n - p : chunk;
         if (kv_reserve(kv, s, p + cnt) != 0) return -1;
@@ -324,6 +328,7 @@ int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
             rows[i].token = ids[p + i];
             rows[i].logits = p + i == n - 1 ? logits : NULL;
             rows[i].route_counts = route_counts;
+            rows[i].n_experts = n_experts;
         }
         if (model_forward(m, kv, rows, cnt) != 0) return -1;
     }
@@ -343,8 +348,8 @@ static void decode_step(server *S) {
             finish(S, r, 0);
             continue;
         }
-        S->fwd[n++] = (fwd_row){ .slot = s, .pos = pos, .token = r->next_tok,
-                                 .logits = r->logits, .route_counts = r->route };
+        S->fwd[n++] = (fwd_row){ .slot = s, .pos = pos, .token = r->next_tok, .logits = r->logits,
+                                 .route_counts = r->route, .n_experts = r->experts };
     }
     if (n == 0) return;
     if (model_forward(S->m, &S->kv, S->fwd, n) != 0) {
@@ -426,9 +431,9 @@ static void cmd_stop_cancel(server *S, char *args, int cancel) {
 }
 
 typedef struct {
-    uint64_t id, slot, bytes, max_tokens, gbytes, seed;
+    uint64_t id, slot, bytes, max_tokens, gbytes, seed, experts;
     double temperature, top_p;
-    int have_seed, logprobs, have_logprobs;
+    int have_seed, logprobs, have_logprobs, have_experts;
 } submit_hdr;
 
 /* Parses the SUBMIT fields. Returns 0 if valid. Independently of validity, sets
@@ -477,6 +482,10 @@ static int parse_submit(char *args, submit_hdr *h, long long *consume) {
             if (h->have_logprobs || val > MAX_LOGPROBS) return -1;
             h->have_logprobs = 1;
             h->logprobs = (int)val;
+        } else if (!strcmp(k, "experts")) {  /* range checked after the payload: a request error */
+            if (h->have_experts) return -1;
+            h->have_experts = 1;
+            h->experts = val;
         } else {
             return -1;
         }
@@ -521,7 +530,9 @@ static void cmd_submit(server *S, char *args) {
     }
     S->in_off += total + 1;      /* payload stays valid: nothing reads stdin below */
 
-    if (h.slot >= (uint64_t)S->o->n_slots || memchr(payload, 0, (size_t)h.bytes)) {
+    const int E = S->m->c.n_experts;
+    if (h.slot >= (uint64_t)S->o->n_slots || memchr(payload, 0, (size_t)h.bytes) ||
+        (h.have_experts && (h.experts < 1 || h.experts > (uint64_t)E))) {
         out_line("ERROR %llu BAD_REQUEST", id);
         return;
     }
@@ -555,7 +566,9 @@ static void cmd_submit(server *S, char *args) {
     }
 
     request *r = &S->req[slot];
-    int keep = kv_common_prefix(&S->kv, slot, S->ids, n);
+    const int experts = h.have_experts ? (int)h.experts : S->m->c.top_k;
+    /* K/V rows computed with another expert count are not this turn's: recompute them all */
+    int keep = experts == r->experts ? kv_common_prefix(&S->kv, slot, S->ids, n) : 0;
     if (keep >= n) keep = n - 1;            /* identical prompt: re-forward the last token */
     uint64_t room = (uint64_t)(ctx - n - 1);
     r->active = 1;
@@ -568,6 +581,7 @@ static void cmd_submit(server *S, char *args) {
     r->temperature = (float)h.temperature;
     r->top_p = (float)h.top_p;
     r->logprobs = h.logprobs;
+    r->experts = experts;
     rng_seed(&r->rng, h.have_seed ? h.seed : h.id);
     utf8s_init(&r->u8);
     memset(r->route, 0, (size_t)S->rows * S->cols * sizeof *r->route);
@@ -578,7 +592,7 @@ static void cmd_submit(server *S, char *args) {
     fprintf(stderr, "[API] KV slot %d prefix %d/%d token, prefill %d\n", slot, keep, n, n - keep);
 
     kv_truncate(&S->kv, slot, keep);
-    if (prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, S->fwd,
+    if (prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, experts, S->fwd,
                      PREFILL_CHUNK) != 0) {
         fprintf(stderr, "[API] prefill failed for id=%llu (out of memory or expert read error)\n", id);
         kv_truncate(&S->kv, slot, keep);
@@ -691,9 +705,10 @@ static void emit_model_line(server *S) {
     len += (size_t)snprintf(b + len, cap - len, ",\"arch\":");
     json_str(b, cap, &len, m->arch);
     len += (size_t)snprintf(b + len, cap - len,
-                            ",\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d,\"ctx\":%d,\"n_vocab\":%d,\"bos\":",
-                            m->c.n_layers, m->c.n_experts, m->c.n_experts ? m->c.top_k : 0, S->o->ctx,
-                            S->vocab);
+                            ",\"n_layers\":%d,\"n_experts\":%d,\"top_k\":%d,\"experts_min\":%d,"
+                            "\"experts_max\":%d,\"ctx\":%d,\"n_vocab\":%d,\"bos\":",
+                            m->c.n_layers, m->c.n_experts, m->c.n_experts ? m->c.top_k : 0,
+                            m->c.n_experts ? 1 : 0, m->c.n_experts, S->o->ctx, S->vocab);
     if (bt) json_str(b, cap, &len, bt);
     else len += (size_t)snprintf(b + len, cap - len, "null");
     len += (size_t)snprintf(b + len, cap - len, ",\"eos\":");
@@ -752,6 +767,7 @@ int serve_mux(model *m, const serve_opts *o) {
     for (int s = 0; ok && s < o->n_slots; s++) {
         S->req[s].route = calloc(ncells + 1, sizeof *S->req[s].route);
         S->req[s].logits = malloc((size_t)S->vocab * sizeof(float));
+        S->req[s].experts = m->c.top_k;     /* what a loaded slot file's rows were computed with */
         ok = S->req[s].route && S->req[s].logits;
     }
     if (!ok) {

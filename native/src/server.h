@@ -23,8 +23,9 @@ typedef struct {
 int serve_mux(model *m, const serve_opts *o);
 
 /* Forwards ids[from..n) of slot s (whose history must hold exactly `from` positions)
- * in chunks of `chunk` rows; logits of the last row go to `logits` (vocab floats).
+ * in chunks of `chunk` rows with n_experts routed experts per token (0: the model's);
+ * logits of the last row go to `logits` (vocab floats).
  * rows: scratch of at least `chunk` entries. 0 ok, -1 on OOM / forward failure. */
 int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
-                 float *logits, uint32_t *route_counts, fwd_row *rows, int chunk);
+                 float *logits, uint32_t *route_counts, int n_experts, fwd_row *rows, int chunk);
 #endif

@@ -600,11 +600,11 @@ static void test_forward(const char *path, int shexp) {
     /* prefill slot 0 in one batch (logits on every row), slot 1 token by token */
     fwd_row rows[8];
     for (int i = 0; i < 6; i++)
-        rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, rc};
+        rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, rc, 0};
     CHECK(model_forward(&m, &kv, rows, 6) == 0, "batched prefill");
     double maxd = 0;
     for (int i = 0; i < 6; i++) {
-        fwd_row r1 = {1, i, prompt[i], lg2 + (size_t)i * V, NULL};
+        fwd_row r1 = {1, i, prompt[i], lg2 + (size_t)i * V, NULL, 0};
         CHECK(model_forward(&m, &kv, &r1, 1) == 0, "single-row forward");
         for (int j = 0; j < V; j++) maxd = fmax(maxd, fabs(lg[(size_t)i * V + j] - lg2[(size_t)i * V + j]));
     }
@@ -614,7 +614,7 @@ static void test_forward(const char *path, int shexp) {
     CHECK(total == (uint64_t)6 * c->n_moe_rows * c->top_k, "route counts %llu", (unsigned long long)total);
     CHECK(kv.slots[0].n_pos == 6 && kv.slots[0].tokens[5] == 5, "history appended");
     int bad_pos = kv.slots[0].n_pos;
-    fwd_row wrong = {0, 3, 7, NULL, NULL};
+    fwd_row wrong = {0, 3, 7, NULL, NULL, 0};
     CHECK(model_forward(&m, &kv, &wrong, 1) != 0 && kv.slots[0].n_pos == bad_pos, "wrong pos refused");
 
     /* greedy decode: slot 0 alone vs slot 0 batched with slot 1 (different history) */
@@ -622,12 +622,12 @@ static void test_forward(const char *path, int shexp) {
     kv_cache kv2;
     kv_init(&kv2, 2, 64, c->n_layers, c->n_kv_heads * c->head_dim);
     for (int i = 0; i < 6; i++) {
-        fwd_row r1 = {0, i, prompt[i], NULL, NULL};
+        fwd_row r1 = {0, i, prompt[i], NULL, NULL, 0};
         model_forward(&m, &kv2, &r1, 1);
     }
     int cur = t0;
     for (int s = 0; s < 8; s++) {
-        fwd_row r1 = {0, 6 + s, cur, lg, NULL};
+        fwd_row r1 = {0, 6 + s, cur, lg, NULL, 0};
         model_forward(&m, &kv2, &r1, 1);
         alone[s] = cur = argmax(lg, V);
     }
@@ -635,7 +635,7 @@ static void test_forward(const char *path, int shexp) {
     cur = t0;
     int cur1 = 9;
     for (int s = 0; s < 8; s++) {
-        fwd_row rr[2] = {{1, kv.slots[1].n_pos, cur1, lg + V, NULL}, {0, 6 + s, cur, lg, NULL}};
+        fwd_row rr[2] = {{1, kv.slots[1].n_pos, cur1, lg + V, NULL, 0}, {0, 6 + s, cur, lg, NULL, 0}};
         CHECK(model_forward(&m, &kv, rr, 2) == 0, "mixed batch");
         mixed[s] = cur = argmax(lg, V);
         cur1 = argmax(lg + V, V);
@@ -649,11 +649,11 @@ static void test_forward(const char *path, int shexp) {
     CHECK(model_load(&m2, path, &o, err, sizeof err) == 0, "load with small budget: %s", err);
     kv_cache kv3;
     kv_init(&kv3, 1, 64, c->n_layers, c->n_kv_heads * c->head_dim);
-    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg2 + (size_t)i * V, NULL};
+    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg2 + (size_t)i * V, NULL, 0};
     model_forward(&m2, &kv3, rows, 6);
     kv_cache kv4;
     kv_init(&kv4, 1, 64, c->n_layers, c->n_kv_heads * c->head_dim);
-    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, NULL};
+    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, NULL, 0};
     model_forward(&m, &kv4, rows, 6);
     CHECK(memcmp(lg, lg2, sizeof(float) * V * 6) == 0, "small expert budget: same logits");
     int vr, ram, disk;
@@ -669,7 +669,7 @@ static void test_forward(const char *path, int shexp) {
     tpath(kpath, sizeof kpath, "model.kv");
     CHECK(kv_save(&kv4, 0, kpath, m.fingerprint) == 0, "kv_save");
     CHECK(kv_load(&kv3, 0, kpath, m.fingerprint) == 0 && kv3.slots[0].n_pos == 6, "kv_load");
-    fwd_row ra = {0, 6, 42, lg, NULL}, rb = {0, 6, 42, lg2, NULL};
+    fwd_row ra = {0, 6, 42, lg, NULL, 0}, rb = {0, 6, 42, lg2, NULL, 0};
     model_forward(&m, &kv4, &ra, 1);
     model_forward(&m, &kv3, &rb, 1);
     CHECK(memcmp(lg, lg2, sizeof(float) * V) == 0, "continuation after kv_load identical");
@@ -685,6 +685,73 @@ static void test_forward(const char *path, int shexp) {
     model_free(&m);
 }
 
+/* Per-row expert counts (SUBMIT experts=N): in one batch, rows of different slots with
+ * different counts each get the logits of that slot run alone with its count, and the
+ * engine-wide TOPK setting gives the same logits as the row's count. */
+static void test_row_experts(const char *path) {
+    char err[256];
+    model m, mk;
+    expert_opts o;
+    memset(&o, 0, sizeof o);
+    o.ram_budget = SIZE_MAX;
+    if (model_load(&m, path, &o, err, sizeof err) != 0) {
+        CHECK(0, "model_load %s: %s", path, err);
+        return;
+    }
+    const model_config *c = &m.c;
+    const int V = c->vocab, E = c->n_experts, NS = 4, NT = 5;
+    const int counts[4] = {0, 1, 5, 8};          /* 0: the model's top_k (2) */
+    const int prompt[5] = {1, 40, 77, 300, 12};
+    float *alone = malloc(sizeof(float) * V * NS * NT), *batch = malloc(sizeof(float) * V * NS * NT);
+    uint32_t *rc = calloc((size_t)c->n_moe_rows * E * NS, sizeof(uint32_t));
+    fwd_row rows[4 * 5];
+    kv_cache kv;
+    for (int s = 0; s < NS; s++) {               /* each slot alone, its own kv */
+        kv_init(&kv, 1, 16, c->n_layers, c->n_kv_heads * c->head_dim);
+        for (int i = 0; i < NT; i++)
+            rows[i] = (fwd_row){0, i, prompt[i], alone + (size_t)(s * NT + i) * V, NULL, counts[s]};
+        CHECK(model_forward(&m, &kv, rows, NT) == 0, "forward alone, experts=%d", counts[s]);
+        kv_free(&kv);
+    }
+    /* all slots in one batch, rows interleaved across slots */
+    kv_init(&kv, NS, 16, c->n_layers, c->n_kv_heads * c->head_dim);
+    int n = 0;
+    for (int i = 0; i < NT; i++)
+        for (int s = 0; s < NS; s++)
+            rows[n++] = (fwd_row){s, i, prompt[i], batch + (size_t)(s * NT + i) * V,
+                                  rc + (size_t)s * c->n_moe_rows * E, counts[s]};
+    CHECK(model_forward(&m, &kv, rows, n) == 0, "mixed-count batch");
+    CHECK(memcmp(alone, batch, sizeof(float) * V * NS * NT) == 0, "each row as its slot alone (bit-identical)");
+    for (int s = 0; s < NS; s++) {
+        uint64_t total = 0;
+        for (int i = 0; i < c->n_moe_rows * E; i++) total += rc[(size_t)s * c->n_moe_rows * E + i];
+        int k = counts[s] ? counts[s] : c->top_k;
+        CHECK(total == (uint64_t)NT * c->n_moe_rows * k, "route counts of experts=%d: %llu", k,
+              (unsigned long long)total);
+    }
+    CHECK(memcmp(alone, alone + (size_t)3 * NT * V, sizeof(float) * V * NT) != 0, "experts=8 differs from top-2");
+    CHECK(model_fingerprint_k(&m, c->top_k) == m.fingerprint && model_fingerprint_k(&m, 5) != m.fingerprint &&
+              model_fingerprint_k(&m, 5) != model_fingerprint_k(&m, 8), "fingerprint per expert count");
+    /* TOPK=5 for the whole engine == experts=5 on this row */
+    setenv("TOPK", "5", 1);
+    int ok = model_load(&mk, path, &o, err, sizeof err) == 0;
+    unsetenv("TOPK");
+    CHECK(ok && mk.c.top_k == 5, "load with TOPK=5: %s", err);
+    if (ok) {
+        kv_free(&kv);
+        kv_init(&kv, 1, 16, c->n_layers, c->n_kv_heads * c->head_dim);
+        for (int i = 0; i < NT; i++) rows[i] = (fwd_row){0, i, prompt[i], batch + (size_t)i * V, NULL, 0};
+        CHECK(model_forward(&mk, &kv, rows, NT) == 0, "forward TOPK=5");
+        CHECK(memcmp(batch, alone + (size_t)2 * NT * V, sizeof(float) * V * NT) == 0, "TOPK=5 == experts=5");
+        model_free(&mk);
+    }
+    kv_free(&kv);
+    free(alone);
+    free(batch);
+    free(rc);
+    model_free(&m);
+}
+
 static void test_dense(const char *path) {
     char err[256];
     model m;
@@ -696,7 +763,7 @@ static void test_dense(const char *path) {
     kv_cache kv;
     kv_init(&kv, 1, 16, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim);
     float *lg = malloc(sizeof(float) * m.c.vocab);
-    fwd_row r[3] = {{0, 0, 1, NULL, NULL}, {0, 1, 50, NULL, NULL}, {0, 2, 60, lg, NULL}};
+    fwd_row r[3] = {{0, 0, 1, NULL, NULL, 0}, {0, 1, 50, NULL, NULL, 0}, {0, 2, 60, lg, NULL, 0}};
     CHECK(model_forward(&m, &kv, r, 3) == 0, "dense forward");
     int finite = 1;
     for (int i = 0; i < m.c.vocab; i++) finite &= isfinite(lg[i]);
@@ -724,6 +791,7 @@ int main(void) {
         test_refusals(moe);
         test_forward(moe, 0);
         test_forward(moesh, 1);
+        test_row_experts(moesh);
         test_dense(dense);
     } else {
         printf("note: make_tiny_moe.py could not run (%s); model tests skipped\n", python());
