@@ -16,8 +16,9 @@ def queue_timeout_s():
     return float(getattr(settings, "API_QUEUE_TIMEOUT", 300))
 
 
-async def open_generation(request):
-    """-> (accepted event, async iterator of the remaining events). Raises ApiError."""
+async def open_generation(request, *, prompt_param="messages"):
+    """-> (accepted event, async iterator of the remaining events). Raises ApiError; a context
+    overflow names `prompt_param` (the surface's own field)."""
     from engine_bridge import client
 
     agen = client.generate(request)
@@ -28,16 +29,16 @@ async def open_generation(request):
             # A timeout cancels __anext__, which ends generate() and sends gen.cancel.
             event = await asyncio.wait_for(agen.__anext__(), max(0.0, deadline - loop.time()))
         except StopAsyncIteration:
-            raise ApiError(500, "the engine closed the request without an answer", type="server_error", code="engine_error")
+            raise ApiError(500, "The engine closed the request without an answer.", type="server_error", code="engine_error")
         except asyncio.TimeoutError:
-            raise ApiError(429, "timed out waiting in the generation queue", type="rate_limit_error",
+            raise ApiError(429, "Timed out waiting in the generation queue; retry shortly.", type="rate_limit_error",
                            code="queue_timeout", headers={"Retry-After": "1"})
         kind = event.get("kind")
         if kind == "accepted":
             return event, agen
         if kind == "error":
             await agen.aclose()
-            raise from_engine_error(event)
+            raise from_engine_error(event, prompt_param=prompt_param)
         # queued / submitted (the client's own first event) and unknown kinds: keep waiting.
 
 

@@ -1,6 +1,19 @@
-"""OpenAI error envelopes: one exception type, one DRF exception handler, one engine mapping."""
+"""Errors of the /v1 surfaces: one exception type, rendered by the surface's own envelope.
+
+Invariant: every failure of a /v1 route leaves as JSON in its family's envelope: OpenAI
+(`{"error": {message, type, param, code}}`, all four keys always) for Chat, Completions,
+Responses and Models; Anthropic (`{"type": "error", "error": {type, message}}`, 503 sent as 529
+`overloaded_error`) for Messages. Unexpected exceptions become a logged 500 in the envelope,
+never Django's HTML page. Messages are written for API clients: the bridge's chat-page wording
+is never passed through (api_engine_message).
+"""
+import logging
+
+from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -11,35 +24,89 @@ class ApiError(Exception):
         self.extra = extra or {}
 
     def body(self):
-        # Always all four keys (the SDK reads type/param/code).
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code, **self.extra}}
+        return OPENAI.body(self)
 
 
 def bad_param(param, message):
     return ApiError(400, message, param=param)
 
 
-def from_engine_error(event):
+def unavailable(message="The engine is starting or restarting; retry shortly.", retry_after=5):
+    return ApiError(503, message, type="server_error", code="engine_unavailable",
+                    headers={"Retry-After": str(retry_after)})
+
+
+# What an API client reads for each bridge error code. The bridge's own text is written for the
+# chat page ("your partial reply was kept"), so only CONTEXT_EXCEEDED / BAD_REQUEST details pass.
+_ENGINE_TEXT = {
+    "ENGINE_DIED": "The engine stopped unexpectedly; the response is incomplete. Retry the request.",
+    "ENGINE_UNAVAILABLE": "The engine is not available (starting, restarting or stopped); retry shortly.",
+    "QUEUE_FULL": "The server is busy (generation queue full); retry shortly.",
+    "CANCELLED": "The request was cancelled.",
+    "ENGINE_ERROR": "The engine failed while generating; the response is incomplete.",
+}
+
+
+def api_engine_message(event):
+    code = event.get("code") or "ENGINE_ERROR"
+    return _ENGINE_TEXT.get(code) or f"The engine refused the request ({code})."
+
+
+def from_engine_error(event, *, prompt_param="messages"):
     """Maps a bridge `error` event seen before the stream started to an HTTP error."""
-    code, message = event.get("code") or "ENGINE_ERROR", event.get("message") or ""
+    code = event.get("code") or "ENGINE_ERROR"
     if code == "CONTEXT_EXCEEDED":
         n, limit = event.get("n"), event.get("limit")
         return ApiError(
             400,
-            f"This model's maximum context length is {limit} tokens, however your messages resulted in at least {n} tokens.",
-            param="messages", code="context_length_exceeded", extra={"n_prompt_tokens": n, "n_ctx": limit},
+            f"This model's maximum context length is {limit} tokens, however your request resulted in at least {n} tokens.",
+            param=prompt_param, code="context_length_exceeded", extra={"n_prompt_tokens": n, "n_ctx": limit},
         )
     if code == "QUEUE_FULL":
-        return ApiError(429, "the server is busy (generation queue full)", type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"})
+        return ApiError(429, api_engine_message(event), type="rate_limit_error", code="queue_full",
+                        headers={"Retry-After": "1"})
     if code == "ENGINE_UNAVAILABLE":
-        return ApiError(503, "the engine is not available: " + message, type="server_error", code="engine_unavailable", headers={"Retry-After": "5"})
+        return unavailable(api_engine_message(event))
     if code == "BAD_REQUEST":
-        return ApiError(400, "the engine refused the request: " + message, code="bad_request")
-    return ApiError(500, f"engine error ({code}): {message}", type="server_error", code="engine_error")
+        return ApiError(400, "The engine refused the request: " + str(event.get("message") or ""), code="bad_request")
+    return ApiError(500, api_engine_message(event), type="server_error", code="engine_error")
 
 
-def stream_error_body(message):
-    return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+class OpenAIEnvelope:
+    """Chat, Completions, Responses, Models."""
+
+    def status(self, err):
+        return err.status
+
+    def body(self, err):
+        return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code, **err.extra}}
+
+    def stream_error(self, message):
+        return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+class AnthropicEnvelope:
+    """Messages. Engine-not-ready is the family's 529 overloaded_error (both retried by the SDK)."""
+
+    def status(self, err):
+        return 529 if err.status == 503 else err.status
+
+    def body(self, err):
+        status = self.status(err)
+        kind = _ANTHROPIC_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+    def stream_error(self, message, kind="api_error"):
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+OPENAI = OpenAIEnvelope()
+ANTHROPIC = AnthropicEnvelope()
 
 
 _DRF_MAP = {
@@ -53,13 +120,35 @@ _DRF_MAP = {
 }
 
 
-def openai_exception_handler(exc, context):
+def as_api_error(exc):
+    """Any exception a /v1 view raised -> ApiError (unexpected ones logged, as a 500)."""
     if isinstance(exc, ApiError):
-        return Response(exc.body(), status=exc.status, headers=exc.headers)
+        return exc
     for cls, (status, type_, code) in _DRF_MAP.items():
         if isinstance(exc, cls):
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
-            return Response(ApiError(status, str(exc.detail), type=type_, code=code).body(), status=status, headers=headers)
+            if status == 429 and getattr(exc, "wait", None):
+                headers["Retry-After"] = str(max(1, int(exc.wait)))
+            return ApiError(status, str(exc.detail), type=type_, code=code, headers=headers)
     if isinstance(exc, exceptions.APIException):
-        return Response(ApiError(exc.status_code, str(exc.detail)).body(), status=exc.status_code)
-    return None  # unexpected: Django's 500 (logged)
+        return ApiError(exc.status_code, str(exc.detail))
+    if isinstance(exc, Http404):
+        return ApiError(404, "Not found.", code="not_found")
+    log.exception("unexpected error in a /v1 view", exc_info=exc)
+    return ApiError(500, "Internal server error.", type="server_error", code="internal_error")
+
+
+def render(envelope, err):
+    return Response(envelope.body(err), status=envelope.status(err), headers=err.headers)
+
+
+def openai_exception_handler(exc, context):
+    return render(OPENAI, as_api_error(exc))
+
+
+def anthropic_exception_handler(exc, context):
+    return render(ANTHROPIC, as_api_error(exc))
+
+
+def stream_error_body(message):
+    return OPENAI.stream_error(message)

@@ -1,29 +1,48 @@
-"""Projectors: one engine event stream -> one wire surface. OpenAI Chat now; Anthropic
-Messages, legacy Completions and Responses subclass Projector the same way."""
+"""Projectors: the generation core's one event stream -> one wire surface.
+
+Projector (surface-neutral) accumulates text, usage and the finish; each subclass turns those
+into its surface's SSE frames (streaming) and final object (buffered): OpenAI Chat, legacy
+Completions, Anthropic Messages, OpenAI Responses. The engine's outcome maps to each surface's
+finish value here and only here (api-surfaces §1.7).
+
+Invariants: text events are already valid UTF-8 with stop strings trimmed (the bridge reassembles
+DATA frames), so a delta never splits a character; an explicit zero budget submitted 1 token,
+which is dropped and reported as a length stop with 0 completion tokens; after an error no
+further frames but the in-band error (and, for Responses, its terminal response.failed).
+"""
 import json
 import time
 import uuid
 
-from api.errors import stream_error_body
+from api.errors import ANTHROPIC, OPENAI, api_engine_message
 
 KEEPALIVE = ": keepalive\n\n"  # an SSE comment: SDKs ignore it (never an empty data: line)
 
 
-def sse(payload):
-    return "data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+def sse(payload, event=None):
+    data = "data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+    return f"event: {event}\n{data}" if event else data
+
+
+def _id(prefix):
+    return prefix + uuid.uuid4().hex
 
 
 class Projector:
     """Accumulates what every surface needs; subclasses turn it into frames/objects."""
 
-    def __init__(self, *, model, discard_text=False):
+    keepalive = KEEPALIVE
+
+    def __init__(self, *, model, discard_text=False, stop=()):
         self.model = model
         self.created = int(time.time())
         self.discard_text = discard_text  # explicit zero budget: we submitted 1 token, drop it
+        self.stop = list(stop)
         self.parts = []
         self.prompt_tokens = 0
         self.completion_tokens = 0
-        self.finish_reason = None
+        self.finish_reason = None  # engine level: stop | length
+        self.stop_sequence = None  # the client's stop string that ended the text, when known
         self.error = None
         self.done = None
         self.topk = []
@@ -36,6 +55,10 @@ class Projector:
     def finished(self):
         return self.done is not None or self.error is not None
 
+    @property
+    def error_message(self):
+        return api_engine_message(self.error or {})
+
     def colibri(self):
         d = self.done or {}
         return {"stats": d.get("stats"), "perf": d.get("perf"), "topk": self.topk,
@@ -43,12 +66,14 @@ class Projector:
 
     def feed(self, event):
         """Updates state; returns the wire frames this event produces (streaming)."""
+        if self.finished:
+            return []
         kind = event.get("kind")
         if kind == "accepted":
             self.prompt_tokens = event.get("prompt_tokens") or 0
             return self.on_accepted()
         if kind == "text":
-            if self.discard_text:
+            if self.discard_text or not event.get("text"):
                 return []
             self.parts.append(event["text"])
             return self.on_text(event["text"])
@@ -61,6 +86,8 @@ class Projector:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             self.completion_tokens = 0 if self.discard_text else usage.get("completion_tokens", 0)
             self.finish_reason = "length" if self.discard_text else (event.get("finish_reason") or "stop")
+            if self.finish_reason == "stop" and event.get("stop_sequence") in self.stop:
+                self.stop_sequence = event["stop_sequence"]
             return self.on_done()
         if kind == "error":
             self.error = event
@@ -84,11 +111,9 @@ class Projector:
 
 
 class OpenAIChatProjector(Projector):
-    object_name = "chat.completion"
-
-    def __init__(self, *, model, include_usage=False, discard_text=False):
-        super().__init__(model=model, discard_text=discard_text)
-        self.id = "chatcmpl-" + uuid.uuid4().hex
+    def __init__(self, *, include_usage=False, **kw):
+        super().__init__(**kw)
+        self.id = _id("chatcmpl-")
         self.include_usage = include_usage
 
     def usage(self):
@@ -119,18 +144,188 @@ class OpenAIChatProjector(Projector):
 
     def on_error(self):
         # After the 200: an in-band error record, then close without [DONE] (the SDK raises).
-        e = self.error
-        return [sse(stream_error_body(f"engine error ({e.get('code')}): {e.get('message', '')}"))]
+        return [sse(OPENAI.stream_error(self.error_message))]
 
     def end(self):
         return [] if self.error else ["data: [DONE]\n\n"]
 
     def response(self):
         return {
-            "id": self.id, "object": self.object_name, "created": self.created, "model": self.model,
+            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": None,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text, "refusal": None},
                          "logprobs": None, "finish_reason": self.finish_reason}],
             "usage": self.usage(),
             "colibri": self.colibri(),
         }
+
+
+class CompletionProjector(OpenAIChatProjector):
+    """Legacy Completions: every chunk a full text_completion object (never a delta)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.id = _id("cmpl-")
+
+    def chunk(self, choices, **extra):
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "system_fingerprint": None, "choices": choices, **extra}
+
+    def _choice(self, text, finish_reason=None):
+        return sse(self.chunk([{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}]))
+
+    def on_accepted(self):
+        return []
+
+    def on_text(self, text):
+        return [self._choice(text)]
+
+    def on_done(self):
+        frames = [self._choice("", self.finish_reason)]
+        if self.include_usage:
+            frames.append(sse(self.chunk([], usage=self.usage())))
+        return frames
+
+    def response(self):
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "system_fingerprint": None,
+                "choices": [{"text": self.text, "index": 0, "logprobs": None, "finish_reason": self.finish_reason}],
+                "usage": self.usage(), "colibri": self.colibri()}
+
+
+class AnthropicProjector(Projector):
+    """Messages: `event:` lines on every event, type inside equal to the event name."""
+
+    keepalive = sse({"type": "ping"}, "ping")
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.id = _id("msg_")
+        self.block_open = False
+
+    def _event(self, name, **payload):
+        return sse({"type": name, **payload}, name)
+
+    def stop_reason(self):
+        if self.finish_reason == "length":
+            return "max_tokens"
+        return "stop_sequence" if self.stop_sequence else "end_turn"
+
+    def usage(self):
+        return {"input_tokens": self.prompt_tokens, "output_tokens": self.completion_tokens,
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+    def on_accepted(self):
+        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+                   "stop_reason": None, "stop_sequence": None,
+                   "usage": {**self.usage(), "output_tokens": 0}}
+        frames = [self._event("message_start", message=message)]
+        if not self.discard_text:
+            self.block_open = True
+            frames.append(self._event("content_block_start", index=0, content_block={"type": "text", "text": ""}))
+            frames.append(self._event("ping"))
+        return frames
+
+    def on_text(self, text):
+        return [self._event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})]
+
+    def _close_block(self):
+        if not self.block_open:
+            return []
+        self.block_open = False
+        return [self._event("content_block_stop", index=0)]
+
+    def on_done(self):
+        return [*self._close_block(),
+                self._event("message_delta", delta={"stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence},
+                            usage={"output_tokens": self.completion_tokens}),
+                self._event("message_stop")]
+
+    def on_error(self):
+        kind = "overloaded_error" if (self.error or {}).get("code") in ("ENGINE_UNAVAILABLE", "QUEUE_FULL") else "api_error"
+        return [sse(ANTHROPIC.stream_error(self.error_message, kind), "error")]
+
+    def response(self):
+        content = [] if self.discard_text else [{"type": "text", "text": self.text}]
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
+                "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence, "usage": self.usage()}
+
+
+class ResponsesProjector(Projector):
+    """Responses: response.* events with a contiguous sequence_number from 0, `event:` lines,
+    exactly one terminal event (completed | incomplete | failed), no [DONE]."""
+
+    def __init__(self, *, echo=None, **kw):
+        super().__init__(**kw)
+        self.id = _id("resp_")
+        self.item_id = _id("msg_")
+        self.echo = echo or {}  # request parameters the response object repeats
+        self.seq = 0
+
+    def _event(self, name, **payload):
+        frame = sse({"type": name, "sequence_number": self.seq, **payload}, name)
+        self.seq += 1
+        return frame
+
+    def status(self):
+        if self.error:
+            return "failed"
+        if self.done is None:
+            return "in_progress"
+        return "incomplete" if self.finish_reason == "length" else "completed"
+
+    def usage(self):
+        return {"input_tokens": self.prompt_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": self.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+    def _part(self):
+        return {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+
+    def item(self, status=None):
+        status = status or ("completed" if self.done else "incomplete")
+        return {"id": self.item_id, "type": "message", "role": "assistant", "status": status,
+                "content": [self._part()]}
+
+    def response(self, *, output=None):
+        status = self.status()
+        return {
+            "id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.model,
+            "output": [self.item()] if output is None else output,
+            "error": {"code": "server_error", "message": self.error_message} if self.error else None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "usage": self.usage() if self.done else None,
+            "tools": [], "tool_choice": "auto", "parallel_tool_calls": True, "text": {"format": {"type": "text"}},
+            "metadata": {}, **self.echo,
+        }
+
+    def on_accepted(self):
+        started = self.response(output=[])
+        loc = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        return [
+            self._event("response.created", response=started),
+            self._event("response.in_progress", response=started),
+            self._event("response.output_item.added", output_index=0,
+                        item={**self.item("in_progress"), "content": []}),
+            self._event("response.content_part.added", **loc, part={"type": "output_text", "text": "", "annotations": []}),
+        ]
+
+    def on_text(self, text):
+        return [self._event("response.output_text.delta", item_id=self.item_id, output_index=0, content_index=0,
+                            delta=text, logprobs=[])]
+
+    def _close_item(self):
+        loc = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        return [
+            self._event("response.output_text.done", **loc, text=self.text, logprobs=[]),
+            self._event("response.content_part.done", **loc, part=self._part()),
+            self._event("response.output_item.done", output_index=0, item=self.item()),
+        ]
+
+    def on_done(self):
+        frames = self._close_item()
+        terminal = "response.incomplete" if self.status() == "incomplete" else "response.completed"
+        return [*frames, self._event(terminal, response=self.response())]
+
+    def on_error(self):
+        return [*self._close_item(), self._event("response.failed", response=self.response())]

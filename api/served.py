@@ -1,30 +1,111 @@
-"""What model the site serves, for /v1/models and the `model` check."""
+"""The served model's facts, read once per request from the bridge's telemetry (one Redis read):
+its typeable id, display name, accepted aliases, context, chat template, engine status.
+
+Ids: `id` is a stable slug people can type (the model file's stem, e.g. `smollm2-135m-moe16`);
+the engine's display name (its MODEL line, e.g. "SmolLM2-135M-Instruct MoE16 (…)") is still
+accepted, as are the generic aliases `colibri` and `default`.
+Invariant: a request is checked against the model only while the engine is up; while it is
+starting, restarting or down the answer is 503 + Retry-After (never 404 model_not_found just
+because the MODEL line has not arrived yet).
+"""
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
+from api.errors import ApiError, unavailable
+from engine_bridge.prompting import CHATML_TEMPLATE, CHATML_TOKENS
+
 STARTED = int(time.time())
 ALIASES = ("colibri", "default")
+RETRY_AFTER_S = 2  # a restart costs seconds; the SDKs honour Retry-After
 
 
-def _model_json():
+def _read_state():
+    from engine_bridge import telemetry
+
     try:
-        from engine_bridge import telemetry
-
-        return (telemetry.get_state() or {}).get("model") or {}
-    except Exception:
-        return {}
+        return telemetry.get_state()
+    except Exception:  # Redis down: no bridge we can see
+        return {"status": "down", "updated": None, "model": None}
 
 
-def served_model():
-    info = _model_json()
-    stem = Path(settings.ENGINE_MODEL).stem
-    model_id = str(info.get("id") or info.get("name") or stem)
+def slugify(text):
+    slug = re.sub(r"[^a-z0-9._-]+", "-", str(text).lower()).strip("-.")
+    return re.sub(r"-{2,}", "-", slug)[:64] or "model"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    id: str
+    display_name: str
+    aliases: frozenset
+    context_length: int
+    status: str             # up | starting | down
+    extensions: bool        # the engine announced itself (MODEL line): seed and our extras work
+    template: str
+    bos_token: str
+    eos_token: str
+
+    @property
+    def up(self):
+        return self.status == "up"
+
+
+def served_model_get():
+    state = _read_state() or {}
+    info = state.get("model") or {}
+    status = (state.get("status") or ("up" if state.get("up") else "down")) if state.get("updated") else "down"
+    source = info.get("file") or info.get("path") or settings.ENGINE_MODEL
+    stem = Path(str(source)).stem
+    slug = slugify(info.get("id") or stem)
+    display = str(info.get("name") or stem)
     ctx = info.get("ctx") or info.get("context_length") or settings.ENGINE_CTX
-    return {"id": model_id, "aliases": {model_id, stem, *ALIASES}, "context_length": int(ctx)}
+    if info.get("chat_template"):
+        template = (info["chat_template"], info.get("bos_token") or info.get("bos") or "",
+                    info.get("eos_token") or info.get("eos") or "")
+    elif settings.CHAT_TEMPLATE:
+        template = (settings.CHAT_TEMPLATE, "", "")
+    else:
+        template = (CHATML_TEMPLATE, CHATML_TOKENS["bos_token"], CHATML_TOKENS["eos_token"])
+    return ServedModel(
+        id=slug, display_name=display, aliases=frozenset({slug, stem, display, slugify(display), *ALIASES}),
+        context_length=int(ctx), status=status, extensions=bool(info), template=template[0],
+        bos_token=template[1], eos_token=template[2],
+    )
 
 
-def model_entry(m):
-    return {"id": m["id"], "object": "model", "created": STARTED, "owned_by": "colibri",
-            "context_length": m["context_length"], "max_model_len": m["context_length"]}
+def model_check(served, name):
+    """The id to echo back for `name`, or 503 (engine not ready) / 404 (unknown model)."""
+    if not served.up:
+        raise unavailable(retry_after=RETRY_AFTER_S)
+    if name not in served.aliases:
+        raise ApiError(404, f"The model {name!r} does not exist; this server serves {served.id!r}",
+                       param="model", code="model_not_found")
+    return served.id
+
+
+def render(served, messages):
+    from engine_bridge.prompting import TemplateError, render_prompt
+
+    from api.errors import bad_param
+
+    try:
+        return render_prompt(messages, template=served.template, bos_token=served.bos_token,
+                             eos_token=served.eos_token)
+    except TemplateError as exc:
+        raise bad_param("messages", str(exc))
+
+
+def openai_entry(m):
+    return {"id": m.id, "object": "model", "created": STARTED, "owned_by": "colibri",
+            "display_name": m.display_name, "context_length": m.context_length,
+            "max_model_len": m.context_length}
+
+
+def anthropic_entry(m):
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(STARTED))
+    return {"type": "model", "id": m.id, "display_name": m.display_name, "created_at": created,
+            "context_length": m.context_length}

@@ -1,17 +1,17 @@
-"""/v1 (API key) and /api/keys (session) endpoints. Thin: parsing in openai_chat, generation in
-engine, wire shapes in projectors.
+"""/v1 (API key) and /api/keys (session) endpoints. Thin: intake and the surface modules parse,
+engine generates, projectors shape the wire, errors render the surface's envelope.
 
 The /v1 views are DRF APIViews with three DRF defaults replaced, each a known pitfall:
 * negotiation never answers 406 (`Accept: text/event-stream`; streaming is chosen by the body);
 * no parsers: the body is json.loads(request.body) whatever the Content-Type, which also
   covers chunked bodies (DRF's request.data is empty without Content-Length);
-* errors use the OpenAI envelope (api.errors.openai_exception_handler).
-DRF views are sync; generation is async. A stream bridges once (async_to_sync) to wait for
-ACCEPT, then hands Django an async iterator, which Django cancels on client disconnect (that
-closes generate() and the bridge cancels the job).
+* errors use the surface's envelope (OpenAI, or Anthropic for /v1/messages and for clients that
+  send `anthropic-version`), for every exception, unexpected ones included (a JSON 500).
+DRF views are sync (Django gives each request its own thread); generation is async. A stream
+bridges once (async_to_sync) to wait for ACCEPT, then hands Django an async iterator, which
+Django cancels on client disconnect (that closes generate() and the bridge cancels the job).
 """
 from asgiref.sync import async_to_sync
-from django.conf import settings
 from django.http import StreamingHttpResponse
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
@@ -21,9 +21,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import engine, openai_chat, projectors, served
+from api import anthropic_messages, completions, engine, intake, openai_chat, responses, served
 from api.auth import ApiKeyAuthentication
-from api.errors import ApiError, openai_exception_handler
+from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, render
 from api.models import ApiKey
 
 KEEPALIVE_S = 10
@@ -37,55 +37,106 @@ class AnyAcceptNegotiation(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-class OpenAIApi(APIView):
+def _wants_anthropic(request):
+    return bool(request.META.get("HTTP_ANTHROPIC_VERSION"))
+
+
+class V1Api(APIView):
     authentication_classes = [ApiKeyAuthentication]
     permission_classes = [IsAuthenticated]
     content_negotiation_class = AnyAcceptNegotiation
     parser_classes = []
     renderer_classes = [JSONRenderer]
+    envelope = OPENAI
+
+    def envelope_for(self, request):
+        return self.envelope
 
     def get_exception_handler(self):
-        return openai_exception_handler
+        return lambda exc, context: render(self.envelope_for(context["request"]), as_api_error(exc))
 
 
-class ModelListApi(OpenAIApi):
+class ByClientEnvelope:
+    """Routes both SDKs use: the Anthropic envelope when the client sends anthropic-version."""
+
+    def envelope_for(self, request):
+        return ANTHROPIC if _wants_anthropic(request) else OPENAI
+
+
+class ModelListApi(ByClientEnvelope, V1Api):
+    """One list in both styles (the union of the item fields; `has_more` is always false, or the
+    Anthropic SDK's pager loops)."""
+
     def get(self, request):
-        return Response({"object": "list", "data": [served.model_entry(served.served_model())]})
+        m = served.served_model_get()
+        item = {**served.openai_entry(m), **served.anthropic_entry(m)}
+        after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
+        data = [] if m.id in (after, before) else [item]
+        return Response({"object": "list", "data": data, "has_more": False,
+                         "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
 
 
-class ModelDetailApi(OpenAIApi):
+class ModelDetailApi(ByClientEnvelope, V1Api):
     def get(self, request, model_id):
-        m = served.served_model()
-        if model_id not in m["aliases"]:
+        m = served.served_model_get()
+        if model_id not in m.aliases:
             raise ApiError(404, f"The model {model_id!r} does not exist", param="model", code="model_not_found")
-        return Response(served.model_entry(m))
+        return Response({**served.openai_entry(m), **served.anthropic_entry(m)})
 
 
-class ChatCompletionsApi(OpenAIApi):
+class V1NotFoundApi(ByClientEnvelope, V1Api):
+    """Unknown /v1 routes: 404 in the envelope, not Django's HTML page."""
+
+    def _missing(self, request, rest):
+        raise ApiError(404, f"Unknown route /v1/{rest}", code="unknown_route")
+
+    get = post = put = patch = delete = _missing
+
+
+class GenerationApi(V1Api):
+    """POST one surface: parse (intake + the surface module) -> buffered object or SSE stream."""
+
+    surface = None  # module with parse(body, *, served) -> intake.Call
+
     def post(self, request):
-        body = openai_chat.parse_body(request._request.body)
-        call = openai_chat.parse_chat(body, served=served.served_model(), default_budget=settings.ENGINE_CTX)
-        projector = projectors.OpenAIChatProjector(model=call.model, include_usage=call.include_usage,
-                                                   discard_text=call.discard_text)
+        body = intake.body_read(request._request)
+        call = self.surface.parse(body, served=served.served_model_get())
         if not call.stream:
-            return Response(async_to_sync(_buffered)(call.request, projector))
-        accepted, events = async_to_sync(engine.open_generation)(call.request)
-        response = StreamingHttpResponse(_sse(projector, accepted, events), content_type="text/event-stream")
+            return Response(async_to_sync(_buffered)(call))
+        accepted, events = async_to_sync(engine.open_generation)(call.request, prompt_param=call.prompt_param)
+        response = StreamingHttpResponse(_sse(call.projector, accepted, events), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
 
 
-async def _buffered(request, projector):
-    accepted, events = await engine.open_generation(request)
+class ChatCompletionsApi(GenerationApi):
+    surface = openai_chat
+
+
+class CompletionsApi(GenerationApi):
+    surface = completions
+
+
+class MessagesApi(GenerationApi):
+    surface = anthropic_messages
+    envelope = ANTHROPIC
+
+
+class ResponsesApi(GenerationApi):
+    surface = responses
+
+
+async def _buffered(call):
+    projector = call.projector
+    accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param)
     projector.feed(accepted)
     for event in await engine.collect(events):
         projector.feed(event)
     if projector.error:
-        raise ApiError(500, f"engine error ({projector.error.get('code')}): {projector.error.get('message', '')}",
-                       type="server_error", code="engine_error")
+        raise ApiError(500, projector.error_message, type="server_error", code="engine_error")
     if not projector.done:
-        raise ApiError(500, "the engine ended the request without DONE", type="server_error", code="engine_error")
+        raise ApiError(500, "The engine ended the request without finishing it.", type="server_error", code="engine_error")
     return projector.response()
 
 
@@ -94,15 +145,14 @@ async def _sse(projector, accepted, events):
         yield frame
     async for event in engine.with_keepalive(events, KEEPALIVE_S):
         if event is None:
-            yield projectors.KEEPALIVE
+            yield projector.keepalive
             continue
         for frame in projector.feed(event):
             yield frame
         if projector.finished:
             break
     if not projector.finished:  # stream ended without DONE: say so in-band
-        projector.feed({"kind": "error", "code": "ENGINE_ERROR", "message": "the engine ended the request without DONE"})
-        for frame in projector.on_error():
+        for frame in projector.feed({"kind": "error", "code": "ENGINE_ERROR"}):
             yield frame
     for frame in projector.end():
         yield frame

@@ -12,6 +12,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/v1/chat/completions"
 
 
+@pytest.fixture(autouse=True)
+def served_up(monkeypatch):
+    """The engine is up and its MODEL line names "tiny" (one telemetry read per request)."""
+    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny"}}
+    monkeypatch.setattr("api.served._read_state", lambda: state)
+    return state
+
+
 def body(**kw):
     return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **kw}
 
@@ -58,8 +66,13 @@ def test_it_accepts_x_api_key(fake_bridge, alice_key):
 def test_it_lists_models(fake_bridge, alice_key):
     r = Client().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {alice_key}")
     assert r.status_code == 200
-    item = r.json()["data"][0]
-    assert {"id", "object", "created", "owned_by"} <= set(item) and item["id"] == "tiny"
+    page = r.json()
+    item = page["data"][0]
+    # A typeable slug id (the model file's stem); the MODEL line's name is the display name.
+    assert {"id", "object", "created", "owned_by", "type", "display_name", "created_at"} <= set(item)
+    assert item["id"] == "smollm2-135m-moe16" and item["display_name"] == "tiny"
+    assert page["has_more"] is False and page["first_id"] == page["last_id"] == item["id"]
+    assert Client().get("/v1/models/tiny", HTTP_AUTHORIZATION=f"Bearer {alice_key}").json()["id"] == item["id"]
     assert Client().get("/v1/models/nope", HTTP_AUTHORIZATION=f"Bearer {alice_key}").status_code == 404
 
 

@@ -1,0 +1,59 @@
+"""Anthropic Messages body -> Call. `max_tokens` is optional (DS4; the SDK always sends it)."""
+from api import intake, served as served_mod
+from api.errors import bad_param
+from api.projectors import AnthropicProjector
+from engine_bridge.client import GenerationRequest
+
+ROLES = {"user", "assistant"}
+REFUSED = {
+    "top_k": lambda v: v is not None,
+    "tools": lambda v: bool(v),
+    "tool_choice": lambda v: isinstance(v, dict) and v.get("type") in ("any", "tool"),
+}
+
+
+def _system(body):
+    system = body.get("system")
+    if system is None:
+        return ""
+    return intake.text_parts(system, "system")
+
+
+def _messages(body):
+    if "messages" not in body:
+        raise bad_param("messages", "missing messages")
+    msgs = body["messages"]
+    if not isinstance(msgs, list) or not msgs:
+        raise bad_param("messages", "messages must be a non-empty array")
+    out = []
+    for i, msg in enumerate(msgs):
+        if not isinstance(msg, dict):
+            raise bad_param(f"messages[{i}]", f"messages[{i}] must be an object")
+        role = msg.get("role")
+        if not isinstance(role, str) or role not in ROLES:
+            raise bad_param(f"messages[{i}].role", f"messages[{i}].role must be one of assistant, user")
+        out.append({"role": role, "content": intake.text_parts(msg.get("content"), f"messages[{i}].content")})
+    return out
+
+
+def _refuse_formats(body):
+    intake.refuse_format(body.get("output_format"), "output_format")
+    config = intake.field_object(body, "output_config")
+    intake.refuse_format(config.get("format"), "output_config.format")
+
+
+def parse(body, *, served):
+    model = served_mod.model_check(served, intake.model_name(body))
+    system = _system(body)
+    messages = _messages(body)
+    stream = intake.field_bool(body, "stream")
+    intake.refuse(body, REFUSED)
+    _refuse_formats(body)
+    temperature, top_p, seed = intake.sampling(body, served=served)
+    stop = intake.stop_list(body, "stop_sequences")
+    budget = intake.budget(body, ("max_tokens",))
+    prompt = served_mod.render(served, ([{"role": "system", "content": system}] if system else []) + messages)
+    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
+                                temperature=temperature, top_p=top_p, stop=stop, seed=seed)
+    projector = AnthropicProjector(model=model, discard_text=budget == 0, stop=stop)
+    return intake.Call(request=request, projector=projector, stream=stream, prompt_param="messages")

@@ -1,0 +1,42 @@
+"""Legacy Completions body -> Call. The prompt goes to the engine raw (no chat template)."""
+from api import intake, served as served_mod
+from api.errors import bad_param
+from api.openai_chat import REFUSED as CHAT_REFUSED
+from api.projectors import CompletionProjector
+from engine_bridge.client import GenerationRequest
+
+REFUSED = {
+    **CHAT_REFUSED,
+    "logprobs": lambda v: v not in (None, 0, False),
+    "best_of": lambda v: v not in (None, 1),
+    "echo": lambda v: bool(v),
+    "suffix": lambda v: v not in (None, ""),
+}
+
+
+def _prompt(body):
+    if "prompt" not in body or body["prompt"] is None:
+        raise bad_param("prompt", "missing prompt")
+    prompt = body["prompt"]
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise bad_param("prompt", "prompt must be a non-empty string (or an array of exactly one)")
+    return prompt
+
+
+def parse(body, *, served):
+    model = served_mod.model_check(served, intake.model_name(body))
+    prompt = _prompt(body)
+    stream = intake.field_bool(body, "stream")
+    opts = intake.field_object(body, "stream_options")
+    intake.refuse(body, REFUSED)
+    intake.refuse_format(body.get("response_format"), "response_format")
+    temperature, top_p, seed = intake.sampling(body, served=served)
+    stop = intake.stop_list(body, "stop", limit=4)
+    budget = intake.budget(body, ("max_tokens",))
+    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
+                                temperature=temperature, top_p=top_p, stop=stop, seed=seed)
+    projector = CompletionProjector(model=model, include_usage=bool(opts.get("include_usage")),
+                                    discard_text=budget == 0, stop=stop)
+    return intake.Call(request=request, projector=projector, stream=stream, prompt_param="prompt")

@@ -1,0 +1,217 @@
+"""Request intake shared by every /v1 surface: body -> checked dict, and the field rules that do
+not depend on the surface (budget, stop strings, sampling, refused parameters, model id).
+
+Why here: hostile bodies must fail the same way on every surface, as a 4xx in the surface's
+envelope naming the field, before anything reaches the bridge. The invariants after body_read():
+the body is a JSON object of at most settings.DATA_UPLOAD_MAX_MEMORY_SIZE bytes, nested at most
+MAX_DEPTH deep, with no NaN/Infinity literal and no string (or key) that cannot be encoded as
+UTF-8 (a lone surrogate would otherwise fail later, inside the channel layer).
+Sampling values go through engine_bridge.sampling, the one owner of defaults and ranges.
+"""
+import json
+from dataclasses import dataclass
+
+from django.core.exceptions import RequestDataTooBig
+
+from api.errors import ApiError, bad_param
+from engine_bridge.sampling import SamplingError, sampling_validate
+
+MAX_DEPTH = 64
+MAX_BUDGET = (1 << 31) - 1
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _path(parent, key):
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else str(key)
+
+
+def _check_tree(body):
+    """Depth and UTF-8 check without recursion (the walk is bounded by the body size)."""
+    stack = [(body, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise bad_param(path or None, f"the JSON body is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            _utf8(value, path)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                _utf8(key, _path(path, "<key>"))
+                stack.append((item, _path(path, key), depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, _path(path, i), depth + 1) for i, item in enumerate(value))
+
+
+def _utf8(text, path):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_param(path or None, f"{path or 'the body'} contains a lone UTF-16 surrogate (not valid Unicode text)")
+
+
+def body_parse(raw):
+    """bytes -> dict, or ApiError(400)."""
+    try:
+        body = json.loads(raw or b"", parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ApiError(400, f"invalid JSON request: nested deeper than {MAX_DEPTH} levels")
+    except (ValueError, UnicodeDecodeError) as exc:
+        detail = str(exc) if "not valid JSON" in str(exc) else ""
+        raise ApiError(400, "invalid JSON request" + (f": {detail}" if detail else ""))
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid JSON request: the body must be an object")
+    _check_tree(body)
+    return body
+
+
+def body_read(django_request):
+    """The request's JSON object whatever the Content-Type (curl -d sends a form type), chunked
+    bodies included (Daphne gives Django the whole body). Too large -> 413."""
+    try:
+        raw = django_request.body
+    except RequestDataTooBig:
+        raise ApiError(413, "request body too large", code="request_too_large")
+    return body_parse(raw)
+
+
+# --- fields -------------------------------------------------------------------------------------
+
+def field_bool(body, name, default=False):
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad_param(name, f"{name} must be a boolean")
+    return value
+
+
+def field_object(body, name):
+    value = body.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_param(name, f"{name} must be an object")
+    return value
+
+
+def budget(body, names):
+    """The output budget from the first present field of `names` (the client's own spelling):
+    None when omitted, else an int in [0, 2^31-1]. Fractions truncate, huge values clamp."""
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad_param(name, f"{name} must be an integer")
+        if value < 0:
+            raise bad_param(name, f"{name} must be >= 0")
+        if value >= MAX_BUDGET:  # also 1e400, which JSON parses to inf
+            return MAX_BUDGET
+        return int(value)
+    return None
+
+
+def engine_budget(requested, served):
+    """What SUBMIT gets: >= 1 (an explicit 0 submits 1 and the projector drops it, which still
+    prewarms the KV prefix), at most the served context."""
+    ceiling = served.context_length
+    return max(1, ceiling if requested is None else min(requested, ceiling))
+
+
+def stop_list(body, name, *, limit=None):
+    stop = body.get(name)
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    bad = (not isinstance(stop, list) or (limit is not None and len(stop) > limit)
+           or not all(isinstance(s, str) and s for s in stop))
+    if bad:
+        most = f"up to {limit} " if limit else ""
+        raise bad_param(name, f"{name} must be a string or an array of {most}non-empty strings")
+    return stop
+
+
+def sampling(body, *, served, names=None):
+    """(temperature, top_p, seed) for the wire, validated by engine_bridge.sampling.
+    A seed needs an engine with our extensions (it announces itself with a MODEL line)."""
+    names = names or {}
+    seed_name = names.get("seed", "seed")
+    if body.get(seed_name) is not None and not served.extensions:
+        raise bad_param(seed_name, f"{seed_name} is not supported by the engine this server runs")
+    try:
+        return sampling_validate(
+            temperature=body.get(names.get("temperature", "temperature")),
+            top_p=body.get(names.get("top_p", "top_p")),
+            seed=body.get(seed_name),
+            names=names,
+        )
+    except SamplingError as exc:
+        raise bad_param(exc.field, exc.message)
+
+
+def refuse(body, rules):
+    """rules: {field: predicate(value) -> True when the value asks for something the engine
+    cannot do}. Refused with 400 naming the field, never silently changed (api-surfaces §1.6)."""
+    for name, refused in rules.items():
+        if name in body and refused(body[name]):
+            raise bad_param(name, f"{name} is not supported by this server")
+
+
+def refuse_format(value, name):
+    """Structured output is not supported: json_object / json_schema / any non-text type (also
+    the bare string spelling) -> 400; {"type": "text"}, null and a typeless object pass."""
+    if value is None:
+        return
+    if not isinstance(value, (str, dict)):
+        raise bad_param(name, f"{name} must be an object")
+    ftype = value if isinstance(value, str) else value.get("type")
+    if ftype not in (None, "text"):
+        shown = ftype if isinstance(ftype, str) else json.dumps(ftype)[:40]
+        raise bad_param(name, f"{name} type {shown!r} is not supported: structured output is unsupported; "
+                        f"omit {name} or use type \"text\"")
+
+
+def model_name(body, name="model"):
+    value = body.get(name)
+    if value is None:
+        raise bad_param(name, f"missing {name}")
+    if not isinstance(value, str):
+        raise bad_param(name, f"{name} must be a string")
+    return value
+
+
+def text_parts(content, path, *, text_types=("text",), image_types=("image", "image_url", "input_image")):
+    """A content value (string, or a list of text parts) -> its text. Images and other kinds
+    are refused naming the part (a text-only model)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_param(path, f"{path} must be a string or a list of parts")
+    texts = []
+    for j, part in enumerate(content):
+        ptype = part.get("type") if isinstance(part, dict) else None
+        if ptype in text_types and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif isinstance(ptype, str) and (ptype in image_types or ptype in ("input_audio", "file", "input_file")):
+            raise ApiError(400, f"content type {ptype!r} is not supported by this text-only model",
+                           param=f"{path}[{j}]", code="unsupported_content_type")
+        else:
+            raise bad_param(f"{path}[{j}]", f"{path}[{j}] must be a text part")
+    return "".join(texts)
+
+
+@dataclass
+class Call:
+    """A parsed surface request: what to submit, how to project it, how to answer."""
+    request: object          # engine_bridge.client.GenerationRequest
+    projector: object        # api.projectors.Projector
+    stream: bool
+    prompt_param: str        # the field a context overflow names (messages / prompt / input)
