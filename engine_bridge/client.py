@@ -43,6 +43,15 @@ def _error(code, message, **extra):
     return {"kind": "error", "code": code, "message": message, **extra}
 
 
+def _encodable(request):
+    try:
+        for text in (request.prompt, *request.stop):
+            text.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError, TypeError):
+        return False
+    return True
+
+
 def _broker_down(exc):
     return _error("ENGINE_UNAVAILABLE", f"The message broker (Redis) cannot be reached: {exc}",
                   retry_after=BROKER_RETRY_S)
@@ -53,6 +62,9 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     layer = get_channel_layer()
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
+    if not _encodable(request):  # json accepts lone surrogates; Redis (msgpack) and the engine do not
+        yield _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
+        return
     boot = await liveness.aget_boot()
     if boot is None:
         yield _broker_down("no answer")

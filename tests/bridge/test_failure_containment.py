@@ -177,3 +177,22 @@ async def test_a_subnormal_temperature_does_not_restart_the_engine_under_another
         assert (await aget_state())["restarts"] == 0
     finally:
         procs.stop(proc)
+
+
+async def test_a_lone_surrogate_is_refused_before_it_reaches_redis(redis_url, engine_binary, tiny_model):
+    import redis as sync_redis
+
+    proc = procs.start_bridge(bridge_env(redis_url, ENGINE_BINARY=str(engine_binary), ENGINE_MODEL=str(tiny_model)))
+    try:
+        client = sync_redis.Redis.from_url(redis_url)
+        before = client.info("clients")["blocked_clients"]
+        for stop in ([], ["\udc80"]):
+            events = await collect(GenerationRequest(prompt="hi \ud800" if not stop else "hi", max_tokens=4, stop=stop),
+                                   timeout=5)
+            assert final(events)["code"] == "BAD_REQUEST" and "surrogate" in final(events)["message"]
+        await asyncio.sleep(0.2)
+        # only the bridge's own receive may be blocked: no receiver left waiting per refused request
+        assert client.info("clients")["blocked_clients"] <= max(before, 1)
+        client.close()
+    finally:
+        procs.stop(proc)
