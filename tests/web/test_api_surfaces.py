@@ -1,0 +1,252 @@
+"""The four generation surfaces with a scripted bridge: wire shapes and event order (the §12
+oracles plus the SDKs' own types), finish mapping, DS4 rules, envelopes, engine-not-ready.
+The same surfaces against the real engine with the official SDKs: test_live_api_surfaces.py."""
+import json
+
+import pytest
+from django.test import AsyncClient, Client
+
+from tests.web import sse_oracles as oracles
+from tests.web.fakes import done_event, reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+MSG = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(autouse=True)
+def served_up(monkeypatch):
+    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny"}}
+    monkeypatch.setattr("api.served._read_state", lambda: state)
+    return state
+
+
+def post(key, route, data, **headers):
+    return Client().post(route, json.dumps(data), content_type="application/json",
+                         HTTP_AUTHORIZATION=f"Bearer {key}", **headers)
+
+
+async def stream(key, route, data):
+    r = await AsyncClient().post(route, json.dumps({**data, "stream": True}), content_type="application/json",
+                                 headers={"Authorization": f"Bearer {key}", "Accept": "application/json"})
+    assert r.status_code == 200 and r["Content-Type"] == "text/event-stream", r
+    return b"".join([chunk async for chunk in r.streaming_content]).decode()
+
+
+def died(*texts):
+    return reply(*texts)[:-1] + [{"kind": "error", "code": "ENGINE_DIED",
+                                  "message": "The engine stopped unexpectedly; your partial reply was kept. Restarting…"}]
+
+
+# --- legacy Completions -------------------------------------------------------------------------
+
+def test_completions_buffered(fake_bridge, alice_key):
+    from openai.types import Completion
+
+    fake_bridge.script(*reply("Hel", "lo", finish_reason="length"))
+    r = post(alice_key, "/v1/completions", {"model": "tiny", "prompt": ["Once"], "max_tokens": 2})
+    data = r.json()
+    Completion.model_validate(data)
+    assert data["object"] == "text_completion" and data["id"].startswith("cmpl-")
+    assert data["choices"][0]["text"] == "Hello" and data["choices"][0]["finish_reason"] == "length"
+    assert fake_bridge.requests[0].prompt == "Once"  # raw: no chat template
+
+
+async def test_completions_stream_is_never_chat_chunks(fake_bridge, alice_key):
+    fake_bridge.script(*reply("Hel", "lo"))
+    raw = await stream(alice_key, "/v1/completions", {"model": "tiny", "prompt": "x", "stream_options": {"include_usage": True}})
+    parsed = oracles.check_openai_stream(raw, "text_completion")
+    oracles.strict_openai_chunks([p for p in parsed if p["choices"]], "text_completion")
+    assert "".join(p["choices"][0]["text"] for p in parsed if p["choices"]) == "Hello"
+    assert [p["choices"][0]["finish_reason"] for p in parsed if p["choices"]][-1] == "stop"
+    assert parsed[-1]["usage"]["completion_tokens"] == 2
+
+
+# --- Anthropic Messages -------------------------------------------------------------------------
+
+def test_messages_buffered(fake_bridge, alice_key):
+    from anthropic.types import Message
+
+    fake_bridge.script(*reply("Hel", "lo"))
+    r = post(alice_key, "/v1/messages", {"model": "tiny", "system": [{"type": "text", "text": "Be brief."}],
+                                         "messages": MSG, "max_tokens": 8})
+    data = r.json()
+    Message.model_validate(data)
+    assert data["id"].startswith("msg_") and data["content"] == [{"type": "text", "text": "Hello"}]
+    assert data["stop_reason"] == "end_turn" and data["usage"]["input_tokens"] == 7
+    assert "Be brief." in fake_bridge.requests[0].prompt
+
+
+@pytest.mark.parametrize("done_kw,stop_reason,stop_sequence", [
+    ({"finish_reason": "length"}, "max_tokens", None),
+    ({"finish_reason": "stop"}, "end_turn", None),
+])
+async def test_messages_stream_order_and_finish(fake_bridge, alice_key, done_kw, stop_reason, stop_sequence):
+    fake_bridge.script(*reply("Hel", "lo", **done_kw))
+    raw = await stream(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "max_tokens": 8})
+    events = oracles.check_anthropic_stream(raw)
+    oracles.strict_anthropic_events(events)
+    assert any(e["type"] == "ping" for e in events)
+    delta = next(e for e in events if e["type"] == "message_delta")
+    assert delta["delta"] == {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+    assert delta["usage"]["output_tokens"] == 2
+    assert events[0]["message"]["usage"]["input_tokens"] == 7
+
+
+async def test_messages_stop_sequence_when_the_bridge_names_it(fake_bridge, alice_key):
+    events = reply("Hel")
+    events[-1] = {**done_event(), "stop_sequence": "END"}
+    fake_bridge.script(*events)
+    raw = await stream(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "stop_sequences": ["END"]})
+    delta = next(e for e in oracles.check_anthropic_stream(raw) if e["type"] == "message_delta")
+    assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+    assert fake_bridge.requests[0].stop == ["END"]
+
+
+def test_messages_zero_budget_prewarms(fake_bridge, alice_key):
+    fake_bridge.script(*reply("x", completion_tokens=1))
+    data = post(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "max_tokens": 0}).json()
+    assert data["content"] == [] and data["stop_reason"] == "max_tokens" and data["usage"]["output_tokens"] == 0
+    assert fake_bridge.requests[0].max_tokens == 1
+
+
+async def test_messages_zero_budget_stream_has_no_block(fake_bridge, alice_key):
+    fake_bridge.script(*reply("x", completion_tokens=1))
+    raw = await stream(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "max_tokens": 0})
+    names = [e["type"] for e in oracles.check_anthropic_stream(raw)]
+    assert names == ["message_start", "message_delta", "message_stop"]
+
+
+# --- Responses ----------------------------------------------------------------------------------
+
+def test_responses_buffered(fake_bridge, alice_key):
+    from openai.types.responses import Response
+
+    fake_bridge.script(*reply("Hel", "lo"))
+    r = post(alice_key, "/v1/responses", {"model": "tiny", "instructions": "Be brief.", "store": False,
+                                          "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]},
+             HTTP_IDEMPOTENCY_KEY="abc")
+    data = r.json()
+    Response.model_validate(data)
+    assert data["object"] == "response" and data["id"].startswith("resp_") and data["status"] == "completed"
+    assert data["output"][0]["content"][0]["text"] == "Hello"
+    assert data["usage"]["total_tokens"] == 9 and data["usage"]["input_tokens_details"]["cached_tokens"] == 0
+
+
+@pytest.mark.parametrize("finish,terminal", [("stop", "response.completed"), ("length", "response.incomplete")])
+async def test_responses_stream_order(fake_bridge, alice_key, finish, terminal):
+    fake_bridge.script(*reply("Hel", "lo", finish_reason=finish))
+    raw = await stream(alice_key, "/v1/responses", {"model": "tiny", "input": "hi"})
+    events = oracles.check_responses_stream(raw)
+    oracles.strict_responses_events(events)
+    assert events[-1]["type"] == terminal
+    assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Hello"
+    if finish == "length":
+        assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+# --- errors after the stream started: the surface's own in-band shape ----------------------------
+
+async def test_an_engine_death_mid_stream_is_an_in_band_error_per_surface(fake_bridge, alice_key):
+    for route, body in (("/v1/chat/completions", {"messages": MSG}), ("/v1/completions", {"prompt": "x"}),
+                        ("/v1/messages", {"messages": MSG}), ("/v1/responses", {"input": "x"})):
+        fake_bridge.script(*died("Hel"))
+        raw = await stream(alice_key, route, {"model": "tiny", **body})
+        assert "partial reply was kept" not in raw and "[DONE]" not in raw
+        last_event, last = oracles.sse_records(raw)[-1]
+        last = json.loads(last)
+        if route == "/v1/messages":
+            assert last_event == "error" and last["error"]["type"] == "api_error"
+        elif route == "/v1/responses":
+            events = oracles.check_responses_stream(raw)
+            assert events[-1]["type"] == "response.failed"
+            assert events[-1]["response"]["error"]["code"] == "server_error"
+        else:
+            assert last["error"]["type"] == "server_error"
+
+
+# --- DS4 rules: refused inputs name the client's own field, in the surface's envelope ------------
+
+REFUSALS = [
+    ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": -1}, "max_completion_tokens", "max_completion_tokens must be >= 0"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": -1}, "max_tokens", "max_tokens must be >= 0"),
+    ("/v1/messages", {"messages": MSG, "max_tokens": -1}, None, "max_tokens must be >= 0"),
+    ("/v1/responses", {"input": "x", "max_output_tokens": -1}, "max_output_tokens", "max_output_tokens must be >= 0"),
+    ("/v1/chat/completions", {"messages": MSG, "response_format": "json_object"}, "response_format", "'json_object' is not supported"),
+    ("/v1/completions", {"prompt": "x", "response_format": {"type": "xml"}}, "response_format", "'xml' is not supported"),
+    ("/v1/responses", {"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format", "text.format type 'json_schema'"),
+    ("/v1/messages", {"messages": MSG, "output_format": {"type": "json_schema"}}, None, "output_format type 'json_schema'"),
+    ("/v1/messages", {"messages": MSG, "output_config": {"format": {"type": "json_object"}}}, None, "output_config.format type 'json_object'"),
+    ("/v1/responses", {"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "replay full input instead"),
+    ("/v1/responses", {"input": "x", "conversation": "c"}, "conversation", "replay full input instead"),
+    ("/v1/completions", {"prompt": "x", "echo": True}, "echo", "echo is not supported"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt", "prompt must be"),
+    ("/v1/completions", {}, "prompt", "missing prompt"),
+    ("/v1/responses", {}, "input", "missing input"),
+    ("/v1/messages", {}, None, "missing messages"),
+    ("/v1/messages", {"messages": MSG, "top_k": 5}, None, "top_k is not supported"),
+    ("/v1/messages", {"messages": [{"role": "system", "content": "x"}]}, None, "messages[0].role"),
+    ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].type", "not supported"),
+]
+
+
+def test_refusals_name_the_field_in_the_envelope(fake_bridge, alice_key):
+    fake_bridge.script(*reply("ok"))
+    for route, patch, param, text in REFUSALS:
+        r = post(alice_key, route, {"model": "tiny", **patch})
+        assert r.status_code == 400, (route, patch, r.content)
+        err = r.json()["error"]
+        assert text in err["message"], (route, patch, err)
+        if route == "/v1/messages":
+            assert r.json()["type"] == "error" and err["type"] == "invalid_request_error"
+        else:
+            assert err["param"] == param, (route, patch, err)
+    assert not fake_bridge.requests
+
+
+def test_null_durable_references_and_text_format_are_accepted(fake_bridge, alice_key):
+    fake_bridge.script(*reply("ok"))
+    r = post(alice_key, "/v1/responses", {"model": "tiny", "input": "x", "previous_response_id": None,
+                                          "conversation": None, "text": {"format": {"type": "text"}}})
+    assert r.status_code == 200, r.content
+
+
+# --- engine not ready, envelopes, models ---------------------------------------------------------
+
+@pytest.mark.parametrize("status", ["starting", "down"])
+def test_engine_not_ready_is_503_with_retry_after_never_404(fake_bridge, alice_key, served_up, status):
+    served_up.update(status=status, up=False, model=None)  # no MODEL line yet
+    r = post(alice_key, "/v1/chat/completions", {"model": "whatever-the-name-will-be", "messages": MSG})
+    assert r.status_code == 503 and int(r["Retry-After"]) > 0 and r.json()["error"]["code"] == "engine_unavailable"
+    r = post(alice_key, "/v1/messages", {"model": "x", "messages": MSG})
+    assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error" and r["Retry-After"]
+    assert not fake_bridge.requests
+
+
+def test_anthropic_envelope_for_auth_and_unknown_models(fake_bridge):
+    r = Client().post("/v1/messages", json.dumps({"model": "tiny", "messages": MSG}), content_type="application/json",
+                      HTTP_X_API_KEY="col-nope")
+    assert r.status_code == 401 and r.json() == {"type": "error", "error": {"type": "authentication_error",
+                                                                             "message": r.json()["error"]["message"]}}
+    r = Client().get("/v1/models", HTTP_ANTHROPIC_VERSION="2023-06-01")
+    assert r.status_code == 401 and r.json()["type"] == "error"
+
+
+def test_unknown_routes_and_methods_answer_json(fake_bridge, alice_key):
+    r = Client().get("/v1/nothing/here", HTTP_AUTHORIZATION=f"Bearer {alice_key}")
+    assert r.status_code == 404 and set(r.json()["error"]) >= {"message", "type", "param", "code"}
+    r = Client().get("/v1/messages", HTTP_AUTHORIZATION=f"Bearer {alice_key}")
+    assert r.status_code == 405 and r.json()["type"] == "error"
+
+
+def test_models_in_both_styles(fake_bridge, alice_key):
+    page = Client().get("/v1/models?limit=20", HTTP_AUTHORIZATION=f"Bearer {alice_key}",
+                        HTTP_ANTHROPIC_VERSION="2023-06-01").json()
+    assert page["has_more"] is False and page["first_id"] == page["data"][0]["id"]
+    item = page["data"][0]
+    assert item["type"] == "model" and item["created_at"].endswith("Z") and item["object"] == "model"
+    after = Client().get(f"/v1/models?after_id={item['id']}", HTTP_AUTHORIZATION=f"Bearer {alice_key}").json()
+    assert after["data"] == [] and after["has_more"] is False
+    # Any accepted name works in a request; the answer names the typeable id.
+    fake_bridge.script(*reply("ok"))
+    for name in ("tiny", item["id"], "colibri"):
+        assert post(alice_key, "/v1/chat/completions", {"model": name, "messages": MSG}).json()["model"] == item["id"]
