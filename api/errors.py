@@ -66,7 +66,10 @@ def from_engine_error(event, *, prompt_param="messages"):
         return ApiError(429, api_engine_message(event), type="rate_limit_error", code="queue_full",
                         headers={"Retry-After": "1"})
     if code == "ENGINE_UNAVAILABLE":
-        return unavailable(api_engine_message(event))
+        # The bridge says when the engine should be back (its restart backoff); at least 1 s.
+        retry = event.get("retry_after")
+        retry = max(1, int(retry)) if isinstance(retry, (int, float)) and retry == retry and retry < 3600 else 2
+        return unavailable(api_engine_message(event), retry_after=retry)
     if code == "BAD_REQUEST":
         return ApiError(400, "The engine refused the request: " + str(event.get("message") or ""), code="bad_request")
     return ApiError(500, api_engine_message(event), type="server_error", code="engine_error")

@@ -4,9 +4,11 @@ its typeable id, display name, accepted aliases, context, chat template, engine 
 Ids: `id` is a stable slug people can type (the model file's stem, e.g. `smollm2-135m-moe16`);
 the engine's display name (its MODEL line, e.g. "SmolLM2-135M-Instruct MoE16 (…)") is still
 accepted, as are the generic aliases `colibri` and `default`.
-Invariant: a request is checked against the model only while the engine is up; while it is
-starting, restarting or down the answer is 503 + Retry-After (never 404 model_not_found just
-because the MODEL line has not arrived yet).
+Invariant: an unknown model name is 404 only while the engine is up; while it is starting,
+restarting or down it is 503 + Retry-After (never 404 model_not_found just because the MODEL line
+has not arrived yet). A known name always goes on to the bridge, which is the authority on
+whether the engine can take it (it answers ENGINE_UNAVAILABLE at once otherwise, also a 503):
+a late telemetry heartbeat must not turn a servable request away.
 """
 import re
 import time
@@ -79,12 +81,12 @@ def served_model_get():
 
 def model_check(served, name):
     """The id to echo back for `name`, or 503 (engine not ready) / 404 (unknown model)."""
+    if name in served.aliases:
+        return served.id
     if not served.up:
         raise unavailable(retry_after=RETRY_AFTER_S)
-    if name not in served.aliases:
-        raise ApiError(404, f"The model {name!r} does not exist; this server serves {served.id!r}",
-                       param="model", code="model_not_found")
-    return served.id
+    raise ApiError(404, f"The model {name!r} does not exist; this server serves {served.id!r}",
+                   param="model", code="model_not_found")
 
 
 def render(served, messages):

@@ -250,3 +250,12 @@ def test_models_in_both_styles(fake_bridge, alice_key):
     fake_bridge.script(*reply("ok"))
     for name in ("tiny", item["id"], "colibri"):
         assert post(alice_key, "/v1/chat/completions", {"model": name, "messages": MSG}).json()["model"] == item["id"]
+
+
+def test_a_known_name_goes_to_the_bridge_which_says_when_to_retry(fake_bridge, alice_key, served_up):
+    served_up.update(status="down", up=False)  # a late heartbeat must not decide alone
+    fake_bridge.script({"kind": "submitted", "req": "r"},
+                       {"kind": "error", "code": "ENGINE_UNAVAILABLE", "retry_after": 3,
+                        "message": "The engine is not running right now (it is starting); retry in 3 s."})
+    r = post(alice_key, "/v1/responses", {"model": "tiny", "input": "x"})
+    assert r.status_code == 503 and r["Retry-After"] == "3" and len(fake_bridge.requests) == 1
