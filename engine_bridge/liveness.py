@@ -13,6 +13,7 @@ that cannot reach Redis gets None, i.e. "cannot tell", never "dead".
 import asyncio
 import logging
 import uuid
+import weakref
 
 import redis
 import redis.asyncio
@@ -29,15 +30,25 @@ def alive_key():
     return f"{prefix}:bridge:alive"
 
 
+# One client per event loop and URL: a new connection per request cost a millisecond or more of
+# every first token. A client's pool belongs to the loop that made it (Celery makes short loops).
+_clients = weakref.WeakKeyDictionary()
+
+
+def _client():
+    per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
+    if settings.REDIS_URL not in per_loop:
+        per_loop[settings.REDIS_URL] = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return per_loop[settings.REDIS_URL]
+
+
 async def aget_boot():
     """The running bridge's boot id; "" when none runs; None when Redis cannot be reached."""
-    client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     try:
-        raw = await client.get(alive_key())
+        raw = await _client().get(alive_key())
     except (redis.RedisError, OSError):
         return None
-    finally:
-        await client.aclose()
     return raw.decode() if raw else ""
 
 

@@ -2,8 +2,12 @@
 gen.submit / gen.cancel / gen.stop and relays each request's events to its reply channel in
 numbered batches (docs/contracts.md).
 
-Why batches: channels_redis drops messages to a full channel silently, so text is coalesced
-(every FLUSH_INTERVAL or FLUSH_EVENTS text events) and numbered; the client fails on a gap.
+Why batches, and when: each request has at most one batch on its way to Redis. An event that
+finds none in flight leaves at once (the first token never waits for a timer); events that arrive
+while one is in flight coalesce (text merged) and leave when it lands. So the batch rate follows
+what the channel layer can take (back-pressure, not a clock): a fast engine and a slow hop give
+few large batches, a fast hop gives a batch per token. A full reply channel (the reader stalls) is
+retried, never dropped; batches are numbered and the client fails loudly on a gap.
 
 Failure containment: a Redis outage never ends the worker (receives and sends retry with a
 backoff; the engine and its slots live on); a request that arrives while the engine is not up is
@@ -29,8 +33,7 @@ from engine_bridge.telemetry import Publisher
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL = 0.03
-FLUSH_EVENTS = 16
+CHANNEL_FULL_RETRY_S = 0.02
 DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
 UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
@@ -57,9 +60,8 @@ class Request:
     topk: list = field(default_factory=list)
     perf: dict | None = None
     outbox: list = field(default_factory=list)
-    n_text: int = 0
     seq: int = 0
-    timer: object = None
+    sending: bool = False    # a batch of this request is on its way to Redis
     position: int | None = None
 
 
@@ -113,13 +115,13 @@ class Bridge:
         self.publisher = Publisher()
         self.publisher.update(slots=settings.KV_SLOTS)
         self.heart = Heart()
-        self.outq = asyncio.Queue()
+        self.deliveries = set()  # tasks sending reply batches
 
     # --- main loop ---------------------------------------------------------------------------
 
     async def run(self):
         tasks = [asyncio.create_task(self.supervisor.run()), asyncio.create_task(self.publisher.run()),
-                 asyncio.create_task(self._sender()), asyncio.create_task(self.heart.run())]
+                 asyncio.create_task(self.heart.run())]
         try:
             while True:
                 message = await self._receive()
@@ -149,33 +151,38 @@ class Bridge:
         for r in list(self.requests.values()):
             self.finish(r, {"kind": "error", "code": "ENGINE_UNAVAILABLE",
                             "message": "The engine bridge is shutting down."})
-        try:
-            await asyncio.wait_for(self.outq.join(), SEND_GIVE_UP_S)
-        except asyncio.TimeoutError:
-            log.error("shutting down with %d reply batches undelivered", self.outq.qsize())
+        deadline = time.monotonic() + SEND_GIVE_UP_S
+        while self.deliveries and time.monotonic() < deadline:  # a delivery may chain the next batch
+            await asyncio.wait(set(self.deliveries), timeout=max(0.0, deadline - time.monotonic()))
+        if self.deliveries:
+            log.error("shutting down with %d reply batches undelivered", len(self.deliveries))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.publisher.close()
         await self.heart.close()
 
-    async def _sender(self):
-        while True:
-            channel, message = await self.outq.get()
-            try:
-                await self._send(channel, message)
-            finally:
-                self.outq.task_done()
+    async def _deliver(self, r, message):
+        """Sends one batch of r, then the events that coalesced meanwhile (if any)."""
+        try:
+            await self._send(r.reply, message)
+        finally:
+            r.sending = False
+            self.flush(r)
 
     async def _send(self, channel, message):
-        """One batch, retried through a Redis outage (in order: the queue waits behind it)."""
+        """One batch, retried while the reader's channel is full or Redis is out (the request's
+        later events coalesce behind it meanwhile)."""
         delay, give_up = REDIS_RETRY_FIRST, time.monotonic() + SEND_GIVE_UP_S
         while True:
             try:
                 return await self.layer.send(channel, message)
             except ChannelFull:
-                log.error("reply channel full; req %s lost seq %s", message["req"], message["seq"])
-                return
+                if time.monotonic() >= give_up:
+                    log.error("reply channel full for %gs; req %s lost seq %s", SEND_GIVE_UP_S,
+                              message["req"], message["seq"])
+                    return
+                await asyncio.sleep(CHANNEL_FULL_RETRY_S)
             except Exception as exc:
                 if time.monotonic() >= give_up:
                     log.error("sending to %s failed for %gs (%s); req %s lost seq %s", channel,
@@ -231,7 +238,7 @@ class Bridge:
             r = self.requests.get(req)
             if r and r.position != position:
                 r.position = position
-                self.emit(r, {"kind": "queued", "position": position}, flush=True)
+                self.emit(r, {"kind": "queued", "position": position})
         self.publisher.update(queue=len(self.scheduler.queue),
                               busy=sum(1 for s in self.scheduler.slots if s.busy is not None))
 
@@ -268,32 +275,27 @@ class Bridge:
 
     # --- events out ---------------------------------------------------------------------------
 
-    def emit(self, r, event, flush=False):
+    def emit(self, r, event):
         if event["kind"] == "text":
             if not event["text"]:
                 return
             if r.t_first is None:
                 r.t_first = time.monotonic()
-            r.n_text += 1
             if r.outbox and r.outbox[-1]["kind"] == "text":
                 r.outbox[-1]["text"] += event["text"]
-            else:
-                r.outbox.append(event)
-        else:
-            r.outbox.append(event)
-        if flush or r.n_text >= FLUSH_EVENTS:
-            self.flush(r)
-        elif r.timer is None:
-            r.timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL, self.flush, r)
+                return  # merged into a batch that waits for the one in flight
+        r.outbox.append(event)
+        self.flush(r)
 
     def flush(self, r):
-        if r.timer is not None:
-            r.timer.cancel()
-            r.timer = None
-        if r.outbox:
-            self.outq.put_nowait((r.reply, {"type": "gen.events", "req": r.req, "seq": r.seq,
-                                            "events": r.outbox}))
-            r.seq, r.outbox, r.n_text = r.seq + 1, [], 0
+        """Starts sending r's waiting events unless a batch of r is already in flight."""
+        if r.sending or not r.outbox:
+            return
+        message = {"type": "gen.events", "req": r.req, "seq": r.seq, "events": r.outbox}
+        r.seq, r.outbox, r.sending = r.seq + 1, [], True
+        task = asyncio.get_running_loop().create_task(self._deliver(r, message))
+        self.deliveries.add(task)
+        task.add_done_callback(self.deliveries.discard)
 
     def emit_text(self, r, final=False):
         stops = r.job.stop
@@ -311,7 +313,7 @@ class Bridge:
             r.sent = end
 
     def finish(self, r, final):
-        self.emit(r, final, flush=True)
+        self.emit(r, final)
         self.requests.pop(r.req, None)
         if r.eng_id is not None:
             self.by_id.pop(r.eng_id, None)
@@ -399,7 +401,7 @@ class Bridge:
             return
         r.prompt_tokens, r.reused = ev.prompt_tokens, ev.extras.get("reused")
         self.emit(r, {"kind": "accepted", "prompt_tokens": ev.prompt_tokens, "slot": r.slot,
-                      "reused": r.reused}, flush=True)
+                      "reused": r.reused})
 
     def ev_data(self, ev):
         r = self.by_id.get(ev.id)
