@@ -112,18 +112,22 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
                 yield _error("ENGINE_UNAVAILABLE", "The engine did not answer in time.")
                 return
             idle_deadline = loop.time() + idle_timeout
-            if message.get("seq", -1) < expected:
-                continue
-            pending[message["seq"]] = message
+            # Everything that already arrived is handled as one: a reader that fell behind gets
+            # its text merged (one delta, one SSE chunk) instead of paying per batch.
+            for message in [message, *_drain(inbox)]:
+                if message.get("seq", -1) >= expected:
+                    pending[message["seq"]] = message
+            events = []
             while expected in pending:
-                for event in pending.pop(expected)["events"]:
-                    queued = event["kind"] == "queued"
-                    if event["kind"] in FINAL_KINDS:
-                        finished = True
-                        yield event
-                        return
-                    yield event
+                events.extend(pending.pop(expected)["events"])
                 expected += 1
+            for event in _merge_text(events):
+                queued = event["kind"] == "queued"
+                if event["kind"] in FINAL_KINDS:
+                    finished = True
+                    yield event
+                    return
+                yield event
     finally:
         if not finished:
             await asyncio.shield(cancel(req))
@@ -131,6 +135,23 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
             receiver.add_done_callback(lambda t: t.cancelled() or t.exception())
         else:
             await asyncio.shield(receiver)
+
+
+def _drain(queue):
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+def _merge_text(events):
+    out = []
+    for event in events:
+        if event["kind"] == "text" and out and out[-1]["kind"] == "text":
+            out[-1] = {**out[-1], "text": out[-1]["text"] + event["text"]}
+        else:
+            out.append(event)
+    return out
 
 
 async def _receive_until_final(layer, channel, req, inbox, *, drain_timeout=DRAIN_TIMEOUT):
