@@ -1,6 +1,6 @@
 from django.urls import path
 
-from api import views
+from api import openapi, views
 
 urlpatterns = [
     path("v1/models", views.ModelListApi.as_view(), name="v1-models"),
@@ -11,5 +11,6 @@ urlpatterns = [
     path("v1/responses", views.ResponsesApi.as_view(), name="v1-responses"),
     path("api/keys", views.ApiKeysApi.as_view(), name="api-keys"),
     path("api/keys/<int:pk>", views.ApiKeyRevokeApi.as_view(), name="api-key"),
+    path("v1/openapi.json", openapi.schema_view, name="v1-openapi"),
     path("v1/<path:rest>", views.V1NotFoundApi.as_view(), name="v1-not-found"),
 ]

@@ -21,7 +21,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import anthropic_messages, completions, engine, intake, openai_chat, responses, served
+from drf_spectacular.utils import extend_schema
+
+from api import anthropic_messages, completions, engine, intake, openai_chat, openapi, responses, served
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, render
 from api.models import ApiKey
@@ -47,6 +49,7 @@ class V1Api(APIView):
     content_negotiation_class = AnyAcceptNegotiation
     parser_classes = []
     renderer_classes = [JSONRenderer]
+    schema = openapi.V1Schema()
     envelope = OPENAI
 
     def envelope_for(self, request):
@@ -67,6 +70,7 @@ class ModelListApi(ByClientEnvelope, V1Api):
     """One list in both styles (the union of the item fields; `has_more` is always false, or the
     Anthropic SDK's pager loops)."""
 
+    @openapi.models_list
     def get(self, request):
         m = served.served_model_get()
         item = {**served.openai_entry(m), **served.anthropic_entry(m)}
@@ -77,6 +81,7 @@ class ModelListApi(ByClientEnvelope, V1Api):
 
 
 class ModelDetailApi(ByClientEnvelope, V1Api):
+    @openapi.model_detail
     def get(self, request, model_id):
         m = served.served_model_get()
         if model_id not in m.aliases:
@@ -84,6 +89,7 @@ class ModelDetailApi(ByClientEnvelope, V1Api):
         return Response({**served.openai_entry(m), **served.anthropic_entry(m)})
 
 
+@extend_schema(exclude=True)
 class V1NotFoundApi(ByClientEnvelope, V1Api):
     """Unknown /v1 routes: 404 in the envelope, not Django's HTML page."""
 
@@ -113,18 +119,34 @@ class GenerationApi(V1Api):
 class ChatCompletionsApi(GenerationApi):
     surface = openai_chat
 
+    @openapi.generation(openapi.CHAT, "OpenAI Chat Completions")
+    def post(self, request):
+        return super().post(request)
+
 
 class CompletionsApi(GenerationApi):
     surface = completions
+
+    @openapi.generation(openapi.COMPLETION, "OpenAI legacy Completions (the prompt is sent raw)")
+    def post(self, request):
+        return super().post(request)
 
 
 class MessagesApi(GenerationApi):
     surface = anthropic_messages
     envelope = ANTHROPIC
 
+    @openapi.generation(openapi.MESSAGES, "Anthropic Messages", envelope=openapi.ANTHROPIC_ERROR, busy=529)
+    def post(self, request):
+        return super().post(request)
+
 
 class ResponsesApi(GenerationApi):
     surface = responses
+
+    @openapi.generation(openapi.RESPONSES, "OpenAI Responses (stateless: replay the full input)")
+    def post(self, request):
+        return super().post(request)
 
 
 async def _buffered(call):
@@ -162,26 +184,34 @@ class KeyCreateInput(serializers.Serializer):
     name = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
 
 
+@extend_schema(exclude=True)  # the browser UI's session endpoint, not part of the API
 class ApiKeysApi(APIView):
     """The browser UI's key management (session + CSRF). The full key appears only in the POST answer."""
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsAuthenticated]
+    schema = openapi.V1Schema()
 
     def get(self, request):
         keys = ApiKey.objects.filter(user=request.user)
-        return Response({"keys": [_key_dict(k) for k in keys]})
+        return Response({"keys": [_key_dict(k) for k in keys], **_where(request)})
 
     def post(self, request):
         data = KeyCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         row, full_key = ApiKey.issue(user=request.user, name=data.validated_data["name"])
-        return Response({**_key_dict(row), "key": full_key}, status=status.HTTP_201_CREATED)
+        return Response({**_key_dict(row), "key": full_key, **_where(request)}, status=status.HTTP_201_CREATED)
 
 
 class ApiKeyRevokeApi(ApiKeysApi):
     def delete(self, request, pk):
         ApiKey.objects.filter(user=request.user, pk=pk).update(revoked=True)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _where(request):
+    """What the keys dialog's snippets need: the OpenAI base URL (Anthropic's is its origin)
+    and the model id to type."""
+    return {"base_url": request.build_absolute_uri("/v1"), "model": served.served_model_get().id}
 
 
 def _key_dict(k):

@@ -1,6 +1,47 @@
-// API keys dialog: create (the secret is shown once), list, revoke.
+// API keys dialog: create (the secret is shown once, with ready-to-paste snippets for curl, the
+// openai SDK and the anthropic SDK that carry it, the base URL and the model id), list, revoke.
 import { ApiError, type ApiKey, type Http } from "../api";
 import { h } from "./dom";
+
+// The create answer also says where the API is: base_url (OpenAI style, ends in /v1; the
+// Anthropic SDK takes the origin) and the model id to type.
+type CreatedKey = ApiKey & { base_url?: string; model?: string };
+
+export function snippets(key: string, baseUrl: string, model: string): { label: string; code: string }[] {
+  const origin = baseUrl.replace(/\/v1\/?$/, "");
+  const q = (s: string) => JSON.stringify(s);
+  return [
+    {
+      label: "curl",
+      code: [
+        `curl ${baseUrl}/chat/completions \\`,
+        `  -H "Authorization: Bearer ${key}" \\`,
+        `  -H "Content-Type: application/json" \\`,
+        `  -d '{"model": ${q(model)}, "messages": [{"role": "user", "content": "Hello"}]}'`,
+      ].join("\n"),
+    },
+    {
+      label: "Python (openai)",
+      code: [
+        "from openai import OpenAI",
+        "",
+        `client = OpenAI(base_url=${q(baseUrl)}, api_key=${q(key)})`,
+        `reply = client.chat.completions.create(model=${q(model)}, messages=[{"role": "user", "content": "Hello"}])`,
+        "print(reply.choices[0].message.content)",
+      ].join("\n"),
+    },
+    {
+      label: "Python (anthropic)",
+      code: [
+        "import anthropic",
+        "",
+        `client = anthropic.Anthropic(base_url=${q(origin)}, api_key=${q(key)})`,
+        `reply = client.messages.create(model=${q(model)}, max_tokens=512, messages=[{"role": "user", "content": "Hello"}])`,
+        "print(reply.content[0].text)",
+      ].join("\n"),
+    },
+  ];
+}
 
 export class KeysDialog {
   private dialog: HTMLDialogElement;
@@ -38,7 +79,7 @@ export class KeysDialog {
       ),
       h("p", {
         class: "hint",
-        text: "Keys let other programs use the OpenAI-compatible API as you (Authorization: Bearer <key>). A new key is shown only once.",
+        text: "Keys let other programs use the API as you, with the openai or anthropic SDK or curl (Authorization: Bearer <key> or x-api-key: <key>). A new key is shown only once, with snippets to paste.",
       }),
       form,
       this.error,
@@ -105,9 +146,11 @@ export class KeysDialog {
   private async create(name: string): Promise<void> {
     this.error.textContent = "";
     try {
-      const k = await this.http.createKey(name);
+      const k: CreatedKey = await this.http.createKey(name);
       const secret = k.key ?? "";
       const code = h("code", { class: "mono", text: secret });
+      const baseUrl = k.base_url ?? `${window.location.origin}/v1`;
+      const model = k.model ?? "colibri";
       this.fresh.replaceChildren(
         h("p", { text: `Copy “${k.name || name}” now — it will not be shown again:` }),
         h(
@@ -115,6 +158,16 @@ export class KeysDialog {
           { class: "key-secret" },
           code,
           h("button", { class: "btn", text: "Copy", attrs: { type: "button" }, on: { click: () => void navigator.clipboard?.writeText(secret) } }),
+        ),
+        h("p", { class: "hint", text: `Base URL ${baseUrl} · model ${model}` }),
+        ...snippets(secret, baseUrl, model).map(({ label, code: text }) =>
+          h(
+            "details",
+            { class: "key-snippet", attrs: { "data-snippet": label } },
+            h("summary", { text: label }),
+            h("pre", { class: "mono" }, h("code", { text })),
+            h("button", { class: "btn", text: "Copy", attrs: { type: "button" }, on: { click: () => void navigator.clipboard?.writeText(text) } }),
+          ),
         ),
       );
     } catch (e) {

@@ -1,0 +1,122 @@
+"""OpenAPI description of the /v1 routes (drf-spectacular), served at GET /v1/openapi.json.
+
+These serializers document the wire; they validate nothing (intake and the surface modules do,
+with the contracts' own error texts). Only the main fields are listed: every surface accepts and
+ignores metadata-like fields (user, metadata, store, service_tier, ...), and refuses, with 400
+naming the field, what the engine cannot honour.
+"""
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.renderers import OpenApiJsonRenderer
+from rest_framework import serializers as s
+
+SCHEMA_URL = "/v1/openapi.json"
+SETTINGS = {
+    "TITLE": "colibri API",
+    "DESCRIPTION": (
+        "Four wire surfaces on one engine: OpenAI Chat Completions, legacy Completions, OpenAI Responses "
+        "and Anthropic Messages, plus the model list in both styles. Authenticate with "
+        "`Authorization: Bearer <key>` or `x-api-key: <key>`. Streams are chosen by `\"stream\": true` in "
+        "the body and sent as server-sent events. Errors use the OpenAI envelope, or the Anthropic one on "
+        "/v1/messages (and on the model list for clients that send `anthropic-version`)."
+    ),
+    "VERSION": "1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SECURITY": [{"bearer": []}, {"apiKey": []}],
+    "APPEND_COMPONENTS": {"securitySchemes": {
+        "bearer": {"type": "http", "scheme": "bearer"},
+        "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+    }},
+}
+
+
+class V1Schema(AutoSchema):
+    def get_auth(self):
+        return [{"bearer": []}, {"apiKey": []}]
+
+
+def documented(**kwargs):
+    """extend_schema on a view method, based on V1Schema: drf-spectacular bases a method's schema
+    on DRF's DEFAULT_SCHEMA_CLASS unless the function names one (the site keeps DRF's default)."""
+    def decorate(f):
+        f.schema = V1Schema
+        return extend_schema(**kwargs)(f)
+    return decorate
+
+
+def _schema_view():
+    return SpectacularAPIView.as_view(urlconf="api.urls", custom_settings=SETTINGS,
+                                      renderer_classes=[OpenApiJsonRenderer], authentication_classes=[],
+                                      permission_classes=[], schema=None)
+
+
+schema_view = _schema_view()
+
+_sampling = {
+    "temperature": s.FloatField(required=False, min_value=0, max_value=2, help_text="0 = greedy; default 0.7"),
+    "top_p": s.FloatField(required=False, help_text="in (0, 1]; default 1.0"),
+    "stream": s.BooleanField(required=False, default=False),
+}
+_messages = inline_serializer("ChatMessage", {
+    "role": s.ChoiceField(["system", "developer", "user", "assistant", "tool"]),
+    "content": s.JSONField(help_text="a string or a list of text parts"),
+}, many=True)
+
+CHAT = inline_serializer("ChatCompletionRequest", {
+    "model": s.CharField(), "messages": _messages, **_sampling,
+    "max_completion_tokens": s.IntegerField(required=False, min_value=0),
+    "max_tokens": s.IntegerField(required=False, min_value=0, help_text="omitted: the server's budget; 0: prewarm"),
+    "stop": s.JSONField(required=False, help_text="a string or up to 4 strings"),
+    "seed": s.IntegerField(required=False, min_value=0),
+    "stream_options": s.JSONField(required=False, help_text='{"include_usage": true}'),
+    "response_format": s.JSONField(required=False, help_text='only {"type": "text"}'),
+})
+COMPLETION = inline_serializer("CompletionRequest", {
+    "model": s.CharField(), "prompt": s.JSONField(help_text="a string (or an array of exactly one)"), **_sampling,
+    "max_tokens": s.IntegerField(required=False, min_value=0), "stop": s.JSONField(required=False),
+    "seed": s.IntegerField(required=False, min_value=0), "stream_options": s.JSONField(required=False),
+})
+MESSAGES = inline_serializer("MessagesRequest", {
+    "model": s.CharField(), "messages": s.JSONField(help_text="[{role: user|assistant, content}]"),
+    "system": s.JSONField(required=False), "max_tokens": s.IntegerField(required=False, min_value=0),
+    "stop_sequences": s.ListField(child=s.CharField(), required=False), **_sampling,
+})
+RESPONSES = inline_serializer("ResponsesRequest", {
+    "model": s.CharField(), "input": s.JSONField(help_text="a string or a list of messages"),
+    "instructions": s.CharField(required=False), "max_output_tokens": s.IntegerField(required=False, min_value=0),
+    "text": s.JSONField(required=False, help_text='only {"format": {"type": "text"}}'), **_sampling,
+})
+
+OPENAI_ERROR = inline_serializer("OpenAIError", {"error": inline_serializer("OpenAIErrorBody", {
+    "message": s.CharField(), "type": s.CharField(), "param": s.CharField(allow_null=True),
+    "code": s.CharField(allow_null=True)})})
+ANTHROPIC_ERROR = inline_serializer("AnthropicError", {"type": s.CharField(), "error": inline_serializer(
+    "AnthropicErrorBody", {"type": s.CharField(), "message": s.CharField()})})
+
+
+def _errors(envelope, busy):
+    doc = {400: "bad request, naming the field", 401: "missing or bad key", 404: "unknown model",
+           413: "body over 4 MiB", 429: "queue full or timed out (Retry-After)",
+           busy: "engine starting, restarting or down (Retry-After)", 500: "engine error"}
+    return {code: OpenApiResponse(envelope, description=text) for code, text in doc.items()}
+
+
+def generation(request, summary, *, envelope=OPENAI_ERROR, busy=503):
+    return documented(
+        request={"application/json": request}, summary=summary,
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="the surface's object, or an SSE stream "
+                                        "(text/event-stream) when the body says stream: true"),
+                   **_errors(envelope, busy)},
+    )
+
+
+models_list = documented(
+    operation_id="v1_models_list",
+    summary="The served model, in both the OpenAI and the Anthropic list shapes",
+    parameters=[OpenApiParameter("limit", int), OpenApiParameter("after_id", str), OpenApiParameter("before_id", str)],
+    responses={200: OpenApiTypes.OBJECT, 401: OPENAI_ERROR},
+)
+model_detail = documented(operation_id="v1_models_retrieve", summary="One model by id, display name or alias",
+                             responses={200: OpenApiTypes.OBJECT, 404: OPENAI_ERROR})
