@@ -259,3 +259,11 @@ def test_a_known_name_goes_to_the_bridge_which_says_when_to_retry(fake_bridge, a
                         "message": "The engine is not running right now (it is starting); retry in 3 s."})
     r = post(alice_key, "/v1/responses", {"model": "tiny", "input": "x"})
     assert r.status_code == 503 and r["Retry-After"] == "3" and len(fake_bridge.requests) == 1
+
+
+def test_seed_is_refused_on_an_engine_without_our_extensions(fake_bridge, alice_key, served_up):
+    served_up.update(model=None)  # up, but no MODEL line: e.g. the real colibri binary
+    fake_bridge.script(*reply("ok"))
+    r = post(alice_key, "/v1/chat/completions", {"model": "smollm2-135m-moe16", "messages": MSG, "seed": 7})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed"
+    assert post(alice_key, "/v1/chat/completions", {"model": "smollm2-135m-moe16", "messages": MSG}).status_code == 200
