@@ -16,6 +16,7 @@ FRAME_FIELDS = {
 }
 MAX_ID = (1 << 63) - 1
 MAX_TOKENS_LIMIT = 1 << 20
+MAX_EXPERTS = 1024  # a sanity bound; the bridge checks the served model's own range
 PARAM_RULES = {
     "temperature": sampling.wire_temperature,
     "top_p": sampling.wire_top_p,
@@ -40,6 +41,12 @@ def _is_utf8(text):
     return True
 
 
+def _experts(value, field):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_EXPERTS:
+        raise FrameError(field, f"{field} must be an integer in [1, {MAX_EXPERTS}]")
+    return value
+
+
 def _max_tokens(value, field):
     if isinstance(value, bool) or not isinstance(value, int):
         raise FrameError(field, f"{field} must be an integer")
@@ -56,12 +63,15 @@ def _check_params(params):
     out = {}
     for name, value in params.items():
         field = f"params.{name}"
-        if name not in (*PARAM_RULES, "max_tokens"):
+        if name not in (*PARAM_RULES, "max_tokens", "experts"):
             raise FrameError(field, f"unknown parameter {field}")
         if value is None:
             continue
         if name == "max_tokens":
             out[name] = _max_tokens(value, field)
+            continue
+        if name == "experts":
+            out[name] = _experts(value, field)
             continue
         try:
             out[name] = PARAM_RULES[name](value, field)

@@ -65,6 +65,7 @@ def _generation_request(conv_id, prompt, params):
         max_tokens=params.get("max_tokens") or settings.DEFAULT_MAX_TOKENS,
         temperature=params.get("temperature", sampling.DEFAULT_TEMPERATURE),
         top_p=params.get("top_p", sampling.DEFAULT_TOP_P),
+        experts=params.get("experts"),
         conversation_key=f"conv:{conv_id}",
         priority="interactive",
     )

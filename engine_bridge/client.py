@@ -37,6 +37,7 @@ class GenerationRequest:
     conversation_key: str | None = None
     priority: str = "interactive"    # or "background"
     topk: bool = False
+    experts: int | None = None       # routed experts per token (our engine's experts=N); None = the model's own
 
 
 def _error(code, message, **extra):

@@ -145,11 +145,11 @@ class Engine:
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc
 
-    async def submit(self, req_id, slot, prompt, max_tokens, temperature, top_p, seed=None):
-        # Only our engine (it sends a MODEL line) takes key=value extensions such as seed=.
-        seed = seed if self.model_info is not None else None
-        await self.write(protocol.format_submit(req_id, slot, prompt, max_tokens, temperature,
-                                                top_p, slots=self.slots, seed=seed))
+    async def submit(self, req_id, slot, prompt, max_tokens, temperature, top_p, seed=None, experts=None):
+        # key=value extensions (seed=, experts=) go only to our engine (it sends a MODEL line);
+        # the bridge refuses such a request for any other engine before it gets here.
+        await self.write(protocol.format_submit(req_id, slot, prompt, max_tokens, temperature, top_p,
+                                                slots=self.slots, seed=seed, experts=experts))
 
     async def stop(self, req_id):
         await self.write(protocol.format_stop(req_id))

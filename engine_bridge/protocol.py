@@ -474,7 +474,7 @@ def format_number(value):
     return text or "0"
 
 
-def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None):
+def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None, experts=None):
     """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse.
 
     `seed` becomes a `seed=<u64>` key=value field: only engines that announce our extensions
@@ -508,6 +508,10 @@ def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slot
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise SubmitError("seed must be an integer in [0, 2^64)")
         extra = f" seed={seed}"
+    if experts is not None:  # our engine's per-request expert count (docs/contracts.md)
+        if isinstance(experts, bool) or not isinstance(experts, int) or experts < 1:
+            raise SubmitError("experts must be a positive integer")
+        extra += f" experts={experts}"
     header = (f"SUBMIT {req_id} {slot} {len(payload)} {max_tokens} "
               f"{format_number(temperature)} {format_number(top_p)}{extra}\n")
     return header.encode("ascii") + bytes(payload) + b"\n"

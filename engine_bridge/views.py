@@ -18,10 +18,13 @@ def health(request):
         state, boot = None, None
     if state is None or boot is None:
         body = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
-                "slots": None, "queue": None, "restarts": None}
+                "slots": None, "queue": None, "restarts": None, "experts": None}
         return _answer(body, up=False)
     status = state["status"] if state["updated"] is not None and boot else "down"
     model = state["model"] or {}
+    experts = None
+    if model.get("experts_max"):  # our engine: the per-request expert count it takes
+        experts = {"default": model.get("top_k"), "min": model.get("experts_min"), "max": model.get("experts_max")}
     body = {
         "engine": status,
         "bridge": "up" if boot else "down",
@@ -30,6 +33,7 @@ def health(request):
         "slots": state["slots"],
         "queue": state["queue"],
         "restarts": state["restarts"],
+        "experts": experts,
     }
     return _answer(body, up=bool(state["up"] and boot))
 

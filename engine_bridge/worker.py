@@ -80,8 +80,28 @@ def parse_job(raw):
             temperature=job.temperature, top_p=job.top_p, seed=job.seed)
     except sampling.SamplingError as exc:
         raise p.SubmitError(exc.message) from None
+    if job.experts is not None and (isinstance(job.experts, bool) or not isinstance(job.experts, int)):
+        raise p.SubmitError("experts must be an integer")
     p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1)
     return job
+
+
+def extension_refusal(job, model_info):
+    """Why the running engine cannot honour this job's extension fields, or None. An engine
+    without a MODEL line (the real colibri binary) takes no key=value fields: refused, never
+    silently dropped. The expert count is checked against the range the MODEL line announced."""
+    if model_info is None:
+        for name in ("seed", "experts"):
+            if getattr(job, name) is not None:
+                return f"{name} is not supported by this engine"
+        return None
+    if job.experts is not None:
+        low, high = model_info.get("experts_min") or 0, model_info.get("experts_max") or 0
+        if not high:
+            return "experts: this model has no routed experts to choose"
+        if not low <= job.experts <= high:
+            return f"experts must be in [{low}, {high}] for this model"
+    return None
 
 
 def _utf8(text):
@@ -217,6 +237,10 @@ class Bridge:
         if self.supervisor.engine is None:
             self.finish(r, self._unavailable())
             return
+        refusal = extension_refusal(job, self.supervisor.engine.model_info)
+        if refusal:
+            self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": refusal})
+            return
         self.requests[req] = r
         try:
             started = self.scheduler.submit(Job(req, job.prompt, job.conversation_key, job.priority))
@@ -247,7 +271,7 @@ class Bridge:
         self.by_id[r.eng_id] = r
         job = r.job
         self._write(self.supervisor.engine.submit(r.eng_id, slot, job.prompt, job.max_tokens,
-                                                  job.temperature, job.top_p, job.seed))
+                                                  job.temperature, job.top_p, job.seed, job.experts))
 
     def _write(self, coro):
         async def run():

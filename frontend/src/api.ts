@@ -35,6 +35,14 @@ export interface GenParams {
   temperature: number;
   top_p: number;
   max_tokens: number;
+  experts?: number; // routed experts per token; absent = the model's own default
+}
+
+// The per-request expert count the served model takes (our engine's MODEL line), from /health.
+export interface ExpertRange {
+  default: number;
+  min: number;
+  max: number;
 }
 
 export type ClientEvent =
@@ -70,6 +78,7 @@ export interface Health {
   ok: boolean;
   state: string; // "ok", "starting", "restarting", "down", "unreachable", ...
   reason: string;
+  experts: ExpertRange | null;
 }
 
 export class ApiError extends Error {
@@ -175,7 +184,7 @@ export class Http {
     try {
       res = await fetch(URLS.health, { headers: { Accept: "application/json" }, credentials: "same-origin" });
     } catch {
-      return { ok: false, state: "unreachable", reason: "The server cannot be reached." };
+      return { ok: false, state: "unreachable", reason: "The server cannot be reached.", experts: null };
     }
     let body: Record<string, unknown> = {};
     try {
@@ -189,7 +198,12 @@ export class Http {
     if (state === "starting" && Number(body.restarts) > 0) state = "restarting";
     const ok = res.ok && body.up !== false && (state === "up" || state === "ok");
     const reason = String(body.reason ?? body.detail ?? "");
-    return { ok, state: ok ? "ok" : state, reason };
+    const e = body.experts as Partial<ExpertRange> | null | undefined;
+    const experts =
+      e && Number.isInteger(e.min) && Number.isInteger(e.max) && Number.isInteger(e.default)
+        ? { default: e.default as number, min: e.min as number, max: e.max as number }
+        : null;
+    return { ok, state: ok ? "ok" : state, reason, experts };
   }
 }
 

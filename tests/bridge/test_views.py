@@ -36,7 +36,12 @@ def test_it_reports_a_healthy_engine(client, state):
     r = client.get("/health")
     assert r.status_code == 200
     assert r.json() == {"engine": "up", "bridge": "up", "redis": "up", "model": "tiny", "slots": 2, "queue": 1,
-                        "restarts": 3}
+                        "restarts": 3, "experts": None}
+
+
+def test_it_reports_the_per_request_expert_range(client, state):
+    state(up=True, status="up", model={"name": "moe", "top_k": 8, "experts_min": 1, "experts_max": 16})
+    assert client.get("/health").json()["experts"] == {"default": 8, "min": 1, "max": 16}
 
 
 def test_it_is_503_while_starting(client, state):

@@ -109,3 +109,27 @@ async def test_it_returns_a_conversation_to_its_slot_with_reused_prefix():
 async def test_it_rejects_a_bad_request():
     events = await collect(GenerationRequest(prompt="hi", max_tokens=0))
     assert final(events)["code"] == "BAD_REQUEST"
+
+
+async def test_it_runs_each_request_with_its_own_expert_count():
+    from engine_bridge.telemetry import aget_state
+
+    model = (await aget_state())["model"]
+    assert model["experts_min"] == 1 and model["experts_max"] == model["n_experts"]
+    prompt = CHATML.format("Count the experts")
+    base, one, every = await asyncio.gather(
+        collect(GenerationRequest(prompt=prompt, max_tokens=24)),
+        collect(GenerationRequest(prompt=prompt, max_tokens=24, experts=1)),
+        collect(GenerationRequest(prompt=prompt, max_tokens=24, experts=model["experts_max"])))
+    assert final(base)["kind"] == final(one)["kind"] == final(every)["kind"] == "done"
+    # the fixture model routes top-2 of 8: one expert or all eight give other greedy text
+    assert text_of(one) != text_of(base) or text_of(every) != text_of(base)
+    again = await collect(GenerationRequest(prompt=prompt, max_tokens=24, experts=1))
+    assert text_of(again) == text_of(one)  # the count is honoured the same way each time
+
+
+@pytest.mark.parametrize("experts", [0, 9, 10 ** 6])
+async def test_it_refuses_an_expert_count_outside_the_models_range(experts):
+    events = await collect(GenerationRequest(prompt=CHATML.format("hi"), max_tokens=4, experts=experts))
+    err = final(events)
+    assert err["code"] == "BAD_REQUEST" and "experts" in err["message"] and "[1, 8]" in err["message"], err

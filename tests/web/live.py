@@ -7,7 +7,6 @@ bridge channel `engine-bridge` of a developer's running site is never shared.
 """
 import json
 import os
-import random
 import subprocess
 import time
 import uuid
@@ -66,8 +65,12 @@ def _database_url():
 
 
 def _redis_url():
-    db = int(os.environ.get("LIVE_REDIS_DB") or random.randint(2, 15))
-    return f"redis://127.0.0.1:6379/{db}"
+    """A Redis database claimed for this session (tests/support/procs.claim_redis_db): a random
+    pick could land on a database another fixture or test session had claimed, and two bridges
+    would then share its `engine-bridge` channel."""
+    if os.environ.get("LIVE_REDIS_DB"):
+        return f"redis://127.0.0.1:6379/{int(os.environ['LIVE_REDIS_DB'])}"
+    return procs.claim_redis_db()
 
 
 def _start_bridge(env, log):
@@ -141,6 +144,8 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
     finally:
         procs.stop(daphne)
         procs.stop(bridge)
+        if not os.environ.get("LIVE_REDIS_DB"):
+            procs.release_redis_db(redis_url)
         bridge_log.close()
         daphne_log.close()
         with django_db_blocker.unblock():

@@ -29,7 +29,9 @@ export class ChatApp {
 
   constructor(boot: Boot) {
     this.http = new Http(boot.csrf_token);
-    this.status = new StatusBar(byId("notices"), byId("engine-status"), this.http);
+    this.status = new StatusBar(byId("notices"), byId("engine-status"), this.http, (health) =>
+      this.composer?.setExpertRange(health.experts),
+    );
     this.sidebar = new Sidebar(byId("conv-nav"), {
       select: (id) => this.select(id),
       create: () => this.select(null),

@@ -1,5 +1,5 @@
 // The composer: an auto-growing textarea, Send / Stop, and the sampling controls (kept in localStorage).
-import type { GenParams } from "../api";
+import type { ExpertRange, GenParams } from "../api";
 import { h } from "./dom";
 
 const STORE_KEY = "colibri.params";
@@ -22,6 +22,8 @@ export interface ComposerHandlers {
 export class Composer {
   params: GenParams = loadParams();
   private area: HTMLTextAreaElement;
+  private expertsControl: HTMLElement | null = null;
+  private expertRange: ExpertRange | null = null;
   private button: HTMLButtonElement;
   private busy = false;
 
@@ -42,6 +44,59 @@ export class Composer {
     this.button = h("button", { class: "btn btn-primary send", text: "Send", attrs: { type: "button" }, on: { click: () => this.submit() } });
     root.append(h("div", { class: "composer-box" }, this.area, this.button));
     settingsRoot.append(...this.controls());
+    this.settingsRoot = settingsRoot;
+  }
+
+  private settingsRoot: HTMLElement;
+
+  // Quality <-> speed: how many routed experts each token uses. Shown only when the served model
+  // takes a per-request count; a saved count outside its range is dropped (the model changed).
+  setExpertRange(range: ExpertRange | null): void {
+    const same = JSON.stringify(range) === JSON.stringify(this.expertRange);
+    if (same) return;
+    this.expertRange = range;
+    this.expertsControl?.remove();
+    this.expertsControl = null;
+    const saved = this.params.experts;
+    if (!range || (saved !== undefined && (saved < range.min || saved > range.max))) {
+      this.setParams({ ...this.params, experts: undefined });
+    }
+    if (range) {
+      this.expertsControl = this.expertsSlider(range);
+      this.settingsRoot.append(this.expertsControl);
+    }
+  }
+
+  private setParams(params: GenParams): void {
+    this.params = params;
+    localStorage.setItem(STORE_KEY, JSON.stringify(this.params));
+  }
+
+  private expertsSlider(range: ExpertRange): HTMLElement {
+    const describe = () => {
+      const n = this.params.experts ?? range.default;
+      return `${n} of ${range.max}${this.params.experts === undefined ? " (model default)" : ""}`;
+    };
+    const out = h("output", { class: "param-value", text: describe() });
+    const input = h("input", {
+      attrs: { type: "range", min: String(range.min), max: String(range.max), step: "1", name: "experts", "aria-label": "Experts per token" },
+      on: {
+        input: () => {
+          const v = Math.round(Number(input.value));
+          if (!Number.isFinite(v)) return;
+          this.setParams({ ...this.params, experts: v === range.default ? undefined : v });
+          out.textContent = describe();
+        },
+      },
+    });
+    input.value = String(this.params.experts ?? range.default);
+    return h(
+      "label",
+      { class: "param param-experts", title: "More experts per token: closer to the full model's answers, slower. Fewer: faster." },
+      h("span", { class: "param-name", text: "Experts (speed ↔ quality)" }),
+      input,
+      out,
+    );
   }
 
   focus(): void {

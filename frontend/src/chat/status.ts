@@ -5,7 +5,7 @@ import { h } from "./dom";
 
 export class StatusBar {
   private conn: ConnectionState = "connecting";
-  private health: Health = { ok: true, state: "ok", reason: "" };
+  private health: Health = { ok: true, state: "ok", reason: "", experts: null };
   private notice = "";
   private noticeTimer: number | undefined;
   private pollTimer: number | undefined;
@@ -15,6 +15,7 @@ export class StatusBar {
     private strip: HTMLElement,
     badgeRoot: HTMLElement,
     private http: Http,
+    private onHealth: (health: Health) => void = () => {},
   ) {
     this.badge = h("span", { class: "engine-badge", attrs: { role: "status" } });
     badgeRoot.append(this.badge);
@@ -47,6 +48,7 @@ export class StatusBar {
   private async poll(): Promise<void> {
     window.clearTimeout(this.pollTimer);
     this.health = await this.http.health();
+    this.onHealth(this.health);
     this.render();
     this.pollTimer = window.setTimeout(() => void this.poll(), this.health.ok ? 15000 : 3000);
   }
