@@ -12,5 +12,7 @@ urlpatterns = [
     path("api/keys", views.ApiKeysApi.as_view(), name="api-keys"),
     path("api/keys/<int:pk>", views.ApiKeyRevokeApi.as_view(), name="api-key"),
     path("v1/openapi.json", openapi.schema_view, name="v1-openapi"),
+    path("v1/stats", views.StatsApi.as_view(), name="v1-stats"),
+    path("metrics", views.metrics_view, name="metrics"),
     path("v1/<path:rest>", views.V1NotFoundApi.as_view(), name="v1-not-found"),
 ]

@@ -24,6 +24,8 @@ from rest_framework.views import APIView
 from drf_spectacular.utils import extend_schema
 
 from api import anthropic_messages, completions, engine, intake, openai_chat, openapi, responses, served
+from api.metering import Meter
+from colibri_site import metrics
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, render
 from api.models import ApiKey
@@ -103,21 +105,28 @@ class GenerationApi(V1Api):
     """POST one surface: parse (intake + the surface module) -> buffered object or SSE stream."""
 
     surface = None  # module with parse(body, *, served) -> intake.Call
+    metric_surface = None  # its label in /metrics
 
     def post(self, request):
+        meter = Meter(self.metric_surface)
         body = intake.body_read(request._request)
         call = self.surface.parse(body, served=served.served_model_get())
         if not call.stream:
-            return Response(async_to_sync(_buffered)(call))
+            return Response(async_to_sync(_buffered)(call, meter))
         accepted, events = async_to_sync(engine.open_generation)(call.request, prompt_param=call.prompt_param)
-        response = StreamingHttpResponse(_sse(call.projector, accepted, events), content_type="text/event-stream")
+        response = StreamingHttpResponse(_sse(call.projector, accepted, events, meter), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
 
+    def finalize_response(self, request, response, *args, **kwargs):
+        metrics.REQUESTS.labels(self.metric_surface, str(response.status_code)).inc()
+        return super().finalize_response(request, response, *args, **kwargs)
+
 
 class ChatCompletionsApi(GenerationApi):
     surface = openai_chat
+    metric_surface = "openai_chat"
 
     @openapi.generation(openapi.CHAT, "OpenAI Chat Completions")
     def post(self, request):
@@ -126,6 +135,7 @@ class ChatCompletionsApi(GenerationApi):
 
 class CompletionsApi(GenerationApi):
     surface = completions
+    metric_surface = "openai_completion"
 
     @openapi.generation(openapi.COMPLETION, "OpenAI legacy Completions (the prompt is sent raw)")
     def post(self, request):
@@ -134,6 +144,7 @@ class CompletionsApi(GenerationApi):
 
 class MessagesApi(GenerationApi):
     surface = anthropic_messages
+    metric_surface = "anthropic_messages"
     envelope = ANTHROPIC
 
     @openapi.generation(openapi.MESSAGES, "Anthropic Messages", envelope=openapi.ANTHROPIC_ERROR, busy=529)
@@ -143,18 +154,25 @@ class MessagesApi(GenerationApi):
 
 class ResponsesApi(GenerationApi):
     surface = responses
+    metric_surface = "openai_responses"
 
     @openapi.generation(openapi.RESPONSES, "OpenAI Responses (stateless: replay the full input)")
     def post(self, request):
         return super().post(request)
 
 
-async def _buffered(call):
+async def _buffered(call, meter):
     projector = call.projector
     accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param)
+    meter.observe(accepted)
     projector.feed(accepted)
-    for event in await engine.collect(events):
-        projector.feed(event)
+    try:
+        async for event in events:
+            meter.observe(event)
+            projector.feed(event)
+    finally:
+        await events.aclose()
+        meter.end(projector)
     if projector.error:
         raise ApiError(500, projector.error_message, type="server_error", code="engine_error")
     if not projector.done:
@@ -162,26 +180,48 @@ async def _buffered(call):
     return projector.response()
 
 
-async def _sse(projector, accepted, events):
-    for frame in projector.feed(accepted):
-        yield frame
-    async for event in engine.with_keepalive(events, KEEPALIVE_S):
-        if event is None:
-            yield projector.keepalive
-            continue
-        for frame in projector.feed(event):
+async def _sse(projector, accepted, events, meter):
+    meter.observe(accepted)
+    try:
+        for frame in projector.feed(accepted):
             yield frame
-        if projector.finished:
-            break
-    if not projector.finished:  # stream ended without DONE: say so in-band
-        for frame in projector.feed({"kind": "error", "code": "ENGINE_ERROR"}):
+        async for event in engine.with_keepalive(events, KEEPALIVE_S):
+            if event is None:
+                yield projector.keepalive
+                continue
+            meter.observe(event)
+            for frame in projector.feed(event):
+                yield frame
+            if projector.finished:
+                break
+        if not projector.finished:  # stream ended without DONE: say so in-band
+            for frame in projector.feed({"kind": "error", "code": "ENGINE_ERROR"}):
+                yield frame
+        for frame in projector.end():
             yield frame
-    for frame in projector.end():
-        yield frame
+    finally:
+        # A client that left (Django cancels this generator) is a cancelled generation.
+        meter.end(projector, outcome=None if projector.finished else "cancelled")
 
 
 class KeyCreateInput(serializers.Serializer):
     name = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
+
+
+class StatsApi(V1Api):
+    """GET /v1/stats: the figures of /metrics as JSON, for humans and scripts (any API key)."""
+
+    @openapi.documented(summary="The /metrics figures as JSON", responses={200: openapi.OpenApiTypes.OBJECT})
+    def get(self, request):
+        return Response(metrics.stats())
+
+
+def metrics_view(request):
+    """GET /metrics: Prometheus text (no key: scrapers run inside the deployment)."""
+    from django.http import HttpResponse
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
 
 
 @extend_schema(exclude=True)  # the browser UI's session endpoint, not part of the API

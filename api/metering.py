@@ -1,0 +1,43 @@
+"""Per-request measurements for /metrics: one Meter per generation request, fed by the view as
+the engine's events pass (accepted, each text delta, the end). Times are from the request's
+arrival, so time to first token includes the queue wait."""
+import time
+
+from colibri_site import metrics
+
+
+class Meter:
+    def __init__(self, surface):
+        self.surface = surface
+        self.t0 = time.monotonic()
+        self.last = None
+        self.ended = False
+
+    def accepted(self):
+        metrics.QUEUE_WAIT.labels(self.surface).observe(time.monotonic() - self.t0)
+
+    def text(self):
+        now = time.monotonic()
+        if self.last is None:
+            metrics.TTFT.labels(self.surface).observe(now - self.t0)
+        else:
+            metrics.INTER_TOKEN.labels(self.surface).observe(now - self.last)
+        self.last = now
+
+    def end(self, projector=None, *, outcome=None):
+        if self.ended:
+            return
+        self.ended = True
+        if projector is not None:
+            metrics.TOKENS.labels(self.surface, "in").inc(projector.prompt_tokens)
+            metrics.TOKENS.labels(self.surface, "out").inc(projector.completion_tokens)
+            if outcome is None:
+                outcome = "failed" if projector.error else ("length" if projector.finish_reason == "length" else "completed")
+        metrics.OUTCOMES.labels(self.surface, outcome or "failed").inc()
+
+    def observe(self, event):
+        kind = event.get("kind")
+        if kind == "accepted":
+            self.accepted()
+        elif kind == "text" and event.get("text"):
+            self.text()

@@ -1,0 +1,107 @@
+"""The operator's view: `GET /metrics` (Prometheus text, prometheus-client) and its JSON mirror
+`GET /v1/stats`.
+
+Two sources. Web-side figures are prometheus-client metrics updated where requests are served
+(api/views.py): requests by surface and status, time to first token, inter-token latency, queue
+wait, tokens in and out. Bridge-side figures (engine up, slots, busy slots, queue depth, engine
+restarts) live in the bridge's telemetry in Redis and are read at scrape time by BridgeCollector,
+so every web process reports the same values without the bridge exporting anything.
+
+Multiprocess: with PROMETHEUS_MULTIPROC_DIR set (several Daphne workers), each process writes
+its samples there and a scrape aggregates them (prometheus_client.multiprocess); without it, the
+process's own registry is served. Names: underscores only, counters end in _total, the label
+sets are fixed (every surface pre-created, so a series exists from the first scrape).
+"""
+import os
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+SURFACES = ("openai_chat", "openai_completion", "anthropic_messages", "openai_responses")
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_GAP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+REQUESTS = Counter("colibri_api_requests", "API requests by surface and HTTP status", ["surface", "status"])
+OUTCOMES = Counter("colibri_api_generations", "Generations the engine accepted, by how they ended",
+                   ["surface", "outcome"])
+TTFT = Histogram("colibri_api_time_to_first_token_seconds", "Request received -> first token sent",
+                 ["surface"], buckets=LATENCY_BUCKETS)
+INTER_TOKEN = Histogram("colibri_api_inter_token_seconds", "Gap between consecutive text deltas",
+                        ["surface"], buckets=TOKEN_GAP_BUCKETS)
+QUEUE_WAIT = Histogram("colibri_api_queue_wait_seconds", "Request received -> the engine accepted it",
+                       ["surface"], buckets=LATENCY_BUCKETS)
+TOKENS = Counter("colibri_api_tokens", "Tokens in (prompt) and out (completion)", ["surface", "direction"])
+
+for _surface in SURFACES:
+    REQUESTS.labels(_surface, "200")
+    for _outcome in ("completed", "length", "failed", "cancelled"):
+        OUTCOMES.labels(_surface, _outcome)
+    for _direction in ("in", "out"):
+        TOKENS.labels(_surface, _direction)
+    TTFT.labels(_surface)
+    INTER_TOKEN.labels(_surface)
+    QUEUE_WAIT.labels(_surface)
+
+
+class BridgeCollector:
+    """The bridge's telemetry (engine_bridge.telemetry.get_state()) as metrics, read per scrape."""
+
+    def collect(self):
+        from engine_bridge import telemetry
+
+        try:
+            state = telemetry.get_state()
+        except Exception:  # Redis down: report the engine as not up, nothing else
+            state = {"updated": None}
+        bridge = state.get("updated") is not None
+        up = GaugeMetricFamily("colibri_engine_up", "1 when the engine is up (the bridge reports it)")
+        up.add_metric([], 1.0 if bridge and state.get("up") else 0.0)
+        yield up
+        running = GaugeMetricFamily("colibri_bridge_running", "1 when a bridge worker publishes its state")
+        running.add_metric([], 1.0 if bridge else 0.0)
+        yield running
+        for name, key, text in (("colibri_engine_slots", "slots", "KV slots of the engine"),
+                                ("colibri_engine_busy_slots", "busy", "KV slots generating now"),
+                                ("colibri_queue_depth", "queue", "Jobs waiting for a slot")):
+            g = GaugeMetricFamily(name, text)
+            g.add_metric([], float(state.get(key) or 0))
+            yield g
+        restarts = CounterMetricFamily("colibri_engine_restarts", "Engine restarts since the bridge started")
+        restarts.add_metric([], float(state.get("restarts") or 0))
+        yield restarts
+
+
+def registry():
+    """The registry a scrape reads: every process's samples (multiprocess) or this process's."""
+    reg = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(reg)
+    else:
+        reg.register(_Local())
+    reg.register(BridgeCollector())
+    return reg
+
+
+class _Local:
+    def collect(self):
+        return REGISTRY.collect()
+
+
+def exposition():
+    return generate_latest(registry())
+
+
+def stats():
+    """/v1/stats: the same figures as JSON ({metric: [{labels, value}]}, histograms as count/sum)."""
+    out = {}
+    for family in registry().collect():
+        rows = []
+        for sample in family.samples:
+            if sample.name.endswith(("_bucket", "_created")) or sample.name.startswith(("python_", "process_")):
+                continue
+            rows.append({"name": sample.name, "labels": sample.labels, "value": sample.value})
+        if rows and not family.name.startswith(("python_", "process_")):
+            out[family.name] = rows
+    return out
