@@ -202,6 +202,7 @@ async def _handle(conv_id, msg_id, event, state):
             prompt_tokens=usage.get("prompt_tokens", state.stats.get("prompt_tokens")),
             completion_tokens=usage.get("completion_tokens"),
             ttft_s=stats.get("ttft_s"),
+            first_token_at=stats.get("first_token_at"),
             tok_s=stats.get("tok_s"),
             hit_pct=stats.get("hit_pct"),
             finish_reason=event.get("finish_reason"),

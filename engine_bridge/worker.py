@@ -55,6 +55,7 @@ class Request:
     stopped: bool = False    # a stop string matched (STOP sent): drop further DATA
     cancelled: bool = False  # CANCEL sent: drop further DATA, wait for CANCELLED or DONE
     t_first: float | None = None
+    t_first_wall: float | None = None  # unix time of the first text: where latency is measured from
     prompt_tokens: int | None = None
     reused: int | None = None
     topk: list = field(default_factory=list)
@@ -304,7 +305,7 @@ class Bridge:
             if not event["text"]:
                 return
             if r.t_first is None:
-                r.t_first = time.monotonic()
+                r.t_first, r.t_first_wall = time.monotonic(), time.time()
             if r.outbox and r.outbox[-1]["kind"] == "text":
                 r.outbox[-1]["text"] += event["text"]
                 return  # merged into a batch that waits for the one in flight
@@ -456,7 +457,8 @@ class Bridge:
             "kind": "done",
             "finish_reason": "length" if ev.length_limited and not r.stopped else "stop",
             "usage": {"prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.emitted},
-            "stats": {"tok_s": ev.tok_s, "hit_pct": ev.hit_pct, "rss_gb": ev.rss_gb, "ttft_s": ttft},
+            "stats": {"tok_s": ev.tok_s, "hit_pct": ev.hit_pct, "rss_gb": ev.rss_gb, "ttft_s": ttft,
+                      "first_token_at": r.t_first_wall},
             "reused": r.reused,
             "perf": r.perf or block.get("prof"),
             "entropy": block.get("entropy"),
