@@ -214,6 +214,8 @@ class ProbeRunner:
                 try:
                     boot, item = await asyncio.wait_for(self.inbox.get(), 1.0)
                 except asyncio.TimeoutError:
+                    if task.done() and not clean:
+                        break  # another request ran alongside: no need to wait for its end
                     if task.done():
                         if task.exception() is not None:
                             break
@@ -236,12 +238,15 @@ class ProbeRunner:
                     hits = item["hits"]
                     hexes.append((hits["rows"], hits["cols"], hits["hex"]))
                 released = busy == 0
+                if task.done() and not clean:
+                    break
         finally:
             accepted = await task
         return hexes, clean and started and released, accepted
 
     async def run(self, probe):
         """The probe's HITS [(rows, cols, hex)], or None when its windows were contaminated."""
+        self.drain()
         await self._request(RESET_PROMPT, 1)
         hexes, clean, accepted = await self._request(probe.text, self.max_tokens)
         if accepted.get("reused"):

@@ -58,8 +58,8 @@ export class Library {
     if (!file) return;
     try {
       const atlas = await this.http.upload(file);
+      await this.refresh();  // first, so the notice appears once the page shows the new atlas
       this.notice(`Imported ${file.name}: ${atlas.entries} experts.`);
-      await this.refresh();
     } catch (e) {
       this.notice(`Import failed: ${(e as Error).message}`, true);
     } finally {

@@ -12,7 +12,7 @@ import type { AtlasDoc, AtlasInfo, ServerFrame, TelemetryFrame, TiersInfo } from
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const SERIES_KEEP = 120;
 
-interface Debug { grid: GridView; frames: () => number; hitFrames: number; lastHitAt: number; doc: () => AtlasDoc | null }
+interface Debug { grid: GridView; frames: () => number; hitFrames: number; lastHitAt: number; lastHitWall: number; lastHitCells: number[]; doc: () => AtlasDoc | null }
 declare global { interface Window { colibriAtlas?: Debug } }
 
 export function mount(): void {
@@ -27,7 +27,7 @@ export function mount(): void {
   let totalWindows = 0;
   const residentShare: number[] = [];
   const repinned = new Set<number>();
-  const debug: Debug = { grid, frames: () => grid.frames, hitFrames: 0, lastHitAt: 0, doc: () => doc };
+  const debug: Debug = { grid, frames: () => grid.frames, hitFrames: 0, lastHitAt: 0, lastHitWall: 0, lastHitCells: [], doc: () => doc };
   window.colibriAtlas = debug;
 
   const library = new Library(http, (cur: AtlasInfo | null) => void loadAtlas(cur));
@@ -94,6 +94,8 @@ export function mount(): void {
         totalWindows += f.windows ?? 1;
         debug.hitFrames++;
         debug.lastHitAt = performance.now();
+        debug.lastHitWall = Date.now();
+        debug.lastHitCells = cells;
         const resident = cells.filter((i) => tierOf(grid.emap[i]) > 0).length;
         residentShare.push((100 * resident) / cells.length);
         residentShare.splice(0, Math.max(0, residentShare.length - SERIES_KEEP));
