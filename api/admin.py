@@ -1,11 +1,12 @@
 from django.contrib import admin
 
-from api.models import ApiKey
+from api.models import ApiKey, UserApiLimit
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ("prefix", "name", "user", "created", "last_used", "revoked")
+    list_display = ("prefix", "name", "user", "created", "last_used", "revoked", "requests_per_minute",
+                    "tokens_per_minute")
     list_filter = ("revoked",)
     search_fields = ("prefix", "name", "user__username")
     # The hash is useless to an admin and the secret is unrecoverable: keep both out of forms.
@@ -14,3 +15,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # keys are issued through POST /api/keys, which shows the secret once
+
+
+@admin.register(UserApiLimit)
+class UserApiLimitAdmin(admin.ModelAdmin):
+    list_display = ("user", "requests_per_minute", "tokens_per_minute")
+    search_fields = ("user__username",)
+    autocomplete_fields = ("user",)

@@ -1,14 +1,16 @@
-"""Per-request measurements for /metrics: one Meter per generation request, fed by the view as
-the engine's events pass (accepted, each text delta, the end). Times are from the request's
-arrival, so time to first token includes the queue wait."""
+"""Per-request measurements for /metrics (and the token-per-minute limits): one Meter per
+generation request, fed by the view as the engine's events pass (accepted, each text delta, the
+end). Times are from the request's arrival, so time to first token includes the queue wait."""
 import time
 
+from api import limits
 from colibri_site import metrics
 
 
 class Meter:
-    def __init__(self, surface):
+    def __init__(self, surface, *, accounts=()):
         self.surface = surface
+        self.accounts = accounts  # token-per-minute accounts charged when the generation ends
         self.t0 = time.monotonic()
         self.last = None
         self.ended = False
@@ -31,6 +33,7 @@ class Meter:
         if projector is not None:
             metrics.TOKENS.labels(self.surface, "in").inc(projector.prompt_tokens)
             metrics.TOKENS.labels(self.surface, "out").inc(projector.completion_tokens)
+            limits.tokens_record(self.accounts, projector.prompt_tokens + projector.completion_tokens)
             if outcome is None:
                 outcome = "failed" if projector.error else ("length" if projector.finish_reason == "length" else "completed")
         metrics.OUTCOMES.labels(self.surface, outcome or "failed").inc()

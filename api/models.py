@@ -32,6 +32,9 @@ class ApiKey(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
     revoked = models.BooleanField(default=False)
+    # Limits set by staff in the admin; empty = the user's limits / the site default.
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
 
     objects = ApiKeyQuerySet.as_manager()
 
@@ -71,3 +74,15 @@ class ApiKey(models.Model):
         if self.last_used is None or (now - self.last_used).total_seconds() > 60:
             ApiKey.objects.filter(pk=self.pk).update(last_used=now)
             self.last_used = now
+
+
+class UserApiLimit(models.Model):
+    """A user's limits over all their keys (staff set them in the admin); empty = site default
+    (settings.API_DEFAULT_REQUESTS_PER_MINUTE / API_DEFAULT_TOKENS_PER_MINUTE, unlimited if unset)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_limit")
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+
+    def __str__(self):
+        return f"API limits of {self.user}"

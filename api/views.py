@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 
 from drf_spectacular.utils import extend_schema
 
-from api import anthropic_messages, completions, engine, intake, openai_chat, openapi, responses, served
+from api import anthropic_messages, completions, engine, intake, limits, openai_chat, openapi, responses, served
 from api.metering import Meter
 from colibri_site import metrics
 from api.auth import ApiKeyAuthentication
@@ -106,9 +106,10 @@ class GenerationApi(V1Api):
 
     surface = None  # module with parse(body, *, served) -> intake.Call
     metric_surface = None  # its label in /metrics
+    throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle, limits.TokenThrottle]
 
     def post(self, request):
-        meter = Meter(self.metric_surface)
+        meter = Meter(self.metric_surface, accounts=limits.accounts_for(request))
         body = intake.body_read(request._request)
         call = self.surface.parse(body, served=served.served_model_get())
         if not call.stream:
