@@ -41,6 +41,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
         for conv_id in self.watching:
+            relay.unwatch_locally(conv_id, self)
             await self.channel_layer.group_discard(relay.group_for(conv_id), self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
@@ -89,6 +90,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _watch(self, conv_id):
         if conv_id not in self.watching:
             await self.channel_layer.group_add(relay.group_for(conv_id), self.channel_name)
+            relay.watch_locally(conv_id, self)
             self.watching.add(conv_id)
 
     async def _begin(self, turn, params):
@@ -126,6 +128,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "snapshot", "conversation": conversation, "messages": messages})
 
     async def chat_frame(self, event):
+        if event.get("origin") == relay.PROCESS:
+            return  # this process delivered it to us directly
         await self.send_json(event["frame"])
 
 

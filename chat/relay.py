@@ -6,7 +6,12 @@ snapshot from the database (saved every RELAY_SAVE_EVERY_S), then the live delta
 an event when the turn runs in this process and a short-lived cache flag for any other process;
 the relay polls the flag rather than blocking in a channel-layer receive, because cancelling such
 a receive can lose another channel's message in channels-redis.
+
+Delivery: a frame goes straight to the sockets of this process that watch the conversation (no
+Redis round trip between the engine's token and the screen), and through the group to sockets of
+other processes; a socket drops a group copy that came from its own process (it has it already).
 """
+import uuid
 import asyncio
 import logging
 import time
@@ -26,6 +31,20 @@ RELAY_SAVE_EVERY_S = 0.5
 STOP_POLL_S = 0.2
 _running: dict[int, asyncio.Task] = {}  # conversation id -> relay task; also keeps tasks referenced
 _stop_events: dict[int, asyncio.Event] = {}
+PROCESS = uuid.uuid4().hex  # tags group copies of frames this process delivered itself
+_local: dict[int, set] = {}  # conversation id -> sockets of this process watching it
+
+
+def watch_locally(conversation_id, socket):
+    _local.setdefault(conversation_id, set()).add(socket)
+
+
+def unwatch_locally(conversation_id, socket):
+    sockets = _local.get(conversation_id)
+    if sockets is not None:
+        sockets.discard(socket)
+        if not sockets:
+            del _local[conversation_id]
 
 
 def group_for(conversation_id):
@@ -37,8 +56,15 @@ def _stop_key(conversation_id):
 
 
 async def publish(conversation_id, frame):
-    """Sends one client frame to every socket watching the conversation."""
-    await get_channel_layer().group_send(group_for(conversation_id), {"type": "chat.frame", "frame": frame})
+    """Sends one client frame to every socket watching the conversation: this process's directly,
+    the others' through the group."""
+    for socket in list(_local.get(conversation_id, ())):
+        try:
+            await socket.send_json(frame)
+        except Exception:  # a socket closing under us: its disconnect unregisters it
+            log.debug("local delivery to a closing socket failed", exc_info=True)
+    await get_channel_layer().group_send(group_for(conversation_id),
+                                         {"type": "chat.frame", "frame": frame, "origin": PROCESS})
 
 
 def start(turn: services.Turn, params: dict) -> asyncio.Task:
@@ -115,6 +141,7 @@ class _State:
         self.stats = {}
         self.error = None  # error event
         self.outcome = None  # complete / interrupted / error
+        self.slot = None
         self.started = time.monotonic()
 
 
@@ -193,8 +220,7 @@ async def _handle(conv_id, msg_id, event, state):
         await publish(conv_id, {"type": "queued", "message": msg_id, "position": event.get("position")})
     elif kind == "accepted":
         state.stats["prompt_tokens"] = event.get("prompt_tokens")
-        if event.get("slot") is not None:
-            await database_sync_to_async(services.conversation_set_slot)(conv_id, event["slot"])
+        state.slot = event.get("slot")  # stored with the final message: no database write before the first token
         await publish(conv_id, {"type": "started", "message": msg_id, "prompt_tokens": event.get("prompt_tokens")})
     elif kind == "done":
         usage, stats = event.get("usage") or {}, event.get("stats") or {}
@@ -240,6 +266,8 @@ async def _finish(conv_id, msg_id, state):
         stats.setdefault("finish_reason", "stopped")
     try:
         msg = await database_sync_to_async(services.message_finish)(msg_id, text=state.text, status=status, stats=stats)
+        if state.slot is not None:
+            await database_sync_to_async(services.conversation_set_slot)(conv_id, state.slot)
     except Exception:
         log.exception("could not store the final message %s", msg_id)
         return
