@@ -109,9 +109,14 @@ export class MessagePane {
     if (offset + text.length <= have) return true; // already have it (replayed after a reconnect)
     m.text += text.slice(have - offset);
     const info = this.live.get(id) ?? {};
-    if (info.firstTextAt === undefined) info.firstTextAt = performance.now();
+    const first = info.firstTextAt === undefined;
+    if (first) info.firstTextAt = performance.now();
     this.live.set(id, info);
-    this.markDirty(id);
+    this.dirty.add(id);
+    // The reply's first text is painted now (the wait for an animation frame cost up to 16 ms of
+    // the first token's latency); later deltas are coalesced into one paint per frame.
+    if (first) this.flush();
+    else this.schedule();
     return true;
   }
 
