@@ -85,7 +85,7 @@ def main():
         page.goto("http://bench.local/atlas")
         page.wait_for_function("window.colibriAtlas && window.colibriAtlas.grid.rows > 0")
         page.evaluate("""() => { window.__raf = 0; const t = () => { window.__raf++; requestAnimationFrame(t); }; requestAnimationFrame(t); }""")
-        start_frames, start_raf = page.evaluate("[window.colibriAtlas.frames(), window.__raf]")
+        start_frames, start_raf, start_ms = page.evaluate("[window.colibriAtlas.frames(), window.__raf, window.colibriAtlas.grid.paintMs]")
         t0 = time.monotonic()
         n = 0
         while time.monotonic() - t0 < opts.seconds:
@@ -93,7 +93,7 @@ def main():
                                         "hits": {"rows": opts.rows, "cols": opts.cols, "hex": hits[n % len(hits)]}}))
             n += 1
             page.wait_for_timeout(50)
-        frames, raf, hit_frames = page.evaluate("[window.colibriAtlas.frames(), window.__raf, window.colibriAtlas.hitFrames]")
+        frames, raf, hit_frames, paint_ms = page.evaluate("[window.colibriAtlas.frames(), window.__raf, window.colibriAtlas.hitFrames, window.colibriAtlas.grid.paintMs]")
         elapsed = time.monotonic() - t0
         if opts.screenshot:
             page.mouse.move(400, 300)
@@ -103,6 +103,7 @@ def main():
     print(f"grid {opts.rows} x {opts.cols} = {opts.rows * opts.cols} cells, {n} HITS frames pushed "
           f"({hit_frames} applied) over {elapsed:.1f} s")
     print(f"painted frames per second: {fps:.1f}  (page requestAnimationFrame rate: {(raf - start_raf) / elapsed:.1f})")
+    print(f"mean paint time: {(paint_ms - start_ms) / max(frames - start_frames, 1):.2f} ms per frame (16.7 ms = 60 fps budget)")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,8 @@ def test_the_atlas_on_the_real_stack(live_stack, celery_worker, browser, django_
     assert atlas.evaluate("window.colibriAtlas.doc() !== null")
     atlas.fill("#atlas-search", doc["categories"][0])
     assert atlas.inner_text("#search-count").endswith("experts")
+    atlas.locator("#atlas-map").scroll_into_view_if_needed()
+    screenshot(atlas, "atlas-map")
 
     # A colibri file imported on the page downloads byte for byte.
     atlas.set_input_files("#atlas-file", str(SAMPLE))

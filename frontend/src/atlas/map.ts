@@ -76,7 +76,8 @@ export class MapView {
       const [cx, cy] = this.xy(x, y, w, h);
       ctx.globalAlpha = m && !m.has(key) ? 0.12 : 0.85;
       ctx.fillStyle = this.colour.get(top) ?? "#334155";
-      ctx.fillRect(cx - 2, cy - 2, m && m.has(key) ? 5 : 4, m && m.has(key) ? 5 : 4);
+      const size = m && m.has(key) ? 8 : 6;
+      ctx.fillRect(cx - size / 2, cy - size / 2, size, size);
     }
     ctx.globalAlpha = 1;
   }
