@@ -109,13 +109,13 @@ export class GridView {
       const b = this.emap[i], rgb = TIER_RGB[tierOf(b)];
       let k = brightness(heatOf(b));
       if (hl && !hl.has(i)) k *= 0.35;
-      const f = this.flash[i];
+      const f = this.flash[i] > 0.01 ? this.flash[i] : 0;  // the last faded frame paints the plain cell
       const o = i * 4;
       px[o] = rgb[0] * k + (255 - rgb[0] * k) * f;
       px[o + 1] = rgb[1] * k + (255 - rgb[1] * k) * f;
       px[o + 2] = rgb[2] * k + (255 - rgb[2] * k) * f;
       px[o + 3] = 255;
-      if (f > 0.01) { this.flash[i] = f * FADE; flashing = true; } else if (f) this.flash[i] = 0;
+      if (f) { this.flash[i] = f * FADE; flashing = true; } else this.flash[i] = 0;
     }
     this.off.getContext("2d")!.putImageData(this.img, 0, 0);
     const dpr = window.devicePixelRatio || 1;

@@ -1,0 +1,109 @@
+"""The atlas page against a scripted /ws/atlas/ and mocked JSON endpoints (the real page from
+Daphne, no engine traffic): layer numbers come from the data, the legend counts tiers, the card
+reads EMAP and the atlas, HITS flash cells, the search highlights the experts of a topic."""
+import json
+import re
+
+import pytest
+
+from tests.browser.conftest import PASSWORD, log_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# 3 MoE layers (absolute 3, 4, 5: a model with 3 leading dense layers) x 4 experts.
+# Row 0: disk never routed, RAM heat 1, VRAM heat 24, disk heat 3; rows 1-2: RAM heat 5.
+EMAP = {"rows": 3, "cols": 4, "hex": "0041" + "98" + "03" + "45" * 8}
+SNAPSHOT = {"type": "snapshot", "up": True, "status": "up", "busy": 0, "queue": 0, "emap": EMAP, "hits": None,
+            "tiers": {"vram_experts": 1, "ram_experts": 9, "disk_experts": 2, "vram_gb": 0.5, "ram_gb": 1.5},
+            "entropy": [1.0, 1.5, 2.0], "repin": [], "layers": [3, 4, 5], "layer_source": "engine"}
+DOC = {"categories": ["code_sql", "poetry"], "experts": {
+    "3:2": {"affinity": {"code_sql": 0.9, "poetry": 0.1}, "entropy": 0.47, "top": "code_sql", "label": "specialist: code_sql"},
+    "4:0": {"affinity": {"code_sql": 0.5, "poetry": 0.5}, "entropy": 1.0, "top": "code_sql", "label": "generalist"}}}
+INFO = {"id": 1, "model": "glm-like", "source": "imported", "sha256": "0" * 64, "filename": "experts.json",
+        "entries": 2, "specialists": 1, "categories": DOC["categories"], "validation": None, "bytes": 10,
+        "created": "2026-12-01T10:00:00+00:00"}
+MAP = {"categories": DOC["categories"], "points": [["3:2", 0.5, 0.5, "code_sql"], ["4:0", -0.5, -0.5, "code_sql"]]}
+PIXEL = """([row, col]) => {
+  const g = window.colibriAtlas.grid, c = document.getElementById('atlas-grid');
+  const {x, y} = g.cellCentre(row, col), k = c.width / c.clientWidth;
+  return Array.from(c.getContext('2d').getImageData(Math.floor(x * k), Math.floor(y * k), 1, 1).data).slice(0, 3);
+}"""
+
+
+def fake_server(page):
+    sockets = []
+
+    def connect(ws):
+        sockets.append(ws)
+        ws.send(json.dumps(SNAPSHOT))
+
+    def http(route):
+        path = route.request.url.split("/atlas/api/", 1)[1]
+        body = {"atlases": {"model": "glm-like", "current": INFO, "history": [INFO]},
+                "atlases/1/experts.json": DOC, "atlases/1/map": MAP, "builds": {"builds": []}}[path]
+        route.fulfill(json=body)
+
+    page.route_web_socket(re.compile(r".*/ws/atlas/$"), connect)
+    page.route(re.compile(r".*/atlas/api/.*"), http)
+    return sockets
+
+
+def hover(page, row, col):
+    box = page.locator("#atlas-grid").bounding_box()
+    c = page.evaluate(f"window.colibriAtlas.grid.cellCentre({row}, {col})")
+    page.mouse.move(box["x"] + c["x"], box["y"] + c["y"])
+    card = page.locator("#atlas-card")
+    card.wait_for(state="visible")
+    return card
+
+
+def field(card, name):
+    return card.locator(f"[data-field={name}]").inner_text()
+
+
+def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_model):
+    page, watch = page_and_watch
+    django_user_model.objects.create_user("sam", password=PASSWORD, is_staff=True)
+    sockets = fake_server(page)
+    log_in(page, live_stack.url, "sam")
+    page.goto(f"{live_stack.url}/atlas")
+    page.wait_for_function("window.colibriAtlas && window.colibriAtlas.grid.rows === 3 && window.colibriAtlas.doc() !== null")
+
+    legend = page.inner_text("#atlas-legend")
+    assert "VRAM: 1 experts · 0.50 GB" in legend and "RAM: 9 experts · 1.50 GB" in legend
+    assert "disk: 2 experts" in legend
+
+    card = hover(page, 0, 0)
+    assert "Layer 3 · expert 0" in card.inner_text()  # row 0 is layer 3: the engine said so
+    assert field(card, "tier") == "disk" and field(card, "heat") == "never routed" and field(card, "pinned") == "no"
+    card = hover(page, 0, 2)
+    assert field(card, "tier") == "VRAM" and field(card, "heat").startswith("≈ 2^24")
+    assert field(card, "pinned") == "yes (VRAM copy)"
+    assert field(card, "label") == "specialist: code_sql" and field(card, "entropy") == "0.47 bits"
+    assert field(card, "affinity") == "code_sql 90.0 %, poetry 10.0 %"
+    card = hover(page, 2, 3)
+    assert "Layer 5" in card.inner_text() and "below the replication gate" in field(card, "label")
+    page.mouse.move(1, 1)
+
+    # HITS: row 1 expert 1 (bit 5) and row 2 expert 3 (bit 11) flash white, then fade.
+    before = page.evaluate(PIXEL, [1, 1])
+    sockets[0].send(json.dumps({"type": "telemetry", "windows": 1, "hits": {"rows": 3, "cols": 4, "hex": "2008"}}))
+    page.wait_for_function("window.colibriAtlas.hitFrames === 1")
+    assert page.evaluate("window.colibriAtlas.lastHitCells") == [5, 11]
+    assert sum(page.evaluate(PIXEL, [1, 1])) > sum(before) + 100
+    assert page.inner_text("#hitrate-now") == "100 %"
+    page.wait_for_function("window.colibriAtlas.grid.flash[5] === 0", timeout=5000)
+    assert page.evaluate(PIXEL, [1, 1]) == before
+
+    # A REPIN reaches the timeline, named by layer.
+    sockets[0].send(json.dumps({"type": "telemetry", "repin": [{"layer": 2, "expert": 3, "old_tier": 0, "gpu": 0}]}))
+    page.locator("#atlas-repin li", has_text="L5 #3: disk").wait_for()
+
+    # The search highlights the experts that know a topic, on the map and in the grid.
+    lit, dim = page.evaluate(PIXEL, [0, 2]), page.evaluate(PIXEL, [2, 3])
+    page.fill("#atlas-search", "code_sql")
+    assert page.inner_text("#search-count") == "2 experts"
+    page.wait_for_function("window.colibriAtlas.grid.highlight && window.colibriAtlas.grid.highlight.size === 2")
+    page.wait_for_timeout(100)
+    assert page.evaluate(PIXEL, [0, 2]) == lit and sum(page.evaluate(PIXEL, [2, 3])) < sum(dim)
+    assert watch.errors == []
