@@ -65,11 +65,3 @@ async def with_keepalive(agen, interval):
             pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
         await agen.aclose()
-
-
-async def collect(agen):
-    """All remaining events (buffered responses)."""
-    try:
-        return [event async for event in agen]
-    finally:
-        await agen.aclose()

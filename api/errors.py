@@ -142,7 +142,11 @@ def as_api_error(exc):
 
 
 def render(envelope, err):
-    return Response(envelope.body(err), status=envelope.status(err), headers=err.headers)
+    headers = dict(err.headers)
+    retry = headers.get("Retry-After")
+    if retry and retry.isdigit():
+        headers.setdefault("retry-after-ms", str(int(retry) * 1000))  # both SDKs read this first
+    return Response(envelope.body(err), status=envelope.status(err), headers=headers)
 
 
 def openai_exception_handler(exc, context):

@@ -147,7 +147,8 @@ def test_fuzzing_chat_completions_finds_no_5xx(live_stack, fuzz_client, model):
     seen = {}
     restarts = live_stack.bridge_state().get("restarts", 0)
 
-    @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=120, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
     @given(body=_bodies)
     def check(body):
         if body.get("model") == "MODEL":
