@@ -50,6 +50,7 @@ class AtlasBuild(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")
     created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)  # every probe saves progress: a heartbeat
 
     class Meta:
         ordering = ["-created", "-id"]

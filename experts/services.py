@@ -7,18 +7,21 @@ import asyncio
 import hashlib
 import logging
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from engine_bridge import telemetry
 from experts import atlas_format, builder
 from experts.models import Atlas, AtlasBuild
 
 log = logging.getLogger(__name__)
+STALE_BUILD_S = 600  # longer than any one probe can take (a probe may wait behind chats)
 
 
 def model_name_current(*, state=None):
@@ -92,6 +95,7 @@ def build_publish(*, build):
 def build_start(*, user=None, model_name: str | None = None, enqueue: bool = True) -> AtlasBuild:
     """Creates a build of the current model's atlas and queues the Celery job after commit.
     One build at a time: an unfinished build is returned instead of starting a second."""
+    _fail_stale_builds()
     running = AtlasBuild.objects.exclude(status__in=AtlasBuild.FINAL).first()
     if running is not None:
         return running
@@ -104,6 +108,14 @@ def build_start(*, user=None, model_name: str | None = None, enqueue: bool = Tru
         transaction.on_commit(lambda: build_atlas.delay(build.pk))
     build_publish(build=build)
     return build
+
+
+def _fail_stale_builds():
+    """A running build whose job died (worker killed) would block every later build: one that
+    saved no progress for STALE_BUILD_S is marked failed."""
+    cutoff = timezone.now() - timedelta(seconds=STALE_BUILD_S)
+    AtlasBuild.objects.filter(status=AtlasBuild.RUNNING, updated__lt=cutoff).update(
+        status=AtlasBuild.FAILED, error="the build job stopped reporting progress")
 
 
 def build_cancel(*, build: AtlasBuild) -> AtlasBuild:
@@ -120,7 +132,7 @@ def build_cancel(*, build: AtlasBuild) -> AtlasBuild:
 def _progress(build, **fields):
     for k, v in fields.items():
         setattr(build, k, v)
-    build.save(update_fields=list(fields))
+    build.save(update_fields=[*fields, "updated"])
     build_publish(build=build)
 
 

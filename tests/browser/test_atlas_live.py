@@ -75,6 +75,7 @@ def test_the_atlas_on_the_real_stack(live_stack, celery_worker, browser, django_
     atlas.wait_for_function(f"window.colibriAtlas.hitFrames > {before}", timeout=5000)
     flashed_at, cells = atlas.evaluate("[window.colibriAtlas.lastHitWall, window.colibriAtlas.lastHitCells]")
     assert cells and 0 <= flashed_at - sent_at < 1000, f"first flash {flashed_at - sent_at} ms after send"
+    print(f"atlas: first flash {flashed_at - sent_at} ms after the chat turn was sent")
     flashing = atlas.evaluate("""() => { const g = window.colibriAtlas.grid;
         for (let i = 0; i < g.flash.length; i++) if (g.flash[i] > 0.3) return [Math.floor(i / g.cols), i % g.cols];
         return null; }""")

@@ -40,3 +40,17 @@ def test_it_stops_a_running_build_before_its_next_probe(in_memory_layer):
     AtlasBuild.objects.filter(pk=build.pk).update(cancel_requested=True)
     finished = services.build_run(build_id=build.pk)
     assert finished.status == "cancelled" and finished.atlas is None and finished.done == 0
+
+
+def test_it_fails_a_build_whose_job_stopped_reporting(in_memory_layer):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    stuck = services.build_start(enqueue=False)
+    AtlasBuild.objects.filter(pk=stuck.pk).update(
+        status=AtlasBuild.RUNNING, updated=timezone.now() - timedelta(seconds=services.STALE_BUILD_S + 1))
+    fresh = services.build_start(enqueue=False)
+    assert fresh.pk != stuck.pk and fresh.status == AtlasBuild.QUEUED
+    stuck.refresh_from_db()
+    assert stuck.status == AtlasBuild.FAILED and "stopped reporting" in stuck.error
