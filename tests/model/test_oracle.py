@@ -158,7 +158,7 @@ def test_moe_all_experts_matches_dense_reference(slices, moe_all_exact_run):
 
 
 def test_topk_env_runs_every_expert(slices, moe_all_run, engine_binary):
-    """TOPK=16 on the top-8 file == the file that says top-k 16: the same computation."""
+    """TOPK=16 on the default file (top-15) == the file that says top-k 16: the same computation."""
     info = engine_model_info(engine_binary, slices["moe"], TOPK="16")
     assert info.get("top_k") == 16, f"engine ignores TOPK: MODEL {info}"
     gens = engine_greedy(engine_binary, slices["moe"], PROMPTS, STEPS, TOPK="16")
@@ -166,7 +166,7 @@ def test_topk_env_runs_every_expert(slices, moe_all_run, engine_binary):
         assert a.ids == b.ids
         assert a.top[0] == b.top[0]
     plain = engine_greedy(engine_binary, slices["moe"], PROMPTS[:1], STEPS)
-    assert plain[0].top[0] != moe_all_run[0].top[0]      # top-8 really computes less
+    assert plain[0].top[0] != moe_all_run[0].top[0]      # the default top-k really computes less
 
 
 # ---------------------------------------------------------------- full default model
