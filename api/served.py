@@ -56,6 +56,14 @@ class ServedModel:
         return self.status == "up"
 
 
+def _extensions(info):
+    """Whether the engine takes our SUBMIT extensions (seed=…): our engine announces itself with a
+    MODEL line (it carries `arch`); facts the bridge publishes for another engine may say so."""
+    if "extensions" in info:
+        return bool(info["extensions"])
+    return "arch" in info
+
+
 def served_model_get():
     state = _read_state() or {}
     info = state.get("model") or {}
@@ -74,7 +82,7 @@ def served_model_get():
         template = (CHATML_TEMPLATE, CHATML_TOKENS["bos_token"], CHATML_TOKENS["eos_token"])
     return ServedModel(
         id=slug, display_name=display, aliases=frozenset({slug, stem, display, slugify(display), *ALIASES}),
-        context_length=int(ctx), status=status, extensions=bool(info), template=template[0],
+        context_length=int(ctx), status=status, extensions=_extensions(info), template=template[0],
         bos_token=template[1], eos_token=template[2],
     )
 

@@ -188,6 +188,10 @@ STORAGES = {
 # gateway caps at 4 MiB, the engine's SUBMIT payload at 16 MiB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
+# /v1 admission defaults for keys and users without limits of their own in the admin (0 = none).
+API_DEFAULT_REQUESTS_PER_MINUTE = int(env("API_DEFAULT_REQUESTS_PER_MINUTE", "0")) or None
+API_DEFAULT_TOKENS_PER_MINUTE = int(env("API_DEFAULT_TOKENS_PER_MINUTE", "0")) or None
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],

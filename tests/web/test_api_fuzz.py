@@ -46,7 +46,7 @@ ROUTES = {
 
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch):
-    monkeypatch.setattr("api.served._read_state", lambda: {"status": "up", "updated": 1.0, "model": {"name": "tiny"}})
+    monkeypatch.setattr("api.served._read_state", lambda: {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
 
 
 @pytest.mark.parametrize("route", ROUTES)

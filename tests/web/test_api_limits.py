@@ -16,7 +16,7 @@ MSG = [{"role": "user", "content": "hi"}]
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch, settings):
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "limits"}}
-    monkeypatch.setattr("api.served._read_state", lambda: {"status": "up", "updated": 1.0, "model": {"name": "tiny"}})
+    monkeypatch.setattr("api.served._read_state", lambda: {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
 
 
 def post(key, route="/v1/chat/completions", **body):

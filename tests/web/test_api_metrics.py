@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch):
-    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny"}, "slots": 2, "busy": 1,
+    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}, "slots": 2, "busy": 1,
              "queue": 3, "restarts": 4}
     monkeypatch.setattr("api.served._read_state", lambda: state)
     monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda: state)

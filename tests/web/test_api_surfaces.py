@@ -15,7 +15,7 @@ MSG = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch):
-    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny"}}
+    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}}
     monkeypatch.setattr("api.served._read_state", lambda: state)
     return state
 

@@ -15,7 +15,7 @@ URL = "/v1/chat/completions"
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch):
     """The engine is up and its MODEL line names "tiny" (one telemetry read per request)."""
-    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny"}}
+    state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}}
     monkeypatch.setattr("api.served._read_state", lambda: state)
     return state
 
