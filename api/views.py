@@ -12,7 +12,9 @@ bridges once (async_to_sync) to wait for ACCEPT, then hands Django an async iter
 Django cancels on client disconnect (that closes generate() and the bridge cancels the job).
 """
 from asgiref.sync import async_to_sync
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
+from drf_spectacular.utils import extend_schema
+from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
@@ -21,14 +23,12 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from drf_spectacular.utils import extend_schema
-
 from api import anthropic_messages, completions, engine, intake, limits, openai_chat, openapi, responses, served
-from api.metering import Meter
-from colibri_site import metrics
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, render
+from api.metering import Meter
 from api.models import ApiKey
+from colibri_site import metrics
 
 KEEPALIVE_S = 10
 
@@ -115,6 +115,7 @@ class GenerationApi(V1Api):
         if not call.stream:
             return Response(async_to_sync(_buffered)(call, meter))
         accepted, events = async_to_sync(engine.open_generation)(call.request, prompt_param=call.prompt_param)
+        meter.observe(accepted)
         response = StreamingHttpResponse(_sse(call.projector, accepted, events, meter), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
@@ -182,7 +183,6 @@ async def _buffered(call, meter):
 
 
 async def _sse(projector, accepted, events, meter):
-    meter.observe(accepted)
     try:
         for frame in projector.feed(accepted):
             yield frame
@@ -219,9 +219,6 @@ class StatsApi(V1Api):
 
 def metrics_view(request):
     """GET /metrics: Prometheus text (no key: scrapers run inside the deployment)."""
-    from django.http import HttpResponse
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
 
 
