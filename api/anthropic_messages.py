@@ -8,7 +8,6 @@ ROLES = {"user", "assistant"}
 REFUSED = {
     "top_k": lambda v: v is not None,
     "tools": lambda v: bool(v),
-    "tool_choice": lambda v: isinstance(v, dict) and v.get("type") in ("any", "tool"),
 }
 
 
@@ -48,6 +47,7 @@ def parse(body, *, served):
     messages = _messages(body)
     stream = intake.field_bool(body, "stream")
     intake.refuse(body, REFUSED)
+    intake.refuse_tool_choice(body.get("tool_choice"))
     _refuse_formats(body)
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, "stop_sequences")

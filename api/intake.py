@@ -163,6 +163,20 @@ def refuse(body, rules):
             raise bad_param(name, f"{name} is not supported by this server")
 
 
+def refuse_tool_choice(value, name="tool_choice"):
+    """Tools are not supported, so only a choice that needs none passes (DS4 wording)."""
+    if value is None or value in ("auto", "none"):
+        return
+    if isinstance(value, dict) and value.get("type") in ("auto", "none"):
+        return  # Anthropic's spelling
+    if value == "required" or (isinstance(value, dict) and value.get("type") == "any"):
+        raise bad_param(name, f"{name}=required requires at least one tool")
+    if isinstance(value, dict):
+        raise bad_param(name, f"forced {name} not supported")
+    shown = value if isinstance(value, str) else json.dumps(value)[:40]
+    raise bad_param(name, f"{name}={shown} not supported")
+
+
 def refuse_format(value, name):
     """Structured output is not supported: json_object / json_schema / any non-text type (also
     the bare string spelling) -> 400; {"type": "text"}, null and a typeless object pass."""

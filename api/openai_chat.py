@@ -42,6 +42,7 @@ def parse(body, *, served):
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")
     intake.refuse(body, REFUSED)
+    intake.refuse_tool_choice(body.get("tool_choice"))
     intake.refuse_format(body.get("response_format"), "response_format")
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, "stop", limit=4)

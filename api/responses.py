@@ -52,6 +52,7 @@ def parse(body, *, served):
         raise bad_param("instructions", "instructions must be a string")
     stream = intake.field_bool(body, "stream")
     intake.refuse(body, REFUSED)
+    intake.refuse_tool_choice(body.get("tool_choice"))
     intake.refuse_format(intake.field_object(body, "text").get("format"), "text.format")
     temperature, top_p, seed = intake.sampling(body, served=served)
     budget = intake.budget(body, ("max_output_tokens",))

@@ -186,6 +186,10 @@ REFUSALS = [
     ("/v1/messages", {"messages": MSG, "top_k": 5}, None, "top_k is not supported"),
     ("/v1/messages", {"messages": [{"role": "system", "content": "x"}]}, None, "messages[0].role"),
     ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].type", "not supported"),
+    ("/v1/chat/completions", {"messages": MSG, "tool_choice": "required"}, "tool_choice", "tool_choice=required requires at least one tool"),
+    ("/v1/chat/completions", {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice", "forced tool_choice not supported"),
+    ("/v1/responses", {"input": "x", "tool_choice": "unsupported"}, "tool_choice", "tool_choice=unsupported not supported"),
+    ("/v1/messages", {"messages": MSG, "tool_choice": {"type": "tool", "name": "f"}}, None, "forced tool_choice not supported"),
 ]
 
 
@@ -206,7 +210,10 @@ def test_refusals_name_the_field_in_the_envelope(fake_bridge, alice_key):
 def test_null_durable_references_and_text_format_are_accepted(fake_bridge, alice_key):
     fake_bridge.script(*reply("ok"))
     r = post(alice_key, "/v1/responses", {"model": "tiny", "input": "x", "previous_response_id": None,
-                                          "conversation": None, "text": {"format": {"type": "text"}}})
+                                          "conversation": None, "text": {"format": {"type": "text"}},
+                                          "tool_choice": "auto", "tools": []})
+    assert r.status_code == 200, r.content
+    r = post(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "tool_choice": {"type": "none"}})
     assert r.status_code == 200, r.content
 
 
