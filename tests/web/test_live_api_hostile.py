@@ -40,9 +40,12 @@ class Resp:
 
 
 def _blocked_clients(url):
+    """Connections blocked in a pop on the live stack's Redis database (others share the server)."""
     client = redis.Redis.from_url(url)
+    db = str(client.connection_pool.connection_kwargs.get("db", 0))
     try:
-        return sum(1 for c in client.client_list() if c.get("cmd", "").startswith(("bzpopmin", "blpop", "brpop")))
+        return sum(1 for c in client.client_list()
+                   if c.get("db") == db and c.get("cmd", "").startswith(("bzpopmin", "blpop", "brpop")))
     finally:
         client.close()
 
@@ -69,7 +72,9 @@ def test_it_refuses_hostile_bodies_on_every_route(live_stack, key, model):
             assert http.post("/v1/chat/completions", content=raw).status_code == 400
     print(f"\n{n} hostile bodies, {len(failures)} failures")
     assert not failures, failures
-    assert _blocked_clients(live_stack.redis_url) <= blocked_before
+    # The defect left one connection blocked per surrogate request (150 s each): +10 here. The
+    # bridge's own receive loop may be between two pops at either reading, hence the slack.
+    assert _blocked_clients(live_stack.redis_url) <= blocked_before + 2
 
 
 def test_a_subnormal_temperature_beside_a_live_stream_restarts_nothing(live_stack, key, model):
