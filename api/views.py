@@ -31,6 +31,14 @@ from api.models import ApiKey
 from colibri_site import metrics
 
 KEEPALIVE_S = 10
+# What the openai and anthropic SDKs send (api-surfaces §1.2).
+CORS_ALLOW_HEADERS = ", ".join([
+    "Authorization", "Content-Type", "x-api-key", "anthropic-version", "anthropic-beta",
+    "anthropic-dangerous-direct-browser-access", "Idempotency-Key", "OpenAI-Organization", "OpenAI-Project",
+    "x-stainless-arch", "x-stainless-async", "x-stainless-lang", "x-stainless-os", "x-stainless-package-version",
+    "x-stainless-runtime", "x-stainless-runtime-version", "x-stainless-retry-count", "x-stainless-read-timeout",
+    "x-stainless-timeout", "x-stainless-helper-method",
+])
 
 
 class AnyAcceptNegotiation(BaseContentNegotiation):
@@ -56,6 +64,25 @@ class V1Api(APIView):
 
     def envelope_for(self, request):
         return self.envelope
+
+    def initial(self, request, *args, **kwargs):
+        if request.method == "OPTIONS":
+            return  # a CORS preflight carries no key: answer it before authentication
+        super().initial(request, *args, **kwargs)
+
+    def options(self, request, *args, **kwargs):
+        response = Response(status=status.HTTP_204_NO_CONTENT)
+        response["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+        response["Access-Control-Allow-Headers"] = CORS_ALLOW_HEADERS
+        response["Access-Control-Max-Age"] = "600"
+        return response
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        # Keys, not cookies, authenticate /v1, so any origin may call it from a browser (a
+        # wildcard never covers Authorization in Allow-Headers, hence the explicit list).
+        response["Access-Control-Allow-Origin"] = "*"
+        response["Access-Control-Expose-Headers"] = "Retry-After, retry-after-ms"
+        return super().finalize_response(request, response, *args, **kwargs)
 
     def get_exception_handler(self):
         return lambda exc, context: render(self.envelope_for(context["request"]), as_api_error(exc))

@@ -274,3 +274,17 @@ def test_seed_is_refused_on_an_engine_without_our_extensions(fake_bridge, alice_
     r = post(alice_key, "/v1/chat/completions", {"model": "smollm2-135m-moe16", "messages": MSG, "seed": 7})
     assert r.status_code == 400 and r.json()["error"]["param"] == "seed"
     assert post(alice_key, "/v1/chat/completions", {"model": "smollm2-135m-moe16", "messages": MSG}).status_code == 200
+
+
+def test_browser_clients_get_cors_preflights_and_headers(fake_bridge, alice_key):
+    r = Client().options("/v1/messages", HTTP_ORIGIN="https://app.example",
+                         HTTP_ACCESS_CONTROL_REQUEST_METHOD="POST",
+                         HTTP_ACCESS_CONTROL_REQUEST_HEADERS="x-api-key, anthropic-version, content-type")
+    assert r.status_code == 204 and "POST" in r["Access-Control-Allow-Methods"]
+    allowed = {h.strip().lower() for h in r["Access-Control-Allow-Headers"].split(",")}
+    assert {"authorization", "x-api-key", "anthropic-version", "x-stainless-retry-count"} <= allowed
+    fake_bridge.script(*reply("ok"))
+    r = post(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG}, HTTP_ORIGIN="https://app.example")
+    assert r.status_code == 200 and r["Access-Control-Allow-Origin"] == "*"
+    r = post("col-nope", "/v1/chat/completions", {"model": "tiny", "messages": MSG})
+    assert r.status_code == 401 and r["Access-Control-Allow-Origin"] == "*"
