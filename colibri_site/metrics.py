@@ -94,14 +94,39 @@ def exposition():
 
 
 def stats():
-    """/v1/stats: the same figures as JSON ({metric: [{labels, value}]}, histograms as count/sum)."""
-    out = {}
+    """/v1/stats: a summary per surface and of the engine for humans, then every sample of
+    /metrics for scripts ({family: [{name, labels, value}]}; histograms as _count / _sum)."""
+    families, samples = {}, {}
     for family in registry().collect():
-        rows = []
-        for sample in family.samples:
-            if sample.name.endswith(("_bucket", "_created")) or sample.name.startswith(("python_", "process_")):
-                continue
-            rows.append({"name": sample.name, "labels": sample.labels, "value": sample.value})
-        if rows and not family.name.startswith(("python_", "process_")):
-            out[family.name] = rows
-    return out
+        if family.name.startswith(("python_", "process_")):
+            continue
+        rows = [{"name": x.name, "labels": x.labels, "value": x.value} for x in family.samples
+                if not x.name.endswith(("_bucket", "_created"))]
+        if rows:
+            families[family.name] = rows
+            for row in rows:
+                samples[(row["name"], tuple(sorted(row["labels"].items())))] = row["value"]
+    return {"surfaces": {surface: _surface_summary(samples, surface) for surface in SURFACES},
+            "engine": {name: samples.get((f"colibri_{metric}", ()), 0) for name, metric in (
+                ("up", "engine_up"), ("slots", "engine_slots"), ("busy", "engine_busy_slots"),
+                ("queue", "queue_depth"), ("restarts", "engine_restarts_total"))},
+            "metrics": families}
+
+
+def _surface_summary(samples, surface):
+    def total(name, **match):
+        return sum(v for (n, labels), v in samples.items() if n == name and ("surface", surface) in labels
+                   and all((k, val) in labels for k, val in match.items()))
+
+    def mean(name):
+        count = total(f"{name}_count")
+        return round(total(f"{name}_sum") / count, 4) if count else None
+
+    requests = total("colibri_api_requests_total")
+    ok = sum(v for (n, labels), v in samples.items() if n == "colibri_api_requests_total"
+             and ("surface", surface) in labels and dict(labels)["status"].startswith("2"))
+    return {"requests": requests, "errors": requests - ok,
+            "tokens_in": total("colibri_api_tokens_total", direction="in"),
+            "tokens_out": total("colibri_api_tokens_total", direction="out"),
+            "time_to_first_token_avg_s": mean("colibri_api_time_to_first_token_seconds"),
+            "queue_wait_avg_s": mean("colibri_api_queue_wait_seconds")}

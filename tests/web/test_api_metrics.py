@@ -70,9 +70,13 @@ def test_stats_mirror_the_metrics(fake_bridge, alice_key):
                   HTTP_AUTHORIZATION=f"Bearer {alice_key}")
     stats = Client().get("/v1/stats", HTTP_AUTHORIZATION=f"Bearer {alice_key}").json()
     rows = {(row["name"], row["labels"].get("surface"), row["labels"].get("status")): row["value"]
-            for row in stats["colibri_api_requests"]}
+            for row in stats["metrics"]["colibri_api_requests"]}
     assert rows[("colibri_api_requests_total", "openai_responses", "200")] >= 1
     assert scrape()[key("colibri_api_requests_total", surface="openai_responses", status="200")] == \
         rows[("colibri_api_requests_total", "openai_responses", "200")]
-    assert stats["colibri_engine_busy_slots"][0]["value"] == 1
+    assert stats["metrics"]["colibri_engine_busy_slots"][0]["value"] == 1
+    assert stats["engine"] == {"up": 1, "slots": 2, "busy": 1, "queue": 3, "restarts": 4}
+    summary = stats["surfaces"]["openai_responses"]
+    assert summary["requests"] == rows[("colibri_api_requests_total", "openai_responses", "200")]
+    assert summary["tokens_out"] >= 2 and summary["time_to_first_token_avg_s"] is not None
     assert Client().get("/v1/stats").status_code == 401
