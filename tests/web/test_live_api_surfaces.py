@@ -155,3 +155,15 @@ def test_responses_refuses_durable_references(oai, model):
     with pytest.raises(openai.BadRequestError) as exc:
         oai.responses.create(model=model, input=PROMPT, previous_response_id="resp_123")
     assert exc.value.param == "previous_response_id" and "replay full input" in exc.value.message
+
+
+# --- OpenAI Chat (the SDK tests are in test_live_api.py): the raw stream, every chunk strictly ----
+
+def test_chat_raw_stream_passes_the_oracle_and_the_sdk_types(live_stack, key, oai, model):
+    raw = raw_stream(live_stack, key, "/v1/chat/completions",
+                     {"model": model, "messages": MESSAGES, "max_tokens": 16, "stream_options": {"include_usage": True}})
+    parsed = oracles.check_openai_stream(raw, "chat.completion.chunk")
+    oracles.strict_openai_chunks(parsed, "chat.completion.chunk")
+    assert parsed[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    r = oai.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4)  # strict client
+    assert r.choices[0].finish_reason in ("stop", "length")
