@@ -1,18 +1,22 @@
 """The atlas builder: probe prompts through the bridge, per-probe expert counts, experts.json.
 
-Measuring (documented limits, issue 13):
-* Counts come from HITS. The engine's HITS bitmap is engine-wide and says only "routed at least
-  once since the previous HITS" (every 6 generated tokens, and once in the turn's block). So the
-  builder runs probes one at a time and counts, per expert, the HITS windows of its probe in which
-  the expert fired: a "selection" below is one such window, not one token. native/ is unchanged.
-* A probe's windows are the telemetry items (engine_bridge.telemetry pushes each HITS, numbered)
-  between its start (a `busy` update) and its release (the next `busy` update after its DONE).
-  Any other request running meanwhile (busy > 1), a lost item (gap in n) or a bridge restart
-  makes the probe contaminated: it is run again.
-* Reproducible: probes are raw text, greedy (temperature 0, fixed seed), on one slot (the build's
-  conversation key) that a reset request clears right before each probe, so the engine reuses no
-  KV prefix (ACCEPT's reused must be 0) and prefills the whole probe every time. Same model + same
-  probes -> same counts -> same bytes (atlas_format.dump).
+Measuring (documented limits, issue 13; native/ is unchanged):
+* Counts come from HITS, the engine-wide bitmap of experts routed at least once since the
+  previous HITS. Mid-turn HITS fall every 6 tokens of an engine-wide counter, so their windows
+  shift with whatever else the engine generated before: they cannot give reproducible counts.
+  What is reproducible is the union of all HITS of one request (everything it routed, the
+  previous request's turn-end HITS having cleared the bitmap). So each probe is fed as a series
+  of requests, each its text up to the next chunk_words words (probes.json), max_tokens 1, on one slot: the
+  engine reuses the previous chunk's KV and prefills only the new words. A "selection" below is
+  one chunk in which the expert was routed (at least once), not one token.
+* A request's HITS are the telemetry items (engine_bridge.telemetry pushes each one, numbered)
+  between its start (a `busy` update) and its release (busy back to 0), and its turn block must
+  carry the ENTROPY its DONE carries. Another request running meanwhile (busy > 1), a lost item
+  (gap in n), a bridge restart, or a slot taken over between chunks (less KV reused than the
+  previous chunk's prompt) makes the probe contaminated: it is run again, later.
+* Reproducible: probes are raw text, greedy (temperature 0, fixed seed), on the build's slot
+  (its conversation key), which a reset request clears before each probe (its first chunk must
+  reuse no KV). Same model + same probes -> same counts -> same bytes (atlas_format.dump).
 * Probes go at background priority: a person's chat is always served first. They do add to the
   engine's cumulative usage heat (.coli_usage); keeping them out would need an engine extension.
 
@@ -26,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +48,8 @@ SPECIALIST = 0.5
 SEED = 1
 RESET_PROMPT = "|"            # no probe starts with it, so no probe shares a KV prefix with it
 MAX_ATTEMPTS = 20
-RETRY_WAIT_S = 1.0
+RETRY_WAIT_S = 0.25           # doubled after each contaminated attempt, up to RETRY_WAIT_MAX_S
+RETRY_WAIT_MAX_S = 30.0
 RELEASE_TIMEOUT_S = 10.0
 
 
@@ -62,15 +68,25 @@ class Probe:
     text: str
 
 
+def chunks(text, words):
+    """Prefixes of text ending after every `words`-th word, and text itself. Cut just after a word
+    (never inside the whitespace that follows), so a prefix tokenizes as the start of the next."""
+    ends = [m.end() for m in re.finditer(r"\S+", text)]
+    cuts = [ends[i] for i in range(words - 1, len(ends), words)]
+    if not cuts or cuts[-1] != len(text):
+        cuts.append(len(text))
+    return [text[:c] for c in cuts]
+
+
 def load_probes(path=PROBES_FILE):
-    """(probes in run order, max_tokens, digest). Run order interleaves the categories, so two
+    """(probes in run order, words per chunk, digest). Run order interleaves the categories, so two
     consecutive probes never come from the same category."""
     raw = Path(path).read_bytes()
     spec = json.loads(raw)
     cats = spec["categories"]
     rounds = max(len(v) for v in cats.values())
     probes = [Probe(c, i, cats[c][i]) for i in range(rounds) for c in cats if i < len(cats[c])]
-    return probes, int(spec.get("max_tokens", 24)), hashlib.sha256(raw).hexdigest()
+    return probes, int(spec.get("chunk_words", 4)), hashlib.sha256(raw).hexdigest()
 
 
 # --- computation (pure) ------------------------------------------------------------------------
@@ -158,9 +174,9 @@ def leave_one_out(runs, categories):
 class ProbeRunner:
     """Runs probes one at a time and returns each one's HITS bitmaps (see the module docstring)."""
 
-    def __init__(self, *, key, max_tokens):
+    def __init__(self, *, key, chunk_words):
         self.key = key
-        self.max_tokens = max_tokens
+        self.chunk_words = chunk_words
         self.layer = get_channel_layer()
         self.channel = f"atlas-probe.{uuid.uuid4().hex}"  # a plain channel: its own BZPOPMIN key
         self.inbox = asyncio.Queue()
@@ -196,10 +212,10 @@ class ProbeRunner:
                     final = event
         if final is None or final["kind"] == "error":
             raise BuildError(f"the engine refused a probe: {(final or {}).get('message', 'no answer')}")
-        return accepted or {}
+        return accepted or {}, final
 
     def drain(self):
-        """Forget items that arrived before the next request (called once before the first)."""
+        """Forget items that arrived before the next request (called before each probe)."""
         while not self.inbox.empty():
             boot, item = self.inbox.get_nowait()
             self.last = (boot, item.get("n"))
@@ -208,7 +224,7 @@ class ProbeRunner:
         """Runs one request and consumes its telemetry items, from its start (busy >= 1) to its
         release (busy == 0 after it). Returns (HITS [(rows, cols, hex)], clean, accepted)."""
         task = asyncio.create_task(self._generate(prompt, max_tokens))
-        hexes, started, clean, released, waited = [], False, True, False, 0.0
+        hexes, started, clean, released, waited, entropy = [], False, True, False, 0.0, None
         try:
             while not released:
                 try:
@@ -234,6 +250,8 @@ class ProbeRunner:
                     continue
                 if busy is not None and busy > 1:
                     clean = False
+                if "entropy" in item:
+                    entropy = item["entropy"]
                 if item.get("hits") and item["hits"].get("hex"):
                     hits = item["hits"]
                     hexes.append((hits["rows"], hits["cols"], hits["hex"]))
@@ -241,14 +259,31 @@ class ProbeRunner:
                 if task.done() and not clean:
                     break
         finally:
-            accepted = await task
+            accepted, final = await task
+        # The span is ours only if its turn block carried our DONE's ENTROPY: another request may
+        # have started and ended between our submit and our start (engines that send no ENTROPY
+        # cannot be checked this way).
+        if final.get("entropy") is not None and entropy != final["entropy"]:
+            clean = False
         return hexes, clean and started and released, accepted
 
     async def run(self, probe):
-        """The probe's HITS [(rows, cols, hex)], or None when its windows were contaminated."""
+        """One HITS bitmap (hex) per chunk of the probe: everything that chunk's request routed.
+        None when the probe was contaminated (run it again later)."""
         self.drain()
         await self._request(RESET_PROMPT, 1)
-        hexes, clean, accepted = await self._request(probe.text, self.max_tokens)
-        if accepted.get("reused"):
-            raise BuildError(f"probe {probe.category}/{probe.index} reused {accepted['reused']} KV tokens")
-        return hexes if clean and hexes else None
+        bitmaps, previous = [], None
+        for prefix in chunks(probe.text, self.chunk_words):
+            hexes, clean, accepted = await self._request(prefix, 1)
+            reused = accepted.get("reused") or 0
+            if previous is None and reused:
+                raise BuildError(f"probe {probe.category}/{probe.index} shares {reused} KV tokens "
+                                 f"with the reset prompt")
+            if not clean or not hexes or (previous is not None and reused < previous - 1):
+                return None
+            previous = accepted.get("prompt_tokens") or 0
+            union = 0
+            for _, _, hx in hexes:
+                union |= int(hx, 16)
+            bitmaps.append((hexes[-1][0], hexes[-1][1], format(union, f"0{len(hexes[-1][2])}x")))
+        return bitmaps

@@ -136,7 +136,7 @@ def _progress(build, **fields):
     build_publish(build=build)
 
 
-def build_run(*, build_id: int, on_probe=None) -> AtlasBuild:
+def build_run(*, build_id: int, on_probe=None, on_retry=None) -> AtlasBuild:
     """The job: runs every probe through the bridge, computes the atlas, stores it as the model's
     newest. Claims the build with an atomic UPDATE, so a second worker never runs it twice."""
     if not AtlasBuild.objects.filter(pk=build_id, status=AtlasBuild.QUEUED).update(status=AtlasBuild.RUNNING):
@@ -145,7 +145,7 @@ def build_run(*, build_id: int, on_probe=None) -> AtlasBuild:
     build_publish(build=build)
     started = time.monotonic()
     try:
-        runs, layers = async_to_sync(_measure)(build, on_probe)
+        runs, layers = async_to_sync(_measure)(build, on_probe, on_retry)
         probes, _, _ = builder.load_probes()
         categories = list(dict.fromkeys(p.category for p in probes))
         doc = builder.compute_atlas(runs, categories, layers)
@@ -162,10 +162,10 @@ def build_run(*, build_id: int, on_probe=None) -> AtlasBuild:
     return build
 
 
-async def _measure(build, on_probe):
-    probes, max_tokens, _ = builder.load_probes()
+async def _measure(build, on_probe, on_retry):
+    probes, chunk_words, _ = builder.load_probes()
     runs, shape = [], None
-    async with builder.ProbeRunner(key=f"atlas-build:{build.pk}", max_tokens=max_tokens) as runner:
+    async with builder.ProbeRunner(key=f"atlas-build:{build.pk}", chunk_words=chunk_words) as runner:
         runner.drain()
         for i, probe in enumerate(probes):
             for attempt in range(builder.MAX_ATTEMPTS):
@@ -174,7 +174,10 @@ async def _measure(build, on_probe):
                 hexes = await runner.run(probe)
                 if hexes is not None:
                     break
-                await asyncio.sleep(builder.RETRY_WAIT_S)  # someone else's request ran alongside
+                # Someone else's request ran alongside: wait for a quiet engine, longer each time.
+                if on_retry:
+                    on_retry(probe, attempt)
+                await asyncio.sleep(min(builder.RETRY_WAIT_S * 2 ** attempt, builder.RETRY_WAIT_MAX_S))
             else:
                 raise builder.BuildError(f"probe {probe.category}/{probe.index} never ran alone")
             rows, cols = hexes[-1][0], hexes[-1][1]

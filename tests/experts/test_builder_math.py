@@ -59,9 +59,15 @@ def test_it_validates_by_leaving_one_prompt_out():
 
 
 def test_it_ships_ten_categories_of_three_probes_in_interleaved_order():
-    probes, max_tokens, digest = builder.load_probes()
+    probes, chunk_words, digest = builder.load_probes()
     cats = {p.category for p in probes}
-    assert len(cats) >= 10 and len(probes) >= 30 and max_tokens > 0 and len(digest) == 64
+    assert len(cats) >= 10 and len(probes) >= 30 and chunk_words > 0 and len(digest) == 64
     assert all(a.category != b.category for a, b in zip(probes, probes[1:]))
     assert not any(p.text.startswith(builder.RESET_PROMPT) for p in probes)
     assert json.loads(builder.PROBES_FILE.read_text())["categories"].keys() == cats
+
+
+def test_it_cuts_probes_after_words_never_inside_whitespace():
+    assert builder.chunks("SELECT a,  b FROM t\nWHERE x", 2) == ["SELECT a,", "SELECT a,  b FROM", "SELECT a,  b FROM t\nWHERE", "SELECT a,  b FROM t\nWHERE x"]
+    assert builder.chunks("one two", 4) == ["one two"]
+    assert builder.chunks("ends with space ", 3) == ["ends with space", "ends with space "]
