@@ -23,8 +23,6 @@ class ApiError(Exception):
         self.headers = headers or {}
         self.extra = extra or {}
 
-    def body(self):
-        return OPENAI.body(self)
 
 
 def bad_param(param, message):
@@ -147,15 +145,3 @@ def render(envelope, err):
     if retry and retry.isdigit():
         headers.setdefault("retry-after-ms", str(int(retry) * 1000))  # both SDKs read this first
     return Response(envelope.body(err), status=envelope.status(err), headers=headers)
-
-
-def openai_exception_handler(exc, context):
-    return render(OPENAI, as_api_error(exc))
-
-
-def anthropic_exception_handler(exc, context):
-    return render(ANTHROPIC, as_api_error(exc))
-
-
-def stream_error_body(message):
-    return OPENAI.stream_error(message)

@@ -6,10 +6,10 @@ ignores metadata-like fields (user, metadata, store, service_tier, ...), and ref
 naming the field, what the engine cannot honour.
 """
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.renderers import OpenApiJsonRenderer
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from drf_spectacular.views import SpectacularAPIView
-from drf_spectacular.renderers import OpenApiJsonRenderer
 from rest_framework import serializers as s
 
 SCHEMA_URL = "/v1/openapi.json"
@@ -46,13 +46,10 @@ def documented(**kwargs):
     return decorate
 
 
-def _schema_view():
-    return SpectacularAPIView.as_view(urlconf="api.urls", custom_settings=SETTINGS,
-                                      renderer_classes=[OpenApiJsonRenderer], authentication_classes=[],
-                                      permission_classes=[], schema=None)
-
-
-schema_view = _schema_view()
+# Public (no key): the schema says how to authenticate. Only api.urls is described.
+schema_view = SpectacularAPIView.as_view(urlconf="api.urls", custom_settings=SETTINGS,
+                                         renderer_classes=[OpenApiJsonRenderer], authentication_classes=[],
+                                         permission_classes=[], schema=None)
 
 _sampling = {
     "temperature": s.FloatField(required=False, min_value=0, max_value=2, help_text="0 = greedy; default 0.7"),
