@@ -77,6 +77,7 @@ def test_stats_mirror_the_metrics(fake_bridge, alice_key):
     assert stats["metrics"]["colibri_engine_busy_slots"][0]["value"] == 1
     assert stats["engine"] == {"up": 1, "slots": 2, "busy": 1, "queue": 3, "restarts": 4}
     summary = stats["surfaces"]["openai_responses"]
-    assert summary["requests"] == rows[("colibri_api_requests_total", "openai_responses", "200")]
+    assert summary["requests"] == sum(v for (name, surface, _), v in rows.items()
+                                      if name == "colibri_api_requests_total" and surface == "openai_responses")
     assert summary["tokens_out"] >= 2 and summary["time_to_first_token_avg_s"] is not None
     assert Client().get("/v1/stats").status_code == 401
