@@ -66,6 +66,12 @@ def test_it_refuses_hostile_bodies_on_every_route(live_stack, key, model):
                     assert_envelope(route, Resp(r), status)
                 except (AssertionError, ValueError, KeyError) as exc:
                     failures.append(f"{route} {name}: {exc!r}"[:300])
+        # A chunked body (no Content-Length) over the cap is refused the same way.
+        big = json.dumps({"model": model, "prompt": "x" * (5 * 1024 * 1024)}).encode()
+        r = http.post("/v1/completions", content=iter([big[i:i + 65536] for i in range(0, len(big), 65536)]))
+        n += 1
+        if r.status_code != 413 or r.json()["error"]["code"] != "request_too_large":
+            failures.append(f"chunked too large: {r.status_code} {r.text[:200]}")
         # Lone surrogates used to leave a Redis connection blocked for 150 s each.
         for _ in range(10):
             raw = json.dumps({"model": model, "messages": [{"role": "user", "content": "x"}]}).replace('"x"', '"\\ud800"')
