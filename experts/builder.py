@@ -89,6 +89,20 @@ def load_probes(path=PROBES_FILE):
     return probes, int(spec.get("chunk_words", 4)), hashlib.sha256(raw).hexdigest()
 
 
+def load_probe_experts(path=PROBES_FILE):
+    """The routed experts per token the probes ask for (probes.json "experts"), or None."""
+    value = json.loads(Path(path).read_bytes()).get("experts")
+    return int(value) if value else None
+
+
+def probe_experts(wanted, model):
+    """`wanted` when the engine takes experts=N in that range (its MODEL line says), else None:
+    engines without the extension route probes with the model's own top-k."""
+    model = model or {}
+    low, high = model.get("experts_min") or 0, model.get("experts_max") or 0
+    return wanted if wanted and low <= wanted <= high else None
+
+
 # --- computation (pure) ------------------------------------------------------------------------
 
 def hits_counts(hexes, rows, cols):
@@ -174,9 +188,10 @@ def leave_one_out(runs, categories):
 class ProbeRunner:
     """Runs probes one at a time and returns each one's HITS bitmaps (see the module docstring)."""
 
-    def __init__(self, *, key, chunk_words):
+    def __init__(self, *, key, chunk_words, experts=None):
         self.key = key
         self.chunk_words = chunk_words
+        self.experts = experts  # routed experts per token for the probes (None: the model's own)
         self.layer = get_channel_layer()
         self.channel = f"atlas-probe.{uuid.uuid4().hex}"  # a plain channel: its own BZPOPMIN key
         self.inbox = asyncio.Queue()
@@ -202,7 +217,7 @@ class ProbeRunner:
     async def _generate(self, prompt, max_tokens):
         request = bridge_client.GenerationRequest(
             prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=SEED,
-            conversation_key=self.key, priority="background")
+            conversation_key=self.key, priority="background", experts=self.experts)
         accepted, final = None, None
         async with contextlib.aclosing(bridge_client.generate(request)) as events:
             async for event in events:

@@ -145,11 +145,11 @@ def build_run(*, build_id: int, on_probe=None, on_retry=None) -> AtlasBuild:
     build_publish(build=build)
     started = time.monotonic()
     try:
-        runs, layers = async_to_sync(_measure)(build, on_probe, on_retry)
+        runs, layers, method = async_to_sync(_measure)(build, on_probe, on_retry)
         probes, _, _ = builder.load_probes()
         categories = list(dict.fromkeys(p.category for p in probes))
         doc = builder.compute_atlas(runs, categories, layers)
-        validation = builder.leave_one_out(runs, categories)
+        validation = {**builder.leave_one_out(runs, categories), **method}
         atlas = atlas_import(content=atlas_format.dump(doc), model_name=build.model_name, filename="experts.json",
                              user=build.created_by, source=Atlas.BUILT, validation=validation)
         _progress(build, status=AtlasBuild.DONE, atlas=atlas, wall_s=round(time.monotonic() - started, 2))
@@ -164,8 +164,10 @@ def build_run(*, build_id: int, on_probe=None, on_retry=None) -> AtlasBuild:
 
 async def _measure(build, on_probe, on_retry):
     probes, chunk_words, _ = builder.load_probes()
+    experts = builder.probe_experts(builder.load_probe_experts(), (await telemetry.aget_state()).get("model"))
     runs, shape = [], None
-    async with builder.ProbeRunner(key=f"atlas-build:{build.pk}", chunk_words=chunk_words) as runner:
+    async with builder.ProbeRunner(key=f"atlas-build:{build.pk}", chunk_words=chunk_words,
+                                   experts=experts) as runner:
         runner.drain()
         for i, probe in enumerate(probes):
             for attempt in range(builder.MAX_ATTEMPTS):
@@ -190,7 +192,7 @@ async def _measure(build, on_probe, on_retry):
                 on_probe(i + 1, len(probes), probe)
     state = await telemetry.aget_state()
     layers, _ = row_layers(rows=shape[0], model=state.get("model"))
-    return runs, layers
+    return runs, layers, {"experts": experts, "chunk_words": chunk_words}
 
 
 @database_sync_to_async

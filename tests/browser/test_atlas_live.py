@@ -6,7 +6,6 @@ makes cells flash within a second (pushed over /ws/atlas/), hovering a cell show
 the builder runs to 100 % with visible progress and yields colibri's format, and a colibri
 file imported on the page downloads byte for byte. A member gets 403.
 """
-import os
 import subprocess
 from pathlib import Path
 
@@ -109,7 +108,7 @@ def test_the_atlas_on_the_real_stack(live_stack, celery_worker, browser, django_
         raise
     percents = atlas.evaluate("window.__percents")
     assert percents[-1] == 100 and any(0 < p < 100 for p in percents), percents
-    assert "leave-one-prompt-out" in atlas.inner_text("#atlas-current")
+    atlas.locator("#atlas-current", has_text="leave-one-prompt-out").wait_for()  # the page reloads the list
     href = atlas.get_attribute("#atlas-download", "href")
     built = atlas.request.get(f"{live_stack.url}{href}")
     doc = atlas_format.loads(built.body())

@@ -71,3 +71,10 @@ def test_it_cuts_probes_after_words_never_inside_whitespace():
     assert builder.chunks("SELECT a,  b FROM t\nWHERE x", 2) == ["SELECT a,", "SELECT a,  b FROM", "SELECT a,  b FROM t\nWHERE", "SELECT a,  b FROM t\nWHERE x"]
     assert builder.chunks("one two", 4) == ["one two"]
     assert builder.chunks("ends with space ", 3) == ["ends with space", "ends with space "]
+
+
+def test_it_asks_for_fewer_experts_only_from_engines_that_take_it():
+    assert builder.probe_experts(2, {"experts_min": 1, "experts_max": 16}) == 2
+    assert builder.probe_experts(2, {"name": "colibri without our MODEL fields"}) is None
+    assert builder.probe_experts(None, {"experts_min": 1, "experts_max": 16}) is None
+    assert builder.probe_experts(32, {"experts_min": 1, "experts_max": 16}) is None
