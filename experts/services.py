@@ -163,7 +163,7 @@ def build_run(*, build_id: int, on_probe=None, on_retry=None) -> AtlasBuild:
 
 
 async def _measure(build, on_probe, on_retry):
-    probes, chunk_words, _ = builder.load_probes()
+    probes, chunk_words, digest = builder.load_probes()
     experts = builder.probe_experts(builder.load_probe_experts(), (await telemetry.aget_state()).get("model"))
     runs, shape = [], None
     async with builder.ProbeRunner(key=f"atlas-build:{build.pk}", chunk_words=chunk_words,
@@ -192,7 +192,7 @@ async def _measure(build, on_probe, on_retry):
                 on_probe(i + 1, len(probes), probe)
     state = await telemetry.aget_state()
     layers, _ = row_layers(rows=shape[0], model=state.get("model"))
-    return runs, layers, {"experts": experts, "chunk_words": chunk_words}
+    return runs, layers, {"experts": experts, "chunk_words": chunk_words, "probes_sha256": digest}
 
 
 @database_sync_to_async
