@@ -13,6 +13,6 @@ if [ -f "$OUT" ]; then
     [ "$(cat "$OUT.recipe" 2>/dev/null)" = "$RECIPE" ] && exit 0
     echo "==> the default model's recipe changed: rebuilding $OUT"
 fi
-echo "==> building the default model (one time, about two minutes): $OUT"
+echo "==> building the default model (one time, about 90 s): $OUT"
 "$ROOT/.venv/bin/python" "$ROOT/native/tools/build_default_model.py" "$OUT"
 echo "$RECIPE" > "$OUT.recipe"
