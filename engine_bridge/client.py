@@ -11,13 +11,11 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from channels.layers import get_channel_layer
 
-from engine_bridge import liveness
+from engine_bridge import liveness, transport
 
 log = logging.getLogger(__name__)
 
-BRIDGE_CHANNEL = "engine-bridge"
 IDLE_TIMEOUT = 120.0   # nothing from the bridge for this long while not queued -> ENGINE_UNAVAILABLE
 GAP_TIMEOUT = 2.0      # a missing seq not filled within this long -> the stream is broken
 DRAIN_TIMEOUT = IDLE_TIMEOUT + 30.0  # receiver gives up after this long without a batch
@@ -60,7 +58,6 @@ def _broker_down(exc):
 
 async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}."""
-    layer = get_channel_layer()
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
     if not _encodable(request):  # json accepts lone surrogates; Redis (msgpack) and the engine do not
@@ -73,20 +70,14 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     if not boot:
         yield _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.", retry_after=5)
         return
-    # A plain (not process-local) channel of its own: channels-redis serves process-local
-    # channels through one shared receive loop per process, which a consumer's cancelled receive
-    # (a closing websocket) can disturb; a plain channel is a BZPOPMIN on its own key.
-    reply = f"gen-reply.{req}"
     inbox = asyncio.Queue()
-    # The channel-layer receive runs in its own task and is never cancelled while the job is
-    # live: channels-redis can lose a message of *another* local channel (another conversation's
-    # delta) when a receive is cancelled mid-pop. Callers may cancel us; the drain goes on.
-    receiver = asyncio.create_task(_receive_until_final(layer, reply, req, inbox))
+    # The reply list is read by a task of its own that is not cancelled while the job is live
+    # (a pop cancelled mid-flight could lose a batch): callers may cancel us; the drain goes on.
+    receiver = asyncio.create_task(_receive_until_final(req, inbox))
     finished = False
     try:
         try:
-            await layer.send(BRIDGE_CHANNEL, {"type": "gen.submit", "req": req, "reply": reply,
-                                              "job": asdict(request)})
+            await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "job": asdict(request)})
         except Exception as exc:  # Redis refused the submit: nothing reached the bridge
             finished = True
             receiver.cancel()
@@ -155,36 +146,45 @@ def _merge_text(events):
     return out
 
 
-async def _receive_until_final(layer, channel, req, inbox, *, drain_timeout=DRAIN_TIMEOUT):
-    """Moves the bridge's batches for `req` into inbox until one carries a final event. Gives up
-    (one last, unavoidable cancelled receive) only when nothing arrives for drain_timeout."""
+async def _receive_until_final(req, inbox, *, drain_timeout=DRAIN_TIMEOUT):
+    """Moves the bridge's batches for `req` into inbox until one carries a final event; gives up
+    when nothing arrives (or Redis stays unreachable) for drain_timeout."""
     seen, final_seq = set(), None
     loop = asyncio.get_running_loop()
-    failing_since = None
-    while final_seq is None or len(seen) <= final_seq:
-        try:
-            message = await asyncio.wait_for(layer.receive(channel), drain_timeout)
-        except asyncio.TimeoutError:
-            return
-        except Exception as exc:  # Redis outage: keep trying until it is back or the drain times out
-            failing_since = failing_since or loop.time()
-            if loop.time() - failing_since >= drain_timeout:
-                return
-            log.warning("receive on %s failed (%s); retrying", channel, exc)
-            await asyncio.sleep(0.2)
-            continue
-        failing_since = None
-        if message.get("req") != req:
-            continue
-        inbox.put_nowait(message)
-        seen.add(message.get("seq"))
-        if any(event.get("kind") in FINAL_KINDS for event in message.get("events", ())):
-            final_seq = message.get("seq")
+    last_progress = loop.time()
+    try:
+        while final_seq is None or len(seen) <= final_seq:
+            try:
+                messages = await transport.replies(req)
+            except Exception as exc:  # Redis outage: keep trying until it is back
+                log.warning("reading the replies of %s failed (%s); retrying", req, exc)
+                messages = []
+                await asyncio.sleep(0.2)
+            if not messages:
+                if loop.time() - last_progress >= drain_timeout:
+                    return
+                continue
+            last_progress = loop.time()
+            for message in messages:
+                inbox.put_nowait(message)
+                seen.add(message.get("seq"))
+                if any(event.get("kind") in FINAL_KINDS for event in message.get("events", ())):
+                    final_seq = message.get("seq")
+    finally:
+        if final_seq is None:  # abandoned: nobody will read what the bridge still sends
+            await asyncio.shield(_forget(req))
+
+
+async def _forget(req):
+    try:
+        await transport.forget(req)
+    except Exception:
+        pass
 
 
 async def cancel(req_id):
-    await get_channel_layer().send(BRIDGE_CHANNEL, {"type": "gen.cancel", "req": req_id})
+    await transport.to_bridge({"type": "gen.cancel", "req": req_id})
 
 
 async def stop(req_id):
-    await get_channel_layer().send(BRIDGE_CHANNEL, {"type": "gen.stop", "req": req_id})
+    await transport.to_bridge({"type": "gen.stop", "req": req_id})

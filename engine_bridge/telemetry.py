@@ -103,14 +103,19 @@ class Publisher:
     async def push_loop(self):
         """Sends what accumulated since the last send as one group message, in order."""
         layer = get_channel_layer()
+        failing = False
         while True:
             await self.push_ready.wait()
             self.push_ready.clear()
             items, self.push_items = self.push_items, []
             try:
                 await layer.group_send(GROUP, {"type": "telemetry.batch", "boot": self.boot, "items": items})
-            except Exception:
-                log.exception("pushing telemetry to group %r failed", GROUP)
+                failing = False
+            except Exception as exc:  # Redis outage: once per outage in the log, and a breath
+                if not failing:
+                    log.warning("pushing telemetry to group %r failed (%s); dropping until Redis is back", GROUP, exc)
+                failing = True
+                await asyncio.sleep(0.5)
 
     async def write(self):
         self.state["updated"] = time.time()

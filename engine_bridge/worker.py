@@ -1,13 +1,12 @@
-"""The bridge worker: the only owner of the engine. Listens on the `engine-bridge` channel for
-gen.submit / gen.cancel / gen.stop and relays each request's events to its reply channel in
-numbered batches (docs/contracts.md).
+"""The bridge worker: the only owner of the engine. Takes gen.submit / gen.cancel / gen.stop from
+its inbox and relays each request's events to the request's reply list in numbered batches
+(engine_bridge.transport, docs/contracts.md).
 
 Why batches, and when: each request has at most one batch on its way to Redis. An event that
 finds none in flight leaves at once (the first token never waits for a timer); events that arrive
 while one is in flight coalesce (text merged) and leave when it lands. So the batch rate follows
-what the channel layer can take (back-pressure, not a clock): a fast engine and a slow hop give
-few large batches, a fast hop gives a batch per token. A full reply channel (the reader stalls) is
-retried, never dropped; batches are numbered and the client fails loudly on a gap.
+what Redis can take (back-pressure, not a clock): a fast engine and a slow hop give few large
+batches, a fast hop gives a batch per token. Batches are numbered; the client fails loudly on a gap.
 
 Failure containment: a Redis outage never ends the worker (receives and sends retry with a
 backoff; the engine and its slots live on); a request that arrives while the engine is not up is
@@ -20,20 +19,19 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from channels.exceptions import ChannelFull
 from django.conf import settings
 
 from engine_bridge import protocol as p
 from engine_bridge import sampling
 from engine_bridge.liveness import Heart
-from engine_bridge.client import BRIDGE_CHANNEL, GenerationRequest
+from engine_bridge import transport
+from engine_bridge.client import GenerationRequest
 from engine_bridge.engine import EngineFailed, Supervisor, next_id
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
 from engine_bridge.telemetry import Publisher
 
 log = logging.getLogger(__name__)
 
-CHANNEL_FULL_RETRY_S = 0.02
 DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
 UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
@@ -44,7 +42,6 @@ JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 @dataclass
 class Request:
     req: str
-    reply: str
     job: GenerationRequest
     t_submit: float = field(default_factory=time.monotonic)
     eng_id: int | None = None
@@ -125,8 +122,7 @@ def held_back(text, stops):
 
 
 class Bridge:
-    def __init__(self, layer, command=None, ready_timeout=None):
-        self.layer = layer
+    def __init__(self, command=None, ready_timeout=None):
         self.requests = {}   # req -> Request (queued or running)
         self.by_id = {}      # engine id -> Request
         self.block = {}      # telemetry lines since the last DONE (the block belongs to the next DONE)
@@ -154,15 +150,17 @@ class Bridge:
             await self.shutdown(tasks)
 
     async def _receive(self):
-        """The next message on the bridge channel, riding out a Redis outage."""
+        """The next message of the bridge's inbox, riding out a Redis outage."""
         delay = REDIS_RETRY_FIRST
         while True:
             try:
-                return await self.layer.receive(BRIDGE_CHANNEL)
+                message = await transport.bridge_next()
+                if message is not None:
+                    return message
             except (asyncio.CancelledError, KeyboardInterrupt):
                 raise
             except Exception as exc:
-                log.error("bridge channel receive failed (%s); retrying in %.1fs", exc, delay)
+                log.error("reading the bridge inbox failed (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, REDIS_RETRY_MAX)
 
@@ -186,37 +184,30 @@ class Bridge:
     async def _deliver(self, r, message):
         """Sends one batch of r, then the events that coalesced meanwhile (if any)."""
         try:
-            await self._send(r.reply, message)
+            await self._send(r.req, message)
         finally:
             r.sending = False
             self.flush(r)
 
-    async def _send(self, channel, message):
-        """One batch, retried while the reader's channel is full or Redis is out (the request's
-        later events coalesce behind it meanwhile)."""
+    async def _send(self, req, message):
+        """One batch, retried while Redis is out (the request's later events coalesce behind it)."""
         delay, give_up = REDIS_RETRY_FIRST, time.monotonic() + SEND_GIVE_UP_S
         while True:
             try:
-                return await self.layer.send(channel, message)
-            except ChannelFull:
-                if time.monotonic() >= give_up:
-                    log.error("reply channel full for %gs; req %s lost seq %s", SEND_GIVE_UP_S,
-                              message["req"], message["seq"])
-                    return
-                await asyncio.sleep(CHANNEL_FULL_RETRY_S)
+                return await transport.reply(req, message)
             except Exception as exc:
                 if time.monotonic() >= give_up:
-                    log.error("sending to %s failed for %gs (%s); req %s lost seq %s", channel,
-                              SEND_GIVE_UP_S, exc, message["req"], message["seq"])
+                    log.error("sending a batch of %s failed for %gs (%s); seq %s lost", req,
+                              SEND_GIVE_UP_S, exc, message["seq"])
                     return
-                log.warning("sending to %s failed (%s); retrying in %.1fs", channel, exc, delay)
+                log.warning("sending a batch of %s failed (%s); retrying in %.1fs", req, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, REDIS_RETRY_MAX)
 
     def handle(self, message):
         kind, req = message.get("type"), message.get("req")
         if kind == "gen.submit":
-            self.submit(req, message.get("reply"), message.get("job"))
+            self.submit(req, message.get("boot"), message.get("job"))
         elif kind == "gen.cancel" and req in self.requests:
             self.cancel(self.requests[req])
         elif kind == "gen.stop" and req in self.requests:
@@ -224,17 +215,20 @@ class Bridge:
 
     # --- requests ----------------------------------------------------------------------------
 
-    def submit(self, req, reply, raw_job):
-        if not req or not reply or req in self.requests:
-            log.error("ignoring gen.submit with req=%r reply=%r", req, reply)
+    def submit(self, req, boot, raw_job):
+        if not req or not isinstance(req, str) or req in self.requests:
+            log.error("ignoring gen.submit with req=%r", req)
+            return
+        if boot != self.heart.boot:  # meant for a bridge before this one: its client was told so
+            log.warning("ignoring gen.submit %s addressed to bridge boot %r", req, boot)
             return
         try:
             job = parse_job(raw_job)
         except (TypeError, ValueError) as exc:
-            r = Request(req, reply, None)
+            r = Request(req, None)
             self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
-        r = Request(req, reply, job)
+        r = Request(req, job)
         if self.supervisor.engine is None:
             self.finish(r, self._unavailable())
             return

@@ -14,7 +14,8 @@ from channels.layers import channel_layers
 from django.test.utils import override_settings
 
 from engine_bridge import liveness
-from engine_bridge.client import BRIDGE_CHANNEL, GenerationRequest, generate
+from engine_bridge import transport
+from engine_bridge.client import GenerationRequest, generate
 from engine_bridge.telemetry import aget_state
 from tests.bridge.conftest import bridge_env
 from tests.bridge.helpers import CHATML, collect, final, text_of
@@ -152,8 +153,6 @@ async def _up():
 
 
 async def test_a_subnormal_temperature_does_not_restart_the_engine_under_another_stream(redis_url, engine_binary, tiny_model):
-    from channels.layers import get_channel_layer
-
     proc = procs.start_bridge(bridge_env(redis_url, ENGINE_BINARY=str(engine_binary),
                                          ENGINE_MODEL=str(tiny_model), CTX="131072"))
     try:
@@ -165,11 +164,10 @@ async def test_a_subnormal_temperature_does_not_restart_the_engine_under_another
             events = await collect(GenerationRequest(prompt=CHATML.format("hi"), max_tokens=4,
                                                      temperature=temperature, top_p=top_p), timeout=30)
             assert final(events)["kind"] == "done", final(events)
-        layer = get_channel_layer()
-        reply = await layer.new_channel()
-        await layer.send(BRIDGE_CHANNEL, {"type": "gen.submit", "req": "nan1", "reply": reply,
-                                          "job": {"prompt": "hi", "max_tokens": 4, "temperature": float("nan")}})
-        message = await asyncio.wait_for(layer.receive(reply), 10)
+        boot = await liveness.aget_boot()
+        await transport.to_bridge({"type": "gen.submit", "req": "nan1", "boot": boot,
+                                   "job": {"prompt": "hi", "max_tokens": 4, "temperature": float("nan")}})
+        message = (await asyncio.wait_for(transport.replies("nan1"), 10))[0]
         assert message["events"][0]["code"] == "BAD_REQUEST" and "temperature" in message["events"][0]["message"]
         async with contextlib.aclosing(other):
             rest = [e async for e in other]

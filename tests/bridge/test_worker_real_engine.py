@@ -1,27 +1,26 @@
 """The bridge worker (manage.py run_bridge) against the real engine on the fixture model,
-through the real channel layer (channels-redis)."""
+through its real Redis transport (engine_bridge/transport.py)."""
 import asyncio
 import contextlib
 import uuid
 
 import pytest
-from channels.layers import get_channel_layer
 
-from engine_bridge.client import BRIDGE_CHANNEL, GenerationRequest, cancel, generate
+from engine_bridge import liveness, transport
+from engine_bridge.client import GenerationRequest, cancel, generate
 from tests.bridge.helpers import CHATML, collect, final, text_of
 
 pytestmark = pytest.mark.usefixtures("real_bridge")
 
 
 async def test_it_streams_a_request_with_contiguous_seq():
-    layer = get_channel_layer()
-    reply = await layer.new_channel()
     req = uuid.uuid4().hex
     job = {"prompt": CHATML.format("Hello there"), "max_tokens": 12}
-    await layer.send(BRIDGE_CHANNEL, {"type": "gen.submit", "req": req, "reply": reply, "job": job})
+    boot = await liveness.aget_boot()
+    await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "job": job})
     messages = []
     while not messages or messages[-1]["events"][-1]["kind"] not in ("done", "error"):
-        messages.append(await asyncio.wait_for(layer.receive(reply), 30))
+        messages.extend(await asyncio.wait_for(transport.replies(req), 30))
     assert [m["seq"] for m in messages] == list(range(len(messages)))
     events = [e for m in messages for e in m["events"]]
     assert events[0]["kind"] == "accepted" and events[0]["prompt_tokens"] > 0

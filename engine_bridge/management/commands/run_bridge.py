@@ -2,7 +2,6 @@
 import asyncio
 import signal
 
-from channels.layers import get_channel_layer
 from django.core.management.base import BaseCommand
 
 from engine_bridge.worker import Bridge
@@ -16,7 +15,7 @@ class Command(BaseCommand):
 
 
 async def serve():
-    task = asyncio.create_task(Bridge(get_channel_layer()).run())
+    task = asyncio.create_task(Bridge().run())
     loop = asyncio.get_running_loop()
 
     def on_signal():

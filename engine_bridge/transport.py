@@ -1,0 +1,83 @@
+"""The generation data path between web processes and the bridge: two kinds of plain Redis lists.
+
+* `<prefix>:bridge:inbox` — gen.submit / gen.cancel / gen.stop messages; RPUSH by any web process
+  or worker, BLPOP by the bridge (exactly one bridge per Redis database and prefix).
+* `<prefix>:bridge:reply:<req>` — one request's numbered event batches; RPUSH by the bridge (with an
+  expiry, so an abandoned list disappears), popped by the request's client, which takes everything
+  already waiting in one round trip.
+
+Why not the channel layer (issue 14): channels-redis spends three round trips on each received
+message (a clean script, the pop, and a backup-queue cleaner that holds a per-channel lock until
+it is done) and hands out one message per call, so a reader that fell behind paid for every batch
+on its own. Messages are JSON (events are plain data; NaN survives, as Python's json writes it).
+
+A submit names the bridge boot it was meant for (engine_bridge.liveness): a bridge ignores one
+addressed to another boot, so a restarted bridge never generates for a client that has already
+been told the old one is gone.
+"""
+import asyncio
+import json
+import weakref
+
+import redis.asyncio
+from django.conf import settings
+
+REPLY_TTL = 120          # seconds an unread reply list survives its last batch
+POP_BATCH = 512          # batches taken in one round trip once the first has arrived
+BLOCK_S = 1.0            # one blocking pop's wait; callers loop (and notice cancellation)
+
+
+def _prefix():
+    return settings.CACHES.get("default", {}).get("KEY_PREFIX") or "colibri"
+
+
+def inbox_key():
+    return f"{_prefix()}:bridge:inbox"
+
+
+def reply_key(req):
+    return f"{_prefix()}:bridge:reply:{req}"
+
+
+# A client per event loop and URL: its connection pool belongs to the loop that made it. Blocking
+# pops hold a pooled connection each, so the pool is not capped here.
+_clients = weakref.WeakKeyDictionary()
+
+
+def _client():
+    per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
+    if settings.REDIS_URL not in per_loop:
+        per_loop[settings.REDIS_URL] = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=BLOCK_S + 5, health_check_interval=30)
+    return per_loop[settings.REDIS_URL]
+
+
+async def to_bridge(message):
+    await _client().rpush(inbox_key(), json.dumps(message))
+
+
+async def bridge_next():
+    """The bridge's next inbox message, or None after BLOCK_S without one."""
+    popped = await _client().blpop([inbox_key()], timeout=BLOCK_S)
+    return json.loads(popped[1]) if popped else None
+
+
+async def reply(req, message):
+    async with _client().pipeline(transaction=False) as pipe:
+        pipe.rpush(reply_key(req), json.dumps(message))
+        pipe.expire(reply_key(req), REPLY_TTL)
+        await pipe.execute()
+
+
+async def replies(req):
+    """Every batch waiting for req (at least one), or [] after BLOCK_S without any."""
+    client, key = _client(), reply_key(req)
+    popped = await client.blpop([key], timeout=BLOCK_S)
+    if not popped:
+        return []
+    rest = await client.lpop(key, POP_BATCH) or []
+    return [json.loads(raw) for raw in (popped[1], *rest)]
+
+
+async def forget(req):
+    await _client().delete(reply_key(req))
