@@ -7,11 +7,14 @@ The /v1 views are DRF APIViews with three DRF defaults replaced, each a known pi
   covers chunked bodies (DRF's request.data is empty without Content-Length);
 * errors use the surface's envelope (OpenAI, or Anthropic for /v1/messages and for clients that
   send `anthropic-version`), for every exception, unexpected ones included (a JSON 500).
-DRF views are sync (Django gives each request its own thread); generation is async. A stream
-bridges once (async_to_sync) to wait for ACCEPT, then hands Django an async iterator, which
-Django cancels on client disconnect (that closes generate() and the bridge cancels the job).
+The generation routes are async views (adrf's APIView): authentication, permissions and throttles
+run briefly in a thread, then the view awaits the bridge on the event loop: no thread is parked
+per waiting request and no thread hop sits between ACCEPT and the first byte (issue 14). A stream
+hands Django an async iterator, which Django cancels on client disconnect (that closes generate()
+and the bridge cancels the job); a buffered request's view is cancelled the same way.
 """
-from asgiref.sync import async_to_sync
+from adrf.views import APIView as AsyncAPIView
+from asgiref.sync import sync_to_async
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -128,20 +131,21 @@ class V1NotFoundApi(ByClientEnvelope, V1Api):
     get = post = put = patch = delete = _missing
 
 
-class GenerationApi(V1Api):
+class GenerationApi(V1Api, AsyncAPIView):
     """POST one surface: parse (intake + the surface module) -> buffered object or SSE stream."""
 
     surface = None  # module with parse(body, *, served) -> intake.Call
     metric_surface = None  # its label in /metrics
     throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle, limits.TokenThrottle]
 
-    def post(self, request):
-        meter = Meter(self.metric_surface, accounts=limits.accounts_for(request))
+    async def post(self, request):
+        meter = Meter(self.metric_surface, accounts=await sync_to_async(limits.accounts_for)(request))
         body = intake.body_read(request._request)
-        call = self.surface.parse(body, served=served.served_model_get())
+        facts = await sync_to_async(served.served_model_get, thread_sensitive=False)()
+        call = self.surface.parse(body, served=facts)
         if not call.stream:
-            return Response(async_to_sync(_buffered)(call, meter))
-        accepted, events = async_to_sync(engine.open_generation)(call.request, prompt_param=call.prompt_param)
+            return Response(await _buffered(call, meter))
+        accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param)
         meter.observe(accepted)
         response = StreamingHttpResponse(_sse(call.projector, accepted, events, meter), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
@@ -158,8 +162,8 @@ class ChatCompletionsApi(GenerationApi):
     metric_surface = "openai_chat"
 
     @openapi.generation(openapi.CHAT, "OpenAI Chat Completions")
-    def post(self, request):
-        return super().post(request)
+    async def post(self, request):
+        return await super().post(request)
 
 
 class CompletionsApi(GenerationApi):
@@ -167,8 +171,8 @@ class CompletionsApi(GenerationApi):
     metric_surface = "openai_completion"
 
     @openapi.generation(openapi.COMPLETION, "OpenAI legacy Completions (the prompt is sent raw)")
-    def post(self, request):
-        return super().post(request)
+    async def post(self, request):
+        return await super().post(request)
 
 
 class MessagesApi(GenerationApi):
@@ -177,8 +181,8 @@ class MessagesApi(GenerationApi):
     envelope = ANTHROPIC
 
     @openapi.generation(openapi.MESSAGES, "Anthropic Messages", envelope=openapi.ANTHROPIC_ERROR, busy=529)
-    def post(self, request):
-        return super().post(request)
+    async def post(self, request):
+        return await super().post(request)
 
 
 class ResponsesApi(GenerationApi):
@@ -186,8 +190,8 @@ class ResponsesApi(GenerationApi):
     metric_surface = "openai_responses"
 
     @openapi.generation(openapi.RESPONSES, "OpenAI Responses (stateless: replay the full input)")
-    def post(self, request):
-        return super().post(request)
+    async def post(self, request):
+        return await super().post(request)
 
 
 async def _buffered(call, meter):

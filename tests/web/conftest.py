@@ -32,7 +32,6 @@ def fake_bridge(monkeypatch, in_memory_layer, settings):
     bridge = FakeBridge()
     monkeypatch.setattr(client, "generate", bridge.generate)
     monkeypatch.setattr("engine_bridge.prompting._model_info", lambda: {})
-    monkeypatch.setattr("api.served._model_json", lambda: {"name": "tiny"}, raising=False)
     monkeypatch.setattr("chat.relay.RELAY_SAVE_EVERY_S", 0.0)
     settings.CHAT_AUTO_TITLE = False
     return bridge
