@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
 UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
+QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 
@@ -50,6 +51,7 @@ class Request:
     text: str = ""           # decoded output so far
     sent: int = 0            # chars of text already emitted
     stopped: bool = False    # a stop string matched (STOP sent): drop further DATA
+    stop_sequence: str | None = None  # the client's stop string that matched
     cancelled: bool = False  # CANCEL sent: drop further DATA, wait for CANCELLED or DONE
     t_first: float | None = None
     t_first_wall: float | None = None  # unix time of the first text: where latency is measured from
@@ -82,6 +84,16 @@ def parse_job(raw):
         raise p.SubmitError("experts must be an integer")
     p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1)
     return job
+
+
+def started_facts():
+    """What the bridge knows of the model of an engine that does not describe itself."""
+    from pathlib import Path
+
+    snap = Path(str(settings.ENGINE_MODEL))  # a GGUF file, or a model folder (colibri's SNAP)
+    name = snap.name.removesuffix(".gguf")
+    return {"name": name, "file": str(snap), "ctx": settings.ENGINE_CTX,
+            "slots": settings.KV_SLOTS, "extensions": False}
 
 
 def extension_refusal(job, model_info):
@@ -240,7 +252,7 @@ class Bridge:
         try:
             started = self.scheduler.submit(Job(req, job.prompt, job.conversation_key, job.priority))
         except QueueFull:
-            self.finish(r, {"kind": "error", "code": "QUEUE_FULL",
+            self.finish(r, {"kind": "error", "code": "QUEUE_FULL", "retry_after": QUEUE_FULL_RETRY_S,
                             "message": "Too many requests are waiting; try again shortly."})
             return
         self.start_all(started)
@@ -319,9 +331,9 @@ class Bridge:
     def emit_text(self, r, final=False):
         stops = r.job.stop
         if not r.stopped and stops:
-            hits = [i for i in (r.text.find(s, max(0, r.sent - len(s))) for s in stops) if i >= 0]
+            hits = [(i, s) for s in stops if (i := r.text.find(s, max(0, r.sent - len(s)))) >= 0]
             if hits:
-                cut = min(hits)
+                cut, r.stop_sequence = min(hits)
                 self.emit(r, {"kind": "text", "text": r.text[r.sent:cut]})
                 r.sent, r.text = cut, r.text[:cut]
                 self.stop(r)
@@ -348,10 +360,17 @@ class Bridge:
 
     # --- engine hooks (called from the supervisor / the engine's reader task) ------------------
 
+    def on_ready_facts(self, engine):
+        """For an engine that sends no MODEL line (the real colibri binary), the served model's
+        facts are what the bridge started it with; MODEL, when it comes, replaces them."""
+        if engine.model_info is None:
+            self.publisher.update(model=started_facts())
+
     def on_status(self, status):
         self.publisher.update(status=status, up=status == "up", restarts=self.supervisor.restarts)
 
     def on_ready(self, engine):
+        self.on_ready_facts(engine)
         self.scheduler.paused = False
         self.start_all(self.scheduler.dispatch())
 
@@ -450,6 +469,7 @@ class Bridge:
         self.finish(r, {
             "kind": "done",
             "finish_reason": "length" if ev.length_limited and not r.stopped else "stop",
+            "stop_sequence": r.stop_sequence,
             "usage": {"prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.emitted},
             "stats": {"tok_s": ev.tok_s, "hit_pct": ev.hit_pct, "rss_gb": ev.rss_gb, "ttft_s": ttft,
                       "first_token_at": r.t_first_wall},

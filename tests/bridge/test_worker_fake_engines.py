@@ -60,7 +60,7 @@ async def test_it_queues_with_positions_and_rejects_when_full(redis_url):
         fg = asyncio.create_task(collect(GenerationRequest(prompt="c", max_tokens=2)))
         await asyncio.sleep(0.1)
         rejected = await collect(GenerationRequest(prompt="d", max_tokens=2))
-        assert final(rejected)["code"] == "QUEUE_FULL"
+        assert final(rejected)["code"] == "QUEUE_FULL" and final(rejected)["retry_after"] >= 1
         results = await asyncio.gather(running, bg, fg)
         assert all(final(r)["kind"] == "done" for r in results)
         bg_positions = [e["position"] for e in results[1] if e["kind"] == "queued"]
@@ -100,3 +100,15 @@ async def test_it_drains_in_flight_requests_on_shutdown(redis_url):
         assert done["kind"] == "done" and done["usage"]["completion_tokens"] == 30
         assert proc.wait(10) == 0
         assert (await aget_state())["updated"] is None
+
+
+async def test_an_engine_without_a_model_line_is_described_by_what_it_was_started_with(redis_url):
+    with bridge(redis_url, "mux_fake.py", FAKE_NO_MODEL="1", ENGINE_MODEL="/srv/models/GLM-4.6-colibri"):
+        state = await aget_state()
+        assert state["model"] == {"name": "GLM-4.6-colibri", "file": "/srv/models/GLM-4.6-colibri", "ctx": 256,
+                                  "slots": 2, "extensions": False}
+        for field in ({"seed": 7}, {"experts": 4}):
+            events = await collect(GenerationRequest(prompt="hello", max_tokens=3, **field))
+            err = final(events)
+            assert err["code"] == "BAD_REQUEST" and f"{next(iter(field))} is not supported" in err["message"], err
+        assert final(await collect(GenerationRequest(prompt="hello", max_tokens=3)))["kind"] == "done"

@@ -132,3 +132,16 @@ async def test_it_refuses_an_expert_count_outside_the_models_range(experts):
     events = await collect(GenerationRequest(prompt=CHATML.format("hi"), max_tokens=4, experts=experts))
     err = final(events)
     assert err["code"] == "BAD_REQUEST" and "experts" in err["message"] and "[1, 8]" in err["message"], err
+
+
+async def test_done_names_the_stop_string_that_ended_the_text():
+    prompt = CHATML.format("Say anything at all")
+    free = text_of(await collect(GenerationRequest(prompt=prompt, max_tokens=40)))
+    assert len(free) > 12
+    stop = free[6:10]  # greedy: the same text comes again, and this string ends it
+    events = await collect(GenerationRequest(prompt=prompt, max_tokens=40, stop=["never appears", stop]))
+    done = final(events)
+    assert done["finish_reason"] == "stop" and done["stop_sequence"] == stop, done
+    assert text_of(events) == free[:free.index(stop)]
+    plain = final(await collect(GenerationRequest(prompt=prompt, max_tokens=5)))
+    assert plain["stop_sequence"] is None

@@ -67,7 +67,8 @@ def main(crash_after=None):
     line("HWINFO 2 24.7 23.3 0 0.0 Fake CPU @ 1.00GHz|")
     line("TIERS 0 0 16 0.00 0.00")
     line("EMAP 2 8 00000000000000000000000000000000")
-    line('MODEL {"name": "fake-moe", "ctx": %d}' % CTX)
+    if os.environ.get("FAKE_NO_MODEL") != "1":  # like the real colibri binary, which sends none
+        line('MODEL {"name": "fake-moe", "ctx": %d}' % CTX)
     if UNKNOWN:
         line("SOMETHINGNEW x=1")
     commands = queue.Queue()
