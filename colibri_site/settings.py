@@ -59,12 +59,16 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "colibri_site.keyauth.ApiKeyUserMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     # Last, as django-axes requires: it turns a locked-out login into its lockout answer.
     "axes.middleware.AxesMiddleware",
 ]
+
+# JSON routes outside /v1 that also take an API key (as its owner; the route's own rule decides).
+API_KEY_PATHS = ["/experts"]
 
 # --- Security: production defaults whenever COLIBRI_DEV=0; each can be set from the environment.
 # `manage.py check --deploy` is clean with COLIBRI_DEV=0 and a strong SECRET_KEY (issue 10).

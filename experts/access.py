@@ -1,8 +1,8 @@
 """Who may see the experts: staff only (the atlas shows the whole routing of every conversation).
 
-Session auth only. Staff API keys are not accepted here yet: the key check lives in api/ and
-this app must not depend on api/ (docs/contracts.md); a shared key helper outside api/ would
-let /experts take `Authorization: Bearer` too.
+A staff user's API key works too (`Authorization: Bearer` or `x-api-key`): the project's
+colibri_site/keyauth.py middleware authenticates keys on the /experts routes, so this app never
+imports api/.
 """
 from functools import wraps
 
