@@ -155,6 +155,29 @@ def sampling(body, *, served, names=None):
         raise bad_param(exc.field, exc.message)
 
 
+def colibri_extension(body, *, served):
+    """Our own request fields, under `colibri` (documented in the OpenAPI schema): `experts` — routed
+    experts per token for this request (the served model's range; omitted = its default) — and
+    `topk` (per-token candidates, Chat Completions only). -> (experts or None, topk)."""
+    ext = field_object(body, "colibri")
+    unknown = sorted(set(ext) - {"experts", "topk"})
+    if unknown:
+        raise bad_param(f"colibri.{unknown[0]}", f"colibri.{unknown[0]} is not a known field (experts, topk)")
+    experts = ext.get("experts")
+    if experts is not None:
+        if isinstance(experts, bool) or not isinstance(experts, int):
+            raise bad_param("colibri.experts", "colibri.experts must be an integer")
+        if served.experts_range is None:
+            raise bad_param("colibri.experts", "colibri.experts is not supported by the model this server runs")
+        low, high = served.experts_range
+        if not low <= experts <= high:
+            raise bad_param("colibri.experts", f"colibri.experts must be in [{low}, {high}] for this model")
+    topk = ext.get("topk", False)
+    if not isinstance(topk, bool):
+        raise bad_param("colibri.topk", "colibri.topk must be a boolean")
+    return experts, topk
+
+
 def refuse(body, rules):
     """rules: {field: predicate(value) -> True when the value asks for something the engine
     cannot do}. Refused with 400 naming the field, never silently changed (api-surfaces §1.6)."""

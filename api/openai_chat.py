@@ -47,12 +47,12 @@ def parse(body, *, served):
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, "stop", limit=4)
     budget = intake.budget(body, ("max_completion_tokens", "max_tokens"))
-    extension = body.get("colibri") if isinstance(body.get("colibri"), dict) else {}
+    experts, topk = intake.colibri_extension(body, served=served)
     request = GenerationRequest(
         prompt=served_mod.render(served, messages), max_tokens=intake.engine_budget(budget, served),
         temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
-        priority="interactive", topk=bool(extension.get("topk")),
+        priority="interactive", topk=topk, experts=experts,
     )
     projector = OpenAIChatProjector(model=model, include_usage=bool(opts.get("include_usage")),
                                     discard_text=budget == 0, stop=stop)

@@ -55,6 +55,10 @@ _sampling = {
     "temperature": s.FloatField(required=False, min_value=0, max_value=2, help_text="0 = greedy; default 0.7"),
     "top_p": s.FloatField(required=False, help_text="in (0, 1]; default 1.0"),
     "stream": s.BooleanField(required=False, default=False),
+    "colibri": s.JSONField(required=False, help_text=(
+        'our extension: {"experts": N} routed experts per token for this request, in the range '
+        '/health reports (omitted: the model\'s default); {"topk": true} per-token candidates '
+        "(Chat Completions)")),
 }
 _messages = inline_serializer("ChatMessage", {
     "role": s.ChoiceField(["system", "developer", "user", "assistant", "tool"]),

@@ -50,6 +50,7 @@ class ServedModel:
     template: str
     bos_token: str
     eos_token: str
+    experts_range: tuple | None = None  # (min, max) routed experts a request may ask for; None: not choosable
 
     @property
     def up(self):
@@ -84,6 +85,7 @@ def served_model_get():
         id=slug, display_name=display, aliases=frozenset({slug, stem, display, slugify(display), *ALIASES}),
         context_length=int(ctx), status=status, extensions=_extensions(info), template=template[0],
         bos_token=template[1], eos_token=template[2],
+        experts_range=(int(info["experts_min"]), int(info["experts_max"])) if info.get("experts_max") else None,
     )
 
 
