@@ -63,10 +63,18 @@ async def test_a_queued_request_does_not_block_other_requests(live_stack, alice_
         assert measured >= 1, "no moment with a request waiting in the queue was measured"
 
 
-async def _idle(live_stack, timeout=10):
-    deadline = time.monotonic() + timeout
-    while live_stack.bridge_state().get("busy", 0) != 0 or live_stack.bridge_state().get("queue", 0) != 0:
-        assert time.monotonic() < deadline, "the engine kept generating for a client that left"
+async def _idle(live_stack, timeout=15, quiet=0.5):
+    """Waits until no slot is busy and nothing is queued for `quiet` seconds in a row."""
+    deadline, since = time.monotonic() + timeout, None
+    while True:
+        state = live_stack.bridge_state()
+        if state.get("busy", 0) == 0 and state.get("queue", 0) == 0:
+            since = since or time.monotonic()
+            if time.monotonic() - since >= quiet:
+                return
+        else:
+            since = None
+        assert time.monotonic() < deadline, f"the engine kept generating for a client that left: {state}"
         await asyncio.sleep(0.05)
 
 
@@ -74,7 +82,8 @@ async def test_a_buffered_request_is_cancelled_when_its_client_leaves(live_stack
     """The async view is cancelled on disconnect, which cancels the engine job (its slot frees)."""
     await _idle(live_stack, 30)  # earlier tests' generations have ended
     headers = {"Authorization": f"Bearer {alice_key}"}
-    body = {**_body("Tell me a long story about a hummingbird.", 100_000), "stream": False}
+    # 120,000 tokens: uncancelled, the fixture model needs far longer than _idle waits
+    body = {**_body("Tell me a long story about a hummingbird.", 120_000), "stream": False}
     async with httpx.AsyncClient(timeout=60) as client:
         task = asyncio.create_task(client.post(f"{live_stack.url}/v1/chat/completions", json=body, headers=headers))
         deadline = time.monotonic() + 20
