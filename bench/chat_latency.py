@@ -72,10 +72,11 @@ def main():
             page.wait_for_function("document.querySelector('.engine-badge')?.textContent === 'engine ready'", timeout=60000)
             page.evaluate(OBSERVE)
             for i in range(args.messages):
-                count = page.locator(".msg-assistant[data-status=complete]").count()
+                page.click("#conv-nav .new-chat")  # a fresh conversation each time: no growing context
                 page.fill(".composer-input", f"Tell me something about number {i}.")
                 page.keyboard.press("Enter")
-                page.locator(".msg-assistant[data-status=complete]").nth(count).wait_for(timeout=60000)
+                page.locator(".msg-assistant[data-status=complete], .msg-assistant[data-status=error], "
+                             ".msg-assistant[data-status=interrupted]").last.wait_for(timeout=60000)
                 msg_id = page.locator(".msg-assistant[data-id]").last.get_attribute("data-id")
                 seen = page.evaluate(f"window.__firstText[{msg_id!r}]")
                 engine = Message.objects.get(pk=int(msg_id)).stats.get("first_token_at")
