@@ -124,3 +124,18 @@ async def test_a_deactivated_user_cannot_start_a_turn_even_without_the_broadcast
     assert await comm.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
     await asyncio.sleep(0.1)
     assert fake_bridge.requests == []
+
+
+async def test_it_passes_the_chosen_expert_count_to_the_engine(alice, fake_bridge):
+    fake_bridge.script(*reply("ok"))
+    comm = await connect(alice)
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hi", "params": {"experts": 12}})
+    await frames_until(comm, "done")
+    assert fake_bridge.requests[-1].experts == 12
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hi", "params": {"experts": 0}})
+    error = (await frames_until(comm, "error"))[-1]
+    assert error["field"] == "params.experts"
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hi"})
+    await frames_until(comm, "done")
+    assert fake_bridge.requests[-1].experts is None  # the model's own default
+    await comm.disconnect()
