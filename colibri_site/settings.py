@@ -132,13 +132,11 @@ TEMPLATES = [
     },
 ]
 
+# One connection per request, closed at its end (CONN_MAX_AGE=0). Under ASGI each request's sync
+# code runs in a thread of its own, so persistent connections are never reused; a pool would
+# be, but a streaming answer holds its connection until the stream ends, and 50 concurrent
+# streams exhausted a 16-connection pool (measured; issue 14 left it at this).
 DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"))}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("DB_POOL", True):
-    # A connection pool (psycopg_pool): under ASGI each request's sync code runs in a thread of
-    # its own, so a new PostgreSQL connection per request cost ~5 ms of every API answer's first
-    # token (issue 14); persistent connections cannot help there (Django's advice: pool instead).
-    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 1, "max_size": int(env("DB_POOL_SIZE", "16")),
-                                               "timeout": 10}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")

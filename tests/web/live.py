@@ -155,10 +155,17 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
 def _close_other_sessions():
     """PostgreSQL may still hold the stopped servers' sessions for a moment; pytest-django could
     then not drop the test database at the end of the run."""
-    from django.db import connection
+    from django.db import OperationalError, connection
 
     if connection.vendor != "postgresql":
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    for attempt in range(2):  # this thread's own connection may be one an earlier call terminated
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            return
+        except OperationalError:
+            connection.close()
+            if attempt:
+                raise
