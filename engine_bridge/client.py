@@ -11,7 +11,6 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 
-
 from engine_bridge import liveness, transport
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}."""
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
-    if not _encodable(request):  # json accepts lone surrogates; Redis (msgpack) and the engine do not
+    if not _encodable(request):  # json accepts lone surrogates; the engine cannot take them
         yield _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
         return
     boot = await liveness.aget_boot()
