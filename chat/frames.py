@@ -4,7 +4,7 @@ Every string must be encodable as UTF-8 (json accepts lone surrogates, the datab
 every id must fit the database's bigint; sampling values follow engine_bridge.sampling, the one
 owner of their rules, so a frame that passes here can neither break a save nor the engine.
 """
-from engine_bridge import sampling
+from engine_bridge import protocol, sampling
 
 MAX_TEXT_CHARS = 100_000
 FRAME_FIELDS = {
@@ -31,14 +31,6 @@ class FrameError(ValueError):
 
 def _is_id(value):
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID
-
-
-def _is_utf8(text):
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _experts(value, field):
@@ -97,7 +89,7 @@ def parse(frame):
         if rule == "text":
             if not isinstance(value, str) or not value.strip():
                 raise FrameError(name, f"{name} must be a non-empty string")
-            if not _is_utf8(value):
+            if not protocol.encodable(value):
                 raise FrameError(name, f"{name} is not valid Unicode (it contains a lone surrogate)")
             if len(value) > MAX_TEXT_CHARS:
                 raise FrameError(name, f"{name} is longer than {MAX_TEXT_CHARS} characters")

@@ -11,7 +11,7 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from engine_bridge import liveness, transport
+from engine_bridge import liveness, protocol, transport
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,6 @@ def _error(code, message, **extra):
     return {"kind": "error", "code": code, "message": message, **extra}
 
 
-def _encodable(request):
-    try:
-        for text in (request.prompt, *request.stop):
-            text.encode("utf-8")
-    except (UnicodeEncodeError, AttributeError, TypeError):
-        return False
-    return True
-
-
 def _broker_down(exc):
     return _error("ENGINE_UNAVAILABLE", f"The message broker (Redis) cannot be reached: {exc}",
                   retry_after=BROKER_RETRY_S)
@@ -59,7 +50,8 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}."""
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
-    if not _encodable(request):  # json accepts lone surrogates; the engine cannot take them
+    texts = (request.prompt, *request.stop) if isinstance(request.stop, (list, tuple)) else (None,)
+    if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
         yield _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
         return
     boot = await liveness.aget_boot()

@@ -466,6 +466,16 @@ class Parser:
 
 # --- commands ----------------------------------------------------------------------------------
 
+def encodable(text):
+    """True when text can go on the wire as UTF-8: a str without lone surrogates (JSON parsers
+    accept those; the engine, the database and every encoder after them do not)."""
+    try:
+        text.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        return False
+    return True
+
+
 def format_number(value):
     """Shortest decimal form without exponent: 0.7 -> '0.7', 1.0 -> '1', 1e-05 -> '0.00001'."""
     text = format(Decimal(repr(float(value))), "f")

@@ -78,7 +78,7 @@ def parse_job(raw):
         raise p.SubmitError("prompt must be a non-empty string")
     if not isinstance(job.stop, list) or not all(isinstance(s, str) and s for s in job.stop):
         raise p.SubmitError("stop must be a list of non-empty strings")
-    if any(not _utf8(s) for s in (job.prompt, *job.stop)):
+    if not all(p.encodable(s) for s in (job.prompt, *job.stop)):
         raise p.SubmitError("prompt and stop must be valid UTF-8 (no lone surrogates)")
     # The wire form of every number, decided by the one owner of the rules: a value the engine
     # would refuse in the header must never reach it (that refusal is a stream-level ERROR 0).
@@ -119,14 +119,6 @@ def extension_refusal(job, model_info):
         if not low <= job.experts <= high:
             return f"experts must be in [{low}, {high}] for this model"
     return None
-
-
-def _utf8(text):
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def held_back(text, stops):
