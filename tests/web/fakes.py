@@ -1,5 +1,6 @@
 """A scripted stand-in for engine_bridge.client.generate (unit tests only; end-to-end tests use
-the real bridge). Scripts are lists of event dicts; the string "hang" waits until cancelled."""
+the real bridge). Scripts are lists of event dicts; the string "hang" waits until cancelled.
+Also the chat-socket helpers the consumer tests share (connect, frames_until)."""
 import asyncio
 
 
@@ -41,3 +42,26 @@ class FakeBridge:
         finally:
             if not finished:
                 self.cancelled.append(request)
+
+
+async def connect(user):
+    """A chat socket (channels' WebsocketCommunicator) authenticated as user."""
+    from channels.testing import WebsocketCommunicator
+
+    from chat.consumers import ChatConsumer
+
+    comm = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    comm.scope["user"] = user
+    connected, _ = await comm.connect()
+    assert connected
+    return comm
+
+
+async def frames_until(comm, kind, timeout=3):
+    """The frames received up to and including the first of type `kind`."""
+    seen = []
+    while True:
+        frame = await comm.receive_json_from(timeout=timeout)
+        seen.append(frame)
+        if frame["type"] == kind:
+            return seen

@@ -7,26 +7,9 @@ from channels.testing import WebsocketCommunicator
 
 from chat.consumers import ChatConsumer
 from chat.models import Message
-from tests.web.fakes import reply
+from tests.web.fakes import connect, frames_until, reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def connect(user):
-    comm = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
-    comm.scope["user"] = user
-    connected, _ = await comm.connect()
-    assert connected
-    return comm
-
-
-async def frames_until(comm, kind, timeout=3):
-    seen = []
-    while True:
-        frame = await comm.receive_json_from(timeout=timeout)
-        seen.append(frame)
-        if frame["type"] == kind:
-            return seen
 
 
 async def test_it_refuses_anonymous_users():

@@ -5,30 +5,11 @@ import asyncio
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 
 from chat import relay, services
-from chat.consumers import ChatConsumer
-from tests.web.fakes import reply
+from tests.web.fakes import connect, frames_until, reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def connect(user):
-    comm = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
-    comm.scope["user"] = user
-    connected, _ = await comm.connect()
-    assert connected
-    return comm
-
-
-async def frames_until(comm, kind, timeout=3):
-    seen = []
-    while True:
-        frame = await comm.receive_json_from(timeout=timeout)
-        seen.append(frame)
-        if frame["type"] == kind:
-            return seen
 
 
 async def test_it_never_lets_another_user_join_a_live_conversation(alice, bob, fake_bridge, monkeypatch):
