@@ -1,6 +1,5 @@
 """Anthropic Messages body -> Call. `max_tokens` is optional (DS4; the SDK always sends it)."""
 from api import intake, served as served_mod
-from api.errors import bad_param
 from api.projectors import AnthropicProjector
 from engine_bridge.client import GenerationRequest
 
@@ -18,23 +17,6 @@ def _system(body):
     return intake.text_parts(system, "system")
 
 
-def _messages(body):
-    if "messages" not in body:
-        raise bad_param("messages", "missing messages")
-    msgs = body["messages"]
-    if not isinstance(msgs, list) or not msgs:
-        raise bad_param("messages", "messages must be a non-empty array")
-    out = []
-    for i, msg in enumerate(msgs):
-        if not isinstance(msg, dict):
-            raise bad_param(f"messages[{i}]", f"messages[{i}] must be an object")
-        role = msg.get("role")
-        if not isinstance(role, str) or role not in ROLES:
-            raise bad_param(f"messages[{i}].role", f"messages[{i}].role must be one of assistant, user")
-        out.append({"role": role, "content": intake.text_parts(msg.get("content"), f"messages[{i}].content")})
-    return out
-
-
 def _refuse_formats(body):
     intake.refuse_format(body.get("output_format"), "output_format")
     config = intake.field_object(body, "output_config")
@@ -44,7 +26,7 @@ def _refuse_formats(body):
 def parse(body, *, served):
     model = served_mod.model_check(served, intake.model_name(body))
     system = _system(body)
-    messages = _messages(body)
+    messages = intake.message_list(body, roles=ROLES)
     stream = intake.field_bool(body, "stream")
     intake.refuse(body, REFUSED)
     intake.refuse_tool_choice(body.get("tool_choice"))

@@ -223,6 +223,26 @@ def model_name(body, name="model"):
     return value
 
 
+def message_list(body, *, roles, text_types=("text",), rename=None):
+    """body["messages"] -> [{role, content}] with text content; 400 naming the message or field.
+    `rename` maps a client role onto the one the chat template knows (OpenAI's developer)."""
+    if "messages" not in body:
+        raise bad_param("messages", "missing messages")
+    msgs = body["messages"]
+    if not isinstance(msgs, list) or not msgs:
+        raise bad_param("messages", "messages must be a non-empty array")
+    out = []
+    for i, msg in enumerate(msgs):
+        if not isinstance(msg, dict):
+            raise bad_param(f"messages[{i}]", f"messages[{i}] must be an object")
+        role = msg.get("role")
+        if not isinstance(role, str) or role not in roles:
+            raise bad_param(f"messages[{i}].role", f"messages[{i}].role must be one of {', '.join(sorted(roles))}")
+        content = text_parts(msg.get("content"), f"messages[{i}].content", text_types=text_types)
+        out.append({"role": (rename or {}).get(role, role), "content": content})
+    return out
+
+
 def text_parts(content, path, *, text_types=("text",), image_types=("image", "image_url", "input_image")):
     """A content value (string, or a list of text parts) -> its text. Images and other kinds
     are refused naming the part (a text-only model)."""

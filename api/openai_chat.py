@@ -1,6 +1,5 @@
 """OpenAI Chat Completions body -> Call (GenerationRequest + OpenAIChatProjector). 400s name the field."""
 from api import intake, served as served_mod
-from api.errors import bad_param
 from api.projectors import OpenAIChatProjector
 from engine_bridge.client import GenerationRequest
 
@@ -18,27 +17,9 @@ REFUSED = {
 }
 
 
-def _messages(body):
-    if "messages" not in body:
-        raise bad_param("messages", "missing messages")
-    msgs = body["messages"]
-    if not isinstance(msgs, list) or not msgs:
-        raise bad_param("messages", "messages must be a non-empty array")
-    out = []
-    for i, msg in enumerate(msgs):
-        if not isinstance(msg, dict):
-            raise bad_param(f"messages[{i}]", f"messages[{i}] must be an object")
-        role = msg.get("role")
-        if not isinstance(role, str) or role not in ROLES:
-            raise bad_param(f"messages[{i}].role", f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}")
-        content = intake.text_parts(msg.get("content"), f"messages[{i}].content", text_types=("text", "input_text"))
-        out.append({"role": "system" if role == "developer" else role, "content": content})
-    return out
-
-
 def parse(body, *, served):
     model = served_mod.model_check(served, intake.model_name(body))
-    messages = _messages(body)
+    messages = intake.message_list(body, roles=ROLES, text_types=("text", "input_text"), rename={"developer": "system"})
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")
     intake.refuse(body, REFUSED)
