@@ -13,11 +13,12 @@ that cannot reach Redis gets None, i.e. "cannot tell", never "dead".
 import asyncio
 import logging
 import uuid
-import weakref
 
 import redis
 import redis.asyncio
 from django.conf import settings
+
+from engine_bridge import transport
 
 log = logging.getLogger(__name__)
 
@@ -26,21 +27,11 @@ TTL = 3
 
 
 def alive_key():
-    prefix = settings.CACHES.get("default", {}).get("KEY_PREFIX") or "colibri"
-    return f"{prefix}:bridge:alive"
-
-
-# One client per event loop and URL: a new connection per request cost a millisecond or more of
-# every first token. A client's pool belongs to the loop that made it (Celery makes short loops).
-_clients = weakref.WeakKeyDictionary()
+    return f"{transport.key_prefix()}:bridge:alive"
 
 
 def _client():
-    per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
-    if settings.REDIS_URL not in per_loop:
-        per_loop[settings.REDIS_URL] = redis.asyncio.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return per_loop[settings.REDIS_URL]
+    return transport.loop_client("liveness", socket_timeout=2)
 
 
 async def aget_boot():

@@ -27,29 +27,35 @@ POP_BATCH = 512          # batches taken in one round trip once the first has ar
 BLOCK_S = 1.0            # one blocking pop's wait; callers loop (and notice cancellation)
 
 
-def _prefix():
+def key_prefix():
     return settings.CACHES.get("default", {}).get("KEY_PREFIX") or "colibri"
 
 
 def inbox_key():
-    return f"{_prefix()}:bridge:inbox"
+    return f"{key_prefix()}:bridge:inbox"
 
 
 def reply_key(req):
-    return f"{_prefix()}:bridge:reply:{req}"
+    return f"{key_prefix()}:bridge:reply:{req}"
 
 
-# A client per event loop and URL: its connection pool belongs to the loop that made it. Blocking
-# pops hold a pooled connection each, so the pool is not capped here.
+# Clients per event loop, URL and purpose: a new connection per request cost a millisecond or more
+# of every first token, and a client's pool belongs to the loop that made it (Celery makes short
+# loops). Blocking pops hold a pooled connection each, so pools are not capped here.
 _clients = weakref.WeakKeyDictionary()
 
 
-def _client():
+def loop_client(purpose, **options):
+    """This loop's Redis client for `purpose`, made with `options` the first time."""
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
-    if settings.REDIS_URL not in per_loop:
-        per_loop[settings.REDIS_URL] = redis.asyncio.Redis.from_url(
-            settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=BLOCK_S + 5, health_check_interval=30)
-    return per_loop[settings.REDIS_URL]
+    key = (settings.REDIS_URL, purpose)
+    if key not in per_loop:
+        per_loop[key] = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, **options)
+    return per_loop[key]
+
+
+def _client():
+    return loop_client("transport", socket_timeout=BLOCK_S + 5, health_check_interval=30)
 
 
 async def to_bridge(message):
