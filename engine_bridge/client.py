@@ -27,14 +27,16 @@ BROKER_RETRY_S = 2     # Retry-After while Redis cannot be reached
 class GenerationRequest:
     prompt: str                      # fully rendered prompt (the caller renders the chat template)
     max_tokens: int
-    temperature: float = 0.0         # 0 = greedy
-    top_p: float = 1.0
+    temperature: float | None = 0.0  # 0 = greedy; None = the served model's default (sampling.model_defaults)
+    top_p: float | None = 1.0        # None = the served model's default
     seed: int | None = None          # sent as seed=<n> to engines with our extensions (MODEL line)
     stop: list[str] = field(default_factory=list)
     conversation_key: str | None = None
     priority: str = "interactive"    # or "background"
     topk: bool = False
     experts: int | None = None       # routed experts per token (our engine's experts=N); None = the model's own
+    routes: bool = False             # ask for this request's expert selection counts (done.routing)
+    heat: bool = True                # False: the engine keeps these selections out of its usage heat
 
 
 def _error(code, message, **extra):

@@ -145,11 +145,12 @@ class Engine:
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc
 
-    async def submit(self, req_id, slot, prompt, max_tokens, temperature, top_p, seed=None, experts=None):
-        # key=value extensions (seed=, experts=) go only to our engine (it sends a MODEL line);
-        # the bridge refuses such a request for any other engine before it gets here.
-        await self.write(protocol.format_submit(req_id, slot, prompt, max_tokens, temperature, top_p,
-                                                slots=self.slots, seed=seed, experts=experts))
+    async def submit(self, req_id, slot, job):
+        # key=value extensions (seed=, experts=, routes=, heat=) go only to our engine (it sends a
+        # MODEL line); the bridge refuses such a request for any other engine before it gets here.
+        await self.write(protocol.format_submit(
+            req_id, slot, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=self.slots,
+            seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat))
 
     async def stop(self, req_id):
         await self.write(protocol.format_stop(req_id))

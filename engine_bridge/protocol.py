@@ -140,6 +140,14 @@ class Entropy:
 
 
 @dataclass
+class Routes:
+    id: int
+    rows: int
+    cols: int
+    counts: list  # [[row, expert, count], ...], nonzero, sorted by row then expert
+
+
+@dataclass
 class Repin:
     layer: int
     expert: int
@@ -344,6 +352,21 @@ def _entropy(toks, line):
     return Entropy([_float(t) for t in toks[1:]])
 
 
+def _routes(toks, line):
+    _need(toks, 4, "ROUTES")
+    rid, rows, cols = _int(toks[1], 1), _int(toks[2], 0), _int(toks[3], 0)
+    counts = []
+    for tok in toks[4:]:
+        parts = tok.split(":")
+        if len(parts) != 3:
+            raise ProtocolError(f"ROUTES: expected row:expert:count, got {tok[:40]!r}")
+        row, expert, count = (_int(t, 0) for t in parts)
+        if row >= rows or expert >= cols or count < 1:
+            raise ProtocolError(f"ROUTES: {tok[:40]!r} outside {rows}x{cols} or zero")
+        counts.append([row, expert, count])
+    return Routes(rid, rows, cols, counts)
+
+
 def _repin(toks, line):
     _need(toks, 5, "REPIN")
     return Repin(*(_int(t) for t in toks[1:5]))
@@ -374,7 +397,7 @@ LINE_KINDS = {
     "STAT": _stat, "CAPS": lambda t, l: Caps(_kv(t[1:])), "HWINFO": _hwinfo, "TIERS": _tiers,
     "EMAP": _emap, "HITS": _hits, "GPUS": _gpus, "GPUDETAIL": lambda t, l: GpuDetail(),
     "MODEL": _model, "ACCEPT": _accept, "TOPK": _topk, "PERF": _perf, "PROF": _prof,
-    "ENTROPY": _entropy, "REPIN": _repin, "DONE": _done, "ERROR": _error,
+    "ENTROPY": _entropy, "ROUTES": _routes, "REPIN": _repin, "DONE": _done, "ERROR": _error,
 }
 FRAME_KINDS = {"DATA", "TOOL", "ECHO"}
 
@@ -484,11 +507,13 @@ def format_number(value):
     return text or "0"
 
 
-def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None, experts=None):
+def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None, experts=None,
+                  routes=False, heat=True):
     """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse.
 
-    `seed` becomes a `seed=<u64>` key=value field: only engines that announce our extensions
-    (the MODEL line) take it; the real colibri engine refuses unknown keys."""
+    `seed`, `experts`, `routes` and `heat` become key=value fields (`seed=<u64>`, `experts=<n>`,
+    `routes=1`, `heat=0`; a field at its default is not written): only engines that announce our
+    extensions (the MODEL line) take them; the real colibri engine refuses unknown keys."""
     if not isinstance(req_id, int) or req_id < 1:
         raise SubmitError("id must be >= 1")
     if not isinstance(slot, int) or not 0 <= slot < slots:
@@ -522,6 +547,10 @@ def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slot
         if isinstance(experts, bool) or not isinstance(experts, int) or experts < 1:
             raise SubmitError("experts must be a positive integer")
         extra += f" experts={experts}"
+    if routes:
+        extra += " routes=1"
+    if not heat:
+        extra += " heat=0"
     header = (f"SUBMIT {req_id} {slot} {len(payload)} {max_tokens} "
               f"{format_number(temperature)} {format_number(top_p)}{extra}\n")
     return header.encode("ascii") + bytes(payload) + b"\n"

@@ -66,12 +66,30 @@ def wire_seed(value, field="seed"):
     return value
 
 
-def sampling_validate(*, temperature=None, top_p=None, seed=None, names=None):
-    """-> (temperature, top_p, seed) ready for the wire; None takes the default.
+def model_defaults(model_info):
+    """(temperature, top_p) a request gets when it names neither: the served model's own
+    recommendation (its GGUF's general.sampling.* keys, announced in the MODEL line's `sampling`)
+    where it has one, else the product's. A recommendation the wire cannot carry is ignored."""
+    recommended = (model_info or {}).get("sampling") or {}
+    temperature, top_p = DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+    try:
+        if recommended.get("temperature") is not None:
+            temperature = wire_temperature(recommended["temperature"])
+        if recommended.get("top_p") is not None:
+            top_p = wire_top_p(recommended["top_p"])
+    except (SamplingError, AttributeError):
+        return DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+    return temperature, top_p
+
+
+def sampling_validate(*, temperature=None, top_p=None, seed=None, names=None, defaults=None):
+    """-> (temperature, top_p, seed) ready for the wire; None takes the default: `defaults`
+    (model_defaults of the served model) or the product's.
     `names` maps a parameter to the client's own field name for the error text."""
     names = names or {}
+    default_temperature, default_top_p = defaults or (DEFAULT_TEMPERATURE, DEFAULT_TOP_P)
     return (
-        DEFAULT_TEMPERATURE if temperature is None else wire_temperature(temperature, names.get("temperature", "temperature")),
-        DEFAULT_TOP_P if top_p is None else wire_top_p(top_p, names.get("top_p", "top_p")),
+        default_temperature if temperature is None else wire_temperature(temperature, names.get("temperature", "temperature")),
+        default_top_p if top_p is None else wire_top_p(top_p, names.get("top_p", "top_p")),
         wire_seed(seed, names.get("seed", "seed")),
     )

@@ -4,7 +4,7 @@ import redis
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
-from engine_bridge import liveness
+from engine_bridge import liveness, sampling
 from engine_bridge.telemetry import get_state
 
 
@@ -18,7 +18,7 @@ def health(request):
         state, boot = None, None
     if state is None or boot is None:
         body = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
-                "slots": None, "queue": None, "restarts": None, "experts": None}
+                "slots": None, "queue": None, "restarts": None, "experts": None, "sampling": None}
         return _answer(body, up=False)
     status = state["status"] if state["updated"] is not None and boot else "down"
     model = state["model"] or {}
@@ -34,6 +34,8 @@ def health(request):
         "queue": state["queue"],
         "restarts": state["restarts"],
         "experts": experts,
+        # what a request that names no temperature / top_p gets (the model's recommendation, or ours)
+        "sampling": dict(zip(("temperature", "top_p"), sampling.model_defaults(model))),
     }
     return _answer(body, up=bool(state["up"] and boot))
 

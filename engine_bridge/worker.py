@@ -43,6 +43,8 @@ TEXT_FRAME_S = 0.015
 QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
+# Job fields that travel as key=value extensions (our engine only), with the value that sends none.
+EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True}
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Request:
     reused: int | None = None
     topk: list = field(default_factory=list)
     perf: dict | None = None
+    routing: dict | None = None  # the engine's ROUTES for this turn (routes=True)
     outbox: list = field(default_factory=list)
     seq: int = 0
     sending: bool = False    # a batch of this request is on its way to Redis
@@ -72,7 +75,7 @@ class Request:
     position: int | None = None
 
 
-def parse_job(raw):
+def parse_job(raw, model_info=None):
     job = GenerationRequest(**{k: v for k, v in (raw or {}).items() if k in JOB_FIELDS})
     if not isinstance(job.prompt, str) or not job.prompt:
         raise p.SubmitError("prompt must be a non-empty string")
@@ -84,11 +87,15 @@ def parse_job(raw):
     # would refuse in the header must never reach it (that refusal is a stream-level ERROR 0).
     try:
         job.temperature, job.top_p, job.seed = sampling.sampling_validate(
-            temperature=job.temperature, top_p=job.top_p, seed=job.seed)
+            temperature=job.temperature, top_p=job.top_p, seed=job.seed,
+            defaults=sampling.model_defaults(model_info))
     except sampling.SamplingError as exc:
         raise p.SubmitError(exc.message) from None
     if job.experts is not None and (isinstance(job.experts, bool) or not isinstance(job.experts, int)):
         raise p.SubmitError("experts must be an integer")
+    for name in ("routes", "heat", "topk"):
+        if not isinstance(getattr(job, name), bool):
+            raise p.SubmitError(f"{name} must be true or false")
     p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1)
     return job
 
@@ -108,8 +115,8 @@ def extension_refusal(job, model_info):
     without a MODEL line (the real colibri binary) takes no key=value fields: refused, never
     silently dropped. The expert count is checked against the range the MODEL line announced."""
     if model_info is None:
-        for name in ("seed", "experts"):
-            if getattr(job, name) is not None:
+        for name, default in EXTENSION_DEFAULTS.items():
+            if getattr(job, name) != default:
                 return f"{name} is not supported by this engine"
         return None
     if job.experts is not None:
@@ -233,14 +240,15 @@ class Bridge:
         if boot != self.heart.boot:  # meant for a bridge before this one: its client was told so
             log.warning("ignoring gen.submit %s addressed to bridge boot %r", req, boot)
             return
+        engine = self.supervisor.engine
         try:
-            job = parse_job(raw_job)
+            job = parse_job(raw_job, engine.model_info if engine else None)
         except (TypeError, ValueError) as exc:
             r = Request(req, None)
             self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
         r = Request(req, job)
-        if self.supervisor.engine is None:
+        if engine is None:
             self.finish(r, self._unavailable())
             return
         refusal = extension_refusal(job, self.supervisor.engine.model_info)
@@ -275,9 +283,7 @@ class Bridge:
     def start(self, r, slot):
         r.eng_id, r.slot, r.position = next_id(), slot, None
         self.by_id[r.eng_id] = r
-        job = r.job
-        self._write(self.supervisor.engine.submit(r.eng_id, slot, job.prompt, job.max_tokens,
-                                                  job.temperature, job.top_p, job.seed, job.experts))
+        self._write(self.supervisor.engine.submit(r.eng_id, slot, r.job))
 
     def _write(self, coro):
         async def run():
@@ -443,6 +449,11 @@ class Bridge:
         if r:
             r.perf = ev.values
 
+    def ev_routes(self, ev):
+        r = self.by_id.get(ev.id)
+        if r:
+            r.routing = {"rows": ev.rows, "cols": ev.cols, "counts": ev.counts}
+
     def ev_accept(self, ev):
         r = self.by_id.get(ev.id)
         if r is None or r.prompt_tokens is not None:
@@ -491,6 +502,7 @@ class Bridge:
             "gpus": block.get("gpus"),
             "repin": block.get("repin", []),
             "topk": r.topk if r.job.topk else None,
+            "routing": r.routing if r.job.routes else None,
         })
         self.release(r)
 

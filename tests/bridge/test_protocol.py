@@ -42,6 +42,8 @@ def test_it_parses_telemetry_lines():
     assert one(b"PROF 0.019 11 8 0.000 -0.000 0.000 0.010 0.000 7\n").values["forwards"] == 7
     assert one(b"ENTROPY 1.5 2.0\n").values == [1.5, 2.0]
     assert one(b"REPIN 3 7 1 0\n") == p.Repin(3, 7, 1, 0)
+    assert one(b"ROUTES 4 2 16 0:3:5 1:15:1\n") == p.Routes(4, 2, 16, [[0, 3, 5], [1, 15, 1]])
+    assert one(b"ROUTES 4 0 0\n") == p.Routes(4, 0, 0, [])
     topk = one(b"TOPK 4 2 -0.1 6869 -2.5 c3a9\n")
     assert topk.id == 4 and topk.candidates == [[-0.1, "hi"], [-2.5, "é"]]
 
@@ -82,7 +84,8 @@ def test_it_ignores_unknown_kinds():
 @pytest.mark.parametrize("line", [
     b"DONE 1 STAT 8 fast 96.4 0.01 11 1\n", b"DONE 1 8 1 1 1 1 1\n", b"ACCEPT x 3\n",
     b"EMAP 2 8 00\n", b"HITS 2 8 zz\n", b"STAT 0 0 0\n", b"HWINFO 2 x 1 0 0 cpu|\n",
-    b"MODEL {nope\n", b"ERROR\n", b"TIERS 1 2\n", b"GPUS 2 1 2 3\n", b"DATA 1 -1\n", b"PROF 1 2 nan 4 5 6 7 8 9\n",
+    b"MODEL {nope\n", b"ERROR\n", b"ROUTES 1 2 16 2:0:1\n", b"ROUTES 1 2 16 0:16:1\n",
+    b"ROUTES 1 2 16 0:1:0\n", b"ROUTES 1 2 16 0:1\n", b"ROUTES 1 2\n", b"TIERS 1 2\n", b"GPUS 2 1 2 3\n", b"DATA 1 -1\n", b"PROF 1 2 nan 4 5 6 7 8 9\n",
 ])
 def test_it_raises_on_malformed_known_lines(line):
     with pytest.raises(p.ProtocolError):
@@ -105,6 +108,13 @@ def test_it_formats_submit():
     assert data == "SUBMIT 3 1 7 16 0.7 1\nhéllo\n\n".encode()
     assert p.format_submit(1, 0, "x", 1, 0.00001, 0.9, slots=1).startswith(b"SUBMIT 1 0 1 1 0.00001 0.9\n")
     assert p.format_stop(4) == b"STOP 4\n" and p.format_cancel(4) == b"CANCEL 4\n"
+
+
+def test_it_writes_extension_fields_only_when_they_differ_from_the_default():
+    plain = p.format_submit(2, 0, "x", 4, 0, 1, slots=1, routes=False, heat=True)
+    assert plain.split(b"\n")[0] == b"SUBMIT 2 0 1 4 0 1"
+    header = p.format_submit(2, 0, "x", 4, 0, 1, slots=1, seed=9, experts=3, routes=True, heat=False)
+    assert header.split(b"\n")[0] == b"SUBMIT 2 0 1 4 0 1 seed=9 experts=3 routes=1 heat=0"
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -36,7 +36,14 @@ def test_it_reports_a_healthy_engine(client, state):
     r = client.get("/health")
     assert r.status_code == 200
     assert r.json() == {"engine": "up", "bridge": "up", "redis": "up", "model": "tiny", "slots": 2, "queue": 1,
-                        "restarts": 3, "experts": None}
+                        "restarts": 3, "experts": None, "sampling": {"temperature": 0.7, "top_p": 1.0}}
+
+
+def test_it_reports_the_served_models_recommended_sampling(client, state):
+    state(up=True, status="up", model={"name": "moe", "sampling": {"temperature": 0.2, "top_p": 0.9, "top_k": 40}})
+    assert client.get("/health").json()["sampling"] == {"temperature": 0.2, "top_p": 0.9}
+    state(up=True, status="up", model={"name": "moe", "sampling": {"temperature": 9.0}})  # not sendable: ours
+    assert client.get("/health").json()["sampling"] == {"temperature": 0.7, "top_p": 1.0}
 
 
 def test_it_reports_the_per_request_expert_range(client, state):

@@ -107,7 +107,7 @@ async def test_an_engine_without_a_model_line_is_described_by_what_it_was_starte
         state = await aget_state()
         assert state["model"] == {"name": "GLM-4.6-colibri", "file": "/srv/models/GLM-4.6-colibri", "ctx": 256,
                                   "slots": 2, "extensions": False}
-        for field in ({"seed": 7}, {"experts": 4}):
+        for field in ({"seed": 7}, {"experts": 4}, {"routes": True}, {"heat": False}):
             events = await collect(GenerationRequest(prompt="hello", max_tokens=3, **field))
             err = final(events)
             assert err["code"] == "BAD_REQUEST" and f"{next(iter(field))} is not supported" in err["message"], err
