@@ -23,7 +23,6 @@ from django.core.cache import cache
 
 from chat import services
 from chat.models import Message
-from engine_bridge import sampling
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +88,8 @@ def _generation_request(conv_id, prompt, params):
     return GenerationRequest(
         prompt=prompt,
         max_tokens=params.get("max_tokens") or settings.DEFAULT_MAX_TOKENS,
-        temperature=params.get("temperature", sampling.DEFAULT_TEMPERATURE),
-        top_p=params.get("top_p", sampling.DEFAULT_TOP_P),
+        temperature=params.get("temperature"),  # absent: the served model's default (the bridge decides)
+        top_p=params.get("top_p"),
         experts=params.get("experts"),
         conversation_key=f"conv:{conv_id}",
         priority="interactive",

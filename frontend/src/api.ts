@@ -32,8 +32,8 @@ export interface Conversation {
 }
 
 export interface GenParams {
-  temperature: number;
-  top_p: number;
+  temperature?: number; // absent = the served model's default (Health.sampling)
+  top_p?: number;
   max_tokens: number;
   experts?: number; // routed experts per token; absent = the model's own default
 }
@@ -74,11 +74,18 @@ export interface ApiKey {
   key?: string; // only in the answer to the create call
 }
 
+// What a request that names no temperature / top_p gets: the served model's recommendation, or the server's.
+export interface SamplingDefaults {
+  temperature: number;
+  top_p: number;
+}
+
 export interface Health {
   ok: boolean;
   state: string; // "ok", "starting", "restarting", "down", "unreachable", ...
   reason: string;
   experts: ExpertRange | null;
+  sampling?: SamplingDefaults | null;
 }
 
 export class ApiError extends Error {
@@ -203,7 +210,12 @@ export class Http {
       e && Number.isInteger(e.min) && Number.isInteger(e.max) && Number.isInteger(e.default)
         ? { default: e.default as number, min: e.min as number, max: e.max as number }
         : null;
-    return { ok, state: ok ? "ok" : state, reason, experts };
+    const d = body.sampling as Partial<SamplingDefaults> | null | undefined;
+    const sampling =
+      d && Number.isFinite(d.temperature) && Number.isFinite(d.top_p)
+        ? { temperature: d.temperature as number, top_p: d.top_p as number }
+        : null;
+    return { ok, state: ok ? "ok" : state, reason, experts, sampling };
   }
 }
 

@@ -29,9 +29,10 @@ export class ChatApp {
 
   constructor(boot: Boot) {
     this.http = new Http(boot.csrf_token);
-    this.status = new StatusBar(byId("notices"), byId("engine-status"), this.http, (health) =>
-      this.composer?.setExpertRange(health.experts),
-    );
+    this.status = new StatusBar(byId("notices"), byId("engine-status"), this.http, (health) => {
+      this.composer?.setExpertRange(health.experts);
+      if (health.sampling) this.composer?.setSamplingDefaults(health.sampling);
+    });
     this.sidebar = new Sidebar(byId("conv-nav"), {
       select: (id) => this.select(id),
       create: () => this.select(null),

@@ -1,18 +1,28 @@
 // The composer: an auto-growing textarea, Send / Stop, and the sampling controls (kept in localStorage).
-import type { ExpertRange, GenParams } from "../api";
+import type { ExpertRange, GenParams, SamplingDefaults } from "../api";
 import { h } from "./dom";
 
 const STORE_KEY = "colibri.params";
-export const DEFAULT_PARAMS: GenParams = { temperature: 0.7, top_p: 1, max_tokens: 512 };
+export const DEFAULT_PARAMS: GenParams = { max_tokens: 512 };
+// Until /health says what the served model recommends; the server applies the real one either way,
+// because a temperature or top_p the user never chose is not sent.
+const FALLBACK_SAMPLING: SamplingDefaults = { temperature: 0.7, top_p: 1 };
 
 function loadParams(): GenParams {
   try {
     const saved = JSON.parse(localStorage.getItem(STORE_KEY) || "{}") as Partial<GenParams>;
+    // Earlier versions stored the old fixed defaults with every change: those were not choices.
+    if (saved.temperature === 0.7 && saved.top_p === 1) {
+      delete saved.temperature;
+      delete saved.top_p;
+    }
     return { ...DEFAULT_PARAMS, ...saved };
   } catch {
     return { ...DEFAULT_PARAMS };
   }
 }
+
+type SamplingKey = "temperature" | "top_p";
 
 export interface ComposerHandlers {
   send(text: string): void;
@@ -48,6 +58,15 @@ export class Composer {
   }
 
   private settingsRoot: HTMLElement;
+  private sampling: SamplingDefaults = FALLBACK_SAMPLING;
+  private samplingViews: (() => void)[] = [];
+
+  // The served model's recommended temperature / top_p: what the sliders show until moved.
+  setSamplingDefaults(sampling: SamplingDefaults): void {
+    if (sampling.temperature === this.sampling.temperature && sampling.top_p === this.sampling.top_p) return;
+    this.sampling = sampling;
+    for (const refresh of this.samplingViews) refresh();
+  }
 
   // Quality <-> speed: how many routed experts each token uses. Shown only when the served model
   // takes a per-request count; a saved count outside its range is dropped (the model changed).
@@ -128,33 +147,51 @@ export class Composer {
   }
 
   private controls(): HTMLElement[] {
-    const slider = (key: keyof GenParams, label: string, min: number, max: number, step: number, hint: string) => {
-      const out = h("output", { class: "param-value", text: String(this.params[key]) });
-      const input = h("input", {
-        attrs: { type: key === "max_tokens" ? "number" : "range", min: String(min), max: String(max), step: String(step), name: key, "aria-label": label },
-        on: {
-          input: () => {
-            const v = Number(input.value);
-            if (!Number.isFinite(v)) return;
-            this.params = { ...this.params, [key]: Math.min(max, Math.max(min, v)) };
-            out.textContent = String(this.params[key]);
-            localStorage.setItem(STORE_KEY, JSON.stringify(this.params));
-          },
-        },
-      });
-      input.value = String(this.params[key]);
-      return h(
-        "label",
-        { class: "param", title: hint },
-        h("span", { class: "param-name", text: label }),
-        input,
-        key === "max_tokens" ? null : out,
-      );
-    };
     return [
-      slider("temperature", "Temperature", 0, 2, 0.05, "0 = always the most likely token; higher = more varied"),
-      slider("top_p", "Top p", 0.05, 1, 0.05, "Sample only from the smallest set of tokens whose probability adds up to p"),
-      slider("max_tokens", "Max tokens", 1, 32768, 1, "Longest reply, in tokens"),
+      this.samplingSlider("temperature", "Temperature", 0, 2, 0.05, "0 = always the most likely token; higher = more varied"),
+      this.samplingSlider("top_p", "Top p", 0.05, 1, 0.05, "Sample only from the smallest set of tokens whose probability adds up to p"),
+      this.maxTokensField(),
     ];
+  }
+
+  // A value equal to the model's default is not a choice: it is not stored and not sent, so the
+  // server keeps applying the served model's recommendation (also after the model changes).
+  private samplingSlider(key: SamplingKey, label: string, min: number, max: number, step: number, hint: string): HTMLElement {
+    const out = h("output", { class: "param-value" });
+    const input = h("input", {
+      attrs: { type: "range", min: String(min), max: String(max), step: String(step), name: key, "aria-label": label },
+      on: {
+        input: () => {
+          const v = Number(input.value);
+          if (!Number.isFinite(v)) return;
+          const chosen = Math.min(max, Math.max(min, v));
+          this.setParams({ ...this.params, [key]: chosen === this.sampling[key] ? undefined : chosen });
+          refresh();
+        },
+      },
+    });
+    const refresh = () => {
+      const chosen = this.params[key];
+      input.value = String(chosen ?? this.sampling[key]);
+      out.textContent = chosen === undefined ? `${this.sampling[key]} (model default)` : String(chosen);
+    };
+    refresh();
+    this.samplingViews.push(refresh);
+    return h("label", { class: "param", title: hint }, h("span", { class: "param-name", text: label }), input, out);
+  }
+
+  private maxTokensField(): HTMLElement {
+    const input = h("input", {
+      attrs: { type: "number", min: "1", max: "32768", step: "1", name: "max_tokens", "aria-label": "Max tokens" },
+      on: {
+        input: () => {
+          const v = Number(input.value);
+          if (!Number.isFinite(v)) return;
+          this.setParams({ ...this.params, max_tokens: Math.min(32768, Math.max(1, Math.round(v))) });
+        },
+      },
+    });
+    input.value = String(this.params.max_tokens);
+    return h("label", { class: "param", title: "Longest reply, in tokens" }, h("span", { class: "param-name", text: "Max tokens" }), input);
   }
 }
