@@ -150,6 +150,7 @@ def sampling(body, *, served, names=None):
             top_p=body.get(names.get("top_p", "top_p")),
             seed=body.get(seed_name),
             names=names,
+            defaults=served.sampling_defaults,  # the served model's recommendation, as the bridge applies it
         )
     except SamplingError as exc:
         raise bad_param(exc.field, exc.message)

@@ -52,8 +52,8 @@ schema_view = SpectacularAPIView.as_view(urlconf="api.urls", custom_settings=SET
                                          permission_classes=[], schema=None)
 
 _sampling = {
-    "temperature": s.FloatField(required=False, min_value=0, max_value=2, help_text="0 = greedy; default 0.7"),
-    "top_p": s.FloatField(required=False, help_text="in (0, 1]; default 1.0"),
+    "temperature": s.FloatField(required=False, min_value=0, max_value=2, help_text="0 = greedy; default: the served model's recommendation (GET /health `sampling`), else 0.7"),
+    "top_p": s.FloatField(required=False, help_text="in (0, 1]; default: the served model's recommendation, else 1.0"),
     "stream": s.BooleanField(required=False, default=False),
     "colibri": s.JSONField(required=False, help_text=(
         'our extension: {"experts": N} routed experts per token for this request, in the range '

@@ -18,6 +18,7 @@ from pathlib import Path
 from django.conf import settings
 
 from api.errors import ApiError, unavailable
+from engine_bridge import sampling
 from engine_bridge.prompting import CHATML_TEMPLATE, CHATML_TOKENS
 
 STARTED = int(time.time())
@@ -51,6 +52,7 @@ class ServedModel:
     bos_token: str
     eos_token: str
     experts_range: tuple | None = None  # (min, max) routed experts a request may ask for; None: not choosable
+    sampling_defaults: tuple = (sampling.DEFAULT_TEMPERATURE, sampling.DEFAULT_TOP_P)  # for unnamed values
 
     @property
     def up(self):
@@ -86,6 +88,7 @@ def served_model_get():
         context_length=int(ctx), status=status, extensions=_extensions(info), template=template[0],
         bos_token=template[1], eos_token=template[2],
         experts_range=(int(info["experts_min"]), int(info["experts_max"])) if info.get("experts_max") else None,
+        sampling_defaults=sampling.model_defaults(info),
     )
 
 
