@@ -8,5 +8,7 @@ from django.shortcuts import render
 def index(request):
     # The CSRF token goes to the script through json_script (never inline JS); get_token also
     # makes sure the csrftoken cookie is set for the JSON writes the page makes.
-    boot = {"username": request.user.get_username(), "csrf_token": get_token(request)}
+    # is_staff only decides whether a reply's "expert hits" links to the (staff-only) atlas.
+    boot = {"username": request.user.get_username(), "csrf_token": get_token(request),
+            "is_staff": request.user.is_staff}
     return render(request, "chat/index.html", {"boot": boot})

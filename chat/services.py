@@ -155,14 +155,15 @@ def message_save_partial(message_id, text):
     Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=text, updated=timezone.now())
 
 
-def message_finish(message_id, *, text, status, stats):
-    """Stores the final state of an assistant message; returns it (None if it was deleted)."""
+def message_finish(message_id, *, text, status, stats, routing=None):
+    """Stores the final state of an assistant message; returns it (None if it was deleted).
+    `routing`: which experts answered it (chat.relay.routing_summary), or None."""
     with transaction.atomic():
         msg = Message.objects.select_for_update().filter(pk=message_id).first()
         if msg is None:
             return None
-        msg.text, msg.status, msg.stats = text, status, stats
-        msg.save(update_fields=["text", "status", "stats", "updated"])
+        msg.text, msg.status, msg.stats, msg.routing = text, status, stats, routing
+        msg.save(update_fields=["text", "status", "stats", "routing", "updated"])
         if status == Message.Status.COMPLETE and _is_first_exchange(msg.conversation_id):
             _enqueue_title(msg.conversation_id)
     return msg
@@ -184,3 +185,20 @@ def _enqueue_title(conversation_id):
 
     # robust: a broker outage must not fail the turn (titles are cosmetic; the fallback stays).
     transaction.on_commit(lambda: title_conversation.delay(conversation_id), robust=True)
+
+
+def message_routing(message_id):
+    """Which experts answered an assistant message: {"message", "conversation", "rows", "cols",
+    "counts": [[row, expert, selections], ...], "experts", "selections"}; None when the message
+    does not exist, {"message": id, ..., "counts": None} when no routing was recorded for it."""
+    msg = Message.objects.filter(pk=message_id).only("id", "conversation_id", "role", "routing").first()
+    if msg is None:
+        return None
+    routing = msg.routing or {}
+    counts = routing.get("counts")
+    return {
+        "message": msg.pk, "conversation": msg.conversation_id, "role": msg.role,
+        "rows": routing.get("rows"), "cols": routing.get("cols"), "counts": counts,
+        "experts": len(counts) if counts else 0,
+        "selections": sum(c[2] for c in counts) if counts else 0,
+    }

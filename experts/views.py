@@ -110,3 +110,18 @@ def builds(request):
 def build_cancel(request, pk):
     build = services.build_cancel(build=get_object_or_404(AtlasBuild, pk=pk))
     return JsonResponse({"build": build.as_dict()})
+
+
+@require_GET
+@staff_json
+def message_routing(request, pk):
+    """Which experts answered one chat message (its request's ROUTES, kept by the chat): the
+    atlas page's ?message=<id> filter. Staff only, like every atlas route; no message text."""
+    from chat.services import message_routing as read
+
+    routing = read(pk)
+    if routing is None:
+        return JsonResponse({"error": "no such message"}, status=404)
+    if not routing["counts"]:
+        return JsonResponse({**routing, "error": "the engine reported no routing for this message"}, status=404)
+    return JsonResponse(routing)

@@ -12,6 +12,7 @@ export interface CardFacts {
   pinnedByRepin: boolean;
   entry: AtlasEntry | null;
   hasAtlas: boolean;
+  message?: { id: number; count: number };  // the ?message= filter: this expert's selections by it
 }
 
 function row(dl: HTMLElement, name: string, value: string, key: string): void {
@@ -33,6 +34,8 @@ export function fillCard(card: HTMLElement, f: CardFacts): void {
   const pinned = tier === 2 ? "yes (VRAM copy)" : f.pinnedByRepin ? "yes (re-pinned this session)"
     : tier === 1 ? "resident (pinned or cached)" : "no";
   row(dl, "pinned", pinned, "pinned");
+  if (f.message)
+    row(dl, `message ${f.message.id}`, f.message.count ? `selected ${f.message.count} times` : "not routed by this message", "message");
   row(dl, "recent turns", f.totalWindows ? `fired in ${f.windows} of ${f.totalWindows} HITS windows seen` : "no HITS seen yet", "recent");
   if (f.entry) {
     const e = f.entry;

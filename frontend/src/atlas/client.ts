@@ -1,5 +1,5 @@
 // The atlas page's one client: JSON endpoints under /atlas/api and the /ws/atlas/ socket.
-import type { AtlasDoc, AtlasInfo, AtlasList, Build, MapData, ServerFrame } from "./types";
+import type { AtlasDoc, AtlasInfo, AtlasList, Build, MapData, MessageRouting, ServerFrame } from "./types";
 
 export class AtlasError extends Error {
   constructor(public status: number, message: string) { super(message); }
@@ -11,6 +11,7 @@ export const URLS = {
   map: (id: number) => `/atlas/api/atlases/${id}/map`,
   builds: "/atlas/api/builds",
   cancel: (id: number) => `/atlas/api/builds/${id}/cancel`,
+  routing: (id: number) => `/atlas/api/messages/${id}/routing`,
   socket: "/ws/atlas/",
 };
 
@@ -34,6 +35,7 @@ export class AtlasHttp {
   atlases(): Promise<AtlasList> { return this.request("GET", URLS.atlases); }
   doc(id: number): Promise<AtlasDoc> { return this.request("GET", URLS.download(id)); }
   map(id: number): Promise<MapData> { return this.request("GET", URLS.map(id)); }
+  routing(message: number): Promise<MessageRouting> { return this.request("GET", URLS.routing(message)); }
 
   async upload(file: File): Promise<AtlasInfo> {
     const form = new FormData();

@@ -15,6 +15,10 @@ export class GridView {
   flash = new Float32Array(0);
   windows = new Uint32Array(0);   // HITS windows each expert fired in since the page opened
   highlight: Set<number> | null = null;
+  // A chat message's routing (?message=<id>): cell -> selections by that message. While set,
+  // its cells are painted with brightness by count and every other cell is dimmed.
+  filter: Map<number, number> | null = null;
+  private filterMax = 1;
   frames = 0;
   paintMs = 0;   // total time spent painting (the benchmark reports the mean)
   lastHitAt = 0;
@@ -46,6 +50,13 @@ export class GridView {
   setLayers(layers: number[]): void { this.layers = layers; this.labelsDirty = true; this.wake(); }
 
   setHighlight(cells: Set<number> | null): void { this.highlight = cells; this.dirty = true; this.wake(); }
+
+  setFilter(counts: Map<number, number> | null): void {
+    this.filter = counts;
+    this.filterMax = counts && counts.size ? Math.max(...counts.values()) : 1;
+    this.dirty = true;
+    this.wake();
+  }
 
   hit(rows: number, cols: number, hex: string): number[] {
     if (rows !== this.rows || cols !== this.cols) return [];
@@ -103,11 +114,15 @@ export class GridView {
   private paint(): boolean {
     const ctx = this.canvas.getContext("2d");
     if (!ctx || !this.img) { this.dirty = false; return false; }
-    const px = this.img.data, n = this.rows * this.cols, hl = this.highlight;
+    const px = this.img.data, n = this.rows * this.cols, hl = this.highlight, fl = this.filter;
     let flashing = false;
     for (let i = 0; i < n; i++) {
       const b = this.emap[i], rgb = TIER_RGB[tierOf(b)];
       let k = brightness(heatOf(b));
+      if (fl) {
+        const c = fl.get(i);
+        k = c === undefined ? 0.12 : 0.45 + 0.55 * (c / this.filterMax);
+      }
       if (hl && !hl.has(i)) k *= 0.35;
       const f = this.flash[i] > 0.01 ? this.flash[i] : 0;  // the last faded frame paints the plain cell
       const o = i * 4;

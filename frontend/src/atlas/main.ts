@@ -7,12 +7,12 @@ import { GridView } from "./grid";
 import { Library } from "./library";
 import { MapView } from "./map";
 import { addRepins, renderEntropy, renderLegend, renderSeries } from "./panels";
-import type { AtlasDoc, AtlasInfo, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
+import type { AtlasDoc, AtlasInfo, MessageRouting, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const SERIES_KEEP = 120;
 
-interface Debug { grid: GridView; frames: () => number; hitFrames: number; lastHitAt: number; lastHitWall: number; lastHitCells: number[]; doc: () => AtlasDoc | null }
+interface Debug { grid: GridView; frames: () => number; hitFrames: number; lastHitAt: number; lastHitWall: number; lastHitCells: number[]; doc: () => AtlasDoc | null; routing: () => MessageRouting | null }
 declare global { interface Window { colibriAtlas?: Debug } }
 
 export function mount(): void {
@@ -27,7 +27,8 @@ export function mount(): void {
   let totalWindows = 0;
   const residentShare: number[] = [];
   const repinned = new Set<number>();
-  const debug: Debug = { grid, frames: () => grid.frames, hitFrames: 0, lastHitAt: 0, lastHitWall: 0, lastHitCells: [], doc: () => doc };
+  let routing: MessageRouting | null = null;
+  const debug: Debug = { grid, frames: () => grid.frames, hitFrames: 0, lastHitAt: 0, lastHitWall: 0, lastHitCells: [], doc: () => doc, routing: () => routing };
   window.colibriAtlas = debug;
 
   const library = new Library(http, (cur: AtlasInfo | null) => void loadAtlas(cur));
@@ -52,11 +53,49 @@ export function mount(): void {
   }
   $<HTMLInputElement>("atlas-search").addEventListener("input", search);
 
+  // ?message=<id> (the chat's "expert hits" link): the experts that answered that message,
+  // with their selection counts; everything else dimmed until the filter is cleared.
+  const filterBox = $("atlas-filter");
+  function applyFilter(): void {
+    if (!routing) { grid.setFilter(null); filterBox.hidden = true; return; }
+    const r = routing;
+    filterBox.hidden = false;
+    if (!grid.rows) { $("filter-text").textContent = `message ${r.message}: ${r.experts} experts (waiting for the expert map)`; return; }
+    if (r.rows !== grid.rows || r.cols !== grid.cols) {
+      grid.setFilter(null);
+      $("filter-text").textContent = `message ${r.message}: ${r.experts} experts, on a ${r.rows} × ${r.cols} map; the engine now has ${grid.rows} × ${grid.cols}`;
+      return;
+    }
+    grid.setFilter(new Map(r.counts.map(([row, e, c]) => [row * grid.cols + e, c])));
+    $("filter-text").textContent = `message ${r.message}: ${r.experts} experts · ${r.selections} selections`;
+  }
+  async function loadFilter(): Promise<void> {
+    const id = Number(new URLSearchParams(location.search).get("message"));
+    if (!Number.isInteger(id) || id <= 0) return;
+    filterBox.hidden = false;
+    $("filter-text").textContent = `message ${id}: loading…`;
+    try {
+      routing = await http.routing(id);
+    } catch (e) {
+      $("filter-text").textContent = `message ${id}: ${(e as Error).message}`;
+      return;
+    }
+    applyFilter();
+  }
+  $("filter-clear").addEventListener("click", () => {
+    routing = null;
+    const url = new URL(location.href);
+    url.searchParams.delete("message");
+    history.replaceState(null, "", url.pathname + url.search);
+    applyFilter();
+  });
+
   function showCard(row: number, col: number, x: number, y: number): void {
     const i = row * grid.cols + col, layer = grid.layerOf(row);
     fillCard(card, {
       layer, expert: col, byte: grid.emap[i], windows: grid.windows[i], totalWindows,
       pinnedByRepin: repinned.has(i), entry: doc?.experts[`${layer}:${col}`] ?? null, hasAtlas: doc !== null,
+      message: routing && grid.filter ? { id: routing.message, count: grid.filter.get(i) ?? 0 } : undefined,
     });
     card.style.left = `${x + 14}px`;
     card.style.top = `${y + 14}px`;
@@ -84,7 +123,11 @@ export function mount(): void {
   function apply(f: TelemetryFrame): void {
     if (f.layers) grid.setLayers(f.layers);
     if (f.layer_source) $("layer-source").textContent = `layer numbers from: ${f.layer_source}`;
-    if (f.emap) grid.setMap(f.emap.rows, f.emap.cols, f.emap.hex);
+    if (f.emap) {
+      const reshaped = f.emap.rows !== grid.rows || f.emap.cols !== grid.cols;
+      grid.setMap(f.emap.rows, f.emap.cols, f.emap.hex);
+      if (reshaped && routing) applyFilter();
+    }
     if (f.tiers !== undefined) tiers = f.tiers;
     if (f.emap || f.tiers !== undefined) renderLegend($("atlas-legend"), grid.emap, tiers);
     if (f.entropy !== undefined) { entropy = f.entropy; renderEntropy($<HTMLCanvasElement>("atlas-entropy"), entropy, grid.cols, grid.layers); }
@@ -120,6 +163,7 @@ export function mount(): void {
     else if (frame.type === "atlas") void library.refresh();
   }, (s) => { $("socket-state").textContent = s; $("socket-state").dataset.state = s; });
   socket.connect();
+  void loadFilter();
   void library.refresh();
   void library.loadBuilds();
   window.addEventListener("resize", () => { grid.resize(); map.draw(); renderEntropy($<HTMLCanvasElement>("atlas-entropy"), entropy, grid.cols, grid.layers); });

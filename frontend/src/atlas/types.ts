@@ -42,6 +42,13 @@ export interface Build {
   error: string; wall_s: number | null; created: string;
 }
 
+// One chat message's routing (experts/views.py message_routing): rows in EMAP order.
+export interface MessageRouting {
+  message: number; conversation: number; rows: number; cols: number;
+  counts: [number, number, number][];   // [row, expert, selections], nonzero only
+  experts: number; selections: number;
+}
+
 export type ServerFrame =
   | ({ type: "snapshot" } & TelemetryFrame)
   | ({ type: "telemetry" } & TelemetryFrame)

@@ -13,6 +13,7 @@ import { StatusBar } from "./status";
 export interface Boot {
   username: string;
   csrf_token: string;
+  is_staff?: boolean;
 }
 
 export class ChatApp {
@@ -44,6 +45,7 @@ export class ChatApp {
       regenerate: () => this.regenerate(),
       edit: (m, text) => this.edit(m, text),
       canAct: () => !this.pane.streaming && this.socket.state === "open",
+      staff: boot.is_staff === true,
     });
     this.composer = new Composer(byId("composer"), byId("settings"), {
       send: (text) => this.send(text),

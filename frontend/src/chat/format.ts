@@ -1,19 +1,24 @@
 // Human wording for stats and error codes, kept apart from the DOM code so it reads as a table.
-import type { Stats } from "../api";
+import type { Stats as ApiStats } from "../api";
+
+// experts_routed: how many distinct experts answered (the engine's ROUTES), when it reported them.
+type Stats = ApiStats & { experts_routed?: number | null };
 
 function num(v: number | null | undefined): v is number {
   return typeof v === "number" && Number.isFinite(v);
 }
 
 // "37 prompt · 128 tokens · TTFT 0.21 s · 24.5 tok/s · 93% expert hits · stop"
-export function statsParts(s: Stats | null): { label: string; value: string; warn?: boolean }[] {
+// `href` (staff, when the engine said which experts answered): the stat links to the atlas.
+export function statsParts(s: Stats | null, atlasHref?: string): { label: string; value: string; warn?: boolean; href?: string }[] {
   if (!s) return [];
-  const parts: { label: string; value: string; warn?: boolean }[] = [];
+  const parts: { label: string; value: string; warn?: boolean; href?: string }[] = [];
   if (num(s.prompt_tokens)) parts.push({ label: "prompt", value: `${s.prompt_tokens} tok` });
   if (num(s.completion_tokens)) parts.push({ label: "reply", value: `${s.completion_tokens} tok` });
   if (num(s.ttft_s)) parts.push({ label: "first token", value: `${s.ttft_s < 10 ? s.ttft_s.toFixed(2) : s.ttft_s.toFixed(1)} s` });
   if (num(s.tok_s)) parts.push({ label: "speed", value: `${s.tok_s.toFixed(1)} tok/s` });
-  if (num(s.hit_pct)) parts.push({ label: "expert hits", value: `${s.hit_pct.toFixed(0)}%` });
+  if (num(s.hit_pct))
+    parts.push({ label: "expert hits", value: `${s.hit_pct.toFixed(0)}%`, href: num(s.experts_routed) ? atlasHref : undefined });
   if (s.finish_reason) {
     const cut = s.finish_reason === "length";
     parts.push({ label: "finish", value: cut ? "length (max tokens reached)" : s.finish_reason, warn: cut });

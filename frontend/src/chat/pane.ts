@@ -18,6 +18,7 @@ export interface PaneHandlers {
   regenerate(): void;
   edit(message: Message, text: string): void;
   canAct(): boolean;
+  staff?: boolean; // staff see "expert hits" as a link to the atlas (a staff-only page)
 }
 
 interface View {
@@ -196,10 +197,14 @@ export class MessagePane {
     }
     if (m.status === "interrupted") meta.append(h("span", { class: "badge badge-warn", text: "Interrupted" }));
     if (m.status === "error") meta.append(h("span", { class: "badge badge-error", text: "Failed" }));
-    for (const p of statsParts(m.stats)) {
-      meta.append(
-        h("span", { class: p.warn ? "stat stat-warn" : "stat", title: p.label }, h("span", { class: "stat-label", text: p.label }), ` ${p.value}`),
-      );
+    const atlasHref = this.handlers.staff ? `/atlas?message=${m.id}` : undefined;
+    for (const p of statsParts(m.stats, atlasHref)) {
+      const label = h("span", { class: "stat-label", text: p.label });
+      const stat = p.href
+        ? h("a", { class: "stat stat-link", title: "open the expert atlas filtered to the experts that answered this reply",
+            attrs: { href: p.href, target: "_blank", rel: "noopener" } }, label, ` ${p.value}`)
+        : h("span", { class: p.warn ? "stat stat-warn" : "stat", title: p.label }, label, ` ${p.value}`);
+      meta.append(stat);
     }
     if (info?.error && info.error.code !== "CANCELLED")
       meta.append(h("div", { class: "msg-error", attrs: { role: "alert" }, text: errorMessage(info.error.code, info.error.detail) }));
