@@ -589,12 +589,14 @@ void es_release(expert_store *s, int r, int e) {
 }
 
 /* ---- bookkeeping and telemetry ---- */
-void es_note_selected(expert_store *s, int r, int e) {
+void es_note(expert_store *s, int r, int e, int heat) {
     if (!s || r < 0 || r >= s->rows || e < 0 || e >= s->cols) return;
     size_t i = (size_t)r * (size_t)s->cols + (size_t)e;
-    s->count[i]++;
+    if (heat) s->count[i]++;
     s->hits[i >> 3] |= (uint8_t)(1u << (i & 7));
 }
+
+void es_note_selected(expert_store *s, int r, int e) { es_note(s, r, e, 1); }
 
 int es_rows(const expert_store *s) { return s ? s->rows : 0; }
 int es_cols(const expert_store *s) { return s ? s->cols : 0; }

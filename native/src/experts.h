@@ -49,6 +49,9 @@ void es_release(expert_store *s, int r, int e);
 
 /* Routing bookkeeping: heat count +1 and HITS bit set. */
 void es_note_selected(expert_store *s, int r, int e);
+/* The same; heat == 0 sets the HITS bit only (SUBMIT heat=0: the cumulative counts behind
+ * EMAP heat, the usage file and pinning stay as they were). */
+void es_note(expert_store *s, int r, int e, int heat);
 
 int es_rows(const expert_store *s);
 int es_cols(const expert_store *s);

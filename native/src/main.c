@@ -244,7 +244,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
     utf8s_init(&u);
 
     double t0 = now_s();
-    if (prefill_tail(m, &kv, 0, ids, 0, n, logits, NULL, 0, rows, 256) != 0) {
+    if (prefill_tail(m, &kv, 0, ids, 0, n, logits, NULL, 0, 0, rows, 256) != 0) {
         fprintf(stderr, "colibri-engine: prefill failed\n");
         rc = 1;
         goto out;

@@ -311,6 +311,20 @@ static int pack_mat(model *m, qmat *w, int drop) {
     return 0;
 }
 
+/* The file's recommended sampling (llama.cpp's general.sampling.* keys), when present. */
+static void sampling_defaults(model *m) {
+    const gguf_file *g = &m->g;    /* a key of a non-numeric type, or not finite, counts as absent */
+    double t = gguf_get_float(g, "general.sampling.temp", NAN);
+    double p = gguf_get_float(g, "general.sampling.top_p", NAN);
+    double k = gguf_get_float(g, "general.sampling.top_k", NAN);
+    m->sampling.has_temp = isfinite(t);
+    m->sampling.has_top_p = isfinite(p);
+    m->sampling.has_top_k = isfinite(k) && k >= 0 && k <= 1e9;
+    m->sampling.temp = m->sampling.has_temp ? (float)t : 0.0f;
+    m->sampling.top_p = m->sampling.has_top_p ? (float)p : 1.0f;
+    m->sampling.top_k = m->sampling.has_top_k ? (int)k : 0;
+}
+
 static int load_inner(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
     struct model_priv *P = m->priv;
     gguf_file *g = &m->g;
@@ -532,6 +546,7 @@ out:
     }
     free(name);
     m->chat_template = gguf_get_string(g, "tokenizer.chat_template");
+    sampling_defaults(m);
     /* what K/V rows depend on: the shapes, the effective top-k, the file, EXACT's arithmetic */
     int64_t fp[17] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->vocab,
                       c->n_experts, c->top_k, c->d_expert, c->d_shexp, c->gating, c->n_moe_rows, rd,
@@ -709,7 +724,7 @@ static int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_
         top_k_ids(lg, E, K, s);
         gate_weights(c->gating, lg, s, K, selw + koff[i]);
         for (int j = 0; j < K; j++) {
-            es_note_selected(m->es, r, s[j]);
+            es_note(m->es, r, s[j], !rows[i].no_heat);
             if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
         }
     }

@@ -46,6 +46,11 @@ typedef struct model {
     tokenizer *tok;
     char name[256], arch[64];
     char *chat_template;                       /* NULL if absent */
+    struct {                                   /* the file's recommended sampling */
+        int has_temp, has_top_p, has_top_k;    /* general.sampling.{temp,top_p,top_k} present */
+        float temp, top_p;
+        int top_k;
+    } sampling;
     uint64_t fingerprint;                      /* for KV slot files */
     perf_counters perf;
     int exact;                                 /* EXACT=1 (expert_opts.exact): float activations,
@@ -66,6 +71,8 @@ typedef struct {
     uint32_t *route_counts; /* NULL or n_moe_rows*n_experts counters (per-turn routing) */
     int n_experts;          /* routed experts per token for this row, 1..n_experts; 0 (or out
                              * of range: callers validate) = the model's top_k */
+    int no_heat;            /* 1: this row's selections do not add to the store's cumulative
+                             * counts (SUBMIT heat=0); HITS and route_counts still see them */
 } fwd_row;
 
 /* Runs all rows through the model in one pass (weight rows read once per pass).

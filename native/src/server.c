@@ -45,6 +45,8 @@ typedef struct {
                                  * model's top_k); kept after the turn: the count that computed
                                  * the slot's K/V history, which a turn with another count
                                  * does not reuse */
+    int routes;                 /* routes=1: a ROUTES line after ENTROPY */
+    int heat;                   /* heat=0: selections not added to the cumulative counts */
     rng_state rng;
     utf8s u8;
     int next_tok;               /* sampled and sent, to be forwarded by the next step */
@@ -193,6 +195,23 @@ static void emit_entropy(server *S, const request *r) {
     free(buf);
 }
 
+/* ROUTES <id> <rows> <cols> <row>:<expert>:<count>...: this turn's selection counts (the ones
+ * ENTROPY is computed from), nonzero cells only, row-major. */
+static void emit_routes(server *S, const request *r) {
+    size_t ncell = (size_t)S->rows * S->cols, nz = 0;
+    for (size_t i = 0; i < ncell; i++) nz += r->route[i] != 0;
+    size_t cap = 64 + nz * 36;
+    char *buf = malloc(cap);
+    if (!buf) return;
+    size_t len = (size_t)snprintf(buf, cap, "ROUTES %llu %d %d", (unsigned long long)r->id, S->rows, S->cols);
+    for (size_t i = 0; i < ncell; i++)
+        if (r->route[i])
+            len += (size_t)snprintf(buf + len, cap - len, " %d:%d:%u", (int)(i / (size_t)S->cols),
+                                    (int)(i % (size_t)S->cols), (unsigned)r->route[i]);
+    out_raw_line(buf, len);
+    free(buf);
+}
+
 /* Ends a turn the normal way: held UTF-8 bytes, telemetry block, usage, REPIN, DONE. */
 static void finish(server *S, request *r, int length_limited) {
     model *m = S->m;
@@ -215,6 +234,7 @@ static void finish(server *S, request *r, int length_limited) {
     out_line("PERF %llu %.3f %.3f %.3f %.3f %.3f %.3f %.3f", (unsigned long long)r->id,
              t_end - r->t_accept, d.t_edisk, 0.0, d.t_emm, d.t_attn, 0.0, d.t_head);
     emit_entropy(S, r);
+    if (r->routes) emit_routes(S, r);
     out_line("GPUS 0");
     emit_tiers(S);
     emit_emap(S);
@@ -318,7 +338,8 @@ static void take_token(server *S, request *r) {
 }
 
 int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
-                 float *logits, uint32_t *route_counts, int n_experts, fwd_row *rows, int chunk) {
+                 float *logits, uint32_t *route_counts, int n_experts, int no_heat, fwd_row *rows,
+                 int chunk) {
     for (int p = from; p < n; p += chunk) {
         int cnt = n - p < chunk ? n - p : chunk;
         if (kv_reserve(kv, s, p + cnt) != 0) return -1;
@@ -329,6 +350,7 @@ int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
             rows[i].logits = p + i == n - 1 ? logits : NULL;
             rows[i].route_counts = route_counts;
             rows[i].n_experts = n_experts;
+            rows[i].no_heat = no_heat;
         }
         if (model_forward(m, kv, rows, cnt) != 0) return -1;
     }
@@ -349,7 +371,8 @@ static void decode_step(server *S) {
             continue;
         }
         S->fwd[n++] = (fwd_row){ .slot = s, .pos = pos, .token = r->next_tok, .logits = r->logits,
-                                 .route_counts = r->route, .n_experts = r->experts };
+                                 .route_counts = r->route, .n_experts = r->experts,
+                                 .no_heat = !r->heat };
     }
     if (n == 0) return;
     if (model_forward(S->m, &S->kv, S->fwd, n) != 0) {
@@ -434,6 +457,7 @@ typedef struct {
     uint64_t id, slot, bytes, max_tokens, gbytes, seed, experts;
     double temperature, top_p;
     int have_seed, logprobs, have_logprobs, have_experts;
+    int routes, have_routes, heat, have_heat;
 } submit_hdr;
 
 /* Parses the SUBMIT fields. Returns 0 if valid. Independently of validity, sets
@@ -441,6 +465,7 @@ typedef struct {
 static int parse_submit(char *args, submit_hdr *h, long long *consume) {
     char *f[40];
     memset(h, 0, sizeof *h);
+    h->heat = 1;
     *consume = -1;
     int nf = args ? split_fields(args, f, 40) : 0;
     if (nf < 0) {                       /* still try to find the byte counts */
@@ -486,6 +511,14 @@ static int parse_submit(char *args, submit_hdr *h, long long *consume) {
             if (h->have_experts) return -1;
             h->have_experts = 1;
             h->experts = val;
+        } else if (!strcmp(k, "routes")) {
+            if (h->have_routes || val > 1) return -1;
+            h->have_routes = 1;
+            h->routes = (int)val;
+        } else if (!strcmp(k, "heat")) {
+            if (h->have_heat || val > 1) return -1;
+            h->have_heat = 1;
+            h->heat = (int)val;
         } else {
             return -1;
         }
@@ -582,6 +615,8 @@ static void cmd_submit(server *S, char *args) {
     r->top_p = (float)h.top_p;
     r->logprobs = h.logprobs;
     r->experts = experts;
+    r->routes = h.routes;
+    r->heat = h.heat;
     rng_seed(&r->rng, h.have_seed ? h.seed : h.id);
     utf8s_init(&r->u8);
     memset(r->route, 0, (size_t)S->rows * S->cols * sizeof *r->route);
@@ -592,8 +627,8 @@ static void cmd_submit(server *S, char *args) {
     fprintf(stderr, "[API] KV slot %d prefix %d/%d token, prefill %d\n", slot, keep, n, n - keep);
 
     kv_truncate(&S->kv, slot, keep);
-    if (prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, experts, S->fwd,
-                     PREFILL_CHUNK) != 0) {
+    if (prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, experts, !r->heat,
+                     S->fwd, PREFILL_CHUNK) != 0) {
         fprintf(stderr, "[API] prefill failed for id=%llu (out of memory or expert read error)\n", id);
         kv_truncate(&S->kv, slot, keep);
         r->t_decode0 = now_s();
@@ -717,6 +752,23 @@ static void emit_model_line(server *S) {
     len += (size_t)snprintf(b + len, cap - len, ",\"chat_template\":");
     if (m->chat_template) json_str(b, cap, &len, m->chat_template);
     else len += (size_t)snprintf(b + len, cap - len, "null");
+    len += (size_t)snprintf(b + len, cap - len, ",\"sampling\":");
+    if (m->sampling.has_temp || m->sampling.has_top_p || m->sampling.has_top_k) {
+        const char *sep = "{";
+        if (m->sampling.has_temp) {
+            len += (size_t)snprintf(b + len, cap - len, "%s\"temperature\":%.6g", sep, (double)m->sampling.temp);
+            sep = ",";
+        }
+        if (m->sampling.has_top_p) {
+            len += (size_t)snprintf(b + len, cap - len, "%s\"top_p\":%.6g", sep, (double)m->sampling.top_p);
+            sep = ",";
+        }
+        if (m->sampling.has_top_k)
+            len += (size_t)snprintf(b + len, cap - len, "%s\"top_k\":%d", sep, m->sampling.top_k);
+        len += (size_t)snprintf(b + len, cap - len, "}");
+    } else {
+        len += (size_t)snprintf(b + len, cap - len, "null");
+    }
     len += (size_t)snprintf(b + len, cap - len, ",\"slots\":%d}", S->o->n_slots);
     out_raw_line(b, len);
     free(b);

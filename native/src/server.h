@@ -24,8 +24,9 @@ int serve_mux(model *m, const serve_opts *o);
 
 /* Forwards ids[from..n) of slot s (whose history must hold exactly `from` positions)
  * in chunks of `chunk` rows with n_experts routed experts per token (0: the model's);
- * logits of the last row go to `logits` (vocab floats).
+ * logits of the last row go to `logits` (vocab floats); no_heat: fwd_row.no_heat.
  * rows: scratch of at least `chunk` entries. 0 ok, -1 on OOM / forward failure. */
 int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
-                 float *logits, uint32_t *route_counts, int n_experts, fwd_row *rows, int chunk);
+                 float *logits, uint32_t *route_counts, int n_experts, int no_heat, fwd_row *rows,
+                 int chunk);
 #endif

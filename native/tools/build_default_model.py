@@ -47,6 +47,9 @@ CHUNK_TOKENS = 512
 PARTITION_TOKENS = 2048     # the first four text chunks: the reference recipe's calibration set
 RIDGE_LAMBDA = 0.1
 SEED = 20260816
+# SmolLM2-135M-Instruct's model card recommends temperature 0.2, top-p 0.9: written as the
+# file's default sampling (general.sampling.*); the weights do not depend on it.
+SAMPLING = {"general.sampling.temp": 0.2, "general.sampling.top_p": 0.9}
 
 
 def fetch(cache: Path) -> tuple[Path, Path]:
@@ -228,13 +231,15 @@ def build(out: Path, cache: Path, engine: Path, chat: bool = True, top_k: int = 
 
     reader = model.reader
     writer = GGUFWriter(str(out) + ".tmp", "llama")
-    copy_metadata(reader, writer, {"general.architecture", "general.name"})
+    copy_metadata(reader, writer, {"general.architecture", "general.name", *SAMPLING})
     writer.add_name(f"SmolLM2-135M-Instruct MoE16 (shared 768 + 16x48, top-{top_k})")
     writer.add_uint32("llama.expert_count", N_EXPERTS)
     writer.add_uint32("llama.expert_used_count", top_k)
     writer.add_uint32("llama.expert_feed_forward_length", EXPERT_W)
     writer.add_uint32("llama.expert_shared_feed_forward_length", SHARED_W)
     writer.add_string("colibri.expert_gating", "unit")
+    for key, value in SAMPLING.items():     # llama.cpp's key names; the engine's MODEL line
+        writer.add_float32(key, value)       # announces them as the default sampling
 
     q41 = GGMLQuantizationType.Q4_1
     for t in reader.tensors:

@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--f32", action="store_true", help="all matrices F32 (no weight quantization)")
     ap.add_argument("--mute-eos", action="store_true",
                     help="near-zero EOS row too: replies never end by themselves (for stop/cancel tests)")
+    ap.add_argument("--sampling-temp", type=float, help="write general.sampling.temp")
+    ap.add_argument("--sampling-top-p", type=float, help="write general.sampling.top_p")
+    ap.add_argument("--sampling-top-k", type=int, help="write general.sampling.top_k")
     a = ap.parse_args(argv)
     if a.layers < 1 or (not a.dense and not (1 <= a.top_k <= a.experts)):
         ap.error("need layers >= 1 and 1 <= top-k <= experts")
@@ -227,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.shared_expert:
             w.add_expert_shared_feed_forward_length(D_SHEXP)
         w.add_string("colibri.expert_gating", a.gating)
+    if a.sampling_temp is not None:
+        w.add_float32("general.sampling.temp", a.sampling_temp)
+    if a.sampling_top_p is not None:
+        w.add_float32("general.sampling.top_p", a.sampling_top_p)
+    if a.sampling_top_k is not None:
+        w.add_int32("general.sampling.top_k", a.sampling_top_k)
     w.add_file_type(int(gguf.LlamaFileType.ALL_F32 if a.f32 else gguf.LlamaFileType.MOSTLY_Q8_0))
 
     w.add_tokenizer_model("gpt2")

@@ -1,0 +1,111 @@
+"""Off-by-default mux extensions (native/README.md "Commands", "Responses per request",
+"Handshake"): SUBMIT's `routes=1` (a ROUTES line of the turn's expert selection counts),
+`heat=0` (selections kept out of the cumulative usage heat) and MODEL's `sampling` (the file's
+general.sampling.* recommendation)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.native.engine import SCALE, chatml, hits_bits, parse_map, parse_model_line
+from tests.support import procs
+
+pytestmark = pytest.mark.timeout(int(120 * SCALE))
+
+ROWS, COLS, TOP_K = 4, 8, 2
+PROMPT = chatml("Name three rivers and the seas they reach.")
+
+
+def parse_routes(line: str, rid: int):
+    """ROUTES <id> <rows> <cols> <row>:<expert>:<count>... -> (rows, cols, {(row, expert): count})"""
+    p = line.split(" ")
+    assert p[0] == "ROUTES" and int(p[1]) == rid, line
+    rows, cols = int(p[2]), int(p[3])
+    cells, keys = {}, []
+    for t in p[4:]:
+        r, e, c = map(int, t.split(":"))
+        assert 0 <= r < rows and 0 <= e < cols and c > 0, f"bad triple {t} in {line!r}"
+        keys.append((r, e))
+        cells[(r, e)] = c
+    assert keys == sorted(set(keys)), f"triples not sorted by row then expert, or repeated: {line!r}"
+    return rows, cols, cells
+
+
+def test_routes_line_counts_the_turn(eng):
+    r = eng.result(eng.submit(PROMPT, slot=0, max_tokens=12, extra=" routes=1"))
+    kinds = [ln.split(" ", 1)[0] for ln in r.block]
+    assert "ROUTES" in kinds, kinds
+    assert kinds.index("ENTROPY") < kinds.index("ROUTES"), f"ROUTES not after ENTROPY: {kinds}"
+    rows, cols, cells = parse_routes(r.block_line("ROUTES"), r.id)
+    assert (rows, cols) == (ROWS, COLS)
+    forwarded = r.prompt_tokens - r.reused + r.stat()["emitted"] - r.stat()["length_limited"]
+    ent = [float(h) for h in r.block_line("ENTROPY").split(" ")[1:]]
+    for row in range(rows):
+        c = [cells.get((row, e), 0) for e in range(cols)]
+        # every forwarded position chose top_k experts in every MoE layer
+        assert sum(c) == TOP_K * forwarded, (row, c, forwarded)
+        tot = sum(c)
+        h = -sum(x / tot * math.log2(x / tot) for x in c if x)
+        assert abs(h - ent[row]) < 1.5e-3, f"row {row}: ENTROPY {ent[row]} but ROUTES give {h:.4f}"
+    # off by default and with routes=0
+    for extra in ("", " routes=0"):
+        q = eng.result(eng.submit(PROMPT, slot=1, max_tokens=4, extra=extra))
+        assert q.block_line("ROUTES") is None, q.block
+
+
+def test_routes_on_a_dense_model(spawn):
+    d = spawn(model="dense", slots=1)
+    r = d.result(d.submit(PROMPT, max_tokens=4, extra=" routes=1"))
+    assert r.block_line("ROUTES") == f"ROUTES {r.id} 0 0", r.block
+
+
+@pytest.mark.parametrize("extra", [" routes=2", " heat=2", " routes=1 routes=1", " heat=0 heat=0",
+                                   " routes=", " heat=-1", " routes=yes"])
+def test_bad_routes_or_heat_rejects_the_header(eng, extra):
+    n0 = len(eng.errors0)
+    rid = eng.submit(b"hi\nSTOP 77", slot=2, max_tokens=4, extra=extra)
+    eng.wait(lambda: len(eng.errors0) > n0, what="ERROR 0")
+    assert eng.errors0[n0] == ["BAD_REQUEST"], eng.errors0
+    ok = eng.result(eng.submit(PROMPT, slot=2, max_tokens=2))   # the stream stays in sync
+    assert ok.done is not None and not eng._req(rid).accept
+
+
+def heat(emap: bytes) -> list[int]:
+    return [b & 63 for b in emap]
+
+
+def test_heat0_leaves_usage_heat_alone(spawn):
+    e = spawn(slots=2)
+    e.wait(lambda: "EMAP" in e.latest, what="EMAP")
+    before = parse_map(e.latest["EMAP"], "EMAP")[2]
+    r = e.result(e.submit(PROMPT, slot=0, max_tokens=10, extra=" heat=0 routes=1"))
+    after = parse_map(r.block_line("EMAP"), "EMAP")[2]
+    assert heat(after) == heat(before), "a heat=0 request changed the EMAP heat"
+    # HITS and ROUTES still see its selections
+    union = [0] * (ROWS * COLS)
+    for ln in r.block:
+        if ln.startswith("HITS "):
+            for i, b in enumerate(hits_bits(parse_map(ln, "HITS")[2], ROWS * COLS)):
+                union[i] |= b
+    _, _, cells = parse_routes(r.block_line("ROUTES"), r.id)
+    assert {row * COLS + ex for row, ex in cells} <= {i for i, b in enumerate(union) if b}
+    assert sum(union) > 0
+    r2 = e.result(e.submit(PROMPT, slot=1, max_tokens=10))
+    after2 = parse_map(r2.block_line("EMAP"), "EMAP")[2]
+    assert heat(after2) != heat(after), "a heat=1 request did not change the EMAP heat"
+    assert all(a >= b for a, b in zip(heat(after2), heat(after)))
+
+
+def test_model_line_sampling(spawn, tmp_path):
+    e = spawn(slots=1)
+    e.wait(lambda: "MODEL" in e.latest, what="MODEL line")
+    assert parse_model_line(e.latest["MODEL"])["sampling"] is None
+    both = procs.make_tiny_model(tmp_path / "samp.gguf", "--sampling-temp", "0.2", "--sampling-top-p", "0.9")
+    e = spawn(model=str(both), slots=1)
+    e.wait(lambda: "MODEL" in e.latest, what="MODEL line")
+    assert parse_model_line(e.latest["MODEL"])["sampling"] == {"temperature": 0.2, "top_p": 0.9}
+    k = procs.make_tiny_model(tmp_path / "topk.gguf", "--sampling-top-k", "40")
+    e = spawn(model=str(k), slots=1)
+    e.wait(lambda: "MODEL" in e.latest, what="MODEL line")
+    assert parse_model_line(e.latest["MODEL"])["sampling"] == {"top_k": 40}
