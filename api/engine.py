@@ -3,6 +3,13 @@
 open_generation() waits (bounded) until the bridge accepts the job, so refusals before ACCEPT
 (context exceeded, queue full, engine down) become clean HTTP errors and the 200 is sent only
 for a job the engine took. The returned iterator is then projected by api/projectors.py.
+
+A stream may start earlier, at the bridge's first `queued` event (`admit_queued=True`): the
+bridge decides QUEUE_FULL at submit time, so a job told its position was admitted, and its
+client should learn the position (and get keepalives) while it waits rather than see nothing for
+minutes. What can still go wrong after that (the queue wait timing out, the engine going down,
+a context overflow found when the job reaches a slot) then goes in-band, in the surface's own
+error event; a job that never waits still gets its clean 4xx.
 """
 import asyncio
 
@@ -16,14 +23,25 @@ def queue_timeout_s():
     return float(getattr(settings, "API_QUEUE_TIMEOUT", 300))
 
 
-async def open_generation(request, *, prompt_param="messages"):
-    """-> (accepted event, async iterator of the remaining events). Raises ApiError; a context
-    overflow names `prompt_param` (the surface's own field)."""
+def queue_deadline():
+    return asyncio.get_running_loop().time() + queue_timeout_s()
+
+
+def queue_timeout_error():
+    return ApiError(429, "Timed out waiting in the generation queue; retry shortly.", type="rate_limit_error",
+                    code="queue_timeout", headers={"Retry-After": "1"})
+
+
+async def open_generation(request, *, prompt_param="messages", admit_queued=False, deadline=None):
+    """-> (accepted event — or, with admit_queued, the first queued event —, async iterator of the
+    remaining events). Raises ApiError; a context overflow names `prompt_param` (the surface's own
+    field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s()."""
     from engine_bridge import client
 
     agen = client.generate(request)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + queue_timeout_s()
+    if deadline is None:
+        deadline = queue_deadline()
     while True:
         try:
             # A timeout cancels __anext__, which ends generate() and sends gen.cancel.
@@ -31,10 +49,9 @@ async def open_generation(request, *, prompt_param="messages"):
         except StopAsyncIteration:
             raise ApiError(500, "The engine closed the request without an answer.", type="server_error", code="engine_error")
         except asyncio.TimeoutError:
-            raise ApiError(429, "Timed out waiting in the generation queue; retry shortly.", type="rate_limit_error",
-                           code="queue_timeout", headers={"Retry-After": "1"})
+            raise queue_timeout_error()
         kind = event.get("kind")
-        if kind == "accepted":
+        if kind == "accepted" or (kind == "queued" and admit_queued):
             return event, agen
         if kind == "error":
             await agen.aclose()
@@ -42,15 +59,20 @@ async def open_generation(request, *, prompt_param="messages"):
         # queued / submitted (the client's own first event) and unknown kinds: keep waiting.
 
 
-async def with_keepalive(agen, interval):
-    """Yields agen's events, and None whenever `interval` seconds pass without one.
+async def with_keepalive(agen, interval, deadline=lambda: None):
+    """Yields agen's events, and None whenever `interval` seconds pass without one — or sooner,
+    when the loop time `deadline()` (None: no deadline) comes first, so the caller can act on it.
     Leaving early (close, cancellation by a client disconnect) ends agen, which cancels the job."""
     pending = None
+    loop = asyncio.get_running_loop()
     try:
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(agen.__anext__())
-            done, _ = await asyncio.wait({pending}, timeout=interval)
+            timeout, until = interval, deadline()
+            if until is not None:
+                timeout = max(0.0, min(interval, until - loop.time()))
+            done, _ = await asyncio.wait({pending}, timeout=timeout)
             if not done:
                 yield None
                 continue

@@ -82,7 +82,9 @@ class OpenAIEnvelope:
     def body(self, err):
         return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code, **err.extra}}
 
-    def stream_error(self, message):
+    def stream_error(self, message, err=None):
+        if err is not None:  # an error found before ACCEPT, after the stream started (queued jobs)
+            return {"error": {"message": message, "type": err.type, "param": err.param, "code": err.code}}
         return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
 
 

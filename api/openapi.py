@@ -107,8 +107,13 @@ def _errors(envelope, busy):
 def generation(request, summary, *, envelope=OPENAI_ERROR, busy=503):
     return documented(
         request={"application/json": request}, summary=summary,
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="the surface's object, or an SSE stream "
-                                        "(text/event-stream) when the body says stream: true"),
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description=(
+            "the surface's object, or an SSE stream (text/event-stream) when the body says stream: true. "
+            "A stream whose request waits for a slot starts at once: header `x-colibri-queue-position: N` "
+            "(1 = next), SSE comments `: queued position=N` while it waits (Anthropic: also `ping` events with "
+            "`colibri.queue_position`; Responses: the official `response.created`/`response.queued` with status "
+            "`queued`); an error found before a slot took it (queue timeout, context exceeded, engine down) then "
+            "comes in-band as the surface's error event")),
                    **_errors(envelope, busy)},
     )
 

@@ -5,6 +5,14 @@ into its surface's SSE frames (streaming) and final object (buffered): OpenAI Ch
 Completions, Anthropic Messages, OpenAI Responses. The engine's outcome maps to each surface's
 finish value here and only here (api-surfaces §1.7).
 
+Queue position: a stream may start while its job waits for a slot (api/engine.py). Every
+`queued` event then becomes an SSE comment `: queued position=N` (both SDKs skip comment lines),
+plus the surface's own way where it has one: Anthropic a `ping` event carrying
+`colibri.queue_position` (the SDK skips pings unparsed), Responses the official `response.created`
+and `response.queued` with status "queued" (then `response.in_progress` once a slot takes it).
+An error before the job was accepted carries the ApiError it would have been as an HTTP status
+(`api_error`), so the in-band event says the same (context exceeded, queue timeout, engine down).
+
 Invariants: text events are already valid UTF-8 with stop strings trimmed (the bridge reassembles
 DATA frames), so a delta never splits a character; an explicit zero budget submitted 1 token,
 which is dropped and reported as a length stop with 0 completion tokens; after an error no
@@ -17,6 +25,10 @@ import uuid
 from api.errors import ANTHROPIC, OPENAI, api_engine_message
 
 KEEPALIVE = ": keepalive\n\n"  # an SSE comment: SDKs ignore it (never an empty data: line)
+
+
+def queued_comment(position):
+    return f": queued position={int(position or 0)}\n\n"
 
 
 def sse(payload, event=None):
@@ -44,7 +56,10 @@ class Projector:
         self.finish_reason = None  # engine level: stop | length
         self.stop_sequence = None  # the client's stop string that ended the text, when known
         self.error = None
+        self.api_error = None  # an error before ACCEPT: the HTTP error it would have been (ApiError)
         self.done = None
+        self.accepted = False
+        self.position = None  # the last queue position the bridge reported
         self.topk = []
 
     @property
@@ -57,6 +72,8 @@ class Projector:
 
     @property
     def error_message(self):
+        if self.api_error is not None:
+            return self.api_error.message
         return api_engine_message(self.error or {})
 
     def colibri(self):
@@ -69,7 +86,13 @@ class Projector:
         if self.finished:
             return []
         kind = event.get("kind")
+        if kind == "queued":
+            if self.accepted:
+                return []
+            self.position = event.get("position")
+            return self.on_queued(self.position)
         if kind == "accepted":
+            self.accepted = True
             self.prompt_tokens = event.get("prompt_tokens") or 0
             return self.on_accepted()
         if kind == "text":
@@ -91,8 +114,13 @@ class Projector:
             return self.on_done()
         if kind == "error":
             self.error = event
+            if not self.accepted:
+                self.api_error = event.get("api_error")
             return self.on_error()
-        return []  # queued (after accept it cannot happen) and unknown kinds
+        return []  # unknown kinds
+
+    def on_queued(self, position):
+        return [queued_comment(position)]
 
     def on_accepted(self):
         return []
@@ -144,7 +172,7 @@ class OpenAIChatProjector(Projector):
 
     def on_error(self):
         # After the 200: an in-band error record, then close without [DONE] (the SDK raises).
-        return [sse(OPENAI.stream_error(self.error_message))]
+        return [sse(OPENAI.stream_error(self.error_message, self.api_error))]
 
     def end(self):
         return [] if self.error else ["data: [DONE]\n\n"]
@@ -215,6 +243,10 @@ class AnthropicProjector(Projector):
         return {"input_tokens": self.prompt_tokens, "output_tokens": self.completion_tokens,
                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
+    def on_queued(self, position):
+        # The SDK skips ping events without parsing them; a raw SSE reader sees the position.
+        return [queued_comment(position), self._event("ping", colibri={"queue_position": position})]
+
     def on_accepted(self):
         message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
                    "stop_reason": None, "stop_sequence": None,
@@ -242,7 +274,10 @@ class AnthropicProjector(Projector):
                 self._event("message_stop")]
 
     def on_error(self):
-        kind = "overloaded_error" if (self.error or {}).get("code") in ("ENGINE_UNAVAILABLE", "QUEUE_FULL") else "api_error"
+        if self.api_error is not None:
+            kind = ANTHROPIC.body(self.api_error)["error"]["type"]
+        else:
+            kind = "overloaded_error" if (self.error or {}).get("code") in ("ENGINE_UNAVAILABLE", "QUEUE_FULL") else "api_error"
         return [sse(ANTHROPIC.stream_error(self.error_message, kind), "error")]
 
     def response(self):
@@ -261,6 +296,8 @@ class ResponsesProjector(Projector):
         self.item_id = _id("msg_")
         self.echo = echo or {}  # request parameters the response object repeats
         self.seq = 0
+        self.created_sent = False  # response.created went out (at the first queued event or at accept)
+        self.item_added = False
 
     def _event(self, name, **payload):
         frame = sse({"type": name, "sequence_number": self.seq, **payload}, name)
@@ -270,6 +307,8 @@ class ResponsesProjector(Projector):
     def status(self):
         if self.error:
             return "failed"
+        if not self.accepted:
+            return "queued"
         if self.done is None:
             return "in_progress"
         return "incomplete" if self.finish_reason == "length" else "completed"
@@ -287,23 +326,47 @@ class ResponsesProjector(Projector):
         return {"id": self.item_id, "type": "message", "role": "assistant", "status": status,
                 "content": [self._part()]}
 
+    def _error_code(self):
+        err = self.api_error
+        if err is not None and err.status == 429:
+            return "rate_limit_exceeded"
+        if err is not None and err.code == "context_length_exceeded":
+            return "invalid_prompt"
+        return "server_error"
+
     def response(self, *, output=None):
         status = self.status()
+        if output is None:
+            output = [self.item()] if self.item_added or self.done else []
         return {
             "id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.model,
-            "output": [self.item()] if output is None else output,
-            "error": {"code": "server_error", "message": self.error_message} if self.error else None,
+            "output": output,
+            "error": {"code": self._error_code(), "message": self.error_message} if self.error else None,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "usage": self.usage() if self.done else None,
             "tools": [], "tool_choice": "auto", "parallel_tool_calls": True, "text": {"format": {"type": "text"}},
             "metadata": {}, **self.echo,
         }
 
+    def _created(self):
+        if self.created_sent:
+            return []
+        self.created_sent = True
+        return [self._event("response.created", response=self.response(output=[]))]
+
+    def on_queued(self, position):
+        frames = [queued_comment(position)]
+        if not self.created_sent:  # official events for a waiting response; no position field
+            frames += [*self._created(), self._event("response.queued", response=self.response(output=[]))]
+        return frames
+
     def on_accepted(self):
+        frames = self._created()
         started = self.response(output=[])
         loc = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        self.item_added = True
         return [
-            self._event("response.created", response=started),
+            *frames,
             self._event("response.in_progress", response=started),
             self._event("response.output_item.added", output_index=0,
                         item={**self.item("in_progress"), "content": []}),
@@ -328,4 +391,5 @@ class ResponsesProjector(Projector):
         return [*frames, self._event(terminal, response=self.response())]
 
     def on_error(self):
-        return [*self._close_item(), self._event("response.failed", response=self.response())]
+        frames = self._close_item() if self.item_added else self._created()
+        return [*frames, self._event("response.failed", response=self.response())]

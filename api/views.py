@@ -13,6 +13,9 @@ per waiting request and no thread hop sits between ACCEPT and the first byte (is
 hands Django an async iterator, which Django cancels on client disconnect (that closes generate()
 and the bridge cancels the job); a buffered request's view is cancelled the same way.
 """
+import asyncio
+import contextlib
+
 from adrf.views import APIView as AsyncAPIView
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, StreamingHttpResponse
@@ -28,12 +31,13 @@ from rest_framework.views import APIView
 
 from api import anthropic_messages, completions, engine, intake, limits, openai_chat, openapi, responses, served
 from api.auth import ApiKeyAuthentication
-from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, render
+from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, from_engine_error, render
 from api.metering import Meter
 from api.models import ApiKey
 from colibri_site import metrics
 
 KEEPALIVE_S = 10
+QUEUE_POSITION_HEADER = "x-colibri-queue-position"
 # What the openai and anthropic SDKs send (api-surfaces §1.2).
 CORS_ALLOW_HEADERS = ", ".join([
     "Authorization", "Content-Type", "x-api-key", "anthropic-version", "anthropic-beta",
@@ -84,7 +88,7 @@ class V1Api(APIView):
         # Keys, not cookies, authenticate /v1, so any origin may call it from a browser (a
         # wildcard never covers Authorization in Allow-Headers, hence the explicit list).
         response["Access-Control-Allow-Origin"] = "*"
-        response["Access-Control-Expose-Headers"] = "Retry-After, retry-after-ms"
+        response["Access-Control-Expose-Headers"] = f"Retry-After, retry-after-ms, {QUEUE_POSITION_HEADER}"
         return super().finalize_response(request, response, *args, **kwargs)
 
     def get_exception_handler(self):
@@ -145,11 +149,16 @@ class GenerationApi(V1Api, AsyncAPIView):
         call = self.surface.parse(body, served=facts)
         if not call.stream:
             return Response(await _buffered(call, meter))
-        accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param)
-        meter.observe(accepted)
-        response = StreamingHttpResponse(_sse(call.projector, accepted, events, meter), content_type="text/event-stream")
+        # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was admitted:
+        # its client learns its position while it waits); the queue wait stays bounded.
+        deadline = engine.queue_deadline()
+        first, events = await engine.open_generation(call.request, prompt_param=call.prompt_param,
+                                                     admit_queued=True, deadline=deadline)
+        response = StreamingHttpResponse(_sse(call, first, events, meter, deadline), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
+        if first.get("kind") == "queued":
+            response[QUEUE_POSITION_HEADER] = str(first.get("position") or 0)
         return response
 
     def finalize_response(self, request, response, *args, **kwargs):
@@ -213,19 +222,35 @@ async def _buffered(call, meter):
     return projector.response()
 
 
-async def _sse(projector, accepted, events, meter):
+async def _sse(call, first, events, meter, deadline):
+    """The stream of one generation. `first` is the accepted event, or the first queued one: until
+    ACCEPT the queue deadline still holds, and an error is the HTTP error it would have been,
+    said in-band (the 200 has gone out)."""
+    projector = call.projector
+    loop = asyncio.get_running_loop()
+    waiting = lambda: None if projector.accepted or projector.finished else deadline  # noqa: E731
     try:
-        for frame in projector.feed(accepted):
+        meter.observe(first)
+        for frame in projector.feed(first):
             yield frame
-        async for event in engine.with_keepalive(events, KEEPALIVE_S):
-            if event is None:
-                yield projector.keepalive
-                continue
-            meter.observe(event)
-            for frame in projector.feed(event):
-                yield frame
-            if projector.finished:
-                break
+        async with contextlib.aclosing(engine.with_keepalive(events, KEEPALIVE_S, waiting)) as stream:
+            async for event in stream:
+                if event is None:
+                    if waiting() is not None and loop.time() >= deadline:
+                        # Leaving the loop closes the stream: the bridge cancels the waiting job.
+                        for frame in projector.feed({"kind": "error", "code": "QUEUE_TIMEOUT",
+                                                     "api_error": engine.queue_timeout_error()}):
+                            yield frame
+                        break
+                    yield projector.keepalive
+                    continue
+                if event.get("kind") == "error" and not projector.accepted:
+                    event = {**event, "api_error": from_engine_error(event, prompt_param=call.prompt_param)}
+                meter.observe(event)
+                for frame in projector.feed(event):
+                    yield frame
+                if projector.finished:
+                    break
         if not projector.finished:  # stream ended without DONE: say so in-band
             for frame in projector.feed({"kind": "error", "code": "ENGINE_ERROR"}):
                 yield frame
