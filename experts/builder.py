@@ -1,6 +1,18 @@
 """The atlas builder: probe prompts through the bridge, per-probe expert counts, experts.json.
 
-Measuring (documented limits, issue 13; native/ is unchanged):
+Two ways of measuring, chosen by what the engine takes (routes_supported):
+
+**routes** (our engine: it announces itself with a MODEL line and takes the routes=1 / heat=0
+SUBMIT keys, docs/contracts.md "Routing per request"). Each probe is one request, the whole
+text, max_tokens 1, greedy, heat=False: its done event carries the engine's ROUTES, the exact
+number of times each expert was selected for this request's positions (engine-side, per
+request, also inside a batched step), so other traffic cannot leak in and nothing needs to be
+retried for it. A "selection" is one token routed to the expert. heat=False keeps the probes out
+of the engine's usage heat (EMAP heat, usage file, pinning). ROUTES counts only the positions the
+turn prefilled, so a probe must reuse no KV: a reset request ("|", heat=False) on the build's
+slot goes first, and a probe that reused any KV anyway (it landed on another slot) is run again.
+
+**hits** (engines without our extensions, e.g. the real colibri binary; kept as it was):
 * Counts come from HITS, the engine-wide bitmap of experts routed at least once since the
   previous HITS. Mid-turn HITS fall every 6 tokens of an engine-wide counter, so their windows
   shift with whatever else the engine generated before: they cannot give reproducible counts.
@@ -17,8 +29,8 @@ Measuring (documented limits, issue 13; native/ is unchanged):
 * Reproducible: probes are raw text, greedy (temperature 0, fixed seed), on the build's slot
   (its conversation key), which a reset request clears before each probe (its first chunk must
   reuse no KV). Same model + same probes -> same counts -> same bytes (atlas_format.dump).
-* Probes go at background priority: a person's chat is always served first. They do add to the
-  engine's cumulative usage heat (.coli_usage); keeping them out would need an engine extension.
+* Probes go at background priority: a person's chat is always served first. On such an engine
+  they add to its cumulative usage heat (.coli_usage): it takes no heat=0.
 
 Computation (colibri's analyze.py as peers.md §4 describes it): per run, an expert's share = its
 count / all counts of the run; average the shares over the runs of each category; renormalise ->
@@ -93,6 +105,21 @@ def load_probe_experts(path=PROBES_FILE):
     """The routed experts per token the probes ask for (probes.json "experts"), or None."""
     value = json.loads(Path(path).read_bytes()).get("experts")
     return int(value) if value else None
+
+
+def routes_supported(model):
+    """Whether the engine reports per-request routing (routes=1) and takes heat=0: our engine,
+    which sends a MODEL line. Without one the bridge's telemetry says extensions: false."""
+    return isinstance(model, dict) and model.get("extensions", True) is not False
+
+
+def routing_counts(routing):
+    """The done event's routing ({"rows", "cols", "counts": [[row, expert, n], ...]}) as an
+    array of shape (rows, cols)."""
+    counts = np.zeros((routing["rows"], routing["cols"]), dtype=np.int64)
+    for row, expert, n in routing["counts"]:
+        counts[row, expert] += n
+    return counts
 
 
 def probe_experts(wanted, model):
@@ -185,8 +212,53 @@ def leave_one_out(runs, categories):
 
 # --- running the probes (async, through the bridge) ----------------------------------------------
 
+class RoutesRunner:
+    """Runs probes one at a time through the bridge with routes=True, heat=False and returns each
+    one's exact selection counts (see the module docstring)."""
+
+    method = "routes"
+
+    def __init__(self, *, key, experts=None):
+        self.key = key
+        self.experts = experts
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return None
+
+    async def _generate(self, prompt, routes):
+        request = bridge_client.GenerationRequest(
+            prompt=prompt, max_tokens=1, temperature=0.0, seed=SEED, conversation_key=self.key,
+            priority="background", experts=self.experts, routes=routes, heat=False)
+        accepted, final = None, None
+        async with contextlib.aclosing(bridge_client.generate(request)) as events:
+            async for event in events:
+                if event["kind"] == "accepted":
+                    accepted = event
+                elif event["kind"] in ("done", "error"):
+                    final = event
+        if final is None or final["kind"] == "error":
+            raise BuildError(f"the engine refused a probe: {(final or {}).get('message', 'no answer')}")
+        return accepted or {}, final
+
+    async def run(self, probe):
+        """The probe's selection counts, shape (rows, cols); None when it reused KV (run again)."""
+        await self._generate(RESET_PROMPT, routes=False)
+        accepted, final = await self._generate(probe.text, routes=True)
+        if accepted.get("reused"):
+            return None
+        routing = final.get("routing")
+        if not routing or not routing.get("rows"):
+            raise BuildError("the engine sent no routing for a probe (routes=1 unsupported, or a dense model)")
+        return routing_counts(routing)
+
+
 class ProbeRunner:
     """Runs probes one at a time and returns each one's HITS bitmaps (see the module docstring)."""
+
+    method = "hits"
 
     def __init__(self, *, key, chunk_words, experts=None):
         self.key = key
@@ -283,6 +355,15 @@ class ProbeRunner:
         return hexes, clean and started and released, accepted
 
     async def run(self, probe):
+        """The probe's counts, shape (rows, cols): in how many of its chunks each expert was
+        routed. None when the probe was contaminated (run it again later)."""
+        bitmaps = await self.bitmaps(probe)
+        if bitmaps is None:
+            return None
+        rows, cols = bitmaps[-1][0], bitmaps[-1][1]
+        return hits_counts([h for _, _, h in bitmaps], rows, cols)
+
+    async def bitmaps(self, probe):
         """One HITS bitmap (hex) per chunk of the probe: everything that chunk's request routed.
         None when the probe was contaminated (run it again later)."""
         self.drain()

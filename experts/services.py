@@ -136,16 +136,18 @@ def _progress(build, **fields):
     build_publish(build=build)
 
 
-def build_run(*, build_id: int, on_probe=None, on_retry=None) -> AtlasBuild:
+def build_run(*, build_id: int, on_probe=None, on_retry=None, experts=None) -> AtlasBuild:
     """The job: runs every probe through the bridge, computes the atlas, stores it as the model's
-    newest. Claims the build with an atomic UPDATE, so a second worker never runs it twice."""
+    newest. Claims the build with an atomic UPDATE, so a second worker never runs it twice.
+    `experts`: routed experts per token for the probes instead of probes.json's choice
+    (measurements; manage.py build_atlas --experts)."""
     if not AtlasBuild.objects.filter(pk=build_id, status=AtlasBuild.QUEUED).update(status=AtlasBuild.RUNNING):
         return AtlasBuild.objects.get(pk=build_id)
     build = AtlasBuild.objects.get(pk=build_id)
     build_publish(build=build)
     started = time.monotonic()
     try:
-        runs, layers, method = async_to_sync(_measure)(build, on_probe, on_retry)
+        runs, layers, method = async_to_sync(_measure)(build, on_probe, on_retry, experts)
         probes, _, _ = builder.load_probes()
         categories = list(dict.fromkeys(p.category for p in probes))
         doc = builder.compute_atlas(runs, categories, layers)
@@ -162,37 +164,48 @@ def build_run(*, build_id: int, on_probe=None, on_retry=None) -> AtlasBuild:
     return build
 
 
-async def _measure(build, on_probe, on_retry):
+async def _measure(build, on_probe, on_retry, wanted=None):
     probes, chunk_words, digest = builder.load_probes()
-    experts = builder.probe_experts(builder.load_probe_experts(), (await telemetry.aget_state()).get("model"))
+    model = (await telemetry.aget_state()).get("model")
+    experts = builder.probe_experts(wanted or builder.load_probe_experts(), model)
+    key = f"atlas-build:{build.pk}"
+    if builder.routes_supported(model):
+        runner = builder.RoutesRunner(key=key, experts=experts)
+    else:
+        runner = builder.ProbeRunner(key=key, chunk_words=chunk_words, experts=experts)
     runs, shape = [], None
-    async with builder.ProbeRunner(key=f"atlas-build:{build.pk}", chunk_words=chunk_words,
-                                   experts=experts) as runner:
-        runner.drain()
+    async with runner:
+        if runner.method == "hits":
+            runner.drain()
         for i, probe in enumerate(probes):
             for attempt in range(builder.MAX_ATTEMPTS):
                 if await _cancel_requested(build.pk):
                     raise builder.BuildCancelled()
-                hexes = await runner.run(probe)
-                if hexes is not None:
+                counts = await runner.run(probe)
+                if counts is not None:
                     break
-                # Someone else's request ran alongside: wait for a quiet engine, longer each time.
+                # hits: someone else's request ran alongside; routes: the probe reused KV.
+                # Wait for a quiet engine, longer each time.
                 if on_retry:
                     on_retry(probe, attempt)
                 await asyncio.sleep(min(builder.RETRY_WAIT_S * 2 ** attempt, builder.RETRY_WAIT_MAX_S))
             else:
                 raise builder.BuildError(f"probe {probe.category}/{probe.index} never ran alone")
-            rows, cols = hexes[-1][0], hexes[-1][1]
-            if shape not in (None, (rows, cols)):
+            if shape not in (None, counts.shape):
                 raise builder.BuildError("the engine's expert map changed shape during the build")
-            shape = (rows, cols)
-            runs.append((probe.category, builder.hits_counts([h for _, _, h in hexes], rows, cols)))
+            shape = counts.shape
+            runs.append((probe.category, counts))
             await _save_progress(build, i + 1)
             if on_probe:
                 on_probe(i + 1, len(probes), probe)
     state = await telemetry.aget_state()
-    layers, _ = row_layers(rows=shape[0], model=state.get("model"))
-    return runs, layers, {"experts": experts, "chunk_words": chunk_words, "probes_sha256": digest}
+    model = state.get("model") or model or {}
+    layers, _ = row_layers(rows=shape[0], model=model)
+    method = {"method": runner.method, "experts": experts, "top_k": model.get("top_k"),
+              "n_experts": shape[1], "probes_sha256": digest}
+    if runner.method == "hits":
+        method["chunk_words"] = chunk_words
+    return runs, layers, method
 
 
 @database_sync_to_async

@@ -1,14 +1,20 @@
 """The atlas builder against the real bridge and engine on the fixture model: it runs every probe
 to 100 %, writes an experts.json in colibri's format, and builds the same bytes twice — the
-second time while other requests keep arriving (their HITS must not leak into the counts)."""
+second time while other requests keep arriving (their routing must not leak into the counts).
+Our engine reports per-request routing (routes=1), so that is the method used; the HITS method
+(engines without our extensions) is run too, by pretending the engine has none. Probes are sent
+with heat=0: a build leaves the engine's usage heat (EMAP heat) as it was."""
 import asyncio
 import contextlib
 import threading
+import time
 
 import pytest
+from asgiref.sync import async_to_sync
 from channels.layers import channel_layers
 from django.test.utils import override_settings
 
+from engine_bridge import telemetry
 from engine_bridge.client import GenerationRequest, generate
 from experts import atlas_format, builder, services
 from experts.models import Atlas, AtlasBuild
@@ -44,25 +50,53 @@ def build_once(retries=None):
 
 
 @contextlib.contextmanager
-def other_traffic():
-    """Interactive requests of ~60 tokens with 0.3 s pauses, from another thread, while the body runs."""
-    stop = threading.Event()
+def other_traffic(pause=0.3):
+    """Interactive requests of ~60 tokens with `pause` s between them, from another thread, while
+    the body runs; yields a list that holds one entry per request finished."""
+    stop, finished = threading.Event(), []
 
     async def loop():
         while not stop.is_set():
             request = GenerationRequest(prompt="Tell me about the weather.", max_tokens=60)
             async with contextlib.aclosing(generate(request)) as events:
-                async for _ in events:
-                    pass
-            await asyncio.sleep(0.3)
+                async for event in events:
+                    if event["kind"] == "done":
+                        finished.append(event)
+            await asyncio.sleep(pause)
 
     thread = threading.Thread(target=lambda: asyncio.run(loop()))
     thread.start()
     try:
-        yield
+        yield finished
     finally:
         stop.set()
         thread.join(30)
+
+
+def heat(settle=1.0):
+    """The usage heat of every expert (low 6 bits of each EMAP byte) in the bridge's telemetry,
+    read after `settle` s (the bridge writes its state at most every 0.1 s)."""
+    time.sleep(settle)
+    emap = telemetry.get_state()["emap"]
+    return [b & 63 for b in bytes.fromhex(emap["hex"])]
+
+
+async def one_turn(**fields):
+    request = GenerationRequest(prompt="Tell me a long story about a dragon.", max_tokens=40, **fields)
+    async with contextlib.aclosing(generate(request)) as events:
+        return [e async for e in events][-1]
+
+
+def test_a_build_leaves_the_usage_heat_alone(bridge):
+    """Runs first, on a fresh engine: probes (heat=0) add nothing to EMAP heat; a turn does."""
+    before = heat()
+    build, _ = build_once()
+    assert build.status == AtlasBuild.DONE, build.error
+    assert build.atlas.validation["method"] == "routes"
+    assert heat() == before, "the probes changed the engine's usage heat"
+    done = async_to_sync(one_turn)()  # the control: an ordinary request counts
+    assert done["kind"] == "done"
+    assert heat() != before, "the control turn did not change the heat either: the test proves nothing"
 
 
 def test_it_builds_a_valid_reproducible_atlas_on_the_fixture_model(bridge):
@@ -75,12 +109,45 @@ def test_it_builds_a_valid_reproducible_atlas_on_the_fixture_model(bridge):
     assert doc["experts"], "no expert passed the replication gate"
     layers = {atlas_format.parse_key(k)[0] for k in doc["experts"]}
     assert layers <= {0, 1, 2, 3}  # the fixture model: 4 MoE layers x 8 experts
-    assert 0 <= first.atlas.validation["correct"] <= first.atlas.validation["total"] == len(probes)
+    validation = first.atlas.validation
+    assert 0 <= validation["correct"] <= validation["total"] == len(probes)
+    assert validation["method"] == "routes" and validation["top_k"] == 2 and validation["n_experts"] == 8
 
-    retries = []
-    with other_traffic():
-        second, _ = build_once(retries)
+    with other_traffic(pause=0.02) as finished:
+        second, _ = build_once()
     assert second.status == AtlasBuild.DONE, second.error
-    assert retries, "no probe overlapped the other traffic: the test did not test contamination"
+    assert len(finished) >= 2, "too little other traffic ran during the build to test leaks"
     assert bytes(second.atlas.content) == bytes(first.atlas.content)
-    assert Atlas.objects.count() == 2  # the second build added a row; the first is kept
+    assert Atlas.objects.filter(model_name=first.model_name).count() >= 2  # a build adds a row; none is replaced
+
+
+def test_a_probe_that_reused_kv_is_run_again(bridge, monkeypatch):
+    """ROUTES counts only what a turn prefilled: a probe that reused KV would count less. The
+    runner's reset normally prevents it; here the reset is skipped once, so the probe repeats
+    the previous probe's text on a slot that holds it (reused > 0) and must be run again."""
+    probe = builder.load_probes()[0][0]
+    runner = builder.RoutesRunner(key="atlas-test-reuse")
+
+    async def twice():
+        clean = await runner.run(probe)
+        accepted, _ = await runner._generate(probe.text, routes=True)  # the slot now holds the probe
+        original = runner._generate
+
+        async def no_reset(prompt, routes):
+            if prompt == builder.RESET_PROMPT:
+                return {}, {}
+            return await original(prompt, routes)
+        runner._generate = no_reset
+        return clean, await runner.run(probe)
+
+    clean, again = async_to_sync(twice)()
+    assert clean is not None and clean.sum() > 0
+    assert again is None
+
+
+def test_the_hits_method_still_builds_for_engines_without_routing(bridge, monkeypatch):
+    monkeypatch.setattr(builder, "routes_supported", lambda model: False)
+    build, _ = build_once()
+    assert build.status == AtlasBuild.DONE, build.error
+    assert build.atlas.validation["method"] == "hits" and build.atlas.validation["chunk_words"] >= 1
+    atlas_format.loads(bytes(build.atlas.content))

@@ -78,3 +78,14 @@ def test_it_asks_for_fewer_experts_only_from_engines_that_take_it():
     assert builder.probe_experts(2, {"name": "colibri without our MODEL fields"}) is None
     assert builder.probe_experts(None, {"experts_min": 1, "experts_max": 16}) is None
     assert builder.probe_experts(32, {"experts_min": 1, "experts_max": 16}) is None
+
+
+def test_it_reads_a_requests_routing_as_counts():
+    routing = {"rows": 2, "cols": 4, "counts": [[0, 1, 12], [0, 3, 3], [1, 0, 15]]}
+    assert builder.routing_counts(routing).tolist() == [[0, 12, 0, 3], [15, 0, 0, 0]]
+
+
+def test_it_measures_by_routes_only_on_engines_that_report_them():
+    assert builder.routes_supported({"name": "tiny", "top_k": 2, "n_experts": 8})  # our MODEL line
+    assert not builder.routes_supported({"name": "glm", "extensions": False})   # the real colibri
+    assert not builder.routes_supported(None)

@@ -8,6 +8,10 @@ from experts.models import AtlasBuild
 class Command(BaseCommand):
     help = "Measure experts.json for the engine's current model with the shipped probe prompts."
 
+    def add_arguments(self, parser):
+        parser.add_argument("--experts", type=int, default=None,
+                            help="routed experts per token for the probes (default: probes.json's choice)")
+
     def handle(self, *args, **options):
         build = services.build_start(enqueue=False)
         if build.status != AtlasBuild.QUEUED:
@@ -16,11 +20,12 @@ class Command(BaseCommand):
         def on_probe(done, total, probe):
             self.stdout.write(f"{done}/{total} {probe.category}#{probe.index}")
 
-        build = services.build_run(build_id=build.pk, on_probe=on_probe)
+        build = services.build_run(build_id=build.pk, on_probe=on_probe, experts=options["experts"])
         if build.status != AtlasBuild.DONE:
             raise CommandError(f"build {build.pk} {build.status}: {build.error}")
         atlas = build.atlas
         v = atlas.validation
         self.stdout.write(f"atlas {atlas.pk} for {atlas.model_name}: {atlas.entries} experts, "
                           f"{atlas.specialists} specialists, leave-one-prompt-out {v['correct']}/{v['total']}, "
+                          f"method {v.get('method')}, experts {v.get('experts') or v.get('top_k')}, "
                           f"{build.wall_s:.1f} s, sha256 {atlas.sha256[:12]}")
