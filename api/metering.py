@@ -42,5 +42,11 @@ class Meter:
         kind = event.get("kind")
         if kind == "accepted":
             self.accepted()
+            if event.get("reused"):
+                metrics.PREFIX_REUSE.labels(self.surface).inc(event["reused"])
+        elif kind == "done":
+            hit = (event.get("stats") or {}).get("hit_pct")
+            if isinstance(hit, (int, float)) and not isinstance(hit, bool) and 0 <= hit <= 100:
+                metrics.EXPERT_HIT.labels(self.surface).observe(hit)
         elif kind == "text" and event.get("text"):
             self.text()

@@ -3,7 +3,8 @@
 
 Two sources. Web-side figures are prometheus-client metrics updated where requests are served
 (api/views.py): requests by surface and status, time to first token, inter-token latency, queue
-wait, tokens in and out. Bridge-side figures (engine up, slots, busy slots, queue depth, engine
+wait, tokens in and out, prompt tokens the engine kept from a reused KV prefix (ACCEPT reused=N),
+and the expert hit % of each generation (its done stats: routed experts already resident). Bridge-side figures (engine up, slots, busy slots, queue depth, engine
 restarts) live in the bridge's telemetry in Redis and are read at scrape time by BridgeCollector,
 so every web process reports the same values without the bridge exporting anything.
 
@@ -31,6 +32,10 @@ INTER_TOKEN = Histogram("colibri_api_inter_token_seconds", "Gap between consecut
 QUEUE_WAIT = Histogram("colibri_api_queue_wait_seconds", "Request received -> the engine accepted it",
                        ["surface"], buckets=LATENCY_BUCKETS)
 TOKENS = Counter("colibri_api_tokens", "Tokens in (prompt) and out (completion)", ["surface", "direction"])
+PREFIX_REUSE = Counter("colibri_api_prefix_reuse_tokens", "Prompt tokens the engine kept from a reused KV prefix",
+                       ["surface"])
+EXPERT_HIT = Histogram("colibri_api_expert_hit_percent", "Per generation: % of routed experts already resident",
+                       ["surface"], buckets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100))
 
 for _surface in SURFACES:
     REQUESTS.labels(_surface, "200")
@@ -41,6 +46,8 @@ for _surface in SURFACES:
     TTFT.labels(_surface)
     INTER_TOKEN.labels(_surface)
     QUEUE_WAIT.labels(_surface)
+    PREFIX_REUSE.labels(_surface)
+    EXPERT_HIT.labels(_surface)
 
 
 class BridgeCollector:
@@ -129,4 +136,7 @@ def _surface_summary(samples, surface):
             "tokens_in": total("colibri_api_tokens_total", direction="in"),
             "tokens_out": total("colibri_api_tokens_total", direction="out"),
             "time_to_first_token_avg_s": mean("colibri_api_time_to_first_token_seconds"),
-            "queue_wait_avg_s": mean("colibri_api_queue_wait_seconds")}
+            "inter_token_avg_s": mean("colibri_api_inter_token_seconds"),
+            "queue_wait_avg_s": mean("colibri_api_queue_wait_seconds"),
+            "prefix_reuse_tokens": total("colibri_api_prefix_reuse_tokens_total"),
+            "expert_hit_pct_avg": mean("colibri_api_expert_hit_percent")}

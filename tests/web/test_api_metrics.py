@@ -81,3 +81,22 @@ def test_stats_mirror_the_metrics(fake_bridge, alice_key):
                                       if name == "colibri_api_requests_total" and surface == "openai_responses")
     assert summary["tokens_out"] >= 2 and summary["time_to_first_token_avg_s"] is not None
     assert Client().get("/v1/stats").status_code == 401
+
+
+def test_prefix_reuse_and_expert_hit_are_counted(fake_bridge, alice_key):
+    before = scrape()
+    events = reply("ok")
+    events[2] = {**events[2], "reused": 5}  # accepted: the engine kept 5 prompt tokens
+    fake_bridge.script(*events)
+    r = Client().post("/v1/chat/completions", json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x"}]}),
+                      content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_key}")
+    assert r.status_code == 200
+    after = scrape()
+    reuse = key("colibri_api_prefix_reuse_tokens_total", surface="openai_chat")
+    hits, hit_sum = key("colibri_api_expert_hit_percent_count", surface="openai_chat"), key(
+        "colibri_api_expert_hit_percent_sum", surface="openai_chat")
+    assert after[reuse] - before[reuse] == 5
+    assert after[hits] - before[hits] == 1 and after[hit_sum] - before[hit_sum] == 90.0
+    summary = Client().get("/v1/stats", HTTP_AUTHORIZATION=f"Bearer {alice_key}").json()["surfaces"]["openai_chat"]
+    assert summary["prefix_reuse_tokens"] >= 5 and 0 < summary["expert_hit_pct_avg"] <= 100
+    assert "inter_token_avg_s" in summary
