@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP goes to Django; websockets pass the origin check and session auth."""
+"""ASGI entry point: HTTP goes to Django (the API's generation and model routes through their own
+short middleware chain, colibri_site.lean); websockets pass the origin check and session auth."""
 import os
 
 from django.core.asgi import get_asgi_application
@@ -11,12 +12,14 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from colibri_site.lean import LeanASGIHandler, by_path  # noqa: E402
+
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from experts.routing import websocket_urlpatterns as experts_websockets  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": by_path(LeanASGIHandler(), django_asgi_app),
         "websocket": OriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns + experts_websockets)),
             settings.WEBSOCKET_ALLOWED_ORIGINS,

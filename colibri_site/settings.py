@@ -67,6 +67,11 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# The API routes served with API_MIDDLEWARE instead (colibri_site/lean.py): API-key auth in DRF, no
+# session, cookie or CSRF state, so the page chain's thread hops would only delay the first token.
+API_LEAN_PATHS = r"/v1/(chat/completions|completions|messages|responses|models(/.*)?)"
+API_MIDDLEWARE = ["colibri_site.lean.InlineSecurityMiddleware"]
+
 # JSON routes outside /v1 that also take an API key (as its owner; the route's own rule decides).
 API_KEY_PATHS = ["/experts"]
 
@@ -209,6 +214,9 @@ ENGINE_CTX = int(env("CTX", "4096"))
 KV_SLOTS = int(env("KV_SLOTS", "4"))
 ENGINE_READY_TIMEOUT = float(env("ENGINE_READY_TIMEOUT", "120"))
 BRIDGE_QUEUE_LIMIT = int(env("BRIDGE_QUEUE_LIMIT", "32"))
+# Text batches per second the bridge sends over all running requests together (the first token of
+# each never waits): each costs the web path ~0.5 ms of CPU; a larger host can afford more.
+BRIDGE_TEXT_BATCHES_PER_S = float(env("BRIDGE_TEXT_BATCHES_PER_S", "100"))
 # Chat template for engines that send no MODEL line (jinja2, ChatML by default).
 CHAT_TEMPLATE = env("CHAT_TEMPLATE", "")
 DEFAULT_MAX_TOKENS = int(env("DEFAULT_MAX_TOKENS", "512"))

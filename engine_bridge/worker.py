@@ -4,10 +4,13 @@ its inbox and relays each request's events to the request's reply list in number
 
 Why batches, and when: each request has at most one batch on its way to Redis. An event that
 finds none in flight leaves at once (the first token never waits), except text that follows a
-text batch sent less than TEXT_FRAME_S ago (a screen frame); events arriving meanwhile coalesce
-(text merged) and leave together. Back-pressure bounds the batch rate by what Redis takes, the
-frame floor by what a person can see: per-token batches cost the web path ~1 ms of CPU each,
-taken from the engine on a small host. Batches are numbered; the client fails loudly on a gap.
+text batch of the same request sent less than its text interval ago; events arriving meanwhile
+coalesce (text merged) and leave together. The text interval is a screen frame (TEXT_FRAME_S)
+for one stream and grows with the number of streams so that all of them together send at most
+settings.BRIDGE_TEXT_BATCHES_PER_S text batches a second: a batch costs the web path about half
+a millisecond of CPU (bridge, Redis, Daphne, measured with bench/webpath.py), and on a small host
+every such millisecond comes out of the engine's own throughput, while a reader sees no
+difference between 15 and 80 ms updates. Batches are numbered; the client fails loudly on a gap.
 
 Failure containment: a Redis outage never ends the worker (receives and sends retry with a
 backoff; the engine and its slots live on); a request that arrives while the engine is not up is
@@ -36,9 +39,8 @@ log = logging.getLogger(__name__)
 DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
 UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
-# Later text of a request leaves at most once per TEXT_FRAME_S (a screen refreshes every ~16 ms):
-# per-token batches cost the web path ~1 ms of CPU each, which on a busy host comes out of the
-# engine's own throughput. The first token never waits.
+# Later text of a request leaves at most once per text interval: a screen frame (~16 ms) for one
+# stream, longer when many streams share the BRIDGE_TEXT_BATCHES_PER_S budget. The first token never waits.
 TEXT_FRAME_S = 0.015
 QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
@@ -151,6 +153,7 @@ class Bridge:
         self.publisher.update(slots=settings.KV_SLOTS)
         self.heart = Heart()
         self.deliveries = set()  # tasks sending reply batches
+        self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
 
     # --- main loop ---------------------------------------------------------------------------
 
@@ -334,7 +337,7 @@ class Bridge:
             r.pacer = None
         only_text = all(e["kind"] == "text" for e in r.outbox)
         if only_text and r.text_sent_at is not None:
-            wait = r.text_sent_at + TEXT_FRAME_S - time.monotonic()
+            wait = r.text_sent_at + self.text_interval() - time.monotonic()
             if wait > 0:
                 r.pacer = asyncio.get_running_loop().call_later(wait, self.flush, r)
                 return
@@ -345,6 +348,11 @@ class Bridge:
         task = asyncio.get_running_loop().create_task(self._deliver(r, message))
         self.deliveries.add(task)
         task.add_done_callback(self.deliveries.discard)
+
+    def text_interval(self):
+        """Seconds between two text batches of one request: a screen frame, or the share of the
+        batch budget that each running request gets."""
+        return max(TEXT_FRAME_S, len(self.by_id) / self.text_batches_per_s)
 
     def emit_text(self, r, final=False):
         stops = r.job.stop

@@ -1,0 +1,72 @@
+"""When the bridge sends a request's events (engine_bridge/worker.py): the first token at once,
+later text at most once per text interval, and the interval grows with the number of running
+requests so that all of them together stay within BRIDGE_TEXT_BATCHES_PER_S."""
+import asyncio
+
+import pytest
+
+from engine_bridge import worker
+from engine_bridge.client import GenerationRequest
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def bridge(settings, monkeypatch):
+    settings.BRIDGE_TEXT_BATCHES_PER_S = 100
+    b = worker.Bridge(command=["true"])
+    sent = []
+
+    async def deliver(r, message):  # stands in for Redis: records when each batch left
+        sent.append((asyncio.get_running_loop().time(), message))
+        await asyncio.sleep(0)
+        r.sending = False
+        b.flush(r)
+
+    monkeypatch.setattr(b, "_deliver", deliver)
+    return b, sent
+
+
+def running(b, n):
+    requests = []
+    for i in range(n):
+        r = worker.Request(f"r{i}", GenerationRequest(prompt="p", max_tokens=9))
+        b.by_id[len(b.by_id) + 1] = r
+        requests.append(r)
+    return requests
+
+
+def test_the_interval_is_a_frame_for_one_stream_and_a_budget_share_for_many(bridge):
+    b, _ = bridge
+    running(b, 1)
+    assert b.text_interval() == worker.TEXT_FRAME_S
+    running(b, 8)  # 9 running now
+    assert b.text_interval() == pytest.approx(9 / 100)
+
+
+async def test_the_first_token_leaves_at_once_and_later_text_coalesces(bridge):
+    b, sent = bridge
+    (r,) = running(b, 1)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    b.emit(r, {"kind": "text", "text": "a"})
+    await asyncio.sleep(0.001)
+    assert len(sent) == 1 and sent[0][0] - t0 < 0.005          # the first token did not wait
+    for piece in "bcd":
+        b.emit(r, {"kind": "text", "text": piece})
+    await asyncio.sleep(0.001)
+    assert len(sent) == 1                                       # held: less than a frame since "a"
+    await asyncio.sleep(worker.TEXT_FRAME_S + 0.01)
+    assert [m["events"] for _, m in sent] == [[{"kind": "text", "text": "a"}], [{"kind": "text", "text": "bcd"}]]
+    assert sent[1][0] - sent[0][0] >= worker.TEXT_FRAME_S - 0.002
+
+
+async def test_a_final_event_never_waits_for_the_frame(bridge):
+    b, sent = bridge
+    (r,) = running(b, 1)
+    b.emit(r, {"kind": "text", "text": "a"})
+    await asyncio.sleep(0.001)
+    b.emit(r, {"kind": "text", "text": "b"})
+    b.emit(r, {"kind": "done", "finish_reason": "stop"})
+    await asyncio.sleep(0.002)
+    assert [e["kind"] for _, m in sent for e in m["events"]] == ["text", "text", "done"]
