@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "chat",
     "experts",
     "api",
+    "ops",
 ]
 
 MIDDLEWARE = [

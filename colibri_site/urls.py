@@ -7,5 +7,6 @@ urlpatterns = [
     path("", include("engine_bridge.urls")),
     path("", include("experts.urls")),
     path("", include("api.urls")),
+    path("", include("ops.urls")),
     path("", include("chat.urls")),
 ]

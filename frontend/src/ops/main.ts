@@ -1,0 +1,184 @@
+// The operator's page (/ops, staff only): polls /ops/stats.json — the figures of /metrics and
+// /v1/stats — and turns the cumulative counters into per-interval rates and means, drawn as
+// small line charts (chart.ts) plus a live table of requests by surface and status.
+import { formatValue, LineChart, PALETTE } from "./chart";
+
+interface Row {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+interface Stats {
+  time: number;
+  engine: { up: number; slots: number; busy: number; queue: number; restarts: number };
+  metrics: Record<string, Row[]>;
+}
+
+interface Boot {
+  poll_s: number;
+  stats_url: string;
+  surfaces: string[];
+}
+
+const SURFACE_LABEL: Record<string, string> = {
+  openai_chat: "Chat",
+  openai_completion: "Completions",
+  anthropic_messages: "Messages",
+  openai_responses: "Responses",
+};
+
+// Sum of the samples called `name` whose labels include `match`.
+function total(s: Stats, name: string, match: Record<string, string> = {}): number {
+  let sum = 0;
+  for (const rows of Object.values(s.metrics)) {
+    for (const r of rows) {
+      if (r.name !== name) continue;
+      if (Object.entries(match).every(([k, v]) => r.labels[k] === v)) sum += r.value;
+    }
+  }
+  return sum;
+}
+
+const rate = (prev: Stats, cur: Stats, dt: number, name: string, match: Record<string, string> = {}) =>
+  Math.max(0, total(cur, name, match) - total(prev, name, match)) / dt;
+
+// Mean of a histogram over the interval (Δsum / Δcount), null when it observed nothing.
+function intervalMean(prev: Stats, cur: Stats, base: string, match: Record<string, string> = {}, scale = 1): number | null {
+  const n = total(cur, `${base}_count`, match) - total(prev, `${base}_count`, match);
+  if (n <= 0) return null;
+  return ((total(cur, `${base}_sum`, match) - total(prev, `${base}_sum`, match)) / n) * scale;
+}
+
+function statusClass(status: string): string {
+  if (status === "429") return "429";
+  return `${status[0]}xx`;
+}
+
+interface ChartDef {
+  id: string;
+  chart: LineChart;
+  compute: (prev: Stats, cur: Stats, dt: number) => (number | null)[];
+}
+
+function boot(): void {
+  const bootEl = document.getElementById("ops-boot");
+  const cfg: Boot = bootEl ? JSON.parse(bootEl.textContent || "{}") : { poll_s: 2, stats_url: "/ops/stats.json", surfaces: [] };
+  const surfaces = cfg.surfaces;
+  const grid = document.getElementById("ops-charts")!;
+  const bySurface = surfaces.map((s, i) => ({ name: s, label: SURFACE_LABEL[s] ?? s, color: PALETTE[i % PALETTE.length] }));
+  const charts: ChartDef[] = [];
+  const add = (id: string, opts: ConstructorParameters<typeof LineChart>[2], compute: ChartDef["compute"]) =>
+    charts.push({ id, chart: new LineChart(grid, id, opts), compute });
+
+  add("requests", { title: "Requests by surface", unit: "req/s", series: bySurface, digits: 2 },
+    (p, c, dt) => surfaces.map((s) => rate(p, c, dt, "colibri_api_requests_total", { surface: s })));
+  add("statuses", {
+    title: "Answers by status", unit: "req/s", digits: 2,
+    series: ["2xx", "4xx", "429", "5xx"].map((n, i) => ({ name: n, label: n, color: [PALETTE[0], PALETTE[2], PALETTE[3], PALETTE[4]][i] })),
+  }, (p, c, dt) => {
+    const out: Record<string, number> = { "2xx": 0, "4xx": 0, "429": 0, "5xx": 0 };
+    for (const r of c.metrics["colibri_api_requests"] ?? []) {
+      if (r.name !== "colibri_api_requests_total") continue;
+      const before = total(p, r.name, r.labels);
+      const cls = statusClass(r.labels.status ?? "");
+      if (cls in out) out[cls] += Math.max(0, r.value - before) / dt;
+    }
+    return ["2xx", "4xx", "429", "5xx"].map((k) => out[k]);
+  });
+  add("ttft", { title: "Time to first token (mean)", unit: "ms", series: bySurface, digits: 0 },
+    (p, c) => surfaces.map((s) => intervalMean(p, c, "colibri_api_time_to_first_token_seconds", { surface: s }, 1000)));
+  add("itl", { title: "Inter-token latency (mean)", unit: "ms", series: bySurface, digits: 1 },
+    (p, c) => surfaces.map((s) => intervalMean(p, c, "colibri_api_inter_token_seconds", { surface: s }, 1000)));
+  add("queue", { title: "Queue depth", unit: "jobs waiting", series: [{ name: "queue", label: "waiting", color: PALETTE[2] }], digits: 0 },
+    (_p, c) => [c.engine.queue]);
+  add("wait", { title: "Queue wait (mean)", unit: "ms", series: [{ name: "wait", label: "all surfaces", color: PALETTE[3] }], digits: 0 },
+    (p, c) => [intervalMean(p, c, "colibri_api_queue_wait_seconds", {}, 1000)]);
+  add("slots", { title: "Slot occupancy", unit: "% of KV slots busy", yMax: 100, series: [{ name: "busy", label: "busy", color: PALETTE[0] }], digits: 0 },
+    (_p, c) => [c.engine.slots ? (100 * c.engine.busy) / c.engine.slots : null]);
+  add("tokens", {
+    title: "Tokens", unit: "tok/s", digits: 0,
+    series: [{ name: "in", label: "in (prompt)", color: PALETTE[1] }, { name: "out", label: "out (generated)", color: PALETTE[0] }],
+  }, (p, c, dt) => [rate(p, c, dt, "colibri_api_tokens_total", { direction: "in" }),
+    rate(p, c, dt, "colibri_api_tokens_total", { direction: "out" })]);
+  add("reuse", { title: "Prefix reuse", unit: "prompt tok/s kept from a cached prefix", digits: 0,
+    series: [{ name: "reuse", label: "reused", color: PALETTE[1] }] },
+  (p, c, dt) => [rate(p, c, dt, "colibri_api_prefix_reuse_tokens_total")]);
+  add("hit", { title: "Expert hit % (mean)", unit: "% of routed experts resident", yMax: 100, digits: 1,
+    series: [{ name: "hit", label: "hit %", color: PALETTE[0] }] },
+  (p, c) => [intervalMean(p, c, "colibri_api_expert_hit_percent")]);
+  add("restarts", { title: "Engine restarts", unit: "since the bridge started", digits: 0,
+    series: [{ name: "restarts", label: "restarts", color: PALETTE[4] }, { name: "up", label: "engine up (1/0)", color: PALETTE[5] }] },
+  (_p, c) => [c.engine.restarts, c.engine.up]);
+
+  const engineEl = document.getElementById("ops-engine")!;
+  const slotsEl = document.getElementById("ops-slots")!;
+  const updatedEl = document.getElementById("ops-updated")!;
+  const table = document.getElementById("ops-status-table") as HTMLTableElement;
+  const totalEl = document.getElementById("ops-requests-total")!;
+  let prev: Stats | null = null;
+
+  function renderTable(s: Stats): void {
+    const rows = (s.metrics["colibri_api_requests"] ?? []).filter((r) => r.name === "colibri_api_requests_total");
+    const statuses = [...new Set(rows.map((r) => r.labels.status))].sort();
+    const head = document.createElement("tr");
+    head.append(...["surface", ...statuses, "total"].map((t) => {
+      const th = document.createElement("th");
+      th.textContent = t;
+      return th;
+    }));
+    table.tHead!.replaceChildren(head);
+    const body = surfaces.map((surface) => {
+      const tr = document.createElement("tr");
+      tr.dataset.surface = surface;
+      const cells = statuses.map((st) => total(s, "colibri_api_requests_total", { surface, status: st }));
+      const values = [SURFACE_LABEL[surface] ?? surface, ...cells.map((v) => formatValue(v, 0)),
+        formatValue(cells.reduce((a, b) => a + b, 0), 0)];
+      tr.append(...values.map((v, i) => {
+        const td = document.createElement("td");
+        td.textContent = v;
+        if (i === values.length - 1) td.className = "ops-total";
+        return td;
+      }));
+      return tr;
+    });
+    table.tBodies[0].replaceChildren(...body);
+    const all = total(s, "colibri_api_requests_total");
+    totalEl.textContent = `${formatValue(all, 0)} in all`;
+    totalEl.dataset.total = String(all);
+  }
+
+  async function poll(): Promise<void> {
+    try {
+      const r = await fetch(cfg.stats_url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (r.status === 401) {
+        window.location.assign(`/accounts/login/?next=${encodeURIComponent(window.location.pathname)}`);
+        return;
+      }
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      const cur = (await r.json()) as Stats;
+      engineEl.textContent = cur.engine.up ? "engine up" : "engine down";
+      engineEl.dataset.state = cur.engine.up ? "up" : "down";
+      slotsEl.textContent = `${cur.engine.busy}/${cur.engine.slots} slots busy · ${cur.engine.queue} waiting`;
+      renderTable(cur);
+      if (prev && cur.time > prev.time) {
+        const dt = cur.time - prev.time;
+        for (const def of charts) def.chart.push(cur.time, def.compute(prev, cur, dt));
+      }
+      prev = cur;
+      updatedEl.textContent = `updated ${new Date(cur.time * 1000).toLocaleTimeString()}`;
+      updatedEl.dataset.state = "live";
+    } catch (err) {
+      updatedEl.textContent = `no figures: ${(err as Error).message}`;
+      updatedEl.dataset.state = "error";
+    }
+    for (const def of charts) def.chart.draw();
+  }
+
+  window.addEventListener("resize", () => charts.forEach((d) => d.chart.draw()));
+  void poll();
+  window.setInterval(() => void poll(), Math.max(1, cfg.poll_s) * 1000);
+}
+
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", boot);
+else boot();
