@@ -82,7 +82,40 @@ async def request_stop(conversation_id):
         await cache.aset(_stop_key(conversation_id), 1, timeout=60)
 
 
-def _generation_request(conv_id, prompt, params):
+def engine_reports_routes(model):
+    """Whether the engine in use takes routes=1 (our engine: it announces itself with a MODEL
+    line). The real colibri binary sends none (telemetry then says extensions: false) and would
+    refuse the key, so a chat turn there asks for no routing and its stats line stays plain."""
+    return isinstance(model, dict) and model.get("extensions", True) is not False
+
+
+_routes_cache = {"at": -1e9, "value": False}
+ROUTES_CACHE_S = 2.0  # one Redis read per few seconds, not one per turn
+
+
+async def _routes_wanted():
+    now = time.monotonic()
+    if now - _routes_cache["at"] > ROUTES_CACHE_S:
+        from engine_bridge import telemetry
+
+        try:
+            model = (await telemetry.aget_state()).get("model")
+        except Exception:  # Redis trouble: the turn itself will report it
+            model = None
+        _routes_cache.update(at=now, value=engine_reports_routes(model))
+    return _routes_cache["value"]
+
+
+def routing_summary(routing):
+    """What a message keeps of its request's ROUTES: rows, cols and the nonzero counts, as the
+    bridge's done event carries them (docs/contracts.md), or None."""
+    if not isinstance(routing, dict) or not routing.get("counts"):
+        return None
+    return {"rows": routing.get("rows"), "cols": routing.get("cols"),
+            "counts": [list(c) for c in routing["counts"]]}
+
+
+def _generation_request(conv_id, prompt, params, routes=False):
     from engine_bridge.client import GenerationRequest
 
     return GenerationRequest(
@@ -93,6 +126,7 @@ def _generation_request(conv_id, prompt, params):
         experts=params.get("experts"),
         conversation_key=f"conv:{conv_id}",
         priority="interactive",
+        routes=routes,  # which experts answered: kept with the message, linked to the atlas
     )
 
 
@@ -141,6 +175,7 @@ class _State:
         self.error = None  # error event
         self.outcome = None  # complete / interrupted / error
         self.slot = None
+        self.routing = None  # the done event's routing summary (routing_summary)
         self.started = time.monotonic()
 
 
@@ -149,7 +184,8 @@ async def _relay(conv_id, msg_id, prompt, params):
     stop_event = _stop_events[conv_id] = asyncio.Event()
     queue = asyncio.Queue()
     state = _State()
-    pump = asyncio.create_task(_pump(_generation_request(conv_id, prompt, params), queue))
+    request = _generation_request(conv_id, prompt, params, routes=await _routes_wanted())
+    pump = asyncio.create_task(_pump(request, queue))
     stopper = asyncio.create_task(_wait_stop(conv_id, stop_event))
     try:
         await _consume(conv_id, msg_id, queue, stopper, state)
@@ -232,6 +268,9 @@ async def _handle(conv_id, msg_id, event, state):
             hit_pct=stats.get("hit_pct"),
             finish_reason=event.get("finish_reason"),
         )
+        state.routing = routing_summary(event.get("routing"))
+        if state.routing is not None:
+            state.stats["experts_routed"] = len(state.routing["counts"])  # distinct experts
         state.outcome = "complete"
     elif kind == "error":
         state.error = {"code": event.get("code", "ENGINE_ERROR"), "message": event.get("message", "")}
@@ -264,7 +303,8 @@ async def _finish(conv_id, msg_id, state):
         status = Message.Status.INTERRUPTED
         stats.setdefault("finish_reason", "stopped")
     try:
-        msg = await database_sync_to_async(services.message_finish)(msg_id, text=state.text, status=status, stats=stats)
+        msg = await database_sync_to_async(services.message_finish)(msg_id, text=state.text, status=status, stats=stats,
+                                                                    routing=state.routing)
         if state.slot is not None:
             await database_sync_to_async(services.conversation_set_slot)(conv_id, state.slot)
     except Exception:

@@ -1,10 +1,12 @@
 """Per message (issue 13 item 4): a chat reply keeps which experts answered it (the bridge's
 done.routing, asked with routes=True), staff read it at /atlas/api/messages/<id>/routing (the
 atlas page's ?message= filter), the chat page tells the script whether to link to it."""
+import asyncio
 import json
 
 import pytest
 
+from chat import relay
 from chat.models import Conversation, Message
 from chat.services import message_finish
 
@@ -54,3 +56,45 @@ def _boot(response):
 def test_the_chat_page_tells_the_script_who_is_staff(staff_client, member_client):
     assert _boot(staff_client.get("/"))["is_staff"] is True
     assert _boot(member_client.get("/"))["is_staff"] is False
+
+
+def _relayed(user, routing=ROUTING):
+    """An assistant turn relayed to its end by chat.relay with a done event carrying `routing`."""
+    conv = Conversation.objects.create(owner=user)
+    Message.objects.create(conversation=conv, role="user", text="hi")
+    msg = Message.objects.create(conversation=conv, role="assistant", status="streaming")
+    state = relay._State()
+    done = {"kind": "done", "finish_reason": "stop", "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+            "stats": {"tok_s": 10.0, "hit_pct": 87.5, "ttft_s": 0.1}, "routing": routing}
+    asyncio.run(relay._handle(conv.pk, msg.pk, done, state))
+    asyncio.run(relay._finish(conv.pk, msg.pk, state))
+    msg.refresh_from_db()
+    return msg
+
+
+def test_a_relayed_reply_keeps_the_experts_that_answered_it(staff, monkeypatch):
+    frames = []
+
+    async def publish(conv_id, frame):
+        frames.append(frame)
+    monkeypatch.setattr(relay, "publish", publish)
+    msg = _relayed(staff)
+    assert msg.routing == ROUTING
+    assert msg.stats["experts_routed"] == 3 and msg.stats["hit_pct"] == 87.5
+    done = [f for f in frames if f["type"] == "done"][0]
+    assert "routing" not in done["message"] and done["message"]["stats"]["experts_routed"] == 3
+
+
+def test_a_reply_without_routing_has_no_count(staff, monkeypatch):
+    monkeypatch.setattr(relay, "publish", lambda *a: asyncio.sleep(0))
+    msg = _relayed(staff, routing=None)
+    assert msg.routing is None and "experts_routed" not in msg.stats
+
+
+def test_chat_asks_for_routes_only_from_an_engine_that_takes_them():
+    assert relay.engine_reports_routes({"name": "tiny", "top_k": 2})  # our engine's MODEL line
+    assert not relay.engine_reports_routes({"name": "glm", "extensions": False})  # the real colibri
+    assert not relay.engine_reports_routes(None)  # no engine up
+    request = relay._generation_request(7, "prompt", {}, routes=True)
+    assert request.routes is True and request.heat is True
+    assert relay._generation_request(7, "prompt", {}).routes is False

@@ -1,0 +1,75 @@
+"""Per message (issue 13 item 4) on the real stack: Daphne + bridge + native engine (fixture
+model, 4 MoE layers x 8 experts). A staff user's reply shows "expert hits" as a link; it opens
+/atlas?message=<id> in a new tab, which fetches that message's routing, says "message N: K
+experts" with K the experts the engine reported for it, paints those cells and dims the rest;
+Clear filter removes it. A member's reply shows the same stat as plain text: no link."""
+import pytest
+
+from chat.models import Message
+from tests.browser.conftest import PASSWORD, log_in, screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+REPLY = ".msg-assistant[data-id]"
+FINISHED = ("sel => { const r = [...document.querySelectorAll(sel)].pop(); "
+            "return r && r.dataset.status && r.dataset.status !== 'streaming'; }")
+
+
+def chat_turn(page, text):
+    """Sends one message and returns the finished reply's locator and message id."""
+    page.wait_for_function("document.querySelector('.engine-badge')?.textContent === 'engine ready'", timeout=60000)
+    page.fill(".composer-input", text)
+    page.keyboard.press("Enter")
+    page.wait_for_function(FINISHED, arg=REPLY, timeout=60000)
+    reply = page.locator(REPLY).last
+    assert reply.get_attribute("data-status") == "complete"
+    return reply, int(reply.get_attribute("data-id"))
+
+
+def test_a_staff_reply_links_to_the_experts_that_answered_it(live_stack, browser, django_user_model):
+    django_user_model.objects.create_user("sam", password=PASSWORD, is_staff=True)
+    django_user_model.objects.create_user("mia", password=PASSWORD)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
+    errors = []
+    chat = context.new_page()
+    chat.set_default_timeout(15000)
+    chat.on("pageerror", lambda e: errors.append(str(e)))
+    log_in(chat, live_stack.url, "sam")
+    reply, msg_id = chat_turn(chat, "Which experts answer this?")
+
+    routing = Message.objects.get(pk=msg_id).routing
+    assert routing and routing["rows"] == 4 and routing["cols"] == 8, routing
+    experts = len(routing["counts"])
+    link = reply.locator("a.stat-link")
+    assert link.count() == 1 and "expert hits" in link.inner_text()
+    assert link.get_attribute("href") == f"/atlas?message={msg_id}"
+
+    with context.expect_page() as opened:
+        link.click()
+    atlas = opened.value
+    atlas.on("pageerror", lambda e: errors.append(str(e)))
+    atlas.wait_for_function("() => { const a = window.colibriAtlas; return a && a.grid.filter && a.grid.filter.size > 0; }",
+                            timeout=30000)
+    assert atlas.url.endswith(f"/atlas?message={msg_id}")
+    text = atlas.inner_text("#filter-text")
+    assert text.startswith(f"message {msg_id}: {experts} experts"), text
+    assert atlas.evaluate("window.colibriAtlas.grid.filter.size") == experts
+    first_row, first_expert, first_count = routing["counts"][0]
+    cell = first_row * 8 + first_expert
+    assert atlas.evaluate(f"window.colibriAtlas.grid.filter.get({cell})") == first_count
+    screenshot(atlas, "atlas-message-filter")
+    atlas.click("#filter-clear")
+    assert atlas.evaluate("window.colibriAtlas.grid.filter") is None
+    assert atlas.locator("#atlas-filter").is_hidden() and atlas.url.endswith("/atlas")
+    assert not errors, errors
+    context.close()
+
+    # A member: the same stat, as plain text.
+    member = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
+    page = member.new_page()
+    page.set_default_timeout(15000)
+    log_in(page, live_stack.url, "mia")
+    reply, msg_id = chat_turn(page, "And mine?")
+    assert Message.objects.get(pk=msg_id).routing  # recorded for everyone; linked for staff only
+    assert "expert hits" in reply.locator(".msg-meta").inner_text()
+    assert reply.locator("a.stat-link").count() == 0 and reply.locator("a[href^='/atlas']").count() == 0
+    member.close()
