@@ -8,8 +8,6 @@ import pytest
 from engine_bridge import worker
 from engine_bridge.client import GenerationRequest
 
-pytestmark = pytest.mark.asyncio
-
 
 @pytest.fixture
 def bridge(settings, monkeypatch):
@@ -44,6 +42,7 @@ def test_the_interval_is_a_frame_for_one_stream_and_a_budget_share_for_many(brid
     assert b.text_interval() == pytest.approx(9 / 100)
 
 
+@pytest.mark.asyncio
 async def test_the_first_token_leaves_at_once_and_later_text_coalesces(bridge):
     b, sent = bridge
     (r,) = running(b, 1)
@@ -61,6 +60,7 @@ async def test_the_first_token_leaves_at_once_and_later_text_coalesces(bridge):
     assert sent[1][0] - sent[0][0] >= worker.TEXT_FRAME_S - 0.002
 
 
+@pytest.mark.asyncio
 async def test_a_final_event_never_waits_for_the_frame(bridge):
     b, sent = bridge
     (r,) = running(b, 1)
