@@ -17,6 +17,7 @@ typedef struct {
     int n_experts, top_k, d_expert, d_shexp;   /* n_experts == 0: dense */
     int gating;                                /* GATING_* */
     float rope_base, rms_eps;
+    int rope_dim;                              /* rotated dimensions of a head (<= head_dim) */
     int n_moe_rows;                            /* MoE layers (EMAP rows) */
 } model_config;
 

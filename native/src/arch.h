@@ -1,0 +1,46 @@
+/* arch.h — the per-architecture seam. An architecture is one file, arch_<name>.c, that
+ * defines an arch_ops: how its GGUF names its hyper-parameters and tensors, and which of the
+ * shared forward's variants it uses (set in model_config / layer_w). model_load.c finds the
+ * file's general.architecture in arch_table and calls the hooks in order:
+ *
+ *   hparams(m)         m->c from the file's keys; refuse (one line) what cannot run
+ *   block(m, l, src)   block l's tensors into m->layers[l]; a MoE block fills *src with its
+ *                      stacked expert tensors and returns 1, a dense block returns 0
+ *
+ * Everything else (tokenizer, embeddings, head, expert store, packing, fingerprint) is
+ * common. Adding an architecture = adding arch_<name>.c and one line in arch_table. */
+#ifndef COLI_ARCH_H
+#define COLI_ARCH_H
+#include <stddef.h>
+
+#include "model_impl.h"
+
+typedef struct arch_ops {
+    const char *name;       /* general.architecture */
+    int (*hparams)(model *m, char *err, size_t errlen);
+    int (*block)(model *m, int l, expert_layer_src *src, char *err, size_t errlen);
+} arch_ops;
+
+extern const arch_ops arch_llama;
+
+/* Building blocks for arch files (model_load.c), in llama.cpp's key and tensor names. */
+/* <arch>.block_count, embedding_length, attention.head_count(_kv), feed_forward_length,
+ * context_length, expert_count, expert_used_count, expert_(shared_)feed_forward_length,
+ * rope.freq_base, attention.layer_norm_rms_epsilon, attention.key/value_length,
+ * rope.dimension_count: into m->c, with their checks. */
+int ld_hparams_common(model *m, char *err, size_t errlen);
+/* d_expert / d_shexp from the first MoE block's tensors when the keys lack them. */
+void ld_expert_widths(model *m);
+/* blk.l.ffn_{gate,up,down}.weight (d_ff wide); returns 0 (a dense block) or -1. */
+int ld_dense_ffn(model *m, int l, char *err, size_t errlen);
+/* blk.l.ffn_gate_inp.weight (+ optional .bias) and the stacked ffn_{gate,up,down}_exps into
+ * m->layers[l] and *src. 0 or -1. */
+int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen);
+/* blk.l.ffn_{gate,up,down}_shexp.weight (d_shexp wide). 0 or -1. */
+int ld_shared_expert(model *m, int l, char *err, size_t errlen);
+
+/* NULL when the architecture is not supported. */
+const arch_ops *arch_find(const char *name);
+/* The supported names, ", "-separated (for the refusal line). */
+const char *arch_names(void);
+#endif

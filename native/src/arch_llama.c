@@ -1,0 +1,55 @@
+/* arch_llama.c — llama.cpp's `llama` architecture, dense or MoE (Mixtral's layout: routed
+ * experts stacked in ffn_{gate,up,down}_exps, router ffn_gate_inp), plus colibri's additions:
+ * an optional router bias (ffn_gate_inp.bias), an optional shared expert (ffn_*_shexp, no
+ * gate of its own) and colibri.expert_gating (softmax over the selected experts' logits, or
+ * unit weights). Forward quirks: none beyond the shared forward's defaults (RMSNorm, RoPE on
+ * interleaved pairs, SiLU-gated FFN). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch.h"
+
+static int llama_hparams(model *m, char *err, size_t errlen) {
+    if (ld_hparams_common(m, err, errlen) != 0) return -1;
+    model_config *c = &m->c;
+    c->gating = GATING_SOFTMAX;
+    char *gs = gguf_get_string(&m->g, "colibri.expert_gating");
+    if (gs) {
+        if (strcmp(gs, "softmax") == 0) c->gating = GATING_SOFTMAX;
+        else if (strcmp(gs, "unit") == 0) c->gating = GATING_UNIT;
+        else {
+            model_fail(err, errlen, "colibri.expert_gating '%s' is not supported (softmax or unit)", gs);
+            free(gs);
+            return -1;
+        }
+        free(gs);
+    }
+    ld_expert_widths(m);
+    return 0;
+}
+
+static int llama_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    layer_w *L = &m->layers[l];
+    char nm[160];
+    const uint64_t D = (uint64_t)c->d_model, KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if (ld_vec(m, NAME("attn_norm.weight"), c->d_model, 0, &L->attn_norm, err, errlen)) return -1;
+    if (ld_vec(m, NAME("ffn_norm.weight"), c->d_model, 0, &L->ffn_norm, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_q.weight"), D, D, 0, &L->q, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_k.weight"), D, KV, 0, &L->k, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_v.weight"), D, KV, 0, &L->v, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_output.weight"), D, D, 0, &L->o, err, errlen)) return -1;
+    int is_moe = c->n_experts > 0 && gguf_find_tensor(g, NAME("ffn_gate_inp.weight")) != NULL;
+    if (!is_moe) return ld_dense_ffn(m, l, err, errlen);
+    if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
+    int has_sh = gguf_find_tensor(g, NAME("ffn_gate_shexp.weight")) || gguf_find_tensor(g, NAME("ffn_up_shexp.weight")) ||
+                 gguf_find_tensor(g, NAME("ffn_down_shexp.weight"));
+#undef NAME
+    if (has_sh && ld_shared_expert(m, l, err, errlen) != 0) return -1;
+    return 1;
+}
+
+const arch_ops arch_llama = {"llama", llama_hparams, llama_block};

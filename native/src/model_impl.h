@@ -1,0 +1,118 @@
+/* model_impl.h — what the model's files share (not an API for the rest of the engine):
+ * the private state and its scratch buffers, the loading helpers (model_load.c), the
+ * architecture seam (arch.h), the compute-tier seam, and the parts of the forward that live
+ * in files of their own (moe.c, attention.c).
+ *
+ * Files: model_load.c (open, validate, pack, free), arch_<name>.c (one per architecture:
+ * hyper-parameters and tensor names), model.c (the batched forward), moe.c (routing and
+ * routed experts), attention.c (attention kernels). */
+#ifndef COLI_MODEL_IMPL_H
+#define COLI_MODEL_IMPL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "model.h"
+#include "pool.h"
+
+typedef struct { float *p; size_t cap; } fbuf;   /* grown scratch, capacity in floats */
+typedef struct { int *p; size_t cap; } ibuf;
+
+/* The compute tier: where the forward's matrix jobs run. The CPU tier (quant.c's kernels on
+ * the pool) is the only one; a GPU tier would supply its own mul_multi (and own the weights it
+ * holds resident), leaving routing, attention bookkeeping and the protocol unchanged. */
+typedef struct compute_tier {
+    const char *name;
+    void (*mul_multi)(const mm_job *jobs, int cnt);   /* every job's outputs, one call */
+} compute_tier;
+extern const compute_tier compute_cpu;
+
+struct model_priv {
+    int g_open;
+    float **owned;          /* owned copies: converted norm vectors, packed matrices */
+    int n_owned, cap_owned;
+    double *inv_freq;       /* RoPE: base^(-2i/rope_dim), i < rope_dim/2 */
+    int rope_dim;
+    const compute_tier *tier;
+    qact act;
+    fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
+    ibuf sel, ecnt, eoff, elist, slot0, ablk, koff;
+    qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
+    expert_w *ew;
+    mm_job *jobs;
+};
+
+static inline double mnow(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline float *fb(fbuf *b, size_t n) {
+    if (n == 0) n = 1;
+    if (n > b->cap) {
+        float *p = realloc(b->p, n * sizeof(float));
+        if (!p) return NULL;
+        b->p = p;
+        b->cap = n;
+    }
+    return b->p;
+}
+
+static inline int *ib(ibuf *b, size_t n) {
+    if (n == 0) n = 1;
+    if (n > b->cap) {
+        int *p = realloc(b->p, n * sizeof(int));
+        if (!p) return NULL;
+        b->p = p;
+        b->cap = n;
+    }
+    return b->p;
+}
+
+/* Writes the one-line reason into err; returns -1. */
+int model_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Row loops of the forward, run on the pool in chunks of ROW_CHUNK rows when the batch is
+ * large (each row is computed the same way either way). */
+#define ROW_CHUNK 16
+void par_rows(pool_fn fn, void *ctx, int n);
+
+/* ---- loading helpers (model_load.c), for the architecture files ---- */
+/* Finds `name` and checks its shape (nd dims e[0..nd), missing trailing dims = 1).
+ * *t = NULL and 0 when optional and absent. */
+int ld_tensor(const gguf_file *g, const char *name, int nd, const uint64_t *e, int optional,
+              const gguf_tensor **t, char *err, size_t errlen);
+int ld_mat_type_ok(uint32_t type);       /* a weight type the matmul kernels run */
+const char *ld_mat_types(void);          /* their names, for refusals: "F32, F16, Q8_0, Q4_1" */
+/* A cols x rows matrix; rows 0 when optional and absent. */
+int ld_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, int optional, qmat *q,
+           char *err, size_t errlen);
+/* F32 [n] vector, an owned copy (F16 converted); NULL with 0 when optional and absent. */
+int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen);
+/* "<arch>.<suffix>" into buf (the per-architecture GGUF key names). */
+const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap);
+/* The integer key <arch>.<suffix>: required (1 .. 2^24) or optional (0 .. 2^24, default def). */
+int ld_int_req(const model *m, const char *suffix, int *dst, char *err, size_t errlen);
+int ld_int_opt(const model *m, const char *suffix, int def, int *dst, char *err, size_t errlen);
+
+/* ---- parts of the forward ---- */
+/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out (moe.c). */
+int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out);
+
+/* Attention (attention.c): tasks of up to ATT_R consecutive rows of one slot x one KV head
+ * with its query heads (up to ATT_G per kernel call). */
+#define ATT_R 4
+#define ATT_G 4
+typedef struct {
+    kv_cache *kv;
+    const fwd_row *rows;
+    const int *blk;         /* task blocks: rows blk[b] .. blk[b + 1] - 1 */
+    const float *Q;
+    float *att, *ascr;
+    int sc_len, l, nh, nkv, hd, qd, grp;
+    float scale;
+} attn_ctx;
+void attn_task(void *vctx, int task);
+#endif

@@ -1,0 +1,507 @@
+/* model_load.c — opening a GGUF model: the architecture's hooks (arch.h), the common parts
+ * (tokenizer, embeddings, head, expert store), validation with one-line refusals, packing the
+ * dense matrices into the kernels' layout, the K/V fingerprint; and model_free.
+ * The loading helpers here (ld_*) are the building blocks of the arch_<name>.c files. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "arch.h"
+
+/* ---------------------------------------------------------------- architectures */
+
+static const arch_ops *const arch_table[] = {&arch_llama};
+#define N_ARCH (sizeof arch_table / sizeof arch_table[0])
+
+const arch_ops *arch_find(const char *name) {
+    for (size_t i = 0; i < N_ARCH; i++)
+        if (strcmp(arch_table[i]->name, name) == 0) return arch_table[i];
+    return NULL;
+}
+
+const char *arch_names(void) {
+    static char buf[256];
+    if (!buf[0]) {
+        size_t at = 0;
+        for (size_t i = 0; i < N_ARCH && at < sizeof buf; i++)
+            at += (size_t)snprintf(buf + at, sizeof buf - at, i ? ", %s" : "%s", arch_table[i]->name);
+    }
+    return buf;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+int model_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static uint32_t fnv1a32_local(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+const char *ld_mat_types(void) { return "F32, F16, Q8_0, Q4_1"; }
+
+const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s.%s", m->arch, suffix);
+    return buf;
+}
+
+#define KEY_LIM (1 << 24)
+int ld_int_req(const model *m, const char *suffix, int *dst, char *err, size_t errlen) {
+    char k[128];
+    int64_t v = gguf_get_int(&m->g, ld_key(m, suffix, k, sizeof k), -1);
+    if (v < 1 || v > KEY_LIM) return model_fail(err, errlen, "%s is missing or invalid", k);
+    *dst = (int)v;
+    return 0;
+}
+
+int ld_int_opt(const model *m, const char *suffix, int def, int *dst, char *err, size_t errlen) {
+    char k[128];
+    int64_t v = gguf_get_int(&m->g, ld_key(m, suffix, k, sizeof k), def);
+    if (v < 0 || v > KEY_LIM) return model_fail(err, errlen, "%s = %lld is invalid", k, (long long)v);
+    *dst = (int)v;
+    return 0;
+}
+
+static void shape_str(char *buf, size_t cap, const uint64_t *ne, int nd) {
+    size_t at = 0;
+    at += (size_t)snprintf(buf + at, cap - at, "[");
+    for (int i = 0; i < nd && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, i ? ", %llu" : "%llu", (unsigned long long)ne[i]);
+    if (at < cap) snprintf(buf + at, cap - at, "]");
+}
+
+/* Finds `name` and checks its shape (nd dims e[0..nd), missing trailing dims = 1).
+ * *t = NULL and 0 when optional and absent. */
+int ld_tensor(const gguf_file *g, const char *name, int nd, const uint64_t *e, int optional,
+                      const gguf_tensor **t, char *err, size_t errlen) {
+    *t = gguf_find_tensor(g, name);
+    if (!*t) return optional ? 0 : model_fail(err, errlen, "%s: tensor missing", name);
+    uint64_t want[4] = {1, 1, 1, 1};
+    for (int i = 0; i < nd; i++) want[i] = e[i];
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= (*t)->ne[i] == want[i];
+    if (!ok) {
+        char a[96], b[96];
+        int got = (int)(*t)->n_dims;
+        if (got < 1) got = 1;
+        if (got > 4) got = 4;
+        shape_str(a, sizeof a, want, nd);
+        shape_str(b, sizeof b, (*t)->ne, got);
+        return model_fail(err, errlen, "%s: expected %s, got %s", name, a, b);
+    }
+    return 0;
+}
+
+int ld_mat_type_ok(uint32_t t) { return t == GGML_F32 || t == GGML_F16 || t == GGML_Q8_0 || t == GGML_Q4_1; }
+
+int ld_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, int optional, qmat *q,
+                   char *err, size_t errlen) {
+    const gguf_tensor *t;
+    uint64_t e[2] = {cols, rows};
+    memset(q, 0, sizeof *q);
+    if (ld_tensor(g, name, 2, e, optional, &t, err, errlen) != 0) return -1;
+    if (!t) return 0;
+    if (!ld_mat_type_ok(t->type))
+        return model_fail(err, errlen, "%s: type %s is not supported (%s)", name, ggml_type_name(t->type), ld_mat_types());
+    q->type = t->type;
+    q->rows = (int)rows;
+    q->cols = (int)cols;
+    q->row_bytes = ggml_row_bytes(t->type, cols);
+    q->data = t->data;
+    if (q->row_bytes == 0) return model_fail(err, errlen, "%s: bad row length for %s", name, ggml_type_name(t->type));
+    return 0;
+}
+
+/* n bytes at p, a pointer into g's mapping, into dst without touching the mapping (see get_vec). */
+static int read_mapped(const gguf_file *g, const void *p, size_t n, void *dst) {
+    return gguf_read_at(g->fd, g->map, g->size, (uint64_t)((const uint8_t *)p - g->map), dst, n);
+}
+
+static int own(struct model_priv *P, float *p) {
+    if (P->n_owned == P->cap_owned) {
+        int nc = P->cap_owned ? 2 * P->cap_owned : 16;
+        float **np = realloc(P->owned, sizeof *np * (size_t)nc);
+        if (!np) return -1;
+        P->owned = np;
+        P->cap_owned = nc;
+    }
+    P->owned[P->n_owned++] = p;
+    return 0;
+}
+
+/* F32 [n] vector, an owned copy (F16 converted). NULL result with 0 when optional+absent.
+ * Never a pointer into the mapping: the page cache holds the file in large folios, and one
+ * fault on a small tensor maps the whole folio around it into this process (serving one
+ * conversation with the norms read in place: +72 MB of file pages in RSS). */
+int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen) {
+    const gguf_tensor *t;
+    uint64_t e[1] = {(uint64_t)n};
+    *out = NULL;
+    if (ld_tensor(&m->g, name, 1, e, optional, &t, err, errlen) != 0) return -1;
+    if (!t) return 0;
+    if (t->type != GGML_F32 && t->type != GGML_F16)
+        return model_fail(err, errlen, "%s: type %s is not supported for a vector (F32 or F16)", name,
+                    ggml_type_name(t->type));
+    float *b = malloc(sizeof(float) * (size_t)n);
+    if (!b || own(m->priv, b) != 0) {
+        free(b);
+        return model_fail(err, errlen, "%s: out of memory", name);
+    }
+    if (t->type == GGML_F32) {
+        if (read_mapped(&m->g, t->data, sizeof(float) * (size_t)n, b) != 0)
+            return model_fail(err, errlen, "%s: cannot read the file", name);
+    } else {
+        uint16_t *h = malloc(2 * (size_t)n);
+        if (!h || read_mapped(&m->g, t->data, 2 * (size_t)n, h) != 0) {
+            free(h);
+            return model_fail(err, errlen, "%s: cannot read the file", name);
+        }
+        for (int i = 0; i < n; i++) b[i] = fp16_to_f32(h[i]);
+        free(h);
+    }
+    *out = b;
+    return 0;
+}
+
+/* Replaces a mapped matrix by an owned copy, packed when packable (a row-major copy
+ * otherwise: the F32 router). drop: the original's file pages are released from this process
+ * (re-read from the file if touched). */
+static int pack_mat(model *m, qmat *w, int drop) {
+    if (m->exact || w->rows <= 0 || w->packed) return 0;
+    const int pk = qpack_ok(w->type, w->rows, w->cols);
+    size_t bytes = pk ? qpack_bytes(w->type, w->rows, w->cols) : (size_t)w->rows * w->row_bytes;
+    uint8_t *b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!b || own(m->priv, (float *)(void *)b) != 0) {
+        free(b);
+        return -1;
+    }
+    if (pk) qpack(w, b);
+    else if (read_mapped(&m->g, w->data, bytes, b) != 0) return -1;
+    if (drop) {
+        uintptr_t a0 = ((uintptr_t)w->data + 4095) & ~(uintptr_t)4095;
+        uintptr_t a1 = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~(uintptr_t)4095;
+        if (a1 > a0) madvise((void *)a0, a1 - a0, MADV_DONTNEED);
+    }
+    w->data = b;
+    w->packed = pk;
+    return 0;
+}
+
+/* The file's recommended sampling (llama.cpp's general.sampling.* keys), when present. */
+static void sampling_defaults(model *m) {
+    const gguf_file *g = &m->g;    /* a key of a non-numeric type, or not finite, counts as absent */
+    double t = gguf_get_float(g, "general.sampling.temp", NAN);
+    double p = gguf_get_float(g, "general.sampling.top_p", NAN);
+    double k = gguf_get_float(g, "general.sampling.top_k", NAN);
+    m->sampling.has_temp = isfinite(t);
+    m->sampling.has_top_p = isfinite(p);
+    m->sampling.has_top_k = isfinite(k) && k >= 0 && k <= 1e9;
+    m->sampling.temp = m->sampling.has_temp ? (float)t : 0.0f;
+    m->sampling.top_p = m->sampling.has_top_p ? (float)p : 1.0f;
+    m->sampling.top_k = m->sampling.has_top_k ? (int)k : 0;
+}
+
+/* ---------------------------------------------------------------- building blocks of arch files */
+
+int ld_hparams_common(model *m, char *err, size_t errlen) {
+    model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    char k[128];
+    if (ld_int_req(m, "block_count", &c->n_layers, err, errlen) ||
+        ld_int_req(m, "embedding_length", &c->d_model, err, errlen) ||
+        ld_int_req(m, "attention.head_count", &c->n_heads, err, errlen) ||
+        ld_int_opt(m, "attention.head_count_kv", c->n_heads, &c->n_kv_heads, err, errlen) ||
+        ld_int_opt(m, "feed_forward_length", 0, &c->d_ff, err, errlen) ||
+        ld_int_opt(m, "context_length", 0, &c->ctx_train, err, errlen) ||
+        ld_int_opt(m, "expert_count", 0, &c->n_experts, err, errlen) ||
+        ld_int_opt(m, "expert_used_count", 0, &c->top_k, err, errlen) ||
+        ld_int_opt(m, "expert_feed_forward_length", 0, &c->d_expert, err, errlen) ||
+        ld_int_opt(m, "expert_shared_feed_forward_length", 0, &c->d_shexp, err, errlen))
+        return -1;
+    c->rope_base = (float)gguf_get_float(g, ld_key(m, "rope.freq_base", k, sizeof k), 10000.0);
+    c->rms_eps = (float)gguf_get_float(g, ld_key(m, "attention.layer_norm_rms_epsilon", k, sizeof k), 1e-5);
+    if (c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0)
+        return model_fail(err, errlen, "head_count %d is not a multiple of head_count_kv %d", c->n_heads, c->n_kv_heads);
+    if (c->d_model % c->n_heads != 0)
+        return model_fail(err, errlen, "embedding_length %d is not a multiple of head_count %d", c->d_model, c->n_heads);
+    c->head_dim = c->d_model / c->n_heads;
+    int64_t kl = gguf_get_int(g, ld_key(m, "attention.key_length", k, sizeof k), c->head_dim);
+    int64_t vl = gguf_get_int(g, ld_key(m, "attention.value_length", k, sizeof k), c->head_dim);
+    if (kl != c->head_dim || vl != c->head_dim)
+        return model_fail(err, errlen, "attention key/value length %lld/%lld != embedding_length/head_count %d is not supported",
+                          (long long)kl, (long long)vl, c->head_dim);
+    int64_t rd = gguf_get_int(g, ld_key(m, "rope.dimension_count", k, sizeof k), c->head_dim);
+    if (rd < 2 || rd > c->head_dim || rd % 2)
+        return model_fail(err, errlen, "%s %lld is invalid for head_dim %d", k, (long long)rd, c->head_dim);
+    c->rope_dim = (int)rd;
+    if (!(c->rope_base > 0.0f) || !isfinite(c->rope_base))
+        return model_fail(err, errlen, "%s is invalid", ld_key(m, "rope.freq_base", k, sizeof k));
+    if (!(c->rms_eps >= 0.0f) || !isfinite(c->rms_eps))
+        return model_fail(err, errlen, "%s is invalid", ld_key(m, "attention.layer_norm_rms_epsilon", k, sizeof k));
+    if (c->n_experts > 0 && (c->top_k < 1 || c->top_k > c->n_experts))
+        return model_fail(err, errlen, "%s %d is invalid for %d experts", ld_key(m, "expert_used_count", k, sizeof k),
+                          c->top_k, c->n_experts);
+    if (c->n_experts == 0) c->top_k = 0;
+    return 0;
+}
+
+void ld_expert_widths(model *m) {
+    model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    char nm[160];
+    if (c->n_experts == 0) return;
+    for (int l = 0; l < c->n_layers; l++) {
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", l);
+        if (!gguf_find_tensor(g, nm)) continue;
+        const gguf_tensor *t;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", l);
+        if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)t->ne[1];
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
+        if (c->d_shexp == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_shexp = (int)t->ne[1];
+        if (c->d_expert) break;
+    }
+}
+
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+int ld_dense_ffn(model *m, int l, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    layer_w *L = &m->layers[l];
+    char nm[160];
+    if (c->d_ff < 1)
+        return model_fail(err, errlen, "blk.%d is a dense layer but %s.feed_forward_length is missing", l, m->arch);
+    const uint64_t D = (uint64_t)c->d_model, F = (uint64_t)c->d_ff;
+    if (ld_mat(&m->g, NAME("ffn_gate.weight"), D, F, 0, &L->ffn_gate, err, errlen)) return -1;
+    if (ld_mat(&m->g, NAME("ffn_up.weight"), D, F, 0, &L->ffn_up, err, errlen)) return -1;
+    if (ld_mat(&m->g, NAME("ffn_down.weight"), F, D, 0, &L->ffn_down, err, errlen)) return -1;
+    return 0;
+}
+
+int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    layer_w *L = &m->layers[l];
+    char nm[160];
+    const uint64_t D = (uint64_t)c->d_model, E = (uint64_t)c->n_experts, X = (uint64_t)c->d_expert;
+    if (c->d_expert < 1) return model_fail(err, errlen, "blk.%d.ffn_gate_exps.weight: tensor missing", l);
+    if (ld_mat(g, NAME("ffn_gate_inp.weight"), D, E, 0, &L->router, err, errlen)) return -1;
+    if (ld_vec(m, NAME("ffn_gate_inp.bias"), c->n_experts, 1, &L->router_b, err, errlen)) return -1;
+    const gguf_tensor *te[3];
+    uint64_t eg[3] = {D, X, E}, ed[3] = {X, D, E};
+    if (ld_tensor(g, NAME("ffn_gate_exps.weight"), 3, eg, 0, &te[0], err, errlen)) return -1;
+    if (ld_tensor(g, NAME("ffn_up_exps.weight"), 3, eg, 0, &te[1], err, errlen)) return -1;
+    if (ld_tensor(g, NAME("ffn_down_exps.weight"), 3, ed, 0, &te[2], err, errlen)) return -1;
+    for (int k = 0; k < 3; k++)
+        if (!ld_mat_type_ok(te[k]->type))
+            return model_fail(err, errlen, "%.*s: type %s is not supported (%s)", (int)te[k]->name.len,
+                              te[k]->name.ptr, ggml_type_name(te[k]->type), ld_mat_types());
+    src->layer = l;
+    src->gate = te[0];
+    src->up = te[1];
+    src->down = te[2];
+    return 0;
+}
+
+int ld_shared_expert(model *m, int l, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    layer_w *L = &m->layers[l];
+    char nm[160];
+    if (c->d_shexp < 1) return model_fail(err, errlen, "blk.%d.ffn_gate_shexp.weight: tensor missing", l);
+    const uint64_t D = (uint64_t)c->d_model, S = (uint64_t)c->d_shexp;
+    if (ld_mat(&m->g, NAME("ffn_gate_shexp.weight"), D, S, 0, &L->sh_gate, err, errlen)) return -1;
+    if (ld_mat(&m->g, NAME("ffn_up_shexp.weight"), D, S, 0, &L->sh_up, err, errlen)) return -1;
+    if (ld_mat(&m->g, NAME("ffn_down_shexp.weight"), S, D, 0, &L->sh_down, err, errlen)) return -1;
+    return 0;
+}
+#undef NAME
+
+/* ---------------------------------------------------------------- the load */
+
+/* general.architecture -> its hooks; m->arch set. */
+static const arch_ops *load_arch(model *m, char *err, size_t errlen) {
+    char *arch = gguf_get_string(&m->g, "general.architecture");
+    if (!arch) return model_fail(err, errlen, "general.architecture is missing"), NULL;
+    const arch_ops *ops = arch_find(arch);
+    if (!ops) model_fail(err, errlen, "architecture '%s' is not supported (%s only)", arch, arch_names());
+    else snprintf(m->arch, sizeof m->arch, "%s", arch);
+    free(arch);
+    return ops;
+}
+
+/* TOPK: colibri's override of the routed experts per token. */
+static int topk_override(model *m, char *err, size_t errlen) {
+    model_config *c = &m->c;
+    const char *tk = getenv("TOPK");
+    if (!tk || !*tk || c->n_experts == 0) return 0;
+    char *end;
+    long v = strtol(tk, &end, 10);
+    if (*end || v < 1 || v > c->n_experts)
+        return model_fail(err, errlen, "TOPK=%s is invalid (1..%d experts)", tk, c->n_experts);
+    c->top_k = (int)v;
+    return 0;
+}
+
+/* token_embd, output_norm, output (tied to token_embd when absent). */
+static int load_io(model *m, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab;
+    if (ld_mat(&m->g, "token_embd.weight", D, V, 0, &m->tok_embd, err, errlen)) return -1;
+    if (ld_vec(m, "output_norm.weight", c->d_model, 0, &m->output_norm, err, errlen)) return -1;
+    if (ld_mat(&m->g, "output.weight", D, V, 1, &m->output, err, errlen)) return -1;
+    if (m->output.rows == 0) m->output = m->tok_embd;
+    return 0;
+}
+
+/* Every block through the architecture's hook; the MoE blocks become the expert store's rows. */
+static int load_blocks(model *m, const arch_ops *ops, const expert_opts *eo, char *err, size_t errlen) {
+    model_config *c = &m->c;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    expert_layer_src *src = calloc((size_t)c->n_layers, sizeof *src);
+    int rc = -1;
+    if (!m->layers || !src) {
+        model_fail(err, errlen, "out of memory");
+        goto out;
+    }
+    c->n_moe_rows = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        m->layers[l].moe_row = -1;
+        int k = ops->block(m, l, &src[c->n_moe_rows], err, errlen);
+        if (k < 0) goto out;
+        if (k == 1) m->layers[l].moe_row = c->n_moe_rows++;
+    }
+    if (c->n_moe_rows == 0) c->d_expert = c->d_shexp = 0;
+    expert_opts def;
+    memset(&def, 0, sizeof def);
+    def.ram_budget = SIZE_MAX;
+    m->es = es_create(&m->g, src, c->n_moe_rows, c->n_moe_rows ? c->n_experts : 0, eo ? eo : &def,
+                      fnv1a32_local(m->arch), c->n_layers, err, errlen);
+    if (m->es) rc = 0;
+out:
+    free(src);
+    return rc;
+}
+
+/* Dense matrices into the interleaved layout of the matmul kernels (owned copies; the file
+ * pages of the originals are dropped). A tied head also serves the embedding rows (qmat_row
+ * reads the packed layout), so token_embd's pages are not kept either. */
+static int pack_all(model *m, char *err, size_t errlen) {
+    const int tied = m->output.data == m->tok_embd.data;
+    if (pack_mat(m, &m->output, 1) != 0) return model_fail(err, errlen, "output.weight: out of memory or unreadable");
+    if (tied) m->tok_embd = m->output;
+    for (int l = 0; l < m->c.n_layers; l++) {
+        layer_w *L = &m->layers[l];
+        qmat *ms[] = {&L->q, &L->k, &L->v, &L->o, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                      &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+            if (pack_mat(m, ms[i], 1) != 0)
+                return model_fail(err, errlen, "blk.%d: out of memory or unreadable tensor data", l);
+    }
+    return 0;
+}
+
+/* Name, chat template, sampling, the K/V fingerprint and the RoPE table. */
+static int load_finish(model *m, const char *path, char *err, size_t errlen) {
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    char *name = gguf_get_string(g, "general.name");
+    if (name && name[0]) snprintf(m->name, sizeof m->name, "%s", name);
+    else {
+        const char *b = strrchr(path, '/');
+        snprintf(m->name, sizeof m->name, "%s", b ? b + 1 : path);
+    }
+    free(name);
+    m->chat_template = gguf_get_string(g, "tokenizer.chat_template");
+    sampling_defaults(m);
+    /* what K/V rows depend on: the shapes, the effective top-k, the file, EXACT's arithmetic */
+    const int rd = c->rope_dim;
+    int64_t fp[17] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->vocab,
+                      c->n_experts, c->top_k, c->d_expert, c->d_shexp, c->gating, c->n_moe_rows, rd,
+                      (int64_t)g->size, (int64_t)g->n_tensors, m->exact};
+    m->fingerprint = fnv1a64(1469598103934665603ull, fp, sizeof fp);
+    P->rope_dim = rd;
+    P->inv_freq = malloc(sizeof(double) * (size_t)(rd / 2));
+    if (!P->inv_freq) return model_fail(err, errlen, "out of memory");
+    for (int i = 0; i < rd / 2; i++) P->inv_freq[i] = pow((double)c->rope_base, -2.0 * i / (double)rd);
+    return 0;
+}
+
+static int load_inner(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
+    gguf_file *g = &m->g;
+    if (gguf_open(g, path) != 0) return model_fail(err, errlen, "%s", g->err[0] ? g->err : "cannot open model");
+    m->priv->g_open = 1;
+    const arch_ops *ops = load_arch(m, err, errlen);
+    if (!ops || ops->hparams(m, err, errlen) != 0 || topk_override(m, err, errlen) != 0) return -1;
+    m->tok = tok_load(g, err, errlen);
+    if (!m->tok) return -1;
+    m->c.vocab = tok_n_vocab(m->tok);
+    if (m->c.vocab < 1) return model_fail(err, errlen, "tokenizer has no tokens");
+    if (load_io(m, err, errlen) || load_blocks(m, ops, eo, err, errlen) || pack_all(m, err, errlen)) return -1;
+    return load_finish(m, path, err, errlen);
+}
+
+int model_load(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    m->g.fd = -1;
+    m->priv = calloc(1, sizeof *m->priv);
+    if (!m->priv) return model_fail(err, errlen, "out of memory");
+    m->exact = eo && eo->exact;
+    m->priv->act.exact = m->exact;
+    m->priv->tier = &compute_cpu;
+    if (!path) return model_free(m), model_fail(err, errlen, "no model path");
+    if (load_inner(m, path, eo, err, errlen) != 0) {
+        model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+void model_free(model *m) {
+    struct model_priv *P = m->priv;
+    if (!P) return;
+    es_free(m->es);
+    if (m->tok) tok_free(m->tok);
+    free(m->layers);
+    free(m->chat_template);
+    for (int i = 0; i < P->n_owned; i++) free(P->owned[i]);
+    free(P->owned);
+    free(P->inv_freq);
+    qact_free(&P->act);
+    if (P->eact)
+        for (int e = 0; e < 2 * m->c.n_experts; e++) qact_free(&P->eact[e]);
+    free(P->eact);
+    free(P->ew);
+    free(P->jobs);
+    fbuf *fs[] = {&P->x, &P->h, &P->q, &P->k, &P->v, &P->att, &P->tmp, &P->fg, &P->fu, &P->rlog, &P->eout,
+                  &P->shout, &P->xin, &P->eg, &P->eu, &P->eo, &P->hin, &P->hout, &P->ascr, &P->rope, &P->selw};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]->p);
+    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0, &P->ablk, &P->koff};
+    for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) free(is[i]->p);
+    if (P->g_open) gguf_close(&m->g);
+    free(P);
+    memset(m, 0, sizeof *m);
+    m->g.fd = -1;
+}
+
+uint64_t model_fingerprint_k(const model *m, int k) {
+    if (k == m->c.top_k) return m->fingerprint;
+    int64_t v = k;
+    return fnv1a64(m->fingerprint, &v, sizeof v);
+}

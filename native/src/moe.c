@@ -1,0 +1,218 @@
+/* moe.c — the MoE FFN: routing (router logits, top-k selection, gating weights, usage
+ * bookkeeping), grouping the (row, expert) pairs by expert, the routed and shared experts'
+ * matmuls as two parallel jobs, and the fixed-order combine.
+ *
+ * MoE combination order is fixed per row (selected experts in increasing id, then the shared
+ * expert), so a row's result does not depend on which other rows share the batch. */
+#include <math.h>
+#include <string.h>
+
+#include "model_impl.h"
+/* y_i = sum_j w_ij * expert_out(i, j) (row i's selected experts in increasing id) + shared_i;
+ * row i's pairs are koff[i] .. koff[i + 1] - 1. */
+typedef struct {
+    float *out;
+    const float *selw, *eo, *so;
+    const int *slot_of, *koff;
+    int n, d;
+} combine_ctx;
+static void combine_chunk(void *vctx, int c) {
+    const combine_ctx *C = vctx;
+    const int d = C->d;
+    for (int i = c * ROW_CHUNK; i < C->n && i < (c + 1) * ROW_CHUNK; i++) {
+        float *restrict y = C->out + (size_t)i * d;
+        for (int q = 0; q < d; q++) y[q] = 0.0f;
+        for (int p = C->koff[i]; p < C->koff[i + 1]; p++) {
+            const float *restrict er = C->eo + (size_t)C->slot_of[p] * d;
+            const float wp = C->selw[p];
+            for (int q = 0; q < d; q++) y[q] += wp * er[q];
+        }
+        if (C->so)
+            for (int q = 0; q < d; q++) y[q] += C->so[(size_t)i * d + q];
+    }
+}
+
+/* Experts per token of a row: its own count when set (1 .. n_experts), else the model's. */
+static int row_experts(const model_config *c, const fwd_row *r) {
+    return r->n_experts >= 1 && r->n_experts <= c->n_experts ? r->n_experts : c->top_k;
+}
+
+/* The K largest router logits of lg (ties -> lower id), written to s in increasing id. */
+static void top_k_ids(const float *lg, int E, int K, int *s) {
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= s[q] == e;
+            if (taken) continue;
+            if (best < 0 || lg[e] > lg[best]) best = e;
+        }
+        s[j] = best;
+    }
+    for (int a = 1; a < K; a++)
+        for (int b = a; b > 0 && s[b - 1] > s[b]; b--) {
+            int t = s[b];
+            s[b] = s[b - 1];
+            s[b - 1] = t;
+        }
+}
+
+/* Gating weights of the K selected experts s of one row: 1 each (unit), or the softmax of
+ * their logits. */
+static void gate_weights(int gating, const float *lg, const int *s, int K, float *w) {
+    if (gating == GATING_UNIT) {
+        for (int j = 0; j < K; j++) w[j] = 1.0f;
+        return;
+    }
+    float mx = lg[s[0]];
+    for (int j = 1; j < K; j++) mx = fmaxf(mx, lg[s[j]]);
+    double sum = 0.0;
+    for (int j = 0; j < K; j++) {
+        w[j] = expf(lg[s[j]] - mx);
+        sum += w[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < K; j++) w[j] *= inv;
+}
+
+/* Router logits, each row's selected experts (sel, koff) and their weights (selw); the
+ * selections are counted in the expert store (heat unless the row says no_heat, HITS) and in
+ * the row's route_counts. */
+static void moe_route(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, const int *koff,
+                      float *rl, int *sel, float *selw) {
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    const int d = c->d_model, E = c->n_experts, r = L->moe_row;
+    qact_prepare(&P->act, L->router.type, h, n, d);
+    qmat_mul(&L->router, &P->act, rl, E);
+    for (int i = 0; i < n; i++) {
+        float *lg = rl + (size_t)i * E;
+        if (L->router_b)
+            for (int e = 0; e < E; e++) lg[e] += L->router_b[e];
+        const int K = koff[i + 1] - koff[i];
+        int *s = sel + koff[i];
+        top_k_ids(lg, E, K, s);
+        gate_weights(c->gating, lg, s, K, selw + koff[i]);
+        for (int j = 0; j < K; j++) {
+            es_note(m->es, r, s[j], !rows[i].no_heat);
+            if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
+        }
+    }
+}
+
+/* Groups the NP (row, rank) pairs by expert, rows in batch order within an expert: expert e's
+ * pairs are eoff[e] .. eoff[e + 1] - 1, elist[q] the batch row of grouped pair q, slot_of[p]
+ * the grouped position of pair p. ecnt: E + 1 ints of scratch. */
+static void moe_group(const int *sel, const int *koff, int n, int E, int *ecnt, int *eoff, int *elist, int *slot_of) {
+    const int NP = koff[n];
+    memset(ecnt, 0, sizeof(int) * (size_t)(E + 1));
+    for (int p = 0; p < NP; p++) ecnt[sel[p]]++;
+    eoff[0] = 0;
+    for (int e = 0; e < E; e++) eoff[e + 1] = eoff[e] + ecnt[e];
+    for (int e = 0; e <= E; e++) ecnt[e] = eoff[e];
+    for (int i = 0; i < n; i++)
+        for (int p = koff[i]; p < koff[i + 1]; p++) {
+            slot_of[p] = ecnt[sel[p]];
+            elist[ecnt[sel[p]]++] = i;
+        }
+}
+
+/* The acquired experts' matmuls: gate/up (+ SiLU) of every selected expert on its gathered
+ * rows and the shared expert's on all rows as one parallel job, then all down projections as
+ * a second one. P->act still holds h (prepared for the router). eg: pairs x X, eo: pairs x d,
+ * sg: n x S, so: n x d. 0 ok, -1 out of memory. */
+static int moe_experts(model *m, const layer_w *L, int n, const int *eoff, const int *elist, float *eg, float *eo,
+                       float *sg, float *so) {
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    const int d = c->d_model, E = c->n_experts, X = c->d_expert;
+    const int S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
+    qact *gact = P->eact, *dact = P->eact + E, *gview = P->eact + 2 * E;
+    mm_job *J = P->jobs;
+    int nj = 0;
+    for (int e = 0; e < E; e++) {
+        int cnt = eoff[e + 1] - eoff[e];
+        if (cnt == 0) continue;
+        if (qpack_ok(P->ew[e].gate.type, P->ew[e].gate.rows, P->ew[e].gate.cols)) {
+            gview[e] = P->act;                  /* a view: rows by index, no copy */
+            gview[e].n = cnt;
+            gview[e].idx = elist + eoff[e];
+            J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gview[e], eg + (size_t)eoff[e] * X, X};
+            continue;
+        }
+        if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) return -1;
+        J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gact[e], eg + (size_t)eoff[e] * X, X};
+    }
+    if (S) J[nj++] = (mm_job){&L->sh_gate, &L->sh_up, &P->act, sg, S};
+    P->tier->mul_multi(J, nj);
+    nj = 0;
+    for (int e = 0; e < E; e++) {
+        int cnt = eoff[e + 1] - eoff[e];
+        if (cnt == 0) continue;
+        qact_prepare(&dact[e], P->ew[e].down.type, eg + (size_t)eoff[e] * X, cnt, X);
+        J[nj++] = (mm_job){&P->ew[e].down, NULL, &dact[e], eo + (size_t)eoff[e] * d, d};
+    }
+    if (S) {
+        qact_prepare(&P->act, L->sh_down.type, sg, n, S);
+        J[nj++] = (mm_job){&L->sh_down, NULL, &P->act, so, d};
+    }
+    P->tier->mul_multi(J, nj);
+    return 0;
+}
+
+/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
+int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    const int d = c->d_model, E = c->n_experts, X = c->d_expert, r = L->moe_row;
+    const int S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
+    /* each row has its own expert count: row i's (row, expert) pairs are koff[i] .. koff[i+1]-1 */
+    int *koff = ib(&P->koff, (size_t)n + 1);
+    if (!koff) return -1;
+    koff[0] = 0;
+    for (int i = 0; i < n; i++) koff[i + 1] = koff[i] + row_experts(c, &rows[i]);
+    const int NP = koff[n];
+    float *rl = fb(&P->rlog, (size_t)n * E);
+    int *sel = ib(&P->sel, (size_t)NP);
+    float *selw = fb(&P->selw, (size_t)NP);
+    int *ecnt = ib(&P->ecnt, (size_t)E + 1);
+    int *eoff = ib(&P->eoff, (size_t)E + 1);
+    int *elist = ib(&P->elist, (size_t)NP * 2 + E); /* pairs by expert | slot of each pair | experts */
+    float *eg = fb(&P->eg, (size_t)NP * X);
+    float *eo = fb(&P->eout, (size_t)NP * d);
+    float *sg = S ? fb(&P->fg, (size_t)n * S) : NULL, *so = S ? fb(&P->shout, (size_t)n * d) : NULL;
+    if (!rl || !sel || !selw || !ecnt || !eoff || !elist || !eg || !eo || (S && (!sg || !so))) return -1;
+    if (!P->eact) {
+        P->eact = calloc((size_t)E * 3, sizeof(qact));   /* gathered, down inputs, views */
+        P->ew = calloc((size_t)E, sizeof(expert_w));
+        P->jobs = calloc((size_t)E + 2, sizeof(mm_job));
+        if (!P->eact || !P->ew || !P->jobs) return -1;
+        for (int e = 0; e < 3 * E; e++) P->eact[e].exact = m->exact;
+    }
+    int *slot_of = elist + NP;
+
+    double t0 = mnow();
+    moe_route(m, L, h, n, rows, koff, rl, sel, selw);
+    moe_group(sel, koff, n, E, ecnt, eoff, elist, slot_of);
+    m->perf.t_dense += mnow() - t0;
+
+    /* acquire every selected expert (misses are read and packed here, in parallel on the pool) */
+    int nsel = 0;
+    for (int e = 0; e < E; e++)
+        if (eoff[e + 1] > eoff[e]) elist[2 * NP + nsel++] = e;
+    int rc = es_acquire_many(m->es, r, elist + 2 * NP, nsel, P->ew, &m->perf.t_edisk);
+    double t1 = mnow();
+    if (rc == 0) {
+        rc = moe_experts(m, L, n, eoff, elist, eg, eo, sg, so);
+        for (int e = 0; e < E; e++)
+            if (eoff[e + 1] > eoff[e]) es_release(m->es, r, e);
+    }
+    m->perf.t_emm += mnow() - t1;
+    if (rc != 0) return -1;
+
+    t0 = mnow();
+    combine_ctx C = {out, selw, eo, so, slot_of, koff, n, d};
+    par_rows(combine_chunk, &C, n);
+    m->perf.t_dense += mnow() - t0;
+    return 0;
+}
