@@ -32,6 +32,14 @@ const char *ggml_type_name(uint32_t type)
     return "unknown";
 }
 
+int ggml_type_known(uint32_t type)
+{
+    return type == GGML_F32 || type == GGML_F16 || type == GGML_Q4_0 || type == GGML_Q4_1 ||
+           type == GGML_Q8_0;
+}
+
+const char *ggml_known_types(void) { return "F32 F16 Q4_0 Q4_1 Q8_0"; }
+
 size_t ggml_row_bytes(uint32_t type, uint64_t n)
 {
     uint64_t blk, bytes;
@@ -171,185 +179,211 @@ static void release(gguf_file *g)
     g->fd = -1;
 }
 
-static int parse(gguf_file *g)
+/* Magic, version, counts; allocates the kv and tensor tables. */
+static int parse_header(gguf_file *g, cur *c)
 {
-    cur c = {g->map, 0, g->size};
-    char nb[96];
-
     if (g->size < 4 || memcmp(g->map, "GGUF", 4) != 0) {
         seterr(g, "not a GGUF file (bad magic): %s", g->path);
         return -1;
     }
-    c.pos = 4;
-    if (rd_u32(&c, &g->version)) { seterr(g, "truncated: GGUF header"); return -1; }
+    c->pos = 4;
+    if (rd_u32(c, &g->version)) { seterr(g, "truncated: GGUF header"); return -1; }
     if (g->version != 2 && g->version != 3) {
         seterr(g, "unsupported GGUF version %u (supported: 2, 3)%s", g->version,
                (g->version & 0xffff) == 0 ? "; big-endian file?" : "");
         return -1;
     }
-    if (rd_u64(&c, &g->n_tensors) || rd_u64(&c, &g->n_kv)) {
+    if (rd_u64(c, &g->n_tensors) || rd_u64(c, &g->n_kv)) {
         seterr(g, "truncated: GGUF header");
         return -1;
     }
     /* each kv needs >= 12 bytes (key length + type), each tensor info >= 24 */
-    if (g->n_kv > left(&c) / 12) {
+    if (g->n_kv > left(c) / 12) {
         seterr(g, "absurd metadata count %llu for a file of %zu bytes",
                (unsigned long long)g->n_kv, g->size);
         return -1;
     }
-    if (g->n_tensors > left(&c) / 24) {
+    if (g->n_tensors > left(c) / 24) {
         seterr(g, "absurd tensor count %llu for a file of %zu bytes",
                (unsigned long long)g->n_tensors, g->size);
         return -1;
     }
-
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors) { seterr(g, "out of memory"); return -1; }
-
     g->alignment = GGUF_DEFAULT_ALIGN;
-    for (uint64_t i = 0; i < g->n_kv; i++) {
-        gguf_kv *kv = &g->kv[i];
-        const char *why = NULL;
-        if (rd_str(&c, &kv->key) || rd_u32(&c, &kv->type)) {
-            seterr(g, "truncated: metadata entry #%llu", (unsigned long long)i);
-            return -1;
-        }
-        if (!valid_vtype(kv->type)) {
-            seterr(g, "metadata %s has unknown value type %u", sname(kv->key, nb, sizeof nb),
-                   kv->type);
-            return -1;
-        }
-        if (kv->type == GGUF_T_ARRAY) {
-            if (rd_u32(&c, &kv->arr_type) || rd_u64(&c, &kv->arr_len)) {
-                seterr(g, "truncated: metadata %s", sname(kv->key, nb, sizeof nb));
-                return -1;
-            }
-            if (!valid_vtype(kv->arr_type)) {
-                seterr(g, "metadata %s has unknown array element type %u",
-                       sname(kv->key, nb, sizeof nb), kv->arr_type);
-                return -1;
-            }
-            kv->data = c.p + c.pos;
-            uint64_t esz = scalar_size(kv->arr_type);
-            if (esz) {
-                if (kv->arr_len > left(&c) / esz) why = "truncated";
-                else c.pos += kv->arr_len * esz;
-            } else {
-                uint64_t min = kv->arr_type == GGUF_T_STRING ? 8 : 12;
-                if (kv->arr_len > left(&c) / min) why = "truncated (array count exceeds file)";
-                if (!why && kv->arr_type == GGUF_T_STRING && kv->arr_len) {
-                    /* index string elements so lookups are O(1) */
-                    kv->str_off = malloc(kv->arr_len * sizeof *kv->str_off);
-                    if (!kv->str_off) { seterr(g, "out of memory"); return -1; }
-                }
-                uint64_t base = c.pos;
-                for (uint64_t j = 0; !why && j < kv->arr_len; j++) {
-                    if (kv->str_off) kv->str_off[j] = c.pos - base;
-                    skip_value(&c, kv->arr_type, 1, &why);
-                }
-            }
-        } else {
-            kv->data = c.p + c.pos;
-            skip_value(&c, kv->type, 0, &why);
-        }
-        if (why) {
-            seterr(g, "%s: metadata %s", why, sname(kv->key, nb, sizeof nb));
-            return -1;
-        }
-        if (str_eq(kv->key, "general.alignment")) {
-            double af;
-            int64_t a = -1;
-            if (kv->type == GGUF_T_FLOAT32 || kv->type == GGUF_T_FLOAT64 ||
-                num_at(kv->type, kv->data, &af, &a))
-                a = -1;
-            if (a <= 0 || (a & (a - 1)) != 0 || a > (1 << 20)) {
-                seterr(g, "bad general.alignment (must be a power of two)");
-                return -1;
-            }
-            g->alignment = (uint64_t)a;
-        }
-    }
+    return 0;
+}
 
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        gguf_tensor *t = &g->tensors[i];
-        if (rd_str(&c, &t->name) || rd_u32(&c, &t->n_dims)) {
-            seterr(g, "truncated: tensor info #%llu", (unsigned long long)i);
+/* An array value after its element type and count: skipped, string elements indexed. */
+static int parse_array(gguf_file *g, cur *c, gguf_kv *kv, const char **why)
+{
+    kv->data = c->p + c->pos;
+    uint64_t esz = scalar_size(kv->arr_type);
+    if (esz) {
+        if (kv->arr_len > left(c) / esz) *why = "truncated";
+        else c->pos += kv->arr_len * esz;
+        return 0;
+    }
+    uint64_t min = kv->arr_type == GGUF_T_STRING ? 8 : 12;
+    if (kv->arr_len > left(c) / min) *why = "truncated (array count exceeds file)";
+    if (!*why && kv->arr_type == GGUF_T_STRING && kv->arr_len) {
+        /* index string elements so lookups are O(1) */
+        kv->str_off = malloc(kv->arr_len * sizeof *kv->str_off);
+        if (!kv->str_off) { seterr(g, "out of memory"); return -1; }
+    }
+    uint64_t base = c->pos;
+    for (uint64_t j = 0; !*why && j < kv->arr_len; j++) {
+        if (kv->str_off) kv->str_off[j] = c->pos - base;
+        skip_value(c, kv->arr_type, 1, why);
+    }
+    return 0;
+}
+
+/* Metadata entry #i (general.alignment is applied here). */
+static int parse_kv(gguf_file *g, cur *c, uint64_t i)
+{
+    char nb[96];
+    gguf_kv *kv = &g->kv[i];
+    const char *why = NULL;
+    if (rd_str(c, &kv->key) || rd_u32(c, &kv->type)) {
+        seterr(g, "truncated: metadata entry #%llu", (unsigned long long)i);
+        return -1;
+    }
+    if (!valid_vtype(kv->type)) {
+        seterr(g, "metadata %s has unknown value type %u", sname(kv->key, nb, sizeof nb),
+               kv->type);
+        return -1;
+    }
+    if (kv->type == GGUF_T_ARRAY) {
+        if (rd_u32(c, &kv->arr_type) || rd_u64(c, &kv->arr_len)) {
+            seterr(g, "truncated: metadata %s", sname(kv->key, nb, sizeof nb));
             return -1;
         }
-        if (t->n_dims > 4) {
-            seterr(g, "tensor %s has %u dimensions (max 4)", sname(t->name, nb, sizeof nb),
-                   t->n_dims);
+        if (!valid_vtype(kv->arr_type)) {
+            seterr(g, "metadata %s has unknown array element type %u",
+                   sname(kv->key, nb, sizeof nb), kv->arr_type);
             return -1;
         }
-        for (int d = 0; d < 4; d++) t->ne[d] = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            if (rd_u64(&c, &t->ne[d])) {
-                seterr(g, "truncated: tensor info %s", sname(t->name, nb, sizeof nb));
-                return -1;
-            }
-        if (rd_u32(&c, &t->type) || rd_u64(&c, &t->offset)) {
+        if (parse_array(g, c, kv, &why) != 0) return -1;
+    } else {
+        kv->data = c->p + c->pos;
+        skip_value(c, kv->type, 0, &why);
+    }
+    if (why) {
+        seterr(g, "%s: metadata %s", why, sname(kv->key, nb, sizeof nb));
+        return -1;
+    }
+    if (str_eq(kv->key, "general.alignment")) {
+        double af;
+        int64_t a = -1;
+        if (kv->type == GGUF_T_FLOAT32 || kv->type == GGUF_T_FLOAT64 ||
+            num_at(kv->type, kv->data, &af, &a))
+            a = -1;
+        if (a <= 0 || (a & (a - 1)) != 0 || a > (1 << 20)) {
+            seterr(g, "bad general.alignment (must be a power of two)");
+            return -1;
+        }
+        g->alignment = (uint64_t)a;
+    }
+    return 0;
+}
+
+/* Tensor info #i: name, dims, type, offset. */
+static int parse_tensor_info(gguf_file *g, cur *c, uint64_t i)
+{
+    char nb[96];
+    gguf_tensor *t = &g->tensors[i];
+    if (rd_str(c, &t->name) || rd_u32(c, &t->n_dims)) {
+        seterr(g, "truncated: tensor info #%llu", (unsigned long long)i);
+        return -1;
+    }
+    if (t->n_dims > 4) {
+        seterr(g, "tensor %s has %u dimensions (max 4)", sname(t->name, nb, sizeof nb),
+               t->n_dims);
+        return -1;
+    }
+    for (int d = 0; d < 4; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        if (rd_u64(c, &t->ne[d])) {
             seterr(g, "truncated: tensor info %s", sname(t->name, nb, sizeof nb));
             return -1;
         }
+    if (rd_u32(c, &t->type) || rd_u64(c, &t->offset)) {
+        seterr(g, "truncated: tensor info %s", sname(t->name, nb, sizeof nb));
+        return -1;
     }
+    return 0;
+}
 
-    uint64_t a = g->alignment;
-    uint64_t data_off = c.pos + (a - c.pos % a) % a;
-    g->data_offset = data_off;
-
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        gguf_tensor *t = &g->tensors[i];
-        sname(t->name, nb, sizeof nb);
-        if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_Q4_0 &&
-            t->type != GGML_Q4_1 && t->type != GGML_Q8_0) {
-            seterr(g, "tensor %s has type %s (%u), supported: F32 F16 Q4_0 Q4_1 Q8_0", nb,
-                   ggml_type_name(t->type), t->type);
+/* Checks tensor t's type, shape, size and place in the data section at data_off. */
+static int place_tensor(gguf_file *g, gguf_tensor *t, uint64_t data_off)
+{
+    char nb[96];
+    const uint64_t a = g->alignment;
+    sname(t->name, nb, sizeof nb);
+    if (!ggml_type_known(t->type)) {
+        seterr(g, "tensor %s has type %s (%u), supported: %s", nb, ggml_type_name(t->type), t->type,
+               ggml_known_types());
+        return -1;
+    }
+    uint64_t rows = 1;
+    for (int d = 0; d < 4; d++) {
+        if (t->ne[d] == 0 || t->ne[d] > ((uint64_t)1 << 40)) {
+            seterr(g, "tensor %s has absurd dimension ne[%d] = %llu", nb, d,
+                   (unsigned long long)t->ne[d]);
             return -1;
         }
-        uint64_t rows = 1;
-        for (int d = 0; d < 4; d++) {
-            if (t->ne[d] == 0 || t->ne[d] > ((uint64_t)1 << 40)) {
-                seterr(g, "tensor %s has absurd dimension ne[%d] = %llu", nb, d,
-                       (unsigned long long)t->ne[d]);
+        if (d > 0) {
+            if (rows > UINT64_MAX / t->ne[d]) {
+                seterr(g, "tensor %s: element count overflows", nb);
                 return -1;
             }
-            if (d > 0) {
-                if (rows > UINT64_MAX / t->ne[d]) {
-                    seterr(g, "tensor %s: element count overflows", nb);
-                    return -1;
-                }
-                rows *= t->ne[d];
-            }
+            rows *= t->ne[d];
         }
-        size_t rb = ggml_row_bytes(t->type, t->ne[0]);
-        if (rb == 0) {
-            seterr(g, "tensor %s: row length %llu is not a multiple of the %s block size", nb,
-                   (unsigned long long)t->ne[0], ggml_type_name(t->type));
-            return -1;
-        }
-        if (rows > UINT64_MAX / rb) {
-            seterr(g, "tensor %s: size overflows", nb);
-            return -1;
-        }
-        t->nbytes = rows * rb;
-        if (t->offset % a) {
-            seterr(g, "tensor %s: data offset %llu is not a multiple of alignment %llu", nb,
-                   (unsigned long long)t->offset, (unsigned long long)a);
-            return -1;
-        }
-        if (t->offset > UINT64_MAX - data_off - t->nbytes ||
-            data_off + t->offset + t->nbytes > g->size) {
-            unsigned long long end = t->offset > UINT64_MAX - data_off - t->nbytes
-                                         ? UINT64_MAX
-                                         : (unsigned long long)(data_off + t->offset + t->nbytes);
-            seterr(g, "truncated: tensor %s ends at byte %llu past file size %zu", nb, end,
-                   g->size);
-            return -1;
-        }
-        t->file_offset = data_off + t->offset;
-        t->data = g->map + t->file_offset;
     }
+    size_t rb = ggml_row_bytes(t->type, t->ne[0]);
+    if (rb == 0) {
+        seterr(g, "tensor %s: row length %llu is not a multiple of the %s block size", nb,
+               (unsigned long long)t->ne[0], ggml_type_name(t->type));
+        return -1;
+    }
+    if (rows > UINT64_MAX / rb) {
+        seterr(g, "tensor %s: size overflows", nb);
+        return -1;
+    }
+    t->nbytes = rows * rb;
+    if (t->offset % a) {
+        seterr(g, "tensor %s: data offset %llu is not a multiple of alignment %llu", nb,
+               (unsigned long long)t->offset, (unsigned long long)a);
+        return -1;
+    }
+    if (t->offset > UINT64_MAX - data_off - t->nbytes ||
+        data_off + t->offset + t->nbytes > g->size) {
+        unsigned long long end = t->offset > UINT64_MAX - data_off - t->nbytes
+                                     ? UINT64_MAX
+                                     : (unsigned long long)(data_off + t->offset + t->nbytes);
+        seterr(g, "truncated: tensor %s ends at byte %llu past file size %zu", nb, end,
+               g->size);
+        return -1;
+    }
+    t->file_offset = data_off + t->offset;
+    t->data = g->map + t->file_offset;
+    return 0;
+}
+
+static int parse(gguf_file *g)
+{
+    cur c = {g->map, 0, g->size};
+    if (parse_header(g, &c) != 0) return -1;
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (parse_kv(g, &c, i) != 0) return -1;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (parse_tensor_info(g, &c, i) != 0) return -1;
+    const uint64_t a = g->alignment;
+    g->data_offset = c.pos + (a - c.pos % a) % a;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (place_tensor(g, &g->tensors[i], g->data_offset) != 0) return -1;
     return 0;
 }
 

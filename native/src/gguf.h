@@ -78,4 +78,8 @@ int64_t gguf_array_int(const gguf_kv *kv, uint64_t i);
 /* Bytes of one row of n values of the given type; 0 if unsupported or n not a block multiple. */
 size_t ggml_row_bytes(uint32_t type, uint64_t n);
 const char *ggml_type_name(uint32_t type);
+/* Whether a tensor of this type loads at all (the matmul kernels may take fewer), and the
+ * list of those types for refusal lines. */
+int ggml_type_known(uint32_t type);
+const char *ggml_known_types(void);
 #endif
