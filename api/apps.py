@@ -3,3 +3,8 @@ from django.apps import AppConfig
 
 class ApiConfig(AppConfig):
     name = "api"
+
+    def ready(self):
+        from api import signals
+
+        signals.connect()

@@ -1,7 +1,7 @@
 """DRF authentication by API key: `Authorization: Bearer <key>` or `x-api-key: <key>`."""
 from rest_framework import authentication, exceptions
 
-from api.models import ApiKey
+from api.keycache import key_lookup
 
 
 def key_from_headers(meta):
@@ -16,7 +16,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         key = key_from_headers(request.META)
         if not key:
             return None  # -> NotAuthenticated (401) from IsAuthenticated
-        row = ApiKey.lookup(key)
+        row = key_lookup(key)
         if row is None:
             raise exceptions.AuthenticationFailed("Incorrect API key provided.")
         row.touch()

@@ -8,7 +8,7 @@ import hmac
 import secrets
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 KEY_TAG = "col-"
@@ -22,6 +22,15 @@ def hash_key(full_key: str) -> str:
 class ApiKeyQuerySet(models.QuerySet):
     def active(self):
         return self.filter(revoked=False)
+
+    def revoke(self):
+        """Revokes these keys in every web process from the next request (a bulk update sends no
+        row signals, so the key cache is told here)."""
+        from api.keycache import keys_changed
+
+        count = self.update(revoked=True)
+        transaction.on_commit(keys_changed)
+        return count
 
 
 class ApiKey(models.Model):
@@ -61,7 +70,8 @@ class ApiKey(models.Model):
         if not full_key.startswith(KEY_TAG):
             return None
         prefix = full_key[len(KEY_TAG):len(KEY_TAG) + PREFIX_LEN]
-        row = cls.objects.active().select_related("user").filter(prefix=prefix).first()
+        # The user's limits come along (None when unset), so limits cost no query of their own.
+        row = cls.objects.active().select_related("user", "user__api_limit").filter(prefix=prefix).first()
         if row is None or not hmac.compare_digest(row.hashed_secret, hash_key(full_key)):
             return None
         if not row.user.is_active:

@@ -298,7 +298,7 @@ class ApiKeysApi(APIView):
 
 class ApiKeyRevokeApi(ApiKeysApi):
     def delete(self, request, pk):
-        ApiKey.objects.filter(user=request.user, pk=pk).update(revoked=True)
+        ApiKey.objects.filter(user=request.user, pk=pk).revoke()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
