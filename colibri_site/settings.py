@@ -159,7 +159,7 @@ CHANNEL_LAYERS = {
 }
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "colibri_site.cache.SharedPoolRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": env("CACHE_PREFIX", "colibri"),
     }
