@@ -1,18 +1,27 @@
 """Per-key and per-user admission limits for the /v1 generation routes: requests per minute (DRF's
-SimpleRateThrottle) and tokens per minute (prompt + completion, counted when a generation ends),
-both kept in the default cache — Redis — so every web process shares them.
+SimpleRateThrottle, a sliding log in the default cache) and tokens per minute (a token bucket in
+the default cache's Redis), both shared by every web process.
 
 Limits come from the ApiKey row, the user's UserApiLimit row (both set by staff in the admin),
 then settings.API_DEFAULT_REQUESTS_PER_MINUTE / API_DEFAULT_TOKENS_PER_MINUTE; none = unlimited.
-A refusal is DRF's Throttled -> 429 in the surface's envelope with Retry-After (api.errors).
-The token window is fixed (the current minute): a request is admitted while the window's count is
-under the limit, so one request may overshoot it; the next ones wait for the next minute.
+
+Tokens: each limited account (key, user) has a bucket of `limit` tokens that refills at limit/60
+per second (a sliding minute, not a calendar one). A request is admitted only when every bucket
+holds its charge — the rendered prompt's estimate (UTF-8 bytes / 4) plus the output budget it
+may use (max_tokens, else the served context) — and the charge is taken at admission, so
+concurrent requests cannot all pass on one minute's allowance. A charge above the limit is capped
+at the limit (such a request waits for a full bucket instead of never passing). When the
+generation ends the charge is settled against what it used (prompt + completion from the engine;
+a cancelled stream: its prompt and an estimate of the text it got; refused before the engine took
+it: nothing): unused tokens return, an overrun is owed (the bucket goes below zero and the next
+requests wait it out). One atomic Lua script per admission and per settlement.
+A refusal is 429 in the surface's envelope with Retry-After (the seconds until the buckets hold
+the charge) and the rate-limit headers of the surface's family (api/views.py).
 """
 import time
 
 from django.conf import settings
-from django.core.cache import cache
-from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
+from rest_framework.throttling import SimpleRateThrottle
 
 WINDOW_S = 60
 
@@ -41,7 +50,8 @@ def limit_for(request, field):
 
 
 class _PerMinute(SimpleRateThrottle):
-    """SimpleRateThrottle whose rate is read per request from the rows above."""
+    """SimpleRateThrottle whose rate is read per request from the rows above. Records the
+    tightest request limit on the request (`_api_ratelimit["requests"]`) for the headers."""
 
     scope_name = None
 
@@ -56,7 +66,15 @@ class _PerMinute(SimpleRateThrottle):
             if scope == self.scope_name:
                 self.ident, self.rate = ident, f"{limit}/m"
                 self.num_requests, self.duration = limit, WINDOW_S
-                return super().allow_request(request, view)
+                allowed = super().allow_request(request, view)
+                remaining = max(0, limit - len(self.history))
+                reset = (self.duration - (self.now - self.history[-1])) if self.history else 0.0
+                info = getattr(request, "_api_ratelimit", None)
+                if info is None:
+                    info = request._api_ratelimit = {}
+                if "requests" not in info or remaining < info["requests"][1]:
+                    info["requests"] = (limit, remaining, max(0.0, reset))
+                return allowed
         return True
 
 
@@ -68,40 +86,108 @@ class UserRequestThrottle(_PerMinute):
     scope_name = "user"
 
 
-def _window(now=None):
-    return int((now or time.time()) // WINDOW_S)
+# KEYS: one bucket per account; ARGV: now, mode (admit | settle), then per bucket: limit, amount.
+# admit: refuse (0, seconds to wait) unless every bucket holds min(amount, limit); else take it.
+# settle: take `amount` (negative = a refund), never above the limit. Returns the levels after.
+# Numbers go back as strings (Redis would truncate Lua numbers to integers).
+_BUCKET_LUA = """
+local now, mode, n = tonumber(ARGV[1]), ARGV[2], #KEYS
+local levels, wait = {}, 0
+for i = 1, n do
+  local limit, amount = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
+  local rate = limit / 60
+  local v = redis.call('HMGET', KEYS[i], 'level', 'ts')
+  local level, ts = tonumber(v[1]), tonumber(v[2])
+  if level == nil then level, ts = limit, now end
+  level = math.min(limit, level + math.max(0, now - ts) * rate)
+  levels[i] = level
+  if mode == 'admit' and level < math.min(amount, limit) then
+    wait = math.max(wait, (math.min(amount, limit) - level) / rate)
+  end
+end
+local out = {1, '0'}
+if wait > 0 then out = {0, tostring(wait)} end
+for i = 1, n do
+  local limit, amount = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
+  local level = levels[i]
+  if wait == 0 then
+    if mode == 'admit' then amount = math.min(amount, limit) end
+    level = math.min(limit, level - amount)
+    redis.call('HSET', KEYS[i], 'level', tostring(level), 'ts', tostring(now))
+    redis.call('EXPIRE', KEYS[i], math.ceil((limit - level) / (limit / 60)) + 60)
+  end
+  out[2 + i] = tostring(level)
+end
+return out
+"""
+_script = []  # the registered Script (its sha1), called with each caller's client
 
 
-def _token_key(scope, ident, window):
-    return f"api_tpm:{scope}:{ident}:{window}"
+def _bucket(mode, accounts, amounts, now=None):
+    """-> (admitted, wait_s, levels). accounts: [(scope, ident, limit)]; amounts: one per account."""
+    from django.core.cache import cache
+
+    client = cache._cache.get_client(None, write=True)  # the default cache's Redis (RedisCache)
+    if not _script:
+        _script.append(client.register_script(_BUCKET_LUA))
+    keys = [cache.make_key(f"api_tpm:{scope}:{ident}") for scope, ident, _ in accounts]
+    args = [repr(time.time() if now is None else float(now)), mode]
+    for (_, _, limit), amount in zip(accounts, amounts):
+        args += [str(int(limit)), repr(float(amount))]
+    out = _script[0](keys=keys, args=args, client=client)
+    return bool(int(out[0])), float(out[1]), [float(x) for x in out[2:]]
 
 
-class TokenThrottle(BaseThrottle):
-    def allow_request(self, request, view):
-        window = _window()
-        for scope, ident, limit in limit_for(request, "tokens_per_minute"):
-            if (cache.get(_token_key(scope, ident, window)) or 0) >= limit:
-                return False
-        return True
-
-    def wait(self):
-        return WINDOW_S - time.time() % WINDOW_S
+def estimate_tokens(text):
+    """A text's token count before the engine says: ~4 bytes of UTF-8 per token, rounded up."""
+    return -(-len(text.encode("utf-8", "replace")) // 4)
 
 
-def tokens_record(accounts, n):
-    """Adds n tokens to the current window of each (scope, ident) in accounts."""
-    if not n:
-        return
-    window = _window()
-    for scope, ident in accounts:
-        key = _token_key(scope, ident, window)
-        cache.add(key, 0, timeout=2 * WINDOW_S)
-        try:
-            cache.incr(key, n)
-        except ValueError:  # expired between add and incr
-            cache.set(key, n, timeout=2 * WINDOW_S)
+def _refill_s(limit, level):
+    return max(0.0, (limit - level) / (limit / WINDOW_S))
+
+
+class Reservation:
+    """The tokens a request was charged at admission, settled once against what it used."""
+
+    def __init__(self, accounts=(), charges=(), levels=()):
+        self.accounts, self.charges, self.levels = list(accounts), list(charges), list(levels)
+        self.settled = False
+
+    def settle(self, used, now=None):
+        if self.settled or not self.accounts:
+            return
+        self.settled = True
+        _bucket("settle", self.accounts, [used - c for c in self.charges], now=now)
+
+    def info(self):
+        """(limit, remaining, seconds until full) of the tightest bucket after admission, or None."""
+        if not self.accounts:
+            return None
+        i = min(range(len(self.accounts)), key=lambda k: self.levels[k])
+        limit = self.accounts[i][2]
+        return limit, max(0, int(self.levels[i])), _refill_s(limit, self.levels[i])
+
+
+class TokenLimitExceeded(Exception):
+    def __init__(self, wait, info):
+        super().__init__(f"token limit: retry in {wait:.1f} s")
+        self.wait, self.info = wait, info  # info: (limit, remaining, seconds until full)
+
+
+def tokens_admit(accounts, amount, now=None):
+    """Charges `amount` (capped at each limit) to every account, or raises TokenLimitExceeded
+    (nothing charged) with the seconds to wait. -> Reservation (empty when nothing is limited)."""
+    if not accounts:
+        return Reservation()
+    admitted, wait, levels = _bucket("admit", accounts, [amount] * len(accounts), now=now)
+    if not admitted:
+        i = max(range(len(accounts)), key=lambda k: min(amount, accounts[k][2]) - levels[k])
+        limit = accounts[i][2]
+        raise TokenLimitExceeded(wait, (limit, max(0, int(levels[i])), _refill_s(limit, levels[i])))
+    return Reservation(accounts, [min(amount, limit) for _, _, limit in accounts], levels)
 
 
 def accounts_for(request):
-    """The token accounts a request is charged to (only those with a token limit)."""
-    return [(scope, ident) for scope, ident, _ in limit_for(request, "tokens_per_minute")]
+    """The token accounts a request is charged to: [(scope, ident, limit)], the limited ones."""
+    return limit_for(request, "tokens_per_minute")

@@ -1,6 +1,8 @@
 """Per-request measurements for /metrics (and the token-per-minute limits): one Meter per
 generation request, fed by the view as the engine's events pass (accepted, each text delta, the
-end). Times are from the request's arrival, so time to first token includes the queue wait."""
+end). Times are from the request's arrival, so time to first token includes the queue wait.
+The request's token reservation (api.limits) is settled exactly once: at the end against what the
+generation used, or with nothing (release()) when the engine never took it."""
 import time
 
 from api import limits
@@ -8,9 +10,9 @@ from colibri_site import metrics
 
 
 class Meter:
-    def __init__(self, surface, *, accounts=()):
+    def __init__(self, surface, *, reservation=None):
         self.surface = surface
-        self.accounts = accounts  # token-per-minute accounts charged when the generation ends
+        self.reservation = reservation or limits.Reservation()  # tokens charged at admission
         self.t0 = time.monotonic()
         self.last = None
         self.ended = False
@@ -30,13 +32,24 @@ class Meter:
         if self.ended:
             return
         self.ended = True
+        used = 0
         if projector is not None:
             metrics.TOKENS.labels(self.surface, "in").inc(projector.prompt_tokens)
             metrics.TOKENS.labels(self.surface, "out").inc(projector.completion_tokens)
-            limits.tokens_record(self.accounts, projector.prompt_tokens + projector.completion_tokens)
+            # The engine's count when it finished; else (cancelled, failed) the prompt and an
+            # estimate of the text the client got.
+            used = projector.prompt_tokens + (projector.completion_tokens if projector.done
+                                              else limits.estimate_tokens(projector.text))
             if outcome is None:
                 outcome = "failed" if projector.error else ("length" if projector.finish_reason == "length" else "completed")
+        self.reservation.settle(used)
         metrics.OUTCOMES.labels(self.surface, outcome or "failed").inc()
+
+    def release(self):
+        """The engine never took the request (refused, timed out, client gone while waiting):
+        its reservation is returned. No-op after end()."""
+        if not self.ended:
+            self.reservation.settle(0)
 
     def observe(self, event):
         kind = event.get("kind")

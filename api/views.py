@@ -15,6 +15,8 @@ and the bridge cancels the job); a buffered request's view is cancelled the same
 """
 import asyncio
 import contextlib
+import math
+import time
 
 from adrf.views import APIView as AsyncAPIView
 from asgiref.sync import sync_to_async
@@ -88,7 +90,10 @@ class V1Api(APIView):
         # Keys, not cookies, authenticate /v1, so any origin may call it from a browser (a
         # wildcard never covers Authorization in Allow-Headers, hence the explicit list).
         response["Access-Control-Allow-Origin"] = "*"
-        response["Access-Control-Expose-Headers"] = f"Retry-After, retry-after-ms, {QUEUE_POSITION_HEADER}"
+        response["Access-Control-Expose-Headers"] = ", ".join([
+            "Retry-After", "retry-after-ms", QUEUE_POSITION_HEADER, *(f"x-ratelimit-{a}-{k}" for a in (
+                "limit", "remaining", "reset") for k in ("requests", "tokens")), *(f"anthropic-ratelimit-{k}-{a}" for k in (
+                "requests", "tokens") for a in ("limit", "remaining", "reset"))])
         return super().finalize_response(request, response, *args, **kwargs)
 
     def get_exception_handler(self):
@@ -140,20 +145,27 @@ class GenerationApi(V1Api, AsyncAPIView):
 
     surface = None  # module with parse(body, *, served) -> intake.Call
     metric_surface = None  # its label in /metrics
-    throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle, limits.TokenThrottle]
+    throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle]
 
     async def post(self, request):
-        meter = Meter(self.metric_surface, accounts=await sync_to_async(limits.accounts_for)(request))
         body = intake.body_read(request._request)
         facts = await sync_to_async(served.served_model_get, thread_sensitive=False)()
         call = self.surface.parse(body, served=facts)
-        if not call.stream:
-            return Response(await _buffered(call, meter))
-        # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was admitted:
-        # its client learns its position while it waits); the queue wait stays bounded.
-        deadline = engine.queue_deadline()
-        first, events = await engine.open_generation(call.request, prompt_param=call.prompt_param,
-                                                     admit_queued=True, deadline=deadline)
+        # Tokens per minute: the prompt's estimate plus the output budget, charged before the
+        # engine sees the request, settled against its usage when it ends (api.limits).
+        reservation = await sync_to_async(_tokens_admit)(request, call)
+        meter = Meter(self.metric_surface, reservation=reservation)
+        try:
+            if not call.stream:
+                return Response(await _buffered(call, meter))
+            # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was
+            # admitted: its client learns its position while it waits); the wait stays bounded.
+            deadline = engine.queue_deadline()
+            first, events = await engine.open_generation(call.request, prompt_param=call.prompt_param,
+                                                         admit_queued=True, deadline=deadline)
+        except BaseException:
+            meter.release()
+            raise
         response = StreamingHttpResponse(_sse(call, first, events, meter, deadline), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
@@ -163,7 +175,57 @@ class GenerationApi(V1Api, AsyncAPIView):
 
     def finalize_response(self, request, response, *args, **kwargs):
         metrics.REQUESTS.labels(self.metric_surface, str(response.status_code)).inc()
+        for name, value in ratelimit_headers(getattr(request, "_api_ratelimit", None) or {},
+                                             anthropic=self.envelope is ANTHROPIC).items():
+            response[name] = value
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+def _tokens_admit(request, call):
+    accounts = limits.accounts_for(request)
+    if not accounts:
+        return limits.Reservation()
+    amount = limits.estimate_tokens(call.request.prompt) + call.request.max_tokens
+    info = getattr(request, "_api_ratelimit", None)
+    if info is None:
+        info = request._api_ratelimit = {}
+    try:
+        reservation = limits.tokens_admit(accounts, amount)
+    except limits.TokenLimitExceeded as exc:
+        info["tokens"] = exc.info
+        retry = max(1, math.ceil(exc.wait))
+        raise ApiError(429, f"Rate limit reached on tokens per minute: limit {exc.info[0]}, remaining "
+                       f"{exc.info[1]}, requested about {min(amount, exc.info[0])} (prompt estimate + output budget; "
+                       f"a smaller max_tokens needs less). Please try again in {retry}s.",
+                       type="rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": str(retry)})
+    info["tokens"] = reservation.info()
+    return reservation
+
+
+def _duration(seconds):
+    """OpenAI's reset format: 1s, 12.5s, 6m0s."""
+    if seconds < 60:
+        return f"{max(0.0, seconds):.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(seconds // 60)}m{int(seconds % 60)}s"
+
+
+def ratelimit_headers(info, *, anthropic=False):
+    """The rate-limit headers clients read, from {"requests"|"tokens": (limit, remaining, seconds
+    until fully reset)}: x-ratelimit-* (OpenAI) or anthropic-ratelimit-* (RFC 3339 reset)."""
+    headers = {}
+    for kind, values in info.items():
+        if not values:
+            continue
+        limit, remaining, reset = values
+        if anthropic:
+            at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + math.ceil(reset)))
+            headers.update({f"anthropic-ratelimit-{kind}-limit": str(limit),
+                            f"anthropic-ratelimit-{kind}-remaining": str(remaining),
+                            f"anthropic-ratelimit-{kind}-reset": at})
+        else:
+            headers.update({f"x-ratelimit-limit-{kind}": str(limit), f"x-ratelimit-remaining-{kind}": str(remaining),
+                            f"x-ratelimit-reset-{kind}": _duration(reset)})
+    return headers
 
 
 class ChatCompletionsApi(GenerationApi):
