@@ -34,11 +34,10 @@ const char *ggml_type_name(uint32_t type)
 
 int ggml_type_known(uint32_t type)
 {
-    return type == GGML_F32 || type == GGML_F16 || type == GGML_Q4_0 || type == GGML_Q4_1 ||
-           type == GGML_Q8_0;
+    return ggml_row_bytes(type, 256) != 0;
 }
 
-const char *ggml_known_types(void) { return "F32 F16 Q4_0 Q4_1 Q8_0"; }
+const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K"; }
 
 size_t ggml_row_bytes(uint32_t type, uint64_t n)
 {
@@ -49,6 +48,12 @@ size_t ggml_row_bytes(uint32_t type, uint64_t n)
     case GGML_Q4_0: blk = 32; bytes = 18; break;
     case GGML_Q4_1: blk = 32; bytes = 20; break;
     case GGML_Q8_0: blk = 32; bytes = 34; break;
+    case GGML_BF16: blk = 1;  bytes = 2;  break;
+    case GGML_Q2_K: blk = 256; bytes = 84; break;
+    case GGML_Q3_K: blk = 256; bytes = 110; break;
+    case GGML_Q4_K: blk = 256; bytes = 144; break;
+    case GGML_Q5_K: blk = 256; bytes = 176; break;
+    case GGML_Q6_K: blk = 256; bytes = 210; break;
     default: return 0;
     }
     if (n == 0 || n % blk) return 0;

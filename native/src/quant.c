@@ -17,6 +17,7 @@
 #include "quant.h"
 #include "gguf.h"
 #include "pool.h"
+#include "quant_k.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -144,14 +145,17 @@ void dequant_row(uint32_t type, const void *row, float *out, int n)
         }
         break;
     default:
-        memset(out, 0, (size_t)n * sizeof(float));
+        if (qk_is_k(type) || type == GGML_BF16) qk_dequant(type, p, out, n);
+        else memset(out, 0, (size_t)n * sizeof(float));
         break;
     }
 }
 
 /* ---- activations --------------------------------------------------------------------- */
 
-static int is_quant(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1; }
+static int is_quant(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 || qk_is_k(t); }
+/* types whose kernels read the float activations */
+static int is_float(uint32_t t) { return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16; }
 
 static void *alloc64(size_t bytes)
 {
@@ -1348,9 +1352,32 @@ static inline void row_all(const qmat *w, const qact *x, qkern kern, int r, floa
     }
 }
 
+#define QDOT_K(name, T)                                                                     \
+    static void name(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)   \
+    {                                                                                       \
+        qk_dot(T, w, x, i0, nx, nb, res);                                                   \
+    }
+QDOT_K(qdot_q2_k, GGML_Q2_K)
+QDOT_K(qdot_q3_k, GGML_Q3_K)
+QDOT_K(qdot_q4_k, GGML_Q4_K)
+QDOT_K(qdot_q5_k, GGML_Q5_K)
+QDOT_K(qdot_q6_k, GGML_Q6_K)
+QDOT_K(qdot_bf16, GGML_BF16)
+
 static qkern kern_for(uint32_t t)
 {
-    return t == GGML_Q8_0 ? qdot_q8_0 : t == GGML_Q4_0 ? qdot_q4_0 : t == GGML_Q4_1 ? qdot_q4_1 : NULL;
+    switch (t) {
+    case GGML_Q8_0: return qdot_q8_0;
+    case GGML_Q4_0: return qdot_q4_0;
+    case GGML_Q4_1: return qdot_q4_1;
+    case GGML_Q2_K: return qdot_q2_k;
+    case GGML_Q3_K: return qdot_q3_k;
+    case GGML_Q4_K: return qdot_q4_k;
+    case GGML_Q5_K: return qdot_q5_k;
+    case GGML_Q6_K: return qdot_q6_k;
+    case GGML_BF16: return qdot_bf16;
+    default: return NULL;
+    }
 }
 
 static int job_packed(const mm_job *j)
@@ -1537,8 +1564,7 @@ static int job_ok(const mm_job *j)
 {
     const qmat *w = j->w;
     const uint32_t type = w->type;
-    int ok = j->x->cols == w->cols && (type == GGML_F32 || type == GGML_F16 ||
-                                       (is_quant(type) && w->cols % QK == 0));
+    int ok = j->x->cols == w->cols && (is_float(type) || (is_quant(type) && w->cols % QK == 0));
     if (ok && j->w2)
         ok = j->w2->rows == w->rows && j->w2->cols == w->cols && j->w2->type == type;
     if (!ok) {
@@ -1553,8 +1579,7 @@ static int job_ok(const mm_job *j)
 static int job_ok_quiet(const mm_job *j)
 {
     const qmat *w = j->w;
-    int ok = j->x->cols == w->cols && (w->type == GGML_F32 || w->type == GGML_F16 ||
-                                       (is_quant(w->type) && w->cols % QK == 0));
+    int ok = j->x->cols == w->cols && (is_float(w->type) || (is_quant(w->type) && w->cols % QK == 0));
     if (ok && j->w2) ok = j->w2->rows == w->rows && j->w2->cols == w->cols && j->w2->type == w->type;
     return ok;
 }

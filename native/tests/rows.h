@@ -19,6 +19,27 @@ static void make_row(uint32_t t, uint8_t *p, int cols)
         for (int j = 0; j < cols; j++) put16(p + 2 * j, frand());
         return;
     }
+    if (t == GGML_BF16) {
+        for (int j = 0; j < cols; j++) {
+            float f = frand();
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            p[2 * j] = (uint8_t)(u >> 16);
+            p[2 * j + 1] = (uint8_t)(u >> 24);
+        }
+        return;
+    }
+    if (t >= GGML_Q2_K && t <= GGML_Q6_K) {   /* random codes and scales, sane f16 d (and dmin) */
+        static const int bytes[] = {84, 110, 144, 176, 210}, d_at[] = {80, 108, 0, 0, 208};
+        const int bb = bytes[t - GGML_Q2_K], da = d_at[t - GGML_Q2_K];
+        for (int s = 0; s < cols / 256; s++, p += bb) {
+            for (int j = 0; j < bb; j++) p[j] = (uint8_t)rnd32();
+            put16(p + da, 0.0005f + fabsf(frand()) * 0.004f);
+            if (t == GGML_Q2_K || t == GGML_Q4_K || t == GGML_Q5_K)
+                put16(p + da + 2, fabsf(frand()) * 0.004f);
+        }
+        return;
+    }
     for (int b = 0; b < cols / 32; b++) {
         if (t == GGML_Q8_0) {
             put16(p, 0.001f + fabsf(frand()) * 0.02f);

@@ -123,6 +123,11 @@ int main(void)
         test_case(types[k], 301, 256);      /* large enough to run in parallel */
         test_case(types[k], 9, 32);
     }
+    uint32_t ktypes[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_BF16};
+    for (int k = 0; k < 6; k++) {
+        test_case(ktypes[k], 37, 512);
+        test_case(ktypes[k], 301, 256);
+    }
     test_case(GGML_F32, 9, 45);             /* float rows of any length: the scalar tail */
     test_case(GGML_F16, 17, 13);
     if (fails) {

@@ -2,6 +2,7 @@
  * reference, plus bit-identity across batch sizes and thread counts. */
 #include "gguf.h"
 #include "quant.h"
+#include "quant_k.h"
 
 #include <math.h>
 #include <omp.h>
@@ -321,6 +322,87 @@ static void test_transposed_f16(int rows, int cols, int n)
     free(W); free(W2); free(P); free(x); free(row); free(deq);
 }
 
+/* K-quants and BF16: qmat_mul equals, bit for bit, quant_k.h's canonical order rendered here in
+ * plain scalar code from the unpacked integers (whatever SIMD path the build took), and is within
+ * int8-activation rounding of a double dot with the dequantized row. */
+static void test_kquant(uint32_t t, int rows, int cols, int n)
+{
+    size_t rb = ggml_row_bytes(t, cols);
+    uint8_t *W = malloc(rb * rows);
+    float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
+    float *deq = malloc(sizeof(float) * cols);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int i = 0; i < n * cols; i++) x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+    qmat m = {t, rows, cols, rb, W, 0};
+    qact a = {0};
+    qact_prepare(&a, t, x, n, cols);
+    qmat_mul(&m, &a, out, rows);
+    const int nb = cols / 32;
+    int same = 1;
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        dequant_row(t, W + r * rb, deq, cols);
+        for (int i = 0; i < n; i++) {
+            float want;
+            if (t == GGML_BF16) {
+                want = qdot_exact(deq, x + (size_t)i * cols, cols);
+            } else {
+                const int8_t *xq = a.q + (size_t)i * cols;
+                const float *xd = a.qd + (size_t)i * nb, *xs = a.qs + (size_t)i * nb;
+                float acc = 0.0f;
+                for (int s = 0; s < cols / 256; s++) {
+                    int8_t q[256];
+                    int sc[16], mm[16];
+                    float d, dmin;
+                    qk_unpack(t, W + r * rb + (rb / (cols / 256)) * s, q, sc, mm, &d, &dmin);
+                    for (int b = 0; b < 8; b++) {
+                        int32_t lo = 0, hi = 0, xl = 0, xh = 0;
+                        const int8_t *xb = xq + 256 * s + 32 * b;
+                        for (int j = 0; j < 16; j++) { lo += q[32 * b + j] * xb[j]; xl += xb[j]; }
+                        for (int j = 16; j < 32; j++) { hi += q[32 * b + j] * xb[j]; xh += xb[j]; }
+                        const int k = 8 * s + b;
+                        if (t == GGML_Q4_K || t == GGML_Q5_K) {
+                            const float dl = d * (float)sc[b], ml = dmin * (float)mm[b];
+                            acc = fmaf((float)(lo + hi), dl * xd[k], acc);
+                            acc = fmaf(-ml, xs[k], acc);
+                        } else {
+                            acc = fmaf((float)(sc[2 * b] * lo + sc[2 * b + 1] * hi), d * xd[k], acc);
+                            if (t == GGML_Q2_K)
+                                acc = fmaf(-(float)(mm[2 * b] * xl + mm[2 * b + 1] * xh), dmin * xd[k], acc);
+                        }
+                    }
+                }
+                want = acc;
+            }
+            const float got = out[(size_t)i * rows + r];
+            if (fbits(got) != fbits(want)) same = 0;
+            double ref = 0, mag = 0, qerr = 0;
+            const float *xi = x + (size_t)i * cols;
+            for (int j = 0; j < cols; j++) {
+                ref += (double)deq[j] * xi[j];
+                mag += fabs((double)deq[j] * xi[j]);
+            }
+            if (t != GGML_BF16)
+                for (int b = 0; b < nb; b++) {
+                    double amax = 0, sw = 0;
+                    for (int j = 32 * b; j < 32 * b + 32; j++) {
+                        amax = fmax(amax, fabs(xi[j]));
+                        sw += fabs(deq[j]) + 0.25;    /* the min term's share, generously */
+                    }
+                    qerr += amax / 127.0 * 0.5 * 1.0001 * sw * 4;
+                }
+            double tol = 1e-5 * mag + qerr + 1e-6, err = fabs(got - ref);
+            if (err / tol > worst) worst = err / tol;
+            CHECK(err <= tol, "%s %dx%d: out[%d][%d] = %.7g, ref %.7g", tname(t), rows, cols, i, r, got, ref);
+        }
+    }
+    CHECK(same, "%s %dx%d n=%d: qmat_mul differs from the canonical order", tname(t), rows, cols, n);
+    printf("  %-5s %4dx%-4d n=%d  canonical order bit-identical: %s, worst err/tol = %.3f\n", tname(t), rows, cols, n,
+           same ? "yes" : "NO", worst);
+    qact_free(&a);
+    free(W); free(x); free(out); free(deq);
+}
+
 int main(void)
 {
     printf("short-row F16 (transposed packing)\n");
@@ -351,6 +433,13 @@ int main(void)
     test_tile_independence(GGML_Q4_1);
     test_tile_independence(GGML_Q8_0);
     test_tile_independence(GGML_F16);
+    printf("K-quants and BF16\n");
+    uint32_t ktypes[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_BF16};
+    for (int k = 0; k < 6; k++) {
+        test_kquant(ktypes[k], 19, 512, 5);
+        test_kquant(ktypes[k], 300, 256, 3);
+        test_determinism(ktypes[k], 301, 256);
+    }
     if (fails) {
         printf("test_quant: %d FAILED\n", fails);
         return 1;
