@@ -167,7 +167,7 @@ def build_run(*, build_id: int, on_probe=None, on_retry=None, experts=None) -> A
 async def _measure(build, on_probe, on_retry, wanted=None):
     probes, chunk_words, digest = builder.load_probes()
     model = (await telemetry.aget_state()).get("model")
-    experts = builder.probe_experts(wanted or builder.load_probe_experts(), model)
+    experts = builder.probe_experts(wanted or builder.load_probe_experts() or builder.probe_count(model), model)
     key = f"atlas-build:{build.pk}"
     if builder.routes_supported(model):
         runner = builder.RoutesRunner(key=key, experts=experts)

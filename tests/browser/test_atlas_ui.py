@@ -90,7 +90,9 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
     sockets[0].send(json.dumps({"type": "telemetry", "windows": 1, "hits": {"rows": 3, "cols": 4, "hex": "2008"}}))
     page.wait_for_function("window.colibriAtlas.hitFrames === 1")
     assert page.evaluate("window.colibriAtlas.lastHitCells") == [5, 11]
-    assert sum(page.evaluate(PIXEL, [1, 1])) > sum(before) + 100
+    # Checked on every animation frame: the flash is painted on the frame after the HITS arrive and
+    # fades from there, so one read right after could catch the frame before it (seen under load).
+    page.wait_for_function(f"() => ({PIXEL})([1, 1]).reduce((a, b) => a + b) > {sum(before) + 100}", polling="raf", timeout=2000)
     assert page.inner_text("#hitrate-now") == "100 %"
     page.wait_for_function("window.colibriAtlas.grid.flash[5] === 0", timeout=5000)
     assert page.evaluate(PIXEL, [1, 1]) == before
@@ -106,4 +108,49 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
     page.wait_for_function("window.colibriAtlas.grid.highlight && window.colibriAtlas.grid.highlight.size === 2")
     page.wait_for_timeout(100)
     assert page.evaluate(PIXEL, [0, 2]) == lit and sum(page.evaluate(PIXEL, [2, 3])) < sum(dim)
+    assert watch.errors == []
+
+
+BUILT = {**INFO, "id": 2, "source": "built", "validation": {
+    "correct": 29, "total": 30, "accuracy": 0.9667, "method": "routes", "experts": 2, "top_k": 15, "n_experts": 16}}
+ROUTING = {"message": 41, "conversation": 7, "role": "assistant", "rows": 3, "cols": 4,
+           "counts": [[0, 2, 30], [1, 1, 3]], "experts": 2, "selections": 33}
+
+
+def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_stack, page_and_watch, django_user_model):
+    page, watch = page_and_watch
+    django_user_model.objects.create_user("sam", password=PASSWORD, is_staff=True)
+
+    def http(route):
+        path = route.request.url.split("/atlas/api/", 1)[1]
+        body = {"atlases": {"model": "glm-like", "current": BUILT, "history": [BUILT]},
+                "atlases/2/experts.json": DOC, "atlases/2/map": MAP, "builds": {"builds": []},
+                "messages/41/routing": ROUTING}[path]
+        route.fulfill(json=body)
+
+    page.route_web_socket(re.compile(r".*/ws/atlas/$"), lambda ws: ws.send(json.dumps(SNAPSHOT)))
+    page.route(re.compile(r".*/atlas/api/.*"), http)
+    log_in(page, live_stack.url, "sam")
+    page.goto(f"{live_stack.url}/atlas?message=41")
+    page.wait_for_function("window.colibriAtlas && window.colibriAtlas.grid.filter && window.colibriAtlas.grid.filter.size === 2")
+
+    page.wait_for_function("document.getElementById('atlas-method').textContent !== ''")
+    method = page.inner_text("#atlas-method")
+    assert method.startswith("Probed at 2 of 16 experts per token (the model serves 15)"), method
+    assert "exact per-request selection counts" in method
+    assert page.inner_text("#filter-text") == "message 41: 2 experts · 33 selections"
+
+    # The message's experts keep their colour (brightest = most selections), the rest are dimmed.
+    assert page.evaluate("window.colibriAtlas.grid.filter.get(2)") == 30
+    card = hover(page, 0, 2)
+    assert field(card, "message") == "selected 30 times"
+    card = hover(page, 0, 0)
+    assert field(card, "message") == "not routed by this message"
+    page.mouse.move(1, 1)
+    dimmed = page.evaluate(PIXEL, [2, 3])
+    page.click("#filter-clear")
+    page.wait_for_function("window.colibriAtlas.grid.filter === null")
+    page.wait_for_timeout(100)
+    assert sum(page.evaluate(PIXEL, [2, 3])) > sum(dimmed)
+    assert page.url.endswith("/atlas") and page.locator("#atlas-filter").is_hidden()
     assert watch.errors == []

@@ -89,3 +89,14 @@ def test_it_measures_by_routes_only_on_engines_that_report_them():
     assert builder.routes_supported({"name": "tiny", "top_k": 2, "n_experts": 8})  # our MODEL line
     assert not builder.routes_supported({"name": "glm", "extensions": False})   # the real colibri
     assert not builder.routes_supported(None)
+
+
+def test_it_probes_a_crowded_model_at_its_routers_first_choices():
+    # The default model serves 15 of 16 experts per token: probes ask for 2.
+    assert builder.probe_count({"top_k": 15, "n_experts": 16, "experts_min": 1, "experts_max": 16}) == 2
+    # A sparse model (GLM-5: 8 of 256; the fixture: 2 of 8) is probed as it serves.
+    assert builder.probe_count({"top_k": 8, "n_experts": 256, "experts_min": 1, "experts_max": 256}) is None
+    assert builder.probe_count({"top_k": 2, "n_experts": 8, "experts_min": 1, "experts_max": 8}) is None
+    # No MODEL line (the real colibri): nothing to decide with, nothing sent.
+    assert builder.probe_count({"name": "glm", "extensions": False}) is None
+    assert builder.probe_count(None) is None

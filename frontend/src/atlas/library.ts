@@ -1,9 +1,27 @@
 // The atlas library panel: the current atlas of the model, import (upload), export (download),
 // history, and the builder (start, progress pushed over the socket, cancel).
 import { AtlasHttp, URLS } from "./client";
-import type { AtlasInfo, AtlasList, Build } from "./types";
+import type { AtlasInfo, AtlasList, Build, Validation } from "./types";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+
+// How a built atlas was measured, in words: the method and the expert count the probes used.
+export function methodText(v: Validation | null): string {
+  if (!v || !v.method) return "";
+  const how = v.method === "routes"
+    ? "exact per-request selection counts (the engine's ROUTES), probes kept out of the usage heat"
+    : "HITS windows (this engine reports no per-request routing)";
+  const used = v.experts ?? v.top_k;
+  if (!used) return `Measured with ${how}.`;
+  const of = v.n_experts ? ` of ${v.n_experts}` : "";
+  let text = `Probed at ${used}${of} experts per token`;
+  if (v.experts && v.top_k && v.experts !== v.top_k)
+    text += ` (the model serves ${v.top_k}): at more than a quarter of a layer's experts per token, every expert is ` +
+      "selected for most tokens of every topic and none can stand out by its counts, so the builder asks for the " +
+      "router's first choices";
+  else text += " (the model's own count)";
+  return `${text}. Measured with ${how}.`;
+}
 
 export class Library {
   list: AtlasList | null = null;
@@ -29,11 +47,13 @@ export class Library {
     if (cur) {
       const v = cur.validation ? ` · leave-one-prompt-out ${cur.validation.correct}/${cur.validation.total} = ${(cur.validation.accuracy * 100).toFixed(1)} %` : "";
       info.textContent = `#${cur.id} (${cur.source}${cur.filename ? `, ${cur.filename}` : ""}) · ${cur.entries} experts, ${cur.specialists} specialists · ${cur.categories.length} categories${v}`;
+      $("atlas-method").textContent = methodText(cur.validation);
       const a = $<HTMLAnchorElement>("atlas-download");
       a.href = URLS.download(cur.id);
       a.hidden = false;
     } else {
       info.textContent = "No atlas for this model yet: import colibri's experts.json or build one.";
+      $("atlas-method").textContent = "";
       $<HTMLAnchorElement>("atlas-download").hidden = true;
     }
     const body = $("atlas-history");

@@ -31,7 +31,13 @@ export interface AtlasInfo {
   specialists: number; categories: string[]; validation: Validation | null; bytes: number; created: string;
 }
 
-export interface Validation { correct: number; total: number; accuracy: number }
+// The builder's leave-one-prompt-out figure and how it measured (experts/services.py _measure):
+// method "routes" (exact per-request counts) or "hits"; experts = the experts=N the probes sent
+// (null: the model's own top_k).
+export interface Validation {
+  correct: number; total: number; accuracy: number;
+  method?: string; experts?: number | null; top_k?: number | null; n_experts?: number;
+}
 
 export interface AtlasList { model: string; current: AtlasInfo | null; history: AtlasInfo[] }
 
