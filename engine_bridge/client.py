@@ -9,6 +9,7 @@ Leaving the iterator early (break + aclose, exception, task cancelled) sends gen
 import asyncio
 import logging
 import uuid
+import weakref
 from dataclasses import asdict, dataclass, field
 
 from engine_bridge import liveness, protocol, transport
@@ -17,7 +18,6 @@ log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 120.0   # nothing from the bridge for this long while not queued -> ENGINE_UNAVAILABLE
 GAP_TIMEOUT = 2.0      # a missing seq not filled within this long -> the stream is broken
-DRAIN_TIMEOUT = IDLE_TIMEOUT + 30.0  # receiver gives up after this long without a batch
 FINAL_KINDS = ("done", "error")
 LIVENESS_POLL = 1.0    # nothing arrived for this long: is the bridge that took the job still alive?
 BROKER_RETRY_S = 2     # Retry-After while Redis cannot be reached
@@ -63,17 +63,15 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
     if not boot:
         yield _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.", retry_after=5)
         return
-    inbox = asyncio.Queue()
-    # The reply list is read by a task of its own that is not cancelled while the job is live
-    # (a pop cancelled mid-flight could lose a batch): callers may cancel us; the drain goes on.
-    receiver = asyncio.create_task(_receive_until_final(req, inbox))
+    listener = _listener()
+    inbox = listener.register(req)
     finished = False
     try:
         try:
-            await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "job": asdict(request)})
+            await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": listener.id,
+                                       "job": asdict(request)})
         except Exception as exc:  # Redis refused the submit: nothing reached the bridge
             finished = True
-            receiver.cancel()
             yield _broker_down(exc)
             return
         expected, pending, queued = 0, {}, False
@@ -114,12 +112,9 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
                     return
                 yield event
     finally:
+        listener.unregister(req)  # what still comes for req (its CANCELLED) is dropped by the listener
         if not finished:
             await asyncio.shield(cancel(req))
-            # The receiver keeps draining until the bridge's final event (CANCELLED), bounded.
-            receiver.add_done_callback(lambda t: t.cancelled() or t.exception())
-        else:
-            await asyncio.shield(receiver)
 
 
 def _drain(queue):
@@ -139,40 +134,48 @@ def _merge_text(events):
     return out
 
 
-async def _receive_until_final(req, inbox, *, drain_timeout=DRAIN_TIMEOUT):
-    """Moves the bridge's batches for `req` into inbox until one carries a final event; gives up
-    when nothing arrives (or Redis stays unreachable) for drain_timeout."""
-    seen, final_seq = set(), None
-    loop = asyncio.get_running_loop()
-    last_progress = loop.time()
-    try:
-        while final_seq is None or len(seen) <= final_seq:
+class Listener:
+    """One event loop's reader of its reply list (engine_bridge.transport): moves each batch to
+    the queue of the request it belongs to, so N streams of a web process cost one blocking pop
+    per round trip, not N. Callers never cancel it (a pop cancelled mid-flight could lose batches
+    of every request of the loop); it ends by itself once the loop has no request registered."""
+
+    def __init__(self):
+        self.id = uuid.uuid4().hex
+        self.queues = {}   # req -> asyncio.Queue of its batches
+        self.task = None
+
+    def register(self, req):
+        queue = self.queues[req] = asyncio.Queue()
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        return queue
+
+    def unregister(self, req):
+        self.queues.pop(req, None)
+
+    async def _run(self):
+        while self.queues:
             try:
-                messages = await transport.replies(req)
-            except Exception as exc:  # Redis outage: keep trying until it is back
-                log.warning("reading the replies of %s failed (%s); retrying", req, exc)
-                messages = []
+                messages = await transport.replies(self.id)
+            except Exception as exc:  # Redis outage: keep trying while anyone waits
+                log.warning("reading reply list %s failed (%s); retrying", self.id, exc)
                 await asyncio.sleep(0.2)
-            if not messages:
-                if loop.time() - last_progress >= drain_timeout:
-                    return
                 continue
-            last_progress = loop.time()
             for message in messages:
-                inbox.put_nowait(message)
-                seen.add(message.get("seq"))
-                if any(event.get("kind") in FINAL_KINDS for event in message.get("events", ())):
-                    final_seq = message.get("seq")
-    finally:
-        if final_seq is None:  # abandoned: nobody will read what the bridge still sends
-            await asyncio.shield(_forget(req))
+                queue = self.queues.get(message.get("req"))
+                if queue is not None:
+                    queue.put_nowait(message)
 
 
-async def _forget(req):
-    try:
-        await transport.forget(req)
-    except Exception:
-        pass
+_listeners = weakref.WeakKeyDictionary()
+
+
+def _listener():
+    loop = asyncio.get_running_loop()
+    if loop not in _listeners:
+        _listeners[loop] = Listener()
+    return _listeners[loop]
 
 
 async def cancel(req_id):

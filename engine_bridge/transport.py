@@ -2,9 +2,12 @@
 
 * `<prefix>:bridge:inbox` — gen.submit / gen.cancel / gen.stop messages; RPUSH by any web process
   or worker, BLPOP by the bridge (exactly one bridge per Redis database and prefix).
-* `<prefix>:bridge:reply:<req>` — one request's numbered event batches; RPUSH by the bridge (with an
-  expiry, so an abandoned list disappears), popped by the request's client, which takes everything
-  already waiting in one round trip.
+* `<prefix>:bridge:reply:<listener>` — the numbered event batches of every request of one client
+  event loop (a web process), named by the submit's `reply`; RPUSH by the bridge, several batches
+  in one command when they are ready together (with an expiry, so an abandoned list disappears),
+  popped by that loop's one listener (engine_bridge.client), which takes everything already
+  waiting in one round trip, whichever of its requests it belongs to. A submit without `reply`
+  gets a list of its own named by its `req`.
 
 Why not the channel layer (issue 14): channels-redis spends three round trips on each received
 message (a clean script, the pop, and a backup-queue cleaner that holds a per-channel lock until
@@ -35,8 +38,8 @@ def inbox_key():
     return f"{key_prefix()}:bridge:inbox"
 
 
-def reply_key(req):
-    return f"{key_prefix()}:bridge:reply:{req}"
+def reply_key(listener):
+    return f"{key_prefix()}:bridge:reply:{listener}"
 
 
 # Clients per event loop, URL and purpose: a new connection per request cost a millisecond or more
@@ -68,21 +71,23 @@ async def bridge_next():
     return json.loads(popped[1]) if popped else None
 
 
-async def reply(req, message):
+async def reply(listener, messages):
+    """Appends batches (in order) to a listener's reply list, in one round trip."""
     async with _client().pipeline(transaction=False) as pipe:
-        pipe.rpush(reply_key(req), json.dumps(message))
-        pipe.expire(reply_key(req), REPLY_TTL)
+        pipe.rpush(reply_key(listener), *(json.dumps(message) for message in messages))
+        pipe.expire(reply_key(listener), REPLY_TTL)
         await pipe.execute()
 
 
-async def replies(req):
-    """Every batch waiting for req (at least one), or [] after BLOCK_S without any: one BLMPOP
-    (Redis 7) takes up to POP_BATCH at once, so a reader pays one round trip however far behind."""
-    popped = await _client().blmpop(BLOCK_S, 1, reply_key(req), direction="LEFT", count=POP_BATCH)
+async def replies(listener):
+    """Every batch waiting for a listener (at least one), or [] after BLOCK_S without any: one
+    BLMPOP (Redis 7) takes up to POP_BATCH at once, so a reader pays one round trip however far
+    behind it is and however many of its requests are streaming."""
+    popped = await _client().blmpop(BLOCK_S, 1, reply_key(listener), direction="LEFT", count=POP_BATCH)
     if not popped:
         return []
     return [json.loads(raw) for raw in popped[1]]
 
 
-async def forget(req):
-    await _client().delete(reply_key(req))
+async def forget(listener):
+    await _client().delete(reply_key(listener))

@@ -20,6 +20,7 @@ may not come; a heartbeat (engine_bridge.liveness) lets waiting clients notice a
 import asyncio
 import codecs
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -45,6 +46,7 @@ TEXT_FRAME_S = 0.015
 QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
+REPLY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a client's reply list name (part of a Redis key)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
 EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True}
 
@@ -53,6 +55,7 @@ EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": Tr
 class Request:
     req: str
     job: GenerationRequest
+    reply_to: str = ""       # the client's reply list (transport.reply_key); its own req if none named
     t_submit: float = field(default_factory=time.monotonic)
     eng_id: int | None = None
     slot: int | None = None
@@ -153,6 +156,8 @@ class Bridge:
         self.publisher.update(slots=settings.KV_SLOTS)
         self.heart = Heart()
         self.deliveries = set()  # tasks sending reply batches
+        self.outlets = {}        # reply list -> [(request, batch)] waiting for its sender
+        self.senders = {}        # reply list -> the task sending to it
         self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
 
     # --- main loop ---------------------------------------------------------------------------
@@ -202,33 +207,51 @@ class Bridge:
         await self.publisher.close()
         await self.heart.close()
 
-    async def _deliver(self, r, message):
-        """Sends one batch of r, then the events that coalesced meanwhile (if any)."""
-        try:
-            await self._send(r.req, message)
-        finally:
-            r.sending = False
-            self.flush(r)
+    def post(self, r, message):
+        """Queues one batch of r for its reply list; one sender per list sends everything queued
+        for it in one command, so streams of one web process share round trips."""
+        outlet = self.outlets.setdefault(r.reply_to, [])
+        outlet.append((r, message))
+        if len(outlet) == 1 and r.reply_to not in self.senders:
+            task = asyncio.get_running_loop().create_task(self._deliver(r.reply_to))
+            self.senders[r.reply_to] = task
+            self.deliveries.add(task)
+            task.add_done_callback(self.deliveries.discard)
 
-    async def _send(self, req, message):
-        """One batch, retried while Redis is out (the request's later events coalesce behind it)."""
+    async def _deliver(self, listener):
+        """Sends what is queued for a reply list until nothing is; each request then sends the
+        events that coalesced while its batch was on the way (flush)."""
+        try:
+            while self.outlets.get(listener):
+                batch = self.outlets.pop(listener)
+                try:
+                    await self._send(listener, [message for _, message in batch])
+                finally:
+                    for r, _ in batch:
+                        r.sending = False
+                        self.flush(r)
+        finally:
+            self.senders.pop(listener, None)
+
+    async def _send(self, listener, messages):
+        """Batches, retried while Redis is out (later events coalesce behind them)."""
         delay, give_up = REDIS_RETRY_FIRST, time.monotonic() + SEND_GIVE_UP_S
         while True:
             try:
-                return await transport.reply(req, message)
+                return await transport.reply(listener, messages)
             except Exception as exc:
                 if time.monotonic() >= give_up:
-                    log.error("sending a batch of %s failed for %gs (%s); seq %s lost", req,
-                              SEND_GIVE_UP_S, exc, message["seq"])
+                    log.error("sending %d batches to %s failed for %gs (%s); lost", len(messages), listener,
+                              SEND_GIVE_UP_S, exc)
                     return
-                log.warning("sending a batch of %s failed (%s); retrying in %.1fs", req, exc, delay)
+                log.warning("sending to %s failed (%s); retrying in %.1fs", listener, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, REDIS_RETRY_MAX)
 
     def handle(self, message):
         kind, req = message.get("type"), message.get("req")
         if kind == "gen.submit":
-            self.submit(req, message.get("boot"), message.get("job"))
+            self.submit(req, message.get("boot"), message.get("job"), message.get("reply"))
         elif kind == "gen.cancel" and req in self.requests:
             self.cancel(self.requests[req])
         elif kind == "gen.stop" and req in self.requests:
@@ -236,10 +259,12 @@ class Bridge:
 
     # --- requests ----------------------------------------------------------------------------
 
-    def submit(self, req, boot, raw_job):
+    def submit(self, req, boot, raw_job, reply_to=None):
         if not req or not isinstance(req, str) or req in self.requests:
             log.error("ignoring gen.submit with req=%r", req)
             return
+        if not (isinstance(reply_to, str) and REPLY_NAME.fullmatch(reply_to)):
+            reply_to = req
         if boot != self.heart.boot:  # meant for a bridge before this one: its client was told so
             log.warning("ignoring gen.submit %s addressed to bridge boot %r", req, boot)
             return
@@ -247,10 +272,10 @@ class Bridge:
         try:
             job = parse_job(raw_job, engine.model_info if engine else None)
         except (TypeError, ValueError) as exc:
-            r = Request(req, None)
+            r = Request(req, None, reply_to or req)
             self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
-        r = Request(req, job)
+        r = Request(req, job, reply_to or req)
         if engine is None:
             self.finish(r, self._unavailable())
             return
@@ -345,9 +370,7 @@ class Bridge:
             r.text_sent_at = time.monotonic()
         message = {"type": "gen.events", "req": r.req, "seq": r.seq, "events": r.outbox}
         r.seq, r.outbox, r.sending = r.seq + 1, [], True
-        task = asyncio.get_running_loop().create_task(self._deliver(r, message))
-        self.deliveries.add(task)
-        task.add_done_callback(self.deliveries.discard)
+        self.post(r, message)
 
     def text_interval(self):
         """Seconds between two text batches of one request: a screen frame, or the share of the

@@ -15,20 +15,18 @@ def bridge(settings, monkeypatch):
     b = worker.Bridge(command=["true"])
     sent = []
 
-    async def deliver(r, message):  # stands in for Redis: records when each batch left
-        sent.append((asyncio.get_running_loop().time(), message))
-        await asyncio.sleep(0)
-        r.sending = False
-        b.flush(r)
+    async def send(listener, messages):  # stands in for Redis: records when each batch left
+        loop = asyncio.get_running_loop()
+        sent.extend((loop.time(), message) for message in messages)
 
-    monkeypatch.setattr(b, "_deliver", deliver)
+    monkeypatch.setattr(b, "_send", send)
     return b, sent
 
 
 def running(b, n):
     requests = []
     for i in range(n):
-        r = worker.Request(f"r{i}", GenerationRequest(prompt="p", max_tokens=9))
+        r = worker.Request(f"r{i}", GenerationRequest(prompt="p", max_tokens=9), reply_to="listener")
         b.by_id[len(b.by_id) + 1] = r
         requests.append(r)
     return requests
@@ -70,3 +68,22 @@ async def test_a_final_event_never_waits_for_the_frame(bridge):
     b.emit(r, {"kind": "done", "finish_reason": "stop"})
     await asyncio.sleep(0.002)
     assert [e["kind"] for _, m in sent for e in m["events"]] == ["text", "text", "done"]
+
+
+@pytest.mark.asyncio
+async def test_batches_of_several_requests_ready_together_share_one_send(bridge, monkeypatch):
+    b, _ = bridge
+    sends = []
+
+    async def send(listener, messages):
+        sends.append((listener, [m["req"] for m in messages]))
+        await asyncio.sleep(0.001)
+
+    monkeypatch.setattr(b, "_send", send)
+    r1, r2, r3 = running(b, 3)
+    b.emit(r1, {"kind": "text", "text": "a"})   # leaves at once, alone
+    await asyncio.sleep(0)
+    b.emit(r2, {"kind": "text", "text": "b"})   # both queue behind the send in flight...
+    b.emit(r3, {"kind": "text", "text": "c"})
+    await asyncio.sleep(0.01)
+    assert sends == [("listener", ["r0"]), ("listener", ["r1", "r2"])]  # ...and leave together
