@@ -35,8 +35,9 @@ def parse(body, *, served):
     stop = intake.stop_list(body, "stop_sequences")
     budget = intake.budget(body, ("max_tokens",))
     prompt = served_mod.render(served, ([{"role": "system", "content": system}] if system else []) + messages)
-    experts, _ = intake.colibri_extension(body, served=served)
+    ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
-                                temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=experts)
-    projector = AnthropicProjector(model=model, discard_text=budget == 0, stop=stop)
+                                temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
+                                routes=ext.routing)
+    projector = AnthropicProjector(model=model, discard_text=budget == 0, stop=stop, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param="messages")

@@ -36,9 +36,10 @@ def parse(body, *, served):
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, "stop", limit=4)
     budget = intake.budget(body, ("max_tokens",))
-    experts, _ = intake.colibri_extension(body, served=served)
+    ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
-                                temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=experts)
+                                temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
+                                routes=ext.routing)
     projector = CompletionProjector(model=model, include_usage=bool(opts.get("include_usage")),
-                                    discard_text=budget == 0, stop=stop)
+                                    discard_text=budget == 0, stop=stop, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param="prompt")

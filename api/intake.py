@@ -156,14 +156,23 @@ def sampling(body, *, served, names=None):
         raise bad_param(exc.field, exc.message)
 
 
+@dataclass
+class Extension:
+    experts: int | None = None
+    topk: bool = False
+    routing: bool = False
+
+
 def colibri_extension(body, *, served):
     """Our own request fields, under `colibri` (documented in the OpenAPI schema): `experts` — routed
-    experts per token for this request (the served model's range; omitted = its default) — and
-    `topk` (per-token candidates, Chat Completions only). -> (experts or None, topk)."""
+    experts per token for this request (the served model's range; omitted = its default) —,
+    `topk` (per-token candidates, Chat Completions only) and `routing` (this request's expert
+    selection counts, returned in the answer's `colibri.routing`; needs an engine with our
+    extensions: refused naming the field otherwise, never silently dropped). -> Extension."""
     ext = field_object(body, "colibri")
-    unknown = sorted(set(ext) - {"experts", "topk"})
+    unknown = sorted(set(ext) - {"experts", "topk", "routing"})
     if unknown:
-        raise bad_param(f"colibri.{unknown[0]}", f"colibri.{unknown[0]} is not a known field (experts, topk)")
+        raise bad_param(f"colibri.{unknown[0]}", f"colibri.{unknown[0]} is not a known field (experts, topk, routing)")
     experts = ext.get("experts")
     if experts is not None:
         if isinstance(experts, bool) or not isinstance(experts, int):
@@ -176,7 +185,13 @@ def colibri_extension(body, *, served):
     topk = ext.get("topk", False)
     if not isinstance(topk, bool):
         raise bad_param("colibri.topk", "colibri.topk must be a boolean")
-    return experts, topk
+    routing = ext.get("routing", False)
+    if not isinstance(routing, bool):
+        raise bad_param("colibri.routing", "colibri.routing must be a boolean")
+    if routing and not served.extensions:
+        raise bad_param("colibri.routing", "colibri.routing is not supported by the engine this server runs "
+                        "(it needs our engine's routes extension)")
+    return Extension(experts=experts, topk=topk, routing=routing)
 
 
 def refuse(body, rules):

@@ -28,13 +28,13 @@ def parse(body, *, served):
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, "stop", limit=4)
     budget = intake.budget(body, ("max_completion_tokens", "max_tokens"))
-    experts, topk = intake.colibri_extension(body, served=served)
+    ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(
         prompt=served_mod.render(served, messages), max_tokens=intake.engine_budget(budget, served),
         temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
-        priority="interactive", topk=topk, experts=experts,
+        priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing,
     )
     projector = OpenAIChatProjector(model=model, include_usage=bool(opts.get("include_usage")),
-                                    discard_text=budget == 0, stop=stop)
+                                    discard_text=budget == 0, stop=stop, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param="messages")

@@ -58,7 +58,12 @@ _sampling = {
     "colibri": s.JSONField(required=False, help_text=(
         'our extension: {"experts": N} routed experts per token for this request, in the range '
         '/health reports (omitted: the model\'s default); {"topk": true} per-token candidates '
-        "(Chat Completions)")),
+        '(Chat Completions); {"routing": true} this request\'s expert selections, returned as '
+        '`colibri.routing` = {"rows": R, "cols": C, "counts": [[row, expert, count], ...]} (rows = MoE '
+        "layers in the engine's order, nonzero counts only) in the answer's `colibri` object, or in the "
+        "stream's final event (Chat/Completions: a last chunk with empty choices; Messages: message_stop; "
+        "Responses: the terminal event's response); off by default; 400 naming colibri.routing on an "
+        "engine without our extensions")),
 }
 _messages = inline_serializer("ChatMessage", {
     "role": s.ChoiceField(["system", "developer", "user", "assistant", "tool"]),

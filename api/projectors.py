@@ -45,8 +45,9 @@ class Projector:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, *, model, discard_text=False, stop=()):
+    def __init__(self, *, model, discard_text=False, stop=(), routing=False):
         self.model = model
+        self.want_routing = routing  # the client asked for colibri.routing
         self.created = int(time.time())
         self.discard_text = discard_text  # explicit zero budget: we submitted 1 token, drop it
         self.stop = list(stop)
@@ -79,7 +80,13 @@ class Projector:
     def colibri(self):
         d = self.done or {}
         return {"stats": d.get("stats"), "perf": d.get("perf"), "topk": self.topk,
-                "entropy": d.get("entropy"), "gpus": d.get("gpus"), "repin": d.get("repin")}
+                "entropy": d.get("entropy"), "gpus": d.get("gpus"), "repin": d.get("repin"),
+                "routing": self.routing()}
+
+    def routing(self):
+        """This request's expert selections (the bridge's done.routing: {rows, cols, counts:
+        [[row, expert, count], ...]}), or None when not asked for."""
+        return (self.done or {}).get("routing") if self.want_routing else None
 
     def feed(self, event):
         """Updates state; returns the wire frames this event produces (streaming)."""
@@ -212,6 +219,8 @@ class CompletionProjector(OpenAIChatProjector):
         frames = [self._choice("", self.finish_reason)]
         if self.include_usage:
             frames.append(sse(self.chunk([], usage=self.usage())))
+        if self.want_routing:  # as Chat's colibri chunk: a full object with empty choices
+            frames.append(sse(self.chunk([], colibri=self.colibri())))
         return frames
 
     def response(self):
@@ -271,7 +280,10 @@ class AnthropicProjector(Projector):
         return [*self._close_block(),
                 self._event("message_delta", delta={"stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence},
                             usage={"output_tokens": self.completion_tokens}),
-                self._event("message_stop")]
+                self._event("message_stop", **self._colibri_field())]
+
+    def _colibri_field(self):
+        return {"colibri": {"routing": self.routing()}} if self.want_routing else {}
 
     def on_error(self):
         if self.api_error is not None:
@@ -283,7 +295,8 @@ class AnthropicProjector(Projector):
     def response(self):
         content = [] if self.discard_text else [{"type": "text", "text": self.text}]
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
-                "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence, "usage": self.usage()}
+                "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence, "usage": self.usage(),
+                **self._colibri_field()}
 
 
 class ResponsesProjector(Projector):
@@ -346,6 +359,7 @@ class ResponsesProjector(Projector):
             "usage": self.usage() if self.done else None,
             "tools": [], "tool_choice": "auto", "parallel_tool_calls": True, "text": {"format": {"type": "text"}},
             "metadata": {}, **self.echo,
+            **({"colibri": {"routing": self.routing()}} if self.want_routing and self.done else {}),
         }
 
     def _created(self):

@@ -57,9 +57,10 @@ def parse(body, *, served):
     temperature, top_p, seed = intake.sampling(body, served=served)
     budget = intake.budget(body, ("max_output_tokens",))
     prompt = served_mod.render(served, ([{"role": "system", "content": instructions}] if instructions else []) + messages)
-    experts, _ = intake.colibri_extension(body, served=served)
+    ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
-                                temperature=temperature, top_p=top_p, seed=seed, experts=experts)
+                                temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
+                                routes=ext.routing)
     echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget}
-    projector = ResponsesProjector(model=model, discard_text=budget == 0, echo=echo)
+    projector = ResponsesProjector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param="input")

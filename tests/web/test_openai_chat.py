@@ -159,7 +159,7 @@ async def test_it_streams_chunks_usage_and_the_colibri_frame(fake_bridge, alice_
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "Hello"
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
     assert chunks[-2]["usage"] == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
-    assert set(chunks[-1]["colibri"]) == {"stats", "perf", "topk", "entropy", "gpus", "repin"}
+    assert set(chunks[-1]["colibri"]) == {"stats", "perf", "topk", "entropy", "gpus", "repin", "routing"}
 
 
 async def test_it_sends_an_in_band_error_after_the_stream_started(fake_bridge, alice_key):
