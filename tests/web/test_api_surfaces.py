@@ -289,3 +289,18 @@ def test_browser_clients_get_cors_preflights_and_headers(fake_bridge, alice_key)
     assert r.status_code == 200 and r["Access-Control-Allow-Origin"] == "*"
     r = post("col-nope", "/v1/chat/completions", {"model": "tiny", "messages": MSG})
     assert r.status_code == 401 and r["Access-Control-Allow-Origin"] == "*"
+
+
+def test_omitted_sampling_is_the_served_models_recommendation(fake_bridge, alice_key, served_up):
+    """The MODEL line's `sampling` (the GGUF's general.sampling.*), as the bridge and /health have
+    it; Responses echoes the value used; a request's own value still wins."""
+    served_up["model"] = {**served_up["model"], "sampling": {"temperature": 0.2, "top_p": 0.95}}
+    fake_bridge.script(*reply("ok"))
+    data = post(alice_key, "/v1/responses", {"model": "tiny", "input": "x"}).json()
+    assert (data["temperature"], data["top_p"]) == (0.2, 0.95)
+    assert (fake_bridge.requests[0].temperature, fake_bridge.requests[0].top_p) == (0.2, 0.95)
+    post(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG, "temperature": 1.0})
+    assert (fake_bridge.requests[1].temperature, fake_bridge.requests[1].top_p) == (1.0, 0.95)
+    del served_up["model"]["sampling"]
+    post(alice_key, "/v1/completions", {"model": "tiny", "prompt": "x"})
+    assert (fake_bridge.requests[2].temperature, fake_bridge.requests[2].top_p) == (0.7, 1.0)
