@@ -176,35 +176,141 @@ void qk_dequant(uint32_t t, const uint8_t *row, float *out, int n) {
     }
 }
 
-/* ---- dot kernels ---- */
+/* ---- dot kernels ----
+ * A super-block as 8 blocks of 32 unsigned codes u (q = u - off) and int16 scales per 16-value
+ * half (Q4_K/Q5_K: 1, their scale is applied in float); each block's exact integer sum
+ * isum_b = sum over the block of scale_half (u - off) x_q, then the lane-b float fix-ups. */
+typedef struct {
+    uint8_t u[QK_K];
+    int16_t hs[16];         /* integer scale of each 16-value half */
+    int16_t hm[16];         /* Q2_K: min of each half */
+    float lmul[8];          /* Q4_K/Q5_K: d sc_b; others: d */
+    float lmin[8];          /* Q4_K/Q5_K: dmin m_b; Q2_K: dmin; others 0 */
+    int off;                /* q = u - off */
+} kcodes;
 
-/* The exact integer sums of q[i] * x[i] over values 0..15 (*lo) and 16..31 (*hi) of a block. */
-static inline void isum2(const int8_t *q, const int8_t *x, int32_t *lo, int32_t *hi) {
 #ifdef __AVX2__
-    const __m256i w = _mm256_loadu_si256((const __m256i *)q), a = _mm256_loadu_si256((const __m256i *)x);
-    /* |w| * (x with w's sign): |q| <= 32, |x| <= 127, so a pair fits int16 */
-    __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
-                                  _mm256_set1_epi16(1));
-    __m128i l = _mm256_castsi256_si128(p), h = _mm256_extracti128_si256(p, 1);
-    __m128i t = _mm_hadd_epi32(l, h);            /* l0+l1 l2+l3 h0+h1 h2+h3 */
-    t = _mm_hadd_epi32(t, t);
-    *lo = _mm_cvtsi128_si32(t);
-    *hi = _mm_extract_epi32(t, 1);
-#else
-    int32_t s0 = 0, s1 = 0;
-    for (int i = 0; i < 16; i++) s0 += (int32_t)q[i] * x[i];
-    for (int i = 16; i < 32; i++) s1 += (int32_t)q[i] * x[i];
-    *lo = s0;
-    *hi = s1;
+/* The codes of Q4_K (five = 0), Q5_K and Q6_K straight from the block, 32 at a time. */
+static void codes_simd(uint32_t t, const uint8_t *blk, uint8_t *u) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    if (t == 12 || t == 13) {
+        const uint8_t *qs = blk + (t == 13 ? 48 : 16);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        for (int c = 0; c < 4; c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (t == 13) {   /* bit j of qh[i] is bit 4 of value 32j + i */
+                const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c))), b1 = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
+                const __m256i h16 = _mm256_set1_epi8(16);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), h16));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), h16));
+            }
+            _mm256_storeu_si256((__m256i *)(u + 64 * c), lo);
+            _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), hi);
+        }
+        return;
+    }
+    /* Q6_K */
+    for (int c = 0; c < 2; c++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * c));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * c + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
+        const __m256i q0 = _mm256_and_si256(l0, m4), q1 = _mm256_and_si256(l1, m4);
+        const __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), q3 = _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4);
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, m2), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4);
+        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4);
+        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4);
+        _mm256_storeu_si256((__m256i *)(u + 128 * c), _mm256_or_si256(q0, h0));
+        _mm256_storeu_si256((__m256i *)(u + 128 * c + 32), _mm256_or_si256(q1, h1));
+        _mm256_storeu_si256((__m256i *)(u + 128 * c + 64), _mm256_or_si256(q2, h2));
+        _mm256_storeu_si256((__m256i *)(u + 128 * c + 96), _mm256_or_si256(q3, h3));
+    }
+}
 #endif
+
+/* Scales only (the codes come from codes_simd). */
+static void scales_only(uint32_t t, const uint8_t *b, kblock *k) {
+    if (t == 14) {
+        for (int j = 0; j < 16; j++) k->sc[j] = ((const int8_t *)(b + 192))[j];
+        k->d = h2f(b + 208);
+        k->dmin = 0.0f;
+        return;
+    }
+    for (int j = 0; j < 8; j++) scale_min_k4(b + 4, j, &k->sc[j], &k->m[j]);
+    k->d = h2f(b);
+    k->dmin = h2f(b + 2);
 }
 
-static inline void xsum2(const int8_t *x, int32_t *lo, int32_t *hi) {
-    int32_t s0 = 0, s1 = 0;
-    for (int i = 0; i < 16; i++) s0 += x[i];
-    for (int i = 16; i < 32; i++) s1 += x[i];
-    *lo = s0;
-    *hi = s1;
+static void codes(uint32_t t, const uint8_t *blk, kcodes *c) {
+    kblock k;
+    c->off = t == 14 ? 32 : t == 11 ? 4 : 0;
+#ifdef __AVX2__
+    if (t >= 12) {
+        scales_only(t, blk, &k);
+        codes_simd(t, blk, c->u);
+    } else
+#endif
+    {
+        unpack(t, blk, &k);
+        for (int v = 0; v < QK_K; v++) c->u[v] = (uint8_t)(k.q[v] + c->off);
+    }
+    const int k45 = t == 12 || t == 13;
+    for (int h = 0; h < 16; h++) {
+        c->hs[h] = (int16_t)(k45 ? 1 : k.sc[h]);
+        c->hm[h] = (int16_t)(t == 10 ? k.m[h] : 0);
+    }
+    for (int b = 0; b < 8; b++) {
+        if (t == 12 || t == 13) {
+            c->lmul[b] = k.d * (float)k.sc[b];
+            c->lmin[b] = k.dmin * (float)k.m[b];
+        } else {
+            c->lmul[b] = k.d;
+            c->lmin[b] = t == 10 ? k.dmin : 0.0f;
+        }
+    }
+}
+
+/* isum[b] and (Q2_K) msum[b] of the 8 blocks against one activation row's 256 int8 values. */
+#ifdef __AVX2__
+/* Lane sums of v[0..7] as one vector of 8 int32 (integer adds: exact in any order). */
+static inline __m256i red8(const __m256i *v) {
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* isum (and, Q2_K, msum) of the 8 blocks of one activation row's 256 int8 values; sv/mv: the
+ * per-half scale (min) vectors of the super-block. */
+static inline __m256i block_sums_v(uint32_t t, const kcodes *c, const int8_t *x, const __m256i *sv,
+                                   const __m256i *mvec, __m256i *msum) {
+    __m256i s[8], m[8] = {0};
+    const __m256i offv = _mm256_set1_epi8((char)c->off), ones8 = _mm256_set1_epi8(1);
+    for (int b = 0; b < 8; b++) {
+        const __m256i u = _mm256_loadu_si256((const __m256i *)(c->u + 32 * b));
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
+        __m256i p = _mm256_maddubs_epi16(u, xv);                 /* |pair| <= 2 * 63 * 127 */
+        if (c->off) p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(offv, xv));
+        s[b] = _mm256_madd_epi16(p, sv[b]);
+        if (t == 10) m[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), mvec[b]);
+    }
+    if (t == 10) *msum = red8(m);
+    return red8(s);
+}
+#endif
+
+/* Portable: isum[b], msum[b] (Q2_K) of the 8 blocks. */
+static inline void block_sums(const kcodes *c, const int8_t *x, int32_t *isum, int32_t *msum) {
+    for (int b = 0; b < 8; b++) {
+        int32_t h[2] = {0, 0}, xm[2] = {0, 0};
+        for (int i = 0; i < 32; i++) {
+            h[i >> 4] += ((int32_t)c->u[32 * b + i] - c->off) * x[32 * b + i];
+            xm[i >> 4] += x[32 * b + i];
+        }
+        isum[b] = c->hs[2 * b] * h[0] + c->hs[2 * b + 1] * h[1];
+        msum[b] = c->hm[2 * b] * xm[0] + c->hm[2 * b + 1] * xm[1];
+    }
 }
 
 #define QK_NX 4     /* activation rows per call, at most (quant.c's QDOT_MAX) */
@@ -229,34 +335,58 @@ void qk_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb,
         return;
     }
     const size_t bb = kbytes(t);
-    float acc[QK_NX] = {0, 0, 0, 0};
-    kblock kb;
+    float acc[QK_NX][8];
+    memset(acc, 0, sizeof acc);
+    kcodes kc;
+#ifdef __AVX2__
+    __m256 av[QK_NX];
+    for (int k = 0; k < QK_NX; k++) av[k] = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256i sv[8], mvec[8];
     for (int s = 0; s < nb / 8; s++, w += bb) {
-        unpack(t, w, &kb);
+        codes(t, w, &kc);
+        for (int b = 0; b < 8; b++) {
+            sv[b] = t >= 12 && t <= 13 ? _mm256_set1_epi16(1)
+                                       : _mm256_set_m128i(_mm_set1_epi16(kc.hs[2 * b + 1]), _mm_set1_epi16(kc.hs[2 * b]));
+            mvec[b] = t != 10 ? _mm256_setzero_si256()
+                              : _mm256_set_m128i(_mm_set1_epi16(kc.hm[2 * b + 1]), _mm_set1_epi16(kc.hm[2 * b]));
+        }
+        const __m256 lmul = _mm256_loadu_ps(kc.lmul), lmin = _mm256_loadu_ps(kc.lmin);
+        for (int k = 0; k < nx; k++) {
+            const size_t r = (size_t)(i0 + k);
+            const int8_t *xq = x->q + r * cols + (size_t)s * QK_K;
+            const __m256 xd = _mm256_loadu_ps(x->qd + r * nb + (size_t)s * 8);
+            __m256i ms = _mm256_setzero_si256();
+            const __m256i is = block_sums_v(t, &kc, xq, sv, mvec, &ms);
+            __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(lmul, xd), av[k]);
+            if (t == 12 || t == 13)
+                a = _mm256_fmadd_ps(_mm256_xor_ps(lmin, sign), _mm256_loadu_ps(x->qs + r * nb + (size_t)s * 8), a);
+            else if (t == 10)
+                a = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_cvtepi32_ps(ms), sign), _mm256_mul_ps(lmin, xd), a);
+            av[k] = a;
+        }
+    }
+    for (int k = 0; k < nx; k++) _mm256_storeu_ps(acc[k], av[k]);
+#else
+    int32_t isum[8], msum[8] = {0};
+    for (int s = 0; s < nb / 8; s++, w += bb) {
+        codes(t, w, &kc);
         for (int k = 0; k < nx; k++) {
             const size_t r = (size_t)(i0 + k);
             const int8_t *xq = x->q + r * cols + (size_t)s * QK_K;
             const float *xd = x->qd + r * nb + (size_t)s * 8, *xs = x->qs + r * nb + (size_t)s * 8;
-            float a = acc[k];
+            block_sums(&kc, xq, isum, msum);
+            float *a = acc[k];
             for (int b = 0; b < 8; b++) {
-                int32_t lo, hi;
-                isum2(kb.q + 32 * b, xq + 32 * b, &lo, &hi);
-                if (t == 12 || t == 13) {
-                    const float dl = kb.d * (float)kb.sc[b], ml = kb.dmin * (float)kb.m[b];
-                    a = fmaf((float)(lo + hi), dl * xd[b], a);
-                    a = fmaf(-ml, xs[b], a);
-                } else {
-                    const int32_t is = kb.sc[2 * b] * lo + kb.sc[2 * b + 1] * hi;
-                    a = fmaf((float)is, kb.d * xd[b], a);
-                    if (t == 10) {
-                        int32_t xl, xh;
-                        xsum2(xq + 32 * b, &xl, &xh);
-                        a = fmaf(-(float)(kb.m[2 * b] * xl + kb.m[2 * b + 1] * xh), kb.dmin * xd[b], a);
-                    }
-                }
+                a[b] = fmaf((float)isum[b], kc.lmul[b] * xd[b], a[b]);
+                if (t == 12 || t == 13) a[b] = fmaf(-kc.lmin[b], xs[b], a[b]);
+                else if (t == 10) a[b] = fmaf(-(float)msum[b], kc.lmin[b] * xd[b], a[b]);
             }
-            acc[k] = a;
         }
     }
-    for (int k = 0; k < nx; k++) res[k] = acc[k];
+#endif
+    for (int k = 0; k < nx; k++) {
+        const float *l = acc[k];
+        res[k] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    }
 }

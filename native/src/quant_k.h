@@ -18,14 +18,16 @@ void qk_unpack(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], in
 void qk_dequant(uint32_t type, const uint8_t *row, float *out, int n);
 
 /* res[k] = dot(weight row w, activation row i0 + k of x), k < nx; nb = cols / 32.
- * Canonical order, every path (AVX2 or portable) the same bits: per 32-value activation block
- * b in order, with the weight's integer values q and the block's int8 activations x_q:
- *   Q4_K, Q5_K (one sub-block of 32): isum = sum q x_q; acc = fma(isum, (d sc) d_x, acc);
- *              acc = fma(-(dmin m), s_x, acc)                       (s_x: the block's float sum)
+ * Canonical order, every path (AVX2 or portable) the same bits: 8 float lanes; lane l takes
+ * block l (values 32l..32l+31) of every super-block in order. With the weight's integer values
+ * q, the block's int8 activations x_q, scale d_x and float sum s_x (qact):
+ *   Q4_K, Q5_K (one sub-block of 32): isum = sum q x_q (exact int32);
+ *              acc_l = fma(isum, (d sc) d_x, acc_l); acc_l = fma(-(dmin m), s_x, acc_l)
  *   Q3_K, Q6_K (two sub-blocks of 16, a and b): isum = sc_a sum_a q x_q + sc_b sum_b q x_q;
- *              acc = fma(isum, d d_x, acc)
+ *              acc_l = fma(isum, d d_x, acc_l)
  *   Q2_K:      the same isum; msum = m_a sum_a x_q + m_b sum_b x_q;
- *              acc = fma(isum, d d_x, acc); acc = fma(-msum, dmin d_x, acc)
+ *              acc_l = fma(isum, d d_x, acc_l); acc_l = fma(-msum, dmin d_x, acc_l)
+ * result ((acc_0 + acc_4) + (acc_2 + acc_6)) + ((acc_1 + acc_5) + (acc_3 + acc_7)).
  * BF16: the row converted to floats, then qdot_exact with each float activation row. */
 void qk_dot(uint32_t type, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res);
 #endif

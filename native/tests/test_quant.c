@@ -349,7 +349,7 @@ static void test_kquant(uint32_t t, int rows, int cols, int n)
             } else {
                 const int8_t *xq = a.q + (size_t)i * cols;
                 const float *xd = a.qd + (size_t)i * nb, *xs = a.qs + (size_t)i * nb;
-                float acc = 0.0f;
+                float L[8] = {0, 0, 0, 0, 0, 0, 0, 0};
                 for (int s = 0; s < cols / 256; s++) {
                     int8_t q[256];
                     int sc[16], mm[16];
@@ -363,16 +363,16 @@ static void test_kquant(uint32_t t, int rows, int cols, int n)
                         const int k = 8 * s + b;
                         if (t == GGML_Q4_K || t == GGML_Q5_K) {
                             const float dl = d * (float)sc[b], ml = dmin * (float)mm[b];
-                            acc = fmaf((float)(lo + hi), dl * xd[k], acc);
-                            acc = fmaf(-ml, xs[k], acc);
+                            L[b] = fmaf((float)(lo + hi), dl * xd[k], L[b]);
+                            L[b] = fmaf(-ml, xs[k], L[b]);
                         } else {
-                            acc = fmaf((float)(sc[2 * b] * lo + sc[2 * b + 1] * hi), d * xd[k], acc);
+                            L[b] = fmaf((float)(sc[2 * b] * lo + sc[2 * b + 1] * hi), d * xd[k], L[b]);
                             if (t == GGML_Q2_K)
-                                acc = fmaf(-(float)(mm[2 * b] * xl + mm[2 * b + 1] * xh), dmin * xd[k], acc);
+                                L[b] = fmaf(-(float)(mm[2 * b] * xl + mm[2 * b + 1] * xh), dmin * xd[k], L[b]);
                         }
                     }
                 }
-                want = acc;
+                want = ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
             }
             const float got = out[(size_t)i * rows + r];
             if (fbits(got) != fbits(want)) same = 0;
