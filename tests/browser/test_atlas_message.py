@@ -43,6 +43,7 @@ def test_a_staff_reply_links_to_the_experts_that_answered_it(live_stack, browser
     assert link.count() == 1 and "expert hits" in link.inner_text()
     assert link.get_attribute("href") == f"/atlas?message={msg_id}"
 
+    screenshot(chat, "chat-expert-hits-link")
     with context.expect_page() as opened:
         link.click()
     atlas = opened.value
