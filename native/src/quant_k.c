@@ -227,7 +227,6 @@ static void codes_simd(uint32_t t, const uint8_t *blk, uint8_t *u) {
         _mm256_storeu_si256((__m256i *)(u + 128 * c + 96), _mm256_or_si256(q3, h3));
     }
 }
-#endif
 
 /* Scales only (the codes come from codes_simd). */
 static void scales_only(uint32_t t, const uint8_t *b, kblock *k) {
@@ -241,6 +240,7 @@ static void scales_only(uint32_t t, const uint8_t *b, kblock *k) {
     k->d = h2f(b);
     k->dmin = h2f(b + 2);
 }
+#endif
 
 static void codes(uint32_t t, const uint8_t *blk, kcodes *c) {
     kblock k;
