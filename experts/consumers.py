@@ -3,8 +3,9 @@
 The bridge sends every telemetry update to the Channels group `telemetry` (one HITS window per
 item, possibly hundreds a second on a fast engine). A browser does not need that rate: each
 connection coalesces what arrives within FLUSH_S — HITS bitmaps OR-ed together, the newest
-EMAP/TIERS/ENTROPY kept, REPINs appended — and sends one frame. The `windows` count says how
-many HITS windows a frame merges, so the page's rates stay honest.
+EMAP/TIERS/ENTROPY kept, REPINs (and `turn` items, a finished turn's DONE figures, if the bridge
+sends them) appended — and sends one frame. The `windows` count says how many HITS windows a frame
+merges, so the page's rates stay honest.
 """
 import asyncio
 
@@ -86,6 +87,8 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
                 p["windows"] = p.get("windows", 0) + 1 if same else 1
             if "repin" in item:
                 p.setdefault("repin", []).append(item["repin"])
+            if "turn" in item:  # a finished turn's own figures (DONE's hit_pct), when the bridge sends them
+                p.setdefault("turns", []).append(item["turn"])
             for key in LATEST:
                 if key in item:
                     p[key] = item[key]

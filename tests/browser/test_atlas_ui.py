@@ -96,6 +96,12 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
     assert page.inner_text("#hitrate-now") == "100 %"
     page.wait_for_function("window.colibriAtlas.grid.flash[5] === 0", timeout=5000)
     assert page.evaluate(PIXEL, [1, 1]) == before
+    assert page.inner_text("#hitrate-title") == "Resident share of routed experts"
+
+    # Once the telemetry carries finished turns' own hit %, the chart plots that instead.
+    sockets[0].send(json.dumps({"type": "telemetry", "turns": [{"hit_pct": 62.4}, {"hit_pct": 87.5}]}))
+    page.wait_for_function("document.getElementById('hitrate-title').textContent === 'Expert cache hit % per turn'")
+    assert page.inner_text("#hitrate-now") == "88 %" and "DONE's hit_pct" in page.inner_text("#hitrate-note")
 
     # A REPIN reaches the timeline, named by layer.
     sockets[0].send(json.dumps({"type": "telemetry", "repin": [{"layer": 2, "expert": 3, "old_tier": 0, "gpu": 0}]}))

@@ -72,3 +72,16 @@ async def test_it_closes_the_socket_for_members(layer, member):
     ws = await connect(member)
     closed = await ws.receive_output(timeout=2)
     assert closed == {"type": "websocket.close", "code": 4403}
+
+
+async def test_it_forwards_finished_turns_figures_when_the_bridge_sends_them(layer, staff):
+    """A `turn` item (a finished turn's DONE figures) reaches the page in order, in `turns`."""
+    from channels.layers import get_channel_layer
+
+    ws = await connect(staff)
+    await ws.receive_json_from(timeout=2)  # the snapshot
+    items = [{"n": 1, "turn": {"hit_pct": 87.5}}, {"n": 2, "busy": 0}, {"n": 3, "turn": {"hit_pct": 90.0}}]
+    await get_channel_layer().group_send(telemetry.GROUP, {"type": "telemetry.batch", "boot": "b", "items": items})
+    frame = await ws.receive_json_from(timeout=2)
+    assert frame["turns"] == [{"hit_pct": 87.5}, {"hit_pct": 90.0}] and frame["busy"] == 0
+    await ws.disconnect()

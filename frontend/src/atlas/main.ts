@@ -26,6 +26,12 @@ export function mount(): void {
   let entropy: number[] | null = null;
   let totalWindows = 0;
   const residentShare: number[] = [];
+  const engineHit: number[] = [];  // DONE's hit_pct per turn, once the telemetry carries it
+  function plotHitRate(): void {
+    const series = engineHit.length ? engineHit : residentShare;
+    renderSeries($<HTMLCanvasElement>("atlas-hitrate"), series);
+    if (series.length) $("hitrate-now").textContent = `${series[series.length - 1].toFixed(0)} %`;
+  }
   const repinned = new Set<number>();
   let routing: MessageRouting | null = null;
   const debug: Debug = { grid, frames: () => grid.frames, hitFrames: 0, lastHitAt: 0, lastHitWall: 0, lastHitCells: [], doc: () => doc, routing: () => routing };
@@ -142,9 +148,18 @@ export function mount(): void {
         const resident = cells.filter((i) => tierOf(grid.emap[i]) > 0).length;
         residentShare.push((100 * resident) / cells.length);
         residentShare.splice(0, Math.max(0, residentShare.length - SERIES_KEEP));
-        renderSeries($<HTMLCanvasElement>("atlas-hitrate"), residentShare);
-        $("hitrate-now").textContent = `${residentShare[residentShare.length - 1].toFixed(0)} %`;
+        plotHitRate();
       }
+    }
+    const hits = (f.turns ?? []).map((t) => t.hit_pct).filter((v): v is number => typeof v === "number" && Number.isFinite(v));
+    if (hits.length) {
+      if (!engineHit.length) {
+        $("hitrate-title").textContent = "Expert cache hit % per turn";
+        $("hitrate-note").textContent = "The engine's own figure for each finished turn (DONE's hit_pct), engine-wide over the turn's window.";
+      }
+      engineHit.push(...hits);
+      engineHit.splice(0, Math.max(0, engineHit.length - SERIES_KEEP));
+      plotHitRate();
     }
     if (f.repin && f.repin.length) {
       for (const e of f.repin) repinned.add(e.layer * grid.cols + e.expert);

@@ -18,6 +18,7 @@ export interface TelemetryFrame {
   busy?: number;
   queue?: number;
   repin?: Repin[];
+  turns?: { hit_pct?: number | null }[];  // finished turns' DONE figures, when the bridge pushes them
   windows?: number;           // HITS windows merged into this frame's bitmap
   layers?: number[];          // absolute layer index per EMAP row
   layer_source?: string;      // engine | atlas | atlas+extra | model | rows
