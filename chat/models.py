@@ -58,9 +58,10 @@ class Message(models.Model):
     # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error
     stats = models.JSONField(default=dict, blank=True)
     # Which experts answered this message (the engine's ROUTES for its request, asked with
-    # routes=True): {"rows", "cols", "counts": [[row, expert, selections], ...]}, rows in EMAP
-    # order, nonzero counts only; null when the engine does not report it. Kept off the chat
-    # socket (it can be large on a big model): staff read it at /atlas/api/messages/<id>/routing.
+    # routes=True), packed by chat.services.routing_pack: {"rows", "cols", "experts",
+    # "selections", "dtype", "counts_b64"} (every cell's count, rows in EMAP order); null when the
+    # engine does not report it. Kept off the chat socket: staff read it at
+    # /atlas/api/messages/<id>/routing.
     routing = models.JSONField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     # Touched by every periodic save of a streaming message: a "streaming" row whose

@@ -107,12 +107,11 @@ async def _routes_wanted():
 
 
 def routing_summary(routing):
-    """What a message keeps of its request's ROUTES: rows, cols and the nonzero counts, as the
-    bridge's done event carries them (docs/contracts.md), or None."""
-    if not isinstance(routing, dict) or not routing.get("counts"):
+    """The done event's routing ({"rows", "cols", "counts": [[row, expert, n], ...]}, see
+    docs/contracts.md) when it names any expert, else None (services.message_finish packs it)."""
+    if not isinstance(routing, dict) or not routing.get("counts") or not routing.get("cols"):
         return None
-    return {"rows": routing.get("rows"), "cols": routing.get("cols"),
-            "counts": [list(c) for c in routing["counts"]]}
+    return routing
 
 
 def _generation_request(conv_id, prompt, params, routes=False):

@@ -6,6 +6,7 @@ Clear filter removes it. A member's reply shows the same stat as plain text: no 
 import pytest
 
 from chat.models import Message
+from chat.services import message_routing
 from tests.browser.conftest import PASSWORD, log_in, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -36,9 +37,10 @@ def test_a_staff_reply_links_to_the_experts_that_answered_it(live_stack, browser
     log_in(chat, live_stack.url, "sam")
     reply, msg_id = chat_turn(chat, "Which experts answer this?")
 
-    routing = Message.objects.get(pk=msg_id).routing
-    assert routing and routing["rows"] == 4 and routing["cols"] == 8, routing
+    routing = message_routing(msg_id)  # what the engine reported for this reply, as the chat kept it
+    assert routing["counts"] and routing["rows"] == 4 and routing["cols"] == 8, routing
     experts = len(routing["counts"])
+    assert experts == routing["experts"] == Message.objects.get(pk=msg_id).stats["experts_routed"]
     link = reply.locator("a.stat-link")
     assert link.count() == 1 and "expert hits" in link.inner_text()
     assert link.get_attribute("href") == f"/atlas?message={msg_id}"

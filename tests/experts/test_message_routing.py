@@ -8,7 +8,7 @@ import pytest
 
 from chat import relay
 from chat.models import Conversation, Message
-from chat.services import message_finish
+from chat.services import message_finish, routing_pack, routing_unpack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_bridge")]
 ROUTING = {"rows": 4, "cols": 8, "counts": [[0, 1, 12], [0, 5, 3], [3, 7, 40]]}
@@ -79,7 +79,7 @@ def test_a_relayed_reply_keeps_the_experts_that_answered_it(staff, monkeypatch):
         frames.append(frame)
     monkeypatch.setattr(relay, "publish", publish)
     msg = _relayed(staff)
-    assert msg.routing == ROUTING
+    assert routing_unpack(msg.routing) == ROUTING["counts"]
     assert msg.stats["experts_routed"] == 3 and msg.stats["hit_pct"] == 87.5
     done = [f for f in frames if f["type"] == "done"][0]
     assert "routing" not in done["message"] and done["message"]["stats"]["experts_routed"] == 3
@@ -98,3 +98,13 @@ def test_chat_asks_for_routes_only_from_an_engine_that_takes_them():
     request = relay._generation_request(7, "prompt", {}, routes=True)
     assert request.routes is True and request.heat is True
     assert relay._generation_request(7, "prompt", {}).routes is False
+
+
+def test_routing_is_kept_packed_and_unpacks_exactly():
+    packed = routing_pack(ROUTING)
+    assert packed["dtype"] == "u16" and packed["experts"] == 3 and packed["selections"] == 55
+    assert routing_unpack(packed) == ROUTING["counts"]
+    big = routing_pack({"rows": 78, "cols": 256, "counts": [[77, 255, 70000], [0, 0, 1]]})
+    assert big["dtype"] == "u32" and routing_unpack(big) == [[0, 0, 1], [77, 255, 70000]]
+    assert len(big["counts_b64"]) == 106_496  # 78 x 256 x 4 bytes in base64
+    assert routing_pack(None) is None and routing_pack({"rows": 4, "cols": 8, "counts": []}) is None
