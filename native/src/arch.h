@@ -22,13 +22,19 @@ typedef struct arch_ops {
 } arch_ops;
 
 extern const arch_ops arch_llama;
+extern const arch_ops arch_qwen3moe;
 
 /* Building blocks for arch files (model_load.c), in llama.cpp's key and tensor names. */
 /* <arch>.block_count, embedding_length, attention.head_count(_kv), feed_forward_length,
  * context_length, expert_count, expert_used_count, expert_(shared_)feed_forward_length,
  * rope.freq_base, attention.layer_norm_rms_epsilon, attention.key/value_length,
  * rope.dimension_count: into m->c, with their checks. */
-int ld_hparams_common(model *m, char *err, size_t errlen);
+int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen);
+/* own_head_dim: head_dim = attention.key_length (= value_length, even, <= 1024), which need not
+ * be embedding_length / head_count (Qwen3); else it must be. */
+/* blk.l's attention: attn_norm, attn_q/k/v/output (head_count x head_dim wide), optional
+ * attn_q_norm / attn_k_norm [head_dim] (required when qk_norm), ffn_norm. 0 or -1. */
+int ld_attention(model *m, int l, int qk_norm, char *err, size_t errlen);
 /* d_expert / d_shexp from the first MoE block's tensors when the keys lack them. */
 void ld_expert_widths(model *m);
 /* blk.l.ffn_{gate,up,down}.weight (d_ff wide); returns 0 (a dense block) or -1. */

@@ -11,7 +11,7 @@
 #include "arch.h"
 
 static int llama_hparams(model *m, char *err, size_t errlen) {
-    if (ld_hparams_common(m, err, errlen) != 0) return -1;
+    if (ld_hparams_common(m, 0, err, errlen) != 0) return -1;
     model_config *c = &m->c;
     c->gating = GATING_SOFTMAX;
     char *gs = gguf_get_string(&m->g, "colibri.expert_gating");

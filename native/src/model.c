@@ -43,6 +43,25 @@ static void rope_table(const struct model_priv *P, int pos, float *cs) {
     }
 }
 
+/* NeoX order: the pairs are (i, i + rope_dim/2). */
+static void rope_apply_neox(float *v, int n_heads, int head_dim, int rope_dim, const float *cs) {
+    const int h = rope_dim / 2;
+    for (int hh = 0; hh < n_heads; hh++) {
+        float *p = v + (size_t)hh * head_dim;
+        for (int i = 0; i < h; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float x0 = p[i], x1 = p[i + h];
+            p[i] = x0 * c - x1 * s;
+            p[i + h] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* In place: each head of v RMS-normalized with weight w [head_dim]. */
+static void head_norm(float *v, int n_heads, int head_dim, const float *w, float eps) {
+    for (int hh = 0; hh < n_heads; hh++) rmsnorm(v + (size_t)hh * head_dim, v + (size_t)hh * head_dim, w, head_dim, eps);
+}
+
 static void rope_apply(float *v, int n_heads, int head_dim, int rope_dim, const float *cs) {
     for (int hh = 0; hh < n_heads; hh++) {
         float *p = v + (size_t)hh * head_dim;
@@ -79,21 +98,28 @@ static void add_norm(float *x, const float *add, float *h, const float *w, int n
     par_rows(norm_chunk, &N, n);
 }
 
-/* RoPE on q and k, then k and v appended to the rows' slots. */
+/* Per-head q/k RMSNorm (when the layer has them), RoPE on q and k, then k and v appended to
+ * the rows' slots. */
 typedef struct {
     kv_cache *kv;
     const fwd_row *rows;
     float *Q, *K;
     const float *V, *rope;
     int n, l, nh, nkv, hd, rdim;
+    const float *qn, *kn;
+    float eps;
+    int neox;
 } rope_ctx;
 static void rope_chunk(void *vctx, int c) {
     const rope_ctx *R = vctx;
     const size_t qd = (size_t)R->nh * R->hd, kvd = (size_t)R->nkv * R->hd;
     for (int i = c * ROW_CHUNK; i < R->n && i < (c + 1) * ROW_CHUNK; i++) {
         const float *cs = R->rope + (size_t)i * R->rdim;
-        rope_apply(R->Q + i * qd, R->nh, R->hd, R->rdim, cs);
-        rope_apply(R->K + i * kvd, R->nkv, R->hd, R->rdim, cs);
+        if (R->qn) head_norm(R->Q + i * qd, R->nh, R->hd, R->qn, R->eps);
+        if (R->kn) head_norm(R->K + i * kvd, R->nkv, R->hd, R->kn, R->eps);
+        void (*rot)(float *, int, int, int, const float *) = R->neox ? rope_apply_neox : rope_apply;
+        rot(R->Q + i * qd, R->nh, R->hd, R->rdim, cs);
+        rot(R->K + i * kvd, R->nkv, R->hd, R->rdim, cs);
         kv_store(R->kv, R->rows[i].slot, R->l, R->rows[i].pos, R->K + i * kvd, R->V + i * kvd);
     }
 }
@@ -151,7 +177,7 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
             float *os[3] = {Q, Kb, Vb};
             mm_many(P, h, n, ws, os, 3);
         }
-        rope_ctx R = {kv, rows, Q, Kb, Vb, rope, n, l, nh, nkv, hd, rdim};
+        rope_ctx R = {kv, rows, Q, Kb, Vb, rope, n, l, nh, nkv, hd, rdim, L->q_norm, L->k_norm, c->rms_eps, c->rope_neox};
         par_rows(rope_chunk, &R, n);
         /* threads only when there is enough work to pay for them (results do not depend
          * on it: each (row, head) task is computed the same way either way) */

@@ -10,12 +10,17 @@
 #include "experts.h"
 #include "tokenizer.h"
 
-enum { GATING_SOFTMAX = 0, GATING_UNIT = 1 };
+/* Expert weights of the selected experts: SOFTMAX over their logits (Mixtral, colibri), UNIT
+ * (1 each), SOFTMAX_ALL: the softmax over every expert's logit, renormalized over the selected
+ * ones when model_config.norm_topk (Qwen's norm_topk_prob, OLMoE without). */
+enum { GATING_SOFTMAX = 0, GATING_UNIT = 1, GATING_SOFTMAX_ALL = 2 };
 
 typedef struct {
     int n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab, ctx_train;
     int n_experts, top_k, d_expert, d_shexp;   /* n_experts == 0: dense */
     int gating;                                /* GATING_* */
+    int norm_topk;                             /* GATING_SOFTMAX_ALL: renormalize the selected */
+    int rope_neox;                             /* RoPE on (i, i + rope_dim/2) pairs (NeoX), else (2i, 2i+1) */
     float rope_base, rms_eps;
     int rope_dim;                              /* rotated dimensions of a head (<= head_dim) */
     int n_moe_rows;                            /* MoE layers (EMAP rows) */
@@ -23,6 +28,7 @@ typedef struct {
 
 typedef struct {
     const float *attn_norm, *ffn_norm;         /* F32 [d_model] */
+    const float *q_norm, *k_norm;              /* optional per-head RMSNorm of q and k [head_dim] */
     qmat q, k, v, o;
     qmat ffn_gate, ffn_up, ffn_down;           /* dense FFN (rows 0 when MoE) */
     qmat router;                               /* ffn_gate_inp: n_experts x d_model */

@@ -13,7 +13,7 @@
 
 /* ---------------------------------------------------------------- architectures */
 
-static const arch_ops *const arch_table[] = {&arch_llama};
+static const arch_ops *const arch_table[] = {&arch_llama, &arch_qwen3moe};
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
 const arch_ops *arch_find(const char *name) {
@@ -225,7 +225,7 @@ static void sampling_defaults(model *m) {
 
 /* ---------------------------------------------------------------- building blocks of arch files */
 
-int ld_hparams_common(model *m, char *err, size_t errlen) {
+int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
     model_config *c = &m->c;
     const gguf_file *g = &m->g;
     char k[128];
@@ -244,11 +244,12 @@ int ld_hparams_common(model *m, char *err, size_t errlen) {
     c->rms_eps = (float)gguf_get_float(g, ld_key(m, "attention.layer_norm_rms_epsilon", k, sizeof k), 1e-5);
     if (c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0)
         return model_fail(err, errlen, "head_count %d is not a multiple of head_count_kv %d", c->n_heads, c->n_kv_heads);
-    if (c->d_model % c->n_heads != 0)
+    if (!own_head_dim && c->d_model % c->n_heads != 0)
         return model_fail(err, errlen, "embedding_length %d is not a multiple of head_count %d", c->d_model, c->n_heads);
     c->head_dim = c->d_model / c->n_heads;
     int64_t kl = gguf_get_int(g, ld_key(m, "attention.key_length", k, sizeof k), c->head_dim);
     int64_t vl = gguf_get_int(g, ld_key(m, "attention.value_length", k, sizeof k), c->head_dim);
+    if (own_head_dim && kl == vl && kl >= 2 && kl <= 1024 && kl % 2 == 0) c->head_dim = (int)kl;
     if (kl != c->head_dim || vl != c->head_dim)
         return model_fail(err, errlen, "attention key/value length %lld/%lld != embedding_length/head_count %d is not supported",
                           (long long)kl, (long long)vl, c->head_dim);
@@ -285,6 +286,24 @@ void ld_expert_widths(model *m) {
 }
 
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+int ld_attention(model *m, int l, int qk_norm, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    layer_w *L = &m->layers[l];
+    char nm[160];
+    const uint64_t D = (uint64_t)c->d_model, QD = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+                   KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+    if (ld_vec(m, NAME("attn_norm.weight"), c->d_model, 0, &L->attn_norm, err, errlen)) return -1;
+    if (ld_vec(m, NAME("ffn_norm.weight"), c->d_model, 0, &L->ffn_norm, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_q.weight"), D, QD, 0, &L->q, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_k.weight"), D, KV, 0, &L->k, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_v.weight"), D, KV, 0, &L->v, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_output.weight"), QD, D, 0, &L->o, err, errlen)) return -1;
+    if (ld_vec(m, NAME("attn_q_norm.weight"), c->head_dim, !qk_norm, &L->q_norm, err, errlen)) return -1;
+    if (ld_vec(m, NAME("attn_k_norm.weight"), c->head_dim, !qk_norm, &L->k_norm, err, errlen)) return -1;
+    return 0;
+}
+
 int ld_dense_ffn(model *m, int l, char *err, size_t errlen) {
     const model_config *c = &m->c;
     layer_w *L = &m->layers[l];
@@ -343,7 +362,7 @@ static const arch_ops *load_arch(model *m, char *err, size_t errlen) {
     char *arch = gguf_get_string(&m->g, "general.architecture");
     if (!arch) return model_fail(err, errlen, "general.architecture is missing"), NULL;
     const arch_ops *ops = arch_find(arch);
-    if (!ops) model_fail(err, errlen, "architecture '%s' is not supported (%s only)", arch, arch_names());
+    if (!ops) model_fail(err, errlen, "architecture '%s' is not supported (supported: %s)", arch, arch_names());
     else snprintf(m->arch, sizeof m->arch, "%s", arch);
     free(arch);
     return ops;

@@ -59,9 +59,27 @@ static void top_k_ids(const float *lg, int E, int K, int *s) {
 
 /* Gating weights of the K selected experts s of one row: 1 each (unit), or the softmax of
  * their logits. */
-static void gate_weights(int gating, const float *lg, const int *s, int K, float *w) {
+static void gate_weights(const model_config *c, const float *lg, const int *s, int K, float *w) {
+    const int gating = c->gating;
     if (gating == GATING_UNIT) {
         for (int j = 0; j < K; j++) w[j] = 1.0f;
+        return;
+    }
+    if (gating == GATING_SOFTMAX_ALL) {     /* p = softmax over all experts; the selected ones' */
+        const int E = c->n_experts;
+        float mx = lg[0];
+        for (int e = 1; e < E; e++) mx = fmaxf(mx, lg[e]);
+        double sum = 0.0;
+        for (int e = 0; e < E; e++) sum += expf(lg[e] - mx);
+        double sel = 0.0;
+        for (int j = 0; j < K; j++) {
+            w[j] = (float)(expf(lg[s[j]] - mx) / sum);
+            sel += w[j];
+        }
+        if (c->norm_topk) {
+            float inv = (float)(1.0 / sel);
+            for (int j = 0; j < K; j++) w[j] *= inv;
+        }
         return;
     }
     float mx = lg[s[0]];
@@ -92,7 +110,7 @@ static void moe_route(model *m, const layer_w *L, const float *h, int n, const f
         const int K = koff[i + 1] - koff[i];
         int *s = sel + koff[i];
         top_k_ids(lg, E, K, s);
-        gate_weights(c->gating, lg, s, K, selw + koff[i]);
+        gate_weights(c, lg, s, K, selw + koff[i]);
         for (int j = 0; j < K; j++) {
             es_note(m->es, r, s[j], !rows[i].no_heat);
             if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""make_arch_fixture.py — seeded random-weight MoE fixtures in the exact GGUF layouts of the
+architectures llama.cpp names (issue 15), with a K-quant mix like the files people have.
+
+    make_arch_fixture.py OUT.gguf --arch qwen3moe [--seed 0] [--f32]
+
+qwen3moe (llama.cpp's QWEN3MOE tensors and keys; Qwen3-30B-A3B's shape, scaled down):
+  d_model 256, 4 query heads / 2 KV heads of head_dim 128 (key_length != d_model / heads, as
+  Qwen3), 2 layers, 8 experts of width 256, top-2 with expert_weights_norm, NeoX RoPE base 1e6,
+  RMS eps 1e-6, untied output head; tokenizer gpt2 / pre "qwen2" (the tiny BPE vocabulary of
+  make_tiny_moe.py with Qwen's specials), Qwen's ChatML template.
+  Tensors: token_embd Q4_K, output Q6_K, output_norm F32; per block attn_norm / ffn_norm F32,
+  attn_q / attn_k / attn_output Q4_K, attn_v Q6_K, attn_q_norm / attn_k_norm F32 [head_dim],
+  ffn_gate_inp F32 [d_model, E], ffn_gate_exps / ffn_up_exps Q4_K [d_model, 256, E],
+  ffn_down_exps Q6_K [256, d_model, E] — Q4_K_M's mix (Q6_K for v, down and the head).
+  --f32: every matrix F32 (the same random values), for oracle checks free of quantization.
+
+Same arguments -> same bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kquant import quant_q4_k, quant_q6_k  # noqa: E402
+from make_tiny_moe import build_vocab  # noqa: E402
+
+QWEN_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+ARCHS = {
+    "qwen3moe": dict(d_model=256, n_heads=4, n_kv=2, head_dim=128, layers=2, experts=8, top_k=2,
+                     d_expert=256, rope_base=1e6, eps=1e-6, ctx=4096),
+}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--arch", choices=sorted(ARCHS), required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--f32", action="store_true", help="every matrix F32 (no weight quantization)")
+    a = ap.parse_args(argv)
+    h = ARCHS[a.arch]
+    rng = np.random.default_rng(a.seed)
+    tokens, types, merges = build_vocab()
+    vocab = len(tokens)
+    D, H, KVH, HD, E, X = h["d_model"], h["n_heads"], h["n_kv"], h["head_dim"], h["experts"], h["d_expert"]
+
+    def mat(*shape, scale=1.0):   # numpy shape (..., rows, cols), fan_in = cols
+        return (rng.standard_normal(shape, dtype=np.float32) * (scale / np.sqrt(shape[-1]))).astype(np.float32)
+
+    def norm_w(n):
+        return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    def put(name, arr, kind):
+        if a.f32 or kind == "f32":
+            w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+        elif kind == "q4k":
+            w.add_tensor(name, quant_q4_k(arr), raw_dtype=GGMLQuantizationType.Q4_K)
+        else:
+            w.add_tensor(name, quant_q6_k(arr), raw_dtype=GGMLQuantizationType.Q6_K)
+
+    arch = a.arch
+    w = GGUFWriter(a.out, arch)
+    w.add_name(f"tiny-{arch}" + ("-f32" if a.f32 else "-q4_k_m"))
+    w.add_block_count(h["layers"])
+    w.add_context_length(h["ctx"])
+    w.add_embedding_length(D)
+    w.add_head_count(H)
+    w.add_head_count_kv(KVH)
+    w.add_key_length(HD)
+    w.add_value_length(HD)
+    w.add_rope_freq_base(h["rope_base"])
+    w.add_layer_norm_rms_eps(h["eps"])
+    w.add_expert_count(E)
+    w.add_expert_used_count(h["top_k"])
+    w.add_expert_feed_forward_length(X)
+    w.add_bool(f"{arch}.expert_weights_norm", True)
+    w.add_vocab_size(vocab)
+    w.add_file_type(0 if a.f32 else 15)       # LLAMA_FTYPE_MOSTLY_Q4_K_M
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(QWEN_TEMPLATE)
+
+    put("token_embd.weight", rng.standard_normal((vocab, D), dtype=np.float32) * np.float32(0.5), "q4k")
+    w.add_tensor("output_norm.weight", norm_w(D))
+    put("output.weight", mat(vocab, D, scale=4.0), "q6k")
+    for L in range(h["layers"]):
+        p = f"blk.{L}."
+        w.add_tensor(p + "attn_norm.weight", norm_w(D))
+        put(p + "attn_q.weight", mat(H * HD, D), "q4k")
+        put(p + "attn_k.weight", mat(KVH * HD, D), "q4k")
+        put(p + "attn_v.weight", mat(KVH * HD, D), "q6k")
+        put(p + "attn_output.weight", mat(D, H * HD, scale=0.5), "q4k")
+        w.add_tensor(p + "attn_q_norm.weight", norm_w(HD))
+        w.add_tensor(p + "attn_k_norm.weight", norm_w(HD))
+        w.add_tensor(p + "ffn_norm.weight", norm_w(D))
+        w.add_tensor(p + "ffn_gate_inp.weight", mat(E, D, scale=4.0))
+        put(p + "ffn_gate_exps.weight", mat(E, X, D), "q4k")
+        put(p + "ffn_up_exps.weight", mat(E, X, D), "q4k")
+        put(p + "ffn_down_exps.weight", mat(E, D, X, scale=0.5), "q6k")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()
