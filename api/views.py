@@ -153,7 +153,10 @@ class GenerationApi(V1Api, AsyncAPIView):
         call = self.surface.parse(body, served=facts)
         # Tokens per minute: the prompt's estimate plus the output budget, charged before the
         # engine sees the request, settled against its usage when it ends (api.limits).
-        reservation = await sync_to_async(_tokens_admit)(request, call)
+        reservation = limits.Reservation()
+        if not hasattr(request, "_api_user_limits") or limits.accounts_for(request):
+            # Only a limited request (or one whose limits are not read yet) pays the thread hop.
+            reservation = await sync_to_async(_tokens_admit)(request, call)
         meter = Meter(self.metric_surface, reservation=reservation)
         try:
             if not call.stream:

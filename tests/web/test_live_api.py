@@ -84,7 +84,7 @@ def test_the_raw_stream_ends_with_the_colibri_frame_and_done(live_stack, key, mo
     records = [json.loads(d) for d in data[:-1]]
     assert all(r["object"] == "chat.completion.chunk" for r in records)
     colibri = records[-1]["colibri"]
-    assert set(colibri) == {"stats", "perf", "topk", "entropy", "gpus", "repin"}
+    assert set(colibri) == {"stats", "perf", "topk", "entropy", "gpus", "repin", "routing"}
     usage = records[-2]["usage"]
     n = sum(1 for r in records if r["choices"] and r["choices"][0]["delta"].get("content"))
     api_tok_s = usage["completion_tokens"] / (last - t0) if last > t0 else None
