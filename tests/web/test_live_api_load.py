@@ -1,6 +1,8 @@
 """More concurrent API clients than slots + queue on the live stack (issue 12 "done when"): every
 client gets either a complete answer or a 429 with Retry-After in its surface's envelope, none
-is lost or cut, and the engine is not restarted. Prints the figures."""
+is lost or cut, and the engine is not restarted; every client that waited for a slot was told
+its position (x-colibri-queue-position, `: queued position=N` before its first event). Prints
+the figures."""
 import threading
 import time
 from collections import Counter
@@ -74,8 +76,13 @@ def test_more_clients_than_slots_and_queue(live_stack, alice):
         t.join(300)
     statuses = Counter(r[1] for r in results)
     problems = []
+    told = []
     for route, status, hdrs, raw, _ in results:
         try:
+            if status == 200 and "x-colibri-queue-position" in hdrs:
+                position = int(hdrs["x-colibri-queue-position"])
+                assert 1 <= position <= QUEUE_LIMIT and raw.startswith(f": queued position={position}\n\n")
+                told.append(position)
             if status == 200:
                 (check_anthropic_stream if route == "/v1/messages" else
                  lambda x: check_openai_stream(x, "chat.completion.chunk"))(raw)
@@ -88,7 +95,9 @@ def test_more_clients_than_slots_and_queue(live_stack, alice):
             problems.append(f"{route} {status}: {exc!r}"[:300])
     served = [r[4] for r in results if r[1] == 200]
     print(f"\n{clients} concurrent clients on {slots} slots + queue {QUEUE_LIMIT}: statuses {dict(statuses)}, "
-          f"slowest complete answer {max(served):.1f}s")
+          f"slowest complete answer {max(served):.1f}s; {len(told)} waited and were told their position "
+          f"(first told: {min(told) if told else None}..{max(told) if told else None})")
     assert not problems, problems
     assert statuses[200] >= slots + 1 and statuses[429] >= 1
+    assert len(told) >= statuses[200] - slots  # the slots were held: every served client waited
     assert live_stack.bridge_state().get("restarts", 0) == restarts
