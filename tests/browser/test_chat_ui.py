@@ -89,7 +89,7 @@ class FakeChat:
         self.page.keyboard.press("Enter")
         frame = self.wait_frame("send")
         assert frame["conversation"] is None and frame["text"] == text
-        assert set(frame["params"]) == {"temperature", "top_p", "max_tokens"}
+        assert set(frame["params"]) == {"max_tokens"}  # sampling left to the served model's defaults
         self.conversations.insert(0, CONV)
         self.push(type="conversation", conversation=CONV)
         self.push(type="message", message=msg(1, "user", text))
@@ -281,4 +281,22 @@ def test_screenshot_of_a_conversation(chat):
     page.click("#settings-toggle")
     page.wait_for_timeout(300)
     screenshot(page, "chat")
+    assert watch.errors == []
+
+
+def test_sampling_sliders_start_at_the_models_recommendation_and_send_only_a_choice(chat):
+    page, watch, fake = chat
+    fake.health = (200, {"engine": "up", "restarts": 0, "sampling": {"temperature": 0.2, "top_p": 0.9}})
+    page.reload()
+    page.wait_for_function("document.querySelector('.engine-badge')?.textContent === 'engine ready'")
+    page.click("#settings-toggle")
+    temperature = page.locator('input[name="temperature"]')
+    expect(temperature).to_have_value("0.2")
+    expect(page.locator(".param", has=temperature).locator("output")).to_have_text("0.2 (model default)")
+    temperature.fill("1.3")  # a range input takes fill() as a value change (input event)
+    expect(page.locator(".param", has=temperature).locator("output")).to_have_text("1.3")
+    page.fill(".composer-input", "hi")
+    page.keyboard.press("Enter")
+    frame = fake.wait_frame("send")
+    assert frame["params"]["temperature"] == 1.3 and "top_p" not in frame["params"]
     assert watch.errors == []
