@@ -80,8 +80,12 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
         while True:
             timeout = GAP_TIMEOUT if pending else min(LIVENESS_POLL, max(0.0, idle_deadline - loop.time()))
             try:
-                message = await asyncio.wait_for(inbox.get(), timeout)
-            except asyncio.TimeoutError:
+                if inbox.empty():  # asyncio.timeout, not wait_for: no task per batch
+                    async with asyncio.timeout(timeout):
+                        message = await inbox.get()
+                else:
+                    message = inbox.get_nowait()
+            except TimeoutError:
                 if pending:
                     yield _error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {expected}).")
                     return
