@@ -23,6 +23,10 @@ typedef struct arch_ops {
 
 extern const arch_ops arch_llama;
 extern const arch_ops arch_qwen3moe;
+extern const arch_ops arch_olmoe;
+extern const arch_ops arch_qwen2moe;
+extern const arch_ops arch_granitemoe;
+extern const arch_ops arch_glm4moe;
 
 /* Building blocks for arch files (model_load.c), in llama.cpp's key and tensor names. */
 /* <arch>.block_count, embedding_length, attention.head_count(_kv), feed_forward_length,
@@ -32,8 +36,11 @@ extern const arch_ops arch_qwen3moe;
 int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen);
 /* own_head_dim: head_dim = attention.key_length (= value_length, even, <= 1024), which need not
  * be embedding_length / head_count (Qwen3); else it must be. */
-/* blk.l's attention: attn_norm, attn_q/k/v/output (head_count x head_dim wide), optional
- * attn_q_norm / attn_k_norm [head_dim] (required when qk_norm), ffn_norm. 0 or -1. */
+/* blk.l's attention: attn_norm, attn_q/k/v/output (head_count x head_dim wide), the optional
+ * biases attn_{q,k,v}.bias, attn_q_norm / attn_k_norm: optional per head (QK_NORM_OPT),
+ * required per head [head_dim] (QK_NORM_HEAD) or over the whole projection (QK_NORM_FULL);
+ * ffn_norm. 0 or -1. */
+enum { QK_NORM_OPT = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 };
 int ld_attention(model *m, int l, int qk_norm, char *err, size_t errlen);
 /* d_expert / d_shexp from the first MoE block's tensors when the keys lack them. */
 void ld_expert_widths(model *m);

@@ -82,19 +82,22 @@ void par_rows(pool_fn fn, void *ctx, int n) {
 }
 
 /* x += add (when add); h = rmsnorm(x, w) (when w). */
-typedef struct { float *x; const float *add; float *h; const float *w; int n, d; float eps; } norm_ctx;
+typedef struct { float *x; const float *add; float *h; const float *w; int n, d; float eps, rs; } norm_ctx;
 static void norm_chunk(void *vctx, int c) {
     const norm_ctx *N = vctx;
     const size_t d = (size_t)N->d;
     for (int i = c * ROW_CHUNK; i < N->n && i < (c + 1) * ROW_CHUNK; i++) {
         float *xi = N->x + i * d;
-        if (N->add)
+        if (N->add && N->rs != 1.0f)
+            for (size_t q = 0; q < d; q++) xi[q] += N->add[i * d + q] * N->rs;
+        else if (N->add)
             for (size_t q = 0; q < d; q++) xi[q] += N->add[i * d + q];
         if (N->w) rmsnorm(N->h + i * d, xi, N->w, N->d, N->eps);
     }
 }
-static void add_norm(float *x, const float *add, float *h, const float *w, int n, int d, float eps) {
-    norm_ctx N = {x, add, h, w, n, d, eps};
+/* x += add * rs (the residual scale: 1 for all but Granite); h = rmsnorm(x, w). */
+static void add_norm(float *x, const float *add, float rs, float *h, const float *w, int n, int d, float eps) {
+    norm_ctx N = {x, add, h, w, n, d, eps, rs};
     par_rows(norm_chunk, &N, n);
 }
 
@@ -108,15 +111,20 @@ typedef struct {
     int n, l, nh, nkv, hd, rdim;
     const float *qn, *kn;
     float eps;
-    int neox;
+    int neox, full;
 } rope_ctx;
 static void rope_chunk(void *vctx, int c) {
     const rope_ctx *R = vctx;
     const size_t qd = (size_t)R->nh * R->hd, kvd = (size_t)R->nkv * R->hd;
     for (int i = c * ROW_CHUNK; i < R->n && i < (c + 1) * ROW_CHUNK; i++) {
         const float *cs = R->rope + (size_t)i * R->rdim;
-        if (R->qn) head_norm(R->Q + i * qd, R->nh, R->hd, R->qn, R->eps);
-        if (R->kn) head_norm(R->K + i * kvd, R->nkv, R->hd, R->kn, R->eps);
+        if (R->full) {
+            if (R->qn) rmsnorm(R->Q + i * qd, R->Q + i * qd, R->qn, (int)qd, R->eps);
+            if (R->kn) rmsnorm(R->K + i * kvd, R->K + i * kvd, R->kn, (int)kvd, R->eps);
+        } else {
+            if (R->qn) head_norm(R->Q + i * qd, R->nh, R->hd, R->qn, R->eps);
+            if (R->kn) head_norm(R->K + i * kvd, R->nkv, R->hd, R->kn, R->eps);
+        }
         void (*rot)(float *, int, int, int, const float *) = R->neox ? rope_apply_neox : rope_apply;
         rot(R->Q + i * qd, R->nh, R->hd, R->rdim, cs);
         rot(R->K + i * kvd, R->nkv, R->hd, R->rdim, cs);
@@ -163,21 +171,30 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
 
     for (int i = 0; i < n; i++) {
         qmat_row(&m->tok_embd, rows[i].token, x + (size_t)i * d);
+        if (c->embd_scale != 1.0f)
+            for (int q = 0; q < d; q++) x[(size_t)i * d + q] *= c->embd_scale;
         rope_table(P, rows[i].pos, rope + (size_t)i * rdim);
     }
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = c->attn_scale > 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd);
 
     for (int l = 0; l < c->n_layers; l++) {
         const layer_w *L = &m->layers[l];
         double t0 = mnow();
         /* h = attn_norm(x); the previous layer's FFN output is added to x first */
-        add_norm(x, l > 0 ? tmp : NULL, h, L->attn_norm, n, d, c->rms_eps);
+        add_norm(x, l > 0 ? tmp : NULL, c->resid_scale, h, L->attn_norm, n, d, c->rms_eps);
         {
             const qmat *ws[3] = {&L->q, &L->k, &L->v};
             float *os[3] = {Q, Kb, Vb};
             mm_many(P, h, n, ws, os, 3);
+            const float *bs[3] = {L->q_b, L->k_b, L->v_b};
+            const int ws_[3] = {qd, kvd, kvd};
+            for (int k = 0; k < 3; k++)
+                if (bs[k])
+                    for (int i = 0; i < n; i++)
+                        for (int q = 0; q < ws_[k]; q++) os[k][(size_t)i * ws_[k] + q] += bs[k][q];
         }
-        rope_ctx R = {kv, rows, Q, Kb, Vb, rope, n, l, nh, nkv, hd, rdim, L->q_norm, L->k_norm, c->rms_eps, c->rope_neox};
+        rope_ctx R = {kv, rows, Q, Kb, Vb, rope, n, l, nh, nkv, hd, rdim, L->q_norm, L->k_norm, c->rms_eps, c->rope_neox,
+                      c->qk_norm_full};
         par_rows(rope_chunk, &R, n);
         /* threads only when there is enough work to pay for them (results do not depend
          * on it: each (row, head) task is computed the same way either way) */
@@ -189,7 +206,7 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
         mm(P, &L->o, att, n, tmp);
         m->perf.t_attn += mnow() - t0;
 
-        add_norm(x, tmp, h, L->ffn_norm, n, d, c->rms_eps);
+        add_norm(x, tmp, c->resid_scale, h, L->ffn_norm, n, d, c->rms_eps);
         if (L->moe_row < 0) {
             t0 = mnow();
             float *g = fb(&P->fg, (size_t)n * c->d_ff), *u = fb(&P->fu, (size_t)n * c->d_ff);
@@ -204,7 +221,7 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
             if (moe_ffn(m, L, h, n, rows, tmp) != 0) return -1;
         }
     }
-    add_norm(x, tmp, NULL, NULL, n, d, c->rms_eps);
+    add_norm(x, tmp, c->resid_scale, NULL, NULL, n, d, c->rms_eps);
 
     double t0 = mnow();
     int nl = 0;
@@ -219,6 +236,10 @@ static int forward_inner(model *m, kv_cache *kv, fwd_row *rows, int n) {
         j = 0;
         for (int i = 0; i < n; i++)
             if (rows[i].logits) memcpy(rows[i].logits, hout + (size_t)(j++) * c->vocab, sizeof(float) * c->vocab);
+        if (c->logit_scale != 1.0f)       /* Granite: logits / logit_scale */
+            for (int i = 0; i < n; i++)
+                if (rows[i].logits)
+                    for (int v = 0; v < c->vocab; v++) rows[i].logits[v] /= c->logit_scale;
     }
     m->perf.t_head += mnow() - t0;
     m->perf.forwards++;

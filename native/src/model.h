@@ -13,7 +13,11 @@
 /* Expert weights of the selected experts: SOFTMAX over their logits (Mixtral, colibri), UNIT
  * (1 each), SOFTMAX_ALL: the softmax over every expert's logit, renormalized over the selected
  * ones when model_config.norm_topk (Qwen's norm_topk_prob, OLMoE without). */
-enum { GATING_SOFTMAX = 0, GATING_UNIT = 1, GATING_SOFTMAX_ALL = 2 };
+enum { GATING_SOFTMAX = 0, GATING_UNIT = 1, GATING_SOFTMAX_ALL = 2, GATING_SIGMOID = 3 };
+/* GATING_SIGMOID (GLM-4.5, DeepSeek-V3): s = sigmoid(logit); experts chosen by s + the layer's
+ * selection bias (exp_probs_b), within the best expert_group_used_count of expert_group_count
+ * groups when the file groups them; weights s of the chosen, renormalized when norm_topk. Every
+ * gating's weights are then multiplied by model_config.expert_scale. */
 
 typedef struct {
     int n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab, ctx_train;
@@ -21,6 +25,11 @@ typedef struct {
     int gating;                                /* GATING_* */
     int norm_topk;                             /* GATING_SOFTMAX_ALL: renormalize the selected */
     int rope_neox;                             /* RoPE on (i, i + rope_dim/2) pairs (NeoX), else (2i, 2i+1) */
+    int qk_norm_full;                          /* q/k norms over the whole projection (OLMoE), else per head */
+    int n_group, topk_group;                   /* GATING_SIGMOID's expert groups (0: none) */
+    float expert_scale;                        /* routed weights' multiplier (1) */
+    float embd_scale, resid_scale, logit_scale; /* Granite's multipliers (1: none) */
+    float attn_scale;                          /* attention score scale (0: 1/sqrt(head_dim)) */
     float rope_base, rms_eps;
     int rope_dim;                              /* rotated dimensions of a head (<= head_dim) */
     int n_moe_rows;                            /* MoE layers (EMAP rows) */
@@ -28,7 +37,12 @@ typedef struct {
 
 typedef struct {
     const float *attn_norm, *ffn_norm;         /* F32 [d_model] */
-    const float *q_norm, *k_norm;              /* optional per-head RMSNorm of q and k [head_dim] */
+    const float *q_norm, *k_norm;              /* optional RMSNorm of q and k [head_dim], or over
+                                                * the whole projection (qk_norm_full) */
+    const float *q_b, *k_b, *v_b;              /* optional attention biases (Qwen2, GLM-4.5) */
+    const float *sh_gate_inp;                  /* optional shared-expert gate [d_model]: the shared
+                                                * expert's output times sigmoid(h . w) (Qwen2-MoE) */
+    const float *exp_bias;                     /* optional expert-selection bias [n_experts] (GLM) */
     qmat q, k, v, o;
     qmat ffn_gate, ffn_up, ffn_down;           /* dense FFN (rows 0 when MoE) */
     qmat router;                               /* ffn_gate_inp: n_experts x d_model */

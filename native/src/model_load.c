@@ -13,7 +13,8 @@
 
 /* ---------------------------------------------------------------- architectures */
 
-static const arch_ops *const arch_table[] = {&arch_llama, &arch_qwen3moe};
+static const arch_ops *const arch_table[] = {&arch_llama, &arch_qwen3moe, &arch_olmoe, &arch_qwen2moe,
+                                            &arch_granitemoe, &arch_glm4moe};
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
 const arch_ops *arch_find(const char *name) {
@@ -265,6 +266,8 @@ int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
         return model_fail(err, errlen, "%s %d is invalid for %d experts", ld_key(m, "expert_used_count", k, sizeof k),
                           c->top_k, c->n_experts);
     if (c->n_experts == 0) c->top_k = 0;
+    c->expert_scale = c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
+    c->attn_scale = 0.0f;
     return 0;
 }
 
@@ -299,8 +302,12 @@ int ld_attention(model *m, int l, int qk_norm, char *err, size_t errlen) {
     if (ld_mat(g, NAME("attn_k.weight"), D, KV, 0, &L->k, err, errlen)) return -1;
     if (ld_mat(g, NAME("attn_v.weight"), D, KV, 0, &L->v, err, errlen)) return -1;
     if (ld_mat(g, NAME("attn_output.weight"), QD, D, 0, &L->o, err, errlen)) return -1;
-    if (ld_vec(m, NAME("attn_q_norm.weight"), c->head_dim, !qk_norm, &L->q_norm, err, errlen)) return -1;
-    if (ld_vec(m, NAME("attn_k_norm.weight"), c->head_dim, !qk_norm, &L->k_norm, err, errlen)) return -1;
+    const int full = qk_norm == QK_NORM_FULL;
+    if (ld_vec(m, NAME("attn_q_norm.weight"), full ? (int)QD : c->head_dim, qk_norm == QK_NORM_OPT, &L->q_norm, err, errlen)) return -1;
+    if (ld_vec(m, NAME("attn_k_norm.weight"), full ? (int)KV : c->head_dim, qk_norm == QK_NORM_OPT, &L->k_norm, err, errlen)) return -1;
+    if (ld_vec(m, NAME("attn_q.bias"), (int)QD, 1, &L->q_b, err, errlen)) return -1;
+    if (ld_vec(m, NAME("attn_k.bias"), (int)KV, 1, &L->k_b, err, errlen)) return -1;
+    if (ld_vec(m, NAME("attn_v.bias"), (int)KV, 1, &L->v_b, err, errlen)) return -1;
     return 0;
 }
 

@@ -59,10 +59,22 @@ static void top_k_ids(const float *lg, int E, int K, int *s) {
 
 /* Gating weights of the K selected experts s of one row: 1 each (unit), or the softmax of
  * their logits. */
-static void gate_weights(const model_config *c, const float *lg, const int *s, int K, float *w) {
+static void gate_weights_raw(const model_config *c, const float *lg, const int *s, int K, float *w) {
     const int gating = c->gating;
     if (gating == GATING_UNIT) {
         for (int j = 0; j < K; j++) w[j] = 1.0f;
+        return;
+    }
+    if (gating == GATING_SIGMOID) {
+        double sum = 0.0;
+        for (int j = 0; j < K; j++) {
+            w[j] = 1.0f / (1.0f + expf(-lg[s[j]]));
+            sum += w[j];
+        }
+        if (c->norm_topk) {
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j < K; j++) w[j] *= inv;
+        }
         return;
     }
     if (gating == GATING_SOFTMAX_ALL) {     /* p = softmax over all experts; the selected ones' */
@@ -93,6 +105,42 @@ static void gate_weights(const model_config *c, const float *lg, const int *s, i
     for (int j = 0; j < K; j++) w[j] *= inv;
 }
 
+static void gate_weights(const model_config *c, const float *lg, const int *s, int K, float *w) {
+    gate_weights_raw(c, lg, s, K, w);
+    if (c->expert_scale != 1.0f)
+        for (int j = 0; j < K; j++) w[j] *= c->expert_scale;
+}
+
+/* GATING_SIGMOID's selection scores into sc: sigmoid(logit) + bias; with groups, the experts of
+ * all but the topk_group best groups (a group's score: the sum of its two best) get -inf. */
+static void sigmoid_select_scores(const model_config *c, const float *lg, const float *bias, float *sc) {
+    const int E = c->n_experts;
+    for (int e = 0; e < E; e++) sc[e] = 1.0f / (1.0f + expf(-lg[e])) + (bias ? bias[e] : 0.0f);
+    const int G = c->n_group;
+    if (G <= 1 || c->topk_group >= G || E % G) return;
+    const int per = E / G;
+    float gs[64];
+    int keep[64];
+    for (int g = 0; g < G && g < 64; g++) {
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            if (sc[e] > b1) { b2 = b1; b1 = sc[e]; }
+            else if (sc[e] > b2) b2 = sc[e];
+        }
+        gs[g] = per > 1 ? b1 + b2 : b1;
+        keep[g] = 0;
+    }
+    for (int j = 0; j < c->topk_group; j++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        keep[best] = 1;
+    }
+    for (int g = 0; g < G; g++)
+        if (!keep[g])
+            for (int e = g * per; e < (g + 1) * per; e++) sc[e] = -INFINITY;
+}
+
 /* Router logits, each row's selected experts (sel, koff) and their weights (selw); the
  * selections are counted in the expert store (heat unless the row says no_heat, HITS) and in
  * the row's route_counts. */
@@ -109,7 +157,13 @@ static void moe_route(model *m, const layer_w *L, const float *h, int n, const f
             for (int e = 0; e < E; e++) lg[e] += L->router_b[e];
         const int K = koff[i + 1] - koff[i];
         int *s = sel + koff[i];
-        top_k_ids(lg, E, K, s);
+        if (c->gating == GATING_SIGMOID) {
+            float scb[512];
+            sigmoid_select_scores(c, lg, L->exp_bias, scb);
+            top_k_ids(scb, E, K, s);
+        } else {
+            top_k_ids(lg, E, K, s);
+        }
         gate_weights(c, lg, s, K, selw + koff[i]);
         for (int j = 0; j < K; j++) {
             es_note(m->es, r, s[j], !rows[i].no_heat);
@@ -222,6 +276,13 @@ int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *ro
     double t1 = mnow();
     if (rc == 0) {
         rc = moe_experts(m, L, n, eoff, elist, eg, eo, sg, so);
+        if (rc == 0 && S && L->sh_gate_inp)      /* Qwen2-MoE: shared output x sigmoid(h . w) */
+            for (int i = 0; i < n; i++) {
+                double z = 0.0;
+                for (int q = 0; q < d; q++) z += (double)h[(size_t)i * d + q] * L->sh_gate_inp[q];
+                const float g = 1.0f / (1.0f + expf(-(float)z));
+                for (int q = 0; q < d; q++) so[(size_t)i * d + q] *= g;
+            }
         for (int e = 0; e < E; e++)
             if (eoff[e + 1] > eoff[e]) es_release(m->es, r, e);
     }

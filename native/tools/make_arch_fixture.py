@@ -37,9 +37,25 @@ QWEN_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+BASE = dict(d_model=256, n_heads=4, n_kv=2, head_dim=64, layers=2, experts=8, top_k=2, d_expert=256,
+            rope_base=1e6, eps=1e-6, ctx=4096, qk_norm=None, bias=False, shexp=0, shexp_gate=False,
+            tied=False, dense_lead=0, d_ff=512, nextn=0, rope_dim=None, norm=None, extra={})
 ARCHS = {
-    "qwen3moe": dict(d_model=256, n_heads=4, n_kv=2, head_dim=128, layers=2, experts=8, top_k=2,
-                     d_expert=256, rope_base=1e6, eps=1e-6, ctx=4096),
+    # Qwen3-MoE: head_dim != d_model / heads, per-head q/k norms, renormalised top-k
+    "qwen3moe": dict(BASE, head_dim=128, qk_norm="head", norm=True),
+    # OLMoE: MHA, q/k norms over the whole projection, no renormalisation
+    "olmoe": dict(BASE, n_kv=4, rope_base=1e4, eps=1e-5, qk_norm="full", norm=False),
+    # Qwen2-MoE: q/k/v biases, shared expert with its sigmoid gate, no renormalisation
+    "qwen2moe": dict(BASE, bias=True, shexp=512, shexp_gate=True, norm=False),
+    # granite-3.x MoE: llama layout, tied head, Granite's four multipliers (granite-3.0-1b-a400m's)
+    "granitemoe": dict(BASE, rope_base=1e4, eps=1e-6, tied=True, extra={
+        "embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.015625, "logit_scale": 6.0}),
+    # GLM-4.5: head_dim 128, partial RoPE (64 of 128), biases, a leading dense block, sigmoid
+    # router with selection bias in 2 groups (1 used), scale 2.5, shared expert, one MTP block
+    "glm4moe": dict(BASE, head_dim=128, layers=3, dense_lead=1, bias=True, shexp=256, nextn=1, rope_dim=64,
+                    norm=True, rope_base=1e6, eps=1e-5, extra={
+                        "expert_gating_func": 2, "expert_weights_scale": 2.5, "expert_group_count": 2,
+                        "expert_group_used_count": 1}),
 }
 
 
@@ -85,7 +101,22 @@ def main(argv=None):
     w.add_expert_count(E)
     w.add_expert_used_count(h["top_k"])
     w.add_expert_feed_forward_length(X)
-    w.add_bool(f"{arch}.expert_weights_norm", True)
+    if h["norm"] is not None:
+        w.add_bool(f"{arch}.expert_weights_norm", h["norm"])
+    if h["shexp"]:
+        w.add_uint32(f"{arch}.expert_shared_feed_forward_length", h["shexp"])
+    if h["dense_lead"]:
+        w.add_uint32(f"{arch}.leading_dense_block_count", h["dense_lead"])
+        w.add_feed_forward_length(h["d_ff"])
+    if h["nextn"]:
+        w.add_uint32(f"{arch}.nextn_predict_layers", h["nextn"])
+    if h["rope_dim"]:
+        w.add_rope_dimension_count(h["rope_dim"])
+    for k, v in h["extra"].items():
+        if isinstance(v, int):
+            w.add_uint32(f"{arch}.{k}", v)
+        else:
+            w.add_float32(f"{arch}.{k}", v)
     w.add_vocab_size(vocab)
     w.add_file_type(0 if a.f32 else 15)       # LLAMA_FTYPE_MOSTLY_Q4_K_M
     w.add_tokenizer_model("gpt2")
@@ -97,23 +128,49 @@ def main(argv=None):
     w.add_add_bos_token(False)
     w.add_chat_template(QWEN_TEMPLATE)
 
-    put("token_embd.weight", rng.standard_normal((vocab, D), dtype=np.float32) * np.float32(0.5), "q4k")
+    embd_scale = h["extra"].get("embedding_scale", 1.0)
+    put("token_embd.weight", rng.standard_normal((vocab, D), dtype=np.float32) * np.float32(0.5 / embd_scale), "q4k")
     w.add_tensor("output_norm.weight", norm_w(D))
-    put("output.weight", mat(vocab, D, scale=4.0), "q6k")
-    for L in range(h["layers"]):
+    if not h["tied"]:
+        put("output.weight", mat(vocab, D, scale=4.0), "q6k")
+    for L in range(h["layers"] + h["nextn"]):
         p = f"blk.{L}."
         w.add_tensor(p + "attn_norm.weight", norm_w(D))
         put(p + "attn_q.weight", mat(H * HD, D), "q4k")
         put(p + "attn_k.weight", mat(KVH * HD, D), "q4k")
         put(p + "attn_v.weight", mat(KVH * HD, D), "q6k")
         put(p + "attn_output.weight", mat(D, H * HD, scale=0.5), "q4k")
-        w.add_tensor(p + "attn_q_norm.weight", norm_w(HD))
-        w.add_tensor(p + "attn_k_norm.weight", norm_w(HD))
+        if h["bias"]:
+            for nm, n in (("attn_q.bias", H * HD), ("attn_k.bias", KVH * HD), ("attn_v.bias", KVH * HD)):
+                w.add_tensor(p + nm, (0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
+        if h["qk_norm"] == "head":
+            w.add_tensor(p + "attn_q_norm.weight", norm_w(HD))
+            w.add_tensor(p + "attn_k_norm.weight", norm_w(HD))
+        elif h["qk_norm"] == "full":
+            w.add_tensor(p + "attn_q_norm.weight", norm_w(H * HD))
+            w.add_tensor(p + "attn_k_norm.weight", norm_w(KVH * HD))
         w.add_tensor(p + "ffn_norm.weight", norm_w(D))
+        if L < h["dense_lead"]:
+            F = h["d_ff"]
+            put(p + "ffn_gate.weight", mat(F, D), "q4k")
+            put(p + "ffn_up.weight", mat(F, D), "q4k")
+            put(p + "ffn_down.weight", mat(D, F, scale=0.5), "q6k")
+            continue
         w.add_tensor(p + "ffn_gate_inp.weight", mat(E, D, scale=4.0))
+        if arch == "glm4moe":
+            w.add_tensor(p + "exp_probs_b.bias", (0.05 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
         put(p + "ffn_gate_exps.weight", mat(E, X, D), "q4k")
         put(p + "ffn_up_exps.weight", mat(E, X, D), "q4k")
         put(p + "ffn_down_exps.weight", mat(E, D, X, scale=0.5), "q6k")
+        if h["shexp"]:
+            S = h["shexp"]
+            put(p + "ffn_gate_shexp.weight", mat(S, D), "q4k")
+            put(p + "ffn_up_shexp.weight", mat(S, D), "q4k")
+            put(p + "ffn_down_shexp.weight", mat(D, S, scale=0.5), "q6k")
+            if h["shexp_gate"]:
+                w.add_tensor(p + "ffn_gate_inp_shexp.weight", mat(D, scale=2.0))
+        if L >= h["layers"]:                 # the MTP block's own tensors (unused by the forward)
+            w.add_tensor(p + "nextn.eh_proj.weight", mat(D, 2 * D))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -7,6 +7,21 @@ with per-head q_norm / k_norm RMSNorms before rotary embeddings; rotary "rotate_
 with inv_freq = base^(-2i/head_dim); grouped-query causal softmax attention scaled by
 1/sqrt(head_dim); sparse MoE block: router softmax over all experts, top-k, weights renormalized
 when norm_topk_prob, experts SiLU(gate) * up -> down; untied lm_head.
+olmoe (OlmoeForCausalLM): q_norm / k_norm are RMSNorms over the whole q / k projection; router
+softmax, top-k, norm_topk_prob false.
+qwen2moe (Qwen2MoeForCausalLM): q/k/v projections with bias; router softmax, top-k,
+norm_topk_prob false; plus shared_expert(h) * sigmoid(shared_expert_gate(h)).
+granitemoe (GraniteMoeForCausalLM): embeddings * embedding_multiplier; scores *
+attention_multiplier; residual + branch * residual_multiplier; logits / logits_scaling;
+GraniteMoeTopKGating: top-k of the router logits, softmax over those. (llama.cpp's converter
+permutes q/k rows so that HF's rotate_half becomes interleaved pairs on the GGUF weights; this
+reference applies the interleaved form to the GGUF weights, the same function.)
+glm4moe (Glm4MoeForCausalLM): q/k/v with bias; rotary on the first partial_rotary_factor of
+head_dim (rotate_half); first_k_dense_replace dense MLP blocks; Glm4MoeTopkRouter: sigmoid
+scores, choice by scores + e_score_correction_bias within the topk_group best of n_group groups
+(group score: sum of its top 2), weights = chosen scores, / sum when norm_topk_prob, *
+routed_scaling_factor; plus the shared experts' MLP; the MTP (nextn) layers are not in the
+causal LM forward.
 """
 from __future__ import annotations
 
@@ -73,59 +88,205 @@ def rope_neox(x, pos, base, rdim):
     return out
 
 
-class Qwen3Moe:
+def rope_interleaved(x, pos, base, rdim):
+    """Pairs (2i, 2i+1), angle pos * base^(-2i/rdim) (llama.cpp's normal RoPE)."""
+    inv = base ** (-np.arange(rdim // 2) * 2.0 / rdim)
+    ang = pos[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x0, x1 = x[..., 0:rdim:2], x[..., 1:rdim:2]
+    out = x.copy()
+    out[..., 0:rdim:2] = x0 * cos - x1 * sin
+    out[..., 1:rdim:2] = x0 * sin + x1 * cos
+    return out
+
+
+class Ref:
+    """The decoder skeleton every one of these models shares (embeddings, pre-norm attention and
+    FFN blocks, final norm, head); each architecture below states its own pieces."""
+    arch = ""
+    neox = True
+
     def __init__(self, path):
         self.w = W = Weights(path)
-        a = "qwen3moe"
-        self.L = int(W.key(f"{a}.block_count"))
+        a = self.arch
+        self.L = int(W.key(f"{a}.block_count")) - int(W.key(f"{a}.nextn_predict_layers", 0))
+        self.D = int(W.key(f"{a}.embedding_length"))
         self.H = int(W.key(f"{a}.attention.head_count"))
         self.KVH = int(W.key(f"{a}.attention.head_count_kv"))
-        self.HD = int(W.key(f"{a}.attention.key_length"))
+        self.HD = int(W.key(f"{a}.attention.key_length", self.D // self.H))
+        self.RD = int(W.key(f"{a}.rope.dimension_count", self.HD))
         self.eps = float(W.key(f"{a}.attention.layer_norm_rms_epsilon"))
         self.base = float(W.key(f"{a}.rope.freq_base"))
         self.top_k = int(W.key(f"{a}.expert_used_count"))
-        self.norm_topk = bool(W.key(f"{a}.expert_weights_norm", True))
 
-    def moe(self, l, h):
-        W, p = self.w, f"blk.{l}."
-        probs = softmax(h @ W(p + "ffn_gate_inp.weight").T)
-        out = np.zeros_like(h)
-        for i in range(len(h)):
-            sel = np.argsort(-probs[i], kind="stable")[: self.top_k]
-            wts = probs[i, sel]
-            if self.norm_topk:
-                wts = wts / wts.sum()
-            for e, wt in zip(sel, wts):
-                g = h[i] @ W(p + "ffn_gate_exps.weight")[e].T
-                u = h[i] @ W(p + "ffn_up_exps.weight")[e].T
-                out[i] += wt * ((silu(g) * u) @ W(p + "ffn_down_exps.weight")[e].T)
+    def key(self, suffix, default=None):
+        return self.w.key(f"{self.arch}.{suffix}", default)
+
+    def proj(self, h, p, name):
+        W = self.w
+        y = h @ W(p + name + ".weight").T
+        return y + W(p + name + ".bias") if W.has(p + name + ".bias") else y
+
+    def qk(self, l, q, k):          # hook: q/k norms
+        return q, k
+
+    def rope(self, x, pos):
+        return (rope_neox if self.neox else rope_interleaved)(x, pos, self.base, self.RD)
+
+    def attn_scale(self):
+        return 1.0 / np.sqrt(self.HD)
+
+    def mlp(self, h, p, kind=""):
+        W = self.w
+        return (silu(h @ W(p + f"ffn_gate{kind}.weight").T) * (h @ W(p + f"ffn_up{kind}.weight").T)) @ W(p + f"ffn_down{kind}.weight").T
+
+    def experts(self, p, h_i, sel, wts):
+        W = self.w
+        out = np.zeros(self.D)
+        for e, wt in zip(sel, wts):
+            g = h_i @ W(p + "ffn_gate_exps.weight")[e].T
+            u = h_i @ W(p + "ffn_up_exps.weight")[e].T
+            out += wt * ((silu(g) * u) @ W(p + "ffn_down_exps.weight")[e].T)
         return out
+
+    def route(self, l, logits_i):   # -> (selected experts, weights)
+        raise NotImplementedError
+
+    def ffn(self, l, h):
+        W, p = self.w, f"blk.{l}."
+        if not W.has(p + "ffn_gate_inp.weight"):
+            return self.mlp(h, p)
+        logits = h @ W(p + "ffn_gate_inp.weight").T
+        out = np.stack([self.experts(p, h[i], *self.route(l, logits[i])) for i in range(len(h))])
+        return out + self.shared(l, h)
+
+    def shared(self, l, h):
+        return 0.0
+
+    def embed(self, ids):
+        return self.w("token_embd.weight")[np.asarray(ids)].copy()
+
+    def residual(self, x, branch):
+        return x + branch
+
+    def head(self, x):
+        W = self.w
+        out = W("output.weight") if W.has("output.weight") else W("token_embd.weight")
+        return rmsnorm(x, W("output_norm.weight"), self.eps) @ out.T
 
     def forward(self, ids):
         W = self.w
         n = len(ids)
         pos = np.arange(n, dtype=np.float64)
-        x = W("token_embd.weight")[np.asarray(ids)].copy()
+        x = self.embed(ids)
         mask = np.triu(np.full((n, n), -np.inf), 1)
         for l in range(self.L):
             p = f"blk.{l}."
             h = rmsnorm(x, W(p + "attn_norm.weight"), self.eps)
-            q = (h @ W(p + "attn_q.weight").T).reshape(n, self.H, self.HD)
-            k = (h @ W(p + "attn_k.weight").T).reshape(n, self.KVH, self.HD)
-            v = (h @ W(p + "attn_v.weight").T).reshape(n, self.KVH, self.HD)
-            q = rope_neox(rmsnorm(q, W(p + "attn_q_norm.weight"), self.eps), pos, self.base, self.HD)
-            k = rope_neox(rmsnorm(k, W(p + "attn_k_norm.weight"), self.eps), pos, self.base, self.HD)
+            q, k = self.qk(l, self.proj(h, p, "attn_q"), self.proj(h, p, "attn_k"))
+            v = self.proj(h, p, "attn_v").reshape(n, self.KVH, self.HD)
+            q = self.rope(q.reshape(n, self.H, self.HD), pos)
+            k = self.rope(k.reshape(n, self.KVH, self.HD), pos)
             rep = self.H // self.KVH
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-            s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(self.HD) + mask
+            s = np.einsum("qhd,khd->hqk", q, k) * self.attn_scale() + mask
             o = np.einsum("hqk,khd->qhd", softmax(s), v).reshape(n, self.H * self.HD)
-            x = x + o @ W(p + "attn_output.weight").T
-            h = rmsnorm(x, W(p + "ffn_norm.weight"), self.eps)
-            x = x + self.moe(l, h)
-        return rmsnorm(x, W("output_norm.weight"), self.eps) @ W("output.weight").T
+            x = self.residual(x, o @ W(p + "attn_output.weight").T)
+            x = self.residual(x, self.ffn(l, rmsnorm(x, W(p + "ffn_norm.weight"), self.eps)))
+        return self.head(x)
 
 
-REFS = {"qwen3moe": Qwen3Moe}
+def softmax_topk(logits_i, k, norm):
+    probs = softmax(logits_i)
+    sel = np.argsort(-probs, kind="stable")[:k]
+    wts = probs[sel]
+    return sel, (wts / wts.sum() if norm else wts)
+
+
+class Qwen3Moe(Ref):
+    arch = "qwen3moe"
+
+    def qk(self, l, q, k):
+        W, p, n = self.w, f"blk.{l}.", len(q)
+        q = rmsnorm(q.reshape(n, self.H, self.HD), W(p + "attn_q_norm.weight"), self.eps)
+        k = rmsnorm(k.reshape(n, self.KVH, self.HD), W(p + "attn_k_norm.weight"), self.eps)
+        return q, k
+
+    def route(self, l, lg):
+        return softmax_topk(lg, self.top_k, bool(self.key("expert_weights_norm", True)))
+
+
+class Olmoe(Ref):
+    arch = "olmoe"
+
+    def qk(self, l, q, k):
+        W, p = self.w, f"blk.{l}."
+        return rmsnorm(q, W(p + "attn_q_norm.weight"), self.eps), rmsnorm(k, W(p + "attn_k_norm.weight"), self.eps)
+
+    def route(self, l, lg):
+        return softmax_topk(lg, self.top_k, bool(self.key("expert_weights_norm", False)))
+
+
+class Qwen2Moe(Ref):
+    arch = "qwen2moe"
+
+    def route(self, l, lg):
+        return softmax_topk(lg, self.top_k, bool(self.key("expert_weights_norm", False)))
+
+    def shared(self, l, h):
+        W, p = self.w, f"blk.{l}."
+        gate = 1.0 / (1.0 + np.exp(-(h @ W(p + "ffn_gate_inp_shexp.weight"))))
+        return self.mlp(h, p, "_shexp") * gate[:, None]
+
+
+class GraniteMoe(Ref):
+    arch = "granitemoe"
+    neox = False
+
+    def embed(self, ids):
+        return super().embed(ids) * float(self.key("embedding_scale"))
+
+    def attn_scale(self):
+        return float(self.key("attention.scale"))
+
+    def residual(self, x, branch):
+        return x + branch * float(self.key("residual_scale"))
+
+    def head(self, x):
+        return super().head(x) / float(self.key("logit_scale"))
+
+    def route(self, l, lg):
+        sel = np.argsort(-lg, kind="stable")[: self.top_k]
+        return sel, softmax(lg[sel])
+
+
+class Glm4Moe(Ref):
+    arch = "glm4moe"
+
+    def route(self, l, lg):
+        W = self.w
+        scores = 1.0 / (1.0 + np.exp(-lg))
+        choice = scores + W(f"blk.{l}.exp_probs_b.bias")
+        G, TG = int(self.key("expert_group_count", 1)), int(self.key("expert_group_used_count", 1))
+        if G > 1 and TG < G:
+            per = len(lg) // G
+            gs = np.array([np.sort(choice[g * per:(g + 1) * per])[-2:].sum() for g in range(G)])
+            keep = np.argsort(-gs, kind="stable")[:TG]
+            mask = np.zeros(len(lg), bool)
+            for g in keep:
+                mask[g * per:(g + 1) * per] = True
+            choice = np.where(mask, choice, -np.inf)
+        sel = np.argsort(-choice, kind="stable")[: self.top_k]
+        wts = scores[sel]
+        if bool(self.key("expert_weights_norm", True)):
+            wts = wts / (wts.sum() + 1e-20)
+        return sel, wts * float(self.key("expert_weights_scale", 1.0))
+
+    def shared(self, l, h):
+        return self.mlp(h, f"blk.{l}.", "_shexp")
+
+
+REFS = {"qwen3moe": Qwen3Moe, "olmoe": Olmoe, "qwen2moe": Qwen2Moe, "granitemoe": GraniteMoe, "glm4moe": Glm4Moe}
 
 
 def log_softmax(z):

@@ -1,0 +1,54 @@
+/* arch_glm4moe.c — llama.cpp's `glm4moe` (GLM-4.5, GLM-4.5-Air, GLM-4.6): head_dim =
+ * attention.key_length, q/k/v biases, optional per-head q/k norms, partial NeoX RoPE
+ * (rope.dimension_count < head_dim); the first leading_dense_block_count blocks dense
+ * (ffn_gate/up/down, feed_forward_length), the others MoE: sigmoid router, experts chosen by
+ * score + exp_probs_b.bias (within the best expert_group_used_count of expert_group_count groups
+ * when grouped), weights = the chosen scores, renormalised (expert_weights_norm) and times
+ * expert_weights_scale, plus an ungated shared expert; the trailing nextn_predict_layers blocks
+ * (multi-token prediction) are not part of the forward. */
+#include <math.h>
+#include <stdio.h>
+
+#include "arch.h"
+
+static int glm4moe_hparams(model *m, char *err, size_t errlen) {
+    if (ld_hparams_common(m, 1, err, errlen) != 0) return -1;
+    model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    char k[128];
+    if (c->n_experts < 1 || c->n_experts > 512)
+        return model_fail(err, errlen, "glm4moe.expert_count %d is not supported (1..512)", c->n_experts);
+    int64_t nextn = gguf_get_int(g, ld_key(m, "nextn_predict_layers", k, sizeof k), 0);
+    if (nextn < 0 || nextn >= c->n_layers) return model_fail(err, errlen, "%s = %lld is invalid", k, (long long)nextn);
+    c->n_layers -= (int)nextn;
+    int64_t func = gguf_get_int(g, ld_key(m, "expert_gating_func", k, sizeof k), 2);
+    if (func != 2) return model_fail(err, errlen, "%s = %lld is not supported (2: sigmoid)", k, (long long)func);
+    c->gating = GATING_SIGMOID;
+    c->norm_topk = gguf_get_int(g, ld_key(m, "expert_weights_norm", k, sizeof k), 1) != 0;
+    double sc = gguf_get_float(g, ld_key(m, "expert_weights_scale", k, sizeof k), 1.0);
+    if (!(sc > 0.0) || !isfinite(sc)) return model_fail(err, errlen, "%s = %g is invalid", k, sc);
+    c->expert_scale = (float)sc;
+    c->n_group = (int)gguf_get_int(g, ld_key(m, "expert_group_count", k, sizeof k), 0);
+    c->topk_group = (int)gguf_get_int(g, ld_key(m, "expert_group_used_count", k, sizeof k), 0);
+    if (c->n_group > 1 && (c->n_group > 64 || c->n_experts % c->n_group || c->topk_group < 1 || c->topk_group > c->n_group))
+        return model_fail(err, errlen, "glm4moe expert groups %d / %d are invalid for %d experts", c->n_group,
+                          c->topk_group, c->n_experts);
+    c->rope_neox = 1;
+    ld_expert_widths(m);
+    return 0;
+}
+
+static int glm4moe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
+    char nm[160];
+    if (ld_attention(m, l, QK_NORM_OPT, err, errlen) != 0) return -1;
+    snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", l);
+    if (!gguf_find_tensor(&m->g, nm)) return ld_dense_ffn(m, l, err, errlen);
+    if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
+    snprintf(nm, sizeof nm, "blk.%d.exp_probs_b.bias", l);
+    if (ld_vec(m, nm, m->c.n_experts, 1, &m->layers[l].exp_bias, err, errlen) != 0) return -1;
+    snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
+    if (gguf_find_tensor(&m->g, nm) && ld_shared_expert(m, l, err, errlen) != 0) return -1;
+    return 1;
+}
+
+const arch_ops arch_glm4moe = {"glm4moe", glm4moe_hparams, glm4moe_block};

@@ -1,0 +1,40 @@
+/* arch_granitemoe.c — llama.cpp's `granitemoe` (granite-3.x-1b-a400m / 3b-a800m): llama's
+ * layout (normal RoPE, tied head usually) with Granite's multipliers: embeddings times
+ * granitemoe.embedding_scale, attention scores times granitemoe.attention.scale (instead of
+ * 1/sqrt(head_dim)), each residual branch times granitemoe.residual_scale, logits divided by
+ * granitemoe.logit_scale; router top-k with the softmax over the selected logits (HF's
+ * top_k_gates). */
+#include <math.h>
+#include <stdio.h>
+
+#include "arch.h"
+
+static int granite_scale(model *m, const char *suffix, float *dst, char *err, size_t errlen) {
+    char k[128];
+    double v = gguf_get_float(&m->g, ld_key(m, suffix, k, sizeof k), NAN);
+    if (isnan(v)) return 0;                      /* absent: the default */
+    if (!(v > 0.0) || !isfinite(v)) return model_fail(err, errlen, "%s = %g is invalid", k, v);
+    *dst = (float)v;
+    return 0;
+}
+
+static int granitemoe_hparams(model *m, char *err, size_t errlen) {
+    if (ld_hparams_common(m, 0, err, errlen) != 0) return -1;
+    model_config *c = &m->c;
+    if (c->n_experts < 1) return model_fail(err, errlen, "granitemoe.expert_count is missing or invalid");
+    c->gating = GATING_SOFTMAX;
+    if (granite_scale(m, "embedding_scale", &c->embd_scale, err, errlen) ||
+        granite_scale(m, "residual_scale", &c->resid_scale, err, errlen) ||
+        granite_scale(m, "attention.scale", &c->attn_scale, err, errlen) ||
+        granite_scale(m, "logit_scale", &c->logit_scale, err, errlen))
+        return -1;
+    ld_expert_widths(m);
+    return 0;
+}
+
+static int granitemoe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
+    if (ld_attention(m, l, QK_NORM_OPT, err, errlen) != 0) return -1;
+    return ld_moe_ffn(m, l, src, err, errlen) != 0 ? -1 : 1;
+}
+
+const arch_ops arch_granitemoe = {"granitemoe", granitemoe_hparams, granitemoe_block};

@@ -1,0 +1,35 @@
+/* arch_qwen2moe.c — llama.cpp's `qwen2moe` (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): attention with
+ * q/k/v biases, NeoX RoPE; every block MoE: softmax router over all experts, top-k without
+ * renormalisation (qwen2moe.expert_weights_norm, default false: HF norm_topk_prob), plus a shared
+ * expert (ffn_*_shexp, expert_shared_feed_forward_length wide) scaled by its own sigmoid gate
+ * sigmoid(h . ffn_gate_inp_shexp); untied head. */
+#include <stdio.h>
+
+#include "arch.h"
+
+static int qwen2moe_hparams(model *m, char *err, size_t errlen) {
+    if (ld_hparams_common(m, 0, err, errlen) != 0) return -1;
+    model_config *c = &m->c;
+    char k[128];
+    if (c->n_experts < 1) return model_fail(err, errlen, "qwen2moe.expert_count is missing or invalid");
+    c->gating = GATING_SOFTMAX_ALL;
+    c->norm_topk = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 0) != 0;
+    c->rope_neox = 1;
+    ld_expert_widths(m);
+    return 0;
+}
+
+static int qwen2moe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
+    char nm[160];
+    if (ld_attention(m, l, QK_NORM_OPT, err, errlen) != 0) return -1;
+    if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
+    snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
+    if (gguf_find_tensor(&m->g, nm)) {
+        if (ld_shared_expert(m, l, err, errlen) != 0) return -1;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp_shexp.weight", l);
+        if (ld_vec(m, nm, m->c.d_model, 1, &m->layers[l].sh_gate_inp, err, errlen) != 0) return -1;
+    }
+    return 1;
+}
+
+const arch_ops arch_qwen2moe = {"qwen2moe", qwen2moe_hparams, qwen2moe_block};
