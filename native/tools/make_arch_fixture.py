@@ -8,7 +8,7 @@ qwen3moe (llama.cpp's QWEN3MOE tensors and keys; Qwen3-30B-A3B's shape, scaled d
   d_model 256, 4 query heads / 2 KV heads of head_dim 128 (key_length != d_model / heads, as
   Qwen3), 2 layers, 8 experts of width 256, top-2 with expert_weights_norm, NeoX RoPE base 1e6,
   RMS eps 1e-6, untied output head; tokenizer gpt2 / pre "qwen2" (the tiny BPE vocabulary of
-  make_tiny_moe.py with Qwen's specials), Qwen's ChatML template.
+  make_tiny_moe.py), a template in Qwen3's ChatML format (each architecture gets its family's).
   Tensors: token_embd Q4_K, output Q6_K, output_norm F32; per block attn_norm / ffn_norm F32,
   attn_q / attn_k / attn_output Q4_K, attn_v Q6_K, attn_q_norm / attn_k_norm F32 [head_dim],
   ffn_gate_inp F32 [d_model, E], ffn_gate_exps / ffn_up_exps Q4_K [d_model, 256, E],
@@ -30,11 +30,57 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kquant import quant_q4_k, quant_q6_k  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
-QWEN_TEMPLATE = (
+# Chat templates in each family's prompt format (written here, not the published files: the
+# same markers and structure, the jinja features those templates use — namespace, loop
+# variables, strftime_now, enable_thinking, raise_exception — so the web app's renderer is
+# exercised on them).
+QWEN3_TEMPLATE = (
     "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+QWEN2_TEMPLATE = (
+    "{%- if messages[0].role != 'system' %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+OLMOE_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}"
+    "{% elif message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + '\\n' }}"
+    "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\\n' + message['content'] + eos_token + '\\n' }}"
+    "{% else %}{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}"
+    "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+    "{% endfor %}"
+)
+GRANITE_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
+    "{%- set loop_messages = messages[1:] %}"
+    "{%- else %}{%- set system_message = 'Knowledge Cutoff Date: April 2024.\\nToday\\'s Date: ' + "
+    "strftime_now('%B %d, %Y') + '.\\nYou are Granite, developed by IBM.' %}"
+    "{%- set loop_messages = messages %}{%- endif %}"
+    "{{- '<|start_of_role|>system<|end_of_role|>' + system_message + '<|end_of_text|>\\n' }}"
+    "{%- for message in loop_messages %}"
+    "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] + '<|end_of_text|>\\n' }}"
+    "{%- if loop.last and add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}"
+    "{%- endfor %}"
+)
+GLM4_TEMPLATE = (
+    "[gMASK]<sop>"
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and loop.index0 > ns.last_user %}{{- '<|assistant|>\\n' + m.content }}"
+    "{%- else %}{{- '<|' + m.role + '|>\\n' + m.content }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|assistant|>' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}{{- '\\n<think></think>' }}{%- endif %}"
+    "{%- endif %}"
 )
 
 BASE = dict(d_model=256, n_heads=4, n_kv=2, head_dim=64, layers=2, experts=8, top_k=2, d_expert=256,
@@ -42,17 +88,17 @@ BASE = dict(d_model=256, n_heads=4, n_kv=2, head_dim=64, layers=2, experts=8, to
             tied=False, dense_lead=0, d_ff=512, nextn=0, rope_dim=None, norm=None, extra={})
 ARCHS = {
     # Qwen3-MoE: head_dim != d_model / heads, per-head q/k norms, renormalised top-k
-    "qwen3moe": dict(BASE, head_dim=128, qk_norm="head", norm=True),
+    "qwen3moe": dict(BASE, template=QWEN3_TEMPLATE, head_dim=128, qk_norm="head", norm=True),
     # OLMoE: MHA, q/k norms over the whole projection, no renormalisation
-    "olmoe": dict(BASE, n_kv=4, rope_base=1e4, eps=1e-5, qk_norm="full", norm=False),
+    "olmoe": dict(BASE, template=OLMOE_TEMPLATE, n_kv=4, rope_base=1e4, eps=1e-5, qk_norm="full", norm=False),
     # Qwen2-MoE: q/k/v biases, shared expert with its sigmoid gate, no renormalisation
-    "qwen2moe": dict(BASE, bias=True, shexp=512, shexp_gate=True, norm=False),
+    "qwen2moe": dict(BASE, template=QWEN2_TEMPLATE, bias=True, shexp=512, shexp_gate=True, norm=False),
     # granite-3.x MoE: llama layout, tied head, Granite's four multipliers (granite-3.0-1b-a400m's)
-    "granitemoe": dict(BASE, rope_base=1e4, eps=1e-6, tied=True, extra={
+    "granitemoe": dict(BASE, template=GRANITE_TEMPLATE, rope_base=1e4, eps=1e-6, tied=True, extra={
         "embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.015625, "logit_scale": 6.0}),
     # GLM-4.5: head_dim 128, partial RoPE (64 of 128), biases, a leading dense block, sigmoid
     # router with selection bias in 2 groups (1 used), scale 2.5, shared expert, one MTP block
-    "glm4moe": dict(BASE, head_dim=128, layers=3, dense_lead=1, bias=True, shexp=256, nextn=1, rope_dim=64,
+    "glm4moe": dict(BASE, template=GLM4_TEMPLATE, head_dim=128, layers=3, dense_lead=1, bias=True, shexp=256, nextn=1, rope_dim=64,
                     norm=True, rope_base=1e6, eps=1e-5, extra={
                         "expert_gating_func": 2, "expert_weights_scale": 2.5, "expert_group_count": 2,
                         "expert_group_used_count": 1}),
@@ -126,7 +172,7 @@ def main(argv=None):
     w.add_token_merges(merges)
     w.add_eos_token_id(2)
     w.add_add_bos_token(False)
-    w.add_chat_template(QWEN_TEMPLATE)
+    w.add_chat_template(h["template"])
 
     embd_scale = h["extra"].get("embedding_scale", 1.0)
     put("token_embd.weight", rng.standard_normal((vocab, D), dtype=np.float32) * np.float32(0.5 / embd_scale), "q4k")
