@@ -135,7 +135,7 @@ def main(argv=None):
     arch = a.arch
     w = GGUFWriter(a.out, arch)
     w.add_name(f"tiny-{arch}" + ("-f32" if a.f32 else "-q4_k_m"))
-    w.add_block_count(h["layers"])
+    w.add_block_count(h["layers"] + h["nextn"])   # GLM counts its MTP blocks in block_count
     w.add_context_length(h["ctx"])
     w.add_embedding_length(D)
     w.add_head_count(H)
