@@ -154,8 +154,15 @@ def turn_edit(user, conversation_id, message_id, text):
         return _start_assistant(conv, [msg], deleted=deleted)
 
 
+def storable(text):
+    """A model may emit NUL (valid UTF-8): PostgreSQL text refuses it — the final save failed and
+    the reply hung on "Generating…" — and the engine refuses a prompt that contains it, so the
+    next turn would fail too. It is stored as U+FFFD, as the engine's decoder shows bad bytes."""
+    return text.replace("\x00", "\ufffd")
+
+
 def message_save_partial(message_id, text):
-    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=text, updated=timezone.now())
+    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=storable(text), updated=timezone.now())
 
 
 def message_finish(message_id, *, text, status, stats, routing=None):
@@ -166,7 +173,7 @@ def message_finish(message_id, *, text, status, stats, routing=None):
         msg = Message.objects.select_for_update().filter(pk=message_id).first()
         if msg is None:
             return None
-        msg.text, msg.status, msg.stats, msg.routing = text, status, stats, routing_pack(routing)
+        msg.text, msg.status, msg.stats, msg.routing = storable(text), status, stats, routing_pack(routing)
         msg.save(update_fields=["text", "status", "stats", "routing", "updated"])
         if status == Message.Status.COMPLETE and _is_first_exchange(msg.conversation_id):
             _enqueue_title(msg.conversation_id)

@@ -108,3 +108,17 @@ def test_routing_is_kept_packed_and_unpacks_exactly():
     assert big["dtype"] == "u32" and routing_unpack(big) == [[0, 0, 1], [77, 255, 70000]]
     assert len(big["counts_b64"]) == 106_496  # 78 x 256 x 4 bytes in base64
     assert routing_pack(None) is None and routing_pack({"rows": 4, "cols": 8, "counts": []}) is None
+
+
+def test_a_reply_with_a_nul_is_stored(staff):
+    """The fixture model emitted a NUL once: the final save failed and the reply hung (test_csp)."""
+    conv = Conversation.objects.create(owner=staff)
+    msg = Message.objects.create(conversation=conv, role="assistant", status="streaming")
+    from chat.services import message_save_partial
+
+    message_save_partial(msg.pk, "a\x00b")
+    msg.refresh_from_db()
+    assert msg.text == "a\ufffdb"
+    done = message_finish(msg.pk, text="a\x00b\x00", status="complete", stats={}, routing=ROUTING)
+    done.refresh_from_db()
+    assert done.text == "a\ufffdb\ufffd" and done.status == "complete"
