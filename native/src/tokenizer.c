@@ -41,6 +41,8 @@ struct tokenizer {
     char *arena;
     int bos, eos, eot;
     int digits;           /* isolate every \p{N} before the GPT-2 split */
+    int l3digits;         /* > 0: the llama3-family pattern instead, numbers in runs of at most
+                           * this many (3: llama-bpe, glm4; 1: qwen2) */
     int32_t *vh;          /* string -> id, open addressing, -1 empty */
     uint32_t vmask;
     uint64_t *mkey;       /* (left id << 32 | right id) -> rank, merged id */
@@ -215,6 +217,10 @@ static int is_special_type(int ty) { return ty == TT_CONTROL || ty == TT_USER; }
 static const char *const eog_texts[] = { "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>" };
 
 static const char *const digit_pres[] = { "smollm", "starcoder", "refact" };
+/* llama3-family pattern pre-tokenizers and their longest number run */
+static const struct { const char *name; int digits; } l3_pres[] = {
+    { "llama-bpe", 3 }, { "llama3", 3 }, { "glm4", 3 }, { "qwen2", 1 }, { "deepseek-r1-qwen", 1 },
+};
 
 static int hexval(int c)
 {
@@ -362,6 +368,8 @@ static tokenizer *build(const tstr *tokens, const int *types, int n, const tstr 
         int known = 0;
         for (size_t k = 0; k < sizeof digit_pres / sizeof *digit_pres; k++)
             if (strcmp(pre, digit_pres[k]) == 0) known = t->digits = 1;
+        for (size_t k = 0; k < sizeof l3_pres / sizeof *l3_pres; k++)
+            if (strcmp(pre, l3_pres[k].name) == 0) known = 1, t->l3digits = l3_pres[k].digits;
         static int warned;
         if (!known && !warned) {
             warned = 1;
@@ -636,9 +644,66 @@ static void gpt2_split(enc *e, const unsigned char *s, size_t a, size_t b)
     }
 }
 
+static int is_crlf(unsigned char c) { return c == '\r' || c == '\n'; }
+
+/* The llama3-family pattern over s[a..b) (qwen2: maxd 1), one BPE per match:
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,maxd}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ *   \s*[\r\n]+|\s+(?!\S)|\s+
+ * (alternatives tried in order at each position, as the regex engines do). */
+static void l3_split(enc *e, const unsigned char *s, size_t a, size_t b, int maxd)
+{
+    size_t i = a;
+    while (i < b && !e->full && !e->oom) {
+        size_t j = 0;
+        if (s[i] == '\'' && i + 1 < b) {       /* case-insensitive contractions */
+            unsigned c1 = s[i + 1] | 0x20, c2 = i + 2 < b ? s[i + 2] | 0x20 : 0;
+            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') j = i + 2;
+            else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) j = i + 3;
+        }
+        int l0, k0 = char_class(s, i, b, &l0);
+        if (!j && k0 == C_LETTER) j = run_of(s, i + (size_t)l0, b, C_LETTER);
+        if (!j && k0 != C_NUMBER && !is_crlf(s[i]) && i + (size_t)l0 < b) {   /* [^\r\n\p{L}\p{N}]\p{L}+ */
+            int l1;
+            if (char_class(s, i + (size_t)l0, b, &l1) == C_LETTER) j = run_of(s, i + (size_t)l0 + (size_t)l1, b, C_LETTER);
+        }
+        if (!j && k0 == C_NUMBER) {
+            j = i + (size_t)l0;
+            for (int d = 1; d < maxd && j < b; d++) {
+                int l;
+                if (char_class(s, j, b, &l) != C_NUMBER) break;
+                j += (size_t)l;
+            }
+        }
+        if (!j) {                                /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+            size_t k = s[i] == ' ' ? i + 1 : i;
+            int l;
+            if (k < b && char_class(s, k, b, &l) == C_OTHER) {
+                j = run_of(s, k, b, C_OTHER);
+                while (j < b && is_crlf(s[j])) j++;
+            }
+        }
+        if (!j) {                                /* \s*[\r\n]+ | \s+(?!\S) | \s+ */
+            size_t last = i, k = i, nl_end = 0;
+            while (k < b) {
+                int l;
+                if (char_class(s, k, b, &l) != C_SPACE) break;
+                if (is_crlf(s[k])) nl_end = k + 1;
+                last = k;
+                k += (size_t)l;
+            }
+            if (nl_end) j = nl_end;
+            else if (k > i) j = (k == b || last == i) ? k : last;
+            else j = i + (size_t)l0;             /* cannot happen: every class is covered */
+        }
+        bpe(e, s + i, j - i);
+        i = j;
+    }
+}
+
 /* One piece of text between special tokens. */
 static void pretokenize(enc *e, const unsigned char *s, size_t a, size_t b)
 {
+    if (e->t->l3digits) { l3_split(e, s, a, b, e->t->l3digits); return; }
     if (!e->t->digits) { gpt2_split(e, s, a, b); return; }
     size_t start = a, i = a;
     while (i < b && !e->full && !e->oom) {

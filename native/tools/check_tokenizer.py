@@ -30,6 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_tiny_moe import bytes_to_unicode  # noqa: E402  (one copy of GPT-2's byte map)
 
 DIGIT_PRES = ("smollm", "starcoder", "refact")
+# llama3-family Split patterns (tokenizer.json pre_tokenizer: Split(pattern, "isolated") then
+# ByteLevel without its own regex); qwen2 isolates single digits, llama3 / glm4 runs of up to 3
+L3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+              r"\s*[\r\n]+|\s+(?!\S)|\s+")
+L3_PRES = {"llama-bpe": "{1,3}", "llama3": "{1,3}", "glm4": "{1,3}", "qwen2": "", "deepseek-r1-qwen": ""}
 PLACEHOLDER = "\ue000"
 
 
@@ -59,7 +64,12 @@ def build_hf(tokens, merges, types, pre):
     bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges])
     tk = Tokenizer(bpe)
     bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre in DIGIT_PRES:
+    if pre in L3_PRES:
+        from tokenizers import Regex
+        split = pre_tokenizers.Split(Regex(L3_PATTERN % L3_PRES[pre]), behavior="isolated", invert=False)
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    elif pre in DIGIT_PRES:
         tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), bl])
     else:
         tk.pre_tokenizer = bl

@@ -102,3 +102,58 @@ def test_specials_atomic_and_digits_split(reference, default_model, tmp_path):
     assert ids.count(1) == 2 and ids.count(2) == 1           # <|im_start|> x2, <|im_end|> x1
     toks = [reference.tk.id_to_token(i) for i in ids]
     assert [t for t in toks if t.strip("Ġ").isdigit()] == ["2", "0", "2", "4", "1", "7"]
+
+
+@pytest.fixture(scope="module")
+def pre_variant(default_model, tmp_path_factory):
+    """make(pre) -> a tokenizer-only GGUF: the default model's vocabulary and merges with
+    tokenizer.ggml.pre = pre (the driver loads nothing else)."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    d = tmp_path_factory.mktemp("pre")
+    r = GGUFReader(str(default_model))
+
+    def make(pre):
+        out = d / f"{pre}.gguf"
+        w = GGUFWriter(str(out), "llama")
+        for field in r.fields.values():
+            if not field.name.startswith("tokenizer.") or field.name == "tokenizer.ggml.pre":
+                continue
+            vtype = GGUFValueType(field.types[0])
+            sub = GGUFValueType(field.types[-1]) if vtype == GGUFValueType.ARRAY else None
+            w.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+        w.add_tokenizer_pre(pre)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return out
+    return make
+
+
+@pytest.mark.parametrize("pre", ["qwen2", "glm4"])
+def test_llama3_family_pre_tokenizers_identical_to_hf(pre, pre_variant, corpus, tok_ids, tmp_path):
+    """Qwen's (qwen2: single digits) and GLM's / Llama 3's (runs of up to 3 digits) split
+    patterns, over the same mixed corpus as above (code, CJK, emoji, invalid UTF-8, specials)."""
+    model = pre_variant(pre)
+    ref = ct.Reference(str(model))
+    parts = ct.chunks(corpus["mixed"] + corpus["pydoc"][:100_000], CHUNK)
+    files = []
+    for i, p in enumerate(parts):
+        f = tmp_path / f"c{i:05d}.txt"
+        f.write_bytes(p)
+        files.append(str(f))
+    res = subprocess.run([str(tok_ids), str(model), *files], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "not known" not in res.stderr, res.stderr
+    ours = [[int(x) for x in ln.split()] for ln in res.stdout.splitlines()]
+    bad = []
+    for p, mine in zip(parts, ours):
+        theirs = ref.encode(p)
+        if mine != theirs:
+            k = next((i for i in range(min(len(mine), len(theirs))) if mine[i] != theirs[i]),
+                     min(len(mine), len(theirs)))
+            bad.append(f"chunk {p[:40]!r}: token {k}: engine "
+                       f"{[ref.tk.id_to_token(x) for x in mine[max(0, k - 2):k + 4]]} "
+                       f"hf {[ref.tk.id_to_token(x) for x in theirs[max(0, k - 2):k + 4]]}")
+    assert not bad, f"{pre}: {len(bad)}/{len(parts)} chunks differ:\n" + "\n".join(bad[:5])
