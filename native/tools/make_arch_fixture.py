@@ -85,22 +85,26 @@ GLM4_TEMPLATE = (
 
 BASE = dict(d_model=256, n_heads=4, n_kv=2, head_dim=64, layers=2, experts=8, top_k=2, d_expert=256,
             rope_base=1e6, eps=1e-6, ctx=4096, qk_norm=None, bias=False, shexp=0, shexp_gate=False,
-            tied=False, dense_lead=0, d_ff=512, nextn=0, rope_dim=None, norm=None, extra={})
+            tied=False, dense_lead=0, d_ff=512, nextn=0, rope_dim=None, norm=None, extra={},
+            expert_width_key="expert_feed_forward_length")
 ARCHS = {
     # Qwen3-MoE: head_dim != d_model / heads, per-head q/k norms, renormalised top-k
     "qwen3moe": dict(BASE, template=QWEN3_TEMPLATE, head_dim=128, qk_norm="head", norm=True),
     # OLMoE: MHA, q/k norms over the whole projection, no renormalisation
-    "olmoe": dict(BASE, template=OLMOE_TEMPLATE, n_kv=4, rope_base=1e4, eps=1e-5, qk_norm="full", norm=False),
+    "olmoe": dict(BASE, template=OLMOE_TEMPLATE, n_kv=4, rope_base=1e4, eps=1e-5, qk_norm="full", norm=False,
+                  expert_width_key="feed_forward_length"),
     # Qwen2-MoE: q/k/v biases, shared expert with its sigmoid gate, no renormalisation
     "qwen2moe": dict(BASE, template=QWEN2_TEMPLATE, bias=True, shexp=512, shexp_gate=True, norm=False),
     # granite-3.x MoE: llama layout, tied head, Granite's four multipliers (granite-3.0-1b-a400m's)
-    "granitemoe": dict(BASE, template=GRANITE_TEMPLATE, rope_base=1e4, eps=1e-6, tied=True, extra={
+    "granitemoe": dict(BASE, template=GRANITE_TEMPLATE, rope_base=1e4, eps=1e-6, tied=True,
+                       expert_width_key="feed_forward_length", extra={
         "embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.015625, "logit_scale": 6.0}),
     # GLM-4.5: head_dim 128, partial RoPE (64 of 128), biases, a leading dense block, sigmoid
     # router with selection bias in 2 groups (1 used), scale 2.5, shared expert, one MTP block
     "glm4moe": dict(BASE, template=GLM4_TEMPLATE, head_dim=128, layers=3, dense_lead=1, bias=True, shexp=256, nextn=1, rope_dim=64,
                     norm=True, rope_base=1e6, eps=1e-5, extra={
-                        "expert_gating_func": 2, "expert_weights_scale": 2.5, "expert_group_count": 2,
+                        "expert_gating_func": 2, "expert_weights_scale": 2.5, "expert_shared_count": 1,
+                        "expert_group_count": 2,
                         "expert_group_used_count": 1}),
 }
 
@@ -146,7 +150,9 @@ def main(argv=None):
     w.add_layer_norm_rms_eps(h["eps"])
     w.add_expert_count(E)
     w.add_expert_used_count(h["top_k"])
-    w.add_expert_feed_forward_length(X)
+    # the expert width under the key llama.cpp reads for the architecture: OLMoE's and Granite's
+    # loaders size the stacked experts by feed_forward_length (their converters write only that)
+    w.add_uint32(f"{arch}.{h['expert_width_key']}", X)
     if h["norm"] is not None:
         w.add_bool(f"{arch}.expert_weights_norm", h["norm"])
     if h["shexp"]:
