@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""llama.cpp cross-check of the architecture fixtures (issue 15 item 3; a benchmark-side check,
+not a test): each fixture of native/tools/make_arch_fixture.py, in its K-quant mix and as --f32,
+runs through llama.cpp (llama-cpp-python built from source) and through our engine
+(native/build/fwd_dump) on the same token ids, and the script prints one table row per
+(architecture, mix): greedy agreement and the largest log-probability difference.
+
+    bench/arch_crosscheck.py [--llama-python bench/.venv-llama/bin/python] [--arch NAME ...]
+                             [--steps 24] [--threads 2]
+
+Method: llama.cpp decodes STEPS greedy tokens after a fixed 10-token prompt (its own choices);
+then both engines score that whole sequence teacher-forced (one prefill each: llama.cpp with
+logits for every position and its K/V cache in F32, ours with fwd_dump). Per continuation step:
+does our argmax equal llama.cpp's (where not: llama.cpp's log-prob margin of its choice over ours,
+the "worst gap"), and max |log p_ours - log p_llama| over llama.cpp's top 32 tokens. Ours runs
+twice: EXACT=1 with KV_TYPE=f32 (float activations; K/V as llama.cpp's here) and the default
+(int8 activations, fp16 K/V).
+
+llama.cpp's CPU matmuls quantize activations for quantized weights (Q8_K rows for K-quants), so
+on the K-quant mix a difference of the order of our own int8 path's is expected; with --f32
+weights both sides compute in float32 and must agree to float rounding. The last columns score
+tests/model/arch_ref.py's float64 forward (the oracle of test_arch_oracle.py) against llama.cpp
+the same way: equal figures there mean the K-quant-mix difference is llama.cpp's own activation
+rounding. And every K-quant tensor of the fixture goes through llama.cpp's dequantizer
+(libggml-base's dequantize_row_*, via ctypes) and gguf's numpy one: bit-identical values mean
+llama.cpp reads the fixtures' blocks exactly as our engine and the oracle do.
+
+llama.cpp's model parameter use_extra_bufts is set to False (its AMX / repacked CPU buffers
+fault with SIGILL on some of these VMs).
+Setup (once, ~10 min on 2 cores):
+    python3 -m venv bench/.venv-llama
+    CMAKE_ARGS="-DGGML_NATIVE=ON" bench/.venv-llama/bin/pip install llama-cpp-python==0.3.16
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.model.arch_ref import REFS  # noqa: E402  (float64 forwards from the published definitions)
+GEN = ROOT / "native" / "tools" / "make_arch_fixture.py"
+FWD_DUMP = ROOT / "native" / "build" / "fwd_dump"
+PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
+TOPN = 32
+
+LLAMA_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import llama_cpp
+    from llama_cpp import Llama
+    _default = llama_cpp.llama_model_default_params
+    def _params():
+        p = _default()
+        if hasattr(p, "use_extra_bufts"):
+            p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_model_default_params = _params
+    import llama_cpp.llama as _ll
+    _ll.llama_cpp.llama_model_default_params = _params
+    model, threads, steps, prompt, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
+    llm = Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=256, n_batch=256,
+                logits_all=True, type_k=0, type_v=0, verbose=False)   # K/V cache in F32
+    # greedy continuation, one token at a time
+    llm.reset()
+    llm.eval(prompt)
+    ids = list(prompt)
+    for _ in range(steps):
+        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        ids.append(t)
+        llm.eval([t])
+    # the whole sequence teacher-forced in one prefill
+    llm.reset()
+    llm.eval(ids)
+    np.save(out, np.asarray(llm.scores[:len(ids)], dtype=np.float32))
+    print(json.dumps({"ids": ids, "n_vocab": llm.n_vocab(), "extra_bufts_off": hasattr(_default(), "use_extra_bufts")}))
+""")
+
+
+def log_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
+
+
+def ours(model, ids, vocab, tmp, **env):
+    out = Path(tmp) / "ours.f32"
+    subprocess.run([str(FWD_DUMP), str(model), str(out), *map(str, ids)], check=True,
+                   env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"), **env))
+    return np.fromfile(out, dtype=np.float32).reshape(len(ids), vocab)
+
+
+def compare(ref_lp, lp, n_prompt):
+    """(steps, our argmax == llama.cpp's argmax count, max |d log-prob| over llama.cpp's top 32,
+    worst gap: the largest llama.cpp log-prob margin of its choice over ours where they differ)."""
+    agree, err, gap = 0, 0.0, 0.0
+    steps = ref_lp.shape[0] - n_prompt
+    for pos in range(n_prompt - 1, ref_lp.shape[0] - 1):
+        mine = int(np.argmax(lp[pos]))
+        agree += int(mine == np.argmax(ref_lp[pos]))
+        gap = max(gap, float(ref_lp[pos].max() - ref_lp[pos, mine]))
+        top = np.argsort(-ref_lp[pos])[:TOPN]
+        err = max(err, float(np.abs(ref_lp[pos, top] - lp[pos, top]).max()))
+    return steps, agree, err, gap
+
+
+def ggml_dequant_check(model, llama_python):
+    """Every K-quant tensor of model through llama.cpp's own dequantizer (libggml-base's
+    dequantize_row_<type>, via ctypes) against gguf's numpy dequantizer (the one our oracle and
+    our engine's dequant_row match bit for bit): (tensors compared, tensors not bit-identical)."""
+    import ctypes
+    import glob
+
+    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf.quants import dequantize
+    site = subprocess.run([llama_python, "-c", "import llama_cpp, os; print(os.path.dirname(llama_cpp.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    lib = ctypes.CDLL(glob.glob(os.path.join(site, "lib", "libggml-base.so"))[0])
+    n = bad = 0
+    for t in GGUFReader(str(model)).tensors:
+        qt = GGMLQuantizationType(int(t.tensor_type))
+        if not qt.name.endswith("_K"):
+            continue
+        fn = getattr(lib, f"dequantize_row_{qt.name[:-2].lower()}_K")
+        raw = np.ascontiguousarray(np.asarray(t.data)).view(np.uint8)
+        k = int(np.prod([int(x) for x in t.shape]))
+        out = np.empty(k, dtype=np.float32)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        fn(raw.ctypes.data, out.ctypes.data, k)
+        mine = dequantize(np.asarray(t.data), qt).astype(np.float32).reshape(-1)
+        n += 1
+        bad += int(not np.array_equal(out.view(np.uint32), mine.view(np.uint32)))
+    return n, bad
+
+
+def main():
+    spec = importlib.util.spec_from_file_location("make_arch_fixture", GEN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--llama-python", default=str(ROOT / "bench" / ".venv-llama" / "bin" / "python"))
+    ap.add_argument("--arch", nargs="*", default=sorted(mod.ARCHS))
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
+    rows, deq = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch in a.arch:
+            for mix in ("kquant", "f32"):
+                model = Path(tmp) / f"{arch}-{mix}.gguf"
+                subprocess.run([sys.executable, str(GEN), str(model), "--arch", arch, "--seed", str(a.seed)]
+                               + (["--f32"] if mix == "f32" else []), check=True)
+                npy = Path(tmp) / "llama.npy"
+                r = subprocess.run([a.llama_python, "-c", LLAMA_SCRIPT, str(model), str(a.threads), str(a.steps),
+                                    json.dumps(PROMPT), str(npy)], capture_output=True, text=True)
+                if r.returncode != 0:
+                    err = (r.stderr.strip().splitlines() or ["?"])[-1]
+                    rows.append((arch, mix, f"llama.cpp failed (rc {r.returncode}): {err[:160]}"))
+                    print(rows[-1], r.stderr[-3000:], file=sys.stderr)
+                    continue
+                info = json.loads(r.stdout.strip().splitlines()[-1])
+                ids, V = info["ids"], info["n_vocab"]
+                ref = log_softmax(np.load(npy).astype(np.float64))
+                try:
+                    ex = compare(ref, log_softmax(ours(model, ids, V, tmp, EXACT="1", KV_TYPE="f32")), len(PROMPT))
+                    i8 = compare(ref, log_softmax(ours(model, ids, V, tmp)), len(PROMPT))
+                except subprocess.CalledProcessError as e:
+                    rows.append((arch, mix, f"our engine failed: {e}"))
+                    continue
+                if mix == "kquant":
+                    nt, nbad = ggml_dequant_check(model, a.llama_python)
+                    deq.append(f"{arch}: {nt - nbad}/{nt} K-quant tensors dequantize bit-identically in llama.cpp "
+                               "and gguf's numpy")
+                    print(deq[-1], file=sys.stderr)
+                rf = None
+                if arch in REFS:     # the float64 reference of tests/model/arch_ref.py vs llama.cpp
+                    rf = compare(ref, log_softmax(REFS[arch](str(model)).forward(ids)), len(PROMPT))
+                rows.append((arch, mix, ex, i8, rf))
+                print(f"{arch} {mix}: EXACT=1 {ex[1]}/{ex[0]} max {ex[2]:.2e} gap {ex[3]:.3f}; "
+                      f"default {i8[1]}/{i8[0]} max {i8[2]:.2e} gap {i8[3]:.3f}"
+                      + (f"; float64 reference {rf[1]}/{rf[0]} max {rf[2]:.2e}" if rf else "")
+                      + f" (use_extra_bufts off: {info['extra_bufts_off']})", file=sys.stderr)
+    print("| architecture | weights | ours EXACT=1 (KV f32): greedy = llama.cpp | max \\|Δ log-prob\\| (llama.cpp top 32) "
+          "| worst gap | ours default (int8, KV f16): greedy | max \\|Δ log-prob\\| | worst gap "
+          "| float64 reference: greedy | max \\|Δ log-prob\\| |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if len(r) == 3:
+            print(f"| {r[0]} | {r[1]} | {r[2]} | | | | | | | |")
+            continue
+        arch, mix, ex, i8, rf = r
+        w = "K-quant mix" if mix == "kquant" else "F32"
+        ref = f"{rf[1]}/{rf[0]} | {rf[2]:.2e}" if rf else "n/a | n/a"
+        print(f"| {arch} | {w} | {ex[1]}/{ex[0]} | {ex[2]:.2e} | {ex[3]:.3f} | {i8[1]}/{i8[0]} | {i8[2]:.2e} | {i8[3]:.3f} "
+              f"| {ref} |")
+    for line in deq:
+        print(f"\n{line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
