@@ -39,9 +39,9 @@ int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen);
 /* blk.l's attention: attn_norm, attn_q/k/v/output (head_count x head_dim wide), the optional
  * biases attn_{q,k,v}.bias, attn_q_norm / attn_k_norm: optional per head (QK_NORM_OPT),
  * required per head [head_dim] (QK_NORM_HEAD) or over the whole projection (QK_NORM_FULL);
- * ffn_norm. 0 or -1. */
+ * and the FFN's pre-norm blk.l.<ffn_norm>.weight ("ffn_norm"; GLM-4.5: "post_attention_norm"). 0 or -1. */
 enum { QK_NORM_OPT = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 };
-int ld_attention(model *m, int l, int qk_norm, char *err, size_t errlen);
+int ld_attention(model *m, int l, int qk_norm, const char *ffn_norm, char *err, size_t errlen);
 /* d_expert / d_shexp from the first MoE block's tensors when the keys lack them. */
 void ld_expert_widths(model *m);
 /* blk.l.ffn_{gate,up,down}.weight (d_ff wide); returns 0 (a dense block) or -1. */

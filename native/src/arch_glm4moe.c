@@ -1,6 +1,7 @@
 /* arch_glm4moe.c — llama.cpp's `glm4moe` (GLM-4.5, GLM-4.5-Air, GLM-4.6): head_dim =
  * attention.key_length, q/k/v biases, optional per-head q/k norms, partial NeoX RoPE
- * (rope.dimension_count < head_dim); the first leading_dense_block_count blocks dense
+ * (rope.dimension_count < head_dim); the FFN's pre-norm is blk.N.post_attention_norm (llama.cpp's
+ * name for it in GLM files); the first leading_dense_block_count blocks dense
  * (ffn_gate/up/down, feed_forward_length), the others MoE: sigmoid router, experts chosen by
  * score + exp_probs_b.bias (within the best expert_group_used_count of expert_group_count groups
  * when grouped), weights = the chosen scores, renormalised (expert_weights_norm) and times
@@ -40,7 +41,7 @@ static int glm4moe_hparams(model *m, char *err, size_t errlen) {
 
 static int glm4moe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
     char nm[160];
-    if (ld_attention(m, l, QK_NORM_OPT, err, errlen) != 0) return -1;
+    if (ld_attention(m, l, QK_NORM_OPT, "post_attention_norm", err, errlen) != 0) return -1;
     snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", l);
     if (!gguf_find_tensor(&m->g, nm)) return ld_dense_ffn(m, l, err, errlen);
     if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;

@@ -33,7 +33,7 @@ static int granitemoe_hparams(model *m, char *err, size_t errlen) {
 }
 
 static int granitemoe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
-    if (ld_attention(m, l, QK_NORM_OPT, err, errlen) != 0) return -1;
+    if (ld_attention(m, l, QK_NORM_OPT, "ffn_norm", err, errlen) != 0) return -1;
     return ld_moe_ffn(m, l, src, err, errlen) != 0 ? -1 : 1;
 }
 

@@ -21,13 +21,13 @@ static int qwen2moe_hparams(model *m, char *err, size_t errlen) {
 
 static int qwen2moe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
     char nm[160];
-    if (ld_attention(m, l, QK_NORM_OPT, err, errlen) != 0) return -1;
+    if (ld_attention(m, l, QK_NORM_OPT, "ffn_norm", err, errlen) != 0) return -1;
     if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
     snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
     if (gguf_find_tensor(&m->g, nm)) {
         if (ld_shared_expert(m, l, err, errlen) != 0) return -1;
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp_shexp.weight", l);
-        if (ld_vec(m, nm, m->c.d_model, 1, &m->layers[l].sh_gate_inp, err, errlen) != 0) return -1;
+        if (ld_vec(m, nm, m->c.d_model, 0, &m->layers[l].sh_gate_inp, err, errlen) != 0) return -1;   /* required with the shared expert, as llama.cpp */
     }
     return 1;
 }

@@ -23,7 +23,7 @@ static int qwen3moe_hparams(model *m, char *err, size_t errlen) {
 
 static int qwen3moe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
     char nm[160];
-    if (ld_attention(m, l, QK_NORM_HEAD, err, errlen) != 0) return -1;
+    if (ld_attention(m, l, QK_NORM_HEAD, "ffn_norm", err, errlen) != 0) return -1;
     snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", l);
     if (!gguf_find_tensor(&m->g, nm)) return ld_dense_ffn(m, l, err, errlen);
     return ld_moe_ffn(m, l, src, err, errlen) != 0 ? -1 : 1;

@@ -102,9 +102,11 @@ static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) 
 }
 
 /* Matrices whose rows are a multiple of 8 are kept in the kernels' interleaved layout
- * (quant.h qpack; same byte count), converted once right after the read. */
+ * (quant.h qpack) when it has the same byte count, converted once right after the read; the
+ * others (Q4_K: its packed layout is larger) stay row-major and are packed on the fly. */
 static int packs(const es_row *R, int k) {
-    return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]);
+    return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]) &&
+           qpack_bytes(R->type[k], R->rows[k], R->cols[k]) == R->slice[k];
 }
 
 /* Per-thread landing buffer of reads that are packed: read there, packed into place in one
@@ -118,8 +120,7 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
     size_t at = 0;
     for (int j = 0; j < k; j++) at += R->slice[j];
     const uint64_t off = R->off[k] + (uint64_t)e * R->slice[k];
-    if (s->o.exact || !packs(R, k) || qpack_bytes(R->type[k], R->rows[k], R->cols[k]) != R->slice[k])
-        return read_at(s, dst + at, R->slice[k], off);
+    if (s->o.exact || !packs(R, k)) return read_at(s, dst + at, R->slice[k], off);
     if (R->slice[k] > rd_cap) {
         free(rd_buf);
         rd_buf = malloc(R->slice[k]);

@@ -289,7 +289,7 @@ void ld_expert_widths(model *m) {
 }
 
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
-int ld_attention(model *m, int l, int qk_norm, char *err, size_t errlen) {
+int ld_attention(model *m, int l, int qk_norm, const char *ffn_norm, char *err, size_t errlen) {
     const model_config *c = &m->c;
     const gguf_file *g = &m->g;
     layer_w *L = &m->layers[l];
@@ -297,7 +297,8 @@ int ld_attention(model *m, int l, int qk_norm, char *err, size_t errlen) {
     const uint64_t D = (uint64_t)c->d_model, QD = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
                    KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
     if (ld_vec(m, NAME("attn_norm.weight"), c->d_model, 0, &L->attn_norm, err, errlen)) return -1;
-    if (ld_vec(m, NAME("ffn_norm.weight"), c->d_model, 0, &L->ffn_norm, err, errlen)) return -1;
+    snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, ffn_norm);
+    if (ld_vec(m, nm, c->d_model, 0, &L->ffn_norm, err, errlen)) return -1;
     if (ld_mat(g, NAME("attn_q.weight"), D, QD, 0, &L->q, err, errlen)) return -1;
     if (ld_mat(g, NAME("attn_k.weight"), D, KV, 0, &L->k, err, errlen)) return -1;
     if (ld_mat(g, NAME("attn_v.weight"), D, KV, 0, &L->v, err, errlen)) return -1;

@@ -663,17 +663,24 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 
 #define PK_ROWS 8
 
-static int pk_type(uint32_t t) { return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16; }
+static int pk_type(uint32_t t) { return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K; }
 
 int qpack_ok(uint32_t type, int rows, int cols)
 {
     if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
-    return type == GGML_F16 || cols % QK == 0;
+    return type == GGML_F16 || cols % (type == GGML_Q4_K ? 256 : QK) == 0;
 }
+
+/* Bytes of one 32-value block of a packed group (quantized types). Q4_K is packed as Q4_1
+ * with float32 scales: per block f32 dl[8] (d * sc of the row's sub-block), f32 ml[8]
+ * (-(dmin * m)), then Q4_1's 4 nibble vectors: the same kernels, the same canonical order
+ * (acc = fma(isum, dl * d_x, acc); acc = fma(ml, s_x, acc)). */
+#define PK_BLK(t) ((t) == GGML_Q4_1 ? 160 : (t) == GGML_Q4_K ? 192 : 272)
+#define PK_NIB(t) ((t) == GGML_Q4_K ? 64 : 32)
 
 static size_t pk_group_bytes(uint32_t t, int cols)
 {
-    return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * (t == GGML_Q4_1 ? 160 : 272);
+    return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
 size_t qpack_bytes(uint32_t type, int rows, int cols)
@@ -723,7 +730,17 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
     }
 #endif
     for (int b = 0; b < nb; b++) {
-        if (t == GGML_Q4_1) {
+        if (t == GGML_Q4_K) {
+            uint8_t *o = dst + (size_t)b * 192;
+            for (int j = 0; j < PK_ROWS; j++) {
+                float dl = 0.0f, ml = 0.0f;
+                uint8_t qs[16] = {0};
+                if (src[j]) qk_q4k_block(src[j] + (size_t)(b / 8) * 144, b % 8, &dl, &ml, qs);
+                memcpy(o + 4 * j, &dl, 4);
+                memcpy(o + 32 + 4 * j, &ml, 4);
+                for (int v = 0; v < 4; v++) memcpy(o + 64 + 32 * v + 4 * j, qs + 4 * v, 4);
+            }
+        } else if (t == GGML_Q4_1) {
             uint8_t *o = dst + (size_t)b * 160;
             for (int j = 0; j < PK_ROWS; j++) {
                 const uint8_t *s = src[j] ? src[j] + (size_t)b * Q4_1_BYTES : NULL;
@@ -861,6 +878,16 @@ void qmat_row(const qmat *w, int r, float *out)
             const uint8_t *blk = g + (size_t)b * 272;
             const float d = ld_f16(blk + 2 * j);
             for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
+        } else if (w->type == GGML_Q4_K) {   /* dl * q + (-ml): dequant_row's dl * q - ml */
+            const uint8_t *blk = g + (size_t)b * 192;
+            float d, m;
+            memcpy(&d, blk + 4 * j, 4);
+            memcpy(&m, blk + 32 + 4 * j, 4);
+            for (int k = 0; k < 16; k++) {
+                const uint8_t byte = blk[64 + 32 * (k / 4) + 4 * j + k % 4];
+                o[k] = d * (float)(byte & 15) + m;
+                o[k + 16] = d * (float)(byte >> 4) + m;
+            }
         } else {
             const uint8_t *blk = g + (size_t)b * 160;
             const float d = ld_f16(blk + 2 * j), m = ld_f16(blk + 16 + 2 * j);
@@ -921,9 +948,10 @@ FORCE_INLINE __m256i bc4(const int8_t *p)
 #ifndef PK_HINT
 #define PK_HINT _MM_HINT_T1
 #endif
-FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
-                         float *res)
+FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                          float *res, const int kq)
 {
+    const size_t BS = kq ? 192 : 160, NO = kq ? 64 : 32;
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
     act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
@@ -938,9 +966,9 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             if (t < 3)
-                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 160 + 64 * t + PK_PFD, PK_HINT);
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * BS + 64 * t + PK_PFD, PK_HINT);
             for (int g = 0; g < NG; g++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 160 + 32 + 32 * t));
+                __m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * BS + NO + 32 * t));
                 lo[g] = _mm256_and_si256(v, m15);
                 hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
             }
@@ -963,9 +991,10 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
             for (int k = 0; k < NX; k++) is[g][k] = _mm256_madd_epi16(is[g][k], _mm256_set1_epi16(1));
 #endif
         for (int g = 0; g < NG; g++) {
-            const uint8_t *gb = gp[g] + (size_t)b * 160;
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
-            __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
+            const uint8_t *gb = gp[g] + (size_t)b * BS;
+            __m256 dw = kq ? _mm256_loadu_ps((const float *)(const void *)gb) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
+            __m256 mw = kq ? _mm256_loadu_ps((const float *)(const void *)(gb + 32))
+                           : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
             for (int k = 0; k < NX; k++) {
                 __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
@@ -976,6 +1005,9 @@ FORCE_INLINE void pk_q41(const uint8_t *const *gp, const int NG, const qact *x, 
     for (int k = 0; k < NX; k++)
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
+
+#define pk_q41(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 0)
+#define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 1)
 
 FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                          float *res)
@@ -1087,6 +1119,12 @@ FORCE_INLINE __m512 z_half2(const uint8_t *a, const uint8_t *b)
                                                    _mm_loadu_si128((const __m128i *)b), 1));
 }
 
+FORCE_INLINE __m512 z_f32x2(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(const void *)a))),
+                                               _mm256_castps_pd(_mm256_loadu_ps((const float *)(const void *)b)), 1));
+}
+
 FORCE_INLINE __m512i z_bc4(const int8_t *p)
 {
     int32_t v;
@@ -1094,8 +1132,9 @@ FORCE_INLINE __m512i z_bc4(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
-FORCE_INLINE void pkz_q41(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
+FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res, const int kq)
 {
+    const size_t BS = kq ? 192 : 160, NO = kq ? 64 : 32;
     const int8_t *xq[8];
     const float *xd[8], *xs[8];
     act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
@@ -1103,7 +1142,7 @@ FORCE_INLINE void pkz_q41(const uint8_t *const *gp, const qact *x, int i0, const
     __m512 acc[8];
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const uint8_t *b0 = gp[0] + (size_t)b * 160, *b1 = gp[1] + (size_t)b * 160;
+        const uint8_t *b0 = gp[0] + (size_t)b * BS, *b1 = gp[1] + (size_t)b * BS;
         __m512i is[8];
         for (int k = 0; k < NX; k++) is[k] = _mm512_setzero_si512();
         for (int t = 0; t < 4; t++) {
@@ -1111,14 +1150,14 @@ FORCE_INLINE void pkz_q41(const uint8_t *const *gp, const qact *x, int i0, const
                 _mm_prefetch((const char *)b0 + 64 * t + PK_PFD, PK_HINT);
                 _mm_prefetch((const char *)b1 + 64 * t + PK_PFD, PK_HINT);
             }
-            const __m512i v = z_load2(b0 + 32 + 32 * t, b1 + 32 + 32 * t);
+            const __m512i v = z_load2(b0 + NO + 32 * t, b1 + NO + 32 * t);
             const __m512i lo = _mm512_and_si512(v, m15), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 is[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[k], lo, z_bc4(xk)), hi, z_bc4(xk + 16));
             }
         }
-        const __m512 dw = z_half2(b0, b1), mw = z_half2(b0 + 16, b1 + 16);
+        const __m512 dw = kq ? z_f32x2(b0, b1) : z_half2(b0, b1), mw = kq ? z_f32x2(b0 + 32, b1 + 32) : z_half2(b0 + 16, b1 + 16);
         for (int k = 0; k < NX; k++) {
             const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[k][b]));
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), sc, acc[k]);
@@ -1127,6 +1166,9 @@ FORCE_INLINE void pkz_q41(const uint8_t *const *gp, const qact *x, int i0, const
     }
     for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
 }
+
+#define pkz_q41(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 0)
+#define pkz_q4k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 1)
 
 FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
 {
@@ -1160,8 +1202,8 @@ FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const
 
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
 {
-    if (t == GGML_Q4_1) {
-        uint8_t byte = blk[32 + 32 * ((v % 16) / 4) + 4 * j + v % 4];
+    if (t == GGML_Q4_1 || t == GGML_Q4_K) {
+        uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
         return v < 16 ? byte & 15 : byte >> 4;
     }
     return (int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
@@ -1186,7 +1228,7 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                     }
                     r = e + o;
                 } else {
-                    const size_t bs = t == GGML_Q4_1 ? 160 : 272;
+                    const size_t bs = PK_BLK(t);
                     const int8_t *xq = x->q + xi * cols;
                     const float *xd = x->qd + xi * nb, *xs = x->qs + xi * nb;
                     float acc = 0.0f;
@@ -1194,6 +1236,14 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                         const uint8_t *blk = gp[g] + (size_t)b * bs;
                         int32_t is = 0;
                         for (int v = 0; v < QK; v++) is += pk_wval(t, blk, j, v) * xq[b * QK + v];
+                        if (t == GGML_Q4_K) {
+                            float dl, ml;
+                            memcpy(&dl, blk + 4 * j, 4);
+                            memcpy(&ml, blk + 32 + 4 * j, 4);
+                            acc = fmaf((float)is, dl * xd[b], acc);
+                            acc = fmaf(ml, xs[b], acc);
+                            continue;
+                        }
                         acc = fmaf((float)is, ld_f16(blk + 2 * j) * xd[b], acc);
                         if (t == GGML_Q4_1) acc = fmaf(ld_f16(blk + 16 + 2 * j), xs[b], acc);
                     }
@@ -1203,6 +1253,7 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
             }
 }
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_1, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
 #endif
@@ -1240,10 +1291,12 @@ static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x,
     default: KERN(gp, x, i0, 8, nb, res); break;                                            \
     }
     if (NG == 2 && t == GGML_Q4_1) { PKZ_CASE(pkz_q41) return; }
+    if (NG == 2 && t == GGML_Q4_K) { PKZ_CASE(pkz_q4k) return; }
     if (NG == 2 && t == GGML_Q8_0) { PKZ_CASE(pkz_q80) return; }
 #undef PKZ_CASE
 #endif
     if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
+    else if (t == GGML_Q4_K) { PK_CASE(pk_q4k, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
     else { PK_CASE(pk_f16, cols) }
 #undef PK_CASE

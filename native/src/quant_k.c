@@ -143,6 +143,16 @@ void qk_unpack(uint32_t t, const uint8_t *blk, int8_t q[QK_K], int sc[16], int m
     *dmin = k.dmin;
 }
 
+void qk_q4k_block(const uint8_t *sb, int sub, float *dl, float *ml, uint8_t qs16[16]) {
+    int sc, m;
+    scale_min_k4(sb + 4, sub, &sc, &m);
+    *dl = h2f(sb) * (float)sc;
+    *ml = -(h2f(sb + 2) * (float)m);
+    const uint8_t *qs = sb + 16 + 32 * (sub / 2);
+    const int sh = 4 * (sub % 2);
+    for (int t = 0; t < 16; t++) qs16[t] = (uint8_t)(((qs[t] >> sh) & 15) | (((qs[t + 16] >> sh) & 15) << 4));
+}
+
 /* ---- dequantization ---- */
 
 void qk_dequant(uint32_t t, const uint8_t *row, float *out, int n) {
@@ -338,6 +348,23 @@ void qk_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb,
     float acc[QK_NX][8];
     memset(acc, 0, sizeof acc);
     kcodes kc;
+    if (t == 12) {   /* Q4_K: quant.c packs it like Q4_1; one accumulator, blocks in order */
+        int32_t isum[8], msum[8];
+        for (int s = 0; s < nb / 8; s++, w += bb) {
+            codes(t, w, &kc);
+            for (int k = 0; k < nx; k++) {
+                const size_t r = (size_t)(i0 + k);
+                const float *xd = x->qd + r * nb + (size_t)s * 8, *xs = x->qs + r * nb + (size_t)s * 8;
+                block_sums(&kc, x->q + r * cols + (size_t)s * QK_K, isum, msum);
+                for (int b = 0; b < 8; b++) {
+                    acc[k][0] = fmaf((float)isum[b], kc.lmul[b] * xd[b], acc[k][0]);
+                    acc[k][0] = fmaf(-kc.lmin[b], xs[b], acc[k][0]);
+                }
+            }
+        }
+        for (int k = 0; k < nx; k++) res[k] = acc[k][0];
+        return;
+    }
 #ifdef __AVX2__
     __m256 av[QK_NX];
     for (int k = 0; k < QK_NX; k++) av[k] = _mm256_setzero_ps();

@@ -201,7 +201,8 @@ def main(argv=None):
         elif h["qk_norm"] == "full":
             w.add_tensor(p + "attn_q_norm.weight", norm_w(H * HD))
             w.add_tensor(p + "attn_k_norm.weight", norm_w(KVH * HD))
-        w.add_tensor(p + "ffn_norm.weight", norm_w(D))
+        # GLM's GGUF names the FFN's pre-norm post_attention_norm (llama.cpp's glm4moe loader)
+        w.add_tensor(p + ("post_attention_norm.weight" if arch == "glm4moe" else "ffn_norm.weight"), norm_w(D))
         if L < h["dense_lead"]:
             F = h["d_ff"]
             put(p + "ffn_gate.weight", mat(F, D), "q4k")

@@ -105,6 +105,7 @@ class Ref:
     FFN blocks, final norm, head); each architecture below states its own pieces."""
     arch = ""
     neox = True
+    ffn_norm = "ffn_norm"      # GGUF name of the FFN's pre-norm (HF post_attention_layernorm)
 
     def __init__(self, path):
         self.w = W = Weights(path)
@@ -192,7 +193,7 @@ class Ref:
             s = np.einsum("qhd,khd->hqk", q, k) * self.attn_scale() + mask
             o = np.einsum("hqk,khd->qhd", softmax(s), v).reshape(n, self.H * self.HD)
             x = self.residual(x, o @ W(p + "attn_output.weight").T)
-            x = self.residual(x, self.ffn(l, rmsnorm(x, W(p + "ffn_norm.weight"), self.eps)))
+            x = self.residual(x, self.ffn(l, rmsnorm(x, W(p + self.ffn_norm + ".weight"), self.eps)))
         return self.head(x)
 
 
@@ -262,6 +263,7 @@ class GraniteMoe(Ref):
 
 class Glm4Moe(Ref):
     arch = "glm4moe"
+    ffn_norm = "post_attention_norm"
 
     def route(self, l, lg):
         W = self.w

@@ -6,7 +6,9 @@ the same greedy tokens, with log-probabilities within a stated tolerance.
 Engine side: fwd_dump (one prefill of prompt + the reference's greedy continuation: teacher
 forcing), EXACT=1 (float activations) with KV_TYPE=f32 — the arithmetic the oracle can be tight
 about. Tolerances: EXACT=1 max |d log-prob| over the top 32 <= 2e-3 (float32 accumulation vs
-float64; measured figures in native/README.md). The int8 default is reported by bench only.
+float64; measured figures in native/README.md). The int8 default (int8 activations: chaotic on
+these random models, see README) gets a loose guard against broken kernels: finite logits, at most
+2 of 12 greedy choices off, max |d log-prob| <= 1.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ def engine_logits(fwd_dump, model, ids, vocab, tmp_path, **env):
 
 def compare(ref_lp, eng_lp, prompt_len, ids):
     """(greedy agreement count, steps, max |d log-prob| over the reference's top 32)."""
+    assert np.isfinite(eng_lp).all(), "engine logits not finite"
     agree, err = 0, 0.0
     for pos in range(prompt_len - 1, len(ids) - 1):
         agree += int(np.argmax(eng_lp[pos]) == ids[pos + 1])
@@ -63,3 +66,4 @@ def test_arch_matches_reference(arch, fwd_dump, tmp_path):
           f"int8 default greedy {int8[0]}/{int8[1]}, max |d log-prob| {int8[2]:.2e}")
     assert agree == steps, f"{arch}: EXACT=1 engine's greedy choice differs from the reference at {steps - agree} steps"
     assert err <= TOL_EXACT, f"{arch}: log-prob error {err:.3g} > {TOL_EXACT}"
+    assert int8[0] >= steps - 2 and 0 < int8[2] <= 1.0, f"{arch}: int8 default off the reference: {int8}"

@@ -32,7 +32,7 @@ _spec.loader.exec_module(_mod)
 ARCHS = _mod.ARCHS
 
 # Architectures whose arch_<name>.c is registered: these must load (never skipped).
-LANDED = {"qwen3moe"}
+LANDED = {"qwen3moe", "olmoe", "qwen2moe", "granitemoe", "glm4moe"}
 # Per architecture, a tensor of its own layout the engine must refuse to run without (others:
 # output_norm.weight, which every architecture needs).
 REQUIRED_TENSOR = {
@@ -66,7 +66,9 @@ def _layout(path):
         return f.parts[f.data[0]][0].item()
 
     arch = field("general.architecture")
-    moe_rows = sum(1 for t in r.tensors if t.name.endswith(".ffn_gate_inp.weight"))
+    # MoE blocks of the forward: GLM's trailing nextn_predict_layers (MTP) blocks are not run
+    n_run = int(field(f"{arch}.block_count")) - int(field(f"{arch}.nextn_predict_layers", 0))
+    moe_rows = sum(1 for t in r.tensors if t.name.endswith(".ffn_gate_inp.weight") and int(t.name.split(".")[1]) < n_run)
     return moe_rows, int(field(f"{arch}.expert_count")), int(field(f"{arch}.expert_used_count")), \
         field("tokenizer.chat_template")
 
