@@ -38,8 +38,8 @@ static void rmsnorm(float *out, const float *x, const float *w, int d, float eps
 static void rope_table(const struct model_priv *P, int pos, float *cs) {
     for (int i = 0; i < P->rope_dim / 2; i++) {
         double th = (double)pos * P->inv_freq[i];
-        cs[2 * i] = (float)cos(th);
-        cs[2 * i + 1] = (float)sin(th);
+        cs[2 * i] = (float)(cos(th) * P->rope_mscale);
+        cs[2 * i + 1] = (float)(sin(th) * P->rope_mscale);
     }
 }
 

@@ -32,6 +32,11 @@ typedef struct {
     float attn_scale;                          /* attention score scale (0: 1/sqrt(head_dim)) */
     float rope_base, rms_eps;
     int rope_dim;                              /* rotated dimensions of a head (<= head_dim) */
+    /* RoPE scaling, llama.cpp's rope.scaling.* semantics (none: 1, 0, 1): angles pos * inv_freq_i *
+     * (freq_scale (1 - r_i) + r_i), r_i = YaRN's ramp over the pairs x ext_factor (0: linear
+     * scaling); cos/sin x attn_factor, x (1 + 0.1 ln(1 / freq_scale)) when ext_factor != 0. */
+    float rope_freq_scale, rope_ext_factor, rope_attn_factor, rope_beta_fast, rope_beta_slow;
+    int rope_ctx_orig;                         /* YaRN's original context (ramp range) */
     int n_moe_rows;                            /* MoE layers (EMAP rows) */
 } model_config;
 

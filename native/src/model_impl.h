@@ -32,7 +32,8 @@ struct model_priv {
     int g_open;
     float **owned;          /* owned copies: converted norm vectors, packed matrices */
     int n_owned, cap_owned;
-    double *inv_freq;       /* RoPE: base^(-2i/rope_dim), i < rope_dim/2 */
+    double *inv_freq;       /* RoPE: base^(-2i/rope_dim), i < rope_dim/2 (x the scaling's factor) */
+    double rope_mscale;     /* RoPE: cos/sin multiplier (1 without YaRN / attn_factor) */
     int rope_dim;
     const compute_tier *tier;
     qact act;

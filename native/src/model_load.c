@@ -226,6 +226,57 @@ static void sampling_defaults(model *m) {
 
 /* ---------------------------------------------------------------- building blocks of arch files */
 
+/* <arch>.rope.scaling.*, as llama.cpp reads them: type none | linear (the default when only a
+ * factor is given) | yarn; factor (or the older rope.scale_linear), 0 = none; attn_factor;
+ * original_context_length (YaRN's, else context_length); yarn_beta_fast / yarn_beta_slow /
+ * yarn_ext_factor. Anything else (longrope, a YaRN log multiplier or attention factor) is refused. */
+static int rope_scaling(model *m, char *err, size_t errlen) {
+    model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    char k[128];
+    c->rope_freq_scale = c->rope_attn_factor = 1.0f;
+    c->rope_ext_factor = 0.0f;
+    c->rope_beta_fast = 32.0f;
+    c->rope_beta_slow = 1.0f;
+    c->rope_ctx_orig = c->ctx_train;
+    char *type = gguf_get_string(g, ld_key(m, "rope.scaling.type", k, sizeof k));
+    int yarn = 0, none = 0;
+    if (type) {
+        yarn = strcmp(type, "yarn") == 0;
+        none = strcmp(type, "none") == 0;
+        if (!yarn && !none && strcmp(type, "linear") != 0) {
+            model_fail(err, errlen, "%s '%s' is not supported (none, linear, yarn)", k, type);
+            free(type);
+            return -1;
+        }
+        free(type);
+    }
+    double f = gguf_get_float(g, ld_key(m, "rope.scaling.factor", k, sizeof k), NAN);
+    if (isnan(f)) f = gguf_get_float(g, ld_key(m, "rope.scale_linear", k, sizeof k), 0.0);
+    if (!isfinite(f) || f < 0.0) return model_fail(err, errlen, "%s = %g is invalid", k, f);
+    if (f != 0.0 && !none) c->rope_freq_scale = (float)(1.0 / f);
+    const char *fk[] = {"rope.scaling.attn_factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+                        "rope.scaling.yarn_ext_factor"};
+    float *fv[] = {&c->rope_attn_factor, &c->rope_beta_fast, &c->rope_beta_slow, &c->rope_ext_factor};
+    if (yarn) c->rope_ext_factor = 1.0f;
+    for (int i = 0; i < 4; i++) {
+        double v = gguf_get_float(g, ld_key(m, fk[i], k, sizeof k), *fv[i]);
+        if (!isfinite(v) || v < 0.0 || v > 1e6) return model_fail(err, errlen, "%s = %g is invalid", k, v);
+        *fv[i] = (float)v;
+    }
+    const char *no[] = {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor"};
+    const double nov[] = {0.0, 1.0};
+    for (int i = 0; i < 2; i++) {
+        double v = gguf_get_float(g, ld_key(m, no[i], k, sizeof k), nov[i]);
+        if (v != nov[i]) return model_fail(err, errlen, "%s = %g is not supported", k, v);
+    }
+    if (ld_int_opt(m, "rope.scaling.original_context_length", c->ctx_train, &c->rope_ctx_orig, err, errlen)) return -1;
+    if (c->rope_ext_factor != 0.0f && c->rope_ctx_orig < 1)
+        return model_fail(err, errlen, "%s.rope.scaling.original_context_length (or context_length) is missing for YaRN",
+                          m->arch);
+    return 0;
+}
+
 int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
     model_config *c = &m->c;
     const gguf_file *g = &m->g;
@@ -268,7 +319,7 @@ int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
     if (c->n_experts == 0) c->top_k = 0;
     c->expert_scale = c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
     c->attn_scale = 0.0f;
-    return 0;
+    return rope_scaling(m, err, errlen);
 }
 
 void ld_expert_widths(model *m) {
@@ -470,7 +521,21 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
     P->rope_dim = rd;
     P->inv_freq = malloc(sizeof(double) * (size_t)(rd / 2));
     if (!P->inv_freq) return model_fail(err, errlen, "out of memory");
-    for (int i = 0; i < rd / 2; i++) P->inv_freq[i] = pow((double)c->rope_base, -2.0 * i / (double)rd);
+    /* RoPE scaling (model_config): YaRN's ramp r_i over the pairs between the correction dims of
+     * beta_fast and beta_slow rotations in the original context, as ggml's rope_yarn */
+    const double fs = c->rope_freq_scale, ext = c->rope_ext_factor;
+    double lo = 0.0, hi = 0.0;
+    if (ext != 0.0) {
+        const double lb = 2.0 * log((double)c->rope_base), two_pi = 2.0 * 3.14159265358979323846;
+        lo = fmax(0.0, floor(rd * log(c->rope_ctx_orig / (c->rope_beta_fast * two_pi)) / lb));
+        hi = fmin(rd - 1.0, ceil(rd * log(c->rope_ctx_orig / (c->rope_beta_slow * two_pi)) / lb));
+    }
+    for (int i = 0; i < rd / 2; i++) {
+        double mix = 0.0;
+        if (ext != 0.0) mix = (1.0 - fmin(1.0, fmax(0.0, (i - lo) / fmax(0.001, hi - lo)))) * ext;
+        P->inv_freq[i] = pow((double)c->rope_base, -2.0 * i / (double)rd) * (fs * (1.0 - mix) + mix);
+    }
+    P->rope_mscale = (double)c->rope_attn_factor * (ext != 0.0 ? 1.0 + 0.1 * log(1.0 / fs) : 1.0);
     return 0;
 }
 
