@@ -671,15 +671,34 @@ int qpack_ok(uint32_t type, int rows, int cols)
     return type == GGML_F16 || cols % (type == GGML_Q4_K ? 256 : QK) == 0;
 }
 
-/* Bytes of one 32-value block of a packed group (quantized types). Q4_K is packed as Q4_1
- * with float32 scales: per block f32 dl[8] (d * sc of the row's sub-block), f32 ml[8]
- * (-(dmin * m)), then Q4_1's 4 nibble vectors: the same kernels, the same canonical order
- * (acc = fma(isum, dl * d_x, acc); acc = fma(ml, s_x, acc)). */
-#define PK_BLK(t) ((t) == GGML_Q4_1 ? 160 : (t) == GGML_Q4_K ? 192 : 272)
-#define PK_NIB(t) ((t) == GGML_Q4_K ? 64 : 32)
+/* Bytes of one 32-value block of a packed group (Q4_1, Q8_0). Q4_K is packed like Q4_1 with
+ * its own scales, 1184 bytes per super-block of a group (148 per row and 256 values, the file:
+ * 144): f16 d[8], f16 dmin[8] of the 8 rows, then 8 blocks of 144 bytes: u8 sc[8], u8 m[8] (the
+ * rows' 6-bit scale and min of that sub-block) and Q4_1's 4 nibble vectors. The kernels form
+ * dl = d * sc and ml = -(dmin * m) (dequant_row's products) and run Q4_1's tiles and order:
+ * acc = fma(isum, dl * d_x, acc); acc = fma(ml, s_x, acc). */
+#define PK_BLK(t) ((t) == GGML_Q4_1 ? 160 : 272)
+#define PK_K4_SB 1184
+#define PK_NIB(t) ((t) == GGML_Q4_K ? 16 : 32)
+
+/* Block b of a packed group g (Q4_1, Q8_0: fixed stride; Q4_K: within its super-block). */
+static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
+{
+    if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;
+    return g + (size_t)b * PK_BLK(t);
+}
+
+/* Q4_K: row j's dl and ml of block b of packed group g (scalar, the kernels' values). */
+static inline void pk_k4_scales(const uint8_t *g, int b, int j, float *dl, float *ml)
+{
+    const uint8_t *h = g + (size_t)(b / 8) * PK_K4_SB, *blk = pk_blk(GGML_Q4_K, g, b);
+    *dl = ld_f16(h + 2 * j) * (float)blk[j];
+    *ml = -(ld_f16(h + 16 + 2 * j) * (float)blk[8 + j]);
+}
 
 static size_t pk_group_bytes(uint32_t t, int cols)
 {
+    if (t == GGML_Q4_K) return (size_t)(cols / 256) * PK_K4_SB;
     return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -731,14 +750,22 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
 #endif
     for (int b = 0; b < nb; b++) {
         if (t == GGML_Q4_K) {
-            uint8_t *o = dst + (size_t)b * 192;
+            uint8_t *h = dst + (size_t)(b / 8) * PK_K4_SB, *o = (uint8_t *)pk_blk(t, dst, b);
             for (int j = 0; j < PK_ROWS; j++) {
-                float dl = 0.0f, ml = 0.0f;
-                uint8_t qs[16] = {0};
-                if (src[j]) qk_q4k_block(src[j] + (size_t)(b / 8) * 144, b % 8, &dl, &ml, qs);
-                memcpy(o + 4 * j, &dl, 4);
-                memcpy(o + 32 + 4 * j, &ml, 4);
-                for (int v = 0; v < 4; v++) memcpy(o + 64 + 32 * v + 4 * j, qs + 4 * v, 4);
+                uint8_t qs[16] = {0}, d4[4] = {0};
+                int sc = 0, m = 0;
+                if (src[j]) {
+                    const uint8_t *sb = src[j] + (size_t)(b / 8) * 144;
+                    qk_q4k_raw(sb, b % 8, &sc, &m, qs);
+                    memcpy(d4, sb, 4);
+                }
+                if (b % 8 == 0) {
+                    memcpy(h + 2 * j, d4, 2);
+                    memcpy(h + 16 + 2 * j, d4 + 2, 2);
+                }
+                o[j] = (uint8_t)sc;
+                o[8 + j] = (uint8_t)m;
+                for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, qs + 4 * v, 4);
             }
         } else if (t == GGML_Q4_1) {
             uint8_t *o = dst + (size_t)b * 160;
@@ -879,12 +906,11 @@ void qmat_row(const qmat *w, int r, float *out)
             const float d = ld_f16(blk + 2 * j);
             for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
         } else if (w->type == GGML_Q4_K) {   /* dl * q + (-ml): dequant_row's dl * q - ml */
-            const uint8_t *blk = g + (size_t)b * 192;
+            const uint8_t *blk = pk_blk(GGML_Q4_K, g, b);
             float d, m;
-            memcpy(&d, blk + 4 * j, 4);
-            memcpy(&m, blk + 32 + 4 * j, 4);
+            pk_k4_scales(g, b, j, &d, &m);
             for (int k = 0; k < 16; k++) {
-                const uint8_t byte = blk[64 + 32 * (k / 4) + 4 * j + k % 4];
+                const uint8_t byte = blk[16 + 32 * (k / 4) + 4 * j + k % 4];
                 o[k] = d * (float)(byte & 15) + m;
                 o[k + 16] = d * (float)(byte >> 4) + m;
             }
@@ -948,10 +974,23 @@ FORCE_INLINE __m256i bc4(const int8_t *p)
 #ifndef PK_HINT
 #define PK_HINT _MM_HINT_T1
 #endif
+/* Q4_K: dl = d * sc and ml = -(dmin * m) of the 8 rows of block b of packed group g. */
+FORCE_INLINE void k4_scales(const uint8_t *g, int b, __m256 *dl, __m256 *ml)
+{
+    const uint8_t *h = g + (size_t)(b / 8) * PK_K4_SB, *blk = pk_blk(GGML_Q4_K, g, b);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 16)));
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)blk)));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8))));
+    *dl = _mm256_mul_ps(d, sc);
+    *ml = _mm256_xor_ps(_mm256_mul_ps(dm, m), _mm256_set1_ps(-0.0f));
+}
+
 FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                           float *res, const int kq)
 {
-    const size_t BS = kq ? 192 : 160, NO = kq ? 64 : 32;
+    const size_t NO = kq ? 16 : 32;
+    const uint32_t T = kq ? GGML_Q4_K : GGML_Q4_1;
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
     act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
@@ -966,9 +1005,9 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             if (t < 3)
-                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * BS + 64 * t + PK_PFD, PK_HINT);
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)pk_blk(T, gp[g], b) + 64 * t + PK_PFD, PK_HINT);
             for (int g = 0; g < NG; g++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * BS + NO + 32 * t));
+                __m256i v = _mm256_loadu_si256((const __m256i *)(pk_blk(T, gp[g], b) + NO + 32 * t));
                 lo[g] = _mm256_and_si256(v, m15);
                 hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
             }
@@ -991,10 +1030,13 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
             for (int k = 0; k < NX; k++) is[g][k] = _mm256_madd_epi16(is[g][k], _mm256_set1_epi16(1));
 #endif
         for (int g = 0; g < NG; g++) {
-            const uint8_t *gb = gp[g] + (size_t)b * BS;
-            __m256 dw = kq ? _mm256_loadu_ps((const float *)(const void *)gb) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
-            __m256 mw = kq ? _mm256_loadu_ps((const float *)(const void *)(gb + 32))
-                           : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
+            const uint8_t *gb = pk_blk(T, gp[g], b);
+            __m256 dw, mw;
+            if (kq) k4_scales(gp[g], b, &dw, &mw);
+            else {
+                dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
+                mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
+            }
             for (int k = 0; k < NX; k++) {
                 __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
@@ -1119,10 +1161,9 @@ FORCE_INLINE __m512 z_half2(const uint8_t *a, const uint8_t *b)
                                                    _mm_loadu_si128((const __m128i *)b), 1));
 }
 
-FORCE_INLINE __m512 z_f32x2(const uint8_t *a, const uint8_t *b)
+FORCE_INLINE __m512 z_join(__m256 a, __m256 b)
 {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(const void *)a))),
-                                               _mm256_castps_pd(_mm256_loadu_ps((const float *)(const void *)b)), 1));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1));
 }
 
 FORCE_INLINE __m512i z_bc4(const int8_t *p)
@@ -1134,7 +1175,8 @@ FORCE_INLINE __m512i z_bc4(const int8_t *p)
 
 FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res, const int kq)
 {
-    const size_t BS = kq ? 192 : 160, NO = kq ? 64 : 32;
+    const size_t NO = kq ? 16 : 32;
+    const uint32_t T = kq ? GGML_Q4_K : GGML_Q4_1;
     const int8_t *xq[8];
     const float *xd[8], *xs[8];
     act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
@@ -1142,7 +1184,7 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
     __m512 acc[8];
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const uint8_t *b0 = gp[0] + (size_t)b * BS, *b1 = gp[1] + (size_t)b * BS;
+        const uint8_t *b0 = pk_blk(T, gp[0], b), *b1 = pk_blk(T, gp[1], b);
         __m512i is[8];
         for (int k = 0; k < NX; k++) is[k] = _mm512_setzero_si512();
         for (int t = 0; t < 4; t++) {
@@ -1157,7 +1199,17 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
                 is[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[k], lo, z_bc4(xk)), hi, z_bc4(xk + 16));
             }
         }
-        const __m512 dw = kq ? z_f32x2(b0, b1) : z_half2(b0, b1), mw = kq ? z_f32x2(b0 + 32, b1 + 32) : z_half2(b0 + 16, b1 + 16);
+        __m512 dw, mw;
+        if (kq) {
+            __m256 d0, m0, d1, m1;
+            k4_scales(gp[0], b, &d0, &m0);
+            k4_scales(gp[1], b, &d1, &m1);
+            dw = z_join(d0, d1);
+            mw = z_join(m0, m1);
+        } else {
+            dw = z_half2(b0, b1);
+            mw = z_half2(b0 + 16, b1 + 16);
+        }
         for (int k = 0; k < NX; k++) {
             const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[k][b]));
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), sc, acc[k]);
@@ -1228,18 +1280,16 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                     }
                     r = e + o;
                 } else {
-                    const size_t bs = PK_BLK(t);
                     const int8_t *xq = x->q + xi * cols;
                     const float *xd = x->qd + xi * nb, *xs = x->qs + xi * nb;
                     float acc = 0.0f;
                     for (int b = 0; b < nb; b++) {
-                        const uint8_t *blk = gp[g] + (size_t)b * bs;
+                        const uint8_t *blk = pk_blk(t, gp[g], b);
                         int32_t is = 0;
                         for (int v = 0; v < QK; v++) is += pk_wval(t, blk, j, v) * xq[b * QK + v];
                         if (t == GGML_Q4_K) {
                             float dl, ml;
-                            memcpy(&dl, blk + 4 * j, 4);
-                            memcpy(&ml, blk + 32 + 4 * j, 4);
+                            pk_k4_scales(gp[g], b, j, &dl, &ml);
                             acc = fmaf((float)is, dl * xd[b], acc);
                             acc = fmaf(ml, xs[b], acc);
                             continue;

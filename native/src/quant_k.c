@@ -143,6 +143,13 @@ void qk_unpack(uint32_t t, const uint8_t *blk, int8_t q[QK_K], int sc[16], int m
     *dmin = k.dmin;
 }
 
+void qk_q4k_raw(const uint8_t *sb, int sub, int *sc, int *m, uint8_t qs16[16]) {
+    scale_min_k4(sb + 4, sub, sc, m);
+    const uint8_t *qs = sb + 16 + 32 * (sub / 2);
+    const int sh = 4 * (sub % 2);
+    for (int t = 0; t < 16; t++) qs16[t] = (uint8_t)(((qs[t] >> sh) & 15) | (((qs[t + 16] >> sh) & 15) << 4));
+}
+
 void qk_q4k_block(const uint8_t *sb, int sub, float *dl, float *ml, uint8_t qs16[16]) {
     int sc, m;
     scale_min_k4(sb + 4, sub, &sc, &m);

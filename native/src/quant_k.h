@@ -17,6 +17,8 @@ void qk_unpack(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], in
 /* Q4_K sub-block sub (0..7) of super-block sb as a Q4_1-like block (quant.c's packed layout):
  * dl = d * sc, ml = -(dmin * m), qs16[t] = q[t] | q[t + 16] << 4. */
 void qk_q4k_block(const uint8_t *sb, int sub, float *dl, float *ml, uint8_t qs16[16]);
+/* The same with the raw 6-bit scale and min. */
+void qk_q4k_raw(const uint8_t *sb, int sub, int *sc, int *m, uint8_t qs16[16]);
 /* One row of n values (n % 256 == 0 for K-quants) into out. BF16 too. */
 void qk_dequant(uint32_t type, const uint8_t *row, float *out, int n);
 
