@@ -6,7 +6,15 @@ runs through llama.cpp (llama-cpp-python built from source) and through our engi
 (architecture, mix): greedy agreement and the largest log-probability difference.
 
     bench/arch_crosscheck.py [--llama-python bench/.venv-llama/bin/python] [--arch NAME ...]
-                             [--steps 24] [--threads 2]
+                             [--steps 24] [--threads 2] [--llama-quantize Q4_K_M Q8_0 ...]
+                             [--d-expert 1408]
+
+--llama-quantize also runs the F32 fixture quantized by llama.cpp's own llama_model_quantize to
+those file types: the per-tensor type choices of the files people download (Q6_K head and some
+expert downs, Q8_0 attention k/v of MoE files, Q5_K attention output, the K-quant fallbacks Q5_0 /
+Q5_1 / Q8_0 / IQ4_NL for rows that are not a multiple of 256); a file our engine refuses gets its
+refusal line in the table. --d-expert changes the fixtures' expert width (e.g. 1408, Qwen1.5-MoE-
+A2.7B's and GLM-4.5-Air's).
 
 Method: llama.cpp decodes STEPS greedy tokens after a fixed 10-token prompt (its own choices);
 then both engines score that whole sequence teacher-forced (one prefill each: llama.cpp with
@@ -69,7 +77,7 @@ LLAMA_SCRIPT = textwrap.dedent("""
     _ll.llama_cpp.llama_model_default_params = _params
     model, threads, steps, prompt, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
     llm = Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=256, n_batch=256,
-                logits_all=True, type_k=0, type_v=0, verbose=False)   # K/V cache in F32
+                logits_all=True, type_k=0, type_v=0, verbose=True)   # K/V cache in F32
     # greedy continuation, one token at a time
     llm.reset()
     llm.eval(prompt)
@@ -92,11 +100,38 @@ def log_softmax(x):
     return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
 
 
+class Refused(Exception):
+    pass
+
+
 def ours(model, ids, vocab, tmp, **env):
     out = Path(tmp) / "ours.f32"
-    subprocess.run([str(FWD_DUMP), str(model), str(out), *map(str, ids)], check=True,
-                   env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"), **env))
+    r = subprocess.run([str(FWD_DUMP), str(model), str(out), *map(str, ids)], capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"), **env))
+    if r.returncode != 0:
+        raise Refused((r.stderr.strip().splitlines() or ["?"])[-1].replace("fwd_dump: ", ""))
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), vocab)
+
+
+QUANT_SCRIPT = textwrap.dedent("""
+    import ctypes, sys
+    import llama_cpp
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = int(sys.argv[3])
+    p.nthread = 2
+    sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(p)))
+""")
+# llama.cpp's llama_ftype values of the file types people download
+FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15,
+          "Q5_K_M": 17, "Q6_K": 18, "IQ4_XS": 30}
+
+
+def type_census(model):
+    from collections import Counter
+
+    from gguf import GGUFReader
+    c = Counter(t.tensor_type.name for t in GGUFReader(str(model)).tensors)
+    return " ".join(f"{k} {v}" for k, v in sorted(c.items()))
 
 
 def compare(ref_lp, lp, n_prompt):
@@ -114,7 +149,7 @@ def compare(ref_lp, lp, n_prompt):
 
 
 def ggml_dequant_check(model, llama_python):
-    """Every K-quant tensor of model through llama.cpp's own dequantizer (libggml-base's
+    """Every quantized tensor of model through llama.cpp's own dequantizer (libggml-base's
     dequantize_row_<type>, via ctypes) against gguf's numpy dequantizer (the one our oracle and
     our engine's dequant_row match bit for bit): (tensors compared, tensors not bit-identical)."""
     import ctypes
@@ -128,9 +163,10 @@ def ggml_dequant_check(model, llama_python):
     n = bad = 0
     for t in GGUFReader(str(model)).tensors:
         qt = GGMLQuantizationType(int(t.tensor_type))
-        if not qt.name.endswith("_K"):
+        if qt.name in ("F32", "F16", "BF16"):
             continue
-        fn = getattr(lib, f"dequantize_row_{qt.name[:-2].lower()}_K")
+        fn = getattr(lib, f"dequantize_row_{qt.name.lower()[:-2]}_K" if qt.name.endswith("_K")
+                     else f"dequantize_row_{qt.name.lower()}")
         raw = np.ascontiguousarray(np.asarray(t.data)).view(np.uint8)
         k = int(np.prod([int(x) for x in t.shape]))
         out = np.empty(k, dtype=np.float32)
@@ -152,20 +188,42 @@ def main():
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--llama-quantize", nargs="*", default=[], choices=sorted(FTYPES), metavar="FTYPE",
+                    help="also the F32 fixture quantized by llama.cpp's own llama_model_quantize to these file "
+                         "types (its per-tensor rules: Q6_K heads, Q8_0 attention of MoE files, K-quant fallbacks)")
+    ap.add_argument("--d-expert", type=int, help="expert width of the fixtures instead of the generator's "
+                    "(e.g. 1408, Qwen1.5-MoE-A2.7B's: not a multiple of 256, so llama.cpp's K-quant files fall "
+                    "back to Q5_0 / Q8_0 for the expert downs)")
     a = ap.parse_args()
     subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
     rows, deq = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for arch in a.arch:
-            for mix in ("kquant", "f32"):
-                model = Path(tmp) / f"{arch}-{mix}.gguf"
-                subprocess.run([sys.executable, str(GEN), str(model), "--arch", arch, "--seed", str(a.seed)]
-                               + (["--f32"] if mix == "f32" else []), check=True)
+            if a.d_expert:
+                mod.ARCHS[arch] = dict(mod.ARCHS[arch], d_expert=a.d_expert)
+            # (the generator's own K-quant mix needs widths that are multiples of 256: not with --d-expert)
+            for mix in ([] if a.d_expert else ["kquant"]) + ["f32"] + [f"llama {t}" for t in a.llama_quantize]:
+                model = Path(tmp) / f"{arch}-{mix.replace(' ', '-')}.gguf"
+                gen = [str(model), "--arch", arch, "--seed", str(a.seed)] + ([] if mix == "kquant" else ["--f32"])
+                if a.d_expert:      # the generator in-process, with the patched shape
+                    mod.main(gen)
+                else:
+                    subprocess.run([sys.executable, str(GEN), *gen], check=True)
+                if mix.startswith("llama "):
+                    f32 = model.with_suffix(".f32.gguf")
+                    model.rename(f32)
+                    q = subprocess.run([a.llama_python, "-c", QUANT_SCRIPT, str(f32), str(model),
+                                        str(FTYPES[mix.split()[1]])], capture_output=True, text=True)
+                    if q.returncode != 0:
+                        rows.append((arch, mix, f"llama.cpp's quantizer failed: {q.stderr.strip()[-160:]}"))
+                        continue
+                    deq.append(f"{arch} {mix}: tensor types {type_census(model)}")
                 npy = Path(tmp) / "llama.npy"
                 r = subprocess.run([a.llama_python, "-c", LLAMA_SCRIPT, str(model), str(a.threads), str(a.steps),
                                     json.dumps(PROMPT), str(npy)], capture_output=True, text=True)
                 if r.returncode != 0:
-                    err = (r.stderr.strip().splitlines() or ["?"])[-1]
+                    lines = r.stderr.strip().splitlines() or ["?"]
+                    err = next((ln for ln in lines if "error loading model" in ln), lines[-1])
                     rows.append((arch, mix, f"llama.cpp failed (rc {r.returncode}): {err[:160]}"))
                     print(rows[-1], r.stderr[-3000:], file=sys.stderr)
                     continue
@@ -175,13 +233,14 @@ def main():
                 try:
                     ex = compare(ref, log_softmax(ours(model, ids, V, tmp, EXACT="1", KV_TYPE="f32")), len(PROMPT))
                     i8 = compare(ref, log_softmax(ours(model, ids, V, tmp)), len(PROMPT))
-                except subprocess.CalledProcessError as e:
-                    rows.append((arch, mix, f"our engine failed: {e}"))
+                except Refused as e:
+                    rows.append((arch, mix, f"our engine refuses it: {e}"))
+                    print(rows[-1], file=sys.stderr)
                     continue
-                if mix == "kquant":
+                if mix != "f32":
                     nt, nbad = ggml_dequant_check(model, a.llama_python)
-                    deq.append(f"{arch}: {nt - nbad}/{nt} K-quant tensors dequantize bit-identically in llama.cpp "
-                               "and gguf's numpy")
+                    deq.append(f"{arch} {mix}: {nt - nbad}/{nt} quantized tensors dequantize bit-identically in "
+                               "llama.cpp and gguf's numpy")
                     print(deq[-1], file=sys.stderr)
                 rf = None
                 if arch in REFS:     # the float64 reference of tests/model/arch_ref.py vs llama.cpp
@@ -200,7 +259,7 @@ def main():
             print(f"| {r[0]} | {r[1]} | {r[2]} | | | | | | | |")
             continue
         arch, mix, ex, i8, rf = r
-        w = "K-quant mix" if mix == "kquant" else "F32"
+        w = {"kquant": "K-quant mix", "f32": "F32"}.get(mix, mix)
         ref = f"{rf[1]}/{rf[0]} | {rf[2]:.2e}" if rf else "n/a | n/a"
         print(f"| {arch} | {w} | {ex[1]}/{ex[0]} | {ex[2]:.2e} | {ex[3]:.3f} | {i8[1]}/{i8[0]} | {i8[2]:.2e} | {i8[3]:.3f} "
               f"| {ref} |")
