@@ -447,30 +447,33 @@ class Parser:
 
     def feed(self, chunk):
         self.buf += chunk
-        events = []
-        while True:
-            if self.pending is not None:
-                event, n = self.pending
-                if len(self.buf) < n + 1:
+        buf, pos, events = self.buf, 0, []
+        try:
+            while True:
+                if self.pending is not None:
+                    event, n = self.pending
+                    if len(buf) - pos < n + 1:
+                        break
+                    if buf[pos + n] != 0x0A:
+                        raise ProtocolError(f"frame of {n} bytes not followed by a newline")
+                    if isinstance(event, Data):
+                        event.data = bytes(buf[pos:pos + n])
+                    pos += n + 1
+                    self.pending = None
+                    events.append(event)
+                    continue
+                end = buf.find(b"\n", pos)
+                if end < 0:
+                    if len(buf) - pos > MAX_LINE:
+                        raise ProtocolError("line too long")
                     break
-                if self.buf[n] != 0x0A:
-                    raise ProtocolError(f"frame of {n} bytes not followed by a newline")
-                if isinstance(event, Data):
-                    event.data = bytes(self.buf[:n])
-                del self.buf[:n + 1]
-                self.pending = None
-                events.append(event)
-                continue
-            end = self.buf.find(b"\n")
-            if end < 0:
-                if len(self.buf) > MAX_LINE:
-                    raise ProtocolError("line too long")
-                break
-            raw = bytes(self.buf[:end]).rstrip(b"\r")
-            del self.buf[:end + 1]
-            event = self._line(raw)
-            if event is not None:
-                events.append(event)
+                raw = bytes(buf[pos:end]).rstrip(b"\r")
+                pos = end + 1
+                event = self._line(raw)
+                if event is not None:
+                    events.append(event)
+        finally:
+            del buf[:pos]  # once per chunk: consumed lines are not moved one by one
         return events
 
     def _line(self, raw):

@@ -157,6 +157,7 @@ class Bridge:
         self.heart = Heart()
         self.deliveries = set()  # tasks sending reply batches
         self.outlets = {}        # reply list -> [(request, batch)] waiting for its sender
+        self.handlers = {}       # event type -> its ev_* method
         self.senders = {}        # reply list -> the task sending to it
         self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
 
@@ -440,9 +441,11 @@ class Bridge:
         self.start_all([])
 
     def on_event(self, ev):
-        handler = getattr(self, "ev_" + type(ev).__name__.lower(), None)
-        if handler:
-            handler(ev)
+        kind = type(ev)
+        handler = self.handlers.get(kind)
+        if handler is None:  # once per event type: one engine line per token comes through here
+            handler = self.handlers[kind] = getattr(self, "ev_" + kind.__name__.lower(), None) or (lambda ev: None)
+        handler(ev)
 
     def ev_model(self, ev):
         self.publisher.update(model=ev.info)
