@@ -90,7 +90,7 @@ const char *ld_mat_types(void);          /* their names, for refusals: "F32, F16
 /* A cols x rows matrix; rows 0 when optional and absent. */
 int ld_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, int optional, qmat *q,
            char *err, size_t errlen);
-/* F32 [n] vector, an owned copy (F16 converted); NULL with 0 when optional and absent. */
+/* F32 [n] vector, an owned copy (F16 / BF16 converted); NULL with 0 when optional and absent. */
 int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen);
 /* "<arch>.<suffix>" into buf (the per-architecture GGUF key names). */
 const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap);

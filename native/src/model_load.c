@@ -152,7 +152,7 @@ static int own(struct model_priv *P, float *p) {
     return 0;
 }
 
-/* F32 [n] vector, an owned copy (F16 converted). NULL result with 0 when optional+absent.
+/* F32 [n] vector, an owned copy (F16 / BF16 converted). NULL result with 0 when optional+absent.
  * Never a pointer into the mapping: the page cache holds the file in large folios, and one
  * fault on a small tensor maps the whole folio around it into this process (serving one
  * conversation with the norms read in place: +72 MB of file pages in RSS). */
@@ -162,8 +162,8 @@ int ld_vec(model *m, const char *name, int n, int optional, const float **out, c
     *out = NULL;
     if (ld_tensor(&m->g, name, 1, e, optional, &t, err, errlen) != 0) return -1;
     if (!t) return 0;
-    if (t->type != GGML_F32 && t->type != GGML_F16)
-        return model_fail(err, errlen, "%s: type %s is not supported for a vector (F32 or F16)", name,
+    if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16)
+        return model_fail(err, errlen, "%s: type %s is not supported for a vector (F32, F16 or BF16)", name,
                     ggml_type_name(t->type));
     float *b = malloc(sizeof(float) * (size_t)n);
     if (!b || own(m->priv, b) != 0) {
@@ -179,7 +179,14 @@ int ld_vec(model *m, const char *name, int n, int optional, const float **out, c
             free(h);
             return model_fail(err, errlen, "%s: cannot read the file", name);
         }
-        for (int i = 0; i < n; i++) b[i] = fp16_to_f32(h[i]);
+        for (int i = 0; i < n; i++) {
+            if (t->type == GGML_F16) b[i] = fp16_to_f32(h[i]);
+            else {     /* BF16: the upper half of the float's bits (a converter's bf16 output keeps
+                        * 2-D [n, 1] vectors such as qwen2moe's ffn_gate_inp_shexp in it) */
+                uint32_t u = (uint32_t)h[i] << 16;
+                memcpy(&b[i], &u, sizeof u);
+            }
+        }
         free(h);
     }
     *out = b;
