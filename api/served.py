@@ -26,13 +26,25 @@ ALIASES = ("colibri", "default")
 RETRY_AFTER_S = 2  # a restart costs seconds; the SDKs honour Retry-After
 
 
+NO_BRIDGE = {"status": "down", "updated": None, "model": None}
+
+
 def _read_state():
     from engine_bridge import telemetry
 
     try:
         return telemetry.get_state()
     except Exception:  # Redis down: no bridge we can see
-        return {"status": "down", "updated": None, "model": None}
+        return NO_BRIDGE
+
+
+async def _aread_state():
+    from engine_bridge import telemetry
+
+    try:
+        return await telemetry.aget_state()
+    except Exception:
+        return NO_BRIDGE
 
 
 def slugify(text):
@@ -68,7 +80,16 @@ def _extensions(info):
 
 
 def served_model_get():
-    state = _read_state() or {}
+    return served_model_from(_read_state())
+
+
+async def aserved_model_get():
+    """served_model_get on the event loop (no thread hop before a generation's first token)."""
+    return served_model_from(await _aread_state())
+
+
+def served_model_from(state):
+    state = state or {}
     info = state.get("model") or {}
     status = (state.get("status") or ("up" if state.get("up") else "down")) if state.get("updated") else "down"
     source = info.get("file") or info.get("path") or settings.ENGINE_MODEL

@@ -149,7 +149,7 @@ class GenerationApi(V1Api, AsyncAPIView):
 
     async def post(self, request):
         body = intake.body_read(request._request)
-        facts = await sync_to_async(served.served_model_get, thread_sensitive=False)()
+        facts = await served.aserved_model_get()
         call = self.surface.parse(body, served=facts)
         # Tokens per minute: the prompt's estimate plus the output budget, charged before the
         # engine sees the request, settled against its usage when it ends (api.limits).

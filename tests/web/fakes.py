@@ -65,3 +65,12 @@ async def frames_until(comm, kind, timeout=3):
         seen.append(frame)
         if frame["type"] == kind:
             return seen
+
+
+def serve_state(monkeypatch, state):
+    """The bridge telemetry the API reads for the served model (api.served), sync and async."""
+    async def aread():
+        return state
+
+    monkeypatch.setattr("api.served._read_state", lambda: state)
+    monkeypatch.setattr("api.served._aread_state", aread)

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.web.fakes import reply
+from tests.web.fakes import reply, serve_state
 from tests.web.test_live_api_hostile import _budget, _json, _mostly, _text
 
 pytestmark = pytest.mark.django_db
@@ -46,7 +46,7 @@ ROUTES = {
 
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch):
-    monkeypatch.setattr("api.served._read_state", lambda: {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
+    serve_state(monkeypatch, {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
 
 
 @pytest.mark.parametrize("route", ROUTES)

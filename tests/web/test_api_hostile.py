@@ -6,7 +6,7 @@ import json
 import pytest
 from django.test import Client
 
-from tests.web.fakes import reply
+from tests.web.fakes import reply, serve_state
 
 pytestmark = pytest.mark.django_db
 
@@ -82,7 +82,7 @@ def assert_envelope(route, r, status):
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch):
     state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}}
-    monkeypatch.setattr("api.served._read_state", lambda: state)
+    serve_state(monkeypatch, state)
     return state
 
 

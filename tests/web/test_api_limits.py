@@ -13,7 +13,7 @@ from django.test import Client
 from api import limits
 from api.models import ApiKey, UserApiLimit
 from tests.support import procs
-from tests.web.fakes import reply
+from tests.web.fakes import reply, serve_state
 
 pytestmark = pytest.mark.django_db
 MSG = [{"role": "user", "content": "hi"}]
@@ -31,7 +31,7 @@ def redis_url():
 def served_up(monkeypatch, settings, redis_url):
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_url,
                                    "KEY_PREFIX": f"limits-{uuid.uuid4().hex[:8]}"}}
-    monkeypatch.setattr("api.served._read_state", lambda: {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
+    serve_state(monkeypatch, {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
 
 
 def post(key, route="/v1/chat/completions", **body):

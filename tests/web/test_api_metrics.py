@@ -6,7 +6,7 @@ import pytest
 from django.test import AsyncClient, Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.web.fakes import reply
+from tests.web.fakes import reply, serve_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def served_up(monkeypatch):
     state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}, "slots": 2, "busy": 1,
              "queue": 3, "restarts": 4}
-    monkeypatch.setattr("api.served._read_state", lambda: state)
+    serve_state(monkeypatch, state)
     monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda: state)
     return state
 

@@ -7,7 +7,7 @@ import pytest
 from django.test import AsyncClient, Client
 
 from tests.web import sse_oracles as oracles
-from tests.web.fakes import done_event, reply
+from tests.web.fakes import done_event, reply, serve_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MSG = [{"role": "user", "content": "hi"}]
@@ -16,7 +16,7 @@ MSG = [{"role": "user", "content": "hi"}]
 @pytest.fixture(autouse=True)
 def served_up(monkeypatch):
     state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}}
-    monkeypatch.setattr("api.served._read_state", lambda: state)
+    serve_state(monkeypatch, state)
     return state
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.test import AsyncClient, Client
 
-from tests.web.fakes import reply
+from tests.web.fakes import reply, serve_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/v1/chat/completions"
@@ -16,7 +16,7 @@ URL = "/v1/chat/completions"
 def served_up(monkeypatch):
     """The engine is up and its MODEL line names "tiny" (one telemetry read per request)."""
     state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}}
-    monkeypatch.setattr("api.served._read_state", lambda: state)
+    serve_state(monkeypatch, state)
     return state
 
 
