@@ -663,12 +663,15 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 
 #define PK_ROWS 8
 
-static int pk_type(uint32_t t) { return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K; }
+static int pk_type(uint32_t t)
+{
+    return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q6_K;
+}
 
 int qpack_ok(uint32_t type, int rows, int cols)
 {
     if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
-    return type == GGML_F16 || cols % (type == GGML_Q4_K ? 256 : QK) == 0;
+    return type == GGML_F16 || cols % (type == GGML_Q4_K || type == GGML_Q6_K ? 256 : QK) == 0;
 }
 
 /* Bytes of one 32-value block of a packed group (Q4_1, Q8_0). Q4_K is packed like Q4_1 with
@@ -679,12 +682,22 @@ int qpack_ok(uint32_t type, int rows, int cols)
  * acc = fma(isum, dl * d_x, acc); acc = fma(ml, s_x, acc). */
 #define PK_BLK(t) ((t) == GGML_Q4_1 ? 160 : 272)
 #define PK_K4_SB 1184
+/* Q6_K: 1680 bytes per super-block of a group (the file's 8 x 210): f16 d[8], then 8 blocks of
+ * 208 bytes: int8 sc_a[8], sc_b[8] (the scales of values 0-15 and 16-31), 4 vectors N_t of
+ * 32 bytes (bytes 4j..4j+3: row j's codes u = q + 32 of values 4t..4t+3, low nibbles, and of
+ * values 16+4t.., high nibbles) and 2 vectors H_h (byte 4j+k: the codes' top 2 bits of values
+ * 8h+k, 8h+4+k at bits 0, 2 and of values 16+8h+k, 16+8h+4+k at bits 4, 6). Per block the tile
+ * keeps the two halves' exact sums apart: isum = sc_a (sum_a u x - 32 sum_a x) +
+ * sc_b (sum_b u x - 32 sum_b x) (= sum sc q x, the row kernel's), then acc = fma(isum, d * d_x,
+ * acc), blocks in order. */
+#define PK_K6_SB 1680
 #define PK_NIB(t) ((t) == GGML_Q4_K ? 16 : 32)
 
 /* Block b of a packed group g (Q4_1, Q8_0: fixed stride; Q4_K: within its super-block). */
 static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
 {
     if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;
+    if (t == GGML_Q6_K) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
     return g + (size_t)b * PK_BLK(t);
 }
 
@@ -696,9 +709,19 @@ static inline void pk_k4_scales(const uint8_t *g, int b, int j, float *dl, float
     *ml = -(ld_f16(h + 16 + 2 * j) * (float)blk[8 + j]);
 }
 
+/* Q6_K: row j's code u (0..63) of value v (0..31) of packed block blk. */
+static inline int pk_k6_code(const uint8_t *blk, int j, int v)
+{
+    const int half = v / 16, w = v % 16, t = w / 4, k = w % 4, hh = w / 8, e = (w / 4) % 2;
+    const int nib = (blk[16 + 32 * t + 4 * j + k] >> (4 * half)) & 15;
+    const int top = (blk[144 + 32 * hh + 4 * j + k] >> (4 * half + 2 * e)) & 3;
+    return nib | top << 4;
+}
+
 static size_t pk_group_bytes(uint32_t t, int cols)
 {
     if (t == GGML_Q4_K) return (size_t)(cols / 256) * PK_K4_SB;
+    if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
     return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -748,6 +771,42 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
         return;
     }
 #endif
+    if (t == GGML_Q6_K) {
+        for (int s = 0; s < nb / 8; s++) {
+            uint8_t *h = dst + (size_t)s * PK_K6_SB;
+            for (int j = 0; j < PK_ROWS; j++) {
+                int8_t q[256];
+                int sc[16], m[16];
+                float d = 0.0f, dmin;
+                if (src[j]) qk_unpack(t, src[j] + (size_t)s * 210, q, sc, m, &d, &dmin);
+                else {
+                    memset(q, 0, sizeof q);
+                    memset(sc, 0, sizeof sc);
+                }
+                if (src[j]) memcpy(h + 2 * j, src[j] + (size_t)s * 210 + 208, 2);
+                else memset(h + 2 * j, 0, 2);
+                for (int bb = 0; bb < 8; bb++) {
+                    uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb), u[32];
+                    for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[32 * bb + v] + 32);
+                    o[j] = (uint8_t)(int8_t)sc[2 * bb];
+                    o[8 + j] = (uint8_t)(int8_t)sc[2 * bb + 1];
+                    for (int tt = 0; tt < 4; tt++)
+                        for (int k = 0; k < 4; k++)
+                            o[16 + 32 * tt + 4 * j + k] = (uint8_t)((u[4 * tt + k] & 15) | (u[16 + 4 * tt + k] & 15) << 4);
+                    for (int hh = 0; hh < 2; hh++)
+                        for (int k = 0; k < 4; k++) {
+                            uint8_t byte = 0;
+                            for (int e = 0; e < 2; e++) {
+                                byte |= (uint8_t)((u[8 * hh + 4 * e + k] >> 4) << (2 * e));
+                                byte |= (uint8_t)((u[16 + 8 * hh + 4 * e + k] >> 4) << (4 + 2 * e));
+                            }
+                            o[144 + 32 * hh + 4 * j + k] = byte;
+                        }
+                }
+            }
+        }
+        return;
+    }
     for (int b = 0; b < nb; b++) {
         if (t == GGML_Q4_K) {
             uint8_t *h = dst + (size_t)(b / 8) * PK_K4_SB, *o = (uint8_t *)pk_blk(t, dst, b);
@@ -905,6 +964,11 @@ void qmat_row(const qmat *w, int r, float *out)
             const uint8_t *blk = g + (size_t)b * 272;
             const float d = ld_f16(blk + 2 * j);
             for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
+        } else if (w->type == GGML_Q6_K) {   /* (d * sc) * q, dequant_row's */
+            const uint8_t *blk = pk_blk(GGML_Q6_K, g, b);
+            const float d = ld_f16(g + (size_t)(b / 8) * PK_K6_SB + 2 * j);
+            const float da = d * (float)(int8_t)blk[j], db = d * (float)(int8_t)blk[8 + j];
+            for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k6_code(blk, j, v) - 32);
         } else if (w->type == GGML_Q4_K) {   /* dl * q + (-ml): dequant_row's dl * q - ml */
             const uint8_t *blk = pk_blk(GGML_Q4_K, g, b);
             float d, m;
@@ -1041,6 +1105,75 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
                 __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
                 acc[g][k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[k][b]), acc[g][k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
+/* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),
+ * the offset 32 and the int8 scales applied in int32, then Q4_1's float step. */
+FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                         float *res)
+{
+    const int8_t *xq[4];
+    const float *xd[4];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
+    const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    __m256 acc[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    __m256 dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < nb; b++) {
+        if (b % 8 == 0)
+            for (int g = 0; g < NG; g++)
+                dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_K6_SB)));
+        __m256i ia[2][4], ib[2][4];
+        for (int g = 0; g < NG; g++)
+            for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
+        const uint8_t *bp[2];
+        __m256i H[2][2];
+        for (int g = 0; g < NG; g++) {
+            bp[g] = pk_blk(GGML_Q6_K, gp[g], b);
+            _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
+            for (int hh = 0; hh < 2; hh++) H[g][hh] = _mm256_loadu_si256((const __m256i *)(bp[g] + 144 + 32 * hh));
+        }
+        for (int t = 0; t < 4; t++) {
+            __m256i lo[2], hi[2];
+            for (int g = 0; g < NG; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp[g] + 16 + 32 * t));
+                const __m256i h = _mm256_srli_epi16(H[g][t / 2], 2 * (t % 2));
+                lo[g] = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+                hi[g] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15),
+                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+            }
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                const __m256i xl = bc4(xk), xh = bc4(xk + 16);
+                for (int g = 0; g < NG; g++) {
+                    ia[g][k] = pk_dot4(ia[g][k], lo[g], xl);
+                    ib[g][k] = pk_dot4(ib[g][k], hi[g], xh);
+                }
+            }
+        }
+        for (int k = 0; k < NX; k++) {
+            const int8_t *xb = xq[k] + (size_t)b * QK;
+            int32_t sa = 0, sb = 0;
+            for (int v = 0; v < 16; v++) {
+                sa += xb[v];
+                sb += xb[16 + v];
+            }
+            const __m256i oa = _mm256_set1_epi32(32 * sa), ob = _mm256_set1_epi32(32 * sb);
+            const __m256 xs = _mm256_set1_ps(xd[k][b]);
+            for (int g = 0; g < NG; g++) {
+                const __m256i sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
+                const __m256i scb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ia[g][k], oa), sca),
+                                                    _mm256_mullo_epi32(_mm256_sub_epi32(ib[g][k], ob), scb));
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
             }
         }
     }
@@ -1254,6 +1387,7 @@ FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const
 
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
 {
+    if (t == GGML_Q6_K) return pk_k6_code(blk, j, v) - 32;
     if (t == GGML_Q4_1 || t == GGML_Q4_K) {
         uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
         return v < 16 ? byte & 15 : byte >> 4;
@@ -1286,6 +1420,18 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                     for (int b = 0; b < nb; b++) {
                         const uint8_t *blk = pk_blk(t, gp[g], b);
                         int32_t is = 0;
+                        if (t == GGML_Q6_K) {
+                            int32_t sa = 0, sb = 0;
+                            for (int v = 0; v < QK; v++) {
+                                const int32_t p = pk_wval(t, blk, j, v) * xq[b * QK + v];
+                                if (v < 16) sa += p;
+                                else sb += p;
+                            }
+                            is = (int8_t)blk[j] * sa + (int8_t)blk[8 + j] * sb;
+                            const float d = ld_f16(gp[g] + (size_t)(b / 8) * PK_K6_SB + 2 * j);
+                            acc = fmaf((float)is, d * xd[b], acc);
+                            continue;
+                        }
                         for (int v = 0; v < QK; v++) is += pk_wval(t, blk, j, v) * xq[b * QK + v];
                         if (t == GGML_Q4_K) {
                             float dl, ml;
@@ -1304,6 +1450,7 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
 }
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_1, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q6_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
 #endif
@@ -1347,6 +1494,7 @@ static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x,
 #endif
     if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
     else if (t == GGML_Q4_K) { PK_CASE(pk_q4k, nb) }
+    else if (t == GGML_Q6_K) { PK_CASE(pk_q6k, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
     else { PK_CASE(pk_f16, cols) }
 #undef PK_CASE
@@ -1399,7 +1547,7 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
         /* F16 with 2 groups keeps 4 accumulators per input row: at most 2 rows a tile */
         int nxmax = w->type == GGML_F16 && ng == 2 ? 2 : 4;
 #ifdef PK_ZMM
-        if (ng == 2 && w->type != GGML_F16) nxmax = PK_NX;
+        if (ng == 2 && w->type != GGML_F16 && w->type != GGML_Q6_K) nxmax = PK_NX;   /* Q6_K: 4 (no zmm tile) */
 #endif
         for (int i0 = 0; i0 < n; i0 += nxmax) {
             const int nx = n - i0 < nxmax ? n - i0 : nxmax;
