@@ -2,8 +2,9 @@
 item 4): the MODEL line names the architecture and carries the file's chat template; one turn
 (SUBMIT -> ACCEPT -> DATA ... -> DONE) with its telemetry block, EMAP/HITS sized by the file's
 MoE layers x experts; the same greedy text with most experts left on disk (EXPERT_RAM_MB=1: the
-expert store's tiers work for the architecture); a file missing a key or tensor the architecture
-needs is refused before READY with one line naming it.
+expert store's tiers work for the architecture); the usage file saved by one engine gives the
+next its heat; a file missing a key or tensor the architecture needs is refused before READY with
+one line naming it.
 
 The forward's arithmetic is checked against float64 references in tests/model/test_arch_oracle.py;
 this file checks the serving side. Architectures the fixture generator knows but the engine does
@@ -172,3 +173,23 @@ def test_arch_refuses_a_file_it_cannot_run(arch, spawn, tmp_path_factory, tmp_pa
     key = f"{arch}.expert_count".encode()
     last = _refusal(spawn, path, tmp_path / "no-key.gguf", key, key.replace(b"count", b"cXunt"))
     assert key.decode() in last, f"{arch}: refusal does not name the key: {last!r}"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_arch_usage_file_persists(arch, spawn, tmp_path_factory, tmp_path):
+    """The expert usage history (.coli_usage) of an architecture's file: saved at the turn's end,
+    loaded by the next engine, whose EMAP starts with the heat the first one ended with."""
+    path = _fixture(tmp_path_factory, arch)
+    usage = tmp_path / "usage"
+    e = _start(spawn, path, arch, USAGE_SAVE=1, COLI_USAGE=usage)
+    fresh = parse_map(e.latest["EMAP"], "EMAP")[2]
+    r = e.generate(PROMPT, slot=0, max_tokens=MAX_TOKENS)
+    assert r.done is not None, r.errors
+    ended = parse_map(r.block_line("EMAP"), "EMAP")[2]
+    assert e.close() == 0
+    assert usage.exists() and usage.stat().st_size > 0, f"{arch}: no usage file written"
+    assert any(b & 63 > a & 63 for a, b in zip(fresh, ended)), f"{arch}: the turn added no heat"
+    again = _start(spawn, path, arch, USAGE_SAVE=0, COLI_USAGE=usage)
+    loaded = parse_map(again.latest["EMAP"], "EMAP")[2]
+    assert [b & 63 for b in loaded] == [b & 63 for b in ended], f"{arch}: usage file not loaded"
+    assert again.close() == 0
