@@ -7,14 +7,17 @@ runs through llama.cpp (llama-cpp-python built from source) and through our engi
 
     bench/arch_crosscheck.py [--llama-python bench/.venv-llama/bin/python] [--arch NAME ...]
                              [--steps 24] [--threads 2] [--llama-quantize Q4_K_M Q8_0 ...]
-                             [--d-expert 1408]
+                             [--d-expert 1408] [--shape n_heads=16,n_kv=2,experts=64,top_k=8]
+                             [--rope-scaling yarn:4:64 | linear:2]
 
 --llama-quantize also runs the F32 fixture quantized by llama.cpp's own llama_model_quantize to
 those file types: the per-tensor type choices of the files people download (Q6_K head and some
 expert downs, Q8_0 attention k/v of MoE files, Q5_K attention output, the K-quant fallbacks Q5_0 /
 Q5_1 / Q8_0 / IQ4_NL for rows that are not a multiple of 256); a file our engine refuses gets its
 refusal line in the table. --d-expert changes the fixtures' expert width (e.g. 1408, Qwen1.5-MoE-
-A2.7B's and GLM-4.5-Air's).
+A2.7B's and GLM-4.5-Air's); --shape changes any integer field of the generator's ARCHS entry
+(heads per KV head, experts, top-k); --rope-scaling adds <arch>.rope.scaling.* keys to every file
+(type:factor[:original_context_length]), as tests/model/test_arch_rope_scaling.py does.
 
 Method: llama.cpp decodes STEPS greedy tokens after a fixed 10-token prompt (its own choices);
 then both engines score that whole sequence teacher-forced (one prefill each: llama.cpp with
@@ -191,6 +194,9 @@ def main():
     ap.add_argument("--llama-quantize", nargs="*", default=[], choices=sorted(FTYPES), metavar="FTYPE",
                     help="also the F32 fixture quantized by llama.cpp's own llama_model_quantize to these file "
                          "types (its per-tensor rules: Q6_K heads, Q8_0 attention of MoE files, K-quant fallbacks)")
+    ap.add_argument("--shape", help="comma-separated field=int overrides of the generator's ARCHS entry, e.g. "
+                    "n_heads=16,n_kv=2,experts=64,top_k=8 (Qwen3-30B-A3B's 8 query heads per KV head)")
+    ap.add_argument("--rope-scaling", help="type:factor[:original_context_length], e.g. yarn:4:64 or linear:2")
     ap.add_argument("--d-expert", type=int, help="expert width of the fixtures instead of the generator's "
                     "(e.g. 1408, Qwen1.5-MoE-A2.7B's: not a multiple of 256, so llama.cpp's K-quant files fall "
                     "back to Q5_0 / Q8_0 for the expert downs)")
@@ -199,16 +205,27 @@ def main():
     rows, deq = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for arch in a.arch:
+            patch = {k: int(v) for k, v in (f.split("=") for f in a.shape.split(","))} if a.shape else {}
             if a.d_expert:
-                mod.ARCHS[arch] = dict(mod.ARCHS[arch], d_expert=a.d_expert)
+                patch["d_expert"] = a.d_expert
+            mod.ARCHS[arch] = dict(mod.ARCHS[arch], **patch)
             # (the generator's own K-quant mix needs widths that are multiples of 256: not with --d-expert)
             for mix in ([] if a.d_expert else ["kquant"]) + ["f32"] + [f"llama {t}" for t in a.llama_quantize]:
                 model = Path(tmp) / f"{arch}-{mix.replace(' ', '-')}.gguf"
                 gen = [str(model), "--arch", arch, "--seed", str(a.seed)] + ([] if mix == "kquant" else ["--f32"])
-                if a.d_expert:      # the generator in-process, with the patched shape
+                if patch:           # the generator in-process, with the patched shape
                     mod.main(gen)
                 else:
                     subprocess.run([sys.executable, str(GEN), *gen], check=True)
+                if a.rope_scaling:
+                    from tests.model.test_arch_rope_scaling import with_keys
+                    kind, factor, *orig = a.rope_scaling.split(":")
+                    keys = {"rope.scaling.type": kind, "rope.scaling.factor": float(factor)}
+                    if orig:
+                        keys["rope.scaling.original_context_length"] = int(orig[0])
+                    plain = model.with_suffix(".plain.gguf")
+                    model.rename(plain)
+                    with_keys(plain, model, keys)
                 if mix.startswith("llama "):
                     f32 = model.with_suffix(".f32.gguf")
                     model.rename(f32)
@@ -244,7 +261,12 @@ def main():
                     print(deq[-1], file=sys.stderr)
                 rf = None
                 if arch in REFS:     # the float64 reference of tests/model/arch_ref.py vs llama.cpp
-                    rf = compare(ref, log_softmax(REFS[arch](str(model)).forward(ids)), len(PROMPT))
+                    if a.rope_scaling:   # with the published scaled-RoPE definitions
+                        from tests.model.test_arch_rope_scaling import scaled_ref
+                        fwd = scaled_ref(arch, model, keys).forward(ids)
+                    else:
+                        fwd = REFS[arch](str(model)).forward(ids)
+                    rf = compare(ref, log_softmax(fwd), len(PROMPT))
                 rows.append((arch, mix, ex, i8, rf))
                 print(f"{arch} {mix}: EXACT=1 {ex[1]}/{ex[0]} max {ex[2]:.2e} gap {ex[3]:.3f}; "
                       f"default {i8[1]}/{i8[0]} max {i8[2]:.2e} gap {i8[3]:.3f}"
