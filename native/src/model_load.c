@@ -543,6 +543,17 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
         P->inv_freq[i] = pow((double)c->rope_base, -2.0 * i / (double)rd) * (fs * (1.0 - mix) + mix);
     }
     P->rope_mscale = (double)c->rope_attn_factor * (ext != 0.0 ? 1.0 + 0.1 * log(1.0 / fs) : 1.0);
+    /* rope_freqs.weight [rope_dim/2] (Llama 3.1+'s "llama3" scaling, written out by the converter):
+     * pair i's angle divided by its factor, before the scaling above (ggml's freq_factors) */
+    if (gguf_find_tensor(g, "rope_freqs.weight")) {
+        const float *ff;
+        if (ld_vec(m, "rope_freqs.weight", rd / 2, 0, &ff, err, errlen) != 0) return -1;
+        for (int i = 0; i < rd / 2; i++) {
+            if (!(ff[i] > 0.0f) || !isfinite(ff[i]))
+                return model_fail(err, errlen, "rope_freqs.weight[%d] = %g is invalid", i, (double)ff[i]);
+            P->inv_freq[i] /= (double)ff[i];
+        }
+    }
     return 0;
 }
 

@@ -50,8 +50,9 @@ def fixture(tmp_path, arch):
     return path
 
 
-def with_keys(src, dst, keys: dict):
-    """A copy of src with <arch>.<key> = value added (str, float or int values); tensors unchanged."""
+def with_keys(src, dst, keys: dict, tensors: dict | None = None):
+    """A copy of src with <arch>.<key> = value added (str, float or int values) and the given F32
+    tensors added; the file's own tensors unchanged."""
     r = GGUFReader(str(src))
     arch = bytes(r.fields["general.architecture"].parts[r.fields["general.architecture"].data[0]]).decode()
     w = GGUFWriter(str(dst), arch)
@@ -67,6 +68,8 @@ def with_keys(src, dst, keys: dict):
     for t in r.tensors:
         data = np.asarray(t.data)
         w.add_tensor(t.name, data, raw_dtype=t.tensor_type if data.dtype == np.uint8 else None)
+    for name, arr in (tensors or {}).items():
+        w.add_tensor(name, np.asarray(arr, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -175,3 +178,50 @@ def test_unsupported_rope_scaling_refused(keys, named, engine_binary, tmp_path):
                        timeout=60)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and lines and named in lines[-1], (p.returncode, p.stderr[-500:])
+
+
+def llama3_inv_freq(base, d, factor=8.0, low=1.0, high=4.0, orig=64):
+    """transformers' _compute_llama3_parameters: inv_freq of Llama 3.1's "llama3" rope_type."""
+    inv = 1.0 / base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    wavelen = 2 * np.pi / inv
+    scaled = np.where(wavelen > orig / low, inv / factor, inv)
+    smooth = (orig / wavelen - low) / (high - low)
+    mid = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= orig / high) & (wavelen <= orig / low)
+    return np.where(medium, mid, scaled)
+
+
+def test_rope_freqs_llama(fwd_dump, tmp_path):
+    """Llama 3.1+ files carry their "llama3" RoPE scaling as rope_freqs.weight: per pair, the divisor
+    llama.cpp's converter wrote (1 for short wavelengths, factor for long ones, smooth between);
+    the engine divides each pair's angle by it. Reference: llama_ref.py's forward with transformers'
+    llama3 inv_freq (original context 64 so the short prompts reach the scaled pairs)."""
+    from tests.model.oracle import Model      # native/tools/llama_ref.py
+    from tests.support import procs
+
+    plain = procs.make_tiny_model(tmp_path / "llama-f32.gguf", "--f32")
+    ref0 = Model(str(plain))
+    d, base = ref0.head_dim, ref0.rope_base
+    inv = llama3_inv_freq(base, d)
+    divisors = (1.0 / base ** (np.arange(0, d, 2) / d)) / inv      # what the converter stores
+    path = with_keys(plain, tmp_path / "llama-rope-freqs.gguf", {}, {"rope_freqs.weight": divisors})
+
+    class Llama3(Model):
+        def rope(self, x, pos):
+            ang = pos[:, None] * inv[None, :]
+            c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+            out = np.empty_like(x)
+            out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+            out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c
+            return out
+
+    ref = Llama3(str(path))
+    ids, _ = ref.greedy(PROMPT, STEPS)
+    ids = PROMPT + ids
+    ref_lp = log_softmax(ref.forward(ids))
+    vocab = ref_lp.shape[1]
+    agree, err = worst(ref_lp, engine_lp(fwd_dump, path, ids, vocab, tmp_path), ids)
+    _, effect = worst(ref_lp, engine_lp(fwd_dump, plain, ids, vocab, tmp_path), ids)
+    print(f"llama rope_freqs: greedy {agree}/{STEPS}, max |d log-prob| {err:.2e}; plain file {effect:.2f}")
+    assert agree == STEPS and err <= TOL, f"greedy {agree}/{STEPS}, err {err:.3g}"
+    assert effect > 50 * max(err, 1e-5), f"rope_freqs.weight changes nothing ({effect:.3g})"
