@@ -36,7 +36,9 @@ typedef struct {
     size_t row_bytes[3];
     uint64_t off[3];        /* absolute file offset of expert 0's slice */
     size_t slice[3];        /* bytes of one expert in that tensor */
-    size_t bytes;           /* slice[0] + slice[1] + slice[2] */
+    size_t held[3];         /* bytes of its copy in RAM: the packed layout's (Q4_K's is 148/144 of
+                             * the file's), else slice */
+    size_t bytes;           /* held[0] + held[1] + held[2] */
 } es_row;
 
 typedef struct {
@@ -102,11 +104,9 @@ static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) 
 }
 
 /* Matrices whose rows are a multiple of 8 are kept in the kernels' interleaved layout
- * (quant.h qpack) when it has the same byte count, converted once right after the read; the
- * others (Q4_K: its packed layout is larger) stay row-major and are packed on the fly. */
+ * (quant.h qpack), converted once right after the read (held[k] bytes in RAM). */
 static int packs(const es_row *R, int k) {
-    return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]) &&
-           qpack_bytes(R->type[k], R->rows[k], R->cols[k]) == R->slice[k];
+    return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]);
 }
 
 /* Per-thread landing buffer of reads that are packed: read there, packed into place in one
@@ -118,7 +118,7 @@ static _Thread_local size_t rd_cap;
 static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) {
     const es_row *R = &s->row[r];
     size_t at = 0;
-    for (int j = 0; j < k; j++) at += R->slice[j];
+    for (int j = 0; j < k; j++) at += R->held[j];
     const uint64_t off = R->off[k] + (uint64_t)e * R->slice[k];
     if (s->o.exact || !packs(R, k)) return read_at(s, dst + at, R->slice[k], off);
     if (R->slice[k] > rd_cap) {
@@ -150,7 +150,7 @@ static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *
         m[k]->row_bytes = R->row_bytes[k];
         m[k]->data = base + at;
         m[k]->packed = !s->o.exact && packs(R, k);
-        at += R->slice[k];
+        at += R->held[k];
     }
 }
 
@@ -389,7 +389,9 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
                 es_free(s);
                 return NULL;
             }
-            R->bytes += R->slice[k];
+            R->held[k] = !s->o.exact && R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k])
+                             ? qpack_bytes(R->type[k], R->rows[k], R->cols[k]) : R->slice[k];
+            R->bytes += R->held[k];
         }
         if (R->bytes > s->max_bytes) s->max_bytes = R->bytes;
     }

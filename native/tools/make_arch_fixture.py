@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize as gguf_quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kquant import quant_q4_k, quant_q6_k  # noqa: E402
@@ -115,8 +116,18 @@ def main(argv=None):
     ap.add_argument("--arch", choices=sorted(ARCHS), required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--f32", action="store_true", help="every matrix F32 (no weight quantization)")
+    ap.add_argument("--mix", choices=["q4_k_m", "q4_k", "q6_k", "q4_1", "q8_0", "f32"], default="q4_k_m",
+                    help="matrix types: q4_k_m (Q4_K, Q6_K for v / downs / head: the default), or one type for all")
+    ap.add_argument("--bench-shape", action="store_true",
+                    help="a bigger shape for speed tables: d_model 1024, 8 heads x 128, 8 layers, 16 experts "
+                         "x 512, top-4")
     a = ap.parse_args(argv)
     h = ARCHS[a.arch]
+    if a.bench_shape:
+        h = dict(h, d_model=1024, n_heads=8, n_kv=4, head_dim=128, layers=8 + h["nextn"] * 0, experts=16, top_k=4,
+                 d_expert=512, d_ff=2048, shexp=512 if h["shexp"] else 0)
+    if a.f32:
+        a.mix = "f32"
     rng = np.random.default_rng(a.seed)
     tokens, types, merges = build_vocab()
     vocab = len(tokens)
@@ -129,16 +140,21 @@ def main(argv=None):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
     def put(name, arr, kind):
-        if a.f32 or kind == "f32":
+        if a.mix != "q4_k_m":
+            kind = a.mix.replace("_", "").replace("q4k", "q4k")
+        if kind == "f32":
             w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
         elif kind == "q4k":
             w.add_tensor(name, quant_q4_k(arr), raw_dtype=GGMLQuantizationType.Q4_K)
+        elif kind in ("q41", "q80"):
+            qt = GGMLQuantizationType.Q4_1 if kind == "q41" else GGMLQuantizationType.Q8_0
+            w.add_tensor(name, gguf_quantize(np.ascontiguousarray(arr, dtype=np.float32), qt), raw_dtype=qt)
         else:
             w.add_tensor(name, quant_q6_k(arr), raw_dtype=GGMLQuantizationType.Q6_K)
 
     arch = a.arch
     w = GGUFWriter(a.out, arch)
-    w.add_name(f"tiny-{arch}" + ("-f32" if a.f32 else "-q4_k_m"))
+    w.add_name(f"tiny-{arch}-{a.mix}")
     w.add_block_count(h["layers"] + h["nextn"])   # GLM counts its MTP blocks in block_count
     w.add_context_length(h["ctx"])
     w.add_embedding_length(D)
