@@ -65,3 +65,87 @@ def quant_q6_k(x: np.ndarray) -> np.ndarray:
             qh[:, 32 * c:32 * c + 32] |= (u[:, 128 * c + 32 * s:128 * c + 32 * s + 32] >> 4) << (2 * s)
     out = np.concatenate([ql, qh, sc.view(np.uint8), d.reshape(-1, 1).view(np.uint8)], axis=1)
     return out.reshape(*shape[:-1], shape[-1] // QK_K * 210)
+
+
+def _minmax_scales(b, levels):
+    """Per sub-block (last axis) scale and min for unsigned codes 0..levels (value = s q - m)."""
+    mn = np.minimum(b.min(axis=-1), 0.0)
+    return (b.max(axis=-1) - mn) / levels, -mn
+
+
+def _codes(b, step, minv, lo, hi):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(step[..., None] > 0, np.rint((b + minv[..., None]) / step[..., None]), 0)
+    return q.clip(lo, hi)
+
+
+def quant_q5_k(x: np.ndarray) -> np.ndarray:
+    """[..., n] -> [..., n // 256 * 176]: block_q5_K (d, dmin, Q4_K's 12 scale bytes, qh[32], qs[128])."""
+    shape = x.shape
+    b = np.asarray(x, dtype=np.float32).reshape(-1, 8, 32)
+    scale, minv = _minmax_scales(b, 31.0)
+    d, dmin = _f16(scale.max(axis=-1) / 63.0), _f16(minv.max(axis=-1) / 63.0)
+    df, dmf = d.astype(np.float32), dmin.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df[:, None] > 0, np.rint(scale / df[:, None]), 0).clip(0, 63).astype(np.uint8)
+        m = np.where(dmf[:, None] > 0, np.rint(minv / dmf[:, None]), 0).clip(0, 63).astype(np.uint8)
+    q = _codes(b, df[:, None] * sc, dmf[:, None] * m, 0, 31).astype(np.uint8).reshape(-1, 256)
+    s = np.zeros((len(b), 12), dtype=np.uint8)
+    s[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    s[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
+    s[:, 8:12] = (sc[:, 4:8] & 15) | ((m[:, 4:8] & 15) << 4)
+    qh = np.zeros((len(b), 32), dtype=np.uint8)
+    for j in range(8):
+        qh |= ((q[:, 32 * j:32 * j + 32] >> 4) & 1) << j
+    qs = np.zeros((len(b), 128), dtype=np.uint8)
+    for c in range(4):
+        qs[:, 32 * c:32 * c + 32] = (q[:, 64 * c:64 * c + 32] & 15) | ((q[:, 64 * c + 32:64 * c + 64] & 15) << 4)
+    out = np.concatenate([d.reshape(-1, 1).view(np.uint8), dmin.reshape(-1, 1).view(np.uint8), s, qh, qs], axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // QK_K * 176)
+
+
+def quant_q3_k(x: np.ndarray) -> np.ndarray:
+    """[..., n] -> [..., n // 256 * 110]: block_q3_K (hmask[32], qs[64], 12 scale bytes, d)."""
+    shape = x.shape
+    b = np.asarray(x, dtype=np.float32).reshape(-1, 16, 16)
+    scale = np.abs(b).max(axis=-1) / 4.0
+    d = _f16(scale.max(axis=-1) / 31.0)
+    df = d.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df[:, None] > 0, np.rint(scale / df[:, None]), 0).clip(-32, 31).astype(np.int32)
+        step = df[:, None] * sc
+        q = np.where(step[..., None] != 0, np.rint(b / step[..., None]), 0)
+    u = (q.clip(-4, 3) + 4).astype(np.uint8).reshape(-1, 256)      # q = u - 4
+    hmask = np.zeros((len(b), 32), dtype=np.uint8)
+    qs = np.zeros((len(b), 64), dtype=np.uint8)
+    for c in range(2):
+        for s_ in range(4):
+            v = u[:, 128 * c + 32 * s_:128 * c + 32 * s_ + 32]
+            qs[:, 32 * c:32 * c + 32] |= (v & 3) << (2 * s_)
+            hmask |= ((v >> 2) & 1) << (4 * c + s_)
+    sb = (sc + 32).astype(np.uint8)                                 # 6-bit, offset 32
+    scales = np.zeros((len(b), 12), dtype=np.uint8)
+    scales[:, 0:8] = (sb[:, 0:8] & 15) | ((sb[:, 8:16] & 15) << 4)
+    for k in range(16):
+        scales[:, 8 + (k & 3)] |= ((sb[:, k] >> 4) & 3) << (2 * (k >> 2))
+    out = np.concatenate([hmask, qs, scales, d.reshape(-1, 1).view(np.uint8)], axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // QK_K * 110)
+
+
+def quant_q2_k(x: np.ndarray) -> np.ndarray:
+    """[..., n] -> [..., n // 256 * 84]: block_q2_K (scales[16] = sc | m << 4, qs[64], d, dmin)."""
+    shape = x.shape
+    b = np.asarray(x, dtype=np.float32).reshape(-1, 16, 16)
+    scale, minv = _minmax_scales(b, 3.0)
+    d, dmin = _f16(scale.max(axis=-1) / 15.0), _f16(minv.max(axis=-1) / 15.0)
+    df, dmf = d.astype(np.float32), dmin.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df[:, None] > 0, np.rint(scale / df[:, None]), 0).clip(0, 15).astype(np.uint8)
+        m = np.where(dmf[:, None] > 0, np.rint(minv / dmf[:, None]), 0).clip(0, 15).astype(np.uint8)
+    q = _codes(b, df[:, None] * sc, dmf[:, None] * m, 0, 3).astype(np.uint8).reshape(-1, 256)
+    qs = np.zeros((len(b), 64), dtype=np.uint8)
+    for c in range(2):
+        for s_ in range(4):
+            qs[:, 32 * c:32 * c + 32] |= q[:, 128 * c + 32 * s_:128 * c + 32 * s_ + 32] << (2 * s_)
+    out = np.concatenate([sc | (m << 4), qs, d.reshape(-1, 1).view(np.uint8), dmin.reshape(-1, 1).view(np.uint8)], axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // QK_K * 84)

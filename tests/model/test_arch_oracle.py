@@ -50,11 +50,16 @@ def compare(ref_lp, eng_lp, prompt_len, ids):
     return agree, len(ids) - prompt_len, err
 
 
-@pytest.mark.parametrize("arch", sorted(REFS))
-def test_arch_matches_reference(arch, fwd_dump, tmp_path):
+# every architecture in the Q4_K_M mix; qwen3moe in every other mix of make_arch_fixture.py
+CASES = [(arch, "q4_k_m") for arch in sorted(REFS)] + [
+    ("qwen3moe", mix) for mix in ("q5_k_m", "q3_k_m", "q2_k", "q6_k", "q8_0", "q4_1", "bf16")]
+
+
+@pytest.mark.parametrize("arch,mix", CASES, ids=[f"{a}-{m}" for a, m in CASES])
+def test_arch_matches_reference(arch, mix, fwd_dump, tmp_path):
     model = tmp_path / f"{arch}.gguf"
-    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(model), "--arch", arch],
-                   check=True)
+    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(model), "--arch", arch,
+                    "--mix", mix], check=True)
     ref = REFS[arch](str(model))
     ids = greedy(ref, PROMPT, STEPS)
     ref_lp = log_softmax(ref.forward(ids))
@@ -62,7 +67,7 @@ def test_arch_matches_reference(arch, fwd_dump, tmp_path):
     eng_lp = log_softmax(engine_logits(fwd_dump, model, ids, vocab, tmp_path, EXACT="1", KV_TYPE="f32"))
     agree, steps, err = compare(ref_lp, eng_lp, len(PROMPT), ids)
     int8 = compare(ref_lp, log_softmax(engine_logits(fwd_dump, model, ids, vocab, tmp_path)), len(PROMPT), ids)
-    print(f"{arch}: EXACT=1 greedy {agree}/{steps}, max |d log-prob| {err:.2e}; "
+    print(f"{arch} {mix}: EXACT=1 greedy {agree}/{steps}, max |d log-prob| {err:.2e}; "
           f"int8 default greedy {int8[0]}/{int8[1]}, max |d log-prob| {int8[2]:.2e}")
     assert agree == steps, f"{arch}: EXACT=1 engine's greedy choice differs from the reference at {steps - agree} steps"
     assert err <= TOL_EXACT, f"{arch}: log-prob error {err:.3g} > {TOL_EXACT}"
