@@ -16,7 +16,7 @@ expert downs, Q8_0 attention k/v of MoE files, Q5_K attention output, the K-quan
 Q5_1 / Q8_0 / IQ4_NL for rows that are not a multiple of 256); a file our engine refuses gets its
 refusal line in the table. --d-expert changes the fixtures' expert width (e.g. 1408, Qwen1.5-MoE-
 A2.7B's and GLM-4.5-Air's); --shape changes any integer field of the generator's ARCHS entry
-(heads per KV head, experts, top-k); --rope-scaling adds <arch>.rope.scaling.* keys to every file
+(heads per KV head, experts, top-k) or one of its extra keys; --rope-scaling adds <arch>.rope.scaling.* keys to every file
 (type:factor[:original_context_length]), as tests/model/test_arch_rope_scaling.py does.
 
 Method: llama.cpp decodes STEPS greedy tokens after a fixed 10-token prompt (its own choices);
@@ -195,7 +195,8 @@ def main():
                     help="also the F32 fixture quantized by llama.cpp's own llama_model_quantize to these file "
                          "types (its per-tensor rules: Q6_K heads, Q8_0 attention of MoE files, K-quant fallbacks)")
     ap.add_argument("--shape", help="comma-separated field=int overrides of the generator's ARCHS entry, e.g. "
-                    "n_heads=16,n_kv=2,experts=64,top_k=8 (Qwen3-30B-A3B's 8 query heads per KV head)")
+                    "n_heads=16,n_kv=2,experts=64,top_k=8 (Qwen3-30B-A3B's 8 query heads per KV head); "
+                    "extra.KEY=VALUE sets one of its extra <arch>.KEY keys, extra.KEY= drops it")
     ap.add_argument("--rope-scaling", help="type:factor[:original_context_length], e.g. yarn:4:64 or linear:2")
     ap.add_argument("--d-expert", type=int, help="expert width of the fixtures instead of the generator's "
                     "(e.g. 1408, Qwen1.5-MoE-A2.7B's: not a multiple of 256, so llama.cpp's K-quant files fall "
@@ -205,7 +206,18 @@ def main():
     rows, deq = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for arch in a.arch:
-            patch = {k: int(v) for k, v in (f.split("=") for f in a.shape.split(","))} if a.shape else {}
+            patch = {}
+            for f in (a.shape.split(",") if a.shape else []):
+                k, v = f.split("=")
+                if k.startswith("extra."):      # a key of the generator's extra dict ("extra.k=" drops it)
+                    extra = dict(patch.get("extra", mod.ARCHS[arch]["extra"]))
+                    if v:
+                        extra[k[6:]] = float(v) if "." in v else int(v)
+                    else:
+                        extra.pop(k[6:], None)
+                    patch["extra"] = extra
+                else:
+                    patch[k] = int(v)
             if a.d_expert:
                 patch["d_expert"] = a.d_expert
             mod.ARCHS[arch] = dict(mod.ARCHS[arch], **patch)
