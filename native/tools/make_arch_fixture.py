@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize as gguf_quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kquant import quant_q4_k, quant_q6_k  # noqa: E402
+from kquant import quant_q2_k, quant_q3_k, quant_q4_k, quant_q5_k, quant_q6_k  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
 # Chat templates in each family's prompt format (written here, not the published files: the
@@ -110,14 +110,24 @@ ARCHS = {
 }
 
 
+# mix -> (type of the "q4k" matrices, type of the "q6k" ones: attention v, expert downs, head),
+# after llama.cpp's file types of those names (their exact per-tensor rules vary by version)
+MIXES = {
+    "q4_k_m": ("Q4_K", "Q6_K"), "q5_k_m": ("Q5_K", "Q6_K"), "q3_k_m": ("Q3_K", "Q5_K"),
+    "q2_k": ("Q2_K", "Q4_K"), "q4_k": ("Q4_K", "Q4_K"), "q6_k": ("Q6_K", "Q6_K"),
+    "q4_1": ("Q4_1", "Q4_1"), "q8_0": ("Q8_0", "Q8_0"), "bf16": ("BF16", "BF16"), "f32": ("F32", "F32"),
+}
+ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k, "Q6_K": quant_q6_k}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--arch", choices=sorted(ARCHS), required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--f32", action="store_true", help="every matrix F32 (no weight quantization)")
-    ap.add_argument("--mix", choices=["q4_k_m", "q4_k", "q6_k", "q4_1", "q8_0", "f32"], default="q4_k_m",
-                    help="matrix types: q4_k_m (Q4_K, Q6_K for v / downs / head: the default), or one type for all")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="q4_k_m",
+                    help="matrix types (see MIXES): q4_k_m, the default, is Q4_K with Q6_K for v / downs / head")
     ap.add_argument("--bench-shape", action="store_true",
                     help="a bigger shape for speed tables: d_model 1024, 8 heads x 128, 8 layers, 16 experts "
                          "x 512, top-4")
@@ -140,17 +150,18 @@ def main(argv=None):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
     def put(name, arr, kind):
-        if a.mix != "q4_k_m":
-            kind = a.mix.replace("_", "").replace("q4k", "q4k")
         if kind == "f32":
             w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
-        elif kind == "q4k":
-            w.add_tensor(name, quant_q4_k(arr), raw_dtype=GGMLQuantizationType.Q4_K)
-        elif kind in ("q41", "q80"):
-            qt = GGMLQuantizationType.Q4_1 if kind == "q41" else GGMLQuantizationType.Q8_0
-            w.add_tensor(name, gguf_quantize(np.ascontiguousarray(arr, dtype=np.float32), qt), raw_dtype=qt)
+            return
+        tname = MIXES[a.mix][0 if kind == "q4k" else 1]
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if tname == "F32":
+            w.add_tensor(name, arr)
+        elif tname in ENCODERS:
+            w.add_tensor(name, ENCODERS[tname](arr), raw_dtype=GGMLQuantizationType[tname])
         else:
-            w.add_tensor(name, quant_q6_k(arr), raw_dtype=GGMLQuantizationType.Q6_K)
+            qt = GGMLQuantizationType[tname]
+            w.add_tensor(name, gguf_quantize(arr, qt), raw_dtype=qt)
 
     arch = a.arch
     w = GGUFWriter(a.out, arch)
