@@ -6,12 +6,14 @@ Our engine reports per-request routing (routes=1), so that is the method used; t
 with heat=0: a build leaves the engine's usage heat (EMAP heat) as it was."""
 import asyncio
 import contextlib
+import io
 import threading
 import time
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import channel_layers
+from django.core.management import call_command
 from django.test.utils import override_settings
 
 from engine_bridge import telemetry
@@ -154,3 +156,10 @@ def test_the_hits_method_still_builds_for_engines_without_routing(bridge, monkey
     assert build.status == AtlasBuild.DONE, build.error
     assert build.atlas.validation["method"] == "hits" and build.atlas.validation["chunk_words"] >= 1
     atlas_format.loads(bytes(build.atlas.content))
+
+
+def test_manage_py_build_atlas_probes_at_the_count_it_is_given(bridge):
+    out = io.StringIO()
+    call_command("build_atlas", "--experts", "4", stdout=out)
+    assert "method routes, experts 4," in out.getvalue()
+    assert Atlas.objects.first().validation["experts"] == 4
