@@ -102,6 +102,10 @@ class Publisher:
         self.dirty.set()
         self._push({"repin": entry})
 
+    def add_turn(self, entry):
+        """A finished turn's own figures (its DONE), pushed only: the atlas plots hit % per turn."""
+        self._push({"turn": entry})
+
     def _push(self, item):
         self.pushed += 1
         item["n"] = self.pushed

@@ -513,6 +513,7 @@ class Bridge:
 
     def ev_done(self, ev):
         block, self.block = self.block, {}
+        self.publisher.add_turn({"hit_pct": ev.hit_pct, "tok_s": ev.tok_s, "completion_tokens": ev.emitted})
         r = self.by_id.get(ev.id)
         if r is None:
             return
