@@ -665,13 +665,15 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 
 static int pk_type(uint32_t t)
 {
-    return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q6_K;
+    return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
+           t == GGML_Q6_K;
 }
 
 int qpack_ok(uint32_t type, int rows, int cols)
 {
     if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
-    return type == GGML_F16 || cols % (type == GGML_Q4_K || type == GGML_Q6_K ? 256 : QK) == 0;
+    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K;
+    return type == GGML_F16 || cols % (k ? 256 : QK) == 0;
 }
 
 /* Bytes of one 32-value block of a packed group (Q4_1, Q8_0). Q4_K is packed like Q4_1 with
@@ -691,20 +693,26 @@ int qpack_ok(uint32_t type, int rows, int cols)
  * sc_b (sum_b u x - 32 sum_b x) (= sum sc q x, the row kernel's), then acc = fma(isum, d * d_x,
  * acc), blocks in order. */
 #define PK_K6_SB 1680
-#define PK_NIB(t) ((t) == GGML_Q4_K ? 16 : 32)
+/* Q5_K: as Q4_K (1440 bytes per super-block of a group: 180 per row, the file 176) with a fifth
+ * vector per block after the nibbles, H: byte 4j+k holds the codes' bit 4 of values 4t+k at bit t
+ * and of values 16+4t+k at bit 4+t (t < 4). */
+#define PK_K5_SB 1440
+#define PK_KSB(t) ((t) == GGML_Q5_K ? PK_K5_SB : PK_K4_SB)
+#define PK_NIB(t) ((t) == GGML_Q4_K || (t) == GGML_Q5_K ? 16 : 32)
 
 /* Block b of a packed group g (Q4_1, Q8_0: fixed stride; Q4_K: within its super-block). */
 static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
 {
     if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;
+    if (t == GGML_Q5_K) return g + (size_t)(b / 8) * PK_K5_SB + 32 + (size_t)(b % 8) * 176;
     if (t == GGML_Q6_K) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
     return g + (size_t)b * PK_BLK(t);
 }
 
 /* Q4_K: row j's dl and ml of block b of packed group g (scalar, the kernels' values). */
-static inline void pk_k4_scales(const uint8_t *g, int b, int j, float *dl, float *ml)
+static inline void pk_k4_scales(uint32_t t, const uint8_t *g, int b, int j, float *dl, float *ml)
 {
-    const uint8_t *h = g + (size_t)(b / 8) * PK_K4_SB, *blk = pk_blk(GGML_Q4_K, g, b);
+    const uint8_t *h = g + (size_t)(b / 8) * PK_KSB(t), *blk = pk_blk(t, g, b);
     *dl = ld_f16(h + 2 * j) * (float)blk[j];
     *ml = -(ld_f16(h + 16 + 2 * j) * (float)blk[8 + j]);
 }
@@ -720,7 +728,7 @@ static inline int pk_k6_code(const uint8_t *blk, int j, int v)
 
 static size_t pk_group_bytes(uint32_t t, int cols)
 {
-    if (t == GGML_Q4_K) return (size_t)(cols / 256) * PK_K4_SB;
+    if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
     if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
     return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
@@ -802,6 +810,40 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
                             }
                             o[144 + 32 * hh + 4 * j + k] = byte;
                         }
+                }
+            }
+        }
+        return;
+    }
+    if (t == GGML_Q5_K) {
+        for (int b = 0; b < nb; b++) {
+            uint8_t *h = dst + (size_t)(b / 8) * PK_K5_SB, *o = (uint8_t *)pk_blk(t, dst, b);
+            for (int j = 0; j < PK_ROWS; j++) {
+                int8_t q[256] = {0};
+                int sc[16] = {0}, m[16] = {0};
+                float d, dmin;
+                uint8_t d4[4] = {0};
+                if (src[j]) {
+                    qk_unpack(t, src[j] + (size_t)(b / 8) * 176, q, sc, m, &d, &dmin);
+                    memcpy(d4, src[j] + (size_t)(b / 8) * 176, 4);
+                }
+                if (b % 8 == 0) {
+                    memcpy(h + 2 * j, d4, 2);
+                    memcpy(h + 16 + 2 * j, d4 + 2, 2);
+                }
+                const int8_t *u = q + 32 * (b % 8);
+                o[j] = (uint8_t)sc[b % 8];
+                o[8 + j] = (uint8_t)m[b % 8];
+                for (int tt = 0; tt < 4; tt++)
+                    for (int k = 0; k < 4; k++) {
+                        const int a = u[4 * tt + k], c = u[16 + 4 * tt + k];
+                        o[16 + 32 * tt + 4 * j + k] = (uint8_t)((a & 15) | (c & 15) << 4);
+                    }
+                for (int k = 0; k < 4; k++) {
+                    uint8_t byte = 0;
+                    for (int tt = 0; tt < 4; tt++)
+                        byte |= (uint8_t)(((u[4 * tt + k] >> 4) & 1) << tt | ((u[16 + 4 * tt + k] >> 4) & 1) << (4 + tt));
+                    o[144 + 4 * j + k] = byte;
                 }
             }
         }
@@ -969,14 +1011,20 @@ void qmat_row(const qmat *w, int r, float *out)
             const float d = ld_f16(g + (size_t)(b / 8) * PK_K6_SB + 2 * j);
             const float da = d * (float)(int8_t)blk[j], db = d * (float)(int8_t)blk[8 + j];
             for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k6_code(blk, j, v) - 32);
-        } else if (w->type == GGML_Q4_K) {   /* dl * q + (-ml): dequant_row's dl * q - ml */
-            const uint8_t *blk = pk_blk(GGML_Q4_K, g, b);
+        } else if (w->type == GGML_Q4_K || w->type == GGML_Q5_K) {   /* dl * q + (-ml): dequant_row's dl * q - ml */
+            const uint8_t *blk = pk_blk(w->type, g, b);
             float d, m;
-            pk_k4_scales(g, b, j, &d, &m);
+            pk_k4_scales(w->type, g, b, j, &d, &m);
             for (int k = 0; k < 16; k++) {
                 const uint8_t byte = blk[16 + 32 * (k / 4) + 4 * j + k % 4];
-                o[k] = d * (float)(byte & 15) + m;
-                o[k + 16] = d * (float)(byte >> 4) + m;
+                int a = byte & 15, c = byte >> 4;
+                if (w->type == GGML_Q5_K) {
+                    const uint8_t hb = blk[144 + 4 * j + k % 4];
+                    a |= ((hb >> (k / 4)) & 1) << 4;
+                    c |= ((hb >> (4 + k / 4)) & 1) << 4;
+                }
+                o[k] = d * (float)a + m;
+                o[k + 16] = d * (float)c + m;
             }
         } else {
             const uint8_t *blk = g + (size_t)b * 160;
@@ -1039,9 +1087,9 @@ FORCE_INLINE __m256i bc4(const int8_t *p)
 #define PK_HINT _MM_HINT_T1
 #endif
 /* Q4_K: dl = d * sc and ml = -(dmin * m) of the 8 rows of block b of packed group g. */
-FORCE_INLINE void k4_scales(const uint8_t *g, int b, __m256 *dl, __m256 *ml)
+FORCE_INLINE void k4_scales(uint32_t t, const uint8_t *g, int b, __m256 *dl, __m256 *ml)
 {
-    const uint8_t *h = g + (size_t)(b / 8) * PK_K4_SB, *blk = pk_blk(GGML_Q4_K, g, b);
+    const uint8_t *h = g + (size_t)(b / 8) * PK_KSB(t), *blk = pk_blk(t, g, b);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
     const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 16)));
     const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)blk)));
@@ -1054,7 +1102,8 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
                           float *res, const int kq)
 {
     const size_t NO = kq ? 16 : 32;
-    const uint32_t T = kq ? GGML_Q4_K : GGML_Q4_1;
+    const uint32_t T = kq == 2 ? GGML_Q5_K : kq ? GGML_Q4_K : GGML_Q4_1;
+    const __m256i m1 = _mm256_set1_epi8(1);
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
     act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
@@ -1074,6 +1123,11 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
                 __m256i v = _mm256_loadu_si256((const __m256i *)(pk_blk(T, gp[g], b) + NO + 32 * t));
                 lo[g] = _mm256_and_si256(v, m15);
                 hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+                if (kq == 2) {   /* Q5_K: bit 4 of the codes from the H vector */
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(pk_blk(T, gp[g], b) + 144));
+                    lo[g] = _mm256_or_si256(lo[g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, t), m1), 4));
+                    hi[g] = _mm256_or_si256(hi[g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4 + t), m1), 4));
+                }
             }
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
@@ -1082,21 +1136,24 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
                 for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh);
 #else
                 /* int16 partial sums over the whole block, widened once after it: a pair
-                 * of products is at most 2 * 15 * 127 = 3810, eight pairs 30480 < 2^15 */
+                 * of products is at most 2 * 15 * 127 = 3810, eight pairs 30480 < 2^15 (Q5_K's
+                 * 5-bit codes would not fit: widened at every step) */
                 for (int g = 0; g < NG; g++)
-                    is[g][k] = _mm256_add_epi16(is[g][k], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
-                                                                           _mm256_maddubs_epi16(hi[g], xh)));
+                    is[g][k] = kq == 2 ? pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh)
+                                       : _mm256_add_epi16(is[g][k], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
+                                                                                     _mm256_maddubs_epi16(hi[g], xh)));
 #endif
             }
         }
 #if !((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
-        for (int g = 0; g < NG; g++)
-            for (int k = 0; k < NX; k++) is[g][k] = _mm256_madd_epi16(is[g][k], _mm256_set1_epi16(1));
+        if (kq != 2)
+            for (int g = 0; g < NG; g++)
+                for (int k = 0; k < NX; k++) is[g][k] = _mm256_madd_epi16(is[g][k], _mm256_set1_epi16(1));
 #endif
         for (int g = 0; g < NG; g++) {
             const uint8_t *gb = pk_blk(T, gp[g], b);
             __m256 dw, mw;
-            if (kq) k4_scales(gp[g], b, &dw, &mw);
+            if (kq) k4_scales(T, gp[g], b, &dw, &mw);
             else {
                 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
                 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
@@ -1183,6 +1240,7 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
 
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 0)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 1)
+#define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 2)
 
 FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                          float *res)
@@ -1309,7 +1367,8 @@ FORCE_INLINE __m512i z_bc4(const int8_t *p)
 FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res, const int kq)
 {
     const size_t NO = kq ? 16 : 32;
-    const uint32_t T = kq ? GGML_Q4_K : GGML_Q4_1;
+    const uint32_t T = kq == 2 ? GGML_Q5_K : kq ? GGML_Q4_K : GGML_Q4_1;
+    const __m512i m1 = _mm512_set1_epi8(1);
     const int8_t *xq[8];
     const float *xd[8], *xs[8];
     act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
@@ -1326,7 +1385,12 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
                 _mm_prefetch((const char *)b1 + 64 * t + PK_PFD, PK_HINT);
             }
             const __m512i v = z_load2(b0 + NO + 32 * t, b1 + NO + 32 * t);
-            const __m512i lo = _mm512_and_si512(v, m15), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+            __m512i lo = _mm512_and_si512(v, m15), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+            if (kq == 2) {
+                const __m512i H = z_load2(b0 + 144, b1 + 144);
+                lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, t), m1), 4));
+                hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 + t), m1), 4));
+            }
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 is[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[k], lo, z_bc4(xk)), hi, z_bc4(xk + 16));
@@ -1334,11 +1398,11 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
         }
         __m512 dw, mw;
         if (kq) {
-            __m256 d0, m0, d1, m1;
-            k4_scales(gp[0], b, &d0, &m0);
-            k4_scales(gp[1], b, &d1, &m1);
+            __m256 d0, m0, d1, m1_;
+            k4_scales(T, gp[0], b, &d0, &m0);
+            k4_scales(T, gp[1], b, &d1, &m1_);
             dw = z_join(d0, d1);
-            mw = z_join(m0, m1);
+            mw = z_join(m0, m1_);
         } else {
             dw = z_half2(b0, b1);
             mw = z_half2(b0 + 16, b1 + 16);
@@ -1354,6 +1418,7 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
 
 #define pkz_q41(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 0)
 #define pkz_q4k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 1)
+#define pkz_q5k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 2)
 
 FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
 {
@@ -1388,9 +1453,11 @@ FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
 {
     if (t == GGML_Q6_K) return pk_k6_code(blk, j, v) - 32;
-    if (t == GGML_Q4_1 || t == GGML_Q4_K) {
+    if (t == GGML_Q4_1 || t == GGML_Q4_K || t == GGML_Q5_K) {
         uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
-        return v < 16 ? byte & 15 : byte >> 4;
+        int c = v < 16 ? byte & 15 : byte >> 4;
+        if (t == GGML_Q5_K) c |= ((blk[144 + 4 * j + v % 4] >> ((v % 16) / 4 + (v < 16 ? 0 : 4))) & 1) << 4;
+        return c;
     }
     return (int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
 }
@@ -1433,9 +1500,9 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                             continue;
                         }
                         for (int v = 0; v < QK; v++) is += pk_wval(t, blk, j, v) * xq[b * QK + v];
-                        if (t == GGML_Q4_K) {
+                        if (t == GGML_Q4_K || t == GGML_Q5_K) {
                             float dl, ml;
-                            pk_k4_scales(gp[g], b, j, &dl, &ml);
+                            pk_k4_scales(t, gp[g], b, j, &dl, &ml);
                             acc = fmaf((float)is, dl * xd[b], acc);
                             acc = fmaf(ml, xs[b], acc);
                             continue;
@@ -1450,6 +1517,7 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
 }
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_1, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q5_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q6_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
@@ -1489,11 +1557,13 @@ static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x,
     }
     if (NG == 2 && t == GGML_Q4_1) { PKZ_CASE(pkz_q41) return; }
     if (NG == 2 && t == GGML_Q4_K) { PKZ_CASE(pkz_q4k) return; }
+    if (NG == 2 && t == GGML_Q5_K) { PKZ_CASE(pkz_q5k) return; }
     if (NG == 2 && t == GGML_Q8_0) { PKZ_CASE(pkz_q80) return; }
 #undef PKZ_CASE
 #endif
     if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
     else if (t == GGML_Q4_K) { PK_CASE(pk_q4k, nb) }
+    else if (t == GGML_Q5_K) { PK_CASE(pk_q5k, nb) }
     else if (t == GGML_Q6_K) { PK_CASE(pk_q6k, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
     else { PK_CASE(pk_f16, cols) }

@@ -26,9 +26,7 @@ void qk_dequant(uint32_t type, const uint8_t *row, float *out, int n);
  * Canonical order, every path (AVX2 or portable) the same bits: 8 float lanes; lane l takes
  * block l (values 32l..32l+31) of every super-block in order. With the weight's integer values
  * q, the block's int8 activations x_q, scale d_x and float sum s_x (qact):
- *   Q5_K (one sub-block of 32): isum = sum q x_q (exact int32);
- *              acc_l = fma(isum, (d sc) d_x, acc_l); acc_l = fma(-(dmin m), s_x, acc_l)
- *   Q4_K: packed like Q4_1 (quant.c), ONE accumulator over the blocks in order:
+ *   Q4_K, Q5_K: packed like Q4_1 (quant.c), ONE accumulator over the blocks in order:
  *              acc = fma(isum, (d sc) d_x, acc); acc = fma(-(dmin m), s_x, acc)
  *   Q3_K (two sub-blocks of 16, a and b): isum = sc_a sum_a q x_q + sc_b sum_b q x_q;
  *              acc_l = fma(isum, d d_x, acc_l)

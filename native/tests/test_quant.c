@@ -361,7 +361,7 @@ static void test_kquant(uint32_t t, int rows, int cols, int n)
                         for (int j = 0; j < 16; j++) { lo += q[32 * b + j] * xb[j]; xl += xb[j]; }
                         for (int j = 16; j < 32; j++) { hi += q[32 * b + j] * xb[j]; xh += xb[j]; }
                         const int k = 8 * s + b;
-                        if (t == GGML_Q4_K) {     /* packed like Q4_1: one accumulator, in L[0] */
+                        if (t == GGML_Q4_K || t == GGML_Q5_K) {   /* packed like Q4_1: one accumulator, in L[0] */
                             const float dl = d * (float)sc[b], ml = -(dmin * (float)mm[b]);
                             L[0] = fmaf((float)(lo + hi), dl * xd[k], L[0]);
                             L[0] = fmaf(ml, xs[k], L[0]);
@@ -378,7 +378,7 @@ static void test_kquant(uint32_t t, int rows, int cols, int n)
                         }
                     }
                 }
-                want = t == GGML_Q4_K || t == GGML_Q6_K ? L[0] : ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
+                want = t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K ? L[0] : ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
             }
             const float got = out[(size_t)i * rows + r];
             if (fbits(got) != fbits(want)) same = 0;
@@ -421,6 +421,7 @@ int main(void)
     test_packed_rows(GGML_F16, 21, 40);
     test_packed_rows(GGML_Q4_K, 21, 512);
     test_packed_rows(GGML_Q6_K, 21, 512);
+    test_packed_rows(GGML_Q5_K, 21, 512);
     printf("activation quantization\n");
     test_act_quant();
     printf("fp16 conversions\n");
@@ -443,6 +444,7 @@ int main(void)
     test_tile_independence(GGML_F16);
     test_tile_independence(GGML_Q4_K);
     test_tile_independence(GGML_Q6_K);
+    test_tile_independence(GGML_Q5_K);
     printf("K-quants and BF16\n");
     uint32_t ktypes[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_BF16};
     for (int k = 0; k < 6; k++) {
