@@ -17,7 +17,8 @@ Q5_1 / Q8_0 / IQ4_NL for rows that are not a multiple of 256); a file our engine
 refusal line in the table. --d-expert changes the fixtures' expert width (e.g. 1408, Qwen1.5-MoE-
 A2.7B's and GLM-4.5-Air's); --shape changes any integer field of the generator's ARCHS entry
 (heads per KV head, experts, top-k) or one of its extra keys; --rope-scaling adds <arch>.rope.scaling.* keys to every file
-(type:factor[:original_context_length]), as tests/model/test_arch_rope_scaling.py does.
+(type:factor[:original_context_length], as tests/model/test_arch_rope_scaling.py does, or any keys
+as k=v,...: the edge cases of the README were checked that way).
 
 Method: llama.cpp decodes STEPS greedy tokens after a fixed 10-token prompt (its own choices);
 then both engines score that whole sequence teacher-forced (one prefill each: llama.cpp with
@@ -197,7 +198,9 @@ def main():
     ap.add_argument("--shape", help="comma-separated field=int overrides of the generator's ARCHS entry, e.g. "
                     "n_heads=16,n_kv=2,experts=64,top_k=8 (Qwen3-30B-A3B's 8 query heads per KV head); "
                     "extra.KEY=VALUE sets one of its extra <arch>.KEY keys, extra.KEY= drops it")
-    ap.add_argument("--rope-scaling", help="type:factor[:original_context_length], e.g. yarn:4:64 or linear:2")
+    ap.add_argument("--rope-scaling", help="type:factor[:original_context_length], e.g. yarn:4:64 or linear:2; "
+                    "or k=v,... rope.scaling keys as given, e.g. type=yarn,factor=4.0,attn_factor=0.8 "
+                    "(a float needs its '.'; no float64 reference column then)")
     ap.add_argument("--d-expert", type=int, help="expert width of the fixtures instead of the generator's "
                     "(e.g. 1408, Qwen1.5-MoE-A2.7B's: not a multiple of 256, so llama.cpp's K-quant files fall "
                     "back to Q5_0 / Q8_0 for the expert downs)")
@@ -231,10 +234,17 @@ def main():
                     subprocess.run([sys.executable, str(GEN), *gen], check=True)
                 if a.rope_scaling:
                     from tests.model.test_arch_rope_scaling import with_keys
-                    kind, factor, *orig = a.rope_scaling.split(":")
-                    keys = {"rope.scaling.type": kind, "rope.scaling.factor": float(factor)}
-                    if orig:
-                        keys["rope.scaling.original_context_length"] = int(orig[0])
+                    if "=" in a.rope_scaling:       # k=v,... : any rope.scaling.* keys, as given
+                        keys = {}
+                        for f in a.rope_scaling.split(","):
+                            k, v = f.split("=")
+                            keys[f"rope.scaling.{k}"] = (v if not v.replace(".", "").isdigit() else
+                                                          float(v) if "." in v else int(v))
+                    else:
+                        kind, factor, *orig = a.rope_scaling.split(":")
+                        keys = {"rope.scaling.type": kind, "rope.scaling.factor": float(factor)}
+                        if orig:
+                            keys["rope.scaling.original_context_length"] = int(orig[0])
                     plain = model.with_suffix(".plain.gguf")
                     model.rename(plain)
                     with_keys(plain, model, keys)
@@ -272,7 +282,7 @@ def main():
                                "llama.cpp and gguf's numpy")
                     print(deq[-1], file=sys.stderr)
                 rf = None
-                if arch in REFS:     # the float64 reference of tests/model/arch_ref.py vs llama.cpp
+                if arch in REFS and not (a.rope_scaling and "=" in a.rope_scaling):   # (k=v keys: no reference)
                     if a.rope_scaling:   # with the published scaled-RoPE definitions
                         from tests.model.test_arch_rope_scaling import scaled_ref
                         fwd = scaled_ref(arch, model, keys).forward(ids)
