@@ -20,6 +20,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
+from django.utils import timezone
 
 from chat import services
 from chat.models import Message
@@ -285,6 +286,28 @@ ERROR_DETAIL = {
 }
 
 
+SAVE_RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds: rides out a database restart or failover
+SAVE_FAILED_DETAIL = ("This reply could not be saved (the database did not answer). It stays on this page "
+                      "but will be missing after a reload: copy it if you need it.")
+_UNSAVED = object()
+
+
+async def _store_final(conv_id, msg_id, state, status, stats):
+    """The stored final message, None if it was deleted meanwhile, or _UNSAVED when the database
+    refused every attempt (storing is idempotent, so a retry after a half-done attempt is safe)."""
+    for delay in (0.0, *SAVE_RETRY_DELAYS):
+        await asyncio.sleep(delay)
+        try:
+            msg = await database_sync_to_async(services.message_finish)(
+                msg_id, text=state.text, status=status, stats=stats, routing=state.routing)
+            if state.slot is not None:
+                await database_sync_to_async(services.conversation_set_slot)(conv_id, state.slot)
+            return msg
+        except Exception:
+            log.exception("could not store the final message %s (retrying: %s)", msg_id, delay != SAVE_RETRY_DELAYS[-1])
+    return _UNSAVED
+
+
 async def _finish(conv_id, msg_id, state):
     """Stores the final message, then (after commit) publishes `error` and `done`."""
     outcome = state.outcome or "interrupted"
@@ -301,14 +324,11 @@ async def _finish(conv_id, msg_id, state):
     else:
         status = Message.Status.INTERRUPTED
         stats.setdefault("finish_reason", "stopped")
-    try:
-        msg = await database_sync_to_async(services.message_finish)(msg_id, text=state.text, status=status, stats=stats,
-                                                                    routing=state.routing)
-        if state.slot is not None:
-            await database_sync_to_async(services.conversation_set_slot)(conv_id, state.slot)
-    except Exception:
-        log.exception("could not store the final message %s", msg_id)
-        return
+    msg = await _store_final(conv_id, msg_id, state, status, stats)
+    if msg is _UNSAVED:  # the reader keeps the reply on screen and is told it was not stored
+        await publish(conv_id, {"type": "error", "message": msg_id, "code": "SAVE_FAILED", "detail": SAVE_FAILED_DETAIL})
+        msg = Message(pk=msg_id, conversation_id=conv_id, role=Message.Role.ASSISTANT, text=state.text,
+                      status=status, stats=stats, created=timezone.now())
     if detail:
         await publish(conv_id, {"type": "error", "message": msg_id, "code": state.error.get("code", "ENGINE_ERROR") if state.error else "ENGINE_ERROR", "detail": detail})
     if msg is not None:

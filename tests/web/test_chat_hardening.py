@@ -120,3 +120,42 @@ async def test_it_passes_the_chosen_expert_count_to_the_engine(alice, fake_bridg
     await frames_until(comm, "done")
     assert fake_bridge.requests[-1].experts is None  # the model's own default
     await comm.disconnect()
+
+
+async def test_a_final_save_that_fails_once_is_retried(alice, fake_bridge, monkeypatch):
+    fake_bridge.script(*reply("kept"))
+    monkeypatch.setattr(relay, "SAVE_RETRY_DELAYS", (0.0, 0.0))
+    real, calls = services.message_finish, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("database restarting")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "message_finish", flaky)
+    comm = await connect(alice)
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hello"})
+    frames = await frames_until(comm, "done")
+    assert frames[-1]["message"]["text"] == "kept" and len(calls) == 2
+    assert not [f for f in frames if f["type"] == "error"]
+    stored = await sync_to_async(lambda: services.Message.objects.get(pk=frames[-1]["message"]["id"]).text)()
+    assert stored == "kept"
+    await comm.disconnect()
+
+
+async def test_a_reply_the_database_never_takes_still_reaches_the_reader_with_an_explanation(alice, fake_bridge, monkeypatch):
+    fake_bridge.script(*reply("only on screen"))
+    monkeypatch.setattr(relay, "SAVE_RETRY_DELAYS", (0.0, 0.0))
+
+    def down(*args, **kwargs):
+        raise ConnectionError("database down")
+
+    monkeypatch.setattr(services, "message_finish", down)
+    comm = await connect(alice)
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hello"})
+    frames = await frames_until(comm, "done")
+    error = next(f for f in frames if f["type"] == "error")
+    assert error["code"] == "SAVE_FAILED" and "could not be saved" in error["detail"]
+    assert frames[-1]["message"]["text"] == "only on screen" and frames[-1]["message"]["status"] == "complete"
+    await comm.disconnect()
