@@ -666,13 +666,13 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 static int pk_type(uint32_t t)
 {
     return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
-           t == GGML_Q6_K;
+           t == GGML_Q6_K || t == GGML_Q3_K;
 }
 
 int qpack_ok(uint32_t type, int rows, int cols)
 {
     if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
-    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K;
+    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q3_K;
     return type == GGML_F16 || cols % (k ? 256 : QK) == 0;
 }
 
@@ -693,6 +693,11 @@ int qpack_ok(uint32_t type, int rows, int cols)
  * sc_b (sum_b u x - 32 sum_b x) (= sum sc q x, the row kernel's), then acc = fma(isum, d * d_x,
  * acc), blocks in order. */
 #define PK_K6_SB 1680
+/* Q3_K uses Q6_K's packed layout (codes u = q + 4, 0..7; its 6-bit scales as int8): 1680 bytes per
+ * 8 rows x 256 values against the file's 880 — a speed-for-memory trade (2x the weight bytes in
+ * RAM) until it gets a layout of its own. */
+#define K6LIKE(t) ((t) == GGML_Q6_K || (t) == GGML_Q3_K)
+#define K6OFF(t) ((t) == GGML_Q6_K ? 32 : 4)
 /* Q5_K: as Q4_K (1440 bytes per super-block of a group: 180 per row, the file 176) with a fifth
  * vector per block after the nibbles, H: byte 4j+k holds the codes' bit 4 of values 4t+k at bit t
  * and of values 16+4t+k at bit 4+t (t < 4). */
@@ -705,7 +710,7 @@ static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
 {
     if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;
     if (t == GGML_Q5_K) return g + (size_t)(b / 8) * PK_K5_SB + 32 + (size_t)(b % 8) * 176;
-    if (t == GGML_Q6_K) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
+    if (K6LIKE(t)) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
     return g + (size_t)b * PK_BLK(t);
 }
 
@@ -729,7 +734,7 @@ static inline int pk_k6_code(const uint8_t *blk, int j, int v)
 static size_t pk_group_bytes(uint32_t t, int cols)
 {
     if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
-    if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
+    if (K6LIKE(t)) return (size_t)(cols / 256) * PK_K6_SB;
     return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -779,23 +784,24 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
         return;
     }
 #endif
-    if (t == GGML_Q6_K) {
+    if (K6LIKE(t)) {
+        const size_t fb = t == GGML_Q6_K ? 210 : 110, doff = t == GGML_Q6_K ? 208 : 108;
         for (int s = 0; s < nb / 8; s++) {
             uint8_t *h = dst + (size_t)s * PK_K6_SB;
             for (int j = 0; j < PK_ROWS; j++) {
                 int8_t q[256];
                 int sc[16], m[16];
                 float d = 0.0f, dmin;
-                if (src[j]) qk_unpack(t, src[j] + (size_t)s * 210, q, sc, m, &d, &dmin);
+                if (src[j]) qk_unpack(t, src[j] + (size_t)s * fb, q, sc, m, &d, &dmin);
                 else {
                     memset(q, 0, sizeof q);
                     memset(sc, 0, sizeof sc);
                 }
-                if (src[j]) memcpy(h + 2 * j, src[j] + (size_t)s * 210 + 208, 2);
+                if (src[j]) memcpy(h + 2 * j, src[j] + (size_t)s * fb + doff, 2);
                 else memset(h + 2 * j, 0, 2);
                 for (int bb = 0; bb < 8; bb++) {
                     uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb), u[32];
-                    for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[32 * bb + v] + 32);
+                    for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[32 * bb + v] + K6OFF(t));
                     o[j] = (uint8_t)(int8_t)sc[2 * bb];
                     o[8 + j] = (uint8_t)(int8_t)sc[2 * bb + 1];
                     for (int tt = 0; tt < 4; tt++)
@@ -1006,11 +1012,11 @@ void qmat_row(const qmat *w, int r, float *out)
             const uint8_t *blk = g + (size_t)b * 272;
             const float d = ld_f16(blk + 2 * j);
             for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
-        } else if (w->type == GGML_Q6_K) {   /* (d * sc) * q, dequant_row's */
-            const uint8_t *blk = pk_blk(GGML_Q6_K, g, b);
+        } else if (K6LIKE(w->type)) {   /* (d * sc) * q, dequant_row's */
+            const uint8_t *blk = pk_blk(w->type, g, b);
             const float d = ld_f16(g + (size_t)(b / 8) * PK_K6_SB + 2 * j);
             const float da = d * (float)(int8_t)blk[j], db = d * (float)(int8_t)blk[8 + j];
-            for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k6_code(blk, j, v) - 32);
+            for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k6_code(blk, j, v) - K6OFF(w->type));
         } else if (w->type == GGML_Q4_K || w->type == GGML_Q5_K) {   /* dl * q + (-ml): dequant_row's dl * q - ml */
             const uint8_t *blk = pk_blk(w->type, g, b);
             float d, m;
@@ -1171,8 +1177,8 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
 
 /* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),
  * the offset 32 and the int8 scales applied in int32, then Q4_1's float step. */
-FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
-                         float *res)
+FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                           float *res, const int off)
 {
     const int8_t *xq[4];
     const float *xd[4];
@@ -1192,7 +1198,7 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
         const uint8_t *bp[2];
         __m256i H[2][2];
         for (int g = 0; g < NG; g++) {
-            bp[g] = pk_blk(GGML_Q6_K, gp[g], b);
+            bp[g] = pk_blk(GGML_Q6_K, gp[g], b);   /* Q3_K: the same layout */
             _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
@@ -1223,7 +1229,7 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
                 sa += xb[v];
                 sb += xb[16 + v];
             }
-            const __m256i oa = _mm256_set1_epi32(32 * sa), ob = _mm256_set1_epi32(32 * sb);
+            const __m256i oa = _mm256_set1_epi32(off * sa), ob = _mm256_set1_epi32(off * sb);
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++) {
                 const __m256i sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
@@ -1238,6 +1244,8 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
+#define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, 32)
+#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, 4)
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 0)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 1)
 #define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 2)
@@ -1452,7 +1460,7 @@ FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const
 
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
 {
-    if (t == GGML_Q6_K) return pk_k6_code(blk, j, v) - 32;
+    if (K6LIKE(t)) return pk_k6_code(blk, j, v) - K6OFF(t);
     if (t == GGML_Q4_1 || t == GGML_Q4_K || t == GGML_Q5_K) {
         uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
         int c = v < 16 ? byte & 15 : byte >> 4;
@@ -1487,7 +1495,7 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                     for (int b = 0; b < nb; b++) {
                         const uint8_t *blk = pk_blk(t, gp[g], b);
                         int32_t is = 0;
-                        if (t == GGML_Q6_K) {
+                        if (K6LIKE(t)) {
                             int32_t sa = 0, sb = 0;
                             for (int v = 0; v < QK; v++) {
                                 const int32_t p = pk_wval(t, blk, j, v) * xq[b * QK + v];
@@ -1519,6 +1527,7 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q5_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q6_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q3_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
 #endif
@@ -1565,6 +1574,7 @@ static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x,
     else if (t == GGML_Q4_K) { PK_CASE(pk_q4k, nb) }
     else if (t == GGML_Q5_K) { PK_CASE(pk_q5k, nb) }
     else if (t == GGML_Q6_K) { PK_CASE(pk_q6k, nb) }
+    else if (t == GGML_Q3_K) { PK_CASE(pk_q3k, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
     else { PK_CASE(pk_f16, cols) }
 #undef PK_CASE
@@ -1617,7 +1627,7 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
         /* F16 with 2 groups keeps 4 accumulators per input row: at most 2 rows a tile */
         int nxmax = w->type == GGML_F16 && ng == 2 ? 2 : 4;
 #ifdef PK_ZMM
-        if (ng == 2 && w->type != GGML_F16 && w->type != GGML_Q6_K) nxmax = PK_NX;   /* Q6_K: 4 (no zmm tile) */
+        if (ng == 2 && w->type != GGML_F16 && !K6LIKE(w->type)) nxmax = PK_NX;   /* Q6_K, Q3_K: 4 (no zmm tile) */
 #endif
         for (int i0 = 0; i0 < n; i0 += nxmax) {
             const int nx = n - i0 < nxmax ? n - i0 : nxmax;

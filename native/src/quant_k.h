@@ -28,9 +28,8 @@ void qk_dequant(uint32_t type, const uint8_t *row, float *out, int n);
  * q, the block's int8 activations x_q, scale d_x and float sum s_x (qact):
  *   Q4_K, Q5_K: packed like Q4_1 (quant.c), ONE accumulator over the blocks in order:
  *              acc = fma(isum, (d sc) d_x, acc); acc = fma(-(dmin m), s_x, acc)
- *   Q3_K (two sub-blocks of 16, a and b): isum = sc_a sum_a q x_q + sc_b sum_b q x_q;
- *              acc_l = fma(isum, d d_x, acc_l)
- *   Q6_K: the same isum, packed by quant.c: ONE accumulator, acc = fma(isum, d d_x, acc)
+ *   Q3_K, Q6_K (two sub-blocks of 16, a and b): isum = sc_a sum_a q x_q + sc_b sum_b q x_q;
+ *              packed by quant.c: ONE accumulator, acc = fma(isum, d d_x, acc)
  *   Q2_K:      the same isum; msum = m_a sum_a x_q + m_b sum_b x_q;
  *              acc_l = fma(isum, d d_x, acc_l); acc_l = fma(-msum, dmin d_x, acc_l)
  * result ((acc_0 + acc_4) + (acc_2 + acc_6)) + ((acc_1 + acc_5) + (acc_3 + acc_7)).
