@@ -666,13 +666,13 @@ QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 static int pk_type(uint32_t t)
 {
     return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
-           t == GGML_Q6_K || t == GGML_Q3_K;
+           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K;
 }
 
 int qpack_ok(uint32_t type, int rows, int cols)
 {
     if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
-    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q3_K;
+    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q3_K || type == GGML_Q2_K;
     return type == GGML_F16 || cols % (k ? 256 : QK) == 0;
 }
 
@@ -696,8 +696,15 @@ int qpack_ok(uint32_t type, int rows, int cols)
 /* Q3_K uses Q6_K's packed layout (codes u = q + 4, 0..7; its 6-bit scales as int8): 1680 bytes per
  * 8 rows x 256 values against the file's 880 — a speed-for-memory trade (2x the weight bytes in
  * RAM) until it gets a layout of its own. */
-#define K6LIKE(t) ((t) == GGML_Q6_K || (t) == GGML_Q3_K)
-#define K6OFF(t) ((t) == GGML_Q6_K ? 32 : 4)
+#define K6LIKE(t) ((t) == GGML_Q6_K || (t) == GGML_Q3_K || (t) == GGML_Q2_K)
+#define K6OFF(t) ((t) == GGML_Q6_K ? 32 : (t) == GGML_Q3_K ? 4 : 0)
+/* Q2_K: the same blocks (codes 0..3, offset 0) with a 32-byte super-block header, f16 d[8] and
+ * dmin[8] (1696 bytes per 8 rows x 256 values, the file 672), and per block the byte
+ * sc | m << 4 of each half in place of the int8 scale; the tile adds Q2_K's min term
+ * acc = fma(-(m_a sum_a x + m_b sum_b x), dmin * d_x, acc) after the scale term. */
+#define PK_K2_SB 1696
+#define K6SB(t) ((t) == GGML_Q2_K ? PK_K2_SB : PK_K6_SB)
+#define K6HDR(t) ((t) == GGML_Q2_K ? 32 : 16)
 /* Q5_K: as Q4_K (1440 bytes per super-block of a group: 180 per row, the file 176) with a fifth
  * vector per block after the nibbles, H: byte 4j+k holds the codes' bit 4 of values 4t+k at bit t
  * and of values 16+4t+k at bit 4+t (t < 4). */
@@ -710,7 +717,7 @@ static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
 {
     if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;
     if (t == GGML_Q5_K) return g + (size_t)(b / 8) * PK_K5_SB + 32 + (size_t)(b % 8) * 176;
-    if (K6LIKE(t)) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
+    if (K6LIKE(t)) return g + (size_t)(b / 8) * K6SB(t) + K6HDR(t) + (size_t)(b % 8) * 208;
     return g + (size_t)b * PK_BLK(t);
 }
 
@@ -734,7 +741,7 @@ static inline int pk_k6_code(const uint8_t *blk, int j, int v)
 static size_t pk_group_bytes(uint32_t t, int cols)
 {
     if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
-    if (K6LIKE(t)) return (size_t)(cols / 256) * PK_K6_SB;
+    if (K6LIKE(t)) return (size_t)(cols / 256) * K6SB(t);
     return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -785,9 +792,10 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
     }
 #endif
     if (K6LIKE(t)) {
-        const size_t fb = t == GGML_Q6_K ? 210 : 110, doff = t == GGML_Q6_K ? 208 : 108;
+        const size_t fb = t == GGML_Q6_K ? 210 : t == GGML_Q3_K ? 110 : 84;
+        const size_t doff = t == GGML_Q6_K ? 208 : t == GGML_Q3_K ? 108 : 80;
         for (int s = 0; s < nb / 8; s++) {
-            uint8_t *h = dst + (size_t)s * PK_K6_SB;
+            uint8_t *h = dst + (size_t)s * K6SB(t);
             for (int j = 0; j < PK_ROWS; j++) {
                 int8_t q[256];
                 int sc[16], m[16];
@@ -799,11 +807,21 @@ static void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data
                 }
                 if (src[j]) memcpy(h + 2 * j, src[j] + (size_t)s * fb + doff, 2);
                 else memset(h + 2 * j, 0, 2);
+                if (t == GGML_Q2_K) {
+                    if (src[j]) memcpy(h + 16 + 2 * j, src[j] + (size_t)s * fb + doff + 2, 2);
+                    else memset(h + 16 + 2 * j, 0, 2);
+                    if (!src[j]) memset(m, 0, sizeof m);
+                }
                 for (int bb = 0; bb < 8; bb++) {
                     uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb), u[32];
                     for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[32 * bb + v] + K6OFF(t));
-                    o[j] = (uint8_t)(int8_t)sc[2 * bb];
-                    o[8 + j] = (uint8_t)(int8_t)sc[2 * bb + 1];
+                    if (t == GGML_Q2_K) {
+                        o[j] = (uint8_t)(sc[2 * bb] | m[2 * bb] << 4);
+                        o[8 + j] = (uint8_t)(sc[2 * bb + 1] | m[2 * bb + 1] << 4);
+                    } else {
+                        o[j] = (uint8_t)(int8_t)sc[2 * bb];
+                        o[8 + j] = (uint8_t)(int8_t)sc[2 * bb + 1];
+                    }
                     for (int tt = 0; tt < 4; tt++)
                         for (int k = 0; k < 4; k++)
                             o[16 + 32 * tt + 4 * j + k] = (uint8_t)((u[4 * tt + k] & 15) | (u[16 + 4 * tt + k] & 15) << 4);
@@ -1012,6 +1030,13 @@ void qmat_row(const qmat *w, int r, float *out)
             const uint8_t *blk = g + (size_t)b * 272;
             const float d = ld_f16(blk + 2 * j);
             for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
+        } else if (w->type == GGML_Q2_K) {   /* (d * sc) * q - dmin * m, dequant_row's */
+            const uint8_t *blk = pk_blk(GGML_Q2_K, g, b), *hd = g + (size_t)(b / 8) * PK_K2_SB;
+            const float d = ld_f16(hd + 2 * j), dm = ld_f16(hd + 16 + 2 * j);
+            for (int v = 0; v < QK; v++) {
+                const uint8_t sm = blk[(v < 16 ? 0 : 8) + j];
+                o[v] = d * (float)(sm & 15) * (float)pk_k6_code(blk, j, v) - dm * (float)(sm >> 4);
+            }
         } else if (K6LIKE(w->type)) {   /* (d * sc) * q, dequant_row's */
             const uint8_t *blk = pk_blk(w->type, g, b);
             const float d = ld_f16(g + (size_t)(b / 8) * PK_K6_SB + 2 * j);
@@ -1178,8 +1203,9 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
 /* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),
  * the offset 32 and the int8 scales applied in int32, then Q4_1's float step. */
 FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
-                           float *res, const int off)
+                           float *res, const uint32_t T)
 {
+    const int off = K6OFF(T), k2 = T == GGML_Q2_K;
     const int8_t *xq[4];
     const float *xd[4];
     act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
@@ -1187,18 +1213,21 @@ FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x
     __m256 acc[2][4];
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
-    __m256 dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++) {
         if (b % 8 == 0)
             for (int g = 0; g < NG; g++)
-                dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_K6_SB)));
+            {
+                dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * K6SB(T))));
+                if (k2) mv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * K6SB(T) + 16)));
+            }
         __m256i ia[2][4], ib[2][4];
         for (int g = 0; g < NG; g++)
             for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
         const uint8_t *bp[2];
         __m256i H[2][2];
         for (int g = 0; g < NG; g++) {
-            bp[g] = pk_blk(GGML_Q6_K, gp[g], b);   /* Q3_K: the same layout */
+            bp[g] = pk_blk(T, gp[g], b);
             _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
@@ -1232,8 +1261,22 @@ FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x
             const __m256i oa = _mm256_set1_epi32(off * sa), ob = _mm256_set1_epi32(off * sb);
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++) {
-                const __m256i sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
-                const __m256i scb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+                __m256i sca, scb;
+                if (k2) {
+                    const __m256i ra = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
+                    const __m256i rb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+                    sca = _mm256_and_si256(ra, _mm256_set1_epi32(15));
+                    scb = _mm256_and_si256(rb, _mm256_set1_epi32(15));
+                    const __m256i ms = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(ra, 4), _mm256_set1_epi32(sa)),
+                                                        _mm256_mullo_epi32(_mm256_srli_epi32(rb, 4), _mm256_set1_epi32(sb)));
+                    const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(ia[g][k], sca), _mm256_mullo_epi32(ib[g][k], scb));
+                    acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
+                    acc[g][k] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(-0.0f)),
+                                                _mm256_mul_ps(mv[g], xs), acc[g][k]);
+                    continue;
+                }
+                sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
+                scb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
                 const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ia[g][k], oa), sca),
                                                     _mm256_mullo_epi32(_mm256_sub_epi32(ib[g][k], ob), scb));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
@@ -1244,8 +1287,9 @@ FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
-#define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, 32)
-#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, 4)
+#define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q6_K)
+#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q3_K)
+#define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q2_K)
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 0)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 1)
 #define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 2)
@@ -1502,8 +1546,21 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
                                 if (v < 16) sa += p;
                                 else sb += p;
                             }
+                            const uint8_t *hd = gp[g] + (size_t)(b / 8) * K6SB(t);
+                            const float d = ld_f16(hd + 2 * j);
+                            if (t == GGML_Q2_K) {
+                                int32_t xa = 0, xb2 = 0;
+                                for (int v = 0; v < 16; v++) {
+                                    xa += xq[b * QK + v];
+                                    xb2 += xq[b * QK + 16 + v];
+                                }
+                                is = (blk[j] & 15) * sa + (blk[8 + j] & 15) * sb;
+                                acc = fmaf((float)is, d * xd[b], acc);
+                                const int32_t ms = (blk[j] >> 4) * xa + (blk[8 + j] >> 4) * xb2;
+                                acc = fmaf(-(float)ms, ld_f16(hd + 16 + 2 * j) * xd[b], acc);
+                                continue;
+                            }
                             is = (int8_t)blk[j] * sa + (int8_t)blk[8 + j] * sb;
-                            const float d = ld_f16(gp[g] + (size_t)(b / 8) * PK_K6_SB + 2 * j);
                             acc = fmaf((float)is, d * xd[b], acc);
                             continue;
                         }
@@ -1528,6 +1585,7 @@ static void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *
 #define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q5_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q6_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q3_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q2_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
 #endif
@@ -1575,6 +1633,7 @@ static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x,
     else if (t == GGML_Q5_K) { PK_CASE(pk_q5k, nb) }
     else if (t == GGML_Q6_K) { PK_CASE(pk_q6k, nb) }
     else if (t == GGML_Q3_K) { PK_CASE(pk_q3k, nb) }
+    else if (t == GGML_Q2_K) { PK_CASE(pk_q2k, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
     else { PK_CASE(pk_f16, cols) }
 #undef PK_CASE

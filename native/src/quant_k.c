@@ -355,7 +355,7 @@ void qk_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb,
     float acc[QK_NX][8];
     memset(acc, 0, sizeof acc);
     kcodes kc;
-    if (t >= 11) {   /* Q3_K .. Q6_K: packed by quant.c; one accumulator, blocks in order */
+    if (t >= 10) {   /* Q2_K .. Q6_K: packed by quant.c; one accumulator, blocks in order */
         int32_t isum[8], msum[8];
         for (int s = 0; s < nb / 8; s++, w += bb) {
             codes(t, w, &kc);
@@ -366,6 +366,7 @@ void qk_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb,
                 for (int b = 0; b < 8; b++) {
                     acc[k][0] = fmaf((float)isum[b], kc.lmul[b] * xd[b], acc[k][0]);
                     if (t == 12 || t == 13) acc[k][0] = fmaf(-kc.lmin[b], xs[b], acc[k][0]);
+                    else if (t == 10) acc[k][0] = fmaf(-(float)msum[b], kc.lmin[b] * xd[b], acc[k][0]);
                 }
             }
         }

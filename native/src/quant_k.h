@@ -30,8 +30,8 @@ void qk_dequant(uint32_t type, const uint8_t *row, float *out, int n);
  *              acc = fma(isum, (d sc) d_x, acc); acc = fma(-(dmin m), s_x, acc)
  *   Q3_K, Q6_K (two sub-blocks of 16, a and b): isum = sc_a sum_a q x_q + sc_b sum_b q x_q;
  *              packed by quant.c: ONE accumulator, acc = fma(isum, d d_x, acc)
- *   Q2_K:      the same isum; msum = m_a sum_a x_q + m_b sum_b x_q;
- *              acc_l = fma(isum, d d_x, acc_l); acc_l = fma(-msum, dmin d_x, acc_l)
+ *   Q2_K:      the same isum; msum = m_a sum_a x_q + m_b sum_b x_q; packed by quant.c, ONE
+ *              accumulator: acc = fma(isum, d d_x, acc); acc = fma(-msum, dmin d_x, acc)
  * result ((acc_0 + acc_4) + (acc_2 + acc_6)) + ((acc_1 + acc_5) + (acc_3 + acc_7)).
  * BF16: the row converted to floats, then qdot_exact with each float activation row. */
 void qk_dot(uint32_t type, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res);

@@ -369,8 +369,10 @@ static void test_kquant(uint32_t t, int rows, int cols, int n)
                             const float dl = d * (float)sc[b], ml = dmin * (float)mm[b];
                             L[b] = fmaf((float)(lo + hi), dl * xd[k], L[b]);
                             L[b] = fmaf(-ml, xs[k], L[b]);
-                        } else if (t == GGML_Q6_K || t == GGML_Q3_K) {
+                        } else if (t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K) {
                             L[0] = fmaf((float)(sc[2 * b] * lo + sc[2 * b + 1] * hi), d * xd[k], L[0]);
+                            if (t == GGML_Q2_K)
+                                L[0] = fmaf(-(float)(mm[2 * b] * xl + mm[2 * b + 1] * xh), dmin * xd[k], L[0]);
                         } else {
                             L[b] = fmaf((float)(sc[2 * b] * lo + sc[2 * b + 1] * hi), d * xd[k], L[b]);
                             if (t == GGML_Q2_K)
@@ -378,7 +380,7 @@ static void test_kquant(uint32_t t, int rows, int cols, int n)
                         }
                     }
                 }
-                want = t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K || t == GGML_Q3_K ? L[0] : ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
+                want = t != GGML_BF16 ? L[0] : ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
             }
             const float got = out[(size_t)i * rows + r];
             if (fbits(got) != fbits(want)) same = 0;
@@ -423,6 +425,7 @@ int main(void)
     test_packed_rows(GGML_Q6_K, 21, 512);
     test_packed_rows(GGML_Q5_K, 21, 512);
     test_packed_rows(GGML_Q3_K, 21, 512);
+    test_packed_rows(GGML_Q2_K, 21, 512);
     printf("activation quantization\n");
     test_act_quant();
     printf("fp16 conversions\n");
@@ -447,6 +450,7 @@ int main(void)
     test_tile_independence(GGML_Q6_K);
     test_tile_independence(GGML_Q5_K);
     test_tile_independence(GGML_Q3_K);
+    test_tile_independence(GGML_Q2_K);
     printf("K-quants and BF16\n");
     uint32_t ktypes[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_BF16};
     for (int k = 0; k < 6; k++) {
