@@ -51,8 +51,10 @@ class EngineFailed(Exception):
 
 
 class Engine:
-    def __init__(self, argv, env, on_event, slots):
+    def __init__(self, argv, env, on_event, slots, read_pause=None):
         self.argv, self.env, self.on_event, self.slots = argv, env, on_event, slots
+        # Seconds to wait before the next read of stdout (the owner's pacing; 0 = read at once).
+        self.read_pause = read_pause or (lambda: 0.0)
         self.proc = None
         self.lock = asyncio.Lock()
         self.ready = asyncio.get_running_loop().create_future()
@@ -93,6 +95,9 @@ class Engine:
                 if self.broken:
                     reason = self.broken
                     break
+                pause = self.read_pause()
+                if pause > 0:  # the pipe holds what the engine writes meanwhile
+                    await asyncio.sleep(pause)
         except protocol.ProtocolError as exc:
             reason = f"protocol error: {exc}"
         except Exception as exc:  # a bug in an event handler must not leave requests hanging
@@ -220,7 +225,8 @@ class Supervisor:
                 self.restarts += 1
             first = False
             self._status("starting")
-            engine = Engine(*self.command, on_event=self.hooks.on_event, slots=settings.KV_SLOTS)
+            engine = Engine(*self.command, on_event=self.hooks.on_event, slots=settings.KV_SLOTS,
+                            read_pause=getattr(self.hooks, "read_pause", None))
             started = time.monotonic()
             try:
                 await engine.start(self.ready_timeout)

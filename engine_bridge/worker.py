@@ -5,12 +5,14 @@ its inbox and relays each request's events to the request's reply list in number
 Why batches, and when: each request has at most one batch on its way to Redis. An event that
 finds none in flight leaves at once (the first token never waits), except text that follows a
 text batch of the same request sent less than its text interval ago; events arriving meanwhile
-coalesce (text merged) and leave together. The text interval is a screen frame (TEXT_FRAME_S)
+coalesce (text merged) and leave together. The text interval is a frame (BRIDGE_TEXT_FRAME_S)
 for one stream and grows with the number of streams so that all of them together send at most
 settings.BRIDGE_TEXT_BATCHES_PER_S text batches a second: a batch costs the web path about half
 a millisecond of CPU (bridge, Redis, Daphne, measured with bench/webpath.py), and on a small host
-every such millisecond comes out of the engine's own throughput, while a reader sees no
-difference between 15 and 80 ms updates. Batches are numbered; the client fails loudly on a gap.
+every such millisecond, and every wakeup that preempts an engine thread, comes out of the engine's
+own throughput. For the same reason the engine's stdout is read at most once a frame while every
+running request already has its first text (read_pause). Batches are numbered; the client fails
+loudly on a gap.
 
 Failure containment: a Redis outage never ends the worker (receives and sends retry with a
 backoff; the engine and its slots live on); a request that arrives while the engine is not up is
@@ -40,9 +42,11 @@ log = logging.getLogger(__name__)
 DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
 UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
-# Later text of a request leaves at most once per text interval: a screen frame (~16 ms) for one
-# stream, longer when many streams share the BRIDGE_TEXT_BATCHES_PER_S budget. The first token never waits.
-TEXT_FRAME_S = 0.015
+# Later text of a request leaves at most once per text interval: BRIDGE_TEXT_FRAME_S (40 ms, 25
+# updates a second: fluid for reading, and on 2 cores 0.1 s less web-path CPU per 1,000 tokens than
+# 15 ms, measured with bench/webpath.py) for one stream, longer when many streams share the
+# BRIDGE_TEXT_BATCHES_PER_S budget. The first token never waits.
+TEXT_FRAME_S = 0.04  # the default of settings.BRIDGE_TEXT_FRAME_S
 QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
@@ -160,6 +164,7 @@ class Bridge:
         self.handlers = {}       # event type -> its ev_* method
         self.senders = {}        # reply list -> the task sending to it
         self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
+        self.text_frame_s = getattr(settings, "BRIDGE_TEXT_FRAME_S", TEXT_FRAME_S)
 
     # --- main loop ---------------------------------------------------------------------------
 
@@ -354,7 +359,7 @@ class Bridge:
 
     def flush(self, r):
         """Starts sending r's waiting events unless a batch of r is already in flight, or unless
-        they are only text and a batch with text left less than TEXT_FRAME_S ago: the first
+        they are only text and a batch with text left less than text_interval() ago: the first
         token and every non-text event leave at once; later text leaves at most once a frame."""
         if r.sending or not r.outbox:
             return
@@ -376,7 +381,17 @@ class Bridge:
     def text_interval(self):
         """Seconds between two text batches of one request: a screen frame, or the share of the
         batch budget that each running request gets."""
-        return max(TEXT_FRAME_S, len(self.by_id) / self.text_batches_per_s)
+        return max(self.text_frame_s, len(self.by_id) / self.text_batches_per_s)
+
+    def read_pause(self):
+        """How long the engine reader may wait before its next read. While every running request
+        already has its first text, nothing it reads can leave sooner than the next frame, so the
+        bridge reads at most about once a frame instead of once per token (each wakeup preempts an
+        engine thread on a small host); a request still waiting for its first token, or none
+        running, means no pause. DONE and ERROR wait at most one frame."""
+        if not self.by_id or any(r.t_first is None for r in self.by_id.values()):
+            return 0.0
+        return self.text_frame_s
 
     def emit_text(self, r, final=False):
         stops = r.job.stop

@@ -12,6 +12,7 @@ from engine_bridge.client import GenerationRequest
 @pytest.fixture
 def bridge(settings, monkeypatch):
     settings.BRIDGE_TEXT_BATCHES_PER_S = 100
+    settings.BRIDGE_TEXT_FRAME_S = 0.015
     b = worker.Bridge(command=["true"])
     sent = []
 
@@ -35,7 +36,7 @@ def running(b, n):
 def test_the_interval_is_a_frame_for_one_stream_and_a_budget_share_for_many(bridge):
     b, _ = bridge
     running(b, 1)
-    assert b.text_interval() == worker.TEXT_FRAME_S
+    assert b.text_interval() == b.text_frame_s
     running(b, 8)  # 9 running now
     assert b.text_interval() == pytest.approx(9 / 100)
 
@@ -53,9 +54,9 @@ async def test_the_first_token_leaves_at_once_and_later_text_coalesces(bridge):
         b.emit(r, {"kind": "text", "text": piece})
     await asyncio.sleep(0.001)
     assert len(sent) == 1                                       # held: less than a frame since "a"
-    await asyncio.sleep(worker.TEXT_FRAME_S + 0.01)
+    await asyncio.sleep(b.text_frame_s + 0.01)
     assert [m["events"] for _, m in sent] == [[{"kind": "text", "text": "a"}], [{"kind": "text", "text": "bcd"}]]
-    assert sent[1][0] - sent[0][0] >= worker.TEXT_FRAME_S - 0.002
+    assert sent[1][0] - sent[0][0] >= b.text_frame_s - 0.002
 
 
 @pytest.mark.asyncio
@@ -87,3 +88,13 @@ async def test_batches_of_several_requests_ready_together_share_one_send(bridge,
     b.emit(r3, {"kind": "text", "text": "c"})
     await asyncio.sleep(0.01)
     assert sends == [("listener", ["r0"]), ("listener", ["r1", "r2"])]  # ...and leave together
+
+
+def test_the_engine_is_read_at_once_until_every_stream_has_its_first_text(bridge):
+    b, _ = bridge
+    assert b.read_pause() == 0.0                    # nothing running
+    r1, r2 = running(b, 2)
+    r1.t_first = 1.0
+    assert b.read_pause() == 0.0                    # r2 waits for its first token
+    r2.t_first = 2.0
+    assert b.read_pause() == b.text_frame_s         # everyone streams: once a frame is enough
