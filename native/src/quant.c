@@ -1252,12 +1252,13 @@ FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x
             }
         }
         for (int k = 0; k < NX; k++) {
-            const int8_t *xb = xq[k] + (size_t)b * QK;
-            int32_t sa = 0, sb = 0;
-            for (int v = 0; v < 16; v++) {
-                sa += xb[v];
-                sb += xb[16 + v];
-            }
+            /* the two halves' activation sums: bytes 0-15 land in lanes 0-3, 16-31 in lanes 4-7 */
+            const __m256i hs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                                                      _mm256_loadu_si256((const __m256i *)(xq[k] + (size_t)b * QK))),
+                                                 _mm256_set1_epi16(1));
+            __m128i h4 = _mm_hadd_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
+            h4 = _mm_hadd_epi32(h4, h4);
+            const int32_t sa = _mm_cvtsi128_si32(h4), sb = _mm_extract_epi32(h4, 1);
             const __m256i oa = _mm256_set1_epi32(off * sa), ob = _mm256_set1_epi32(off * sb);
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++) {
