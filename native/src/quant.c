@@ -1473,6 +1473,84 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
 #define pkz_q4k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 1)
 #define pkz_q5k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 2)
 
+/* pk_q6k_o with NG = 2 in 512-bit registers (bit-identical), up to 8 input rows. */
+FORCE_INLINE void pkz_q6k_o(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res,
+                            const uint32_t T)
+{
+    const int off = K6OFF(T), k2 = T == GGML_Q2_K;
+    const int8_t *xq[8];
+    const float *xd[8];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
+    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+    __m512 acc[8];
+    for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
+    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (b % 8 == 0) {
+            const uint8_t *h0 = gp[0] + (size_t)(b / 8) * K6SB(T), *h1 = gp[1] + (size_t)(b / 8) * K6SB(T);
+            dv = z_half2(h0, h1);
+            if (k2) mv = z_half2(h0 + 16, h1 + 16);
+        }
+        const uint8_t *b0 = pk_blk(T, gp[0], b), *b1 = pk_blk(T, gp[1], b);
+        _mm_prefetch((const char *)b0 + PK_PFD, PK_HINT);
+        _mm_prefetch((const char *)b1 + PK_PFD, PK_HINT);
+        _mm_prefetch((const char *)b0 + 128 + PK_PFD, PK_HINT);
+        _mm_prefetch((const char *)b1 + 128 + PK_PFD, PK_HINT);
+        const __m512i H0 = z_load2(b0 + 144, b1 + 144), H1 = z_load2(b0 + 176, b1 + 176);
+        __m512i ia[8], ib[8];
+        for (int k = 0; k < NX; k++) ia[k] = ib[k] = _mm512_setzero_si512();
+        for (int t = 0; t < 4; t++) {
+            const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
+            const __m512i h = _mm512_srli_epi16(t < 2 ? H0 : H1, 2 * (t % 2));
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m15),
+                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                ia[k] = _mm512_dpbusd_epi32(ia[k], lo, z_bc4(xk));
+                ib[k] = _mm512_dpbusd_epi32(ib[k], hi, z_bc4(xk + 16));
+            }
+        }
+        const __m128i ra8 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1));
+        const __m128i rb8 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)), _mm_loadl_epi64((const __m128i *)(b1 + 8)));
+        __m512i sca, scb, ma = _mm512_setzero_si512(), mb = _mm512_setzero_si512();
+        if (k2) {
+            const __m512i ra = _mm512_cvtepu8_epi32(ra8), rb = _mm512_cvtepu8_epi32(rb8);
+            sca = _mm512_and_si512(ra, _mm512_set1_epi32(15));
+            scb = _mm512_and_si512(rb, _mm512_set1_epi32(15));
+            ma = _mm512_srli_epi32(ra, 4);
+            mb = _mm512_srli_epi32(rb, 4);
+        } else {
+            sca = _mm512_cvtepi8_epi32(ra8);
+            scb = _mm512_cvtepi8_epi32(rb8);
+        }
+        for (int k = 0; k < NX; k++) {
+            const __m256i hs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1),
+                                                                      _mm256_loadu_si256((const __m256i *)(xq[k] + (size_t)b * QK))),
+                                                 _mm256_set1_epi16(1));
+            __m128i h4 = _mm_hadd_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
+            h4 = _mm_hadd_epi32(h4, h4);
+            const int32_t sa = _mm_cvtsi128_si32(h4), sb = _mm_extract_epi32(h4, 1);
+            const __m512 xs = _mm512_set1_ps(xd[k][b]);
+            const __m512i is = _mm512_add_epi32(
+                _mm512_mullo_epi32(_mm512_sub_epi32(ia[k], _mm512_set1_epi32(off * sa)), sca),
+                _mm512_mullo_epi32(_mm512_sub_epi32(ib[k], _mm512_set1_epi32(off * sb)), scb));
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dv, xs), acc[k]);
+            if (k2) {
+                const __m512i ms = _mm512_add_epi32(_mm512_mullo_epi32(ma, _mm512_set1_epi32(sa)),
+                                                    _mm512_mullo_epi32(mb, _mm512_set1_epi32(sb)));
+                acc[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_cvtepi32_ps(ms)),
+                                                                              _mm512_set1_epi32((int)0x80000000u))),
+                                         _mm512_mul_ps(mv, xs), acc[k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
+}
+#define pkz_q6k(gp, x, i0, NX, nb, res) pkz_q6k_o(gp, x, i0, NX, nb, res, GGML_Q6_K)
+#define pkz_q3k(gp, x, i0, NX, nb, res) pkz_q6k_o(gp, x, i0, NX, nb, res, GGML_Q3_K)
+#define pkz_q2k(gp, x, i0, NX, nb, res) pkz_q6k_o(gp, x, i0, NX, nb, res, GGML_Q2_K)
+
 FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
 {
     const int8_t *xq[8];
@@ -1626,6 +1704,9 @@ static void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x,
     if (NG == 2 && t == GGML_Q4_1) { PKZ_CASE(pkz_q41) return; }
     if (NG == 2 && t == GGML_Q4_K) { PKZ_CASE(pkz_q4k) return; }
     if (NG == 2 && t == GGML_Q5_K) { PKZ_CASE(pkz_q5k) return; }
+    if (NG == 2 && t == GGML_Q6_K) { PKZ_CASE(pkz_q6k) return; }
+    if (NG == 2 && t == GGML_Q3_K) { PKZ_CASE(pkz_q3k) return; }
+    if (NG == 2 && t == GGML_Q2_K) { PKZ_CASE(pkz_q2k) return; }
     if (NG == 2 && t == GGML_Q8_0) { PKZ_CASE(pkz_q80) return; }
 #undef PKZ_CASE
 #endif
@@ -1687,7 +1768,7 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
         /* F16 with 2 groups keeps 4 accumulators per input row: at most 2 rows a tile */
         int nxmax = w->type == GGML_F16 && ng == 2 ? 2 : 4;
 #ifdef PK_ZMM
-        if (ng == 2 && w->type != GGML_F16 && !K6LIKE(w->type)) nxmax = PK_NX;   /* Q6_K, Q3_K: 4 (no zmm tile) */
+        if (ng == 2 && w->type != GGML_F16) nxmax = PK_NX;
 #endif
         for (int i0 = 0; i0 < n; i0 += nxmax) {
             const int nx = n - i0 < nxmax ? n - i0 : nxmax;
