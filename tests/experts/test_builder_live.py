@@ -28,7 +28,10 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 @pytest.fixture(scope="module")
 def bridge(engine_binary, tiny_model):
     url = procs.claim_redis_db()
-    env = {"REDIS_URL": url, "ENGINE_ENV": "KVSAVE=0,USAGE_SAVE=0", "KV_SLOTS": "2", "CTX": "2048",
+    # USAGE_FILE=/dev/null: the engine starts with no usage heat (another test's saved usage file
+    # next to the fixture model would start it near 2^12 selections, where one control turn may
+    # not move any expert's heat, a log2 of its count).
+    env = {"REDIS_URL": url, "ENGINE_ENV": "KVSAVE=0,USAGE_SAVE=0,USAGE_FILE=/dev/null", "KV_SLOTS": "2", "CTX": "2048",
            "ENGINE_BINARY": str(engine_binary), "ENGINE_MODEL": str(tiny_model)}
     proc = procs.start_bridge(env)
     layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
