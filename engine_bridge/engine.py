@@ -53,8 +53,9 @@ class EngineFailed(Exception):
 class Engine:
     def __init__(self, argv, env, on_event, slots, read_pause=None):
         self.argv, self.env, self.on_event, self.slots = argv, env, on_event, slots
-        # Seconds to wait before the next read of stdout (the owner's pacing; 0 = read at once).
-        self.read_pause = read_pause or (lambda: 0.0)
+        # Seconds to wait before the next read of stdout, given how many events the last read
+        # held and how long it waited for them (the owner's pacing; 0 = read at once).
+        self.read_pause = read_pause or (lambda events, waited: 0.0)
         self.proc = None
         self.lock = asyncio.Lock()
         self.ready = asyncio.get_running_loop().create_future()
@@ -85,17 +86,20 @@ class Engine:
         parser = protocol.Parser()
         reason, kill_now = "engine closed stdout", True
         try:
+            loop = asyncio.get_running_loop()
             while True:
+                asked = loop.time()
                 chunk = await self.proc.stdout.read(65536)
                 if not chunk:
                     kill_now = False
                     break
-                for event in parser.feed(chunk):
+                events = parser.feed(chunk)
+                for event in events:
                     self._dispatch(event)
                 if self.broken:
                     reason = self.broken
                     break
-                pause = self.read_pause()
+                pause = self.read_pause(len(events), loop.time() - asked)
                 if pause > 0:  # the pipe holds what the engine writes meanwhile
                     await asyncio.sleep(pause)
         except protocol.ProtocolError as exc:

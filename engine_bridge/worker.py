@@ -10,9 +10,9 @@ for one stream and grows with the number of streams so that all of them together
 settings.BRIDGE_TEXT_BATCHES_PER_S text batches a second: a batch costs the web path about half
 a millisecond of CPU (bridge, Redis, Daphne, measured with bench/webpath.py), and on a small host
 every such millisecond, and every wakeup that preempts an engine thread, comes out of the engine's
-own throughput. For the same reason the engine's stdout is read at most once a frame while every
-running request already has its first text (read_pause). Batches are numbered; the client fails
-loudly on a gap.
+own throughput. For the same reason an engine that writes a token at a time is read at most every
+READ_PAUSE_S while every running request already has its first text (read_pause). Batches are
+numbered; the client fails loudly on a gap.
 
 Failure containment: a Redis outage never ends the worker (receives and sends retry with a
 backoff; the engine and its slots live on); a request that arrives while the engine is not up is
@@ -47,6 +47,8 @@ REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
 # 15 ms, measured with bench/webpath.py) for one stream, longer when many streams share the
 # BRIDGE_TEXT_BATCHES_PER_S budget. The first token never waits.
 TEXT_FRAME_S = 0.04  # the default of settings.BRIDGE_TEXT_FRAME_S
+READ_PAUSE_S = 0.02  # longest wait between reads of a slow (token-at-a-time) engine output
+SLOW_READ_S = 0.001  # a read that waited this long for its few events: the engine is the slow side
 QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
@@ -383,15 +385,19 @@ class Bridge:
         batch budget that each running request gets."""
         return max(self.text_frame_s, len(self.by_id) / self.text_batches_per_s)
 
-    def read_pause(self):
-        """How long the engine reader may wait before its next read. While every running request
-        already has its first text, nothing it reads can leave sooner than the next frame, so the
-        bridge reads at most about once a frame instead of once per token (each wakeup preempts an
-        engine thread on a small host); a request still waiting for its first token, or none
-        running, means no pause. DONE and ERROR wait at most one frame."""
-        if not self.by_id or any(r.t_first is None for r in self.by_id.values()):
+    def read_pause(self, events, waited):
+        """How long the engine reader may wait before its next read. When the engine writes a
+        token at a time (the read waited over SLOW_READ_S for about one event per running
+        request) and every running request already has its first text, the next read can wait
+        READ_PAUSE_S: the pipe holds what the engine writes meanwhile, and a wakeup per token
+        preempts an engine thread on a small host. A fast engine's output is read at once (a
+        short request must not wait for its DONE), as is anything while a request waits for its
+        first token. DONE waits at most READ_PAUSE_S."""
+        running = len(self.by_id)
+        if (not running or waited < SLOW_READ_S or events > 2 * running
+                or any(r.t_first is None for r in self.by_id.values())):
             return 0.0
-        return self.text_frame_s
+        return min(self.text_frame_s, READ_PAUSE_S)
 
     def emit_text(self, r, final=False):
         stops = r.job.stop

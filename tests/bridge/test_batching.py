@@ -90,11 +90,14 @@ async def test_batches_of_several_requests_ready_together_share_one_send(bridge,
     assert sends == [("listener", ["r0"]), ("listener", ["r1", "r2"])]  # ...and leave together
 
 
-def test_the_engine_is_read_at_once_until_every_stream_has_its_first_text(bridge):
+def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_started(bridge):
     b, _ = bridge
-    assert b.read_pause() == 0.0                    # nothing running
+    slow = 0.005                                    # the read waited 5 ms for its events
+    assert b.read_pause(1, slow) == 0.0             # nothing running
     r1, r2 = running(b, 2)
     r1.t_first = 1.0
-    assert b.read_pause() == 0.0                    # r2 waits for its first token
+    assert b.read_pause(2, slow) == 0.0             # r2 waits for its first token
     r2.t_first = 2.0
-    assert b.read_pause() == b.text_frame_s         # everyone streams: once a frame is enough
+    assert b.read_pause(2, slow) == min(b.text_frame_s, worker.READ_PAUSE_S)  # a token per stream per read: wait
+    assert b.read_pause(40, slow) == 0.0            # output in bursts: read on
+    assert b.read_pause(2, 0.0001) == 0.0           # the data was already there (a fast engine): read on
