@@ -232,6 +232,21 @@ def leave_one_out(runs, categories):
 
 # --- running the probes (async, through the bridge) ----------------------------------------------
 
+async def probe_generate(request):
+    """One probe through the bridge -> (its accepted event or {}, its done event); BuildError
+    when the engine refuses it."""
+    accepted, final = None, None
+    async with contextlib.aclosing(bridge_client.generate(request)) as events:
+        async for event in events:
+            if event["kind"] == "accepted":
+                accepted = event
+            elif event["kind"] in ("done", "error"):
+                final = event
+    if final is None or final["kind"] == "error":
+        raise BuildError(f"the engine refused a probe: {(final or {}).get('message', 'no answer')}")
+    return accepted or {}, final
+
+
 class RoutesRunner:
     """Runs probes one at a time through the bridge with routes=True, heat=False and returns each
     one's exact selection counts (see the module docstring)."""
@@ -249,19 +264,9 @@ class RoutesRunner:
         return None
 
     async def _generate(self, prompt, routes):
-        request = bridge_client.GenerationRequest(
+        return await probe_generate(bridge_client.GenerationRequest(
             prompt=prompt, max_tokens=1, temperature=0.0, seed=SEED, conversation_key=self.key,
-            priority="background", experts=self.experts, routes=routes, heat=False)
-        accepted, final = None, None
-        async with contextlib.aclosing(bridge_client.generate(request)) as events:
-            async for event in events:
-                if event["kind"] == "accepted":
-                    accepted = event
-                elif event["kind"] in ("done", "error"):
-                    final = event
-        if final is None or final["kind"] == "error":
-            raise BuildError(f"the engine refused a probe: {(final or {}).get('message', 'no answer')}")
-        return accepted or {}, final
+            priority="background", experts=self.experts, routes=routes, heat=False))
 
     async def run(self, probe):
         """The probe's selection counts, shape (rows, cols); None when it reused KV (run again)."""
@@ -307,19 +312,9 @@ class ProbeRunner:
                 self.inbox.put_nowait((message.get("boot"), item))
 
     async def _generate(self, prompt, max_tokens):
-        request = bridge_client.GenerationRequest(
+        return await probe_generate(bridge_client.GenerationRequest(
             prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=SEED,
-            conversation_key=self.key, priority="background", experts=self.experts)
-        accepted, final = None, None
-        async with contextlib.aclosing(bridge_client.generate(request)) as events:
-            async for event in events:
-                if event["kind"] == "accepted":
-                    accepted = event
-                elif event["kind"] in ("done", "error"):
-                    final = event
-        if final is None or final["kind"] == "error":
-            raise BuildError(f"the engine refused a probe: {(final or {}).get('message', 'no answer')}")
-        return accepted or {}, final
+            conversation_key=self.key, priority="background", experts=self.experts))
 
     def drain(self):
         """Forget items that arrived before the next request (called before each probe)."""
