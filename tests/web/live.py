@@ -5,9 +5,11 @@ Both subprocesses use pytest-django's test database (tests that talk to them nee
 `transactional_db` so their rows are committed) and a Redis database of their own, so the fixed
 bridge channel `engine-bridge` of a developer's running site is never shared.
 """
+import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -169,3 +171,36 @@ def _close_other_sessions():
             connection.close()
             if attempt:
                 raise
+
+
+@contextlib.contextmanager
+def slots_held(stack, model, headers, slots, timeout=300):
+    """Keeps every KV slot busy with an endless stream (the fixture model otherwise answers as fast
+    as requests arrive) so that new requests queue; yields the Event that lets the holders go
+    (set it early to release them inside the block). They are released and joined on exit."""
+    import httpx
+
+    holding = [threading.Event() for _ in range(slots)]
+    release = threading.Event()
+
+    def holder(i):
+        body = {"model": model, "messages": [{"role": "user", "content": f"A very long story, part {i}."}],
+                "max_tokens": 100_000, "temperature": 0, "stream": True}
+        with httpx.stream("POST", stack.url + "/v1/chat/completions", json=body, headers=headers, timeout=timeout) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    holding[i].set()
+                if release.is_set():
+                    break
+
+    holders = [threading.Thread(target=holder, args=(i,)) for i in range(slots)]
+    for t in holders:
+        t.start()
+    try:
+        for ev in holding:
+            assert ev.wait(60), "the slot holders never started"
+        yield release
+    finally:
+        release.set()
+        for t in holders:
+            t.join(60)

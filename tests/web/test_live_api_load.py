@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from api.models import ApiKey
+from tests.web.live import slots_held
 from tests.web.sse_oracles import check_anthropic_stream, check_openai_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,36 +45,17 @@ def test_more_clients_than_slots_and_queue(live_stack, alice):
     # Two long streams hold both slots while the clients arrive, so the queue really fills
     # (the fixture model can otherwise finish answers as fast as requests arrive); they are
     # released once the queue has refused someone, and the queued clients are then served.
-    release = threading.Event()
-    holding = [threading.Event() for _ in range(slots)]
-
-    def holder(i):
-        body = {"model": model, "messages": [{"role": "user", "content": f"A very long story, part {i}."}],
-                "max_tokens": 100_000, "temperature": 0, "stream": True}
-        with httpx.stream("POST", live_stack.url + "/v1/chat/completions", json=body, headers=headers, timeout=300) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    holding[i].set()
-                if release.is_set():
-                    break
-
-    holders = [threading.Thread(target=holder, args=(i,)) for i in range(slots)]
-    for t in holders:
-        t.start()
-    for ev in holding:
-        assert ev.wait(60), "the slot holders never started"
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    go.set()
-    deadline = time.monotonic() + 60
-    while sum(1 for r in results if r and r[1] == 429) == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    release.set()
-    for t in holders:
-        t.join(60)
-    for t in threads:
-        t.join(300)
+    with slots_held(live_stack, model, headers, slots) as release:
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        go.set()
+        deadline = time.monotonic() + 60
+        while sum(1 for r in results if r and r[1] == 429) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        release.set()  # the queue has refused someone: let the holders go, the queued are served
+        for t in threads:
+            t.join(300)
     statuses = Counter(r[1] for r in results)
     problems = []
     told = []

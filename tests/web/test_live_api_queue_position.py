@@ -13,6 +13,7 @@ import pytest
 
 from api.models import ApiKey
 from tests.web import sse_oracles as oracles
+from tests.web.live import slots_held
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MESSAGES = [{"role": "user", "content": "Tell me about the sea."}]
@@ -39,25 +40,7 @@ def test_queued_streams_hear_their_position_and_lose_nothing(live_stack, alice):
     slots = int(live_stack.env["KV_SLOTS"])
     restarts = live_stack.bridge_state().get("restarts", 0)
 
-    holding = [threading.Event() for _ in range(slots)]
-    release = threading.Event()
-
-    def holder(i):
-        body = {"model": model, "messages": [{"role": "user", "content": f"A very long story, part {i}."}],
-                "max_tokens": 100_000, "temperature": 0, "stream": True}
-        with httpx.stream("POST", live_stack.url + "/v1/chat/completions", json=body, headers=headers, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    holding[i].set()
-                if release.is_set():
-                    break
-
-    holders = [threading.Thread(target=holder, args=(i,)) for i in range(slots)]
-    for t in holders:
-        t.start()
-    try:
-        for ev in holding:
-            assert ev.wait(60), "the slot holders never started"
+    with slots_held(live_stack, model, headers, slots, timeout=120):
 
         # Official SDKs: the 200 (and its header) arrive while the job waits.
         chat = oai.chat.completions.with_raw_response.create(model=model, messages=MESSAGES, max_tokens=16,
@@ -81,10 +64,6 @@ def test_queued_streams_hear_their_position_and_lose_nothing(live_stack, alice):
             opened.append(cm)
             assert r.status_code == 200 and int(r.headers["x-colibri-queue-position"]) >= 1
             raws[route] = r
-    finally:
-        release.set()
-        for t in holders:
-            t.join(60)
 
     # The SDKs parse every event strictly; the comments, pings and response.queued pass.
     text = "".join(c.choices[0].delta.content or "" for c in chat.parse() if c.choices)
