@@ -4,7 +4,6 @@ anthropic 0.69.0), and the same four over raw HTTP. Each queued client gets its 
 `x-colibri-queue-position` at once, hears its position (SSE comments; Anthropic pings; the
 official `response.queued`) before its first token, and — once the holders leave — its whole
 answer: nothing lost, no restart."""
-import threading
 
 import anthropic
 import httpx
