@@ -37,7 +37,7 @@ int ggml_type_known(uint32_t type)
     return ggml_row_bytes(type, 256) != 0;
 }
 
-const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K"; }
+const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K"; }
 
 size_t ggml_row_bytes(uint32_t type, uint64_t n)
 {
@@ -47,6 +47,8 @@ size_t ggml_row_bytes(uint32_t type, uint64_t n)
     case GGML_F16:  blk = 1;  bytes = 2;  break;
     case GGML_Q4_0: blk = 32; bytes = 18; break;
     case GGML_Q4_1: blk = 32; bytes = 20; break;
+    case GGML_Q5_0: blk = 32; bytes = 22; break;
+    case GGML_Q5_1: blk = 32; bytes = 24; break;
     case GGML_Q8_0: blk = 32; bytes = 34; break;
     case GGML_BF16: blk = 1;  bytes = 2;  break;
     case GGML_Q2_K: blk = 256; bytes = 84; break;

@@ -13,7 +13,10 @@
  *   Q8_0: f16 d, int8 q[32]            value j = d * q[j]
  *   Q4_0: f16 d, u8 qs[16]             value j = d * (nib_j - 8)
  *   Q4_1: f16 d, f16 m, u8 qs[16]      value j = d * nib_j + m
- * with nib_j = qs[j] & 15 for j < 16 and qs[j-16] >> 4 for j >= 16. */
+ *   Q5_0: f16 d, u32 qh, u8 qs[16]     value j = d * (q5_j - 16)
+ *   Q5_1: f16 d, f16 m, u32 qh, u8 qs[16]   value j = d * q5_j + m
+ * with nib_j = qs[j] & 15 for j < 16 and qs[j-16] >> 4 for j >= 16, and
+ * q5_j = nib_j | ((qh >> j) & 1) << 4 (qh little-endian). */
 #include "quant.h"
 #include "gguf.h"
 #include "pool.h"
@@ -35,6 +38,8 @@
 #define Q8_0_BYTES 34
 #define Q4_0_BYTES 18
 #define Q4_1_BYTES 20
+#define Q5_0_BYTES 22
+#define Q5_1_BYTES 24
 
 /* ---- fp16 ------------------------------------------------------------------------ */
 
@@ -106,6 +111,19 @@ static inline float ld_f16(const uint8_t *p)
 
 /* ---- dequantization ---------------------------------------------------------------- */
 
+/* The 32 five-bit codes (0..31) of a Q5 block from its qh word (at p) and 16 nibble bytes
+ * (at p + 4), minus off. */
+static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
+{
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    const uint8_t *qs = p + 4;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 15) | ((qh >> j) & 1) << 4) - off);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - off);
+    }
+}
+
 void dequant_row(uint32_t type, const void *row, float *out, int n)
 {
     const uint8_t *p = row;
@@ -144,6 +162,22 @@ void dequant_row(uint32_t type, const void *row, float *out, int n)
             }
         }
         break;
+    case GGML_Q5_0:
+        for (int b = 0; b < nb; b++, p += Q5_0_BYTES) {
+            float d = ld_f16(p);
+            int8_t q[QK];
+            q5_codes(p + 2, 16, q);
+            for (int j = 0; j < QK; j++) out[b * QK + j] = d * (float)q[j];
+        }
+        break;
+    case GGML_Q5_1:
+        for (int b = 0; b < nb; b++, p += Q5_1_BYTES) {
+            float d = ld_f16(p), m = ld_f16(p + 2);
+            int8_t q[QK];
+            q5_codes(p + 4, 0, q);
+            for (int j = 0; j < QK; j++) out[b * QK + j] = d * (float)q[j] + m;
+        }
+        break;
     default:
         if (qk_is_k(type) || type == GGML_BF16) qk_dequant(type, p, out, n);
         else memset(out, 0, (size_t)n * sizeof(float));
@@ -153,7 +187,11 @@ void dequant_row(uint32_t type, const void *row, float *out, int n)
 
 /* ---- activations --------------------------------------------------------------------- */
 
-static int is_quant(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 || qk_is_k(t); }
+static int is_quant(uint32_t t)
+{
+    return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 || t == GGML_Q5_0 || t == GGML_Q5_1 ||
+           qk_is_k(t);
+}
 /* types whose kernels read the float activations */
 static int is_float(uint32_t t) { return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16; }
 
@@ -452,11 +490,30 @@ FORCE_INLINE __m256i dot4_u8i8(__m256i a, __m256i b, __m256i ones)
 #endif
 }
 
-/* Weight block as 32 bytes: signed values for Q8_0/Q4_0, unsigned nibbles for Q4_1. */
+/* Types with a min term m (f16 after d): value = d * q + m. */
+#define HAS_MIN(t) ((t) == GGML_Q4_1 || (t) == GGML_Q5_1)
+
+/* Bit 4 of the 32 codes of a Q5 block: byte j = 16 if bit j of the little-endian qh word. */
+FORCE_INLINE __m256i q5_high(const uint8_t *qh)
+{
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+/* Weight block as 32 bytes: signed values for Q8_0/Q4_0/Q5_0, unsigned codes for Q4_1/Q5_1. */
 FORCE_INLINE __m256i wblock(uint32_t t, const uint8_t *blk)
 {
     if (t == GGML_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
     if (t == GGML_Q4_0) return _mm256_sub_epi8(unpack_nibbles(blk + 2), _mm256_set1_epi8(8));
+    if (t == GGML_Q5_0)
+        return _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(blk + 6), q5_high(blk + 2)), _mm256_set1_epi8(16));
+    if (t == GGML_Q5_1) return _mm256_or_si256(unpack_nibbles(blk + 8), q5_high(blk + 4));
     return unpack_nibbles(blk + 4);
 }
 
@@ -481,7 +538,8 @@ FORCE_INLINE __m128 ld4_f16(const uint8_t *p, size_t st)
 FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact *x, int i0,
                          int nb, float *res)
 {
-    const size_t bsz = t == GGML_Q8_0 ? Q8_0_BYTES : t == GGML_Q4_0 ? Q4_0_BYTES : Q4_1_BYTES;
+    const size_t bsz = t == GGML_Q8_0 ? Q8_0_BYTES : t == GGML_Q4_0 ? Q4_0_BYTES : t == GGML_Q5_0 ? Q5_0_BYTES
+                     : t == GGML_Q5_1 ? Q5_1_BYTES : Q4_1_BYTES;
     const size_t xst = (size_t)x->cols, bst = (size_t)nb;
     const int8_t *xq = x->q + (size_t)i0 * xst;
     const float *xd = x->qd + (size_t)i0 * bst, *xs = x->qs + (size_t)i0 * bst;
@@ -498,7 +556,7 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
     for (; b + 4 <= nb; b += 4) {
         const uint8_t *wb = w + (size_t)b * bsz;
         __m128 d4, m4 = _mm_setzero_ps();
-        if (t == GGML_Q4_1) {
+        if (HAS_MIN(t)) {
             /* (d, m) f16 pairs of 4 blocks in one conversion, then split */
             uint32_t p0, p1, p2, p3;
             memcpy(&p0, wb, 4);
@@ -515,14 +573,14 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
         __m256i v[4], u[4];
         for (int j = 0; j < 4; j++) {
             v[j] = wblock(t, wb + j * bsz);
-            u[j] = t == GGML_Q4_1 ? v[j] : _mm256_sign_epi8(v[j], v[j]);
+            u[j] = HAS_MIN(t) ? v[j] : _mm256_sign_epi8(v[j], v[j]);
         }
         for (int k = 0; k < NX; k++) {
             const int8_t *xk = xq + k * xst + (size_t)b * QK;
             __m256i p[4];
             for (int j = 0; j < 4; j++) {
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(xk + j * QK));
-                if (t != GGML_Q4_1) xv = _mm256_sign_epi8(xv, v[j]);
+                if (!HAS_MIN(t)) xv = _mm256_sign_epi8(xv, v[j]);
                 p[j] = dot4_u8i8(u[j], xv, ones);
             }
             __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]),
@@ -531,7 +589,7 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
             __m256 s8 = _mm256_insertf128_ps(_mm256_castps128_ps256(s4), s4, 1);
             acc[k] = _mm256_fmadd_ps(s8, _mm256_cvtepi32_ps(h), acc[k]);
         }
-        if (t == GGML_Q4_1) {
+        if (HAS_MIN(t)) {
             for (int k = 0; k < NX; k++)
                 sm4[k] = _mm_fmadd_ps(m4, _mm_loadu_ps(xs + k * bst + b), sm4[k]);
         }
@@ -540,18 +598,18 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
         const uint8_t *w0 = w + (size_t)b * bsz;
         const float d0 = ld_f16(w0);
         const __m256i v0 = wblock(t, w0);
-        const __m256i u0 = t == GGML_Q4_1 ? v0 : _mm256_sign_epi8(v0, v0);
+        const __m256i u0 = HAS_MIN(t) ? v0 : _mm256_sign_epi8(v0, v0);
         for (int k = 0; k < NX; k++) {
             __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + k * xst + (size_t)b * QK));
-            if (t != GGML_Q4_1) x0 = _mm256_sign_epi8(x0, v0);
+            if (!HAS_MIN(t)) x0 = _mm256_sign_epi8(x0, v0);
             tail[k] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd[k * bst + b]), dot_u8i8(u0, x0),
                                       tail[k]);
-            if (t == GGML_Q4_1) sm[k] += ld_f16(w0 + 2) * xs[k * bst + b];
+            if (HAS_MIN(t)) sm[k] += ld_f16(w0 + 2) * xs[k * bst + b];
         }
     }
     for (int k = 0; k < NX; k++) {
         float v = hsum8(_mm256_add_ps(acc[k], tail[k]));
-        if (t == GGML_Q4_1) {
+        if (HAS_MIN(t)) {
             __m128 q = _mm_add_ps(sm4[k], _mm_movehl_ps(sm4[k], sm4[k]));
             q = _mm_add_ss(q, _mm_movehdup_ps(q));
             v += _mm_cvtss_f32(q) + sm[k];
@@ -573,6 +631,8 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
 QDOT_DISPATCH(qdot_q8_0, GGML_Q8_0)
 QDOT_DISPATCH(qdot_q4_0, GGML_Q4_0)
 QDOT_DISPATCH(qdot_q4_1, GGML_Q4_1)
+QDOT_DISPATCH(qdot_q5_0, GGML_Q5_0)
+QDOT_DISPATCH(qdot_q5_1, GGML_Q5_1)
 #define QDOT_MAX 4
 
 #else /* portable kernels: one weight row . one activation row */
@@ -631,6 +691,38 @@ QDOT_PORTABLE(qdot_q8_0, dot_q8_0(w, xq, xd, nb))
 QDOT_PORTABLE(qdot_q4_0, dot_q4_0(w, xq, xd, nb))
 QDOT_PORTABLE(qdot_q4_1, dot_q4_1(w, xq, xd, xs, nb))
 #define QDOT_MAX 4
+
+/* Q5_0 / Q5_1: each weight block's codes unpacked once for the nx rows,
+ * an int32 dot with the int8 activations, then per block s += (d * xd) * is in block order;
+ * Q5_1 adds m * xs (the block's float activation sum) in a second sum, like Q4_1. */
+static void q5_dot(int t1, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)
+{
+    const size_t bsz = t1 ? Q5_1_BYTES : Q5_0_BYTES, xst = (size_t)x->cols, bst = (size_t)nb;
+    float s[QDOT_MAX] = {0}, sm[QDOT_MAX] = {0};
+    for (int b = 0; b < nb; b++, w += bsz) {
+        int8_t q[QK];
+        const float d = ld_f16(w), m = t1 ? ld_f16(w + 2) : 0.0f;
+        q5_codes(w + (t1 ? 4 : 2), t1 ? 0 : 16, q);
+        for (int k = 0; k < nx; k++) {
+            const int8_t *xq = x->q + (size_t)(i0 + k) * xst + (size_t)b * QK;
+            int32_t is = 0;
+            for (int j = 0; j < QK; j++) is += (int32_t)q[j] * xq[j];
+            s[k] += d * x->qd[(size_t)(i0 + k) * bst + b] * (float)is;
+            if (t1) sm[k] += m * x->qs[(size_t)(i0 + k) * bst + b];
+        }
+    }
+    for (int k = 0; k < nx; k++) res[k] = s[k] + sm[k];
+}
+
+static void qdot_q5_0(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)
+{
+    q5_dot(0, w, x, i0, nx, nb, res);
+}
+
+static void qdot_q5_1(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)
+{
+    q5_dot(1, w, x, i0, nx, nb, res);
+}
 #endif
 
 /* ---- packed (interleaved) layout and its register-blocked kernels ----------------------
@@ -1844,6 +1936,8 @@ static qkern kern_for(uint32_t t)
     case GGML_Q8_0: return qdot_q8_0;
     case GGML_Q4_0: return qdot_q4_0;
     case GGML_Q4_1: return qdot_q4_1;
+    case GGML_Q5_0: return qdot_q5_0;
+    case GGML_Q5_1: return qdot_q5_1;
     case GGML_Q2_K: return qdot_q2_k;
     case GGML_Q3_K: return qdot_q3_k;
     case GGML_Q4_K: return qdot_q4_k;

@@ -1,5 +1,5 @@
 /* quant.h — weight formats and the matmul kernels over them.
- * Owns: fp16 conversion, F32/F16/Q8_0/Q4_1 row dot products, and the batched
+ * Owns: fp16 conversion, F32/F16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 row dot products, and the batched
  * matrix-times-rows kernel (each weight row read once for all input rows). */
 #ifndef COLI_QUANT_H
 #define COLI_QUANT_H

@@ -50,6 +50,12 @@ static void make_row(uint32_t t, uint8_t *p, int cols)
             put16(p, frand() * 0.1f);
             for (int j = 0; j < 16; j++) p[2 + j] = (uint8_t)rnd32();
             p += 18;
+        } else if (t == GGML_Q5_0 || t == GGML_Q5_1) {   /* d (, m), 4 bytes qh, 16 nibble bytes */
+            const int h = t == GGML_Q5_1 ? 4 : 2;
+            put16(p, t == GGML_Q5_1 ? fabsf(frand()) * 0.05f : frand() * 0.05f);
+            if (t == GGML_Q5_1) put16(p + 2, frand() * 0.5f);
+            for (int j = 0; j < 20; j++) p[h + j] = (uint8_t)rnd32();
+            p += h + 20;
         } else {
             put16(p, fabsf(frand()) * 0.1f);
             put16(p + 2, frand() * 0.5f);

@@ -117,8 +117,8 @@ static void test_case(uint32_t t, int rows, int cols)
 int main(void)
 {
     printf("EXACT matmul (float activations)\n");
-    uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1};
-    for (int k = 0; k < 5; k++) {
+    uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1};
+    for (int k = 0; k < 7; k++) {
         test_case(types[k], 37, 576);
         test_case(types[k], 301, 256);      /* large enough to run in parallel */
         test_case(types[k], 9, 32);

@@ -76,6 +76,11 @@ static void ref_decode(uint32_t t, const uint8_t *p, double *out, int cols)
         if (t == GGML_Q8_0) {
             const uint8_t *blk = p + 34 * b;
             out[j] = get16(blk) * (int8_t)blk[2 + k];
+        } else if (t == GGML_Q5_0 || t == GGML_Q5_1) {   /* bit k of the qh bytes is code k's bit 4 */
+            const int h = t == GGML_Q5_1 ? 4 : 2;
+            const uint8_t *blk = p + (h + 20) * b, *qs = blk + h + 4;
+            int q = (k < 16 ? (qs[k] & 15) : (qs[k - 16] >> 4)) | ((blk[h + k / 8] >> (k % 8)) & 1) << 4;
+            out[j] = t == GGML_Q5_0 ? get16(blk) * (q - 16) : get16(blk) * q + get16(blk + 2);
         } else {
             const uint8_t *blk = p + (t == GGML_Q4_0 ? 18 : 20) * b;
             const uint8_t *qs = blk + (t == GGML_Q4_0 ? 2 : 4);
@@ -102,7 +107,8 @@ static void test_type(uint32_t t, int rows, int cols, int n)
     qmat m = {t, rows, cols, rb, W, 0};
     int stride = rows + 3;
     qmat_mul_f32(&m, x, n, out, stride);
-    int quant = t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1;
+    int quant = t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 || t == GGML_Q5_0 || t == GGML_Q5_1;
+    const int mstep = t == GGML_Q4_1 ? 20 : t == GGML_Q5_1 ? 24 : 0;   /* block bytes with a min m */
     double worst = 0;
     for (int r = 0; r < rows; r++) {
         ref_decode(t, W + r * rb, wd, cols);
@@ -122,7 +128,7 @@ static void test_type(uint32_t t, int rows, int cols, int n)
                     double amax = 0, sw = 0;
                     for (int j = 32 * b; j < 32 * b + 32; j++) {
                         amax = fmax(amax, fabs(xi[j]));
-                        sw += fabs(wd[j] - (t == GGML_Q4_1 ? get16(W + r * rb + 20 * b + 2) : 0));
+                        sw += fabs(wd[j] - (mstep ? get16(W + r * rb + mstep * b + 2) : 0));
                     }
                     qerr += amax / 127.0 * 0.5 * 1.0001 * sw;
                 }
@@ -431,8 +437,8 @@ int main(void)
     printf("fp16 conversions\n");
     test_fp16();
     printf("qmat_mul vs double reference\n");
-    uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1};
-    for (int k = 0; k < 5; k++) {
+    uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1};
+    for (int k = 0; k < 7; k++) {
         test_type(types[k], 37, 576, 1);
         test_type(types[k], 37, 96, 5);
         test_type(types[k], 300, 256, 3);     /* large enough to run in parallel */
@@ -442,7 +448,9 @@ int main(void)
     test_type(GGML_F16, 9, 13, 2);
     test_type(GGML_F32, 3, 1, 1);
     printf("determinism\n");
-    for (int k = 0; k < 5; k++) test_determinism(types[k], 301, 256);
+    for (int k = 0; k < 7; k++) test_determinism(types[k], 301, 256);
+    test_tile_independence(GGML_Q5_0);
+    test_tile_independence(GGML_Q5_1);
     test_tile_independence(GGML_Q4_1);
     test_tile_independence(GGML_Q8_0);
     test_tile_independence(GGML_F16);

@@ -116,6 +116,9 @@ MIXES = {
     "q4_k_m": ("Q4_K", "Q6_K"), "q5_k_m": ("Q5_K", "Q6_K"), "q3_k_m": ("Q3_K", "Q5_K"),
     "q2_k": ("Q2_K", "Q4_K"), "q4_k": ("Q4_K", "Q4_K"), "q6_k": ("Q6_K", "Q6_K"),
     "q4_1": ("Q4_1", "Q4_1"), "q8_0": ("Q8_0", "Q8_0"), "bf16": ("BF16", "BF16"), "f32": ("F32", "F32"),
+    # a third type: the expert downs', with experts 352 wide (1408 / 4: Qwen1.5-MoE's and GLM-4.5-Air's
+    # 1408, not a multiple of 256, so llama.cpp's quantizer falls back to Q5_0 / Q5_1 for those rows)
+    "q4_k_m_q5_0": ("Q4_K", "Q6_K", "Q5_0"), "q5_k_m_q5_1": ("Q5_K", "Q6_K", "Q5_1"),
 }
 ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k, "Q6_K": quant_q6_k}
 
@@ -138,6 +141,8 @@ def main(argv=None):
                  d_expert=512, d_ff=2048, shexp=512 if h["shexp"] else 0)
     if a.f32:
         a.mix = "f32"
+    if len(MIXES[a.mix]) > 2:
+        h = dict(h, d_expert=352)
     rng = np.random.default_rng(a.seed)
     tokens, types, merges = build_vocab()
     vocab = len(tokens)
@@ -153,7 +158,8 @@ def main(argv=None):
         if kind == "f32":
             w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
             return
-        tname = MIXES[a.mix][0 if kind == "q4k" else 1]
+        mix = MIXES[a.mix]
+        tname = mix[2] if kind == "down" and len(mix) > 2 else mix[0 if kind == "q4k" else 1]
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         if tname == "F32":
             w.add_tensor(name, arr)
@@ -241,7 +247,7 @@ def main(argv=None):
             w.add_tensor(p + "exp_probs_b.bias", (0.05 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
         put(p + "ffn_gate_exps.weight", mat(E, X, D), "q4k")
         put(p + "ffn_up_exps.weight", mat(E, X, D), "q4k")
-        put(p + "ffn_down_exps.weight", mat(E, D, X, scale=0.5), "q6k")
+        put(p + "ffn_down_exps.weight", mat(E, D, X, scale=0.5), "down")
         if h["shexp"]:
             S = h["shexp"]
             put(p + "ffn_gate_shexp.weight", mat(S, D), "q4k")

@@ -1,4 +1,4 @@
-"""K-quant and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
+"""K-quant, Q5_0/Q5_1 and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
 its kernels' weights are) equals gguf's numpy dequantizers bit for bit, on random blocks (random
 codes and scales, finite fp16 d/dmin) and on blocks with extreme scales."""
 from __future__ import annotations
@@ -19,7 +19,10 @@ LAYOUT = {
     T.Q4_K: (144, (0, 2)),
     T.Q5_K: (176, (0, 2)),
     T.Q6_K: (210, (208,)),
+    T.Q5_0: (22, (0,)),         # blocks of 32: f16 d, u32 qh, 16 nibble bytes
+    T.Q5_1: (24, (0, 2)),       # f16 d, f16 m, u32 qh, 16 nibble bytes
 }
+BLOCK_VALUES = {T.Q5_0: 32, T.Q5_1: 32}   # others: 256
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +54,11 @@ def random_blocks(rng, qtype, n_blocks, extreme=False):
 @pytest.mark.parametrize("extreme", [False, True], ids=["random", "extreme"])
 def test_k_quant_dequant_is_bit_exact(deq_dump, tmp_path, qtype, extreme):
     rng = np.random.default_rng(int(qtype) * 7 + extreme)
-    rows, per_row = 24, 4                      # rows of 1024 values
+    bv = BLOCK_VALUES.get(qtype, 256)
+    rows, per_row = 24, 1024 // bv             # rows of 1024 values
     raw = random_blocks(rng, qtype, rows * per_row, extreme).reshape(rows, -1)
     want = dequantize(raw, qtype).astype(np.float32)
-    got = engine_dequant(deq_dump, tmp_path, qtype, raw, 256 * per_row)
+    got = engine_dequant(deq_dump, tmp_path, qtype, raw, bv * per_row)
     assert want.shape == got.shape
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), (
         f"{qtype.name}: {np.sum(want.view(np.uint32) != got.view(np.uint32))} values differ")

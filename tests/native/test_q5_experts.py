@@ -1,0 +1,34 @@
+"""Q5_0 / Q5_1 expert down-projections (352 wide: rows that are not a multiple of 256, as in
+Qwen1.5-MoE's and GLM-4.5-Air's Q4_K_M / Q5_K_M files) load and answer a protocol turn, with the
+same tokens whether the experts are held in RAM or read from disk. Their arithmetic against the
+float64 reference: tests/model/test_arch_oracle.py (the q4_k_m_q5_0 / q5_k_m_q5_1 mixes)."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.native.engine import SCALE, chatml, parse_model_line
+from tests.support.procs import PYTHON, ROOT
+
+pytestmark = pytest.mark.timeout(int(120 * SCALE))
+
+CASES = [("qwen2moe", "q4_k_m_q5_0"), ("glm4moe", "q5_k_m_q5_1")]
+
+
+@pytest.mark.parametrize("arch,mix", CASES, ids=[m for _, m in CASES])
+def test_q5_expert_downs_through_the_protocol(arch, mix, spawn, tmp_path):
+    model = tmp_path / f"{arch}-{mix}.gguf"
+    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(model), "--arch", arch,
+                    "--mix", mix], check=True)
+    e = spawn(model=str(model), slots=1)
+    e.wait(lambda: "MODEL" in e.latest, what="MODEL line")
+    assert parse_model_line(e.latest["MODEL"])["arch"] == arch
+    prompt = chatml("Tell me about rivers.")
+    r = e.result(e.submit(prompt, slot=0, max_tokens=12))
+    assert r.done is not None and r.text, r.errors
+    e.close()
+    disk = spawn(model=str(model), slots=1, EXPERT_RAM_MB="0")
+    again = disk.result(disk.submit(prompt, slot=0, max_tokens=12))
+    assert again.text == r.text, "experts read from disk gave other tokens than experts in RAM"
+    disk.close()
