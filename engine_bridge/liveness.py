@@ -44,13 +44,10 @@ async def aget_boot():
 
 
 def get_boot():
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     try:
-        raw = client.get(alive_key())
+        raw = transport.process_client("liveness", socket_timeout=2).get(alive_key())
     except (redis.RedisError, OSError):
         return None
-    finally:
-        client.close()
     return raw.decode() if raw else ""
 
 

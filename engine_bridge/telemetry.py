@@ -23,6 +23,8 @@ import redis.asyncio
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from engine_bridge import transport
+
 log = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0
@@ -36,8 +38,7 @@ PUSH_MIN_INTERVAL = 0.05  # seconds between two group sends (20 a second: smooth
 
 
 def state_key():
-    prefix = settings.CACHES.get("default", {}).get("KEY_PREFIX") or "colibri"
-    return f"{prefix}:bridge:state"
+    return f"{transport.key_prefix()}:bridge:state"
 
 
 def empty_state():
@@ -55,27 +56,13 @@ def _decode(raw):
     return state
 
 
-_sync_clients = {}
-
-
-def _sync_client():
-    """One pooled, thread-safe client per Redis URL for the process: a new connection per read
-    cost every API request and /health probe a connect."""
-    url = settings.REDIS_URL
-    if url not in _sync_clients:
-        _sync_clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-    return _sync_clients[url]
-
-
 def get_state():
     """The latest telemetry (see docs/contracts.md); up=False when no bridge/engine is running."""
-    return _decode(_sync_client().get(state_key()))
+    return _decode(transport.process_client("telemetry", socket_timeout=5).get(state_key()))
 
 
 async def aget_state():
-    from engine_bridge.transport import loop_client
-
-    return _decode(await loop_client("telemetry", socket_timeout=5).get(state_key()))
+    return _decode(await transport.loop_client("telemetry", socket_timeout=5).get(state_key()))
 
 
 class Publisher:

@@ -22,6 +22,7 @@ import asyncio
 import json
 import weakref
 
+import redis
 import redis.asyncio
 from django.conf import settings
 
@@ -55,6 +56,19 @@ def loop_client(purpose, **options):
     if key not in per_loop:
         per_loop[key] = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, **options)
     return per_loop[key]
+
+
+_process_clients = {}
+
+
+def process_client(purpose, **options):
+    """The process's synchronous Redis client for `purpose` (redis-py's pool is thread-safe): for
+    reads from sync code such as /health and the API's served-model facts, which opened a new
+    connection per call."""
+    key = (settings.REDIS_URL, purpose)
+    if key not in _process_clients:
+        _process_clients[key] = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, **options)
+    return _process_clients[key]
 
 
 def _client():

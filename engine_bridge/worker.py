@@ -42,11 +42,6 @@ log = logging.getLogger(__name__)
 DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
 UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
-# Later text of a request leaves at most once per text interval: BRIDGE_TEXT_FRAME_S (40 ms, 25
-# updates a second: fluid for reading, and on 2 cores 0.1 s less web-path CPU per 1,000 tokens than
-# 15 ms, measured with bench/webpath.py) for one stream, longer when many streams share the
-# BRIDGE_TEXT_BATCHES_PER_S budget. The first token never waits.
-TEXT_FRAME_S = 0.04  # the default of settings.BRIDGE_TEXT_FRAME_S
 READ_PAUSE_S = 0.02  # longest wait between reads of a slow (token-at-a-time) engine output
 SLOW_READ_S = 0.001  # a read that waited this long for its few events: the engine is the slow side
 QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
@@ -166,7 +161,7 @@ class Bridge:
         self.handlers = {}       # event type -> its ev_* method
         self.senders = {}        # reply list -> the task sending to it
         self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
-        self.text_frame_s = getattr(settings, "BRIDGE_TEXT_FRAME_S", TEXT_FRAME_S)
+        self.text_frame_s = settings.BRIDGE_TEXT_FRAME_S
 
     # --- main loop ---------------------------------------------------------------------------
 
@@ -280,10 +275,10 @@ class Bridge:
         try:
             job = parse_job(raw_job, engine.model_info if engine else None)
         except (TypeError, ValueError) as exc:
-            r = Request(req, None, reply_to or req)
+            r = Request(req, None, reply_to)
             self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
-        r = Request(req, job, reply_to or req)
+        r = Request(req, job, reply_to)
         if engine is None:
             self.finish(r, self._unavailable())
             return
