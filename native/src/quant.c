@@ -1189,6 +1189,18 @@ FORCE_INLINE void act_rows(const qact *x, int i0, const int NX, int nb, const in
     }
 }
 
+/* The integer sums of one 32-byte activation block's two halves (bytes 0-15 and 16-31): the
+ * offset terms of the K-quant tiles. */
+FORCE_INLINE void act_half_sums(const int8_t *x32, int32_t *sa, int32_t *sb)
+{
+    const __m256i hs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)x32)),
+                                         _mm256_set1_epi16(1));
+    __m128i h4 = _mm_hadd_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
+    h4 = _mm_hadd_epi32(h4, h4);
+    *sa = _mm_cvtsi128_si32(h4);
+    *sb = _mm_extract_epi32(h4, 1);
+}
+
 FORCE_INLINE __m256i bc4(const int8_t *p)
 {
     int32_t v;
@@ -1344,13 +1356,8 @@ FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x
             }
         }
         for (int k = 0; k < NX; k++) {
-            /* the two halves' activation sums: bytes 0-15 land in lanes 0-3, 16-31 in lanes 4-7 */
-            const __m256i hs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1),
-                                                                      _mm256_loadu_si256((const __m256i *)(xq[k] + (size_t)b * QK))),
-                                                 _mm256_set1_epi16(1));
-            __m128i h4 = _mm_hadd_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
-            h4 = _mm_hadd_epi32(h4, h4);
-            const int32_t sa = _mm_cvtsi128_si32(h4), sb = _mm_extract_epi32(h4, 1);
+            int32_t sa, sb;
+            act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
             const __m256i oa = _mm256_set1_epi32(off * sa), ob = _mm256_set1_epi32(off * sb);
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++) {
@@ -1617,12 +1624,8 @@ FORCE_INLINE void pkz_q6k_o(const uint8_t *const *gp, const qact *x, int i0, con
             scb = _mm512_cvtepi8_epi32(rb8);
         }
         for (int k = 0; k < NX; k++) {
-            const __m256i hs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1),
-                                                                      _mm256_loadu_si256((const __m256i *)(xq[k] + (size_t)b * QK))),
-                                                 _mm256_set1_epi16(1));
-            __m128i h4 = _mm_hadd_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
-            h4 = _mm_hadd_epi32(h4, h4);
-            const int32_t sa = _mm_cvtsi128_si32(h4), sb = _mm_extract_epi32(h4, 1);
+            int32_t sa, sb;
+            act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
             const __m512 xs = _mm512_set1_ps(xd[k][b]);
             const __m512i is = _mm512_add_epi32(
                 _mm512_mullo_epi32(_mm512_sub_epi32(ia[k], _mm512_set1_epi32(off * sa)), sca),
