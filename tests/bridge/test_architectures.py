@@ -44,8 +44,7 @@ def arch_models(tmp_path_factory):
     out = {}
     for arch in ARCHS:
         out[arch] = d / f"{arch}.gguf"
-        procs.subprocess.run([procs.PYTHON, str(procs.ROOT / "native" / "tools" / "make_arch_fixture.py"),
-                              str(out[arch]), "--arch", arch], check=True)
+        procs.make_arch_fixture(out[arch], arch)
     return out
 
 

@@ -30,7 +30,8 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 
-def _field(r, key, default=None):
+def gguf_field(r, key, default=None):
+    """A GGUF key's value (a string or a number) from a GGUFReader, or `default`."""
     f = r.fields.get(key)
     if f is None:
         return default
@@ -59,7 +60,7 @@ class Weights:
         return name in self.t
 
     def key(self, k, default=None):
-        return _field(self.r, k, default)
+        return gguf_field(self.r, k, default)
 
 
 def rmsnorm(x, w, eps):

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests.model.arch_ref import REFS, greedy, log_softmax
-from tests.support.procs import PYTHON, ROOT
+from tests.support import procs
+from tests.support.procs import ROOT
 
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 STEPS = 12
@@ -59,8 +60,7 @@ CASES = [(arch, "q4_k_m") for arch in sorted(REFS)] + [
 @pytest.mark.parametrize("arch,mix", CASES, ids=[f"{a}-{m}" for a, m in CASES])
 def test_arch_matches_reference(arch, mix, fwd_dump, tmp_path):
     model = tmp_path / f"{arch}.gguf"
-    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(model), "--arch", arch,
-                    "--mix", mix], check=True)
+    procs.make_arch_fixture(model, arch, "--mix", mix)
     ref = REFS[arch](str(model))
     ids = greedy(ref, PROMPT, STEPS)
     ref_lp = log_softmax(ref.forward(ids))

@@ -27,7 +27,8 @@ import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from tests.model.arch_ref import REFS, greedy, log_softmax
-from tests.support.procs import PYTHON, ROOT
+from tests.support import procs
+from tests.support.procs import ROOT
 
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 STEPS = 12
@@ -45,8 +46,7 @@ def fwd_dump(engine_binary):
 def fixture(tmp_path, arch):
     path = tmp_path / f"{arch}.gguf"
     if not path.exists():
-        subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(path), "--arch", arch],
-                       check=True)
+        procs.make_arch_fixture(path, arch)
     return path
 
 

@@ -19,7 +19,8 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
 from tests.model.arch_ref import REFS, greedy, log_softmax
-from tests.support.procs import PYTHON, ROOT
+from tests.support import procs
+from tests.support.procs import ROOT
 
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 STEPS = 12
@@ -36,8 +37,7 @@ def fwd_dump(engine_binary):
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     path = tmp_path_factory.mktemp("forms") / "qwen2moe-f32.gguf"
-    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(path), "--arch", "qwen2moe",
-                    "--f32"], check=True)
+    procs.make_arch_fixture(path, "qwen2moe", "--f32")
     return path
 
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 import importlib.util
 import math
 import struct
-import subprocess
 
 import pytest
 from gguf import GGUFReader
 
+from tests.model.arch_ref import gguf_field
 from tests.native.engine import SCALE, T, chatml, hits_bits, parse_map, parse_model_line, parse_tiers
 from tests.native.test_mux import check_block, check_done
-from tests.support.procs import PYTHON, ROOT
+from tests.support import procs
+from tests.support.procs import ROOT
 
 pytestmark = pytest.mark.timeout(int(180 * SCALE))
 
@@ -50,7 +51,7 @@ def _fixture(tmp_path_factory, arch):
     d.mkdir(exist_ok=True)
     path = d / f"{arch}.gguf"
     if not path.exists():
-        subprocess.run([PYTHON, str(GEN), str(path), "--arch", arch], check=True)
+        procs.make_arch_fixture(path, arch)
     return path
 
 
@@ -59,12 +60,7 @@ def _layout(path):
     r = GGUFReader(str(path))
 
     def field(key, default=None):
-        f = r.fields.get(key)
-        if f is None:
-            return default
-        if f.types and f.types[0].name == "STRING":
-            return bytes(f.parts[f.data[0]]).decode("utf-8")
-        return f.parts[f.data[0]][0].item()
+        return gguf_field(r, key, default)
 
     arch = field("general.architecture")
     # MoE blocks of the forward: GLM's trailing nextn_predict_layers (MTP) blocks are not run

@@ -4,12 +4,11 @@ disk (EXPERT_RAM_MB=0) give the same tokens as experts in RAM, and a slot file s
 engine is resumed by the next (KVSAVE=1)."""
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
 from tests.native.engine import SCALE, chatml, parse_map, parse_model_line
-from tests.support.procs import PYTHON, ROOT
+from tests.support import procs
 
 pytestmark = pytest.mark.timeout(int(120 * SCALE))
 
@@ -24,8 +23,7 @@ def arch_models(tmp_path_factory):
     out = {}
     for arch in ARCHS:
         out[arch] = d / f"{arch}.gguf"
-        subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(out[arch]),
-                        "--arch", arch], check=True)
+        procs.make_arch_fixture(out[arch], arch)
     return out
 
 

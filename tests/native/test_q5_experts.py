@@ -4,12 +4,11 @@ same tokens whether the experts are held in RAM or read from disk. Their arithme
 float64 reference: tests/model/test_arch_oracle.py (the q4_k_m_q5_0 / q5_k_m_q5_1 mixes)."""
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
 from tests.native.engine import SCALE, chatml, parse_model_line
-from tests.support.procs import PYTHON, ROOT
+from tests.support import procs
 
 pytestmark = pytest.mark.timeout(int(120 * SCALE))
 
@@ -19,8 +18,7 @@ CASES = [("qwen2moe", "q4_k_m_q5_0"), ("glm4moe", "q5_k_m_q5_1")]
 @pytest.mark.parametrize("arch,mix", CASES, ids=[m for _, m in CASES])
 def test_q5_expert_downs_through_the_protocol(arch, mix, spawn, tmp_path):
     model = tmp_path / f"{arch}-{mix}.gguf"
-    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(model), "--arch", arch,
-                    "--mix", mix], check=True)
+    procs.make_arch_fixture(model, arch, "--mix", mix)
     e = spawn(model=str(model), slots=1)
     e.wait(lambda: "MODEL" in e.latest, what="MODEL line")
     assert parse_model_line(e.latest["MODEL"])["arch"] == arch

@@ -57,6 +57,13 @@ def make_tiny_model(out_path, *extra_args):
     return Path(out_path)
 
 
+def make_arch_fixture(out_path, arch, *extra_args):
+    """A small random model in one architecture's exact GGUF layout (native/tools/make_arch_fixture.py)."""
+    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(out_path), "--arch", arch,
+                    *extra_args], check=True)
+    return Path(out_path)
+
+
 def claim_redis_db(url="redis://127.0.0.1:6379", ttl=3600):
     """Claims a Redis database (1..15) for this test session so concurrent sessions do not share
     the `engine-bridge` channel; returns its redis:// URL. The claim is a key in db 0 with a TTL."""
