@@ -1,0 +1,206 @@
+/* quant_impl.h — what the quant_*.c files share; not an API (quant.h is).
+ * Owns: the 32-block sizes, the f16 load and Q5 code helpers, the packed 8-row-group layout
+ * (its byte offsets and accessors), the transposed F16 layout's shape, and the internal entry
+ * points the files give each other (each named with the file that defines it). */
+#ifndef COLI_QUANT_IMPL_H
+#define COLI_QUANT_IMPL_H
+#include "quant.h"
+#include "gguf.h"
+#include "quant_k.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#define QK 32
+#define Q8_0_BYTES 34
+#define Q4_0_BYTES 18
+#define Q4_1_BYTES 20
+#define Q5_0_BYTES 22
+#define Q5_1_BYTES 24
+
+#ifdef __AVX2__
+#define FORCE_INLINE static inline __attribute__((always_inline))
+#endif
+#if defined(__AVX2__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define PK_ZMM 1    /* the 512-bit two-group tiles (quant_tile_zmm.c) */
+#endif
+#ifdef PK_ZMM
+#define PK_NX 8     /* input rows of a 16-row tile (zmm kernels); a single group takes 4 */
+#else
+#define PK_NX 4
+#endif
+
+static inline float ld_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return fp16_to_f32(h);
+}
+
+/* The 32 five-bit codes (0..31) of a Q5 block from its qh word (at p) and 16 nibble bytes
+ * (at p + 4), minus off. */
+static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
+{
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    const uint8_t *qs = p + 4;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 15) | ((qh >> j) & 1) << 4) - off);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - off);
+    }
+}
+
+/* ---- packed (interleaved) layout ------------------------------------------------------
+ *
+ * A group is 8 consecutive weight rows r0..r0+7 (j = r - r0); groups follow each other,
+ * each 8 * row_bytes long. Within a group, per 32-block b (quantized types) or per value k
+ * (F16):
+ *   Q4_1: 160 bytes per block: f16 d[8], f16 m[8], then 4 vectors of 32 bytes; vector t,
+ *         bytes 4j..4j+3 = qs_j[4t..4t+3] (low nibbles: values 4t..4t+3 of row j, high
+ *         nibbles: values 16+4t..16+4t+3).
+ *   Q8_0: 272 bytes per block: f16 d[8], then 8 vectors of 32 bytes; vector g, bytes
+ *         4j..4j+3 = q_j[4g..4g+3] ^ 0x80 (q + 128 as unsigned: with VNNI, vpdpbusd takes
+ *         them as the unsigned operand and the activations as the signed one; the sum is
+ *         corrected by -128 * sum(x_q), the block's integer activation sum qact.qi).
+ *   F16:  16 bytes per value k: the 8 rows' f16 values of column k.
+ * One vpdpbusd (or maddubs+madd) of a weight vector with 4 activation bytes broadcast to
+ * all lanes advances 8 dot products by 4 values: no horizontal reductions at all, the
+ * unpacked weight vector is reused for every input row of the tile, the activation
+ * broadcast for every weight group of the tile.
+ *
+ * Canonical operation order of one output (row r, input i), shared by every kernel here
+ * (vector tiles of any size, the scalar fallback), so results never depend on n, the tile
+ * or the thread count:
+ *   quantized: acc = 0; for each block b in order:
+ *                  isum = exact int32 sum of w_q * x_q over the block;
+ *                  acc = fma((float)isum, d_w[b] * d_x[b], acc);
+ *                  Q4_1 only: acc = fma(m_w[b], s_x[b], acc);       result acc
+ *   F16:       e = o = 0; for k in order: (k even ? e : o) = fma(w_k, x_k, .); result e + o
+ * Unpacked matrices are packed on the fly, 8 rows at a time, into a per-thread buffer. */
+
+#define PK_ROWS 8
+
+/* Bytes of one 32-value block of a packed group (Q4_1, Q8_0). Q4_K is packed like Q4_1 with
+ * its own scales, 1184 bytes per super-block of a group (148 per row and 256 values, the file:
+ * 144): f16 d[8], f16 dmin[8] of the 8 rows, then 8 blocks of 144 bytes: u8 sc[8], u8 m[8] (the
+ * rows' 6-bit scale and min of that sub-block) and Q4_1's 4 nibble vectors. The kernels form
+ * dl = d * sc and ml = -(dmin * m) (dequant_row's products) and run Q4_1's tiles and order:
+ * acc = fma(isum, dl * d_x, acc); acc = fma(ml, s_x, acc). */
+#define PK_BLK(t) ((t) == GGML_Q4_1 ? 160 : 272)
+#define PK_K4_SB 1184
+/* Q6_K: 1680 bytes per super-block of a group (the file's 8 x 210): f16 d[8], then 8 blocks of
+ * 208 bytes: int8 sc_a[8], sc_b[8] (the scales of values 0-15 and 16-31), 4 vectors N_t of
+ * 32 bytes (bytes 4j..4j+3: row j's codes u = q + 32 of values 4t..4t+3, low nibbles, and of
+ * values 16+4t.., high nibbles) and 2 vectors H_h (byte 4j+k: the codes' top 2 bits of values
+ * 8h+k, 8h+4+k at bits 0, 2 and of values 16+8h+k, 16+8h+4+k at bits 4, 6). Per block the tile
+ * keeps the two halves' exact sums apart: isum = sc_a (sum_a u x - 32 sum_a x) +
+ * sc_b (sum_b u x - 32 sum_b x) (= sum sc q x, the row kernel's), then acc = fma(isum, d * d_x,
+ * acc), blocks in order. */
+#define PK_K6_SB 1680
+/* Q3_K uses Q6_K's packed layout (codes u = q + 4, 0..7; its 6-bit scales as int8): 1680 bytes per
+ * 8 rows x 256 values against the file's 880 — a speed-for-memory trade (2x the weight bytes in
+ * RAM) until it gets a layout of its own. */
+#define K6LIKE(t) ((t) == GGML_Q6_K || (t) == GGML_Q3_K || (t) == GGML_Q2_K)
+#define K6OFF(t) ((t) == GGML_Q6_K ? 32 : (t) == GGML_Q3_K ? 4 : 0)
+/* Q2_K: the same blocks (codes 0..3, offset 0) with a 32-byte super-block header, f16 d[8] and
+ * dmin[8] (1696 bytes per 8 rows x 256 values, the file 672), and per block the byte
+ * sc | m << 4 of each half in place of the int8 scale; the tile adds Q2_K's min term
+ * acc = fma(-(m_a sum_a x + m_b sum_b x), dmin * d_x, acc) after the scale term. */
+#define PK_K2_SB 1696
+#define K6SB(t) ((t) == GGML_Q2_K ? PK_K2_SB : PK_K6_SB)
+#define K6HDR(t) ((t) == GGML_Q2_K ? 32 : 16)
+/* Q5_K: as Q4_K (1440 bytes per super-block of a group: 180 per row, the file 176) with a fifth
+ * vector per block after the nibbles, H: byte 4j+k holds the codes' bit 4 of values 4t+k at bit t
+ * and of values 16+4t+k at bit 4+t (t < 4). */
+#define PK_K5_SB 1440
+#define PK_KSB(t) ((t) == GGML_Q5_K ? PK_K5_SB : PK_K4_SB)
+#define PK_NIB(t) ((t) == GGML_Q4_K || (t) == GGML_Q5_K ? 16 : 32)
+
+/* Block b of a packed group g (Q4_1, Q8_0: fixed stride; Q4_K: within its super-block). */
+static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
+{
+    if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;
+    if (t == GGML_Q5_K) return g + (size_t)(b / 8) * PK_K5_SB + 32 + (size_t)(b % 8) * 176;
+    if (K6LIKE(t)) return g + (size_t)(b / 8) * K6SB(t) + K6HDR(t) + (size_t)(b % 8) * 208;
+    return g + (size_t)b * PK_BLK(t);
+}
+
+/* Q4_K: row j's dl and ml of block b of packed group g (scalar, the kernels' values). */
+static inline void pk_k4_scales(uint32_t t, const uint8_t *g, int b, int j, float *dl, float *ml)
+{
+    const uint8_t *h = g + (size_t)(b / 8) * PK_KSB(t), *blk = pk_blk(t, g, b);
+    *dl = ld_f16(h + 2 * j) * (float)blk[j];
+    *ml = -(ld_f16(h + 16 + 2 * j) * (float)blk[8 + j]);
+}
+
+/* Q6_K: row j's code u (0..63) of value v (0..31) of packed block blk. */
+static inline int pk_k6_code(const uint8_t *blk, int j, int v)
+{
+    const int half = v / 16, w = v % 16, t = w / 4, k = w % 4, hh = w / 8, e = (w / 4) % 2;
+    const int nib = (blk[16 + 32 * t + 4 * j + k] >> (4 * half)) & 15;
+    const int top = (blk[144 + 32 * hh + 4 * j + k] >> (4 * half + 2 * e)) & 3;
+    return nib | top << 4;
+}
+
+/* Short-row F16 matrices (the routed experts' down projections: 48 values per row) are
+ * packed TRANSPOSED instead, in blocks of 32 rows: block b holds, for each column k, the 32
+ * values W[32b .. 32b+31][k] side by side (data[((b * cols + k) * 32 + r % 32]), so one
+ * block is read front to back. Their products run "row-major over outputs" (quant_tp.c): 32 outputs of one
+ * input row are 4 vector accumulators, each a single fma chain over k, so a row of 48
+ * values costs 48 fmas per 8 outputs without per-tile reductions. Canonical order for every
+ * product with such a matrix, packed or not, any n: acc = 0; for k ascending:
+ * acc = fma(w_k, x_k, acc). */
+#define TP_MAXCOLS 64
+#define TP_ROWS 32
+static inline int tp_shape(uint32_t type, int rows, int cols)
+{
+    return type == GGML_F16 && cols <= TP_MAXCOLS && rows % TP_ROWS == 0 && rows > 0;
+}
+
+static inline size_t tp_index(int r, int k, int cols)
+{
+    return ((size_t)(r / TP_ROWS) * cols + k) * TP_ROWS + r % TP_ROWS;
+}
+
+/* ---- internal entry points ------------------------------------------------------------ */
+
+/* quant_act.c: 64-byte aligned allocation (size rounded up to 64). */
+void *alloc64(size_t bytes);
+
+/* quant_rows.c: the row kernels (unpacked rows, up to QDOT_MAX input rows per call). */
+#define QDOT_MAX 4
+typedef void (*qkern)(const uint8_t *, const qact *, int, int, int, float *);
+qkern kern_for(uint32_t t);    /* NULL: a float type (F32, F16) */
+/* One weight row r against all x rows: res[i] for i < n (n values written). */
+void row_all(const qmat *w, const qact *x, qkern kern, int r, float *res);
+float dot_f32(const float *w, const float *x, int n);
+float dot_f16(const uint8_t *w8, const float *x, int n);
+
+/* quant_pack.c */
+size_t pk_group_bytes(uint32_t t, int cols);
+/* Packs group rows r0..r0+7 (rows >= nrows are zero) of row-major data into dst. */
+void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r0, int nrows, uint8_t *dst);
+
+/* quant_tp.c: the transposed F16 layout */
+void tp_transpose(const uint8_t *src, size_t row_bytes, int rows, int cols, uint8_t *dst);
+int mm_rows_tp(const mm_job *j, int r0, int r1);
+
+/* quant_tile.c: one tile of NG (1, 2) groups x NX (1..PK_NX) input rows:
+ * res[k * 8 * NG + g * 8 + j] = output (row j of group gp[g], input row i0 + k). */
+void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, float *res);
+
+/* quant_mm.c: the per-thread scratch buffer for packing unpacked matrices on the fly. */
+uint8_t *pk_scratch(size_t bytes);
+
+/* quant_exact.c: rows [r0, r1) of a job with float activations only (EXACT=1). */
+void mm_rows_exact(const mm_job *j, int r0, int r1);
+#endif

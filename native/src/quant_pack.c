@@ -1,0 +1,351 @@
+/* quant_pack.c — the packed (interleaved 8-row group) layouts: which types and shapes pack,
+ * their sizes, packing a matrix (qpack) or one group on the fly (pk_group), and reading a row
+ * back (qmat_row). The layouts themselves are described in quant_impl.h.
+ * Owns: qpack_ok, qpack_bytes, qpack, qmat_row, pk_group_bytes, pk_group (one packer per type
+ * family: F16, Q4_1, Q8_0, Q4_K, Q5_K, the Q6_K-layout family). */
+#include "quant_impl.h"
+
+static int pk_type(uint32_t t)
+{
+    return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
+           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K;
+}
+
+int qpack_ok(uint32_t type, int rows, int cols)
+{
+    if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
+    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q3_K || type == GGML_Q2_K;
+    return type == GGML_F16 || cols % (k ? 256 : QK) == 0;
+}
+
+size_t pk_group_bytes(uint32_t t, int cols)
+{
+    if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
+    if (K6LIKE(t)) return (size_t)(cols / 256) * K6SB(t);
+    return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
+}
+
+size_t qpack_bytes(uint32_t type, int rows, int cols)
+{
+    if (!qpack_ok(type, rows, cols)) return 0;
+    return (size_t)((rows + PK_ROWS - 1) / PK_ROWS) * pk_group_bytes(type, cols);
+}
+
+/* ---- packing one group: src[j] is row j of the group, NULL for a padding row (zeros) ---- */
+
+static void pk_group_f16(const uint8_t *const *src, int cols, uint8_t *dst)
+{
+    for (int k = 0; k < cols; k++)
+        for (int j = 0; j < PK_ROWS; j++) {
+            if (src[j]) memcpy(dst + 16 * (size_t)k + 2 * j, src[j] + 2 * (size_t)k, 2);
+            else memset(dst + 16 * (size_t)k + 2 * j, 0, 2);
+        }
+}
+
+#ifdef __SSE2__
+/* Q4_1 with all 8 rows present: the quants' 8 x 4 dword transpose in registers. */
+static void pk_group_q41_full(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * 160;
+        __m128i q[8];
+        for (int j = 0; j < PK_ROWS; j++) {
+            const uint8_t *s = src[j] + (size_t)b * Q4_1_BYTES;
+            memcpy(o + 2 * j, s, 2);
+            memcpy(o + 16 + 2 * j, s + 2, 2);
+            q[j] = _mm_loadu_si128((const __m128i *)(s + 4));
+        }
+        for (int h = 0; h < 2; h++) {     /* rows 4h..4h+3 -> bytes 16h..16h+15 of each vector */
+            const __m128i *a = q + 4 * h;
+            __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpacklo_epi32(a[2], a[3]);
+            __m128i t2 = _mm_unpackhi_epi32(a[0], a[1]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
+            _mm_storeu_si128((__m128i *)(o + 32 + 16 * h), _mm_unpacklo_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + 64 + 16 * h), _mm_unpackhi_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + 96 + 16 * h), _mm_unpacklo_epi64(t2, t3));
+            _mm_storeu_si128((__m128i *)(o + 128 + 16 * h), _mm_unpackhi_epi64(t2, t3));
+        }
+    }
+}
+#endif
+
+static void pk_group_q41(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * 160;
+        for (int j = 0; j < PK_ROWS; j++) {
+            const uint8_t *s = src[j] ? src[j] + (size_t)b * Q4_1_BYTES : NULL;
+            if (!s) {
+                memset(o + 2 * j, 0, 2);
+                memset(o + 16 + 2 * j, 0, 2);
+                for (int v = 0; v < 4; v++) memset(o + 32 + 32 * v + 4 * j, 0, 4);
+                continue;
+            }
+            memcpy(o + 2 * j, s, 2);
+            memcpy(o + 16 + 2 * j, s + 2, 2);
+            for (int v = 0; v < 4; v++) memcpy(o + 32 + 32 * v + 4 * j, s + 4 + 4 * v, 4);
+        }
+    }
+}
+
+static void pk_group_q80(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * 272;
+        for (int j = 0; j < PK_ROWS; j++) {
+            const uint8_t *s = src[j] ? src[j] + (size_t)b * Q8_0_BYTES : NULL;
+            if (!s) {
+                memset(o + 2 * j, 0, 2);
+                for (int v = 0; v < 8; v++) memset(o + 16 + 32 * v + 4 * j, 0x80, 4);
+                continue;
+            }
+            memcpy(o + 2 * j, s, 2);
+            for (int v = 0; v < 8; v++) {
+                uint32_t q4;
+                memcpy(&q4, s + 2 + 4 * v, 4);
+                q4 ^= 0x80808080u;
+                memcpy(o + 16 + 32 * v + 4 * j, &q4, 4);
+            }
+        }
+    }
+}
+
+static void pk_group_q4k(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    const uint32_t t = GGML_Q4_K;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *h = dst + (size_t)(b / 8) * PK_K4_SB, *o = (uint8_t *)pk_blk(t, dst, b);
+        for (int j = 0; j < PK_ROWS; j++) {
+            uint8_t qs[16] = {0}, d4[4] = {0};
+            int sc = 0, m = 0;
+            if (src[j]) {
+                const uint8_t *sb = src[j] + (size_t)(b / 8) * 144;
+                qk_q4k_raw(sb, b % 8, &sc, &m, qs);
+                memcpy(d4, sb, 4);
+            }
+            if (b % 8 == 0) {
+                memcpy(h + 2 * j, d4, 2);
+                memcpy(h + 16 + 2 * j, d4 + 2, 2);
+            }
+            o[j] = (uint8_t)sc;
+            o[8 + j] = (uint8_t)m;
+            for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, qs + 4 * v, 4);
+        }
+    }
+}
+
+/* Q5_K: row j's 32 codes u of one block into the nibble vectors and the bit-4 vector H. */
+static void pk_q5k_codes(const int8_t *u, int j, uint8_t *o)
+{
+    for (int tt = 0; tt < 4; tt++)
+        for (int k = 0; k < 4; k++) {
+            const int a = u[4 * tt + k], c = u[16 + 4 * tt + k];
+            o[16 + 32 * tt + 4 * j + k] = (uint8_t)((a & 15) | (c & 15) << 4);
+        }
+    for (int k = 0; k < 4; k++) {
+        uint8_t byte = 0;
+        for (int tt = 0; tt < 4; tt++)
+            byte |= (uint8_t)(((u[4 * tt + k] >> 4) & 1) << tt | ((u[16 + 4 * tt + k] >> 4) & 1) << (4 + tt));
+        o[144 + 4 * j + k] = byte;
+    }
+}
+
+static void pk_group_q5k(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    const uint32_t t = GGML_Q5_K;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *h = dst + (size_t)(b / 8) * PK_K5_SB, *o = (uint8_t *)pk_blk(t, dst, b);
+        for (int j = 0; j < PK_ROWS; j++) {
+            int8_t q[256] = {0};
+            int sc[16] = {0}, m[16] = {0};
+            float d, dmin;
+            uint8_t d4[4] = {0};
+            if (src[j]) {
+                qk_unpack(t, src[j] + (size_t)(b / 8) * 176, q, sc, m, &d, &dmin);
+                memcpy(d4, src[j] + (size_t)(b / 8) * 176, 4);
+            }
+            if (b % 8 == 0) {
+                memcpy(h + 2 * j, d4, 2);
+                memcpy(h + 16 + 2 * j, d4 + 2, 2);
+            }
+            o[j] = (uint8_t)sc[b % 8];
+            o[8 + j] = (uint8_t)m[b % 8];
+            pk_q5k_codes(q + 32 * (b % 8), j, o);
+        }
+    }
+}
+
+/* The Q6_K-layout family: row j's block bb (codes q of 32 values, the scales of its halves)
+ * into packed block o. */
+static void pk_k6_block(uint32_t t, const int8_t *q, const int *sc, const int *m, int j, uint8_t *o)
+{
+    uint8_t u[32];
+    for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[v] + K6OFF(t));
+    if (t == GGML_Q2_K) {
+        o[j] = (uint8_t)(sc[0] | m[0] << 4);
+        o[8 + j] = (uint8_t)(sc[1] | m[1] << 4);
+    } else {
+        o[j] = (uint8_t)(int8_t)sc[0];
+        o[8 + j] = (uint8_t)(int8_t)sc[1];
+    }
+    for (int tt = 0; tt < 4; tt++)
+        for (int k = 0; k < 4; k++)
+            o[16 + 32 * tt + 4 * j + k] = (uint8_t)((u[4 * tt + k] & 15) | (u[16 + 4 * tt + k] & 15) << 4);
+    for (int hh = 0; hh < 2; hh++)
+        for (int k = 0; k < 4; k++) {
+            uint8_t byte = 0;
+            for (int e = 0; e < 2; e++) {
+                byte |= (uint8_t)((u[8 * hh + 4 * e + k] >> 4) << (2 * e));
+                byte |= (uint8_t)((u[16 + 8 * hh + 4 * e + k] >> 4) << (4 + 2 * e));
+            }
+            o[144 + 32 * hh + 4 * j + k] = byte;
+        }
+}
+
+/* Q6_K, Q3_K, Q2_K: super-block s of row j (file block fs, NULL: a padding row) into the group. */
+static void pk_k6_row(uint32_t t, const uint8_t *fs, int s, int j, uint8_t *dst)
+{
+    const size_t doff = t == GGML_Q6_K ? 208 : t == GGML_Q3_K ? 108 : 80;
+    uint8_t *h = dst + (size_t)s * K6SB(t);
+    int8_t q[256];
+    int sc[16], m[16];
+    float d = 0.0f, dmin;
+    if (fs) qk_unpack(t, fs, q, sc, m, &d, &dmin);
+    else {
+        memset(q, 0, sizeof q);
+        memset(sc, 0, sizeof sc);
+    }
+    if (fs) memcpy(h + 2 * j, fs + doff, 2);
+    else memset(h + 2 * j, 0, 2);
+    if (t == GGML_Q2_K) {
+        if (fs) memcpy(h + 16 + 2 * j, fs + doff + 2, 2);
+        else memset(h + 16 + 2 * j, 0, 2);
+        if (!fs) memset(m, 0, sizeof m);
+    }
+    for (int bb = 0; bb < 8; bb++)
+        pk_k6_block(t, q + 32 * bb, sc + 2 * bb, m + 2 * bb, j, (uint8_t *)pk_blk(t, dst, 8 * s + bb));
+}
+
+static void pk_group_k6(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    const size_t fb = t == GGML_Q6_K ? 210 : t == GGML_Q3_K ? 110 : 84;
+    for (int s = 0; s < nb / 8; s++)
+        for (int j = 0; j < PK_ROWS; j++) pk_k6_row(t, src[j] ? src[j] + (size_t)s * fb : NULL, s, j, dst);
+}
+
+void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r0, int nrows, uint8_t *dst)
+{
+    const uint8_t *src[PK_ROWS];
+    for (int j = 0; j < PK_ROWS; j++) src[j] = r0 + j < nrows ? data + (size_t)(r0 + j) * row_bytes : NULL;
+    const int nb = cols / QK;
+    switch (t) {
+    case GGML_F16: pk_group_f16(src, cols, dst); break;
+    case GGML_Q4_1:
+#ifdef __SSE2__
+        if (r0 + PK_ROWS <= nrows) {
+            pk_group_q41_full(src, nb, dst);
+            break;
+        }
+#endif
+        pk_group_q41(src, nb, dst);
+        break;
+    case GGML_Q4_K: pk_group_q4k(src, nb, dst); break;
+    case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
+    case GGML_Q6_K:
+    case GGML_Q3_K:
+    case GGML_Q2_K: pk_group_k6(t, src, nb, dst); break;
+    default: pk_group_q80(src, nb, dst); break;      /* Q8_0 */
+    }
+}
+
+void qpack(const qmat *w, uint8_t *dst)
+{
+    if (tp_shape(w->type, w->rows, w->cols)) {
+        tp_transpose(w->data, w->row_bytes, w->rows, w->cols, dst);
+        return;
+    }
+    const size_t gb = pk_group_bytes(w->type, w->cols);
+    for (int r = 0; r < w->rows; r += PK_ROWS)
+        pk_group(w->type, w->cols, w->row_bytes, w->data, r, w->rows, dst + (size_t)(r / PK_ROWS) * gb);
+}
+
+/* ---- one row back from a packed group (the inverse of pk_group, dequant_row's arithmetic) ---- */
+
+static void row_q80(const uint8_t *g, int b, int j, float *o)
+{
+    const uint8_t *blk = g + (size_t)b * 272;
+    const float d = ld_f16(blk + 2 * j);
+    for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
+}
+
+static void row_q2k(const uint8_t *g, int b, int j, float *o)   /* (d * sc) * q - dmin * m, dequant_row's */
+{
+    const uint8_t *blk = pk_blk(GGML_Q2_K, g, b), *hd = g + (size_t)(b / 8) * PK_K2_SB;
+    const float d = ld_f16(hd + 2 * j), dm = ld_f16(hd + 16 + 2 * j);
+    for (int v = 0; v < QK; v++) {
+        const uint8_t sm = blk[(v < 16 ? 0 : 8) + j];
+        o[v] = d * (float)(sm & 15) * (float)pk_k6_code(blk, j, v) - dm * (float)(sm >> 4);
+    }
+}
+
+static void row_k6(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* (d * sc) * q, dequant_row's */
+{
+    const uint8_t *blk = pk_blk(t, g, b);
+    const float d = ld_f16(g + (size_t)(b / 8) * PK_K6_SB + 2 * j);
+    const float da = d * (float)(int8_t)blk[j], db = d * (float)(int8_t)blk[8 + j];
+    for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k6_code(blk, j, v) - K6OFF(t));
+}
+
+static void row_k45(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* dl * q + (-ml): dequant_row's dl * q - ml */
+{
+    const uint8_t *blk = pk_blk(t, g, b);
+    float d, m;
+    pk_k4_scales(t, g, b, j, &d, &m);
+    for (int k = 0; k < 16; k++) {
+        const uint8_t byte = blk[16 + 32 * (k / 4) + 4 * j + k % 4];
+        int a = byte & 15, c = byte >> 4;
+        if (t == GGML_Q5_K) {
+            const uint8_t hb = blk[144 + 4 * j + k % 4];
+            a |= ((hb >> (k / 4)) & 1) << 4;
+            c |= ((hb >> (4 + k / 4)) & 1) << 4;
+        }
+        o[k] = d * (float)a + m;
+        o[k + 16] = d * (float)c + m;
+    }
+}
+
+static void row_q41(const uint8_t *g, int b, int j, float *o)
+{
+    const uint8_t *blk = g + (size_t)b * 160;
+    const float d = ld_f16(blk + 2 * j), m = ld_f16(blk + 16 + 2 * j);
+    for (int k = 0; k < 16; k++) {
+        const uint8_t byte = blk[32 + 32 * (k / 4) + 4 * j + k % 4];
+        o[k] = d * (float)(byte & 15) + m;
+        o[k + 16] = d * (float)(byte >> 4) + m;
+    }
+}
+
+void qmat_row(const qmat *w, int r, float *out)
+{
+    if (!w->packed) {
+        dequant_row(w->type, w->data + (size_t)r * w->row_bytes, out, w->cols);
+        return;
+    }
+    if (tp_shape(w->type, w->rows, w->cols)) {
+        for (int k = 0; k < w->cols; k++) out[k] = ld_f16(w->data + 2 * tp_index(r, k, w->cols));
+        return;
+    }
+    const uint8_t *g = w->data + (size_t)(r / PK_ROWS) * pk_group_bytes(w->type, w->cols);
+    const int j = r % PK_ROWS, cols = w->cols;
+    if (w->type == GGML_F16) {
+        for (int k = 0; k < cols; k++) out[k] = ld_f16(g + 16 * (size_t)k + 2 * j);
+        return;
+    }
+    for (int b = 0; b < cols / QK; b++) {
+        float *o = out + b * QK;
+        if (w->type == GGML_Q8_0) row_q80(g, b, j, o);
+        else if (w->type == GGML_Q2_K) row_q2k(g, b, j, o);
+        else if (K6LIKE(w->type)) row_k6(w->type, g, b, j, o);
+        else if (w->type == GGML_Q4_K || w->type == GGML_Q5_K) row_k45(w->type, g, b, j, o);
+        else row_q41(g, b, j, o);
+    }
+}

@@ -1,0 +1,303 @@
+/* quant_tile.c — the packed tiles: 1-2 groups of 8 weight rows x 1-4 input rows in 256-bit
+ * registers (AVX2, vpdpbusd where VNNI has it), and pk_tile, which picks a tile for a type.
+ * Owns: pk_q41k (Q4_1, Q4_K, Q5_K), pk_q6k_o (Q6_K, Q3_K, Q2_K in Q6_K's layout), pk_q80, pk_f16,
+ * pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
+ * all follow the canonical order of quant_impl.h / quant_k.h (bit-identical). */
+#include "quant_tile.h"
+
+/* Kernel: res[k * 8 * NG + g * 8 + j] = output (row j of group gp[g], input row i0 + k)
+ * for g < NG, k < NX. */
+#ifdef __AVX2__
+FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                          float *res, const int kq)
+{
+    const size_t NO = kq ? 16 : 32;
+    const uint32_t T = kq == 2 ? GGML_Q5_K : kq ? GGML_Q4_K : GGML_Q4_1;
+    const __m256i m1 = _mm256_set1_epi8(1);
+    const int8_t *xq[4];
+    const float *xd[4], *xs[4];
+    act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
+    const __m256i m15 = _mm256_set1_epi8(15);
+    __m256 acc[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i is[2][4];
+        for (int g = 0; g < NG; g++)
+            for (int k = 0; k < NX; k++) is[g][k] = _mm256_setzero_si256();
+        for (int t = 0; t < 4; t++) {
+            __m256i lo[2], hi[2];
+            if (t < 3)
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)pk_blk(T, gp[g], b) + 64 * t + PK_PFD, PK_HINT);
+            for (int g = 0; g < NG; g++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(pk_blk(T, gp[g], b) + NO + 32 * t));
+                lo[g] = _mm256_and_si256(v, m15);
+                hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+                if (kq == 2) {   /* Q5_K: bit 4 of the codes from the H vector */
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(pk_blk(T, gp[g], b) + 144));
+                    lo[g] = _mm256_or_si256(lo[g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, t), m1), 4));
+                    hi[g] = _mm256_or_si256(hi[g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4 + t), m1), 4));
+                }
+            }
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                __m256i xl = bc4(xk), xh = bc4(xk + 16);
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+                for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh);
+#else
+                /* int16 partial sums over the whole block, widened once after it: a pair
+                 * of products is at most 2 * 15 * 127 = 3810, eight pairs 30480 < 2^15 (Q5_K's
+                 * 5-bit codes would not fit: widened at every step) */
+                for (int g = 0; g < NG; g++)
+                    is[g][k] = kq == 2 ? pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh)
+                                       : _mm256_add_epi16(is[g][k], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
+                                                                                     _mm256_maddubs_epi16(hi[g], xh)));
+#endif
+            }
+        }
+#if !((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+        if (kq != 2)
+            for (int g = 0; g < NG; g++)
+                for (int k = 0; k < NX; k++) is[g][k] = _mm256_madd_epi16(is[g][k], _mm256_set1_epi16(1));
+#endif
+        for (int g = 0; g < NG; g++) {
+            const uint8_t *gb = pk_blk(T, gp[g], b);
+            __m256 dw, mw;
+            if (kq) k4_scales(T, gp[g], b, &dw, &mw);
+            else {
+                dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
+                mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
+            }
+            for (int k = 0; k < NX; k++) {
+                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
+                acc[g][k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[k][b]), acc[g][k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
+/* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),
+ * the offset 32 and the int8 scales applied in int32, then Q4_1's float step. */
+FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                           float *res, const uint32_t T)
+{
+    const int off = K6OFF(T), k2 = T == GGML_Q2_K;
+    const int8_t *xq[4];
+    const float *xd[4];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
+    const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    __m256 acc[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    __m256 dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int b = 0; b < nb; b++) {
+        if (b % 8 == 0)
+            for (int g = 0; g < NG; g++)
+            {
+                dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * K6SB(T))));
+                if (k2) mv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * K6SB(T) + 16)));
+            }
+        __m256i ia[2][4], ib[2][4];
+        for (int g = 0; g < NG; g++)
+            for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
+        const uint8_t *bp[2];
+        __m256i H[2][2];
+        for (int g = 0; g < NG; g++) {
+            bp[g] = pk_blk(T, gp[g], b);
+            _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
+            for (int hh = 0; hh < 2; hh++) H[g][hh] = _mm256_loadu_si256((const __m256i *)(bp[g] + 144 + 32 * hh));
+        }
+        for (int t = 0; t < 4; t++) {
+            __m256i lo[2], hi[2];
+            for (int g = 0; g < NG; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp[g] + 16 + 32 * t));
+                const __m256i h = _mm256_srli_epi16(H[g][t / 2], 2 * (t % 2));
+                lo[g] = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+                hi[g] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15),
+                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+            }
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                const __m256i xl = bc4(xk), xh = bc4(xk + 16);
+                for (int g = 0; g < NG; g++) {
+                    ia[g][k] = pk_dot4(ia[g][k], lo[g], xl);
+                    ib[g][k] = pk_dot4(ib[g][k], hi[g], xh);
+                }
+            }
+        }
+        for (int k = 0; k < NX; k++) {
+            int32_t sa, sb;
+            act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
+            const __m256i oa = _mm256_set1_epi32(off * sa), ob = _mm256_set1_epi32(off * sb);
+            const __m256 xs = _mm256_set1_ps(xd[k][b]);
+            for (int g = 0; g < NG; g++) {
+                __m256i sca, scb;
+                if (k2) {
+                    const __m256i ra = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
+                    const __m256i rb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+                    sca = _mm256_and_si256(ra, _mm256_set1_epi32(15));
+                    scb = _mm256_and_si256(rb, _mm256_set1_epi32(15));
+                    const __m256i ms = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(ra, 4), _mm256_set1_epi32(sa)),
+                                                        _mm256_mullo_epi32(_mm256_srli_epi32(rb, 4), _mm256_set1_epi32(sb)));
+                    const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(ia[g][k], sca), _mm256_mullo_epi32(ib[g][k], scb));
+                    acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
+                    acc[g][k] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(-0.0f)),
+                                                _mm256_mul_ps(mv[g], xs), acc[g][k]);
+                    continue;
+                }
+                sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
+                scb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ia[g][k], oa), sca),
+                                                    _mm256_mullo_epi32(_mm256_sub_epi32(ib[g][k], ob), scb));
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
+#define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q6_K)
+#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q3_K)
+#define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q2_K)
+#define pk_q41(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 0)
+#define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 1)
+#define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 2)
+
+FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                         float *res)
+{
+    const int8_t *xq[4];
+    const float *xd[4];
+    const int32_t *xi[4];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    __m256 acc[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i is[2][4];
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+        /* sum (w + 128) x - 128 sum x: exact, no sign fix-ups */
+        for (int k = 0; k < NX; k++) {
+            __m256i c = _mm256_set1_epi32(-128 * xi[k][b]);
+            for (int g = 0; g < NG; g++) is[g][k] = c;
+        }
+        for (int t = 0; t < 8; t++) {
+            __m256i u[2];
+            if (t < 5)
+                for (int g = 0; g < NG; g++) _mm_prefetch((const char *)gp[g] + (size_t)b * 272 + 64 * t + PK_PFD, PK_HINT);
+            for (int g = 0; g < NG; g++)
+                u[g] = _mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t));
+            for (int k = 0; k < NX; k++) {
+                __m256i xb = bc4(xq[k] + (size_t)b * QK + 4 * t);
+                for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(is[g][k], u[g], xb);
+            }
+        }
+#else
+        /* maddubs would saturate on (w + 128) x: signed weights, sign trick */
+        (void)xi;
+        for (int g = 0; g < NG; g++)
+            for (int k = 0; k < NX; k++) is[g][k] = _mm256_setzero_si256();
+        for (int t = 0; t < 8; t++) {
+            __m256i w[2], a[2];
+            for (int g = 0; g < NG; g++) {
+                w[g] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gp[g] + (size_t)b * 272 + 16 + 32 * t)),
+                                        _mm256_set1_epi8((char)0x80));
+                a[g] = _mm256_sign_epi8(w[g], w[g]);
+            }
+            for (int k = 0; k < NX; k++) {
+                __m256i xb = bc4(xq[k] + (size_t)b * QK + 4 * t);
+                for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(is[g][k], a[g], _mm256_sign_epi8(xb, w[g]));
+            }
+        }
+#endif
+        for (int g = 0; g < NG; g++) {
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)b * 272)));
+            for (int k = 0; k < NX; k++) {
+                __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
+FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int cols,
+                         float *res)
+{
+    const float *xf[4];
+    for (int k = 0; k < NX; k++) xf[k] = x->f + (size_t)(x->idx ? x->idx[i0 + k] : i0 + k) * cols;
+    __m256 e[2][4], o[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) e[g][k] = o[g][k] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 2 <= cols; c += 2) {
+        __m256 w0[2], w1[2];
+        for (int g = 0; g < NG; g++) {
+            w0[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c)));
+            w1[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c + 16)));
+        }
+        for (int k = 0; k < NX; k++) {
+            __m256 x0 = _mm256_broadcast_ss(xf[k] + c);
+            __m256 x1 = _mm256_broadcast_ss(xf[k] + c + 1);
+            for (int g = 0; g < NG; g++) {
+                e[g][k] = _mm256_fmadd_ps(w0[g], x0, e[g][k]);
+                o[g][k] = _mm256_fmadd_ps(w1[g], x1, o[g][k]);
+            }
+        }
+    }
+    if (c < cols)
+        for (int g = 0; g < NG; g++) {
+            __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + 16 * (size_t)c)));
+            for (int k = 0; k < NX; k++)
+                e[g][k] = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(xf[k] + c), e[g][k]);
+        }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, _mm256_add_ps(e[g][k], o[g][k]));
+}
+
+#else /* portable: quant_tile_scalar.c */
+#define pk_q41(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_1, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q5_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q6_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q3_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q2_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
+#endif
+
+/* One tile: NG (1, 2) groups x NX (1..PK_NX; at most 4 unless the zmm kernels take it) input rows. */
+void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, float *res)
+{
+    const int cols = x->cols, nb = cols / QK;
+#define PK_CASE(KERN, LEN)                                                                  \
+    switch (NG * 8 + NX) {                                                                  \
+    case 9: KERN(gp, 1, x, i0, 1, LEN, res); break;                                         \
+    case 10: KERN(gp, 1, x, i0, 2, LEN, res); break;                                        \
+    case 11: KERN(gp, 1, x, i0, 3, LEN, res); break;                                        \
+    case 12: KERN(gp, 1, x, i0, 4, LEN, res); break;                                        \
+    case 17: KERN(gp, 2, x, i0, 1, LEN, res); break;                                        \
+    case 18: KERN(gp, 2, x, i0, 2, LEN, res); break;                                        \
+    case 19: KERN(gp, 2, x, i0, 3, LEN, res); break;                                        \
+    default: KERN(gp, 2, x, i0, 4, LEN, res); break;                                        \
+    }
+#ifdef PK_ZMM
+    if (NG == 2 && pkz_tile(t, gp, x, i0, NX, res)) return;
+#endif
+    if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
+    else if (t == GGML_Q4_K) { PK_CASE(pk_q4k, nb) }
+    else if (t == GGML_Q5_K) { PK_CASE(pk_q5k, nb) }
+    else if (t == GGML_Q6_K) { PK_CASE(pk_q6k, nb) }
+    else if (t == GGML_Q3_K) { PK_CASE(pk_q3k, nb) }
+    else if (t == GGML_Q2_K) { PK_CASE(pk_q2k, nb) }
+    else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
+    else { PK_CASE(pk_f16, cols) }
+#undef PK_CASE
+}

@@ -1,0 +1,89 @@
+/* quant_tile.h — the AVX2 helpers the packed tiles share (quant_tile.c, quant_tile_zmm.c).
+ * Owns: pk_dot4 (vpdpbusd or maddubs+madd), act_rows (an activation row's int8 blocks, scales and
+ * sums, through qact.idx), act_half_sums, bc4, the prefetch distance PK_PFD, k4_scales (Q4_K/Q5_K's
+ * d * sc and -(dmin * m) of 8 rows). */
+#ifndef COLI_QUANT_TILE_H
+#define COLI_QUANT_TILE_H
+#include "quant_impl.h"
+
+#ifdef __AVX2__
+FORCE_INLINE __m256i pk_dot4(__m256i acc, __m256i a, __m256i b)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, a, b);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* Pointers to the int8 blocks, block scales, block sums (xs) and integer block sums (xi) of
+ * input rows i0 .. i0 + NX - 1 (through x->idx when set); xs / xi may be NULL. */
+FORCE_INLINE void act_rows(const qact *x, int i0, const int NX, int nb, const int8_t **xq, const float **xd,
+                           const float **xs, const int32_t **xi)
+{
+    for (int k = 0; k < NX; k++) {
+        const size_t i = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
+        xq[k] = x->q + i * (size_t)x->cols;
+        xd[k] = x->qd + i * nb;
+        if (xs) xs[k] = x->qs + i * nb;
+        if (xi) xi[k] = x->qi + i * nb;
+    }
+}
+
+/* The integer sums of one 32-byte activation block's two halves (bytes 0-15 and 16-31): the
+ * offset terms of the K-quant tiles. */
+FORCE_INLINE void act_half_sums(const int8_t *x32, int32_t *sa, int32_t *sb)
+{
+    const __m256i hs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)x32)),
+                                         _mm256_set1_epi16(1));
+    __m128i h4 = _mm_hadd_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
+    h4 = _mm_hadd_epi32(h4, h4);
+    *sa = _mm_cvtsi128_si32(h4);
+    *sb = _mm_extract_epi32(h4, 1);
+}
+
+FORCE_INLINE __m256i bc4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Software prefetch, PK_PFD bytes ahead in a packed matrix, into L2: a decode step streams
+ * ~100 MB of weights from DRAM, and one core's hardware prefetch alone leaves it waiting on
+ * memory, more so when a tile also computes for 8 rows. Measured (bench_fwd, 2 threads,
+ * ~120-250 tokens of context, medians of 4-6 alternated runs): 8 slots: none 428 tok/s,
+ * 4 / 8 / 16 KiB into L1 450 / 489 / 530; one slot: none 128, 16 KiB into L1 143. Then, on
+ * a later build, 16 KiB into L1 vs L2: 8 slots 673 -> 728, one slot 177 -> 220 (32 KiB into
+ * L2: 716 / 207). Prefetches into L1 hold its few miss buffers; into L2 more lines fly. */
+#ifndef PK_PFD
+#define PK_PFD 16384
+#endif
+#ifndef PK_HINT
+#define PK_HINT _MM_HINT_T1
+#endif
+/* Q4_K: dl = d * sc and ml = -(dmin * m) of the 8 rows of block b of packed group g. */
+FORCE_INLINE void k4_scales(uint32_t t, const uint8_t *g, int b, __m256 *dl, __m256 *ml)
+{
+    const uint8_t *h = g + (size_t)(b / 8) * PK_KSB(t), *blk = pk_blk(t, g, b);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 16)));
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)blk)));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8))));
+    *dl = _mm256_mul_ps(d, sc);
+    *ml = _mm256_xor_ps(_mm256_mul_ps(dm, m), _mm256_set1_ps(-0.0f));
+}
+#endif
+
+#ifdef PK_ZMM
+/* quant_tile_zmm.c: the 512-bit tile for two groups and NX (1..8) input rows when it takes the
+ * type (and NX); 0: not taken, the caller runs the 256-bit tile. */
+int pkz_tile(uint32_t t, const uint8_t *const *gp, const qact *x, int i0, int NX, float *res);
+#endif
+#ifndef __AVX2__
+/* quant_tile_scalar.c: the portable tile, the canonical order with scalar fmaf. */
+void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, int cols, float *res);
+#endif
+#endif

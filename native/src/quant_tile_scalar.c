@@ -1,0 +1,97 @@
+/* quant_tile_scalar.c — the portable packed tile (builds without AVX2): every output of a tile
+ * computed alone, in the canonical order of quant_impl.h / quant_k.h with scalar fmaf, so it gives
+ * the vector tiles' bits.
+ * Owns: pk_scalar and its per-type steps (pk_wval: one weight code from a packed block). */
+#include "quant_tile.h"
+
+#ifndef __AVX2__
+static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
+{
+    if (K6LIKE(t)) return pk_k6_code(blk, j, v) - K6OFF(t);
+    if (t == GGML_Q4_1 || t == GGML_Q4_K || t == GGML_Q5_K) {
+        uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
+        int c = v < 16 ? byte & 15 : byte >> 4;
+        if (t == GGML_Q5_K) c |= ((blk[144 + 4 * j + v % 4] >> ((v % 16) / 4 + (v < 16 ? 0 : 4))) & 1) << 4;
+        return c;
+    }
+    return (int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
+}
+
+/* F16: row j of group g against float row xf: two fma chains (even / odd columns). */
+static float pk_out_f16(const uint8_t *g, int j, const float *xf, int cols)
+{
+    float e = 0.0f, o = 0.0f;
+    for (int c = 0; c < cols; c++) {
+        float w = ld_f16(g + 16 * (size_t)c + 2 * j);
+        if (c % 2 == 0) e = fmaf(w, xf[c], e);
+        else o = fmaf(w, xf[c], o);
+    }
+    return e + o;
+}
+
+/* The Q6_K-layout family: block b of row j (packed block blk of group g) added to acc. */
+static float pk_step_k6(uint32_t t, const uint8_t *g, const uint8_t *blk, int b, int j, const int8_t *xq,
+                        float xd, float acc)
+{
+    int32_t sa = 0, sb = 0;
+    for (int v = 0; v < QK; v++) {
+        const int32_t p = pk_wval(t, blk, j, v) * xq[b * QK + v];
+        if (v < 16) sa += p;
+        else sb += p;
+    }
+    const uint8_t *hd = g + (size_t)(b / 8) * K6SB(t);
+    const float d = ld_f16(hd + 2 * j);
+    if (t == GGML_Q2_K) {
+        int32_t xa = 0, xb2 = 0;
+        for (int v = 0; v < 16; v++) {
+            xa += xq[b * QK + v];
+            xb2 += xq[b * QK + 16 + v];
+        }
+        const int32_t is = (blk[j] & 15) * sa + (blk[8 + j] & 15) * sb;
+        acc = fmaf((float)is, d * xd, acc);
+        const int32_t ms = (blk[j] >> 4) * xa + (blk[8 + j] >> 4) * xb2;
+        return fmaf(-(float)ms, ld_f16(hd + 16 + 2 * j) * xd, acc);
+    }
+    const int32_t is = (int8_t)blk[j] * sa + (int8_t)blk[8 + j] * sb;
+    return fmaf((float)is, d * xd, acc);
+}
+
+/* A quantized type: row j of group g against activation row (xq, xd, xs), blocks in order. */
+static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, const float *xd, const float *xs, int nb)
+{
+    float acc = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = pk_blk(t, g, b);
+        if (K6LIKE(t)) {
+            acc = pk_step_k6(t, g, blk, b, j, xq, xd[b], acc);
+            continue;
+        }
+        int32_t is = 0;
+        for (int v = 0; v < QK; v++) is += pk_wval(t, blk, j, v) * xq[b * QK + v];
+        if (t == GGML_Q4_K || t == GGML_Q5_K) {
+            float dl, ml;
+            pk_k4_scales(t, g, b, j, &dl, &ml);
+            acc = fmaf((float)is, dl * xd[b], acc);
+            acc = fmaf(ml, xs[b], acc);
+            continue;
+        }
+        acc = fmaf((float)is, ld_f16(blk + 2 * j) * xd[b], acc);
+        if (t == GGML_Q4_1) acc = fmaf(ld_f16(blk + 16 + 2 * j), xs[b], acc);
+    }
+    return acc;
+}
+
+void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, int cols, float *res)
+{
+    const int nb = cols / QK;
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++)
+            for (int j = 0; j < PK_ROWS; j++) {
+                const size_t xi = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
+                float r;
+                if (t == GGML_F16) r = pk_out_f16(gp[g], j, x->f + xi * cols, cols);
+                else r = pk_out_q(t, gp[g], j, x->q + xi * cols, x->qd + xi * nb, x->qs + xi * nb, nb);
+                res[k * 8 * NG + g * 8 + j] = r;
+            }
+}
+#endif
