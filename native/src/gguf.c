@@ -37,7 +37,7 @@ int ggml_type_known(uint32_t type)
     return ggml_row_bytes(type, 256) != 0;
 }
 
-const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K"; }
+const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS"; }
 
 size_t ggml_row_bytes(uint32_t type, uint64_t n)
 {
@@ -56,6 +56,8 @@ size_t ggml_row_bytes(uint32_t type, uint64_t n)
     case GGML_Q4_K: blk = 256; bytes = 144; break;
     case GGML_Q5_K: blk = 256; bytes = 176; break;
     case GGML_Q6_K: blk = 256; bytes = 210; break;
+    case GGML_IQ4_NL: blk = 32; bytes = 18; break;
+    case GGML_IQ4_XS: blk = 256; bytes = 136; break;
     default: return 0;
     }
     if (n == 0 || n % blk) return 0;

@@ -22,6 +22,7 @@
  * with nib_j = qs[j] & 15 for j < 16 and qs[j-16] >> 4 for j >= 16, and
  * q5_j = nib_j | ((qh >> j) & 1) << 4 (qh little-endian). */
 #include "quant_impl.h"
+#include "quant_iq.h"
 
 /* ---- fp16 ------------------------------------------------------------------------ */
 
@@ -139,7 +140,8 @@ void dequant_row(uint32_t type, const void *row, float *out, int n)
         }
         break;
     default:
-        if (qk_is_k(type) || type == GGML_BF16) qk_dequant(type, p, out, n);
+        if (qiq_is_iq(type)) qiq_dequant(type, p, out, n);
+        else if (qk_is_k(type) || type == GGML_BF16) qk_dequant(type, p, out, n);
         else memset(out, 0, (size_t)n * sizeof(float));
         break;
     }

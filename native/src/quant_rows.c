@@ -4,6 +4,7 @@
  * Owns: dot_f32 / dot_f16 (float activations), qdot_n (AVX2: int8 blocks, 4 blocks per step) and
  * the portable loops, kern_for (the kernel of a type) and row_all (one row against all inputs). */
 #include "quant_impl.h"
+#include "quant_iq.h"
 
 /* ---- dot kernels: one weight row . one prepared activation row ------------------------ */
 
@@ -389,6 +390,8 @@ QDOT_K(qdot_q4_k, GGML_Q4_K)
 QDOT_K(qdot_q5_k, GGML_Q5_K)
 QDOT_K(qdot_q6_k, GGML_Q6_K)
 QDOT_K(qdot_bf16, GGML_BF16)
+static void qdot_iq4_nl(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res) { qiq_dot(GGML_IQ4_NL, w, x, i0, nx, nb, res); }
+static void qdot_iq4_xs(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res) { qiq_dot(GGML_IQ4_XS, w, x, i0, nx, nb, res); }
 
 qkern kern_for(uint32_t t)
 {
@@ -404,6 +407,8 @@ qkern kern_for(uint32_t t)
     case GGML_Q5_K: return qdot_q5_k;
     case GGML_Q6_K: return qdot_q6_k;
     case GGML_BF16: return qdot_bf16;
+    case GGML_IQ4_NL: return qdot_iq4_nl;
+    case GGML_IQ4_XS: return qdot_iq4_xs;
     default: return NULL;
     }
 }

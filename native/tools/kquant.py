@@ -1,4 +1,4 @@
-"""kquant.py — simple K-quant encoders (Q4_K, Q6_K) in numpy, for test fixtures.
+"""kquant.py — simple K-quant (Q2_K .. Q6_K) and IQ4_NL / IQ4_XS encoders in numpy, for test fixtures.
 
 gguf's Python package dequantizes K-quants but does not quantize them. These encoders write
 valid blocks in llama.cpp's exact layouts (block_q4_K, block_q6_K of ggml-common.h) with a plain
@@ -149,3 +149,53 @@ def quant_q2_k(x: np.ndarray) -> np.ndarray:
             qs[:, 32 * c:32 * c + 32] |= q[:, 128 * c + 32 * s_:128 * c + 32 * s_ + 32] << (2 * s_)
     out = np.concatenate([sc | (m << 4), qs, d.reshape(-1, 1).view(np.uint8), dmin.reshape(-1, 1).view(np.uint8)], axis=1)
     return out.reshape(*shape[:-1], shape[-1] // QK_K * 84)
+
+
+# IQ4_NL / IQ4_XS: 4-bit codes into llama.cpp's fixed non-linear table (kvalues_iq4nl)
+IQ4_KVALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
+
+
+def _table_codes(b, step):
+    """Codes 0..15 of b / step, each the nearest table entry (step 0: code of the value nearest 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.where(step[..., None] != 0, b / step[..., None], 0.0)
+    return np.abs(v[..., None] - IQ4_KVALUES).argmin(axis=-1).astype(np.uint8)
+
+
+def _nibbles(q):
+    """[..., 32] codes -> [..., 16] bytes: value i in the low nibble of byte i, value 16 + i in the high."""
+    return q[..., :16] | (q[..., 16:] << 4)
+
+
+def quant_iq4_nl(x: np.ndarray) -> np.ndarray:
+    """[..., n] (n % 32 == 0) -> [..., n // 32 * 18]: block_iq4_nl (f16 d, qs[16]); the block's
+    largest magnitude lands on the table's end -127 (d of its sign flipped)."""
+    shape = x.shape
+    b = np.asarray(x, dtype=np.float32).reshape(-1, 32)
+    amax_at = np.abs(b).argmax(axis=-1)
+    d = _f16(-b[np.arange(len(b)), amax_at] / 127.0)
+    q = _table_codes(b, d.astype(np.float32))
+    out = np.concatenate([d.reshape(-1, 1).view(np.uint8), _nibbles(q)], axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // 32 * 18)
+
+
+def quant_iq4_xs(x: np.ndarray) -> np.ndarray:
+    """[..., n] (n % 256 == 0) -> [..., n // 256 * 136]: block_iq4_xs (f16 d, u16 scales_h,
+    u8 scales_l[4], qs[128]); block scale d * (ls - 32) with the 6-bit ls, the super-block's d
+    from its largest block scale (IQ4_NL's rule per block, then rounded to d's grid)."""
+    shape = x.shape
+    b = np.asarray(x, dtype=np.float32).reshape(-1, 8, 32)
+    amax_at = np.abs(b).argmax(axis=-1)
+    scale = -np.take_along_axis(b, amax_at[..., None], axis=-1)[..., 0] / 127.0    # [sb, 8]
+    d = _f16(np.abs(scale).max(axis=-1) / 32.0)
+    df = d.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = np.where(df[:, None] > 0, np.rint(scale / df[:, None]), 0).clip(-32, 31).astype(np.int32) + 32
+    q = _table_codes(b, df[:, None] * (ls - 32).astype(np.float32))
+    scales_l = ((ls[:, 0::2] & 15) | ((ls[:, 1::2] & 15) << 4)).astype(np.uint8)        # [sb, 4]
+    scales_h = np.zeros(len(b), dtype=np.uint16)
+    for j in range(8):
+        scales_h |= ((ls[:, j] >> 4) & 3).astype(np.uint16) << (2 * j)
+    out = np.concatenate([d.reshape(-1, 1).view(np.uint8), scales_h.reshape(-1, 1).view(np.uint8), scales_l,
+                          _nibbles(q).reshape(len(b), 128)], axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // QK_K * 136)

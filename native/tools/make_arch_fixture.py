@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize as gguf_quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kquant import quant_q2_k, quant_q3_k, quant_q4_k, quant_q5_k, quant_q6_k  # noqa: E402
+from kquant import quant_iq4_nl, quant_iq4_xs, quant_q2_k, quant_q3_k, quant_q4_k, quant_q5_k, quant_q6_k  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
 # Chat templates in each family's prompt format (written here, not the published files: the
@@ -119,8 +119,20 @@ MIXES = {
     # a third type: the expert downs', with experts 352 wide (1408 / 4: Qwen1.5-MoE's and GLM-4.5-Air's
     # 1408, not a multiple of 256, so llama.cpp's quantizer falls back to Q5_0 / Q5_1 for those rows)
     "q4_k_m_q5_0": ("Q4_K", "Q6_K", "Q5_0"), "q5_k_m_q5_1": ("Q5_K", "Q6_K", "Q5_1"),
+    # IQ4_XS: llama.cpp's quantizer keeps some tensors of an IQ4_XS file at other types (MIX_TENSORS);
+    # iq4_xs_nl: experts 352 wide, whose downs it writes as IQ4_NL (its fallback for rows that are
+    # not a multiple of 256)
+    "iq4_xs": ("IQ4_XS", "IQ4_XS"), "iq4_xs_nl": ("IQ4_XS", "IQ4_XS", "IQ4_NL"),
 }
-ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k, "Q6_K": quant_q6_k}
+# per-tensor types of a mix, by name without the "blk.N." prefix: what llama.cpp's
+# llama_tensor_get_type picks for an IQ4_XS file of these fixtures (8 experts, 2 query heads per
+# KV head, no imatrix): the head Q6_K; with 8 experts attn_k / attn_v Q8_0 and attn_output Q5_K
+# (its ffn_down bump to Q5_K covers the first n_layer / 8 layers: none of 2 or 3)
+IQ4_TENSORS = {"output.weight": "Q6_K", "attn_k.weight": "Q8_0", "attn_v.weight": "Q8_0",
+               "attn_output.weight": "Q5_K"}
+MIX_TENSORS = {"iq4_xs": IQ4_TENSORS, "iq4_xs_nl": IQ4_TENSORS}
+ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k, "Q6_K": quant_q6_k,
+            "IQ4_XS": quant_iq4_xs, "IQ4_NL": quant_iq4_nl}
 
 
 def main(argv=None):
@@ -160,6 +172,7 @@ def main(argv=None):
             return
         mix = MIXES[a.mix]
         tname = mix[2] if kind == "down" and len(mix) > 2 else mix[0 if kind == "q4k" else 1]
+        tname = MIX_TENSORS.get(a.mix, {}).get(name.split(".", 2)[2] if name.startswith("blk.") else name, tname)
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         if tname == "F32":
             w.add_tensor(name, arr)

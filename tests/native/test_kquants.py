@@ -1,4 +1,4 @@
-"""K-quant, Q5_0/Q5_1 and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
+"""K-quant, Q5_0/Q5_1, IQ4_NL/IQ4_XS and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
 its kernels' weights are) equals gguf's numpy dequantizers bit for bit, on random blocks (random
 codes and scales, finite fp16 d/dmin) and on blocks with extreme scales."""
 from __future__ import annotations
@@ -21,8 +21,10 @@ LAYOUT = {
     T.Q6_K: (210, (208,)),
     T.Q5_0: (22, (0,)),         # blocks of 32: f16 d, u32 qh, 16 nibble bytes
     T.Q5_1: (24, (0, 2)),       # f16 d, f16 m, u32 qh, 16 nibble bytes
+    T.IQ4_NL: (18, (0,)),       # blocks of 32: f16 d, 16 bytes of codes into the int8 table
+    T.IQ4_XS: (136, (0,)),      # f16 d, u16 scales_h, u8 scales_l[4], 128 bytes of codes
 }
-BLOCK_VALUES = {T.Q5_0: 32, T.Q5_1: 32}   # others: 256
+BLOCK_VALUES = {T.Q5_0: 32, T.Q5_1: 32, T.IQ4_NL: 32}   # others: 256
 
 
 @pytest.fixture(scope="module")
