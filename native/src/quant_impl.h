@@ -106,18 +106,27 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  * sc_b (sum_b u x - 32 sum_b x) (= sum sc q x, the row kernel's), then acc = fma(isum, d * d_x,
  * acc), blocks in order. */
 #define PK_K6_SB 1680
-/* Q3_K uses Q6_K's packed layout (codes u = q + 4, 0..7; its 6-bit scales as int8): 1680 bytes per
- * 8 rows x 256 values against the file's 880 — a speed-for-memory trade (2x the weight bytes in
- * RAM) until it gets a layout of its own. */
-#define K6LIKE(t) ((t) == GGML_Q6_K || (t) == GGML_Q3_K || (t) == GGML_Q2_K)
-#define K6OFF(t) ((t) == GGML_Q6_K ? 32 : (t) == GGML_Q3_K ? 4 : 0)
-/* Q2_K: the same blocks (codes 0..3, offset 0) with a 32-byte super-block header, f16 d[8] and
- * dmin[8] (1696 bytes per 8 rows x 256 values, the file 672), and per block the byte
- * sc | m << 4 of each half in place of the int8 scale; the tile adds Q2_K's min term
- * acc = fma(-(m_a sum_a x + m_b sum_b x), dmin * d_x, acc) after the scale term. */
-#define PK_K2_SB 1696
-#define K6SB(t) ((t) == GGML_Q2_K ? PK_K2_SB : PK_K6_SB)
-#define K6HDR(t) ((t) == GGML_Q2_K ? 32 : 16)
+#define K6OFF 32
+/* Q2_K and Q3_K: layouts of the file's size (8 x 84 = 672 and 8 x 110 = 880 bytes per super-block
+ * of a group). A super-block: a header (Q2_K: f16 d[8], f16 dmin[8], 32 bytes; Q3_K: f16 d[8], 16
+ * bytes), then 8 blocks of 32 values:
+ *   Q2_K, 80 bytes: u8 sm[16] (byte j: row j's sc | m << 4 of values 0-15, byte 8 + j: of values
+ *         16-31, the file's bytes), then code vectors C0, C1 of 32 bytes: byte 4j+k of C0 holds row
+ *         j's codes of values k, 4+k, 8+k, 12+k at bits 0, 2, 4, 6, C1 those of values 16+k, 20+k, ..
+ *   Q3_K, 108 bytes: 12 scale bytes (row j's 6-bit scales u = sc + 32 of its halves a and b: byte j
+ *         = (u_a & 15) | (u_b & 15) << 4; bytes 8-11, a little-endian word, bits 2j, 2j+1 = u_a >> 4
+ *         and bits 16+2j, 17+2j = u_b >> 4), C0, C1 with the low 2 bits of the codes u = q + 4, and a
+ *         vector H: byte 4j+k holds bit 2 of the codes of values 4t+k at bit t and of values 16+4t+k
+ *         at bit 4+t (t < 4, Q5_K's H).
+ * The tiles keep each half's exact sum apart, isum = sc_a (sum_a u x - off sum_a x) +
+ * sc_b (sum_b u x - off sum_b x) (off: Q3_K 4, Q2_K 0), then acc = fma(isum, d * d_x, acc); Q2_K then
+ * acc = fma(-(m_a sum_a x + m_b sum_b x), dmin * d_x, acc): quant_k.h's canonical order. */
+#define K23(t) ((t) == GGML_Q2_K || (t) == GGML_Q3_K)
+#define K23SB(t) ((t) == GGML_Q2_K ? 672 : 880)     /* bytes per super-block of a group */
+#define K23HDR(t) ((t) == GGML_Q2_K ? 32 : 16)
+#define K23BLK(t) ((t) == GGML_Q2_K ? 80 : 108)     /* bytes per block */
+#define K23SC(t) ((t) == GGML_Q2_K ? 16 : 12)       /* offset of C0 in a block */
+#define K23OFF(t) ((t) == GGML_Q3_K ? 4 : 0)
 /* Q5_K: as Q4_K (1440 bytes per super-block of a group: 180 per row, the file 176) with a fifth
  * vector per block after the nibbles, H: byte 4j+k holds the codes' bit 4 of values 4t+k at bit t
  * and of values 16+4t+k at bit 4+t (t < 4). */
@@ -125,12 +134,13 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
 #define PK_KSB(t) ((t) == GGML_Q5_K ? PK_K5_SB : PK_K4_SB)
 #define PK_NIB(t) ((t) == GGML_Q4_K || (t) == GGML_Q5_K ? 16 : 32)
 
-/* Block b of a packed group g (Q4_1, Q8_0: fixed stride; Q4_K: within its super-block). */
+/* Block b of a packed group g (Q4_1, Q8_0: fixed stride; K-quants: within its super-block). */
 static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
 {
     if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;
     if (t == GGML_Q5_K) return g + (size_t)(b / 8) * PK_K5_SB + 32 + (size_t)(b % 8) * 176;
-    if (K6LIKE(t)) return g + (size_t)(b / 8) * K6SB(t) + K6HDR(t) + (size_t)(b % 8) * 208;
+    if (t == GGML_Q6_K) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
+    if (K23(t)) return g + (size_t)(b / 8) * K23SB(t) + K23HDR(t) + (size_t)(b % 8) * K23BLK(t);
     return g + (size_t)b * PK_BLK(t);
 }
 
@@ -149,6 +159,29 @@ static inline int pk_k6_code(const uint8_t *blk, int j, int v)
     const int nib = (blk[16 + 32 * t + 4 * j + k] >> (4 * half)) & 15;
     const int top = (blk[144 + 32 * hh + 4 * j + k] >> (4 * half + 2 * e)) & 3;
     return nib | top << 4;
+}
+
+/* Q2_K, Q3_K: row j's code u (Q2_K 0..3, Q3_K 0..7 = q + 4) of value v (0..31) of packed block blk. */
+static inline int pk_k23_code(uint32_t t, const uint8_t *blk, int j, int v)
+{
+    const int half = v / 16, s = (v % 16) / 4, k = v % 4;
+    int u = (blk[K23SC(t) + 32 * half + 4 * j + k] >> (2 * s)) & 3;
+    if (t == GGML_Q3_K) u |= ((blk[K23SC(t) + 64 + 4 * j + k] >> (s + 4 * half)) & 1) << 2;
+    return u;
+}
+
+/* Q2_K, Q3_K: row j's scale of half h (0: values 0-15, 1: 16-31) of packed block blk; *m its min
+ * (Q2_K; 0 for Q3_K, whose scale is signed, -32..31). */
+static inline int pk_k23_scale(uint32_t t, const uint8_t *blk, int j, int h, int *m)
+{
+    if (t == GGML_Q2_K) {
+        *m = blk[8 * h + j] >> 4;
+        return blk[8 * h + j] & 15;
+    }
+    uint32_t hw;
+    memcpy(&hw, blk + 8, 4);
+    *m = 0;
+    return (int)(((blk[j] >> (4 * h)) & 15) | ((hw >> (16 * h + 2 * j)) & 3) << 4) - 32;
 }
 
 /* Short-row F16 matrices (the routed experts' down projections: 48 values per row) are

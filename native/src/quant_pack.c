@@ -21,7 +21,8 @@ int qpack_ok(uint32_t type, int rows, int cols)
 size_t pk_group_bytes(uint32_t t, int cols)
 {
     if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
-    if (K6LIKE(t)) return (size_t)(cols / 256) * K6SB(t);
+    if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
+    if (K23(t)) return (size_t)(cols / 256) * K23SB(t);
     return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -174,19 +175,13 @@ static void pk_group_q5k(const uint8_t *const *src, int nb, uint8_t *dst)
     }
 }
 
-/* The Q6_K-layout family: row j's block bb (codes q of 32 values, the scales of its halves)
- * into packed block o. */
-static void pk_k6_block(uint32_t t, const int8_t *q, const int *sc, const int *m, int j, uint8_t *o)
+/* Q6_K: row j's block (codes q of 32 values, the int8 scales of its halves) into packed block o. */
+static void pk_k6_block(const int8_t *q, const int *sc, int j, uint8_t *o)
 {
     uint8_t u[32];
-    for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[v] + K6OFF(t));
-    if (t == GGML_Q2_K) {
-        o[j] = (uint8_t)(sc[0] | m[0] << 4);
-        o[8 + j] = (uint8_t)(sc[1] | m[1] << 4);
-    } else {
-        o[j] = (uint8_t)(int8_t)sc[0];
-        o[8 + j] = (uint8_t)(int8_t)sc[1];
-    }
+    for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[v] + K6OFF);
+    o[j] = (uint8_t)(int8_t)sc[0];
+    o[8 + j] = (uint8_t)(int8_t)sc[1];
     for (int tt = 0; tt < 4; tt++)
         for (int k = 0; k < 4; k++)
             o[16 + 32 * tt + 4 * j + k] = (uint8_t)((u[4 * tt + k] & 15) | (u[16 + 4 * tt + k] & 15) << 4);
@@ -201,11 +196,40 @@ static void pk_k6_block(uint32_t t, const int8_t *q, const int *sc, const int *m
         }
 }
 
+/* Q2_K / Q3_K: row j's block (codes q of 32 values, the scales and mins of its halves) into packed
+ * block o (quant_impl.h). */
+static void pk_k23_block(uint32_t t, const int8_t *q, const int *sc, const int *m, int j, uint8_t *o)
+{
+    uint8_t *c = o + K23SC(t);
+    if (t == GGML_Q2_K) {
+        o[j] = (uint8_t)(sc[0] | m[0] << 4);
+        o[8 + j] = (uint8_t)(sc[1] | m[1] << 4);
+    } else {
+        const int ua = sc[0] + 32, ub = sc[1] + 32;
+        uint32_t hw;
+        memcpy(&hw, o + 8, 4);
+        hw = (hw & ~(3u << (2 * j)) & ~(3u << (16 + 2 * j))) | (uint32_t)(ua >> 4) << (2 * j) | (uint32_t)(ub >> 4) << (16 + 2 * j);
+        memcpy(o + 8, &hw, 4);
+        o[j] = (uint8_t)((ua & 15) | (ub & 15) << 4);
+    }
+    for (int half = 0; half < 2; half++)
+        for (int k = 0; k < 4; k++) {
+            uint8_t byte = 0, hb = 0;
+            for (int s = 0; s < 4; s++) {
+                const int u = q[16 * half + 4 * s + k] + K23OFF(t);
+                byte |= (uint8_t)((u & 3) << (2 * s));
+                hb |= (uint8_t)(((u >> 2) & 1) << s);
+            }
+            c[32 * half + 4 * j + k] = byte;
+            if (t == GGML_Q3_K) c[64 + 4 * j + k] = (uint8_t)((c[64 + 4 * j + k] & ~(15 << (4 * half))) | hb << (4 * half));
+        }
+}
+
 /* Q6_K, Q3_K, Q2_K: super-block s of row j (file block fs, NULL: a padding row) into the group. */
 static void pk_k6_row(uint32_t t, const uint8_t *fs, int s, int j, uint8_t *dst)
 {
     const size_t doff = t == GGML_Q6_K ? 208 : t == GGML_Q3_K ? 108 : 80;
-    uint8_t *h = dst + (size_t)s * K6SB(t);
+    uint8_t *h = dst + (size_t)s * pk_group_bytes(t, 256);
     int8_t q[256];
     int sc[16], m[16];
     float d = 0.0f, dmin;
@@ -213,16 +237,19 @@ static void pk_k6_row(uint32_t t, const uint8_t *fs, int s, int j, uint8_t *dst)
     else {
         memset(q, 0, sizeof q);
         memset(sc, 0, sizeof sc);
+        memset(m, 0, sizeof m);
     }
     if (fs) memcpy(h + 2 * j, fs + doff, 2);
     else memset(h + 2 * j, 0, 2);
     if (t == GGML_Q2_K) {
         if (fs) memcpy(h + 16 + 2 * j, fs + doff + 2, 2);
         else memset(h + 16 + 2 * j, 0, 2);
-        if (!fs) memset(m, 0, sizeof m);
     }
-    for (int bb = 0; bb < 8; bb++)
-        pk_k6_block(t, q + 32 * bb, sc + 2 * bb, m + 2 * bb, j, (uint8_t *)pk_blk(t, dst, 8 * s + bb));
+    for (int bb = 0; bb < 8; bb++) {
+        uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb);
+        if (t == GGML_Q6_K) pk_k6_block(q + 32 * bb, sc + 2 * bb, j, o);
+        else pk_k23_block(t, q + 32 * bb, sc + 2 * bb, m + 2 * bb, j, o);
+    }
 }
 
 static void pk_group_k6(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
@@ -277,22 +304,28 @@ static void row_q80(const uint8_t *g, int b, int j, float *o)
     for (int v = 0; v < QK; v++) o[v] = d * (float)(int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
 }
 
-static void row_q2k(const uint8_t *g, int b, int j, float *o)   /* (d * sc) * q - dmin * m, dequant_row's */
+static void row_k23(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* dequant_row's (d * sc) * q [- dmin * m] */
 {
-    const uint8_t *blk = pk_blk(GGML_Q2_K, g, b), *hd = g + (size_t)(b / 8) * PK_K2_SB;
-    const float d = ld_f16(hd + 2 * j), dm = ld_f16(hd + 16 + 2 * j);
-    for (int v = 0; v < QK; v++) {
-        const uint8_t sm = blk[(v < 16 ? 0 : 8) + j];
-        o[v] = d * (float)(sm & 15) * (float)pk_k6_code(blk, j, v) - dm * (float)(sm >> 4);
+    const uint8_t *blk = pk_blk(t, g, b), *hd = g + (size_t)(b / 8) * K23SB(t);
+    const float d = ld_f16(hd + 2 * j);
+    int ma, mb;
+    const int sa = pk_k23_scale(t, blk, j, 0, &ma), sb = pk_k23_scale(t, blk, j, 1, &mb);
+    if (t == GGML_Q2_K) {
+        const float dm = ld_f16(hd + 16 + 2 * j);
+        for (int v = 0; v < QK; v++)
+            o[v] = d * (float)(v < 16 ? sa : sb) * (float)pk_k23_code(t, blk, j, v) - dm * (float)(v < 16 ? ma : mb);
+        return;
     }
+    const float da = d * (float)sa, db = d * (float)sb;
+    for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k23_code(t, blk, j, v) - 4);
 }
 
-static void row_k6(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* (d * sc) * q, dequant_row's */
+static void row_q6k(const uint8_t *g, int b, int j, float *o)   /* (d * sc) * q, dequant_row's */
 {
-    const uint8_t *blk = pk_blk(t, g, b);
+    const uint8_t *blk = pk_blk(GGML_Q6_K, g, b);
     const float d = ld_f16(g + (size_t)(b / 8) * PK_K6_SB + 2 * j);
     const float da = d * (float)(int8_t)blk[j], db = d * (float)(int8_t)blk[8 + j];
-    for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k6_code(blk, j, v) - K6OFF(t));
+    for (int v = 0; v < QK; v++) o[v] = (v < 16 ? da : db) * (float)(pk_k6_code(blk, j, v) - K6OFF);
 }
 
 static void row_k45(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* dl * q + (-ml): dequant_row's dl * q - ml */
@@ -343,8 +376,8 @@ void qmat_row(const qmat *w, int r, float *out)
     for (int b = 0; b < cols / QK; b++) {
         float *o = out + b * QK;
         if (w->type == GGML_Q8_0) row_q80(g, b, j, o);
-        else if (w->type == GGML_Q2_K) row_q2k(g, b, j, o);
-        else if (K6LIKE(w->type)) row_k6(w->type, g, b, j, o);
+        else if (K23(w->type)) row_k23(w->type, g, b, j, o);
+        else if (w->type == GGML_Q6_K) row_q6k(g, b, j, o);
         else if (w->type == GGML_Q4_K || w->type == GGML_Q5_K) row_k45(w->type, g, b, j, o);
         else row_q41(g, b, j, o);
     }

@@ -1,6 +1,6 @@
 /* quant_tile.c — the packed tiles: 1-2 groups of 8 weight rows x 1-4 input rows in 256-bit
  * registers (AVX2, vpdpbusd where VNNI has it), and pk_tile, which picks a tile for a type.
- * Owns: pk_q41k (Q4_1, Q4_K, Q5_K), pk_q6k_o (Q6_K, Q3_K, Q2_K in Q6_K's layout), pk_q80, pk_f16,
+ * Owns: pk_q41k (Q4_1, Q4_K, Q5_K), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_f16,
  * pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
  * all follow the canonical order of quant_impl.h / quant_k.h (bit-identical). */
 #include "quant_tile.h"
@@ -79,48 +79,43 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
+/* Q6_K: codes (0..63) of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed block bp. */
+FORCE_INLINE void k6_codes(const uint8_t *bp, const __m256i *H, int t, __m256i *lo, __m256i *hi)
+{
+    const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * t));
+    const __m256i h = _mm256_srli_epi16(H[t / 2], 2 * (t % 2));
+    *lo = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+}
+
 /* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),
  * the offset 32 and the int8 scales applied in int32, then Q4_1's float step. */
-FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
-                           float *res, const uint32_t T)
+FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                         float *res)
 {
-    const int off = K6OFF(T), k2 = T == GGML_Q2_K;
     const int8_t *xq[4];
     const float *xd[4];
     act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
-    const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
-    __m256 acc[2][4];
+    __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
-    __m256 dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int b = 0; b < nb; b++) {
         if (b % 8 == 0)
             for (int g = 0; g < NG; g++)
-            {
-                dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * K6SB(T))));
-                if (k2) mv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * K6SB(T) + 16)));
-            }
-        __m256i ia[2][4], ib[2][4];
-        for (int g = 0; g < NG; g++)
-            for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
+                dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_K6_SB)));
+        __m256i ia[2][4], ib[2][4], H[2][2];
         const uint8_t *bp[2];
-        __m256i H[2][2];
         for (int g = 0; g < NG; g++) {
-            bp[g] = pk_blk(T, gp[g], b);
-            _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
-            _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
-            _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
+            for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
+            bp[g] = pk_blk(GGML_Q6_K, gp[g], b);
+            for (int l = 0; l < 3; l++) _mm_prefetch((const char *)bp[g] + 64 * l + PK_PFD, PK_HINT);
             for (int hh = 0; hh < 2; hh++) H[g][hh] = _mm256_loadu_si256((const __m256i *)(bp[g] + 144 + 32 * hh));
         }
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
-            for (int g = 0; g < NG; g++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp[g] + 16 + 32 * t));
-                const __m256i h = _mm256_srli_epi16(H[g][t / 2], 2 * (t % 2));
-                lo[g] = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-                hi[g] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15),
-                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-            }
+            for (int g = 0; g < NG; g++) k6_codes(bp[g], H[g], t, &lo[g], &hi[g]);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 const __m256i xl = bc4(xk), xh = bc4(xk + 16);
@@ -133,25 +128,11 @@ FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x
         for (int k = 0; k < NX; k++) {
             int32_t sa, sb;
             act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
-            const __m256i oa = _mm256_set1_epi32(off * sa), ob = _mm256_set1_epi32(off * sb);
+            const __m256i oa = _mm256_set1_epi32(K6OFF * sa), ob = _mm256_set1_epi32(K6OFF * sb);
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++) {
-                __m256i sca, scb;
-                if (k2) {
-                    const __m256i ra = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
-                    const __m256i rb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
-                    sca = _mm256_and_si256(ra, _mm256_set1_epi32(15));
-                    scb = _mm256_and_si256(rb, _mm256_set1_epi32(15));
-                    const __m256i ms = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(ra, 4), _mm256_set1_epi32(sa)),
-                                                        _mm256_mullo_epi32(_mm256_srli_epi32(rb, 4), _mm256_set1_epi32(sb)));
-                    const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(ia[g][k], sca), _mm256_mullo_epi32(ib[g][k], scb));
-                    acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
-                    acc[g][k] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(-0.0f)),
-                                                _mm256_mul_ps(mv[g], xs), acc[g][k]);
-                    continue;
-                }
-                sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
-                scb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+                const __m256i sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
+                const __m256i scb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
                 const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ia[g][k], oa), sca),
                                                     _mm256_mullo_epi32(_mm256_sub_epi32(ib[g][k], ob), scb));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
@@ -162,9 +143,84 @@ FORCE_INLINE void pk_q6k_o(const uint8_t *const *gp, const int NG, const qact *x
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
-#define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q6_K)
-#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q3_K)
-#define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_q6k_o(gp, NG, x, i0, NX, nb, res, GGML_Q2_K)
+/* Q2_K / Q3_K: codes of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed block bp. */
+FORCE_INLINE void k23_codes(uint32_t T, const uint8_t *bp, int t, __m256i *lo, __m256i *hi)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    const uint8_t *c = bp + K23SC(T);
+    *lo = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)c), 2 * t), m3);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(c + 32)), 2 * t), m3);
+    if (T == GGML_Q3_K) {
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(c + 64));
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, t), m1), 2));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4 + t), m1), 2));
+    }
+}
+
+/* One block's float step of a Q2_K / Q3_K output lane set (quant_impl.h's order). */
+FORCE_INLINE __m256 k23_step(uint32_t T, __m256 acc, __m256i ia, __m256i ib, int32_t sa, int32_t sb, __m256i sca,
+                             __m256i scb, __m256i ma, __m256i mb, __m256 dv, __m256 mv, __m256 xs)
+{
+    const int off = K23OFF(T);
+    const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ia, _mm256_set1_epi32(off * sa)), sca),
+                                        _mm256_mullo_epi32(_mm256_sub_epi32(ib, _mm256_set1_epi32(off * sb)), scb));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv, xs), acc);
+    if (T != GGML_Q2_K) return acc;
+    const __m256i ms = _mm256_add_epi32(_mm256_mullo_epi32(ma, _mm256_set1_epi32(sa)), _mm256_mullo_epi32(mb, _mm256_set1_epi32(sb)));
+    return _mm256_fmadd_ps(_mm256_xor_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(-0.0f)), _mm256_mul_ps(mv, xs), acc);
+}
+
+/* Q2_K / Q3_K tile (their own layouts, quant_impl.h): the two halves' exact sums of the 2- or
+ * 3-bit codes, Q3_K's offset 4, the scales (and Q2_K's mins) in int32, then the float steps. */
+FORCE_INLINE void pk_q23k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                          float *res, const uint32_t T)
+{
+    const int8_t *xq[4];
+    const float *xd[4];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
+    __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *bp[2];
+        __m256i ia[2][4], ib[2][4];
+        for (int g = 0; g < NG; g++) {
+            const uint8_t *hd = gp[g] + (size_t)(b / 8) * K23SB(T);
+            if (b % 8 == 0) dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hd));
+            if (b % 8 == 0 && T == GGML_Q2_K) mv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hd + 16)));
+            bp[g] = pk_blk(T, gp[g], b);
+            _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
+            for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
+        }
+        for (int t = 0; t < 4; t++) {
+            __m256i lo[2], hi[2];
+            for (int g = 0; g < NG; g++) k23_codes(T, bp[g], t, &lo[g], &hi[g]);
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                const __m256i xl = bc4(xk), xh = bc4(xk + 16);
+                for (int g = 0; g < NG; g++) {
+                    ia[g][k] = pk_dot4(ia[g][k], lo[g], xl);
+                    ib[g][k] = pk_dot4(ib[g][k], hi[g], xh);
+                }
+            }
+        }
+        __m256i sca[2], scb[2], ma[2], mb[2];
+        for (int g = 0; g < NG; g++) k23_scales(T, bp[g], &sca[g], &scb[g], &ma[g], &mb[g]);
+        for (int k = 0; k < NX; k++) {
+            int32_t sa, sb;
+            act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
+            const __m256 xs = _mm256_set1_ps(xd[k][b]);
+            for (int g = 0; g < NG; g++)
+                acc[g][k] = k23_step(T, acc[g][k], ia[g][k], ib[g][k], sa, sb, sca[g], scb[g], ma[g], mb[g], dv[g], mv[g], xs);
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
+#define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_q23k(gp, NG, x, i0, NX, nb, res, GGML_Q3_K)
+#define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_q23k(gp, NG, x, i0, NX, nb, res, GGML_Q2_K)
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 0)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 1)
 #define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 2)
@@ -291,6 +347,11 @@ void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0
 #ifdef PK_ZMM
     if (NG == 2 && pkz_tile(t, gp, x, i0, NX, res)) return;
 #endif
+    if (NX > 4) {   /* the 256-bit tiles take at most 4 input rows: res is input-row major */
+        pk_tile(t, gp, NG, x, i0, 4, res);
+        pk_tile(t, gp, NG, x, i0 + 4, NX - 4, res + 4 * 8 * NG);
+        return;
+    }
     if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
     else if (t == GGML_Q4_K) { PK_CASE(pk_q4k, nb) }
     else if (t == GGML_Q5_K) { PK_CASE(pk_q5k, nb) }

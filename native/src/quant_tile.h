@@ -1,7 +1,7 @@
 /* quant_tile.h — the AVX2 helpers the packed tiles share (quant_tile.c, quant_tile_zmm.c).
  * Owns: pk_dot4 (vpdpbusd or maddubs+madd), act_rows (an activation row's int8 blocks, scales and
  * sums, through qact.idx), act_half_sums, bc4, the prefetch distance PK_PFD, k4_scales (Q4_K/Q5_K's
- * d * sc and -(dmin * m) of 8 rows). */
+ * d * sc and -(dmin * m) of 8 rows), k23_scales (Q2_K/Q3_K's scales and mins of 8 rows). */
 #ifndef COLI_QUANT_TILE_H
 #define COLI_QUANT_TILE_H
 #include "quant_impl.h"
@@ -74,6 +74,30 @@ FORCE_INLINE void k4_scales(uint32_t t, const uint8_t *g, int b, __m256 *dl, __m
     const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8))));
     *dl = _mm256_mul_ps(d, sc);
     *ml = _mm256_xor_ps(_mm256_mul_ps(dm, m), _mm256_set1_ps(-0.0f));
+}
+/* Q2_K / Q3_K: the 8 rows' scales of the halves a, b of packed block bp (Q3_K signed) and, for
+ * Q2_K, their mins. */
+FORCE_INLINE void k23_scales(uint32_t T, const uint8_t *bp, __m256i *sca, __m256i *scb, __m256i *ma, __m256i *mb)
+{
+    const __m256i m15 = _mm256_set1_epi32(15), m3 = _mm256_set1_epi32(3);
+    if (T == GGML_Q2_K) {
+        const __m256i ra = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp));
+        const __m256i rb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 8)));
+        *sca = _mm256_and_si256(ra, m15);
+        *scb = _mm256_and_si256(rb, m15);
+        *ma = _mm256_srli_epi32(ra, 4);
+        *mb = _mm256_srli_epi32(rb, 4);
+        return;
+    }
+    const __m256i L = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp));
+    int32_t hw;
+    memcpy(&hw, bp + 8, 4);
+    const __m256i hv = _mm256_set1_epi32(hw), sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i ha = _mm256_and_si256(_mm256_srlv_epi32(hv, sh), m3);
+    const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(hv, _mm256_add_epi32(sh, _mm256_set1_epi32(16))), m3);
+    *sca = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(L, m15), _mm256_slli_epi32(ha, 4)), _mm256_set1_epi32(32));
+    *scb = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(L, 4), _mm256_slli_epi32(hb, 4)), _mm256_set1_epi32(32));
+    *ma = *mb = _mm256_setzero_si256();
 }
 #endif
 

@@ -7,7 +7,8 @@
 #ifndef __AVX2__
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
 {
-    if (K6LIKE(t)) return pk_k6_code(blk, j, v) - K6OFF(t);
+    if (t == GGML_Q6_K) return pk_k6_code(blk, j, v) - K6OFF;
+    if (K23(t)) return pk_k23_code(t, blk, j, v) - K23OFF(t);
     if (t == GGML_Q4_1 || t == GGML_Q4_K || t == GGML_Q5_K) {
         uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
         int c = v < 16 ? byte & 15 : byte >> 4;
@@ -29,7 +30,7 @@ static float pk_out_f16(const uint8_t *g, int j, const float *xf, int cols)
     return e + o;
 }
 
-/* The Q6_K-layout family: block b of row j (packed block blk of group g) added to acc. */
+/* Q6_K, Q3_K, Q2_K: block b of row j (packed block blk of group g) added to acc. */
 static float pk_step_k6(uint32_t t, const uint8_t *g, const uint8_t *blk, int b, int j, const int8_t *xq,
                         float xd, float acc)
 {
@@ -39,21 +40,24 @@ static float pk_step_k6(uint32_t t, const uint8_t *g, const uint8_t *blk, int b,
         if (v < 16) sa += p;
         else sb += p;
     }
-    const uint8_t *hd = g + (size_t)(b / 8) * K6SB(t);
+    const uint8_t *hd = g + (size_t)(b / 8) * (t == GGML_Q6_K ? PK_K6_SB : K23SB(t));
     const float d = ld_f16(hd + 2 * j);
-    if (t == GGML_Q2_K) {
-        int32_t xa = 0, xb2 = 0;
-        for (int v = 0; v < 16; v++) {
-            xa += xq[b * QK + v];
-            xb2 += xq[b * QK + 16 + v];
-        }
-        const int32_t is = (blk[j] & 15) * sa + (blk[8 + j] & 15) * sb;
-        acc = fmaf((float)is, d * xd, acc);
-        const int32_t ms = (blk[j] >> 4) * xa + (blk[8 + j] >> 4) * xb2;
-        return fmaf(-(float)ms, ld_f16(hd + 16 + 2 * j) * xd, acc);
+    int ma = 0, mb = 0, sca, scb;
+    if (t == GGML_Q6_K) {
+        sca = (int8_t)blk[j];
+        scb = (int8_t)blk[8 + j];
+    } else {
+        sca = pk_k23_scale(t, blk, j, 0, &ma);
+        scb = pk_k23_scale(t, blk, j, 1, &mb);
     }
-    const int32_t is = (int8_t)blk[j] * sa + (int8_t)blk[8 + j] * sb;
-    return fmaf((float)is, d * xd, acc);
+    acc = fmaf((float)(sca * sa + scb * sb), d * xd, acc);
+    if (t != GGML_Q2_K) return acc;
+    int32_t xa = 0, xb2 = 0;
+    for (int v = 0; v < 16; v++) {
+        xa += xq[b * QK + v];
+        xb2 += xq[b * QK + 16 + v];
+    }
+    return fmaf(-(float)(ma * xa + mb * xb2), ld_f16(hd + 16 + 2 * j) * xd, acc);
 }
 
 /* A quantized type: row j of group g against activation row (xq, xd, xs), blocks in order. */
@@ -62,7 +66,7 @@ static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, con
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = pk_blk(t, g, b);
-        if (K6LIKE(t)) {
+        if (t == GGML_Q6_K || K23(t)) {
             acc = pk_step_k6(t, g, blk, b, j, xq, xd[b], acc);
             continue;
         }

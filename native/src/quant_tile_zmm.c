@@ -2,7 +2,7 @@
  * rows) per register and up to 8 input rows, the same per-lane operations and order as the 256-bit
  * tiles with NG = 2 (bit-identical; test_quant checks that a row's output does not depend on the
  * tile computing it).
- * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K), pkz_q6k_o (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_tile. */
+ * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_tile. */
 #include "quant_tile.h"
 
 #ifdef PK_ZMM
@@ -89,57 +89,90 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
 #define pkz_q4k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 1)
 #define pkz_q5k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 2)
 
-/* pk_q6k_o with NG = 2 in 512-bit registers (bit-identical), up to 8 input rows. */
-FORCE_INLINE void pkz_q6k_o(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res,
-                            const uint32_t T)
+/* The Q6_K / Q2_K / Q3_K codes of step t of blocks b0, b1 (H0, H1: their high-bit vectors). */
+FORCE_INLINE void z_k6f_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i H0, __m512i H1, int t,
+                              __m512i *lo, __m512i *hi)
 {
-    const int off = K6OFF(T), k2 = T == GGML_Q2_K;
+    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3), m1 = _mm512_set1_epi8(1);
+    if (T == GGML_Q6_K) {
+        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
+        const __m512i h = _mm512_srli_epi16(t < 2 ? H0 : H1, 2 * (t % 2));
+        *lo = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m15),
+                              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+        return;
+    }
+    const int c = K23SC(T);
+    *lo = _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + c, b1 + c), 2 * t), m3);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + c + 32, b1 + c + 32), 2 * t), m3);
+    if (T == GGML_Q3_K) {
+        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H0, t), m1), 2));
+        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H0, 4 + t), m1), 2));
+    }
+}
+
+FORCE_INLINE __m512i z_joini(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+
+/* The 16 rows' scales of the halves a, b of blocks b0, b1 (signed) and Q2_K's mins. */
+FORCE_INLINE void z_k6f_scales(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i *sca, __m512i *scb,
+                               __m512i *ma, __m512i *mb)
+{
+    if (T == GGML_Q6_K) {
+        *sca = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1)));
+        *scb = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)),
+                                                       _mm_loadl_epi64((const __m128i *)(b1 + 8))));
+        *ma = *mb = _mm512_setzero_si512();
+        return;
+    }
+    __m256i a0, c0, m0, n0, a1, c1, m1, n1;
+    k23_scales(T, b0, &a0, &c0, &m0, &n0);
+    k23_scales(T, b1, &a1, &c1, &m1, &n1);
+    *sca = z_joini(a0, a1);
+    *scb = z_joini(c0, c1);
+    *ma = z_joini(m0, m1);
+    *mb = z_joini(n0, n1);
+}
+
+/* pk_q6k / pk_q23k with NG = 2 in 512-bit registers (bit-identical), up to 8 input rows. */
+FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res,
+                          const uint32_t T)
+{
+    const int off = T == GGML_Q6_K ? K6OFF : K23OFF(T), k2 = T == GGML_Q2_K;
+    const size_t sbb = T == GGML_Q6_K ? PK_K6_SB : K23SB(T);
     const int8_t *xq[8];
     const float *xd[8];
     act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
-    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
     __m512 acc[8];
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (b % 8 == 0) {
-            const uint8_t *h0 = gp[0] + (size_t)(b / 8) * K6SB(T), *h1 = gp[1] + (size_t)(b / 8) * K6SB(T);
+            const uint8_t *h0 = gp[0] + (size_t)(b / 8) * sbb, *h1 = gp[1] + (size_t)(b / 8) * sbb;
             dv = z_half2(h0, h1);
             if (k2) mv = z_half2(h0 + 16, h1 + 16);
         }
         const uint8_t *b0 = pk_blk(T, gp[0], b), *b1 = pk_blk(T, gp[1], b);
+        const int pf2 = T == GGML_Q6_K ? 128 : 64;
         _mm_prefetch((const char *)b0 + PK_PFD, PK_HINT);
         _mm_prefetch((const char *)b1 + PK_PFD, PK_HINT);
-        _mm_prefetch((const char *)b0 + 128 + PK_PFD, PK_HINT);
-        _mm_prefetch((const char *)b1 + 128 + PK_PFD, PK_HINT);
-        const __m512i H0 = z_load2(b0 + 144, b1 + 144), H1 = z_load2(b0 + 176, b1 + 176);
+        _mm_prefetch((const char *)b0 + pf2 + PK_PFD, PK_HINT);
+        _mm_prefetch((const char *)b1 + pf2 + PK_PFD, PK_HINT);
+        const int ho = T == GGML_Q6_K ? 144 : K23SC(T) + 64;
+        const __m512i H0 = T == GGML_Q2_K ? _mm512_setzero_si512() : z_load2(b0 + ho, b1 + ho);
+        const __m512i H1 = T == GGML_Q6_K ? z_load2(b0 + 176, b1 + 176) : _mm512_setzero_si512();
         __m512i ia[8], ib[8];
         for (int k = 0; k < NX; k++) ia[k] = ib[k] = _mm512_setzero_si512();
         for (int t = 0; t < 4; t++) {
-            const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
-            const __m512i h = _mm512_srli_epi16(t < 2 ? H0 : H1, 2 * (t % 2));
-            const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
-            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m15),
-                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+            __m512i lo, hi;
+            z_k6f_codes(T, b0, b1, H0, H1, t, &lo, &hi);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 ia[k] = _mm512_dpbusd_epi32(ia[k], lo, z_bc4(xk));
                 ib[k] = _mm512_dpbusd_epi32(ib[k], hi, z_bc4(xk + 16));
             }
         }
-        const __m128i ra8 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1));
-        const __m128i rb8 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)), _mm_loadl_epi64((const __m128i *)(b1 + 8)));
-        __m512i sca, scb, ma = _mm512_setzero_si512(), mb = _mm512_setzero_si512();
-        if (k2) {
-            const __m512i ra = _mm512_cvtepu8_epi32(ra8), rb = _mm512_cvtepu8_epi32(rb8);
-            sca = _mm512_and_si512(ra, _mm512_set1_epi32(15));
-            scb = _mm512_and_si512(rb, _mm512_set1_epi32(15));
-            ma = _mm512_srli_epi32(ra, 4);
-            mb = _mm512_srli_epi32(rb, 4);
-        } else {
-            sca = _mm512_cvtepi8_epi32(ra8);
-            scb = _mm512_cvtepi8_epi32(rb8);
-        }
+        __m512i sca, scb, ma, mb;
+        z_k6f_scales(T, b0, b1, &sca, &scb, &ma, &mb);
         for (int k = 0; k < NX; k++) {
             int32_t sa, sb;
             act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
@@ -148,20 +181,19 @@ FORCE_INLINE void pkz_q6k_o(const uint8_t *const *gp, const qact *x, int i0, con
                 _mm512_mullo_epi32(_mm512_sub_epi32(ia[k], _mm512_set1_epi32(off * sa)), sca),
                 _mm512_mullo_epi32(_mm512_sub_epi32(ib[k], _mm512_set1_epi32(off * sb)), scb));
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dv, xs), acc[k]);
-            if (k2) {
-                const __m512i ms = _mm512_add_epi32(_mm512_mullo_epi32(ma, _mm512_set1_epi32(sa)),
-                                                    _mm512_mullo_epi32(mb, _mm512_set1_epi32(sb)));
-                acc[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_cvtepi32_ps(ms)),
-                                                                              _mm512_set1_epi32((int)0x80000000u))),
-                                         _mm512_mul_ps(mv, xs), acc[k]);
-            }
+            if (!k2) continue;
+            const __m512i ms = _mm512_add_epi32(_mm512_mullo_epi32(ma, _mm512_set1_epi32(sa)),
+                                                _mm512_mullo_epi32(mb, _mm512_set1_epi32(sb)));
+            acc[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_cvtepi32_ps(ms)),
+                                                                          _mm512_set1_epi32((int)0x80000000u))),
+                                     _mm512_mul_ps(mv, xs), acc[k]);
         }
     }
     for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
 }
-#define pkz_q6k(gp, x, i0, NX, nb, res) pkz_q6k_o(gp, x, i0, NX, nb, res, GGML_Q6_K)
-#define pkz_q3k(gp, x, i0, NX, nb, res) pkz_q6k_o(gp, x, i0, NX, nb, res, GGML_Q3_K)
-#define pkz_q2k(gp, x, i0, NX, nb, res) pkz_q6k_o(gp, x, i0, NX, nb, res, GGML_Q2_K)
+#define pkz_q6k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q6_K)
+#define pkz_q3k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q3_K)
+#define pkz_q2k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q2_K)
 
 FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
 {

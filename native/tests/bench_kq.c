@@ -1,6 +1,7 @@
 /* bench_kq.c — speed per weight byte of each weight type (not a test): one thread, a decode-like
  * matmul (n input rows) over a matrix too big for the caches, GB/s of weight bytes per CPU-second
- * and the ratio to Q4_1 in the engine's packed layout. usage: bench_kq [rows=16384] [cols=2048] [n=1] */
+ * and the ratio to Q4_1 in the engine's packed layout. usage: bench_kq [rows=16384] [cols=2048] [n=1] [TYPES]
+ * TYPES: a comma-separated list of the names below (e.g. Q2_K,Q3_K): only those (and Q4_1 packed). */
 #include "quant.h"
 #include "gguf.h"
 
@@ -48,6 +49,15 @@ static double run(uint32_t t, int rows, int cols, int n, int packed) {
     return best;
 }
 
+/* name (up to its first space) is one of the comma-separated list's items */
+static int in_list(const char *list, const char *name) {
+    size_t n = strcspn(name, " ");
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        if (strcspn(p, ",") == n && !strncmp(p, name, n)) return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int rows = argc > 1 ? atoi(argv[1]) : 16384, cols = argc > 2 ? atoi(argv[2]) : 2048;
     int n = argc > 3 ? atoi(argv[3]) : 1;
@@ -59,7 +69,9 @@ int main(int argc, char **argv) {
         {"Q4_K", GGML_Q4_K}, {"Q5_K", GGML_Q5_K}, {"Q6_K", GGML_Q6_K}, {"BF16", GGML_BF16}, {"F16 packed", GGML_F16},
         {"Q5_0 rows", GGML_Q5_0}, {"Q5_1 rows", GGML_Q5_1},
     };
+    const char *only = argc > 4 ? argv[4] : NULL;
     for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++) {
+        if (only && !in_list(only, ty[i].name)) continue;
         double g = run(ty[i].t, rows, cols, n, i != 0);
         printf("  %-12s %7.2f  (%.2f)\n", ty[i].name, g, g / base);
     }

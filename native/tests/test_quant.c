@@ -270,6 +270,10 @@ static void test_packed_rows(uint32_t t, int rows, int cols)
         same &= memcmp(a, b, sizeof(float) * cols) == 0;
     }
     CHECK(same, "%s %dx%d: qmat_row differs from dequant_row", tname(t), rows, cols);
+    /* Q2_K, Q3_K, Q6_K are packed at exactly the file's size (rows rounded up to 8) */
+    if (t == GGML_Q2_K || t == GGML_Q3_K || t == GGML_Q6_K)
+        CHECK(qpack_bytes(t, rows, cols) == rb * (size_t)((rows + 7) / 8 * 8), "%s %dx%d: packed %zu bytes, file %zu",
+              tname(t), rows, cols, qpack_bytes(t, rows, cols), rb * rows);
     free(W); free(Pk); free(a); free(b);
 }
 
