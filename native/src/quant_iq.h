@@ -21,8 +21,10 @@ void qiq_block(uint32_t type, const uint8_t *row, int b, int8_t q[32], float *sc
 void qiq_dequant(uint32_t type, const uint8_t *row, float *out, int n);
 
 /* res[k] = dot(weight row w, activation row i0 + k of x), k < nx (<= 4); nb = cols / 32.
- * Canonical order, every path (AVX2, AVX-VNNI or portable) the same bits: ONE accumulator over
- * the 32-blocks in order: isum = exact int32 sum of kv[c] * x_q over the block,
- * acc = fma((float)isum, scale * d_x, acc); result acc. */
+ * Canonical order, every path (AVX2, AVX-VNNI or portable) the same bits (quant_k.h's row-kernel
+ * order): 8 float lanes, lane l takes the blocks b with b % 8 == l in order (IQ4_XS: block l of
+ * every super-block): isum = exact int32 sum of kv[c] * x_q over the block,
+ * acc_l = fma((float)isum, scale * d_x, acc_l); result
+ * ((acc_0 + acc_4) + (acc_2 + acc_6)) + ((acc_1 + acc_5) + (acc_3 + acc_7)). */
 void qiq_dot(uint32_t type, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res);
 #endif

@@ -71,7 +71,7 @@ static void test_dequant(uint32_t t, int cols)
     free(W); free(a); free(b);
 }
 
-/* qmat_mul == the canonical order (one accumulator, blocks in order) bit for bit, and near the
+/* qmat_mul == the canonical order (8 lanes, block b in lane b % 8) bit for bit, and near the
  * double dot of the dequantized row with the float activations. */
 static void test_kernel(uint32_t t, int rows, int cols, int n)
 {
@@ -93,15 +93,16 @@ static void test_kernel(uint32_t t, int rows, int cols, int n)
         for (int i = 0; i < n; i++) {
             const int8_t *xq = a.q + (size_t)i * cols;
             const float *xd = a.qd + (size_t)i * nb;
-            float acc = 0.0f;
+            float L[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (int b = 0; b < nb; b++) {
                 int8_t q[32];
                 float s;
                 qiq_block(t, W + r * rb, b, q, &s);
                 int32_t is = 0;
                 for (int j = 0; j < 32; j++) is += q[j] * xq[32 * b + j];
-                acc = fmaf((float)is, s * xd[b], acc);
+                L[b % 8] = fmaf((float)is, s * xd[b], L[b % 8]);
             }
+            const float acc = ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
             const float got = out[(size_t)i * rows + r];
             if (fbits(got) != fbits(acc)) same = 0;
             double ref = 0, mag = 0, qerr = 0;
