@@ -1,5 +1,6 @@
 /* arch_llama.c — llama.cpp's `llama` architecture, dense or MoE (Mixtral's layout: routed
- * experts stacked in ffn_{gate,up,down}_exps, router ffn_gate_inp), plus colibri's additions:
+ * experts stacked in ffn_{gate,up,down}_exps, or in older files one tensor per expert,
+ * ffn_{gate,up,down}.E: see ld_moe_ffn; router ffn_gate_inp), plus colibri's additions:
  * an optional router bias (ffn_gate_inp.bias), an optional shared expert (ffn_*_shexp, no
  * gate of its own) and colibri.expert_gating (softmax over the selected experts' logits, or
  * unit weights). Forward quirks: none beyond the shared forward's defaults (RMSNorm, RoPE on

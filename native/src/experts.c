@@ -2,7 +2,8 @@
  *
  * Expert (r, e) of MoE row r is three byte slices of the stacked tensors
  * blk.N.ffn_{gate,up,down}_exps.weight: slice e = bytes [e*S, (e+1)*S) with
- * S = row_bytes(ne0) * ne1 of that tensor.
+ * S = row_bytes(ne0) * ne1 of that tensor; in a file with one tensor per expert
+ * (blk.N.ffn_{gate,up,down}.E.weight) the slice is that tensor, at its own offset.
  *
  * Tier 1 (RAM): a malloc'ed copy gate|up|down, either pinned (never evicted) or in an
  * LRU list. Pinned + LRU bytes stay within ram_budget; the pinned set is the hottest
@@ -35,6 +36,7 @@ typedef struct {
     int rows[3], cols[3];
     size_t row_bytes[3];
     uint64_t off[3];        /* absolute file offset of expert 0's slice */
+    uint64_t *eoff;         /* NULL, or per-expert tensors: eoff[k * n_experts + e], expert e's slice */
     size_t slice[3];        /* bytes of one expert in that tensor */
     size_t held[3];         /* bytes of its copy in RAM: the packed layout's (Q4_K's is 148/144 of
                              * the file's), else slice */
@@ -119,7 +121,7 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
     const es_row *R = &s->row[r];
     size_t at = 0;
     for (int j = 0; j < k; j++) at += R->held[j];
-    const uint64_t off = R->off[k] + (uint64_t)e * R->slice[k];
+    const uint64_t off = R->eoff ? R->eoff[(size_t)k * (size_t)s->cols + (size_t)e] : R->off[k] + (uint64_t)e * R->slice[k];
     if (s->o.exact || !packs(R, k)) return read_at(s, dst + at, R->slice[k], off);
     if (R->slice[k] > rd_cap) {
         free(rd_buf);
@@ -367,9 +369,11 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
     for (int r = 0; r < n_rows; r++) {
         es_row *R = &s->row[r];
         const gguf_tensor *t[3] = {rows[r].gate, rows[r].up, rows[r].down};
+        const gguf_tensor *const *per = rows[r].per;
         R->layer = rows[r].layer;
+        if (per && !(R->eoff = malloc(sizeof *R->eoff * 3 * (size_t)n_experts))) goto oom;
         for (int k = 0; k < 3; k++) {
-            if (!t[k] || t[k]->n_dims != 3 || t[k]->ne[2] != (uint64_t)n_experts) {
+            if (!t[k] || (per ? t[k]->n_dims > 2 : t[k]->n_dims != 3 || t[k]->ne[2] != (uint64_t)n_experts)) {
                 if (err && errlen)
                     snprintf(err, errlen, "blk.%d: expert tensor %d is missing or not [*, *, %d]", R->layer, k,
                              n_experts);
@@ -382,7 +386,20 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
             R->row_bytes[k] = ggml_row_bytes(t[k]->type, t[k]->ne[0]);
             R->slice[k] = R->row_bytes[k] * (size_t)t[k]->ne[1];
             R->off[k] = t[k]->file_offset;
-            if (R->row_bytes[k] == 0 || R->off[k] + R->slice[k] * (uint64_t)n_experts > (g ? g->size : 0)) {
+            for (int e = 0; per && e < n_experts; e++) {   /* every expert's tensor like expert 0's */
+                const gguf_tensor *x = per[(size_t)k * (size_t)n_experts + (size_t)e];
+                if (!x || x->type != t[k]->type || x->n_dims > 2 || x->ne[0] != t[k]->ne[0] || x->ne[1] != t[k]->ne[1] ||
+                    x->file_offset + R->slice[k] > (g ? g->size : 0)) {
+                    if (err && errlen)
+                        snprintf(err, errlen, "%.*s: missing, outside the file, or not of expert 0's type and shape",
+                                 x ? (int)x->name.len : 1, x ? x->name.ptr : "?");
+                    es_free(s);
+                    return NULL;
+                }
+                R->eoff[(size_t)k * (size_t)n_experts + (size_t)e] = x->file_offset;
+            }
+            if (R->row_bytes[k] == 0 ||
+                (!per && R->off[k] + R->slice[k] * (uint64_t)n_experts > (g ? g->size : 0))) {
                 if (err && errlen)
                     snprintf(err, errlen, "%.*s: unsupported type or data outside the file", (int)t[k]->name.len,
                              t[k]->name.ptr);
@@ -427,6 +444,7 @@ void es_free(expert_store *s) {
         }
     for (int i = 0; i < s->pool_n; i++) free(s->pool[i]);
     free(s->pool);
+    for (int r = 0; s->row && r < s->rows; r++) free(s->row[r].eoff);
     free(s->row);
     free(s->ent);
     free(s->count);

@@ -21,10 +21,13 @@ typedef struct {
 
 typedef struct { qmat gate, up, down; } expert_w;   /* gate/up: d_exp x d_model, down: d_model x d_exp */
 
-/* Source of one MoE layer's stacked tensors (blk.N.ffn_{gate,up,down}_exps.weight). */
+/* Source of one MoE layer's stacked tensors (blk.N.ffn_{gate,up,down}_exps.weight), or of its
+ * one tensor per expert (older llama.cpp Mixtral files: blk.N.ffn_{gate,up,down}.E.weight). */
 typedef struct {
     int layer;              /* absolute layer index */
-    const gguf_tensor *gate, *up, *down;
+    const gguf_tensor *gate, *up, *down;    /* stacked [*, *, n_experts]; per expert: expert 0's */
+    const gguf_tensor **per;    /* NULL (stacked), or per[k * n_experts + e]: expert e's 2-D tensor
+                                 * of k = 0 gate, 1 up, 2 down (owned by the caller) */
 } expert_layer_src;
 
 typedef void (*repin_cb)(void *ud, int layer, int eid, int old_tier, int gpu);

@@ -341,6 +341,8 @@ void ld_expert_widths(model *m) {
         const gguf_tensor *t;
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", l);
         if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)t->ne[1];
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate.0.weight", l);   /* one tensor per expert (old Mixtral files) */
+        if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)t->ne[1];
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
         if (c->d_shexp == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_shexp = (int)t->ne[1];
         if (c->d_expert) break;
@@ -384,6 +386,30 @@ int ld_dense_ffn(model *m, int l, char *err, size_t errlen) {
     return 0;
 }
 
+/* Older llama.cpp Mixtral files (architecture llama, as llama.cpp accepts them): one 2-D tensor per
+ * expert, blk.l.ffn_{gate,up,down}.E.weight, which the expert store reads in place of the stacked
+ * tensors' slices (src->per, freed by load_blocks). */
+static int ld_moe_per_expert(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
+    const uint64_t D = (uint64_t)m->c.d_model, X = (uint64_t)m->c.d_expert, E = (uint64_t)m->c.n_experts;
+    static const char *const kind[3] = {"gate", "up", "down"};
+    char nm[160];
+    if (!(src->per = calloc(3 * E, sizeof *src->per))) return model_fail(err, errlen, "out of memory");
+    for (int k = 0; k < 3; k++)
+        for (uint64_t e = 0; e < E; e++) {
+            uint64_t dims[2] = {k == 2 ? X : D, k == 2 ? D : X};
+            const gguf_tensor **t = &src->per[(uint64_t)k * E + e];
+            snprintf(nm, sizeof nm, "blk.%d.ffn_%s.%llu.weight", l, kind[k], (unsigned long long)e);
+            if (ld_tensor(&m->g, nm, 2, dims, 0, t, err, errlen)) return -1;
+            if (!ld_mat_type_ok((*t)->type))
+                return model_fail(err, errlen, "%s: type %s is not supported (%s)", nm, ggml_type_name((*t)->type), ld_mat_types());
+        }
+    src->layer = l;
+    src->gate = src->per[0];
+    src->up = src->per[E];
+    src->down = src->per[2 * E];
+    return 0;
+}
+
 int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
     const model_config *c = &m->c;
     const gguf_file *g = &m->g;
@@ -393,6 +419,9 @@ int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen)
     if (c->d_expert < 1) return model_fail(err, errlen, "blk.%d.ffn_gate_exps.weight: tensor missing", l);
     if (ld_mat(g, NAME("ffn_gate_inp.weight"), D, E, 0, &L->router, err, errlen)) return -1;
     if (ld_vec(m, NAME("ffn_gate_inp.bias"), c->n_experts, 1, &L->router_b, err, errlen)) return -1;
+    if (strcmp(m->arch, "llama") == 0 && !gguf_find_tensor(g, NAME("ffn_gate_exps.weight")) &&
+        gguf_find_tensor(g, NAME("ffn_gate.0.weight")))
+        return ld_moe_per_expert(m, l, src, err, errlen);
     const gguf_tensor *te[3];
     uint64_t eg[3] = {D, X, E}, ed[3] = {X, D, E};
     if (ld_tensor(g, NAME("ffn_gate_exps.weight"), 3, eg, 0, &te[0], err, errlen)) return -1;
@@ -484,6 +513,7 @@ static int load_blocks(model *m, const arch_ops *ops, const expert_opts *eo, cha
                       fnv1a32_local(m->arch), c->n_layers, err, errlen);
     if (m->es) rc = 0;
 out:
+    for (int l = 0; src && l < c->n_layers; l++) free(src[l].per);
     free(src);
     return rc;
 }

@@ -284,7 +284,7 @@ static expert_store *open_store(gguf_file *g, const expert_opts *o, uint32_t id)
             t[r * 3 + k] = gguf_find_tensor(g, nm);
         }
     }
-    expert_layer_src src[2] = {{xlayers[0], t[0], t[1], t[2]}, {xlayers[1], t[3], t[4], t[5]}};
+    expert_layer_src src[2] = {{xlayers[0], t[0], t[1], t[2], NULL}, {xlayers[1], t[3], t[4], t[5], NULL}};
     char err[256] = "";
     expert_store *s = es_create(g, src, 2, XN, o, id, 4, err, sizeof err);
     if (!s) printf("es_create: %s\n", err);

@@ -14,6 +14,9 @@ qwen3moe (llama.cpp's QWEN3MOE tensors and keys; Qwen3-30B-A3B's shape, scaled d
   ffn_gate_inp F32 [d_model, E], ffn_gate_exps / ffn_up_exps Q4_K [d_model, 256, E],
   ffn_down_exps Q6_K [256, d_model, E] — Q4_K_M's mix (Q6_K for v, down and the head).
   --f32: every matrix F32 (the same random values), for oracle checks free of quantization.
+  --mix NAME: other weight-type mixes (MIXES below), e.g. iq4_xs.
+  --arch llama: Mixtral's layout on llama.cpp's llama architecture; --split-experts writes its
+  experts as older llama.cpp files do, one tensor per expert (blk.N.ffn_gate.E.weight ...).
 
 Same arguments -> same bytes.
 """
@@ -71,6 +74,13 @@ GRANITE_TEMPLATE = (
     "{%- if loop.last and add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}"
     "{%- endfor %}"
 )
+MIXTRAL_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'user' %}{{- '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{%- elif message['role'] == 'assistant' %}{{- message['content'] + eos_token }}"
+    "{%- else %}{{- raise_exception('Only user and assistant roles are supported!') }}{%- endif %}"
+    "{%- endfor %}"
+)
 GLM4_TEMPLATE = (
     "[gMASK]<sop>"
     "{%- set ns = namespace(last_user=-1) %}"
@@ -109,6 +119,12 @@ ARCHS = {
                         "expert_group_used_count": 1}),
 }
 
+# Mixtral's layout on llama.cpp's `llama` architecture (not in ARCHS: the issue's new architectures,
+# which tests/native/test_arch_mux.py runs one by one): interleaved RoPE, softmax router with the
+# top-k renormalised, experts sized by feed_forward_length (llama.cpp's llama loader);
+# --split-experts writes older llama.cpp files' one tensor per expert (blk.N.ffn_gate.E.weight ...)
+LLAMA = dict(BASE, template=MIXTRAL_TEMPLATE, rope_base=1e6, eps=1e-5, rope_dim=64,
+             expert_width_key="feed_forward_length")
 
 # mix -> (type of the "q4k" matrices, type of the "q6k" ones: attention v, expert downs, head),
 # after llama.cpp's file types of those names (their exact per-tensor rules vary by version)
@@ -138,7 +154,8 @@ ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--arch", choices=sorted(ARCHS), required=True)
+    archs = dict(ARCHS, llama=LLAMA)    # looked up when called (tests adjust ARCHS in-process)
+    ap.add_argument("--arch", choices=sorted(archs), required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--f32", action="store_true", help="every matrix F32 (no weight quantization)")
     ap.add_argument("--mix", choices=sorted(MIXES), default="q4_k_m",
@@ -146,8 +163,12 @@ def main(argv=None):
     ap.add_argument("--bench-shape", action="store_true",
                     help="a bigger shape for speed tables: d_model 1024, 8 heads x 128, 8 layers, 16 experts "
                          "x 512, top-4")
+    ap.add_argument("--split-experts", action="store_true",
+                    help="llama only: one tensor per expert, blk.N.ffn_{gate,up,down}.E.weight (older Mixtral files)")
     a = ap.parse_args(argv)
-    h = ARCHS[a.arch]
+    if a.split_experts and a.arch != "llama":
+        ap.error("--split-experts: only llama files have that layout")
+    h = archs[a.arch]
     if a.bench_shape:
         h = dict(h, d_model=1024, n_heads=8, n_kv=4, head_dim=128, layers=8 + h["nextn"] * 0, experts=16, top_k=4,
                  d_expert=512, d_ff=2048, shexp=512 if h["shexp"] else 0)
@@ -258,9 +279,15 @@ def main(argv=None):
         w.add_tensor(p + "ffn_gate_inp.weight", mat(E, D, scale=4.0))
         if arch == "glm4moe":
             w.add_tensor(p + "exp_probs_b.bias", (0.05 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
-        put(p + "ffn_gate_exps.weight", mat(E, X, D), "q4k")
-        put(p + "ffn_up_exps.weight", mat(E, X, D), "q4k")
-        put(p + "ffn_down_exps.weight", mat(E, D, X, scale=0.5), "down")
+        gate, up, down = mat(E, X, D), mat(E, X, D), mat(E, D, X, scale=0.5)
+        if a.split_experts:     # the same values, one tensor per expert (gate 0..E-1, then up, then down)
+            for nm, arr, kind in (("ffn_gate", gate, "q4k"), ("ffn_up", up, "q4k"), ("ffn_down", down, "down")):
+                for e in range(E):
+                    put(p + f"{nm}.{e}.weight", arr[e], kind)
+        else:
+            put(p + "ffn_gate_exps.weight", gate, "q4k")
+            put(p + "ffn_up_exps.weight", up, "q4k")
+            put(p + "ffn_down_exps.weight", down, "down")
         if h["shexp"]:
             S = h["shexp"]
             put(p + "ffn_gate_shexp.weight", mat(S, D), "q4k")

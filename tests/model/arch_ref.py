@@ -142,13 +142,18 @@ class Ref:
         W = self.w
         return (silu(h @ W(p + f"ffn_gate{kind}.weight").T) * (h @ W(p + f"ffn_up{kind}.weight").T)) @ W(p + f"ffn_down{kind}.weight").T
 
-    def experts(self, p, h_i, sel, wts):
+    def expert(self, p, kind, e):
+        """Expert e's matrix: a slice of the stacked ffn_{kind}_exps, or (older llama files) its own
+        tensor ffn_{kind}.{e}."""
         W = self.w
+        return W(p + f"ffn_{kind}_exps.weight")[e] if W.has(p + f"ffn_{kind}_exps.weight") else W(p + f"ffn_{kind}.{e}.weight")
+
+    def experts(self, p, h_i, sel, wts):
         out = np.zeros(self.D)
         for e, wt in zip(sel, wts):
-            g = h_i @ W(p + "ffn_gate_exps.weight")[e].T
-            u = h_i @ W(p + "ffn_up_exps.weight")[e].T
-            out += wt * ((silu(g) * u) @ W(p + "ffn_down_exps.weight")[e].T)
+            g = h_i @ self.expert(p, "gate", e).T
+            u = h_i @ self.expert(p, "up", e).T
+            out += wt * ((silu(g) * u) @ self.expert(p, "down", e).T)
         return out
 
     def route(self, l, logits_i):   # -> (selected experts, weights)
@@ -203,6 +208,17 @@ def softmax_topk(logits_i, k, norm):
     sel = np.argsort(-probs, kind="stable")[:k]
     wts = probs[sel]
     return sel, (wts / wts.sum() if norm else wts)
+
+
+class Llama(Ref):
+    """Mixtral on llama.cpp's `llama` architecture (MixtralForCausalLM): rotary embeddings on the
+    GGUF's interleaved pairs (the converter permutes q/k rows, see granitemoe); router softmax over
+    all experts, top-k, renormalised (MixtralSparseMoeBlock)."""
+    arch = "llama"
+    neox = False
+
+    def route(self, l, lg):
+        return softmax_topk(lg, self.top_k, True)
 
 
 class Qwen3Moe(Ref):
@@ -289,7 +305,7 @@ class Glm4Moe(Ref):
         return self.mlp(h, f"blk.{l}.", "_shexp")
 
 
-REFS = {"qwen3moe": Qwen3Moe, "olmoe": Olmoe, "qwen2moe": Qwen2Moe, "granitemoe": GraniteMoe, "glm4moe": Glm4Moe}
+REFS = {"llama": Llama, "qwen3moe": Qwen3Moe, "olmoe": Olmoe, "qwen2moe": Qwen2Moe, "granitemoe": GraniteMoe, "glm4moe": Glm4Moe}
 
 
 def log_softmax(z):
