@@ -6,6 +6,8 @@ keeps what it resolved (the key row with its user and the user's limits) and ask
 question per request instead: has any key, user or limit changed since? Every save or delete of
 those rows bumps a generation counter in the shared cache (api/signals.py), so a revoked key, a
 deactivated user or a new limit takes effect on the next request in every process, never later.
+`akey_lookup` asks that question on the event loop (the generation routes authenticate there);
+only a miss reads the database, in a thread.
 Invariant: an entry is used only while the generation it was read under is still current.
 """
 import threading
@@ -14,6 +16,7 @@ import time
 from django.core.cache import cache
 
 from api.models import ApiKey, hash_key
+from colibri_site.lean import database_call
 
 GENERATION_KEY = "api:keys:generation"
 MAX_ENTRIES = 4096
@@ -31,6 +34,14 @@ def _generation():
     return generation
 
 
+async def _ageneration():
+    generation = await cache.aget(GENERATION_KEY)
+    if generation is None:
+        await cache.aadd(GENERATION_KEY, time.time_ns())
+        generation = await cache.aget(GENERATION_KEY)
+    return generation
+
+
 def keys_changed():
     """Called after a key, user or limit row changed: every process re-reads its keys."""
     try:
@@ -39,17 +50,34 @@ def keys_changed():
         cache.add(GENERATION_KEY, time.time_ns())
 
 
-def key_lookup(full_key):
-    """ApiKey.lookup, answered from this process's memory while nothing changed."""
-    digest = hash_key(full_key)
-    generation = _generation()
+def _cached(digest, generation):
     entry = _entries.get(digest)
     if entry and entry[0] == generation and time.monotonic() - entry[1] < MAX_AGE_S:
-        return entry[2]
-    row = ApiKey.lookup(full_key)
+        return entry
+    return None
+
+
+def _remember(digest, generation, row):
     if row is not None:
         with _lock:
             if len(_entries) >= MAX_ENTRIES:
                 _entries.clear()
             _entries[digest] = (generation, time.monotonic(), row)
     return row
+
+
+def key_lookup(full_key):
+    """ApiKey.lookup, answered from this process's memory while nothing changed."""
+    digest, generation = hash_key(full_key), _generation()
+    entry = _cached(digest, generation)
+    return entry[2] if entry else _remember(digest, generation, ApiKey.lookup(full_key))
+
+
+async def akey_lookup(full_key):
+    """key_lookup for the event loop: the generation from Redis without a thread; a miss reads the
+    database in one (colibri_site.lean.database_call)."""
+    digest, generation = hash_key(full_key), await _ageneration()
+    entry = _cached(digest, generation)
+    if entry:
+        return entry[2]
+    return _remember(digest, generation, await database_call(ApiKey.lookup)(full_key))

@@ -1,5 +1,5 @@
-"""Per-key and per-user admission limits for the /v1 generation routes: requests per minute (DRF's
-SimpleRateThrottle, a sliding log in the default cache) and tokens per minute (a token bucket in
+"""Per-key and per-user admission limits for the /v1 generation routes: requests per minute (a sliding
+log per account) and tokens per minute (a token bucket in
 the default cache's Redis), both shared by every web process.
 
 Limits come from the ApiKey row, the user's UserApiLimit row (both set by staff in the admin),
@@ -19,9 +19,14 @@ A refusal is 429 in the surface's envelope with Retry-After (the seconds until t
 the charge) and the rate-limit headers of the surface's family (api/views.py).
 """
 import time
+import uuid
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from rest_framework.throttling import SimpleRateThrottle
+from django.core.cache import cache
+from rest_framework.throttling import BaseThrottle
+
+from colibri_site.cache import async_client
 
 WINDOW_S = 60
 
@@ -49,33 +54,38 @@ def limit_for(request, field):
     return out
 
 
-class _PerMinute(SimpleRateThrottle):
-    """SimpleRateThrottle whose rate is read per request from the rows above. Records the
-    tightest request limit on the request (`_api_ratelimit["requests"]`) for the headers."""
+class _PerMinute(BaseThrottle):
+    """A sliding log of the account's requests in the last minute (a Redis sorted set, read and
+    written by one atomic script, on the event loop). Records the tightest request limit on the
+    request (`_api_ratelimit["requests"]`) for the headers."""
 
     scope_name = None
 
-    def __init__(self):  # the rate is not known before the request
-        self.rate = None
+    def __init__(self):
+        self.wait_s = None
 
-    def get_cache_key(self, request, view):
-        return self.cache_format % {"scope": f"api_rpm_{self.scope_name}", "ident": self.ident}
-
-    def allow_request(self, request, view):
+    async def allow_request(self, request, view):
         for scope, ident, limit in limit_for(request, "requests_per_minute"):
-            if scope == self.scope_name:
-                self.ident, self.rate = ident, f"{limit}/m"
-                self.num_requests, self.duration = limit, WINDOW_S
-                allowed = super().allow_request(request, view)
-                remaining = max(0, limit - len(self.history))
-                reset = (self.duration - (self.now - self.history[-1])) if self.history else 0.0
-                info = getattr(request, "_api_ratelimit", None)
-                if info is None:
-                    info = request._api_ratelimit = {}
-                if "requests" not in info or remaining < info["requests"][1]:
-                    info["requests"] = (limit, remaining, max(0.0, reset))
-                return allowed
+            if scope != self.scope_name:
+                continue
+            now = time.time()
+            key = cache.make_key(f"api_rpm:{scope}:{ident}")
+            out = await _ascript(_LOG_LUA, [key], [repr(now), str(WINDOW_S), str(int(limit)),
+                                                   f"{now!r}-{uuid.uuid4().hex[:12]}"])
+            admitted, count, oldest = bool(int(out[0])), int(out[1]), float(out[2])
+            reset = max(0.0, WINDOW_S - (now - oldest))
+            info = getattr(request, "_api_ratelimit", None)
+            if info is None:
+                info = request._api_ratelimit = {}
+            remaining = max(0, limit - count)
+            if "requests" not in info or remaining < info["requests"][1]:
+                info["requests"] = (limit, remaining, reset)
+            self.wait_s = None if admitted else reset
+            return admitted
         return True
+
+    def wait(self):
+        return self.wait_s
 
 
 class KeyRequestThrottle(_PerMinute):
@@ -120,22 +130,57 @@ for i = 1, n do
 end
 return out
 """
-_script = []  # the registered Script (its sha1), called with each caller's client
+# KEYS[1]: an account's request log (a sorted set of request times); ARGV: now, window, limit, a
+# unique member. Drops what left the window; admits (and logs) the request while fewer than
+# `limit` remain. Returns {admitted, requests in the window, the oldest one's time}.
+_LOG_LUA = """
+local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local n, admitted = redis.call('ZCARD', KEYS[1]), 0
+if n < limit then
+  redis.call('ZADD', KEYS[1], now, ARGV[4])
+  redis.call('EXPIRE', KEYS[1], math.ceil(window))
+  n, admitted = n + 1, 1
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or ARGV[1]
+return {admitted, n, oldest}
+"""
 
 
-def _bucket(mode, accounts, amounts, now=None):
-    """-> (admitted, wait_s, levels). accounts: [(scope, ident, limit)]; amounts: one per account."""
-    from django.core.cache import cache
+def _script(lua, keys, args):
+    """Runs a script on the default cache's Redis (EVALSHA, loading it once per server)."""
+    client = cache._cache.get_client(None, write=True)  # SharedPoolRedisCache / RedisCache
+    return client.register_script(lua)(keys=keys, args=args, client=client)
 
-    client = cache._cache.get_client(None, write=True)  # the default cache's Redis (RedisCache)
-    if not _script:
-        _script.append(client.register_script(_BUCKET_LUA))
+
+async def _ascript(lua, keys, args):
+    """_script on the event loop; in a thread for a cache backend without an asyncio client."""
+    client = async_client(cache)
+    if client is None:
+        return await sync_to_async(_script, thread_sensitive=False)(lua, keys, args)
+    return await client.register_script(lua)(keys=keys, args=args)
+
+
+def _bucket_call(mode, accounts, amounts, now):
     keys = [cache.make_key(f"api_tpm:{scope}:{ident}") for scope, ident, _ in accounts]
     args = [repr(time.time() if now is None else float(now)), mode]
     for (_, _, limit), amount in zip(accounts, amounts):
         args += [str(int(limit)), repr(float(amount))]
-    out = _script[0](keys=keys, args=args, client=client)
+    return keys, args
+
+
+def _bucket_result(out):
+    """-> (admitted, wait_s, levels)."""
     return bool(int(out[0])), float(out[1]), [float(x) for x in out[2:]]
+
+
+def _bucket(mode, accounts, amounts, now=None):
+    """accounts: [(scope, ident, limit)]; amounts: one per account."""
+    return _bucket_result(_script(_BUCKET_LUA, *_bucket_call(mode, accounts, amounts, now)))
+
+
+async def _abucket(mode, accounts, amounts, now=None):
+    return _bucket_result(await _ascript(_BUCKET_LUA, *_bucket_call(mode, accounts, amounts, now)))
 
 
 def estimate_tokens(text):
@@ -180,7 +225,18 @@ def tokens_admit(accounts, amount, now=None):
     (nothing charged) with the seconds to wait. -> Reservation (empty when nothing is limited)."""
     if not accounts:
         return Reservation()
-    admitted, wait, levels = _bucket("admit", accounts, [amount] * len(accounts), now=now)
+    return _admitted(accounts, amount, _bucket("admit", accounts, [amount] * len(accounts), now=now))
+
+
+async def atokens_admit(accounts, amount, now=None):
+    """tokens_admit on the event loop."""
+    if not accounts:
+        return Reservation()
+    return _admitted(accounts, amount, await _abucket("admit", accounts, [amount] * len(accounts), now=now))
+
+
+def _admitted(accounts, amount, result):
+    admitted, wait, levels = result
     if not admitted:
         i = max(range(len(accounts)), key=lambda k: min(amount, accounts[k][2]) - levels[k])
         limit = accounts[i][2]

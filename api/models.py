@@ -78,10 +78,13 @@ class ApiKey(models.Model):
             return None
         return row
 
-    def touch(self):
+    def touch_due(self):
         # At most one write a minute per key: last_used is for humans, not accounting.
-        now = timezone.now()
-        if self.last_used is None or (now - self.last_used).total_seconds() > 60:
+        return self.last_used is None or (timezone.now() - self.last_used).total_seconds() > 60
+
+    def touch(self):
+        if self.touch_due():
+            now = timezone.now()
             ApiKey.objects.filter(pk=self.pk).update(last_used=now)
             self.last_used = now
 

@@ -7,9 +7,9 @@ The /v1 views are DRF APIViews with three DRF defaults replaced, each a known pi
   covers chunked bodies (DRF's request.data is empty without Content-Length);
 * errors use the surface's envelope (OpenAI, or Anthropic for /v1/messages and for clients that
   send `anthropic-version`), for every exception, unexpected ones included (a JSON 500).
-The generation routes are async views (adrf's APIView): authentication, permissions and throttles
-run briefly in a thread, then the view awaits the bridge on the event loop: no thread is parked
-per waiting request and no thread hop sits between ACCEPT and the first byte (issue 14). A stream
+The generation routes are async views (api.loopview): authentication, permissions and throttles
+run on the event loop, then the view awaits the bridge there too: no thread is parked per waiting
+request and no thread hop sits between the request and its first byte (issue 14). A stream
 hands Django an async iterator, which Django cancels on client disconnect (that closes generate()
 and the bridge cancels the job); a buffered request's view is cancelled the same way.
 """
@@ -18,8 +18,6 @@ import contextlib
 import math
 import time
 
-from adrf.views import APIView as AsyncAPIView
-from asgiref.sync import sync_to_async
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -34,6 +32,7 @@ from rest_framework.views import APIView
 from api import anthropic_messages, completions, engine, intake, limits, openai_chat, openapi, responses, served
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, from_engine_error, render
+from api.loopview import LoopAPIView
 from api.metering import Meter
 from api.models import ApiKey
 from colibri_site import metrics
@@ -75,9 +74,12 @@ class V1Api(APIView):
         return self.envelope
 
     def initial(self, request, *args, **kwargs):
-        if request.method == "OPTIONS":
-            return  # a CORS preflight carries no key: answer it before authentication
-        super().initial(request, *args, **kwargs)
+        if request.method != "OPTIONS":  # a CORS preflight carries no key: answer it before authentication
+            super().initial(request, *args, **kwargs)
+
+    async def ainitial(self, request, *args, **kwargs):  # the same for the LoopAPIView routes
+        if request.method != "OPTIONS":
+            await super().ainitial(request, *args, **kwargs)
 
     def options(self, request, *args, **kwargs):
         response = Response(status=status.HTTP_204_NO_CONTENT)
@@ -140,7 +142,7 @@ class V1NotFoundApi(ByClientEnvelope, V1Api):
     get = post = put = patch = delete = _missing
 
 
-class GenerationApi(V1Api, AsyncAPIView):
+class GenerationApi(V1Api, LoopAPIView):
     """POST one surface: parse (intake + the surface module) -> buffered object or SSE stream."""
 
     surface = None  # module with parse(body, *, served) -> intake.Call
@@ -153,10 +155,7 @@ class GenerationApi(V1Api, AsyncAPIView):
         call = self.surface.parse(body, served=facts)
         # Tokens per minute: the prompt's estimate plus the output budget, charged before the
         # engine sees the request, settled against its usage when it ends (api.limits).
-        reservation = limits.Reservation()
-        if not hasattr(request, "_api_user_limits") or limits.accounts_for(request):
-            # Only a limited request (or one whose limits are not read yet) pays the thread hop.
-            reservation = await sync_to_async(_tokens_admit)(request, call)
+        reservation = await _tokens_admit(request, call)
         meter = Meter(self.metric_surface, reservation=reservation)
         try:
             if not call.stream:
@@ -184,7 +183,7 @@ class GenerationApi(V1Api, AsyncAPIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
-def _tokens_admit(request, call):
+async def _tokens_admit(request, call):
     accounts = limits.accounts_for(request)
     if not accounts:
         return limits.Reservation()
@@ -193,7 +192,7 @@ def _tokens_admit(request, call):
     if info is None:
         info = request._api_ratelimit = {}
     try:
-        reservation = limits.tokens_admit(accounts, amount)
+        reservation = await limits.atokens_admit(accounts, amount)
     except limits.TokenLimitExceeded as exc:
         info["tokens"] = exc.info
         retry = max(1, math.ceil(exc.wait))

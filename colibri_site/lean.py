@@ -6,13 +6,42 @@ request, 2-4 ms of one core before a generation request reaches its view, serial
 arrive at once (issue 14's profile). /v1 generation and model routes authenticate with API keys
 in DRF and render no page, so they need none of it: they get settings.API_MIDDLEWARE, whose
 members run inline on the event loop. Every other path keeps settings.MIDDLEWARE.
-Invariant: a path served here needs no session, cookie or CSRF state (API_LEAN_PATHS lists them).
+The handler itself makes no thread hop either (LeanASGIHandler.handle): Django's sends the request
+signals and closes the response through sync_to_async, under a ThreadSensitiveContext that starts
+a new thread for each request that does so. Their receivers (reset_queries,
+close_old_connections, close_caches, reset_urlconf) only touch the calling thread's state, and
+the event loop's thread holds no database connection (Django refuses sync queries there), so
+here they run inline. What must reach the database on these routes does it through
+`database_call`: in a thread, after closing that thread's connection if it is obsolete or broken
+(what close_old_connections would have done at the request's start).
+Invariant: a path served here needs no session, cookie or CSRF state (API_LEAN_PATHS lists them),
+and none of its code blocks the loop.
 """
+import asyncio
+import contextlib
 import re
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.db import connections
+from django.urls import set_script_prefix
 from django.middleware.security import SecurityMiddleware
+
+
+def database_call(fn):
+    """fn as a coroutine function that runs in a worker thread with a usable connection. A
+    connection inside a transaction (a test's) is its owner's to close, not ours."""
+
+    def call(*args, **kwargs):
+        for conn in connections.all(initialized_only=True):
+            if not conn.in_atomic_block:
+                conn.close_if_unusable_or_obsolete()
+        return fn(*args, **kwargs)
+
+    return sync_to_async(call)
 
 
 class InlineSecurityMiddleware(SecurityMiddleware):
@@ -40,6 +69,50 @@ class LeanASGIHandler(ASGIHandler):
             super().load_middleware(is_async)
         finally:
             settings.MIDDLEWARE = pages
+
+    async def __call__(self, scope, receive, send):
+        await self.handle(scope, receive, send)  # no ThreadSensitiveContext: nothing here needs one
+
+    async def handle(self, scope, receive, send):
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            set_script_prefix(get_script_prefix(scope))
+            signals.request_started.send(sender=self.__class__, scope=scope)
+            request, error_response = self.create_request(scope, body_file)
+            if request is None:
+                await self.send_response(error_response, send)
+                error_response.close()
+                return
+            response = await self.serve(request, receive, send)
+            if response is None:  # the client left before its response began
+                signals.request_finished.send(sender=self.__class__)
+            else:
+                response.close()  # sends request_finished
+        finally:
+            body_file.close()
+
+    async def serve(self, request, receive, send):
+        """The response sent, or None when the client disconnected first: a disconnect cancels
+        the view (a stream's generator closes, and the bridge cancels its job)."""
+
+        async def respond():
+            response = await self.run_get_response(request)
+            with contextlib.suppress(asyncio.CancelledError):  # disconnected while sending
+                await self.send_response(response, send)
+            return response
+
+        watch = asyncio.create_task(self.listen_for_disconnect(receive))
+        work = asyncio.create_task(respond())
+        await asyncio.wait([watch, work], return_when=asyncio.FIRST_COMPLETED)
+        for task in (watch, work):
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                await task
+        return None if work.cancelled() else work.result()
 
 
 def by_path(lean_app, page_app):

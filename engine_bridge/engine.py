@@ -21,6 +21,7 @@ from engine_bridge import protocol
 
 log = logging.getLogger(__name__)
 
+ROUTINE_STDERR = (b"[API] done id=", b"[API] KV slot ")
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
 TERM_GRACE = 5.0
@@ -142,7 +143,11 @@ class Engine:
             line = await self.proc.stderr.readline()
             if not line:
                 return
-            log.info("engine: %s", line.decode("utf-8", "replace").rstrip())
+            # The engine's two routine lines per request say what the bridge's own "req" line
+            # says: debug, so a busy bridge writes one log line per request, not three.
+            level = logging.DEBUG if line.startswith(ROUTINE_STDERR) else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(level, "engine: %s", line.decode("utf-8", "replace").rstrip())
 
     async def write(self, data):
         if self.broken or self.exited.done() or self.proc.stdin.is_closing():

@@ -7,7 +7,8 @@ finds none in flight leaves at once (the first token never waits), except text t
 text batch of the same request sent less than its text interval ago; events arriving meanwhile
 coalesce (text merged) and leave together. The text interval is a frame (BRIDGE_TEXT_FRAME_S)
 for one stream and grows with the number of streams so that all of them together send at most
-settings.BRIDGE_TEXT_BATCHES_PER_S text batches a second: a batch costs the web path about half
+settings.BRIDGE_TEXT_BATCHES_PER_S text batches a second; held text of concurrent streams leaves
+together (on_tick), so they share one send and one web-process wakeup per interval: a batch costs the web path about half
 a millisecond of CPU (bridge, Redis, Daphne, measured with bench/webpath.py), and on a small host
 every such millisecond, and every wakeup that preempts an engine thread, comes out of the engine's
 own throughput. For the same reason an engine that writes a token at a time is read at most every
@@ -77,7 +78,6 @@ class Request:
     seq: int = 0
     sending: bool = False    # a batch of this request is on its way to Redis
     text_sent_at: float | None = None  # when a batch with text last left (the frame-rate floor)
-    pacer: object = None     # the timer that sends text held back by the floor
     position: int | None = None
 
 
@@ -160,6 +160,8 @@ class Bridge:
         self.outlets = {}        # reply list -> [(request, batch)] waiting for its sender
         self.handlers = {}       # event type -> its ev_* method
         self.senders = {}        # reply list -> the task sending to it
+        self.held = {}           # req -> (request, due time) of text held back until a tick
+        self.tick_at = self.tick_handle = None  # the next tick of the text grid, if any is set
         self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
         self.text_frame_s = settings.BRIDGE_TEXT_FRAME_S
 
@@ -354,20 +356,19 @@ class Bridge:
         r.outbox.append(event)
         self.flush(r)
 
-    def flush(self, r):
+    def flush(self, r, ride=False):
         """Starts sending r's waiting events unless a batch of r is already in flight, or unless
         they are only text and a batch with text left less than text_interval() ago: the first
-        token and every non-text event leave at once; later text leaves at most once a frame."""
+        token and every non-text event leave at once; later text leaves at most once a frame
+        (ride: the tick of another stream takes it along, see on_tick)."""
         if r.sending or not r.outbox:
             return
-        if r.pacer is not None:
-            r.pacer.cancel()
-            r.pacer = None
+        self.held.pop(r.req, None)
         only_text = all(e["kind"] == "text" for e in r.outbox)
-        if only_text and r.text_sent_at is not None:
-            wait = r.text_sent_at + self.text_interval() - time.monotonic()
-            if wait > 0:
-                r.pacer = asyncio.get_running_loop().call_later(wait, self.flush, r)
+        if only_text and r.text_sent_at is not None and not ride:
+            due = r.text_sent_at + self.text_interval()
+            if due > time.monotonic():
+                self.hold(r, due)
                 return
         if any(e["kind"] == "text" for e in r.outbox):
             r.text_sent_at = time.monotonic()
@@ -379,6 +380,28 @@ class Bridge:
         """Seconds between two text batches of one request: a screen frame, or the share of the
         batch budget that each running request gets."""
         return max(self.text_frame_s, len(self.by_id) / self.text_batches_per_s)
+
+    def hold(self, r, due):
+        """Holds r's text until `due`; one timer for all held streams, at the earliest due time."""
+        self.held[r.req] = (r, due)
+        if self.tick_at is None or due < self.tick_at:
+            if self.tick_handle is not None:
+                self.tick_handle.cancel()
+            self.tick_at, self.tick_handle = due, asyncio.get_running_loop().call_at(due, self.on_tick)
+
+    def on_tick(self):
+        """Sends the held text that is due, and what would be due within half an interval: the
+        streams fall into one phase and leave together (one send per reply list, one wakeup of
+        Redis and of each web process per tick, however many streams run), none more than half
+        an interval early."""
+        self.tick_at = self.tick_handle = None
+        horizon = time.monotonic() + self.text_interval() / 2
+        for r, _ in [held for held in self.held.values() if held[1] <= horizon]:
+            del self.held[r.req]
+            self.flush(r, ride=True)
+        if self.held:
+            r, due = min(self.held.values(), key=lambda held: held[1])
+            self.hold(r, due)
 
     def read_pause(self, events, waited):
         """How long the engine reader may wait before its next read. When the engine writes a

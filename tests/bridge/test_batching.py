@@ -101,3 +101,27 @@ def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_s
     assert b.read_pause(2, slow) == min(b.text_frame_s, worker.READ_PAUSE_S)  # a token per stream per read: wait
     assert b.read_pause(40, slow) == 0.0            # output in bursts: read on
     assert b.read_pause(2, 0.0001) == 0.0           # the data was already there (a fast engine): read on
+
+
+@pytest.mark.asyncio
+async def test_held_text_of_several_streams_leaves_together(bridge, monkeypatch):
+    b, _ = bridge
+    sends = []
+
+    async def send(listener, messages):
+        sends.append((asyncio.get_running_loop().time(), sorted(m["req"] for m in messages)))
+
+    monkeypatch.setattr(b, "_send", send)
+    streams = running(b, 3)
+    for r in streams:
+        b.emit(r, {"kind": "text", "text": "a"})
+    await asyncio.sleep(0.001)
+    interval = b.text_interval()
+    first = asyncio.get_running_loop().time()
+    for i, r in enumerate(streams):        # their first batches left 4 ms apart: due 4 ms apart
+        r.text_sent_at = first + 0.004 * i
+        b.emit(r, {"kind": "text", "text": "b"})
+    assert len(sends) == 1                 # all three held
+    await asyncio.sleep(3 * interval + 0.02)
+    assert [reqs for _, reqs in sends[1:]] == [["r0", "r1", "r2"]]  # one send for the three
+    assert sends[1][0] >= first + interval - 0.001                  # not before the first was due

@@ -1,0 +1,73 @@
+"""An async DRF view whose admission (authentication, permissions, throttles) runs on the event loop.
+
+Why: adrf's async dispatch runs DRF's `initial` in a thread (sync_to_async), and inside it runs
+async throttles through async_to_sync: two thread hops, and under Django's ASGI handler a new
+thread per request, about a millisecond of one core before a generation request reaches the
+bridge, serialised when many arrive at once (issue 14's profile). Here `initial` is awaited on
+the loop: authenticators with an `aauthenticate` coroutine and throttles whose `allow_request`
+is a coroutine run there; sync ones (and DRF's permission classes, which only read the request)
+are called inline, so every class used here must be cheap and free of blocking I/O.
+Invariant: a request is admitted exactly as DRF would admit it (same order: negotiation,
+version, authentication, permissions, throttles; same exceptions), only on the loop.
+"""
+import inspect
+
+from adrf.views import APIView as AsyncAPIView
+from rest_framework import exceptions
+
+
+class LoopAPIView(AsyncAPIView):
+    async def async_dispatch(self, request, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+        request = self.initialize_request(request, *args, **kwargs)
+        self.request = request
+        self.headers = self.default_response_headers
+        try:
+            await self.ainitial(request, *args, **kwargs)
+            name = request.method.lower()
+            handler = getattr(self, name, self.http_method_not_allowed) if name in self.http_method_names \
+                else self.http_method_not_allowed
+            response = handler(request, *args, **kwargs)
+            if inspect.isawaitable(response):
+                response = await response
+        except Exception as exc:
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(request, response, *args, **kwargs)
+        return self.response
+
+    async def ainitial(self, request, *args, **kwargs):
+        """DRF's APIView.initial, awaiting what can wait."""
+        self.format_kwarg = self.get_format_suffix(**kwargs)
+        request.accepted_renderer, request.accepted_media_type = self.perform_content_negotiation(request)
+        request.version, request.versioning_scheme = self.determine_version(request, *args, **kwargs)
+        await self.aperform_authentication(request)
+        self.check_permissions(request)
+        await self.acheck_throttles(request)
+
+    async def aperform_authentication(self, request):
+        """Request._authenticate, with each authenticator's coroutine when it has one."""
+        for authenticator in request.authenticators:
+            try:
+                if hasattr(authenticator, "aauthenticate"):
+                    user_auth = await authenticator.aauthenticate(request)
+                else:
+                    user_auth = authenticator.authenticate(request)
+            except exceptions.APIException:
+                request._not_authenticated()
+                raise
+            if user_auth is not None:
+                request._authenticator = authenticator
+                request.user, request.auth = user_auth
+                return
+        request._not_authenticated()
+
+    async def acheck_throttles(self, request):
+        durations = []
+        for throttle in self.get_throttles():
+            allowed = throttle.allow_request(request, self)
+            if inspect.isawaitable(allowed):
+                allowed = await allowed
+            if not allowed:
+                durations.append(throttle.wait())
+        if durations:
+            self.throttled(request, max((d for d in durations if d is not None), default=None))
