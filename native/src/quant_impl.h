@@ -72,6 +72,10 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  *         them as the unsigned operand and the activations as the signed one; the sum is
  *         corrected by -128 * sum(x_q), the block's integer activation sum qact.qi).
  *   F16:  16 bytes per value k: the 8 rows' f16 values of column k.
+ *   BF16: 32 bytes per pair of values k, k+1 (k even; cols must be even): bytes 4j..4j+3 = row j's
+ *         4 file bytes of the pair, so one vector gives both columns' floats (<< 16 and & 0xffff0000).
+ *         The tile keeps qdot_exact's order per output: 8 accumulators, value k into number k % 8,
+ *         ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) at the end (lanes = the 8 rows).
  * One vpdpbusd (or maddubs+madd) of a weight vector with 4 activation bytes broadcast to
  * all lanes advances 8 dot products by 4 values: no horizontal reductions at all, the
  * unpacked weight vector is reused for every input row of the tile, the activation
@@ -88,6 +92,12 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  * Unpacked matrices are packed on the fly, 8 rows at a time, into a per-thread buffer. */
 
 #define PK_ROWS 8
+/* input rows of a BF16 tile (8 accumulators per group and input row): 3 for the 512-bit tile, 1 otherwise */
+#ifdef PK_ZMM
+#define PK_BF16_NX 3
+#else
+#define PK_BF16_NX 1
+#endif
 
 /* Bytes of one 32-value block of a packed group (Q4_1, Q8_0). Q4_K is packed like Q4_1 with
  * its own scales, 1184 bytes per super-block of a group (148 per row and 256 values, the file:

@@ -88,6 +88,7 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
 #ifdef PK_ZMM
         if (ng == 2 && w->type != GGML_F16) nxmax = PK_NX;
 #endif
+        if (w->type == GGML_BF16) nxmax = PK_BF16_NX;
         for (int i0 = 0; i0 < n; i0 += nxmax) {
             const int nx = n - i0 < nxmax ? n - i0 : nxmax;
             pk_tile(w->type, g1, ng, j->x, i0, nx, a);

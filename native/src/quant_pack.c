@@ -2,19 +2,20 @@
  * their sizes, packing a matrix (qpack) or one group on the fly (pk_group), and reading a row
  * back (qmat_row). The layouts themselves are described in quant_impl.h.
  * Owns: qpack_ok, qpack_bytes, qpack, qmat_row, pk_group_bytes, pk_group (one packer per type
- * family: F16, Q4_1, Q8_0, Q4_K, Q5_K, the Q6_K-layout family). */
+ * family: F16, BF16, Q4_1, Q8_0, Q4_K, Q5_K, the Q6_K / Q2_K / Q3_K family). */
 #include "quant_impl.h"
 
 static int pk_type(uint32_t t)
 {
     return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
-           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K;
+           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K || t == GGML_BF16;
 }
 
 int qpack_ok(uint32_t type, int rows, int cols)
 {
     if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
     const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q3_K || type == GGML_Q2_K;
+    if (type == GGML_BF16) return cols % 2 == 0;
     return type == GGML_F16 || cols % (k ? 256 : QK) == 0;
 }
 
@@ -23,7 +24,7 @@ size_t pk_group_bytes(uint32_t t, int cols)
     if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
     if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
     if (K23(t)) return (size_t)(cols / 256) * K23SB(t);
-    return t == GGML_F16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
+    return t == GGML_F16 || t == GGML_BF16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
 size_t qpack_bytes(uint32_t type, int rows, int cols)
@@ -40,6 +41,37 @@ static void pk_group_f16(const uint8_t *const *src, int cols, uint8_t *dst)
         for (int j = 0; j < PK_ROWS; j++) {
             if (src[j]) memcpy(dst + 16 * (size_t)k + 2 * j, src[j] + 2 * (size_t)k, 2);
             else memset(dst + 16 * (size_t)k + 2 * j, 0, 2);
+        }
+}
+
+/* BF16: per pair of columns the 8 rows' 4-byte words side by side (an 8 x 4-dword transpose per
+ * 4 pairs where SSE2 has it and all 8 rows are present). */
+static void pk_group_bf16(const uint8_t *const *src, int cols, uint8_t *dst)
+{
+    const int np = cols / 2;
+    int p = 0;
+#ifdef __SSE2__
+    int full = 1;
+    for (int j = 0; j < PK_ROWS; j++) full &= src[j] != NULL;
+    for (; full && p + 4 <= np; p += 4) {
+        __m128i q[8];
+        for (int j = 0; j < PK_ROWS; j++) q[j] = _mm_loadu_si128((const __m128i *)(src[j] + 4 * (size_t)p));
+        uint8_t *o = dst + 32 * (size_t)p;
+        for (int h = 0; h < 2; h++) {     /* rows 4h..4h+3 -> bytes 16h..16h+15 of each pair's vector */
+            const __m128i *a = q + 4 * h;
+            __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpacklo_epi32(a[2], a[3]);
+            __m128i t2 = _mm_unpackhi_epi32(a[0], a[1]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
+            _mm_storeu_si128((__m128i *)(o + 16 * h), _mm_unpacklo_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + 32 + 16 * h), _mm_unpackhi_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + 64 + 16 * h), _mm_unpacklo_epi64(t2, t3));
+            _mm_storeu_si128((__m128i *)(o + 96 + 16 * h), _mm_unpackhi_epi64(t2, t3));
+        }
+    }
+#endif
+    for (; p < np; p++)
+        for (int j = 0; j < PK_ROWS; j++) {
+            if (src[j]) memcpy(dst + 32 * (size_t)p + 4 * j, src[j] + 4 * (size_t)p, 4);
+            else memset(dst + 32 * (size_t)p + 4 * j, 0, 4);
         }
 }
 
@@ -266,6 +298,7 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
     const int nb = cols / QK;
     switch (t) {
     case GGML_F16: pk_group_f16(src, cols, dst); break;
+    case GGML_BF16: pk_group_bf16(src, cols, dst); break;
     case GGML_Q4_1:
 #ifdef __SSE2__
         if (r0 + PK_ROWS <= nrows) {
@@ -371,6 +404,15 @@ void qmat_row(const qmat *w, int r, float *out)
     const int j = r % PK_ROWS, cols = w->cols;
     if (w->type == GGML_F16) {
         for (int k = 0; k < cols; k++) out[k] = ld_f16(g + 16 * (size_t)k + 2 * j);
+        return;
+    }
+    if (w->type == GGML_BF16) {    /* dequant_row's: the bf16 bits as a float's upper half */
+        for (int k = 0; k < cols; k++) {
+            uint16_t h;
+            memcpy(&h, g + 32 * (size_t)(k / 2) + 4 * j + 2 * (k % 2), 2);
+            const uint32_t u = (uint32_t)h << 16;
+            memcpy(&out[k], &u, 4);
+        }
         return;
     }
     for (int b = 0; b < cols / QK; b++) {

@@ -1,6 +1,6 @@
 /* quant_tile.c — the packed tiles: 1-2 groups of 8 weight rows x 1-4 input rows in 256-bit
  * registers (AVX2, vpdpbusd where VNNI has it), and pk_tile, which picks a tile for a type.
- * Owns: pk_q41k (Q4_1, Q4_K, Q5_K), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_f16,
+ * Owns: pk_q41k (Q4_1, Q4_K, Q5_K), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_f16, pk_bf16,
  * pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
  * all follow the canonical order of quant_impl.h / quant_k.h (bit-identical). */
 #include "quant_tile.h"
@@ -146,14 +146,15 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
 /* Q2_K / Q3_K: codes of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed block bp. */
 FORCE_INLINE void k23_codes(uint32_t T, const uint8_t *bp, int t, __m256i *lo, __m256i *hi)
 {
-    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    const __m256i m3 = _mm256_set1_epi8(3);
     const uint8_t *c = bp + K23SC(T);
     *lo = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)c), 2 * t), m3);
     *hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(c + 32)), 2 * t), m3);
-    if (T == GGML_Q3_K) {
-        const __m256i H = _mm256_loadu_si256((const __m256i *)(c + 64));
-        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, t), m1), 2));
-        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4 + t), m1), 2));
+    if (T == GGML_Q3_K) {    /* bit t (lo) and 4 + t (hi) of H to bit 2: one shift and a mask each */
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(c + 64)), m4 = _mm256_set1_epi8(4);
+        const __m256i hl = t < 3 ? _mm256_slli_epi16(H, 2 - t) : _mm256_srli_epi16(H, 1);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(hl, m4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(H, 2 + t), m4));
     }
 }
 
@@ -284,6 +285,40 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
+/* BF16 (layout in quant_impl.h): per group and input row 8 accumulators, value k into number k % 8
+ * (qdot_exact's order with the 8 rows as lanes); a group at a time, so at most 8 NX registers. */
+FORCE_INLINE void pk_bf16(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int cols,
+                          float *res)
+{
+    const float *xf[4];
+    for (int k = 0; k < NX; k++) xf[k] = x->f + (size_t)(x->idx ? x->idx[i0 + k] : i0 + k) * cols;
+    const __m256i hm = _mm256_set1_epi32((int)0xffff0000u);
+    for (int g = 0; g < NG; g++) {
+        __m256 A[4][8];
+        for (int k = 0; k < NX; k++)
+            for (int l = 0; l < 8; l++) A[k][l] = _mm256_setzero_ps();
+        for (int c = 0; c < cols; c += 8) {
+            const int np = cols - c < 8 ? (cols - c) / 2 : 4;
+            _mm_prefetch((const char *)gp[g] + 16 * (size_t)c + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)gp[g] + 16 * (size_t)c + 64 + PK_PFD, PK_HINT);
+            for (int p = 0; p < 4; p++) {
+                if (p >= np) break;
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(gp[g] + 16 * (size_t)(c + 2 * p)));
+                const __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), w1 = _mm256_castsi256_ps(_mm256_and_si256(v, hm));
+                for (int k = 0; k < NX; k++) {
+                    A[k][2 * p] = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(xf[k] + c + 2 * p), A[k][2 * p]);
+                    A[k][2 * p + 1] = _mm256_fmadd_ps(w1, _mm256_broadcast_ss(xf[k] + c + 2 * p + 1), A[k][2 * p + 1]);
+                }
+            }
+        }
+        for (int k = 0; k < NX; k++) {
+            const __m256 r = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(A[k][0], A[k][4]), _mm256_add_ps(A[k][2], A[k][6])),
+                                           _mm256_add_ps(_mm256_add_ps(A[k][1], A[k][5]), _mm256_add_ps(A[k][3], A[k][7])));
+            _mm256_storeu_ps(res + k * 8 * NG + g * 8, r);
+        }
+    }
+}
+
 FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int cols,
                          float *res)
 {
@@ -327,6 +362,7 @@ FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, 
 #define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q2_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
+#define pk_bf16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_BF16, gp, NG, x, i0, NX, cols, res)
 #endif
 
 /* One tile: NG (1, 2) groups x NX (1..PK_NX; at most 4 unless the zmm kernels take it) input rows. */
@@ -347,6 +383,17 @@ void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0
 #ifdef PK_ZMM
     if (NG == 2 && pkz_tile(t, gp, x, i0, NX, res)) return;
 #endif
+    if (t == GGML_BF16) {    /* the caller keeps NX <= PK_BF16_NX (8 accumulators per group and row) */
+        switch (NG * 8 + (NX < 3 ? NX : 3)) {
+        case 9: pk_bf16(gp, 1, x, i0, 1, cols, res); break;
+        case 10: pk_bf16(gp, 1, x, i0, 2, cols, res); break;
+        case 11: pk_bf16(gp, 1, x, i0, 3, cols, res); break;
+        case 17: pk_bf16(gp, 2, x, i0, 1, cols, res); break;
+        case 18: pk_bf16(gp, 2, x, i0, 2, cols, res); break;
+        default: pk_bf16(gp, 2, x, i0, 3, cols, res); break;
+        }
+        return;
+    }
     if (NX > 4) {   /* the 256-bit tiles take at most 4 input rows: res is input-row major */
         pk_tile(t, gp, NG, x, i0, 4, res);
         pk_tile(t, gp, NG, x, i0 + 4, NX - 4, res + 4 * 8 * NG);

@@ -60,6 +60,21 @@ static float pk_step_k6(uint32_t t, const uint8_t *g, const uint8_t *blk, int b,
     return fmaf(-(float)(ma * xa + mb * xb2), ld_f16(hd + 16 + 2 * j) * xd, acc);
 }
 
+/* BF16: row j of group g against float row xf, qdot_exact's order (8 lanes by k % 8). */
+static float pk_out_bf16(const uint8_t *g, int j, const float *xf, int cols)
+{
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int c = 0; c < cols; c++) {
+        uint16_t h;
+        memcpy(&h, g + 32 * (size_t)(c / 2) + 4 * j + 2 * (c % 2), 2);
+        const uint32_t u = (uint32_t)h << 16;
+        float w;
+        memcpy(&w, &u, 4);
+        l[c % 8] = fmaf(w, xf[c], l[c % 8]);
+    }
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 /* A quantized type: row j of group g against activation row (xq, xd, xs), blocks in order. */
 static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, const float *xd, const float *xs, int nb)
 {
@@ -94,6 +109,7 @@ void pk_scalar(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int 
                 const size_t xi = (size_t)(x->idx ? x->idx[i0 + k] : i0 + k);
                 float r;
                 if (t == GGML_F16) r = pk_out_f16(gp[g], j, x->f + xi * cols, cols);
+                else if (t == GGML_BF16) r = pk_out_bf16(gp[g], j, x->f + xi * cols, cols);
                 else r = pk_out_q(t, gp[g], j, x->q + xi * cols, x->qd + xi * nb, x->qs + xi * nb, nb);
                 res[k * 8 * NG + g * 8 + j] = r;
             }

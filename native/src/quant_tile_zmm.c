@@ -2,7 +2,7 @@
  * rows) per register and up to 8 input rows, the same per-lane operations and order as the 256-bit
  * tiles with NG = 2 (bit-identical; test_quant checks that a row's output does not depend on the
  * tile computing it).
- * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_tile. */
+ * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_bf16, pkz_tile. */
 #include "quant_tile.h"
 
 #ifdef PK_ZMM
@@ -93,7 +93,7 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
 FORCE_INLINE void z_k6f_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i H0, __m512i H1, int t,
                               __m512i *lo, __m512i *hi)
 {
-    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3), m1 = _mm512_set1_epi8(1);
+    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
     if (T == GGML_Q6_K) {
         const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
         const __m512i h = _mm512_srli_epi16(t < 2 ? H0 : H1, 2 * (t % 2));
@@ -105,9 +105,11 @@ FORCE_INLINE void z_k6f_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, 
     const int c = K23SC(T);
     *lo = _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + c, b1 + c), 2 * t), m3);
     *hi = _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + c + 32, b1 + c + 32), 2 * t), m3);
-    if (T == GGML_Q3_K) {
-        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H0, t), m1), 2));
-        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H0, 4 + t), m1), 2));
+    if (T == GGML_Q3_K) {    /* bit t (lo) and 4 + t (hi) of H to bit 2 */
+        const __m512i m4 = _mm512_set1_epi8(4);
+        const __m512i hl = t < 3 ? _mm512_slli_epi16(H0, 2 - t) : _mm512_srli_epi16(H0, 1);
+        *lo = _mm512_or_si512(*lo, _mm512_and_si512(hl, m4));
+        *hi = _mm512_or_si512(*hi, _mm512_and_si512(_mm512_srli_epi16(H0, 2 + t), m4));
     }
 }
 
@@ -222,10 +224,50 @@ FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const
     for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
 }
 
+/* pk_bf16 with NG = 2 in 512-bit registers (bit-identical), up to 3 input rows (24 accumulators). */
+FORCE_INLINE void pkz_bf16(const uint8_t *const *gp, const qact *x, int i0, const int NX, int cols, float *res)
+{
+    const float *xf[3];
+    for (int k = 0; k < NX; k++) xf[k] = x->f + (size_t)(x->idx ? x->idx[i0 + k] : i0 + k) * cols;
+    const __m512i hm = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 A[3][8];
+    for (int k = 0; k < NX; k++)
+        for (int l = 0; l < 8; l++) A[k][l] = _mm512_setzero_ps();
+    for (int c = 0; c < cols; c += 8) {
+        const int np = cols - c < 8 ? (cols - c) / 2 : 4;
+        _mm_prefetch((const char *)gp[0] + 16 * (size_t)c + PK_PFD, PK_HINT);
+        _mm_prefetch((const char *)gp[0] + 16 * (size_t)c + 64 + PK_PFD, PK_HINT);
+        _mm_prefetch((const char *)gp[1] + 16 * (size_t)c + PK_PFD, PK_HINT);
+        _mm_prefetch((const char *)gp[1] + 16 * (size_t)c + 64 + PK_PFD, PK_HINT);
+        for (int p = 0; p < 4; p++) {
+            if (p >= np) break;
+            const size_t o = 16 * (size_t)(c + 2 * p);
+            const __m512i v = z_load2(gp[0] + o, gp[1] + o);
+            const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), w1 = _mm512_castsi512_ps(_mm512_and_si512(v, hm));
+            for (int k = 0; k < NX; k++) {
+                A[k][2 * p] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xf[k][c + 2 * p]), A[k][2 * p]);
+                A[k][2 * p + 1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(xf[k][c + 2 * p + 1]), A[k][2 * p + 1]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++) {
+        const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(A[k][0], A[k][4]), _mm512_add_ps(A[k][2], A[k][6])),
+                                       _mm512_add_ps(_mm512_add_ps(A[k][1], A[k][5]), _mm512_add_ps(A[k][3], A[k][7])));
+        _mm512_storeu_ps(res + 16 * k, r);
+    }
+}
+
 /* The 512-bit tile of two groups, when it takes type t and NX input rows: 1, else 0. */
 int pkz_tile(uint32_t t, const uint8_t *const *gp, const qact *x, int i0, int NX, float *res)
 {
     const int nb = x->cols / QK;
+    if (t == GGML_BF16) {
+        if (NX == 1) pkz_bf16(gp, x, i0, 1, x->cols, res);
+        else if (NX == 2) pkz_bf16(gp, x, i0, 2, x->cols, res);
+        else if (NX == 3) pkz_bf16(gp, x, i0, 3, x->cols, res);
+        else return 0;
+        return 1;
+    }
 #define PKZ_CASE(KERN)                                                                      \
     switch (NX) {                                                                           \
     case 1: KERN(gp, x, i0, 1, nb, res); break;                                             \

@@ -21,6 +21,11 @@ static double run(uint32_t t, int rows, int cols, int n, int packed) {
     size_t rb = ggml_row_bytes(t, (uint64_t)cols);
     uint8_t *W = malloc(rb * rows);
     for (size_t i = 0; i < rb * rows; i++) W[i] = (uint8_t)(rand() & 0x3f);   /* small f16 exponents */
+    if (t == GGML_BF16)    /* normal floats of magnitude 2^-7 .. 1 (random bytes would make denormals: microcode assists) */
+        for (size_t i = 0; i < rb * rows / 2; i++) {
+            const uint16_t v = (uint16_t)((rand() & 1) << 15 | (120 + rand() % 7) << 7 | (rand() & 0x7f));
+            memcpy(W + 2 * i, &v, 2);
+        }
     float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
     for (int i = 0; i < n * cols; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     qmat m = {t, rows, cols, rb, W, 0};

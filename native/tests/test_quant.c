@@ -436,6 +436,8 @@ int main(void)
     test_packed_rows(GGML_Q5_K, 21, 512);
     test_packed_rows(GGML_Q3_K, 21, 512);
     test_packed_rows(GGML_Q2_K, 21, 512);
+    test_packed_rows(GGML_BF16, 21, 42);
+    test_packed_rows(GGML_BF16, 21, 512);
     printf("activation quantization\n");
     test_act_quant();
     printf("fp16 conversions\n");
@@ -463,6 +465,7 @@ int main(void)
     test_tile_independence(GGML_Q5_K);
     test_tile_independence(GGML_Q3_K);
     test_tile_independence(GGML_Q2_K);
+    test_tile_independence(GGML_BF16);
     printf("K-quants and BF16\n");
     uint32_t ktypes[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_BF16};
     for (int k = 0; k < 6; k++) {
@@ -470,6 +473,8 @@ int main(void)
         test_kquant(ktypes[k], 300, 256, 3);
         test_determinism(ktypes[k], 301, 256);
     }
+    test_kquant(GGML_BF16, 19, 42, 5);        /* packed BF16: rows of any even length (a tail of 2) */
+    test_kquant(GGML_BF16, 37, 90, 8);
     if (fails) {
         printf("test_quant: %d FAILED\n", fails);
         return 1;
