@@ -3,8 +3,10 @@ Redis (shared by every web process): 429 in the surface's envelope with Retry-Af
 rate-limit headers of the surface's family, nothing reaches the bridge. Tokens are a bucket that
 refills over a sliding minute: a request's prompt estimate + output budget is charged at
 admission and settled against its usage at the end (api/limits.py)."""
+import asyncio
 import json
 import uuid
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -71,6 +73,24 @@ def test_no_limit_set_means_unlimited_and_no_headers(fake_bridge, alice_key):
     responses = [post(alice_key) for _ in range(5)]
     assert all(r.status_code == 200 for r in responses)
     assert not any(h.startswith("x-ratelimit") for h in responses[0].headers)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["colibri_site.cache.SharedPoolRedisCache",  # on the loop
+                                     "django.core.cache.backends.redis.RedisCache"])  # in threads
+async def test_concurrent_requests_cannot_pass_a_request_limit_together(settings, backend):
+    """The request log is read and written by one atomic script: 12 requests at once on a limit
+    of 5 admit exactly 5 (a read-then-write log admits every request that reads before the
+    others write)."""
+    settings.CACHES = {"default": {**settings.CACHES["default"], "BACKEND": backend}}
+    key = SimpleNamespace(requests_per_minute=5, prefix=uuid.uuid4().hex[:8])
+    user = SimpleNamespace(pk=1, date_joined=SimpleNamespace(timestamp=lambda: 0.0))
+    request = SimpleNamespace(auth=key, user=user, _api_user_limits=None)
+    verdicts = await asyncio.gather(*(limits.KeyRequestThrottle().allow_request(request, None) for _ in range(12)))
+    assert sorted(verdicts) == [False] * 7 + [True] * 5
+    refused = limits.KeyRequestThrottle()
+    assert await refused.allow_request(request, None) is False and 0 < refused.wait() <= 60
+    assert request._api_ratelimit["requests"][:2] == (5, 0)
 
 
 # --- tokens per minute: the bucket itself (api.limits, against Redis, with a chosen clock) --------

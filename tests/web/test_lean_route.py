@@ -42,3 +42,45 @@ async def test_pages_keep_the_page_middleware():
     assert "content-security-policy" in headers and "csrftoken" in headers.get("set-cookie", "")
     headers = headers_of(await get("/v1/stats"))  # not a lean path: sessions may serve a staff page
     assert "x-content-type-options" in headers
+
+
+async def post_stream(body, headers):
+    """POST through the ASGI app, the whole streamed body (HttpCommunicator wants a body key in
+    the final message, which ASGI makes optional and Django's streaming responses omit)."""
+    from asgiref.testing import ApplicationCommunicator
+
+    scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/v1/chat/completions",
+             "raw_path": b"/v1/chat/completions", "query_string": b"", "headers": headers, "scheme": "http",
+             "server": ("testserver", 80), "client": ("127.0.0.1", 5000)}
+    comm = ApplicationCommunicator(application, scope)
+    await comm.send_input({"type": "http.request", "body": body})
+    start = await comm.receive_output(10)
+    chunks = []
+    while True:
+        message = await comm.receive_output(10)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return start["status"], b"".join(chunks)
+
+
+async def test_a_generation_request_starts_no_thread(fake_bridge, monkeypatch, alice_key):
+    """Admission (key, limits), the view and the response all run on the event loop: Django's
+    per-request thread and adrf's sync_to_async(initial) are gone (issue 14's profile)."""
+    import threading
+
+    from tests.web.fakes import reply, serve_state
+
+    fake_bridge.script(*reply("Hel", "lo"))
+    serve_state(monkeypatch, {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
+    body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
+    headers = [(b"host", b"localhost"), (b"content-type", b"application/json"),
+               (b"authorization", f"Bearer {alice_key}".encode())]
+    status, _ = await post_stream(body, headers)
+    assert status == 200  # the key is now in memory, and its last_used written
+    started = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real_start(self)))
+    for _ in range(3):
+        status, content = await post_stream(body, headers)
+        assert status == 200 and b'"Hel"' in content and b"data: [DONE]" in content
+    assert started == []
