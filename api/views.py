@@ -289,37 +289,39 @@ async def _buffered(call, meter):
 async def _sse(call, first, events, meter, deadline):
     """The stream of one generation. `first` is the accepted event, or the first queued one: until
     ACCEPT the queue deadline still holds, and an error is the HTTP error it would have been,
-    said in-band (the 200 has gone out)."""
+    said in-band (the 200 has gone out). The frames of one event leave as one chunk, and the last
+    event's with the stream's end: one socket write and one wakeup of the client per event."""
     projector = call.projector
     loop = asyncio.get_running_loop()
     waiting = lambda: None if projector.accepted or projector.finished else deadline  # noqa: E731
+    frames = []
     try:
         meter.observe(first)
-        for frame in projector.feed(first):
-            yield frame
+        if first_frames := projector.feed(first):
+            yield "".join(first_frames)
         async with contextlib.aclosing(engine.with_keepalive(events, KEEPALIVE_S, waiting)) as stream:
             async for event in stream:
                 if event is None:
                     if waiting() is not None and loop.time() >= deadline:
                         # Leaving the loop closes the stream: the bridge cancels the waiting job.
-                        for frame in projector.feed({"kind": "error", "code": "QUEUE_TIMEOUT",
-                                                     "api_error": engine.queue_timeout_error()}):
-                            yield frame
+                        frames = projector.feed({"kind": "error", "code": "QUEUE_TIMEOUT",
+                                                 "api_error": engine.queue_timeout_error()})
                         break
                     yield projector.keepalive
                     continue
                 if event.get("kind") == "error" and not projector.accepted:
                     event = {**event, "api_error": from_engine_error(event, prompt_param=call.prompt_param)}
                 meter.observe(event)
-                for frame in projector.feed(event):
-                    yield frame
+                frames = projector.feed(event)
                 if projector.finished:
                     break
+                if frames:
+                    yield "".join(frames)
+                frames = []
         if not projector.finished:  # stream ended without DONE: say so in-band
-            for frame in projector.feed({"kind": "error", "code": "ENGINE_ERROR"}):
-                yield frame
-        for frame in projector.end():
-            yield frame
+            frames = [*frames, *projector.feed({"kind": "error", "code": "ENGINE_ERROR"})]
+        if tail := "".join([*frames, *projector.end()]):
+            yield tail
     finally:
         # A client that left (Django cancels this generator) is a cancelled generation.
         meter.end(projector, outcome=None if projector.finished else "cancelled")

@@ -84,3 +84,15 @@ async def test_a_generation_request_starts_no_thread(fake_bridge, monkeypatch, a
         status, content = await post_stream(body, headers)
         assert status == 200 and b'"Hel"' in content and b"data: [DONE]" in content
     assert started == []
+
+
+def test_twisteds_content_type_parse_is_remembered_with_the_same_answers():
+    from twisted.web import http
+
+    parse = http._parseContentType
+    assert parse(b"application/json; charset=utf-8") == b"application/json"
+    assert parse(b"multipart/form-data; boundary=xyz") == b"multipart/form-data"
+    assert parse(b"Application/X-WWW-Form-URLencoded") == b"application/x-www-form-urlencoded"
+    hits = parse.cache_info().hits
+    assert parse(b"application/json; charset=utf-8") == b"application/json"
+    assert parse.cache_info().hits == hits + 1
