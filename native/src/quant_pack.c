@@ -2,13 +2,13 @@
  * their sizes, packing a matrix (qpack) or one group on the fly (pk_group), and reading a row
  * back (qmat_row). The layouts themselves are described in quant_impl.h.
  * Owns: qpack_ok, qpack_bytes, qpack, qmat_row, pk_group_bytes, pk_group (one packer per type
- * family: F16, BF16, Q4_1, Q8_0, Q4_K, Q5_K, the Q6_K / Q2_K / Q3_K family). */
+ * family: F16, BF16, Q4_1, Q5_0 / Q5_1, Q8_0, Q4_K, Q5_K, the Q6_K / Q2_K / Q3_K family). */
 #include "quant_impl.h"
 
 static int pk_type(uint32_t t)
 {
     return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
-           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K || t == GGML_BF16;
+           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K || t == GGML_BF16 || t == GGML_Q5_0 || t == GGML_Q5_1;
 }
 
 int qpack_ok(uint32_t type, int rows, int cols)
@@ -137,6 +137,31 @@ static void pk_group_q80(const uint8_t *const *src, int nb, uint8_t *dst)
                 memcpy(&q4, s + 2 + 4 * v, 4);
                 q4 ^= 0x80808080u;
                 memcpy(o + 16 + 32 * v + 4 * j, &q4, 4);
+            }
+        }
+    }
+}
+
+/* Q5_0 / Q5_1: per block the rows' d [and m], their 16 nibble bytes as Q4_1's vectors, bit 4 of the
+ * codes (the file's qh word) as the H vector. */
+static void pk_group_q5(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    const size_t bsz = t == GGML_Q5_1 ? Q5_1_BYTES : Q5_0_BYTES, hq = t == GGML_Q5_1 ? 4 : 2;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * PK_BLK(t);
+        for (int j = 0; j < PK_ROWS; j++) {
+            static const uint8_t zero[Q5_1_BYTES];
+            const uint8_t *s = src[j] ? src[j] + (size_t)b * bsz : zero;
+            uint32_t qh;
+            memcpy(&qh, s + hq, 4);
+            memcpy(o + 2 * j, s, 2);
+            if (t == GGML_Q5_1) memcpy(o + 16 + 2 * j, s + 2, 2);
+            for (int v = 0; v < 4; v++) memcpy(o + PK_NIB(t) + 32 * v + 4 * j, s + hq + 4 + 4 * v, 4);
+            for (int k = 0; k < 4; k++) {
+                uint8_t byte = 0;
+                for (int tt = 0; tt < 4; tt++)
+                    byte |= (uint8_t)(((qh >> (4 * tt + k)) & 1) << tt | ((qh >> (16 + 4 * tt + k)) & 1) << (4 + tt));
+                o[PK_HOFF(t) + 4 * j + k] = byte;
             }
         }
     }
@@ -309,6 +334,8 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
         pk_group_q41(src, nb, dst);
         break;
     case GGML_Q4_K: pk_group_q4k(src, nb, dst); break;
+    case GGML_Q5_0:
+    case GGML_Q5_1: pk_group_q5(t, src, nb, dst); break;
     case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
     case GGML_Q6_K:
     case GGML_Q3_K:
@@ -379,6 +406,17 @@ static void row_k45(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* d
     }
 }
 
+static void row_q5(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* dequant_row's d * q [+ m] */
+{
+    const uint8_t *blk = g + (size_t)b * PK_BLK(t);
+    const float d = ld_f16(blk + 2 * j), m = t == GGML_Q5_1 ? ld_f16(blk + 16 + 2 * j) : 0.0f;
+    for (int v = 0; v < QK; v++) {
+        const uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
+        const int c = (v < 16 ? byte & 15 : byte >> 4) | ((blk[PK_HOFF(t) + 4 * j + v % 4] >> ((v % 16) / 4 + (v < 16 ? 0 : 4))) & 1) << 4;
+        o[v] = t == GGML_Q5_1 ? d * (float)c + m : d * (float)(c - 16);
+    }
+}
+
 static void row_q41(const uint8_t *g, int b, int j, float *o)
 {
     const uint8_t *blk = g + (size_t)b * 160;
@@ -418,6 +456,7 @@ void qmat_row(const qmat *w, int r, float *out)
     for (int b = 0; b < cols / QK; b++) {
         float *o = out + b * QK;
         if (w->type == GGML_Q8_0) row_q80(g, b, j, o);
+        else if (w->type == GGML_Q5_0 || w->type == GGML_Q5_1) row_q5(w->type, g, b, j, o);
         else if (K23(w->type)) row_k23(w->type, g, b, j, o);
         else if (w->type == GGML_Q6_K) row_q6k(g, b, j, o);
         else if (w->type == GGML_Q4_K || w->type == GGML_Q5_K) row_k45(w->type, g, b, j, o);

@@ -1,6 +1,6 @@
 /* quant_tile.c — the packed tiles: 1-2 groups of 8 weight rows x 1-4 input rows in 256-bit
  * registers (AVX2, vpdpbusd where VNNI has it), and pk_tile, which picks a tile for a type.
- * Owns: pk_q41k (Q4_1, Q4_K, Q5_K), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_f16, pk_bf16,
+ * Owns: pk_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_f16, pk_bf16,
  * pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
  * all follow the canonical order of quant_impl.h / quant_k.h (bit-identical). */
 #include "quant_tile.h"
@@ -8,16 +8,45 @@
 /* Kernel: res[k * 8 * NG + g * 8 + j] = output (row j of group gp[g], input row i0 + k)
  * for g < NG, k < NX. */
 #ifdef __AVX2__
+/* kq: 0 Q4_1, 1 Q4_K, 2 Q5_K, 3 Q5_0, 4 Q5_1 (the Q4_1-like layouts: nibble vectors, Q5_x's H vector). */
+#define KQ_TYPE(kq) ((kq) == 4 ? GGML_Q5_1 : (kq) == 3 ? GGML_Q5_0 : (kq) == 2 ? GGML_Q5_K : (kq) ? GGML_Q4_K : GGML_Q4_1)
+
+/* The codes of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed block bp. */
+FORCE_INLINE void q41_codes(uint32_t T, const uint8_t *bp, int t, __m256i *lo, __m256i *hi)
+{
+    const __m256i m15 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + PK_NIB(T) + 32 * t));
+    *lo = _mm256_and_si256(v, m15);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+    if (T == GGML_Q5_K || T == GGML_Q5_0 || T == GGML_Q5_1) {   /* bit 4 of the codes from the H vector */
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(bp + PK_HOFF(T)));
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(H, 4 - t), m16));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(t ? _mm256_srli_epi16(H, t) : H, m16));
+    }
+}
+
+/* The 8 rows' float scale dw and min term mw (zero for Q5_0) of block b of group g. */
+FORCE_INLINE void q41_scales(uint32_t T, const uint8_t *g, int b, __m256 *dw, __m256 *mw)
+{
+    if (T == GGML_Q4_K || T == GGML_Q5_K) {
+        k4_scales(T, g, b, dw, mw);
+        return;
+    }
+    const uint8_t *gb = pk_blk(T, g, b);
+    *dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
+    *mw = T == GGML_Q5_0 ? _mm256_setzero_ps() : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
+}
+
 FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                           float *res, const int kq)
 {
-    const size_t NO = kq ? 16 : 32;
-    const uint32_t T = kq == 2 ? GGML_Q5_K : kq ? GGML_Q4_K : GGML_Q4_1;
-    const __m256i m1 = _mm256_set1_epi8(1);
+    const uint32_t T = KQ_TYPE(kq);
+    const int five = kq >= 2;   /* 5-bit codes: plain AVX2 widens the int16 sums at every step */
+    (void)five;
     const int8_t *xq[4];
     const float *xd[4], *xs[4];
-    act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
-    const __m256i m15 = _mm256_set1_epi8(15);
+    const int32_t *xi[4];
+    act_rows(x, i0, NX, nb, xq, xd, xs, kq == 3 ? xi : NULL);
     __m256 acc[2][4];
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
@@ -29,16 +58,7 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
             __m256i lo[2], hi[2];
             if (t < 3)
                 for (int g = 0; g < NG; g++) _mm_prefetch((const char *)pk_blk(T, gp[g], b) + 64 * t + PK_PFD, PK_HINT);
-            for (int g = 0; g < NG; g++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(pk_blk(T, gp[g], b) + NO + 32 * t));
-                lo[g] = _mm256_and_si256(v, m15);
-                hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
-                if (kq == 2) {   /* Q5_K: bit 4 of the codes from the H vector */
-                    const __m256i H = _mm256_loadu_si256((const __m256i *)(pk_blk(T, gp[g], b) + 144));
-                    lo[g] = _mm256_or_si256(lo[g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, t), m1), 4));
-                    hi[g] = _mm256_or_si256(hi[g], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4 + t), m1), 4));
-                }
-            }
+            for (int g = 0; g < NG; g++) q41_codes(T, pk_blk(T, gp[g], b), t, &lo[g], &hi[g]);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 __m256i xl = bc4(xk), xh = bc4(xk + 16);
@@ -46,32 +66,29 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
                 for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh);
 #else
                 /* int16 partial sums over the whole block, widened once after it: a pair
-                 * of products is at most 2 * 15 * 127 = 3810, eight pairs 30480 < 2^15 (Q5_K's
-                 * 5-bit codes would not fit: widened at every step) */
+                 * of products is at most 2 * 15 * 127 = 3810, eight pairs 30480 < 2^15 (5-bit
+                 * codes would not fit: widened at every step) */
                 for (int g = 0; g < NG; g++)
-                    is[g][k] = kq == 2 ? pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh)
-                                       : _mm256_add_epi16(is[g][k], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
-                                                                                     _mm256_maddubs_epi16(hi[g], xh)));
+                    is[g][k] = five ? pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh)
+                                    : _mm256_add_epi16(is[g][k], _mm256_add_epi16(_mm256_maddubs_epi16(lo[g], xl),
+                                                                                  _mm256_maddubs_epi16(hi[g], xh)));
 #endif
             }
         }
 #if !((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
-        if (kq != 2)
+        if (!five)
             for (int g = 0; g < NG; g++)
                 for (int k = 0; k < NX; k++) is[g][k] = _mm256_madd_epi16(is[g][k], _mm256_set1_epi16(1));
 #endif
         for (int g = 0; g < NG; g++) {
-            const uint8_t *gb = pk_blk(T, gp[g], b);
             __m256 dw, mw;
-            if (kq) k4_scales(T, gp[g], b, &dw, &mw);
-            else {
-                dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb));
-                mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16)));
-            }
+            q41_scales(T, gp[g], b, &dw, &mw);
             for (int k = 0; k < NX; k++) {
                 __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
-                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), s, acc[g][k]);
-                acc[g][k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[k][b]), acc[g][k]);
+                __m256i isk = is[g][k];
+                if (kq == 3) isk = _mm256_sub_epi32(isk, _mm256_set1_epi32(16 * xi[k][b]));   /* Q5_0: codes - 16 */
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isk), s, acc[g][k]);
+                if (kq != 3) acc[g][k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[k][b]), acc[g][k]);
             }
         }
     }
@@ -225,6 +242,8 @@ FORCE_INLINE void pk_q23k(const uint8_t *const *gp, const int NG, const qact *x,
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 0)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 1)
 #define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 2)
+#define pk_q50(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 3)
+#define pk_q51(gp, NG, x, i0, NX, nb, res) pk_q41k(gp, NG, x, i0, NX, nb, res, 4)
 
 FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
                          float *res)
@@ -357,6 +376,8 @@ FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, 
 #define pk_q41(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_1, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q4k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q4_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q5k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q5_K, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q50(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q5_0, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_q51(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q5_1, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q6k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q6_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q3_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q2_K, gp, NG, x, i0, NX, (nb) * QK, res)
@@ -402,6 +423,8 @@ void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0
     if (t == GGML_Q4_1) { PK_CASE(pk_q41, nb) }
     else if (t == GGML_Q4_K) { PK_CASE(pk_q4k, nb) }
     else if (t == GGML_Q5_K) { PK_CASE(pk_q5k, nb) }
+    else if (t == GGML_Q5_0) { PK_CASE(pk_q50, nb) }
+    else if (t == GGML_Q5_1) { PK_CASE(pk_q51, nb) }
     else if (t == GGML_Q6_K) { PK_CASE(pk_q6k, nb) }
     else if (t == GGML_Q3_K) { PK_CASE(pk_q3k, nb) }
     else if (t == GGML_Q2_K) { PK_CASE(pk_q2k, nb) }

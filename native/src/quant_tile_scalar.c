@@ -9,11 +9,12 @@ static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
 {
     if (t == GGML_Q6_K) return pk_k6_code(blk, j, v) - K6OFF;
     if (K23(t)) return pk_k23_code(t, blk, j, v) - K23OFF(t);
-    if (t == GGML_Q4_1 || t == GGML_Q4_K || t == GGML_Q5_K) {
+    if (t == GGML_Q4_1 || t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q5_0 || t == GGML_Q5_1) {
         uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
         int c = v < 16 ? byte & 15 : byte >> 4;
-        if (t == GGML_Q5_K) c |= ((blk[144 + 4 * j + v % 4] >> ((v % 16) / 4 + (v < 16 ? 0 : 4))) & 1) << 4;
-        return c;
+        if (t == GGML_Q5_K || t == GGML_Q5_0 || t == GGML_Q5_1)
+            c |= ((blk[PK_HOFF(t) + 4 * j + v % 4] >> ((v % 16) / 4 + (v < 16 ? 0 : 4))) & 1) << 4;
+        return t == GGML_Q5_0 ? c - 16 : c;
     }
     return (int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
 }
@@ -95,7 +96,7 @@ static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, con
             continue;
         }
         acc = fmaf((float)is, ld_f16(blk + 2 * j) * xd[b], acc);
-        if (t == GGML_Q4_1) acc = fmaf(ld_f16(blk + 16 + 2 * j), xs[b], acc);
+        if (t == GGML_Q4_1 || t == GGML_Q5_1) acc = fmaf(ld_f16(blk + 16 + 2 * j), xs[b], acc);
     }
     return acc;
 }

@@ -2,7 +2,7 @@
  * rows) per register and up to 8 input rows, the same per-lane operations and order as the 256-bit
  * tiles with NG = 2 (bit-identical; test_quant checks that a row's output does not depend on the
  * tile computing it).
- * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_bf16, pkz_tile. */
+ * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_bf16, pkz_tile. */
 #include "quant_tile.h"
 
 #ifdef PK_ZMM
@@ -33,15 +33,16 @@ FORCE_INLINE __m512i z_bc4(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
+/* kq as pk_q41k's: 0 Q4_1, 1 Q4_K, 2 Q5_K, 3 Q5_0, 4 Q5_1. */
 FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res, const int kq)
 {
-    const size_t NO = kq ? 16 : 32;
-    const uint32_t T = kq == 2 ? GGML_Q5_K : kq ? GGML_Q4_K : GGML_Q4_1;
-    const __m512i m1 = _mm512_set1_epi8(1);
+    const uint32_t T = kq == 4 ? GGML_Q5_1 : kq == 3 ? GGML_Q5_0 : kq == 2 ? GGML_Q5_K : kq ? GGML_Q4_K : GGML_Q4_1;
+    const size_t NO = PK_NIB(T);
     const int8_t *xq[8];
     const float *xd[8], *xs[8];
-    act_rows(x, i0, NX, nb, xq, xd, xs, NULL);
-    const __m512i m15 = _mm512_set1_epi8(15);
+    const int32_t *xi[8];
+    act_rows(x, i0, NX, nb, xq, xd, xs, kq == 3 ? xi : NULL);
+    const __m512i m15 = _mm512_set1_epi8(15), m16 = _mm512_set1_epi8(16);
     __m512 acc[8];
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -55,10 +56,10 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
             }
             const __m512i v = z_load2(b0 + NO + 32 * t, b1 + NO + 32 * t);
             __m512i lo = _mm512_and_si512(v, m15), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
-            if (kq == 2) {
-                const __m512i H = z_load2(b0 + 144, b1 + 144);
-                lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, t), m1), 4));
-                hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 + t), m1), 4));
+            if (kq >= 2) {   /* bit 4 of the codes from the H vector: bit t (lo), 4 + t (hi) */
+                const __m512i H = z_load2(b0 + PK_HOFF(T), b1 + PK_HOFF(T));
+                lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(H, 4 - t), m16));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(t ? _mm512_srli_epi16(H, t) : H, m16));
             }
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
@@ -66,7 +67,7 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
             }
         }
         __m512 dw, mw;
-        if (kq) {
+        if (kq == 1 || kq == 2) {
             __m256 d0, m0, d1, m1_;
             k4_scales(T, gp[0], b, &d0, &m0);
             k4_scales(T, gp[1], b, &d1, &m1_);
@@ -74,12 +75,13 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
             mw = z_join(m0, m1_);
         } else {
             dw = z_half2(b0, b1);
-            mw = z_half2(b0 + 16, b1 + 16);
+            mw = kq == 3 ? _mm512_setzero_ps() : z_half2(b0 + 16, b1 + 16);
         }
         for (int k = 0; k < NX; k++) {
             const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[k][b]));
-            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), sc, acc[k]);
-            acc[k] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[k][b]), acc[k]);
+            const __m512i isk = kq == 3 ? _mm512_sub_epi32(is[k], _mm512_set1_epi32(16 * xi[k][b])) : is[k];
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isk), sc, acc[k]);
+            if (kq != 3) acc[k] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[k][b]), acc[k]);
         }
     }
     for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
@@ -88,6 +90,8 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
 #define pkz_q41(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 0)
 #define pkz_q4k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 1)
 #define pkz_q5k(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 2)
+#define pkz_q50(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 3)
+#define pkz_q51(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 4)
 
 /* The Q6_K / Q2_K / Q3_K codes of step t of blocks b0, b1 (H0, H1: their high-bit vectors). */
 FORCE_INLINE void z_k6f_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i H0, __m512i H1, int t,
@@ -282,6 +286,8 @@ int pkz_tile(uint32_t t, const uint8_t *const *gp, const qact *x, int i0, int NX
     if (t == GGML_Q4_1) { PKZ_CASE(pkz_q41) return 1; }
     if (t == GGML_Q4_K) { PKZ_CASE(pkz_q4k) return 1; }
     if (t == GGML_Q5_K) { PKZ_CASE(pkz_q5k) return 1; }
+    if (t == GGML_Q5_0) { PKZ_CASE(pkz_q50) return 1; }
+    if (t == GGML_Q5_1) { PKZ_CASE(pkz_q51) return 1; }
     /* the Q6_K-layout types take the 512-bit tile only for more than 4 input rows: with fewer it
      * measured slower than two 256-bit groups (decode of the bench shape: 3.4 vs 2.3 ms per token) */
     if (NX > 4 && t == GGML_Q6_K) { PKZ_CASE(pkz_q6k) return 1; }

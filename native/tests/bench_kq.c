@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     struct { const char *name; uint32_t t; } ty[] = {
         {"Q4_1 rows", GGML_Q4_1}, {"Q8_0 packed", GGML_Q8_0}, {"Q2_K", GGML_Q2_K}, {"Q3_K", GGML_Q3_K},
         {"Q4_K", GGML_Q4_K}, {"Q5_K", GGML_Q5_K}, {"Q6_K", GGML_Q6_K}, {"BF16", GGML_BF16}, {"F16 packed", GGML_F16},
-        {"Q5_0 rows", GGML_Q5_0}, {"Q5_1 rows", GGML_Q5_1},
+        {"Q5_0 packed", GGML_Q5_0}, {"Q5_1 packed", GGML_Q5_1},
     };
     const char *only = argc > 4 ? argv[4] : NULL;
     for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++) {

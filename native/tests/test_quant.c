@@ -421,6 +421,45 @@ static void test_kquant(uint32_t t, int rows, int cols, int n)
     free(W); free(x); free(out); free(deq);
 }
 
+/* Q5_0 / Q5_1, packed like Q4_1 (quant_impl.h): one accumulator per output, blocks in order,
+ * acc = fma(isum, d * d_x, acc) (isum = exact sum of q x_q, Q5_0's q = code - 16), Q5_1 then
+ * acc = fma(m, s_x, acc): qmat_mul gives these bits for any n. */
+static void test_q5_canonical(uint32_t t, int rows, int cols, int n)
+{
+    const size_t rb = ggml_row_bytes(t, cols);
+    const int nb = cols / 32, t1 = t == GGML_Q5_1;
+    uint8_t *W = malloc(rb * rows);
+    float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    qmat m = {t, rows, cols, rb, W, 0};
+    qact a = {0};
+    qact_prepare(&a, t, x, n, cols);
+    qmat_mul(&m, &a, out, rows);
+    int same = 1;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = W + r * rb + (size_t)b * (t1 ? 24 : 22), *qs = blk + (t1 ? 8 : 6);
+                uint32_t qh;
+                memcpy(&qh, blk + (t1 ? 4 : 2), 4);
+                int32_t is = 0;
+                for (int j = 0; j < 32; j++) {
+                    const int c = (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | ((qh >> j) & 1) << 4;
+                    is += (t1 ? c : c - 16) * a.q[(size_t)i * cols + 32 * b + j];
+                }
+                acc = fmaf((float)is, (float)get16(blk) * a.qd[(size_t)i * nb + b], acc);
+                if (t1) acc = fmaf((float)get16(blk + 2), a.qs[(size_t)i * nb + b], acc);
+            }
+            same &= fbits(acc) == fbits(out[(size_t)i * rows + r]);
+        }
+    CHECK(same, "%s %dx%d n=%d: qmat_mul differs from the canonical order", tname(t), rows, cols, n);
+    printf("  %-5s %4dx%-4d n=%d  canonical order bit-identical: %s\n", tname(t), rows, cols, n, same ? "yes" : "NO");
+    qact_free(&a);
+    free(W); free(x); free(out);
+}
+
 int main(void)
 {
     printf("short-row F16 (transposed packing)\n");
@@ -437,6 +476,8 @@ int main(void)
     test_packed_rows(GGML_Q3_K, 21, 512);
     test_packed_rows(GGML_Q2_K, 21, 512);
     test_packed_rows(GGML_BF16, 21, 42);
+    test_packed_rows(GGML_Q5_0, 21, 96);
+    test_packed_rows(GGML_Q5_1, 21, 352);
     test_packed_rows(GGML_BF16, 21, 512);
     printf("activation quantization\n");
     test_act_quant();
@@ -457,6 +498,11 @@ int main(void)
     for (int k = 0; k < 7; k++) test_determinism(types[k], 301, 256);
     test_tile_independence(GGML_Q5_0);
     test_tile_independence(GGML_Q5_1);
+    printf("Q5_0 / Q5_1 packed: the canonical order\n");
+    test_q5_canonical(GGML_Q5_0, 19, 352, 5);
+    test_q5_canonical(GGML_Q5_1, 19, 352, 5);
+    test_q5_canonical(GGML_Q5_0, 300, 256, 8);
+    test_q5_canonical(GGML_Q5_1, 37, 96, 3);
     test_tile_independence(GGML_Q4_1);
     test_tile_independence(GGML_Q8_0);
     test_tile_independence(GGML_F16);
