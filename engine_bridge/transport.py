@@ -1,7 +1,8 @@
 """The generation data path between web processes and the bridge: two kinds of plain Redis lists.
 
 * `<prefix>:bridge:inbox` — gen.submit / gen.cancel / gen.stop messages; RPUSH by any web process
-  or worker, BLPOP by the bridge (exactly one bridge per Redis database and prefix).
+  or worker, popped by the bridge (exactly one bridge per Redis database and prefix), a burst at
+  a time.
 * `<prefix>:bridge:reply:<listener>` — the numbered event batches of every request of one client
   event loop (a web process), named by the submit's `reply`; RPUSH by the bridge, several batches
   in one command when they are ready together (with an expiry, so an abandoned list disappears),
@@ -20,11 +21,14 @@ been told the old one is gone.
 """
 import asyncio
 import json
+import logging
 import weakref
 
 import redis
 import redis.asyncio
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 REPLY_TTL = 120          # seconds an unread reply list survives its last batch
 POP_BATCH = 512          # batches taken in one round trip once the first has arrived
@@ -80,9 +84,23 @@ async def to_bridge(message):
 
 
 async def bridge_next():
-    """The bridge's next inbox message, or None after BLOCK_S without one."""
-    popped = await _client().blpop([inbox_key()], timeout=BLOCK_S)
-    return json.loads(popped[1]) if popped else None
+    """The bridge's waiting inbox messages in order (at least one), or [] after BLOCK_S without
+    any: one BLMPOP takes a burst of submits (8 clients at once) in one round trip."""
+    popped = await _client().blmpop(BLOCK_S, 1, inbox_key(), direction="LEFT", count=POP_BATCH)
+    return [message for raw in (popped[1] if popped else []) if (message := _inbox_message(raw)) is not None]
+
+
+def _inbox_message(raw):
+    """A decoded inbox message, or None (logged) for one that is not a JSON object: a bad message
+    costs only itself, not the burst it was popped with."""
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        message = None
+    if not isinstance(message, dict):
+        log.error("dropping a bridge inbox message that is not a JSON object: %r", raw[:200])
+        return None
+    return message
 
 
 async def reply(listener, messages):

@@ -172,22 +172,22 @@ class Bridge:
                  asyncio.create_task(self.heart.run())]
         try:
             while True:
-                message = await self._receive()
-                try:
-                    self.handle(message)
-                except Exception:
-                    log.exception("bad bridge message %r", message.get("type"))
+                for message in await self._receive():
+                    try:
+                        self.handle(message)
+                    except Exception:
+                        log.exception("bad bridge message %r", message.get("type"))
         finally:
             await self.shutdown(tasks)
 
     async def _receive(self):
-        """The next message of the bridge's inbox, riding out a Redis outage."""
+        """The next messages of the bridge's inbox (a burst at once), riding out a Redis outage."""
         delay = REDIS_RETRY_FIRST
         while True:
             try:
-                message = await transport.bridge_next()
-                if message is not None:
-                    return message
+                messages = await transport.bridge_next()
+                if messages:
+                    return messages
             except (asyncio.CancelledError, KeyboardInterrupt):
                 raise
             except Exception as exc:
