@@ -66,15 +66,18 @@ void qiq_dequant(uint32_t t, const uint8_t *row, float *out, int n) {
 #define IQ_NX 4     /* activation rows per call, at most (quant.c's QDOT_MAX) */
 
 #ifdef __AVX2__
-/* The 32 int8 values of a block from its 16 code bytes: nibbles -> table via one byte shuffle. */
-static inline __m256i block_vals(const uint8_t *qs, __m256i tbl) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
-    const __m128i lo = _mm_and_si128(raw, m4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
-    return _mm256_shuffle_epi8(tbl, _mm256_set_m128i(hi, lo));
+/* Two blocks' 16 code bytes each (low / high 128-bit lane) through the table: lo = values 0-15,
+ * hi = values 16-31 of the two blocks, and their magnitudes (the sign trick's unsigned operands). */
+static inline void pair_vals(__m256i raw, __m256i tbl, __m256i *lo, __m256i *hi, __m256i *alo, __m256i *ahi) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    *lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(raw, m4));
+    *hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+    *alo = _mm256_abs_epi8(*lo);
+    *ahi = _mm256_abs_epi8(*hi);
 }
 
-/* 8 int32 lanes whose sum is the exact dot of 32 int8 values w and x, given a = |w| (<= 127):
- * a times x with w's sign (|x| <= 127), pairs <= 2 * 127 * 127 < 32767, so maddubs never
+/* 8 int32 lanes whose sums per 128-bit half are exact dots of int8 values w and x, given a = |w|
+ * (<= 127): a times x with w's sign (|x| <= 127), pairs <= 2 * 127 * 127 < 32767, so maddubs never
  * saturates and VNNI gives the same sums. */
 static inline __m256i dot32(__m256i a, __m256i w, __m256i x) {
     const __m256i b = _mm256_sign_epi8(x, w);
@@ -87,86 +90,80 @@ static inline __m256i dot32(__m256i a, __m256i w, __m256i x) {
 #endif
 }
 
-/* Lane sums of v[0..7] as one vector of 8 int32 (integer adds: exact in any order). */
-static inline __m256i red8(const __m256i *v) {
-    const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+static inline __m256i load2x128(const int8_t *a, const int8_t *b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                   _mm_loadu_si128((const __m128i *)b), 1);
 }
 
-/* The 8 blocks of a group of g (<= 8) blocks from block b0: |values| a[] and the values' signs
- * sg[] (the sign trick's operands, shared by every activation row) and the scales as a vector: an
- * IQ4_XS super-block (d converted once; ls of block j = (scales_l as u32 >> 4j) & 15 |
- * ((scales_h >> 2j) & 3) << 4, then d * (float)(ls - 32): dequantization's product), or IQ4_NL
- * blocks (padding: zero values and scales). */
-static inline __m256 group_vals(uint32_t t, const uint8_t *w, int b0, int g, __m256i tbl, __m256i *a, __m256i *sg) {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    if (t == GGML_IQ4_XS) {
-        const uint8_t *sb = w + (size_t)(b0 / 8) * IQ4XS_BYTES;
-        for (int j = 0; j < 8; j += 2) {   /* blocks j, j + 1: one 32-byte load, both halves through the table */
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(sb + 8 + 16 * j));
-            const __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(raw, m4));
-            const __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-            sg[j] = _mm256_permute2x128_si256(lo, hi, 0x20);
-            sg[j + 1] = _mm256_permute2x128_si256(lo, hi, 0x31);
-            a[j] = _mm256_abs_epi8(sg[j]);
-            a[j + 1] = _mm256_abs_epi8(sg[j + 1]);
-        }
-        uint32_t sl;
-        memcpy(&sl, sb + 4, 4);
-        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                            _mm256_set1_epi32(15));
-        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sb[2] | sb[3] << 8), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-                                            _mm256_set1_epi32(3));
-        const __m256i ls = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
-        return _mm256_mul_ps(_mm256_set1_ps(h2f(sb)), _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
-    }
-    float sc[8];
-    for (int b = 0; b < 8; b++) {
-        sc[b] = 0.0f;
-        sg[b] = b < g ? block_vals(blk_codes(t, w, b0 + b, &sc[b]), tbl) : _mm256_setzero_si256();
-        a[b] = _mm256_abs_epi8(sg[b]);
-    }
-    return _mm256_loadu_ps(sc);
-}
+/* The vector lanes hold the canonical order's 8 lanes permuted: physical lane p = logical lane
+ * (block of the group) LANE[p], the order the pairwise reduction of the blocks' sums leaves them in
+ * (blocks 0/1, 2/3, ... share a 256-bit vector; the 128-bit halves reduce separately). */
+#define IQ_PERM _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)
+static const int LANE_POS[8] = {0, 4, 1, 5, 2, 6, 3, 7};   /* logical lane l sits in physical lane LANE_POS[l] */
 
 void qiq_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res) {
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qiq_kvalues));
     const size_t cols = (size_t)x->cols;
     __m256 acc[IQ_NX];
     for (int k = 0; k < IQ_NX; k++) acc[k] = _mm256_setzero_ps();
-    for (int b0 = 0; b0 < nb; b0 += 8) {
-        const int g = nb - b0 < 8 ? nb - b0 : 8;     /* IQ4_XS: always 8 (a super-block) */
-        __m256i av[8], v[8];
-        const __m256 scv = group_vals(t, w, b0, g, tbl, av, v);
+    const int nfull = nb / 8 * 8;
+    for (int b0 = 0; b0 < nfull; b0 += 8) {
+        __m256i lo[4], hi[4], alo[4], ahi[4];
+        __m256 scv;
+        if (t == GGML_IQ4_XS) {   /* one super-block: d once, the 8 scales ls_j as one vector */
+            const uint8_t *sb = w + (size_t)(b0 / 8) * IQ4XS_BYTES;
+            for (int q = 0; q < 4; q++)
+                pair_vals(_mm256_loadu_si256((const __m256i *)(sb + 8 + 32 * q)), tbl, &lo[q], &hi[q], &alo[q], &ahi[q]);
+            uint32_t sl;
+            memcpy(&sl, sb + 4, 4);
+            const __m256i l4 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                                _mm256_set1_epi32(15));
+            const __m256i h2 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sb[2] | sb[3] << 8), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                                _mm256_set1_epi32(3));
+            const __m256i ls = _mm256_or_si256(l4, _mm256_slli_epi32(h2, 4));
+            scv = _mm256_mul_ps(_mm256_set1_ps(h2f(sb)), _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+        } else {                  /* IQ4_NL: 8 blocks of 18 bytes */
+            float sc[8];
+            const uint8_t *c[8];
+            for (int b = 0; b < 8; b++) c[b] = blk_codes(t, w, b0 + b, &sc[b]);
+            for (int q = 0; q < 4; q++)
+                pair_vals(load2x128((const int8_t *)c[2 * q], (const int8_t *)c[2 * q + 1]), tbl, &lo[q], &hi[q], &alo[q], &ahi[q]);
+            scv = _mm256_loadu_ps(sc);
+        }
+        const __m256 scp = _mm256_permutevar8x32_ps(scv, IQ_PERM);
         for (int k = 0; k < nx; k++) {
             const size_t r = (size_t)(i0 + k);
             const int8_t *xq = x->q + r * cols + (size_t)b0 * 32;
-            const float *xdp = x->qd + r * (size_t)nb + b0;
-            __m256i p[8];
-            if (g == 8) {
-                for (int b = 0; b < 8; b++) p[b] = dot32(av[b], v[b], _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));
-                const __m256 m = _mm256_mul_ps(scv, _mm256_loadu_ps(xdp));   /* scale * d_x, per block */
-                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(red8(p)), m, acc[k]);
-            } else {   /* IQ4_NL's last blocks: lanes g.. keep their accumulators as they are */
-                float xdt[8] = {0};
-                int32_t lane[8];
-                for (int b = 0; b < 8; b++) {
-                    p[b] = b < g ? dot32(av[b], v[b], _mm256_loadu_si256((const __m256i *)(xq + 32 * b))) : _mm256_setzero_si256();
-                    lane[b] = b < g ? -1 : 0;
-                }
-                for (int b = 0; b < g; b++) xdt[b] = xdp[b];
-                const __m256 m = _mm256_mul_ps(scv, _mm256_loadu_ps(xdt));
-                const __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(red8(p)), m, acc[k]);
-                acc[k] = _mm256_blendv_ps(acc[k], a, _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)lane)));
+            __m256i sq[4];
+            for (int q = 0; q < 4; q++) {
+                const int8_t *xb = xq + 64 * q;
+                sq[q] = _mm256_add_epi32(dot32(alo[q], lo[q], load2x128(xb, xb + 32)),
+                                         dot32(ahi[q], hi[q], load2x128(xb + 16, xb + 48)));
             }
+            /* lanes: blocks 0, 2, 4, 6 | 1, 3, 5, 7 (integer adds: exact in any order) */
+            const __m256i isum = _mm256_hadd_epi32(_mm256_hadd_epi32(sq[0], sq[1]), _mm256_hadd_epi32(sq[2], sq[3]));
+            const __m256 xd = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x->qd + r * (size_t)nb + b0), IQ_PERM);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(scp, xd), acc[k]);   /* scale * d_x per block */
         }
     }
     for (int k = 0; k < nx; k++) {
-        float l[8];
-        _mm256_storeu_ps(l, acc[k]);
-        res[k] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+        float P[8];
+        _mm256_storeu_ps(P, acc[k]);
+        if (nfull < nb) {   /* IQ4_NL's last blocks (fewer than 8): lanes 0.. of the canonical order */
+            const size_t r = (size_t)(i0 + k);
+            for (int b = nfull; b < nb; b++) {
+                int8_t q[32];
+                float s;
+                qiq_block(t, w, b, q, &s);
+                const int8_t *xq = x->q + r * cols + (size_t)b * 32;
+                int32_t is = 0;
+                for (int i = 0; i < 32; i++) is += (int32_t)q[i] * xq[i];
+                float *a = &P[LANE_POS[b % 8]];
+                *a = fmaf((float)is, s * x->qd[r * (size_t)nb + b], *a);
+            }
+        }
+        /* ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) in physical lanes */
+        res[k] = ((P[0] + P[2]) + (P[1] + P[3])) + ((P[4] + P[6]) + (P[5] + P[7]));
     }
 }
 #else
