@@ -99,12 +99,12 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
 /* Q6_K: codes (0..63) of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed block bp. */
 FORCE_INLINE void k6_codes(const uint8_t *bp, const __m256i *H, int t, __m256i *lo, __m256i *hi)
 {
-    const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    /* the top 2 bits straight to bits 4-5: lo's are H's bits 2(t % 2).., hi's bits 4 + 2(t % 2).. */
+    const __m256i m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), Hh = H[t / 2];
     const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * t));
-    const __m256i h = _mm256_srli_epi16(H[t / 2], 2 * (t % 2));
-    *lo = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+    *lo = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_and_si256(_mm256_slli_epi16(Hh, 4 - 2 * (t % 2)), m30));
     *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+                          _mm256_and_si256(t % 2 ? _mm256_srli_epi16(Hh, 2) : Hh, m30));
 }
 
 /* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),

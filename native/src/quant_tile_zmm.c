@@ -21,11 +21,6 @@ FORCE_INLINE __m512 z_half2(const uint8_t *a, const uint8_t *b)
                                                    _mm_loadu_si128((const __m128i *)b), 1));
 }
 
-FORCE_INLINE __m512 z_join(__m256 a, __m256 b)
-{
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1));
-}
-
 FORCE_INLINE __m512i z_bc4(const int8_t *p)
 {
     int32_t v;
@@ -43,7 +38,7 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
     const int32_t *xi[8];
     act_rows(x, i0, NX, nb, xq, xd, xs, kq == 3 ? xi : NULL);
     const __m512i m15 = _mm512_set1_epi8(15), m16 = _mm512_set1_epi8(16);
-    __m512 acc[8];
+    __m512 acc[8], D = _mm512_setzero_ps(), DM = _mm512_setzero_ps();
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *b0 = pk_blk(T, gp[0], b), *b1 = pk_blk(T, gp[1], b);
@@ -67,12 +62,18 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
             }
         }
         __m512 dw, mw;
-        if (kq == 1 || kq == 2) {
-            __m256 d0, m0, d1, m1_;
-            k4_scales(T, gp[0], b, &d0, &m0);
-            k4_scales(T, gp[1], b, &d1, &m1_);
-            dw = z_join(d0, d1);
-            mw = z_join(m0, m1_);
+        if (kq == 1 || kq == 2) {   /* k4_scales' products for both groups: d * sc, -(dmin * m) */
+            if (b % 8 == 0) {
+                const uint8_t *h0 = gp[0] + (size_t)(b / 8) * PK_KSB(T), *h1 = gp[1] + (size_t)(b / 8) * PK_KSB(T);
+                D = z_half2(h0, h1);
+                DM = z_half2(h0 + 16, h1 + 16);
+            }
+            const __m128i s16 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1));
+            const __m128i m16_ = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)),
+                                                    _mm_loadl_epi64((const __m128i *)(b1 + 8)));
+            dw = _mm512_mul_ps(D, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(s16)));
+            mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(DM, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m16_)))),
+                                                      _mm512_set1_epi32((int)0x80000000u)));
         } else {
             dw = z_half2(b0, b1);
             mw = kq == 3 ? _mm512_setzero_ps() : z_half2(b0 + 16, b1 + 16);
@@ -99,11 +100,10 @@ FORCE_INLINE void z_k6f_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, 
 {
     const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
     if (T == GGML_Q6_K) {
-        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
-        const __m512i h = _mm512_srli_epi16(t < 2 ? H0 : H1, 2 * (t % 2));
-        *lo = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t), Hh = t < 2 ? H0 : H1, m30 = _mm512_set1_epi8(0x30);
+        *lo = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_and_si512(_mm512_slli_epi16(Hh, 4 - 2 * (t % 2)), m30));
         *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m15),
-                              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+                              _mm512_and_si512(t % 2 ? _mm512_srli_epi16(Hh, 2) : Hh, m30));
         return;
     }
     const int c = K23SC(T);
