@@ -3,7 +3,12 @@
 --bench-shape: d_model 1024, 8 layers, 16 experts x 512, top-4) in each weight-type mix, through
 native/build/bench_fwd (not a test; prints a markdown table).
 
-    native/tools/bench_mix.py [--arch qwen3moe] [--runs 3] [--threads 1]
+    native/tools/bench_mix.py [--arch qwen3moe] [--runs 3] [--threads 1] [--build DIR ...] [--keep DIR]
+                              [--mixes q4_1,q4_k_m,...]
+
+--build: the folder(s) holding bench_fwd (default native/build, made first); with several, every
+build runs every mix in each round (interleaved) and the table has a row per build and mix.
+--keep: write the fixtures there and reuse them on the next run (same arguments, same bytes).
 
 Columns: weight bytes one decode token reads (every non-expert matrix + top_k / n_experts of the
 expert matrices, file bytes), best-of-runs single-row decode tok/s and CPU ms per token, and
@@ -44,34 +49,47 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=48)
+    ap.add_argument("--build", action="append", help="folder with bench_fwd (repeatable)")
+    ap.add_argument("--keep", help="folder for the fixtures, reused when present")
+    ap.add_argument("--mixes", help="comma-separated mixes (default: " + ",".join(MIXES) + ")")
     a = ap.parse_args()
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/bench_fwd"], check=True)
+    mixes = a.mixes.split(",") if a.mixes else MIXES
+    if "q4_1" not in mixes:
+        mixes = ["q4_1"] + mixes
+    if not a.build:
+        subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/bench_fwd"], check=True)
+    builds = [Path(b) for b in a.build] if a.build else [ROOT / "native" / "build"]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    rows = []
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(a.keep) if a.keep else Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
         paths = {}
-        for mix in MIXES:
-            paths[mix] = Path(d) / f"{mix}.gguf"
-            subprocess.run([sys.executable, str(HERE / "make_arch_fixture.py"), str(paths[mix]), "--arch", a.arch,
-                            "--bench-shape", "--mix", mix], check=True)
+        for mix in mixes:
+            paths[mix] = d / f"{a.arch}-{mix}.gguf"
+            if not paths[mix].exists():
+                subprocess.run([sys.executable, str(HERE / "make_arch_fixture.py"), str(paths[mix]), "--arch", a.arch,
+                                "--bench-shape", "--mix", mix], check=True)
         best = {}
-        for _ in range(a.runs):              # interleaved: every mix once per round
-            for mix in MIXES:
-                out = subprocess.run([str(ROOT / "native" / "build" / "bench_fwd"), str(paths[mix]), "1", str(a.steps),
-                                      "16"], capture_output=True, text=True, env=env, check=True).stdout
-                m = re.search(r"decode B=1: ([\d.]+) ms/step wall \(([\d.]+) tok/s\), ([\d.]+) ms CPU/step", out)
-                cpu = float(m.group(3))
-                if mix not in best or cpu < best[mix][1]:
-                    best[mix] = (float(m.group(2)), cpu)
-        rows = [(mix, bytes_per_token(paths[mix]), *best[mix]) for mix in MIXES]
-    base = next(r for r in rows if r[0] == "q4_1")
-    gbs = {r[0]: r[1] / (r[3] * 1e-3) * 1e-9 for r in rows}
-    print(f"{a.arch} bench shape, single-row decode, {a.threads} thread(s), best of {a.runs} interleaved rounds")
-    print("| mix | MB read per token | decode tok/s | CPU ms/token | GB/s of file bytes per CPU-s | x Q4_1 |")
-    print("|---|---|---|---|---|---|")
-    for mix, b, tok, cpu in rows:
-        print(f"| {mix} | {b / 1e6:.2f} | {tok:.1f} | {cpu:.2f} | {gbs[mix]:.2f} | {gbs[mix] / gbs['q4_1']:.2f} |")
-    del base
+        for _ in range(a.runs):              # interleaved: every build and mix once per round
+            for mix in mixes:
+                for b in builds:
+                    out = subprocess.run([str(b / "bench_fwd"), str(paths[mix]), "1", str(a.steps), "16"],
+                                         capture_output=True, text=True, env=env, check=True).stdout
+                    m = re.search(r"decode B=1: ([\d.]+) ms/step wall \(([\d.]+) tok/s\), ([\d.]+) ms CPU/step", out)
+                    cpu = float(m.group(3))
+                    if (b, mix) not in best or cpu < best[b, mix][1]:
+                        best[b, mix] = (float(m.group(2)), cpu)
+        nbytes = {mix: bytes_per_token(paths[mix]) for mix in mixes}
+    print(f"{a.arch} bench shape, single-row decode, {a.threads} thread(s), best of {a.runs} interleaved rounds "
+          "by CPU time")
+    print("| build | mix | MB read per token | decode tok/s | CPU ms/token | GB/s of file bytes per CPU-s | x Q4_1 |")
+    print("|---|---|---|---|---|---|---|")
+    for b in builds:
+        gbs = {mix: nbytes[mix] / (best[b, mix][1] * 1e-3) * 1e-9 for mix in mixes}
+        for mix in mixes:
+            tok, cpu = best[b, mix]
+            print(f"| {b} | {mix} | {nbytes[mix] / 1e6:.2f} | {tok:.1f} | {cpu:.2f} | {gbs[mix]:.2f} | "
+                  f"{gbs[mix] / gbs['q4_1']:.2f} |")
 
 
 if __name__ == "__main__":
