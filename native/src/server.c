@@ -1,7 +1,8 @@
 /* server.c — the mux serve loop. See server.h and native/README.md for the wire format.
  *
  * Shape of the loop: read and run every complete command that is buffered (a SUBMIT
- * tokenizes, answers ACCEPT and prefills right away, serially), then do one decode
+ * tokenizes, answers ACCEPT and prefills right away, serially), read again what arrived
+ * meanwhile (a few rounds: prefill before decode, see read_commands), then do one decode
  * step: ONE model_forward with one row per active request. stdin is polled without
  * blocking while requests are active and waited on when idle. */
 #include "server.h"
@@ -26,6 +27,7 @@
 #define PREFILL_CHUNK 256
 #define HITS_EVERY    6             /* a HITS line every 6 decoded tokens, engine-wide */
 #define TOPK_N        5
+#define INPUT_ROUNDS  4             /* reads of newly arrived commands before a decode step */
 
 /* The only mutable globals: what the signal handlers set. */
 static volatile sig_atomic_t sig_int, sig_term;
@@ -792,6 +794,30 @@ static void server_free(server *S) {
     kv_free(&S->kv);
 }
 
+/* Reads stdin and runs the commands it holds; waits for input only when idle. Input that
+ * arrived meanwhile is read again, up to INPUT_ROUNDS times, before the caller's decode step:
+ * a prefill takes long enough for the next SUBMITs of a burst to arrive (a web front end admits
+ * its clients one after another), and they are prefilled now, as if they had come in one
+ * write, instead of each waiting behind a decode step. The bound keeps a steady stream of
+ * SUBMITs from starving the decode. Returns -1 when a signal interrupted the wait. */
+static int read_commands(server *S, int busy) {
+    for (int round = 0; round < INPUT_ROUNDS && S->reading; round++) {
+        struct pollfd pfd = { .fd = STDIN_FILENO, .events = POLLIN };
+        int pr = poll(&pfd, 1, busy || round > 0 ? 0 : -1);
+        if (pr < 0 && errno == EINTR) return -1;
+        if (pr < 0) stop_reading(S);
+        if (pr <= 0) return 0;
+        int fr = fill(S);
+        if (fr == 0) {
+            stop_reading(S);
+            fprintf(stderr, "[API] stdin closed: draining %s\n", any_active(S) ? "active requests" : "(idle)");
+        }
+        if (fr <= 0) return 0;
+        run_buffered(S);
+    }
+    return 0;
+}
+
 int serve_mux(model *m, const serve_opts *o) {
     server S_, *S = &S_;
     memset(S, 0, sizeof *S);
@@ -877,22 +903,7 @@ int serve_mux(model *m, const serve_opts *o) {
         }
         int busy = any_active(S);
         if (!S->reading && !busy) break;
-        if (S->reading) {
-            struct pollfd pfd = { .fd = STDIN_FILENO, .events = POLLIN };
-            int pr = poll(&pfd, 1, busy ? 0 : -1);
-            if (pr < 0 && errno == EINTR) continue;
-            if (pr > 0) {
-                int fr = fill(S);
-                if (fr == 0) {
-                    stop_reading(S);
-                    fprintf(stderr, "[API] stdin closed: draining %s\n",
-                            any_active(S) ? "active requests" : "(idle)");
-                }
-                if (fr > 0) run_buffered(S);
-            } else if (pr < 0) {
-                stop_reading(S);
-            }
-        }
+        if (S->reading && read_commands(S, busy) < 0) continue;
         if (any_active(S)) decode_step(S);
     }
     save_usage(S);

@@ -1,0 +1,23 @@
+"""The engine's serve loop prefers prefill to decode (native/src/server.c read_commands): SUBMITs
+that arrive while a prefill runs are prefilled before the next decode step, so a burst of clients
+admitted one after another by a web front end gets its first tokens as if it had come in one
+write, instead of each waiting behind decode steps of the ones before (issue 14)."""
+import time
+
+from tests.native.engine import T, chatml
+
+
+def test_submits_that_arrive_during_a_prefill_are_prefilled_before_the_next_decode_step(spawn):
+    e = spawn(slots=4, ctx=4096)
+    long_prompt = chatml("tell me " * 1200)          # a prefill of a few thousand tokens
+    first = e.submit(long_prompt, slot=0, max_tokens=4)
+    e.wait(lambda: e.reqs[first].accept is not None, T, "ACCEPT of the long prompt")
+    started = time.monotonic()
+    late = [e.submit(chatml(f"hi {i}"), slot=i + 1, max_tokens=4) for i in range(3)]  # separate writes
+    for rid in [first, *late]:
+        e.result(rid)
+    second_token_of_first = [i for i, (kind, parts, _) in enumerate(e.events)
+                             if kind == "DATA" and int(parts[1]) == first][1]
+    took = time.monotonic() - started
+    accepts = [e.reqs[rid].first_event for rid in late]
+    assert all(a < second_token_of_first for a in accepts), (accepts, second_token_of_first, took)
