@@ -15,7 +15,9 @@ here they run inline. What must reach the database on these routes does it throu
 `database_call`: in a thread, after closing that thread's connection if it is obsolete or broken
 (what close_old_connections would have done at the request's start).
 Invariant: a path served here needs no session, cookie or CSRF state (API_LEAN_PATHS lists them),
-and none of its code blocks the loop.
+and its code does not block the loop (the one exception: a rate-limited request's token
+settlement at its end, one Redis script, kept synchronous so that no settlement is lost with a
+cancelled task).
 """
 import asyncio
 import contextlib
