@@ -288,36 +288,7 @@ static void codes(uint32_t t, const uint8_t *blk, kcodes *c) {
     }
 }
 
-/* isum[b] and (Q2_K) msum[b] of the 8 blocks against one activation row's 256 int8 values. */
-#ifdef __AVX2__
-/* Lane sums of v[0..7] as one vector of 8 int32 (integer adds: exact in any order). */
-static inline __m256i red8(const __m256i *v) {
-    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-}
-
-/* isum (and, Q2_K, msum) of the 8 blocks of one activation row's 256 int8 values; sv/mv: the
- * per-half scale (min) vectors of the super-block. */
-static inline __m256i block_sums_v(uint32_t t, const kcodes *c, const int8_t *x, const __m256i *sv,
-                                   const __m256i *mvec, __m256i *msum) {
-    __m256i s[8], m[8] = {0};
-    const __m256i offv = _mm256_set1_epi8((char)c->off), ones8 = _mm256_set1_epi8(1);
-    for (int b = 0; b < 8; b++) {
-        const __m256i u = _mm256_loadu_si256((const __m256i *)(c->u + 32 * b));
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
-        __m256i p = _mm256_maddubs_epi16(u, xv);                 /* |pair| <= 2 * 63 * 127 */
-        if (c->off) p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(offv, xv));
-        s[b] = _mm256_madd_epi16(p, sv[b]);
-        if (t == 10) m[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), mvec[b]);
-    }
-    if (t == 10) *msum = red8(m);
-    return red8(s);
-}
-#endif
-
-/* Portable: isum[b], msum[b] (Q2_K) of the 8 blocks. */
+/* isum[b], msum[b] (Q2_K) of the 8 blocks against one activation row's 256 int8 values. */
 static inline void block_sums(const kcodes *c, const int8_t *x, int32_t *isum, int32_t *msum) {
     for (int b = 0; b < 8; b++) {
         int32_t h[2] = {0, 0}, xm[2] = {0, 0};
@@ -330,98 +301,50 @@ static inline void block_sums(const kcodes *c, const int8_t *x, int32_t *isum, i
     }
 }
 
-#define QK_NX 4     /* activation rows per call, at most (quant.c's QDOT_MAX) */
-
+/* BF16: the row converted to floats, then qdot_exact with each float activation row (any cols). */
 static _Thread_local float *bf_buf;
 static _Thread_local size_t bf_cap;
 
+static void qk_dot_bf16(const uint8_t *w, const qact *x, int i0, int nx, float *res) {
+    const int cols = x->cols;
+    if ((size_t)cols > bf_cap) {
+        free(bf_buf);
+        bf_buf = aligned_alloc(64, ((size_t)cols * sizeof(float) + 63) & ~(size_t)63);
+        bf_cap = bf_buf ? (size_t)cols : 0;
+        if (!bf_buf) {
+            fprintf(stderr, "qmat_mul: out of memory\n");
+            abort();
+        }
+    }
+    qk_dequant(30, w, bf_buf, cols);
+    for (int k = 0; k < nx; k++) res[k] = qdot_exact(bf_buf, x->f + (size_t)(i0 + k) * cols, cols);
+}
+
+/* Q2_K .. Q6_K: one accumulator per output, blocks in order (quant_k.h's canonical order, the packed
+ * tiles'). The engine runs these types packed (every K-quant shape packs); this row kernel is their
+ * reference in the same order. */
 void qk_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res) {
-    const int cols = nb * 32;
     if (t == 30) {
-        if ((size_t)cols > bf_cap) {
-            free(bf_buf);
-            bf_buf = aligned_alloc(64, ((size_t)cols * sizeof(float) + 63) & ~(size_t)63);
-            bf_cap = bf_buf ? (size_t)cols : 0;
-            if (!bf_buf) {
-                fprintf(stderr, "qmat_mul: out of memory\n");
-                abort();
-            }
-        }
-        qk_dequant(t, w, bf_buf, cols);
-        for (int k = 0; k < nx; k++) res[k] = qdot_exact(bf_buf, x->f + (size_t)(i0 + k) * cols, cols);
+        qk_dot_bf16(w, x, i0, nx, res);
         return;
     }
+    const int cols = nb * 32;
     const size_t bb = kbytes(t);
-    float acc[QK_NX][8];
-    memset(acc, 0, sizeof acc);
+    float acc[4] = {0, 0, 0, 0};
     kcodes kc;
-    if (t >= 10) {   /* Q2_K .. Q6_K: packed by quant.c; one accumulator, blocks in order */
-        int32_t isum[8], msum[8];
-        for (int s = 0; s < nb / 8; s++, w += bb) {
-            codes(t, w, &kc);
-            for (int k = 0; k < nx; k++) {
-                const size_t r = (size_t)(i0 + k);
-                const float *xd = x->qd + r * nb + (size_t)s * 8, *xs = x->qs + r * nb + (size_t)s * 8;
-                block_sums(&kc, x->q + r * cols + (size_t)s * QK_K, isum, msum);
-                for (int b = 0; b < 8; b++) {
-                    acc[k][0] = fmaf((float)isum[b], kc.lmul[b] * xd[b], acc[k][0]);
-                    if (t == 12 || t == 13) acc[k][0] = fmaf(-kc.lmin[b], xs[b], acc[k][0]);
-                    else if (t == 10) acc[k][0] = fmaf(-(float)msum[b], kc.lmin[b] * xd[b], acc[k][0]);
-                }
-            }
-        }
-        for (int k = 0; k < nx; k++) res[k] = acc[k][0];
-        return;
-    }
-#ifdef __AVX2__
-    __m256 av[QK_NX];
-    for (int k = 0; k < QK_NX; k++) av[k] = _mm256_setzero_ps();
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256i sv[8], mvec[8];
-    for (int s = 0; s < nb / 8; s++, w += bb) {
-        codes(t, w, &kc);
-        for (int b = 0; b < 8; b++) {
-            sv[b] = t >= 12 && t <= 13 ? _mm256_set1_epi16(1)
-                                       : _mm256_set_m128i(_mm_set1_epi16(kc.hs[2 * b + 1]), _mm_set1_epi16(kc.hs[2 * b]));
-            mvec[b] = t != 10 ? _mm256_setzero_si256()
-                              : _mm256_set_m128i(_mm_set1_epi16(kc.hm[2 * b + 1]), _mm_set1_epi16(kc.hm[2 * b]));
-        }
-        const __m256 lmul = _mm256_loadu_ps(kc.lmul), lmin = _mm256_loadu_ps(kc.lmin);
-        for (int k = 0; k < nx; k++) {
-            const size_t r = (size_t)(i0 + k);
-            const int8_t *xq = x->q + r * cols + (size_t)s * QK_K;
-            const __m256 xd = _mm256_loadu_ps(x->qd + r * nb + (size_t)s * 8);
-            __m256i ms = _mm256_setzero_si256();
-            const __m256i is = block_sums_v(t, &kc, xq, sv, mvec, &ms);
-            __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(lmul, xd), av[k]);
-            if (t == 12 || t == 13)
-                a = _mm256_fmadd_ps(_mm256_xor_ps(lmin, sign), _mm256_loadu_ps(x->qs + r * nb + (size_t)s * 8), a);
-            else if (t == 10)
-                a = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_cvtepi32_ps(ms), sign), _mm256_mul_ps(lmin, xd), a);
-            av[k] = a;
-        }
-    }
-    for (int k = 0; k < nx; k++) _mm256_storeu_ps(acc[k], av[k]);
-#else
-    int32_t isum[8], msum[8] = {0};
+    int32_t isum[8], msum[8];
     for (int s = 0; s < nb / 8; s++, w += bb) {
         codes(t, w, &kc);
         for (int k = 0; k < nx; k++) {
             const size_t r = (size_t)(i0 + k);
-            const int8_t *xq = x->q + r * cols + (size_t)s * QK_K;
             const float *xd = x->qd + r * nb + (size_t)s * 8, *xs = x->qs + r * nb + (size_t)s * 8;
-            block_sums(&kc, xq, isum, msum);
-            float *a = acc[k];
+            block_sums(&kc, x->q + r * cols + (size_t)s * QK_K, isum, msum);
             for (int b = 0; b < 8; b++) {
-                a[b] = fmaf((float)isum[b], kc.lmul[b] * xd[b], a[b]);
-                if (t == 12 || t == 13) a[b] = fmaf(-kc.lmin[b], xs[b], a[b]);
-                else if (t == 10) a[b] = fmaf(-(float)msum[b], kc.lmin[b] * xd[b], a[b]);
+                acc[k] = fmaf((float)isum[b], kc.lmul[b] * xd[b], acc[k]);
+                if (t == 12 || t == 13) acc[k] = fmaf(-kc.lmin[b], xs[b], acc[k]);
+                else if (t == 10) acc[k] = fmaf(-(float)msum[b], kc.lmin[b] * xd[b], acc[k]);
             }
         }
     }
-#endif
-    for (int k = 0; k < nx; k++) {
-        const float *l = acc[k];
-        res[k] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-    }
+    for (int k = 0; k < nx; k++) res[k] = acc[k];
 }

@@ -521,6 +521,7 @@ int main(void)
     }
     test_kquant(GGML_BF16, 19, 42, 5);        /* packed BF16: rows of any even length (a tail of 2) */
     test_kquant(GGML_BF16, 37, 90, 8);
+    test_kquant(GGML_BF16, 7, 45, 3);         /* odd: the row kernel (it read nb * 32 columns) */
     if (fails) {
         printf("test_quant: %d FAILED\n", fails);
         return 1;
