@@ -168,6 +168,39 @@ FORCE_INLINE __m128 ld4_f16(const uint8_t *p, size_t st)
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
 
+/* The scales d (and mins m, HAS_MIN types) of the 4 blocks at wb, bsz bytes apart. */
+FORCE_INLINE void qdot_scales4(uint32_t t, const uint8_t *wb, size_t bsz, __m128 *d4, __m128 *m4)
+{
+    *m4 = _mm_setzero_ps();
+    if (!HAS_MIN(t)) {
+        *d4 = ld4_f16(wb, bsz);
+        return;
+    }
+    /* (d, m) f16 pairs of 4 blocks in one conversion, then split */
+    uint32_t p0, p1, p2, p3;
+    memcpy(&p0, wb, 4);
+    memcpy(&p1, wb + bsz, 4);
+    memcpy(&p2, wb + 2 * bsz, 4);
+    memcpy(&p3, wb + 3 * bsz, 4);
+    __m256 dm = _mm256_cvtph_ps(_mm_set_epi32((int)p3, (int)p2, (int)p1, (int)p0));
+    dm = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+    *d4 = _mm256_castps256_ps128(dm);
+    *m4 = _mm256_extractf128_ps(dm, 1);
+}
+
+/* The 4 blocks' exact int32 sums against one activation row's 128 int8 values at xk, folded into
+ * one vector [s0 s1 | s2 s3 ...] by horizontal adds (v: the weight blocks, u: their unsigned form). */
+FORCE_INLINE __m256i qdot_isums4(uint32_t t, const __m256i *v, const __m256i *u, const int8_t *xk, __m256i ones)
+{
+    __m256i p[4];
+    for (int j = 0; j < 4; j++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xk + j * QK));
+        if (!HAS_MIN(t)) xv = _mm256_sign_epi8(xv, v[j]);
+        p[j] = dot4_u8i8(u[j], xv, ones);
+    }
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+}
+
 /* One weight row against NX (1..4) activation rows i0..i0+NX-1. Weight blocks are
  * loaded and unpacked once for all NX rows. Groups of 4 blocks: the 4 per-block int32
  * sums are folded with horizontal adds into one vector, converted once and scaled by
@@ -194,36 +227,15 @@ FORCE_INLINE void qdot_n(uint32_t t, const int NX, const uint8_t *w, const qact 
     int b = 0;
     for (; b + 4 <= nb; b += 4) {
         const uint8_t *wb = w + (size_t)b * bsz;
-        __m128 d4, m4 = _mm_setzero_ps();
-        if (HAS_MIN(t)) {
-            /* (d, m) f16 pairs of 4 blocks in one conversion, then split */
-            uint32_t p0, p1, p2, p3;
-            memcpy(&p0, wb, 4);
-            memcpy(&p1, wb + bsz, 4);
-            memcpy(&p2, wb + 2 * bsz, 4);
-            memcpy(&p3, wb + 3 * bsz, 4);
-            __m256 dm = _mm256_cvtph_ps(_mm_set_epi32((int)p3, (int)p2, (int)p1, (int)p0));
-            dm = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-            d4 = _mm256_castps256_ps128(dm);
-            m4 = _mm256_extractf128_ps(dm, 1);
-        } else {
-            d4 = ld4_f16(wb, bsz);
-        }
+        __m128 d4, m4;
+        qdot_scales4(t, wb, bsz, &d4, &m4);
         __m256i v[4], u[4];
         for (int j = 0; j < 4; j++) {
             v[j] = wblock(t, wb + j * bsz);
             u[j] = HAS_MIN(t) ? v[j] : _mm256_sign_epi8(v[j], v[j]);
         }
         for (int k = 0; k < NX; k++) {
-            const int8_t *xk = xq + k * xst + (size_t)b * QK;
-            __m256i p[4];
-            for (int j = 0; j < 4; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xk + j * QK));
-                if (!HAS_MIN(t)) xv = _mm256_sign_epi8(xv, v[j]);
-                p[j] = dot4_u8i8(u[j], xv, ones);
-            }
-            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]),
-                                          _mm256_hadd_epi32(p[2], p[3]));
+            const __m256i h = qdot_isums4(t, v, u, xq + k * xst + (size_t)b * QK, ones);
             __m128 s4 = _mm_mul_ps(d4, _mm_loadu_ps(xd + k * bst + b));
             __m256 s8 = _mm256_insertf128_ps(_mm256_castps128_ps256(s4), s4, 1);
             acc[k] = _mm256_fmadd_ps(s8, _mm256_cvtepi32_ps(h), acc[k]);
