@@ -63,6 +63,7 @@ class Request:
     slot: int | None = None
     decoder: object = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     text: str = ""           # decoded output so far
+    tokens: int = 0          # DATA lines so far (one per token)
     sent: int = 0            # chars of text already emitted
     stopped: bool = False    # a stop string matched (STOP sent): drop further DATA
     stop_sequence: str | None = None  # the client's stop string that matched
@@ -410,10 +411,11 @@ class Bridge:
         READ_PAUSE_S: the pipe holds what the engine writes meanwhile, and a wakeup per token
         preempts an engine thread on a small host. A fast engine's output is read at once (a
         short request must not wait for its DONE), as is anything while a request waits for its
-        first token. DONE waits at most READ_PAUSE_S."""
+        first token or is at its last token (max_tokens: its DONE is next). Any other DONE waits
+        at most READ_PAUSE_S."""
         running = len(self.by_id)
         if (not running or waited < SLOW_READ_S or events > 2 * running
-                or any(r.t_first is None for r in self.by_id.values())):
+                or any(r.t_first is None or r.tokens >= r.job.max_tokens - 1 for r in self.by_id.values())):
             return 0.0
         return min(self.text_frame_s, READ_PAUSE_S)
 
@@ -541,6 +543,7 @@ class Bridge:
         r = self.by_id.get(ev.id)
         if r is None or r.cancelled or r.stopped:
             return
+        r.tokens += 1
         r.text += r.decoder.decode(ev.data)
         self.emit_text(r)
 

@@ -101,6 +101,8 @@ def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_s
     assert b.read_pause(2, slow) == min(b.text_frame_s, worker.READ_PAUSE_S)  # a token per stream per read: wait
     assert b.read_pause(40, slow) == 0.0            # output in bursts: read on
     assert b.read_pause(2, 0.0001) == 0.0           # the data was already there (a fast engine): read on
+    r2.tokens = r2.job.max_tokens - 1
+    assert b.read_pause(2, slow) == 0.0             # r2's next event is its DONE: read it at once
 
 
 @pytest.mark.asyncio
