@@ -26,7 +26,7 @@ from gguf import GGUFReader
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-MIXES = ["q4_1", "q4_k_m", "q5_k_m", "q4_k", "q6_k", "q8_0", "q3_k_m", "q2_k"]
+MIXES = ["q4_1", "q4_k_m", "q4_k_m_file", "q5_k_m", "q4_k", "q6_k", "q8_0", "q3_k_m", "q2_k"]
 
 
 def bytes_per_token(path):

@@ -147,6 +147,28 @@ MIXES = {
 IQ4_TENSORS = {"output.weight": "Q6_K", "attn_k.weight": "Q8_0", "attn_v.weight": "Q8_0",
                "attn_output.weight": "Q5_K"}
 MIX_TENSORS = {"iq4_xs": IQ4_TENSORS, "iq4_xs_nl": IQ4_TENSORS}
+# q4_k_m above gives every attention v and expert down Q6_K (the heaviest Q4_K_M); llama.cpp's
+# quantizer gives them Q6_K only in the layers its use_more_bits picks (the first and last eighth
+# and every third layer between: 4 of 8, 24 of 48) and Q4_K elsewhere, the head Q6_K, and with 8
+# experts attn_k / attn_v Q8_0 and attn_output Q5_K. q4_k_m_file is that mix: what a Q4_K_M file
+# people download holds, for the speed comparison per weight byte.
+MIXES["q4_k_m_file"] = ("Q4_K", "Q6_K")
+
+
+def use_more_bits(i_layer, n_layer):
+    return i_layer < n_layer // 8 or i_layer >= 7 * n_layer // 8 or (i_layer - n_layer // 8) % 3 == 2
+
+
+def q4_k_m_file_type(name, kind, n_layer, n_expert):
+    """The type llama.cpp's Q4_K_M rules give tensor `name` (kind: q4k, q6k or down)."""
+    if not name.startswith("blk."):
+        return "Q6_K" if kind != "q4k" else "Q4_K"
+    layer, rest = int(name.split(".")[1]), name.split(".", 2)[2]
+    if n_expert == 8 and rest in ("attn_k.weight", "attn_v.weight"):
+        return "Q8_0"
+    if n_expert == 8 and rest == "attn_output.weight":
+        return "Q5_K"
+    return "Q6_K" if kind != "q4k" and use_more_bits(layer, n_layer) else "Q4_K"
 ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k, "Q6_K": quant_q6_k,
             "IQ4_XS": quant_iq4_xs, "IQ4_NL": quant_iq4_nl}
 
@@ -194,6 +216,8 @@ def main(argv=None):
         mix = MIXES[a.mix]
         tname = mix[2] if kind == "down" and len(mix) > 2 else mix[0 if kind == "q4k" else 1]
         tname = MIX_TENSORS.get(a.mix, {}).get(name.split(".", 2)[2] if name.startswith("blk.") else name, tname)
+        if a.mix == "q4_k_m_file":
+            tname = q4_k_m_file_type(name, kind, h["layers"], E)
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         if tname == "F32":
             w.add_tensor(name, arr)

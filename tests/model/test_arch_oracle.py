@@ -55,7 +55,8 @@ def compare(ref_lp, eng_lp, prompt_len, ids):
 CASES = [(arch, "q4_k_m") for arch in sorted(REFS)] + [
     ("qwen3moe", mix) for mix in ("q5_k_m", "q3_k_m", "q2_k", "q6_k", "q8_0", "q4_1", "bf16")] + [
     ("qwen2moe", "q4_k_m_q5_0"), ("glm4moe", "q5_k_m_q5_1")] + [  # Q5_0 / Q5_1 expert downs, 352 wide
-    ("qwen3moe", "iq4_xs"), ("qwen2moe", "iq4_xs_nl")]   # IQ4_XS files; IQ4_NL expert downs, 352 wide
+    ("qwen3moe", "iq4_xs"), ("qwen2moe", "iq4_xs_nl")] + [  # IQ4_XS files; IQ4_NL expert downs, 352 wide
+    ("olmoe", "q4_k_m_file")]   # llama.cpp's per-layer Q4_K_M (Q4_K and Q6_K downs; 8 experts: Q8_0 k/v, Q5_K output)
 
 
 @pytest.mark.parametrize("arch,mix", CASES, ids=[f"{a}-{m}" for a, m in CASES])
