@@ -1,8 +1,10 @@
 """Latest engine telemetry, kept in Redis by the bridge worker so every web process can read it.
 
 Key: "<CACHES.default.KEY_PREFIX>:bridge:state" (default "colibri:bridge:state") in the Redis
-database of settings.REDIS_URL: one JSON object, written at most ~10 times a second and at least
-every HEARTBEAT seconds, with a TTL of STALE_AFTER seconds; the worker deletes it when it stops.
+database of settings.REDIS_URL: one JSON object, written at once when a field readers act on
+changes (URGENT: status, model, ...), otherwise at most every MIN_INTERVAL (the HITS/EMAP figures,
+which pages get pushed anyway) and at least every HEARTBEAT seconds, with a TTL of STALE_AFTER
+seconds; the worker deletes it when it stops.
 A missing key means no bridge is running: get_state() then reports up=False and updated=None.
 
 Pushed too: every update of the fields in PUSHED (and every REPIN) also goes, numbered, to the
@@ -11,6 +13,10 @@ expert atlas) see every HITS window without polling, and a reader can tell a los
 `n` (per `boot`, i.e. per bridge process). Items are never merged or dropped for speed, but they
 leave at most every PUSH_MIN_INTERVAL as one batch: the engine writes HITS every 6 tokens, ~100 a
 second under load, and a group send per HITS cost the bridge more CPU than the tokens themselves.
+While the group has no member (nobody has the atlas open; asked at most every WATCH_CHECK_S on
+layers that can tell), items are dropped instead of sent: a page that opens starts from the
+state's snapshot and gets pushes within WATCH_CHECK_S. On a 2-core host every send is a wakeup of
+the bridge and Redis that preempts an engine thread.
 """
 import asyncio
 import json
@@ -29,7 +35,9 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0
 STALE_AFTER = 15
-MIN_INTERVAL = 0.1
+MIN_INTERVAL = 0.5  # between two writes for telemetry-only changes
+URGENT = ("up", "status", "model", "restarts", "slots")  # fields /health and the API act on: written at once
+WATCH_CHECK_S = 1.0  # how often the pusher asks whether anybody is in the group
 REPIN_KEEP = 64
 GROUP = "telemetry"
 PUSHED = ("up", "status", "model", "tiers", "emap", "hits", "entropy", "busy", "queue")
@@ -76,10 +84,14 @@ class Publisher:
         self.pushed = 0
         self.push_items = []
         self.push_ready = asyncio.Event()
+        self.urgent = asyncio.Event()
+        self.watched, self.watch_checked = True, float("-inf")
 
     def update(self, **fields):
         self.state.update(fields)
         self.dirty.set()
+        if any(k in URGENT for k in fields):
+            self.urgent.set()
         item = {k: v for k, v in fields.items() if k in PUSHED}
         if item:
             self._push(item)
@@ -108,6 +120,8 @@ class Publisher:
             await self.push_ready.wait()
             self.push_ready.clear()
             items, self.push_items = self.push_items, []
+            if not await self._watched(layer):
+                continue
             try:
                 await layer.group_send(GROUP, {"type": "telemetry.batch", "boot": self.boot, "items": items})
                 failing = False
@@ -117,6 +131,21 @@ class Publisher:
                     log.warning("pushing telemetry to group %r failed (%s); dropping until Redis is back", GROUP, exc)
                 failing = True
                 await asyncio.sleep(0.5)
+
+    async def _watched(self, layer):
+        """Whether the group has a member, asked at most every WATCH_CHECK_S (channels-redis keeps
+        a group as a sorted set; a layer that cannot tell counts as watched)."""
+        now = time.monotonic()
+        group_key = getattr(layer, "_group_key", None)
+        if group_key is None or now - self.watch_checked < WATCH_CHECK_S:
+            return self.watched or group_key is None
+        self.watch_checked = now
+        try:
+            connection = layer.connection(layer.consistent_hash(GROUP))
+            self.watched = bool(await connection.zcard(group_key(GROUP)))
+        except Exception:  # Redis out: group_send will say so
+            self.watched = True
+        return self.watched
 
     async def write(self):
         self.state["updated"] = time.time()
@@ -131,6 +160,7 @@ class Publisher:
                 except asyncio.TimeoutError:
                     pass
                 self.dirty.clear()
+                self.urgent.clear()
                 try:
                     await self.write()
                 except (redis.RedisError, OSError) as exc:
@@ -138,7 +168,10 @@ class Publisher:
                     log.warning("telemetry write failed (%s); retrying", exc)
                     self.dirty.set()
                     await asyncio.sleep(1.0)
-                await asyncio.sleep(MIN_INTERVAL)
+                try:  # a pause between writes, cut short by an urgent change
+                    await asyncio.wait_for(self.urgent.wait(), MIN_INTERVAL)
+                except asyncio.TimeoutError:
+                    pass
         finally:
             pusher.cancel()
 

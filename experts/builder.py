@@ -298,6 +298,9 @@ class ProbeRunner:
     async def __aenter__(self):
         await self.layer.group_add(telemetry.GROUP, self.channel)
         self.receiver = asyncio.create_task(self._pump())
+        # The bridge sends to the group only once it has seen a member (it asks every
+        # WATCH_CHECK_S): the first probe's items must not fall in that gap.
+        await asyncio.sleep(telemetry.WATCH_CHECK_S + telemetry.PUSH_MIN_INTERVAL)
         return self
 
     async def __aexit__(self, *exc):

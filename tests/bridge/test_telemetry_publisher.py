@@ -1,0 +1,69 @@
+"""The bridge's telemetry publisher (engine_bridge/telemetry.py) against real Redis (the bridge
+tests' database, conftest): pushes go to
+the group only while somebody is in it, and a change readers act on is written at once, not after
+the pause that throttles the HITS/EMAP figures."""
+import asyncio
+import json
+
+import pytest
+import redis.asyncio
+from channels.layers import get_channel_layer
+
+from engine_bridge import telemetry
+
+pytestmark = pytest.mark.asyncio
+HITS = {"rows": 2, "cols": 8, "hex": "0100"}
+
+
+async def test_items_go_to_the_group_only_while_somebody_is_in_it(redis_url, monkeypatch):
+    monkeypatch.setattr(telemetry, "WATCH_CHECK_S", 0.05)
+    layer = get_channel_layer()
+    await layer.connection(layer.consistent_hash(telemetry.GROUP)).delete(layer._group_key(telemetry.GROUP))
+    sends = []
+    real_send = layer.group_send
+
+    async def counting_send(group, message):
+        sends.append(message)
+        await real_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counting_send)
+    publisher = telemetry.Publisher()
+    pusher = asyncio.create_task(publisher.push_loop())
+    try:
+        for _ in range(3):
+            publisher.update(hits=HITS)
+            await asyncio.sleep(0.1)
+        assert sends == []                                   # an empty group: nothing sent
+        channel = await layer.new_channel()
+        await layer.group_add(telemetry.GROUP, channel)
+        await asyncio.sleep(0.1)                             # the next check sees the member
+        publisher.update(hits=HITS)
+        message = await asyncio.wait_for(layer.receive(channel), 2)
+        assert message["type"] == "telemetry.batch" and message["items"][-1]["hits"] == HITS
+    finally:
+        pusher.cancel()
+        await publisher.client.aclose()
+
+
+async def test_a_status_change_is_written_at_once_while_figures_wait(redis_url):
+    publisher = telemetry.Publisher()
+    runner = asyncio.create_task(publisher.run())
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        publisher.update(status="up", up=True)
+        await asyncio.sleep(0.05)                            # written; now the throttle pause runs
+        publisher.update(hits=HITS)
+        await asyncio.sleep(0.1)
+        assert json.loads(await client.get(telemetry.state_key()))["hits"] is None  # figures wait
+        publisher.update(status="restarting", up=False)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 0.3                         # still inside the 0.5 s pause
+        while (state := json.loads(await client.get(telemetry.state_key())))["status"] != "restarting":
+            assert loop.time() < deadline, "the status change waited for the throttle"
+            await asyncio.sleep(0.01)
+        assert state["hits"] == HITS                         # and the figures left with it
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await publisher.close()
+        await client.aclose()
