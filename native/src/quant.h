@@ -49,6 +49,7 @@ typedef struct {
     float *qd;              /* per-32-block scales, n*(cols/32) */
     float *qs;              /* per-32-block sums of q*d (for Q4_1's min term) */
     int32_t *qi;            /* per-32-block integer sums of q (Q8_0's offset correction) */
+    int32_t *qh;            /* per-32-block integer sums of q[0..15] (the K-quant tiles' half sums) */
     size_t cap;
     const int *idx;         /* NULL, or a view: input row k is row idx[k] of the buffers
                              * (only for packable weights: Q4_1, Q8_0, F16; see qpack_ok) */

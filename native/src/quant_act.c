@@ -14,8 +14,8 @@ void *alloc64(size_t bytes)
  * from zero, clamped to +-127); also the float sum of the block and the integer sum of q.
  * The float sum has one fixed order on every path: lanes l < 8 hold
  * (x[l] + x[l+8]) + (x[l+16] + x[l+24]); then a_l = lane l + lane l+4 (l < 4);
- * sum = (a0 + a2) + (a1 + a3). */
-static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, int32_t *i_out)
+ * sum = (a0 + a2) + (a1 + a3). Also the integer sum of q[0..15] (h_out: the K-quant tiles' half sums). */
+static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, int32_t *i_out, int32_t *h_out)
 {
 #ifdef __AVX2__
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -34,23 +34,26 @@ static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, i
     const float d = amax / 127.0f;
     const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     const __m256 half = _mm256_set1_ps(0.5f);
-    __m256i iv[4], isum = _mm256_setzero_si256();
+    __m256i iv[4];
     for (int k = 0; k < 4; k++) {
         __m256 t = _mm256_mul_ps(v[k], id);
         t = _mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half));   /* t +- 0.5 */
         iv[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(t), _mm256_set1_epi32(-127)),
                                  _mm256_set1_epi32(127));
-        isum = _mm256_add_epi32(isum, iv[k]);
     }
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)q, p);
-    __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
-    i4 = _mm_add_epi32(i4, _mm_shuffle_epi32(i4, 0x4e));
-    i4 = _mm_add_epi32(i4, _mm_shuffle_epi32(i4, 0xb1));
+    /* the halves' sums side by side: lanes 0-3 of h8 values 0-15, lanes 4-7 values 16-31 */
+    const __m256i ha = _mm256_add_epi32(iv[0], iv[1]), hb = _mm256_add_epi32(iv[2], iv[3]);
+    __m256i h8 = _mm256_add_epi32(_mm256_permute2x128_si256(ha, hb, 0x20), _mm256_permute2x128_si256(ha, hb, 0x31));
+    h8 = _mm256_add_epi32(h8, _mm256_shuffle_epi32(h8, 0x4e));
+    h8 = _mm256_add_epi32(h8, _mm256_shuffle_epi32(h8, 0xb1));
+    const int32_t sa = _mm256_cvtsi256_si32(h8), sb = _mm_cvtsi128_si32(_mm256_extracti128_si256(h8, 1));
     *d_out = d;
     *s_out = _mm_cvtss_f32(s4);
-    *i_out = _mm_cvtsi128_si32(i4);
+    *i_out = sa + sb;
+    *h_out = sa;
 #else
     float amax = 0.0f, lane[8];
     for (int j = 0; j < QK; j++) {
@@ -61,17 +64,19 @@ static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, i
     float a0 = lane[0] + lane[4], a1 = lane[1] + lane[5], a2 = lane[2] + lane[6], a3 = lane[3] + lane[7];
     float d = amax / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t isum = 0;
+    int32_t isum = 0, hsum = 0;
     for (int j = 0; j < QK; j++) {
         float v = x[j] * id;                       /* |v| <= 127 (+ rounding) */
         v = v >= 0.0f ? v + 0.5f : v - 0.5f;       /* round half away from zero */
         int iv = (int)v;
         q[j] = (int8_t)(iv > 127 ? 127 : iv < -127 ? -127 : iv);
         isum += q[j];
+        if (j == 15) hsum = isum;
     }
     *d_out = d;
     *s_out = (a0 + a2) + (a1 + a3);
     *i_out = isum;
+    *h_out = hsum;
 #endif
 }
 
@@ -88,7 +93,7 @@ static void prep_chunk(void *vctx, int c)
     memcpy(a->f + r0 * cols, P->x + r0 * cols, (size_t)(r1 - r0) * cols * sizeof(float));
     if (cols % QK == 0 && !a->exact)
         for (size_t b = r0 * cols / QK; b < r1 * cols / QK; b++)
-            quant_block(P->x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b], &a->qi[b]);
+            quant_block(P->x + b * QK, a->q + b * QK, &a->qd[b], &a->qs[b], &a->qi[b], &a->qh[b]);
 }
 
 /* The caller must zero-initialize a qact before the first prepare (qact a = {0}).
@@ -105,7 +110,8 @@ void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols)
         a->qd = alloc64((a->cap / QK + 1) * sizeof(float));
         a->qs = alloc64((a->cap / QK + 1) * sizeof(float));
         a->qi = alloc64((a->cap / QK + 1) * sizeof(int32_t));
-        if (!a->f || !a->q || !a->qd || !a->qs || !a->qi) {
+        a->qh = alloc64((a->cap / QK + 1) * sizeof(int32_t));
+        if (!a->f || !a->q || !a->qd || !a->qs || !a->qi || !a->qh) {
             fprintf(stderr, "qact_prepare: out of memory (%zu values)\n", need);
             abort();
         }
@@ -136,7 +142,8 @@ int qact_gather(qact *dst, const qact *src, const int *rows, int cnt)
         dst->qd = alloc64((dst->cap / QK + 1) * sizeof(float));
         dst->qs = alloc64((dst->cap / QK + 1) * sizeof(float));
         dst->qi = alloc64((dst->cap / QK + 1) * sizeof(int32_t));
-        if (!dst->f || !dst->q || !dst->qd || !dst->qs || !dst->qi) {
+        dst->qh = alloc64((dst->cap / QK + 1) * sizeof(int32_t));
+        if (!dst->f || !dst->q || !dst->qd || !dst->qs || !dst->qi || !dst->qh) {
             qact_free(dst);
             return -1;
         }
@@ -154,6 +161,7 @@ int qact_gather(qact *dst, const qact *src, const int *rows, int cnt)
             memcpy(dst->qd + j * nb, src->qd + i * nb, nb * sizeof(float));
             memcpy(dst->qs + j * nb, src->qs + i * nb, nb * sizeof(float));
             memcpy(dst->qi + j * nb, src->qi + i * nb, nb * sizeof(int32_t));
+            memcpy(dst->qh + j * nb, src->qh + i * nb, nb * sizeof(int32_t));
         }
     }
     return 0;
@@ -166,10 +174,12 @@ void qact_free(qact *a)
     free(a->qd);
     free(a->qs);
     free(a->qi);
+    free(a->qh);
     a->f = NULL;
     a->q = NULL;
     a->qd = NULL;
     a->qs = NULL;
     a->qi = NULL;
+    a->qh = NULL;
     a->cap = 0;
 }

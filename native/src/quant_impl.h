@@ -112,11 +112,13 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  * minus 16 qact.qi), acc = fma(isum, d * d_x, acc); Q5_1 also acc = fma(m, s_x, acc). */
 #define PK_K4_SB 1184
 /* Q6_K: 1680 bytes per super-block of a group (the file's 8 x 210): f16 d[8], then 8 blocks of
- * 208 bytes: int8 sc_a[8], sc_b[8] (the scales of values 0-15 and 16-31), 4 vectors N_t of
- * 32 bytes (bytes 4j..4j+3: row j's codes u = q + 32 of values 4t..4t+3, low nibbles, and of
- * values 16+4t.., high nibbles) and 2 vectors H_h (byte 4j+k: the codes' top 2 bits of values
- * 8h+k, 8h+4+k at bits 0, 2 and of values 16+8h+k, 16+8h+4+k at bits 4, 6). Per block the tile
- * keeps the two halves' exact sums apart: isum = sc_a (sum_a u x - 32 sum_a x) +
+ * 208 bytes: int8 sc_a[8], sc_b[8] (the scales of values 0-15 and 16-31), then 6 vectors S_i of 32
+ * bytes. Byte 4j+k of code vector C_c holds row j's code u = q + 32 of value 4(c/2)+k (c even) or
+ * 16+4(c/2)+k (c odd), c < 8; bits 0-5 of byte 4j+k of S_i are C_i's (i < 6), its bits 6-7 bits
+ * 2(i%3), 2(i%3)+1 of C_6's code (i < 3: value 12+k) or of C_7's (i >= 3: value 28+k). So
+ * C_i = S_i & 63 and C_6 = (S_0 >> 6 & 3) | (S_1 >> 4 & 12) | (S_2 >> 2 & 48) (16-bit shifts).
+ * (Until 2026-12-01: 4 nibble vectors + 2 vectors of top bits, ~2x the unpack instructions.)
+ * Per block the tile keeps the two halves' exact sums apart: isum = sc_a (sum_a u x - 32 sum_a x) +
  * sc_b (sum_b u x - 32 sum_b x) (= sum sc q x, the row kernel's), then acc = fma(isum, d * d_x,
  * acc), blocks in order. */
 #define PK_K6_SB 1680
@@ -170,10 +172,11 @@ static inline void pk_k4_scales(uint32_t t, const uint8_t *g, int b, int j, floa
 /* Q6_K: row j's code u (0..63) of value v (0..31) of packed block blk. */
 static inline int pk_k6_code(const uint8_t *blk, int j, int v)
 {
-    const int half = v / 16, w = v % 16, t = w / 4, k = w % 4, hh = w / 8, e = (w / 4) % 2;
-    const int nib = (blk[16 + 32 * t + 4 * j + k] >> (4 * half)) & 15;
-    const int top = (blk[144 + 32 * hh + 4 * j + k] >> (4 * half + 2 * e)) & 3;
-    return nib | top << 4;
+    const int half = v / 16, t = (v % 16) / 4, k = v % 4, c = 2 * t + half;
+    if (c < 6) return blk[16 + 32 * c + 4 * j + k] & 63;
+    int u = 0;
+    for (int e = 0; e < 3; e++) u |= (blk[16 + 32 * (3 * half + e) + 4 * j + k] >> 6) << (2 * e);
+    return u;
 }
 
 /* Q2_K, Q3_K: row j's code u (Q2_K 0..3, Q3_K 0..7 = q + 4) of value v (0..31) of packed block blk. */

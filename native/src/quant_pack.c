@@ -232,24 +232,18 @@ static void pk_group_q5k(const uint8_t *const *src, int nb, uint8_t *dst)
     }
 }
 
-/* Q6_K: row j's block (codes q of 32 values, the int8 scales of its halves) into packed block o. */
+/* Q6_K: row j's block (codes q of 32 values, the int8 scales of its halves) into packed block o
+ * (quant_impl.h: six code vectors S_i, bits 0-5 code vector C_i, bits 6-7 two bits of C_6 / C_7). */
 static void pk_k6_block(const int8_t *q, const int *sc, int j, uint8_t *o)
 {
     uint8_t u[32];
     for (int v = 0; v < 32; v++) u[v] = (uint8_t)(q[v] + K6OFF);
     o[j] = (uint8_t)(int8_t)sc[0];
     o[8 + j] = (uint8_t)(int8_t)sc[1];
-    for (int tt = 0; tt < 4; tt++)
-        for (int k = 0; k < 4; k++)
-            o[16 + 32 * tt + 4 * j + k] = (uint8_t)((u[4 * tt + k] & 15) | (u[16 + 4 * tt + k] & 15) << 4);
-    for (int hh = 0; hh < 2; hh++)
+    for (int i = 0; i < 6; i++)
         for (int k = 0; k < 4; k++) {
-            uint8_t byte = 0;
-            for (int e = 0; e < 2; e++) {
-                byte |= (uint8_t)((u[8 * hh + 4 * e + k] >> 4) << (2 * e));
-                byte |= (uint8_t)((u[16 + 8 * hh + 4 * e + k] >> 4) << (4 + 2 * e));
-            }
-            o[144 + 32 * hh + 4 * j + k] = byte;
+            const int top = u[16 * (i / 3) + 12 + k];   /* C_6 (values 12+k) in S_0..S_2, C_7 (28+k) in S_3..S_5 */
+            o[16 + 32 * i + 4 * j + k] = (uint8_t)(u[16 * (i % 2) + 4 * (i / 2) + k] | ((top >> (2 * (i % 3))) & 3) << 6);
         }
 }
 

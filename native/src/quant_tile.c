@@ -96,15 +96,26 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
-/* Q6_K: codes (0..63) of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed block bp. */
-FORCE_INLINE void k6_codes(const uint8_t *bp, const __m256i *H, int t, __m256i *lo, __m256i *hi)
+/* Q6_K: codes (0..63) of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed block bp
+ * (quant_impl.h: C_2t, C_2t+1; t = 3 gathers C_6, C_7 from the six vectors' bits 6-7). */
+FORCE_INLINE __m256i k6_ld(const uint8_t *bp, int i) { return _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * i)); }
+FORCE_INLINE __m256i k6_top(const uint8_t *bp, int i0)
 {
-    /* the top 2 bits straight to bits 4-5: lo's are H's bits 2(t % 2).., hi's bits 4 + 2(t % 2).. */
-    const __m256i m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), Hh = H[t / 2];
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * t));
-    *lo = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_and_si256(_mm256_slli_epi16(Hh, 4 - 2 * (t % 2)), m30));
-    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15),
-                          _mm256_and_si256(t % 2 ? _mm256_srli_epi16(Hh, 2) : Hh, m30));
+    const __m256i m3 = _mm256_set1_epi8(3), m12 = _mm256_set1_epi8(12), m48 = _mm256_set1_epi8(48);
+    return _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(k6_ld(bp, i0), 6), m3),
+                                           _mm256_and_si256(_mm256_srli_epi16(k6_ld(bp, i0 + 1), 4), m12)),
+                           _mm256_and_si256(_mm256_srli_epi16(k6_ld(bp, i0 + 2), 2), m48));
+}
+FORCE_INLINE void k6_codes(const uint8_t *bp, int t, __m256i *lo, __m256i *hi)
+{
+    if (t == 3) {
+        *lo = k6_top(bp, 0);
+        *hi = k6_top(bp, 3);
+        return;
+    }
+    const __m256i m63 = _mm256_set1_epi8(63);
+    *lo = _mm256_and_si256(k6_ld(bp, 2 * t), m63);
+    *hi = _mm256_and_si256(k6_ld(bp, 2 * t + 1), m63);
 }
 
 /* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),
@@ -114,7 +125,9 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
 {
     const int8_t *xq[4];
     const float *xd[4];
-    act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
+    const int32_t *xi[8], *xh[8];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    act_hrows(x, i0, NX, nb, xh);
     __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
@@ -122,17 +135,16 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
         if (b % 8 == 0)
             for (int g = 0; g < NG; g++)
                 dv[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_K6_SB)));
-        __m256i ia[2][4], ib[2][4], H[2][2];
+        __m256i ia[2][4], ib[2][4];
         const uint8_t *bp[2];
         for (int g = 0; g < NG; g++) {
             for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
             bp[g] = pk_blk(GGML_Q6_K, gp[g], b);
             for (int l = 0; l < 3; l++) _mm_prefetch((const char *)bp[g] + 64 * l + PK_PFD, PK_HINT);
-            for (int hh = 0; hh < 2; hh++) H[g][hh] = _mm256_loadu_si256((const __m256i *)(bp[g] + 144 + 32 * hh));
         }
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
-            for (int g = 0; g < NG; g++) k6_codes(bp[g], H[g], t, &lo[g], &hi[g]);
+            for (int g = 0; g < NG; g++) k6_codes(bp[g], t, &lo[g], &hi[g]);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 const __m256i xl = bc4(xk), xh = bc4(xk + 16);
@@ -143,8 +155,7 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
             }
         }
         for (int k = 0; k < NX; k++) {
-            int32_t sa, sb;
-            act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
+            const int32_t sa = xh[k][b], sb = xi[k][b] - sa;
             const __m256i oa = _mm256_set1_epi32(K6OFF * sa), ob = _mm256_set1_epi32(K6OFF * sb);
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++) {
@@ -195,7 +206,9 @@ FORCE_INLINE void pk_q23k(const uint8_t *const *gp, const int NG, const qact *x,
 {
     const int8_t *xq[4];
     const float *xd[4];
-    act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
+    const int32_t *xi[8], *xh[8];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    act_hrows(x, i0, NX, nb, xh);
     __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
@@ -226,8 +239,7 @@ FORCE_INLINE void pk_q23k(const uint8_t *const *gp, const int NG, const qact *x,
         __m256i sca[2], scb[2], ma[2], mb[2];
         for (int g = 0; g < NG; g++) k23_scales(T, bp[g], &sca[g], &scb[g], &ma[g], &mb[g]);
         for (int k = 0; k < NX; k++) {
-            int32_t sa, sb;
-            act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
+            const int32_t sa = xh[k][b], sb = xi[k][b] - sa;
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++)
                 acc[g][k] = k23_step(T, acc[g][k], ia[g][k], ib[g][k], sa, sb, sca[g], scb[g], ma[g], mb[g], dv[g], mv[g], xs);

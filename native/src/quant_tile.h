@@ -1,6 +1,6 @@
 /* quant_tile.h — the AVX2 helpers the packed tiles share (quant_tile.c, quant_tile_zmm.c).
  * Owns: pk_dot4 (vpdpbusd or maddubs+madd), act_rows (an activation row's int8 blocks, scales and
- * sums, through qact.idx), act_half_sums, bc4, the prefetch distance PK_PFD, k4_scales (Q4_K/Q5_K's
+ * sums, through qact.idx), act_hrows (its half sums), bc4, the prefetch distance PK_PFD, k4_scales (Q4_K/Q5_K's
  * d * sc and -(dmin * m) of 8 rows), k23_scales (Q2_K/Q3_K's scales and mins of 8 rows). */
 #ifndef COLI_QUANT_TILE_H
 #define COLI_QUANT_TILE_H
@@ -32,16 +32,11 @@ FORCE_INLINE void act_rows(const qact *x, int i0, const int NX, int nb, const in
     }
 }
 
-/* The integer sums of one 32-byte activation block's two halves (bytes 0-15 and 16-31): the
- * offset terms of the K-quant tiles. */
-FORCE_INLINE void act_half_sums(const int8_t *x32, int32_t *sa, int32_t *sb)
+/* The integer sums of q[0..15] (xh) of the same rows: with xi the offset terms of the K-quant
+ * tiles (the halves' sums sa = xh, sb = xi - xh), made once per activation block by qact_prepare. */
+FORCE_INLINE void act_hrows(const qact *x, int i0, const int NX, int nb, const int32_t **xh)
 {
-    const __m256i hs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)x32)),
-                                         _mm256_set1_epi16(1));
-    __m128i h4 = _mm_hadd_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
-    h4 = _mm_hadd_epi32(h4, h4);
-    *sa = _mm_cvtsi128_si32(h4);
-    *sb = _mm_extract_epi32(h4, 1);
+    for (int k = 0; k < NX; k++) xh[k] = x->qh + (size_t)(x->idx ? x->idx[i0 + k] : i0 + k) * nb;
 }
 
 FORCE_INLINE __m256i bc4(const int8_t *p)

@@ -94,16 +94,28 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
 #define pkz_q50(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 3)
 #define pkz_q51(gp, x, i0, NX, nb, res) pkz_q41k(gp, x, i0, NX, nb, res, 4)
 
-/* The Q6_K / Q2_K / Q3_K codes of step t of blocks b0, b1 (H0, H1: their high-bit vectors). */
-FORCE_INLINE void z_k6f_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i H0, __m512i H1, int t,
+/* The Q6_K / Q2_K / Q3_K codes of step t of blocks b0, b1 (H0: Q3_K's bit-2 vectors). */
+FORCE_INLINE void z_k6f_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i H0, int t,
                               __m512i *lo, __m512i *hi)
 {
-    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
-    if (T == GGML_Q6_K) {
-        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t), Hh = t < 2 ? H0 : H1, m30 = _mm512_set1_epi8(0x30);
-        *lo = _mm512_or_si512(_mm512_and_si512(v, m15), _mm512_and_si512(_mm512_slli_epi16(Hh, 4 - 2 * (t % 2)), m30));
-        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m15),
-                              _mm512_and_si512(t % 2 ? _mm512_srli_epi16(Hh, 2) : Hh, m30));
+    const __m512i m3 = _mm512_set1_epi8(3);
+    if (T == GGML_Q6_K) {   /* quant_impl.h: C_2t = S_2t & 63, C_2t+1; t = 3 from the bits 6-7 */
+        if (t == 3) {
+            const __m512i m3_ = _mm512_set1_epi8(3), m12 = _mm512_set1_epi8(12), m48 = _mm512_set1_epi8(48);
+            __m512i r[2];
+            for (int h = 0; h < 2; h++) {
+                const int o = 16 + 96 * h;
+                r[h] = _mm512_or_si512(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + o, b1 + o), 6), m3_),
+                                                       _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + o + 32, b1 + o + 32), 4), m12)),
+                                       _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + o + 64, b1 + o + 64), 2), m48));
+            }
+            *lo = r[0];
+            *hi = r[1];
+            return;
+        }
+        const __m512i m63 = _mm512_set1_epi8(63);
+        *lo = _mm512_and_si512(z_load2(b0 + 16 + 64 * t, b1 + 16 + 64 * t), m63);
+        *hi = _mm512_and_si512(z_load2(b0 + 48 + 64 * t, b1 + 48 + 64 * t), m63);
         return;
     }
     const int c = K23SC(T);
@@ -147,7 +159,9 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
     const size_t sbb = T == GGML_Q6_K ? PK_K6_SB : K23SB(T);
     const int8_t *xq[8];
     const float *xd[8];
-    act_rows(x, i0, NX, nb, xq, xd, NULL, NULL);
+    const int32_t *xi[8], *xh[8];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    act_hrows(x, i0, NX, nb, xh);
     __m512 acc[8];
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
@@ -163,14 +177,13 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
         _mm_prefetch((const char *)b1 + PK_PFD, PK_HINT);
         _mm_prefetch((const char *)b0 + pf2 + PK_PFD, PK_HINT);
         _mm_prefetch((const char *)b1 + pf2 + PK_PFD, PK_HINT);
-        const int ho = T == GGML_Q6_K ? 144 : K23SC(T) + 64;
-        const __m512i H0 = T == GGML_Q2_K ? _mm512_setzero_si512() : z_load2(b0 + ho, b1 + ho);
-        const __m512i H1 = T == GGML_Q6_K ? z_load2(b0 + 176, b1 + 176) : _mm512_setzero_si512();
+        const int ho = K23SC(T) + 64;
+        const __m512i H0 = T == GGML_Q3_K ? z_load2(b0 + ho, b1 + ho) : _mm512_setzero_si512();
         __m512i ia[8], ib[8];
         for (int k = 0; k < NX; k++) ia[k] = ib[k] = _mm512_setzero_si512();
         for (int t = 0; t < 4; t++) {
             __m512i lo, hi;
-            z_k6f_codes(T, b0, b1, H0, H1, t, &lo, &hi);
+            z_k6f_codes(T, b0, b1, H0, t, &lo, &hi);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 ia[k] = _mm512_dpbusd_epi32(ia[k], lo, z_bc4(xk));
@@ -180,8 +193,7 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
         __m512i sca, scb, ma, mb;
         z_k6f_scales(T, b0, b1, &sca, &scb, &ma, &mb);
         for (int k = 0; k < NX; k++) {
-            int32_t sa, sb;
-            act_half_sums(xq[k] + (size_t)b * QK, &sa, &sb);
+            const int32_t sa = xh[k][b], sb = xi[k][b] - sa;
             const __m512 xs = _mm512_set1_ps(xd[k][b]);
             const __m512i is = _mm512_add_epi32(
                 _mm512_mullo_epi32(_mm512_sub_epi32(ia[k], _mm512_set1_epi32(off * sa)), sca),

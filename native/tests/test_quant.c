@@ -217,7 +217,8 @@ static void test_tile_independence(uint32_t t)
 }
 
 /* qact_prepare's int8 blocks against the definition: d = max|x| / 127, q = x / d rounded half
- * away from zero, clamped to +-127; qi = sum q; qs = the block's float sum (any order: 1e-6). */
+ * away from zero, clamped to +-127; qi = sum q; qh = sum of q[0..15]; qs = the block's float sum
+ * (any order: 1e-6). */
 static void test_act_quant(void)
 {
     enum { N = 3, COLS = 96 };
@@ -236,8 +237,9 @@ static void test_act_quant(void)
             sum += xb[j];
         }
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        int32_t isum = 0;
+        int32_t isum = 0, hsum = 0;
         for (int j = 0; j < 32; j++) {
+            if (j == 16) hsum = isum;
             float v = xb[j] * id;
             int q = (int)(v >= 0.0f ? v + 0.5f : v - 0.5f);
             q = q > 127 ? 127 : q < -127 ? -127 : q;
@@ -246,6 +248,7 @@ static void test_act_quant(void)
         }
         CHECK(fbits(a.qd[b]) == fbits(d), "block %d: d %g, want %g", b, a.qd[b], d);
         CHECK(a.qi[b] == isum, "block %d: integer sum %d, want %d", b, a.qi[b], isum);
+        CHECK(a.qh[b] == hsum, "block %d: half sum %d, want %d", b, a.qh[b], hsum);
         CHECK(fabs(a.qs[b] - sum) <= 1e-6 * (1.0 + fabs(sum)) * 32, "block %d: sum %g, want %g", b, a.qs[b], sum);
     }
     qact_free(&a);
