@@ -55,8 +55,8 @@ class Engine:
     def __init__(self, argv, env, on_event, slots, read_pause=None):
         self.argv, self.env, self.on_event, self.slots = argv, env, on_event, slots
         # Seconds to wait before the next read of stdout, given how many events the last read
-        # held and how long it waited for them (the owner's pacing; 0 = read at once).
-        self.read_pause = read_pause or (lambda events, waited: 0.0)
+        # held and the seconds since the read before (the owner's pacing; 0 = read at once).
+        self.read_pause = read_pause or (lambda events, cycle: 0.0)
         self.proc = None
         self.lock = asyncio.Lock()
         self.ready = asyncio.get_running_loop().create_future()
@@ -88,6 +88,7 @@ class Engine:
         reason, kill_now = "engine closed stdout", True
         try:
             loop = asyncio.get_running_loop()
+            previous = loop.time()
             while True:
                 asked = loop.time()
                 chunk = await self.proc.stdout.read(65536)
@@ -100,7 +101,9 @@ class Engine:
                 if self.broken:
                     reason = self.broken
                     break
-                pause = self.read_pause(len(events), loop.time() - asked)
+                # the events of one read cycle (the previous read to this one, a pause included)
+                pause = self.read_pause(len(events), loop.time() - previous)
+                previous = asked
                 if pause > 0:  # the pipe holds what the engine writes meanwhile
                     await asyncio.sleep(pause)
         except protocol.ProtocolError as exc:

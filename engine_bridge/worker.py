@@ -44,7 +44,7 @@ DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarti
 UNAVAILABLE_MESSAGE = "The engine is not running right now (it is {status}); retry in {retry_after} s."
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
 READ_PAUSE_S = 0.02  # longest wait between reads of a slow (token-at-a-time) engine output
-SLOW_READ_S = 0.001  # a read that waited this long for its few events: the engine is the slow side
+SLOW_TOKEN_S = 0.001  # seconds per token and request from which an engine counts as token-at-a-time
 QUEUE_FULL_RETRY_S = 2  # what a refused client is told to wait: about one short turn
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
@@ -404,17 +404,18 @@ class Bridge:
             r, due = min(self.held.values(), key=lambda held: held[1])
             self.hold(r, due)
 
-    def read_pause(self, events, waited):
-        """How long the engine reader may wait before its next read. When the engine writes a
-        token at a time (the read waited over SLOW_READ_S for about one event per running
-        request) and every running request already has its first text, the next read can wait
-        READ_PAUSE_S: the pipe holds what the engine writes meanwhile, and a wakeup per token
-        preempts an engine thread on a small host. A fast engine's output is read at once (a
-        short request must not wait for its DONE), as is anything while a request waits for its
-        first token or is at its last token (max_tokens: its DONE is next). Any other DONE waits
-        at most READ_PAUSE_S."""
+    def read_pause(self, events, cycle):
+        """How long the engine reader may wait before its next read, given the events of its last
+        read cycle (`cycle` seconds from the read before). When the engine writes a token at a
+        time (SLOW_TOKEN_S or more per token and running request) and every running request
+        already has its first text, the next read can wait READ_PAUSE_S: the pipe holds what the
+        engine writes meanwhile, and a wakeup per token preempts an engine thread on a small
+        host. The rate counts the cycle, pause included, so the events a pause let pile up do not
+        pass for a burst. A fast engine's output is read at once (a short request must not wait
+        for its DONE), as is anything while a request waits for its first token or is at its last
+        token (max_tokens: its DONE is next). Any other DONE waits at most READ_PAUSE_S."""
         running = len(self.by_id)
-        if (not running or waited < SLOW_READ_S or events > 2 * running
+        if (not running or not events or cycle * running / events < SLOW_TOKEN_S
                 or any(r.t_first is None or r.tokens >= r.job.max_tokens - 1 for r in self.by_id.values())):
             return 0.0
         return min(self.text_frame_s, READ_PAUSE_S)

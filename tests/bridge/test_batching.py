@@ -92,7 +92,7 @@ async def test_batches_of_several_requests_ready_together_share_one_send(bridge,
 
 def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_started(bridge):
     b, _ = bridge
-    slow = 0.005                                    # the read waited 5 ms for its events
+    slow = 0.005                                    # 5 ms since the previous read
     assert b.read_pause(1, slow) == 0.0             # nothing running
     r1, r2 = running(b, 2)
     r1.t_first = 1.0
@@ -101,6 +101,7 @@ def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_s
     assert b.read_pause(2, slow) == min(b.text_frame_s, worker.READ_PAUSE_S)  # a token per stream per read: wait
     assert b.read_pause(40, slow) == 0.0            # output in bursts: read on
     assert b.read_pause(2, 0.0001) == 0.0           # the data was already there (a fast engine): read on
+    assert b.read_pause(10, 0.025) > 0              # 10 tokens over a 20 ms pause + 5 ms: still slow, pause again
     r2.tokens = r2.job.max_tokens - 1
     assert b.read_pause(2, slow) == 0.0             # r2's next event is its DONE: read it at once
 
