@@ -138,9 +138,12 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
         __m256i ia[2][4], ib[2][4];
         const uint8_t *bp[2];
         for (int g = 0; g < NG; g++) {
-            for (int k = 0; k < NX; k++) ia[g][k] = ib[g][k] = _mm256_setzero_si256();
+            for (int k = 0; k < NX; k++) {   /* start at -32 * (the halves' activation sums) */
+                ia[g][k] = _mm256_set1_epi32(-K6OFF * xh[k][b]);
+                ib[g][k] = _mm256_set1_epi32(-K6OFF * (xi[k][b] - xh[k][b]));
+            }
             bp[g] = pk_blk(GGML_Q6_K, gp[g], b);
-            for (int l = 0; l < 3; l++) _mm_prefetch((const char *)bp[g] + 64 * l + PK_PFD, PK_HINT);
+            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)bp[g] + 64 * l + PK_PFD, PK_HINT);   /* 208 bytes */
         }
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
@@ -155,14 +158,11 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
             }
         }
         for (int k = 0; k < NX; k++) {
-            const int32_t sa = xh[k][b], sb = xi[k][b] - sa;
-            const __m256i oa = _mm256_set1_epi32(K6OFF * sa), ob = _mm256_set1_epi32(K6OFF * sb);
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
             for (int g = 0; g < NG; g++) {
                 const __m256i sca = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
                 const __m256i scb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
-                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ia[g][k], oa), sca),
-                                                    _mm256_mullo_epi32(_mm256_sub_epi32(ib[g][k], ob), scb));
+                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(ia[g][k], sca), _mm256_mullo_epi32(ib[g][k], scb));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], xs), acc[g][k]);
             }
         }

@@ -62,18 +62,28 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
             }
         }
         __m512 dw, mw;
-        if (kq == 1 || kq == 2) {   /* k4_scales' products for both groups: d * sc, -(dmin * m) */
+        if (kq == 1 || kq == 2) {   /* k4_scales' products for both groups: d * sc and dmin * m (subtracted) */
             if (b % 8 == 0) {
                 const uint8_t *h0 = gp[0] + (size_t)(b / 8) * PK_KSB(T), *h1 = gp[1] + (size_t)(b / 8) * PK_KSB(T);
                 D = z_half2(h0, h1);
                 DM = z_half2(h0 + 16, h1 + 16);
             }
-            const __m128i s16 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1));
-            const __m128i m16_ = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)),
-                                                    _mm_loadl_epi64((const __m128i *)(b1 + 8)));
-            dw = _mm512_mul_ps(D, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(s16)));
-            mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(DM, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m16_)))),
-                                                      _mm512_set1_epi32((int)0x80000000u)));
+            __m512i scw, mnw;   /* the 16 rows' 6-bit scales and mins as dwords */
+#ifdef __AVX512VBMI__
+            /* sc, m of both groups in one register (bytes 0-7 sc_0, 8-15 m_0, 16-23 sc_1, 24-31 m_1), each
+             * widened by one zero-masked byte permute */
+            const __m512i sm = _mm512_castsi256_si512(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b0)), _mm_loadu_si128((const __m128i *)b1), 1));
+            const __m512i isc = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+            scw = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, isc, sm);
+            mnw = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_add_epi32(isc, _mm512_set1_epi32(8)), sm);
+#else
+            scw = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1)));
+            mnw = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)),
+                                                          _mm_loadl_epi64((const __m128i *)(b1 + 8))));
+#endif
+            dw = _mm512_mul_ps(D, _mm512_cvtepi32_ps(scw));
+            mw = _mm512_mul_ps(DM, _mm512_cvtepi32_ps(mnw));   /* dmin * m: the min term is subtracted below */
         } else {
             dw = z_half2(b0, b1);
             mw = kq == 3 ? _mm512_setzero_ps() : z_half2(b0 + 16, b1 + 16);
@@ -82,7 +92,9 @@ FORCE_INLINE void pkz_q41k(const uint8_t *const *gp, const qact *x, int i0, cons
             const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[k][b]));
             const __m512i isk = kq == 3 ? _mm512_sub_epi32(is[k], _mm512_set1_epi32(16 * xi[k][b])) : is[k];
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isk), sc, acc[k]);
-            if (kq != 3) acc[k] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[k][b]), acc[k]);
+            /* Q4_K / Q5_K: acc - (dmin m) s_x, the same bits as fma(-(dmin m), s_x, acc) */
+            if (kq == 1 || kq == 2) acc[k] = _mm512_fnmadd_ps(mw, _mm512_set1_ps(xs[k][b]), acc[k]);
+            else if (kq != 3) acc[k] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[k][b]), acc[k]);
         }
     }
     for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
@@ -177,10 +189,20 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
         _mm_prefetch((const char *)b1 + PK_PFD, PK_HINT);
         _mm_prefetch((const char *)b0 + pf2 + PK_PFD, PK_HINT);
         _mm_prefetch((const char *)b1 + pf2 + PK_PFD, PK_HINT);
+        if (T == GGML_Q6_K) {   /* 208-byte blocks: at most 64 bytes apart, so no line is skipped (with only 0
+                                 * and 128 the 512-bit tile decoded the bench shape's q6_k mix at 3.8 ms instead of 3.3) */
+            _mm_prefetch((const char *)b0 + 64 + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)b1 + 64 + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)b0 + 192 + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)b1 + 192 + PK_PFD, PK_HINT);
+        }
         const int ho = K23SC(T) + 64;
         const __m512i H0 = T == GGML_Q3_K ? z_load2(b0 + ho, b1 + ho) : _mm512_setzero_si512();
-        __m512i ia[8], ib[8];
-        for (int k = 0; k < NX; k++) ia[k] = ib[k] = _mm512_setzero_si512();
+        __m512i ia[8], ib[8];   /* start at -off * (the halves' activation sums): the offset applied by the sums */
+        for (int k = 0; k < NX; k++) {
+            ia[k] = _mm512_set1_epi32(-off * xh[k][b]);
+            ib[k] = _mm512_set1_epi32(-off * (xi[k][b] - xh[k][b]));
+        }
         for (int t = 0; t < 4; t++) {
             __m512i lo, hi;
             z_k6f_codes(T, b0, b1, H0, t, &lo, &hi);
@@ -195,9 +217,7 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
         for (int k = 0; k < NX; k++) {
             const int32_t sa = xh[k][b], sb = xi[k][b] - sa;
             const __m512 xs = _mm512_set1_ps(xd[k][b]);
-            const __m512i is = _mm512_add_epi32(
-                _mm512_mullo_epi32(_mm512_sub_epi32(ia[k], _mm512_set1_epi32(off * sa)), sca),
-                _mm512_mullo_epi32(_mm512_sub_epi32(ib[k], _mm512_set1_epi32(off * sb)), scb));
+            const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(ia[k], sca), _mm512_mullo_epi32(ib[k], scb));
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dv, xs), acc[k]);
             if (!k2) continue;
             const __m512i ms = _mm512_add_epi32(_mm512_mullo_epi32(ma, _mm512_set1_epi32(sa)),
@@ -300,9 +320,11 @@ int pkz_tile(uint32_t t, const uint8_t *const *gp, const qact *x, int i0, int NX
     if (t == GGML_Q5_K) { PKZ_CASE(pkz_q5k) return 1; }
     if (t == GGML_Q5_0) { PKZ_CASE(pkz_q50) return 1; }
     if (t == GGML_Q5_1) { PKZ_CASE(pkz_q51) return 1; }
-    /* the Q6_K-layout types take the 512-bit tile only for more than 4 input rows: with fewer it
-     * measured slower than two 256-bit groups (decode of the bench shape: 3.4 vs 2.3 ms per token) */
-    if (NX > 4 && t == GGML_Q6_K) { PKZ_CASE(pkz_q6k) return 1; }
+    /* Q6_K: the 512-bit tile for every n since its 6-vector layout and precomputed half sums
+     * (2026-12-01; bench_kq 512x1024 in cache, n=1: 37.7 -> 41.1 GB/s, n=4: 15.2 -> 21.5). Q3_K / Q2_K
+     * take it only for more than 4 input rows: with fewer it measured slower than two 256-bit groups
+     * (the Q6_K-layout days: decode of the bench shape 3.4 vs 2.3 ms per token). */
+    if (t == GGML_Q6_K) { PKZ_CASE(pkz_q6k) return 1; }
     if (NX > 4 && t == GGML_Q3_K) { PKZ_CASE(pkz_q3k) return 1; }
     if (NX > 4 && t == GGML_Q2_K) { PKZ_CASE(pkz_q2k) return 1; }
     if (t == GGML_Q8_0) { PKZ_CASE(pkz_q80) return 1; }
