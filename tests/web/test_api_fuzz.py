@@ -55,7 +55,10 @@ def test_fuzzing_finds_no_5xx(fake_bridge, alice_key, route):
     required, optional = ROUTES[route]
     # Optional hostile fields are mostly null (accepted), so most examples get past them.
     optional = {name: _mostly(st.none(), value) for name, value in optional.items()}
-    bodies = st.fixed_dictionaries({"model": _mostly(st.just("tiny")), **required}, optional={**_sampling, **optional})
+    # The model is hostile one time in five: as _mostly(...), hypothesis's choice among one_of's
+    # branches depends on its seed, and one seed gave 85 hostile models in 150 (too few 200s).
+    model = st.sampled_from(["tiny"] * 4 + ["hostile"]).flatmap(lambda m: st.just(m) if m == "tiny" else _json)
+    bodies = st.fixed_dictionaries({"model": model, **required}, optional={**_sampling, **optional})
     seen = {}
 
     @settings(max_examples=150, deadline=None, database=None, derandomize=True,
