@@ -1,6 +1,6 @@
-"""Per-key and per-user admission limits for the /v1 generation routes: requests per minute (a sliding
-log per account) and tokens per minute (a token bucket in
-the default cache's Redis), both shared by every web process.
+"""Per-key and per-user admission limits for the /v1 generation routes: requests per minute (a
+sliding log per account) and tokens per minute (a token bucket), both in the default cache's
+Redis, shared by every web process, each checked by one atomic script.
 
 Limits come from the ApiKey row, the user's UserApiLimit row (both set by staff in the admin),
 then settings.API_DEFAULT_REQUESTS_PER_MINUTE / API_DEFAULT_TOKENS_PER_MINUTE; none = unlimited.
