@@ -73,13 +73,13 @@ class V1Api(APIView):
     def envelope_for(self, request):
         return self.envelope
 
-    def initial(self, request, *args, **kwargs):
-        if request.method != "OPTIONS":  # a CORS preflight carries no key: answer it before authentication
-            super().initial(request, *args, **kwargs)
+    @staticmethod
+    def is_preflight(request):
+        return request.method == "OPTIONS"  # a CORS preflight carries no key: answered before authentication
 
-    async def ainitial(self, request, *args, **kwargs):  # the same for the LoopAPIView routes
-        if request.method != "OPTIONS":
-            await super().ainitial(request, *args, **kwargs)
+    def initial(self, request, *args, **kwargs):
+        if not self.is_preflight(request):
+            super().initial(request, *args, **kwargs)
 
     def options(self, request, *args, **kwargs):
         response = Response(status=status.HTTP_204_NO_CONTENT)
@@ -148,6 +148,10 @@ class GenerationApi(V1Api, LoopAPIView):
     surface = None  # module with parse(body, *, served) -> intake.Call
     metric_surface = None  # its label in /metrics
     throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle]
+
+    async def ainitial(self, request, *args, **kwargs):
+        if not self.is_preflight(request):
+            await super().ainitial(request, *args, **kwargs)
 
     async def post(self, request):
         body = intake.body_read(request._request)
