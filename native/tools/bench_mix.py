@@ -9,6 +9,9 @@ native/build/bench_fwd (not a test; prints a markdown table).
 --build: the folder(s) holding bench_fwd (default native/build, made first); with several, every
 build runs every mix in each round (interleaved) and the table has a row per build and mix.
 --keep: write the fixtures there and reuse them on the next run (same arguments, same bytes).
+--dram-shape: instead of --bench-shape, a shape whose weights stream from memory: 16 layers, 128 experts
+x 512, top-8 (~2 GB at Q4_1, 166 MB read per token; this host's L3 is 480 MiB); ~3 minutes to build
+each fixture (kept as ARCH-MIX-dram.gguf).
 
 Columns: weight bytes one decode token reads (every non-expert matrix + top_k / n_experts of the
 expert matrices, file bytes), best-of-runs single-row decode tok/s and CPU ms per token, and
@@ -27,6 +30,18 @@ from gguf import GGUFReader
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MIXES = ["q4_1", "q4_k_m", "q4_k_m_file", "q5_k_m", "q4_k", "q6_k", "q8_0", "q3_k_m", "q2_k"]
+
+
+# make_arch_fixture.py's builder with the --dram-shape dimensions (argv: tools dir, out, arch, mix)
+DRAM_FIXTURE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import make_arch_fixture as m
+h = m.ARCHS[sys.argv[3]]
+m.ARCHS[sys.argv[3]] = dict(h, d_model=1024, n_heads=8, n_kv=4, head_dim=128, layers=16, experts=128, top_k=8,
+                            d_expert=512, d_ff=2048, shexp=512 if h["shexp"] else 0)
+m.main([sys.argv[2], "--arch", sys.argv[3], "--mix", sys.argv[4]])
+"""
 
 
 def bytes_per_token(path):
@@ -52,6 +67,7 @@ def main():
     ap.add_argument("--build", action="append", help="folder with bench_fwd (repeatable)")
     ap.add_argument("--keep", help="folder for the fixtures, reused when present")
     ap.add_argument("--mixes", help="comma-separated mixes (default: " + ",".join(MIXES) + ")")
+    ap.add_argument("--dram-shape", action="store_true", help="16 layers, 128 experts x 512, top-8 (~2 GB)")
     a = ap.parse_args()
     mixes = a.mixes.split(",") if a.mixes else MIXES
     if "q4_1" not in mixes:
@@ -65,8 +81,10 @@ def main():
         d.mkdir(parents=True, exist_ok=True)
         paths = {}
         for mix in mixes:
-            paths[mix] = d / f"{a.arch}-{mix}.gguf"
-            if not paths[mix].exists():
+            paths[mix] = d / f"{a.arch}-{mix}{'-dram' if a.dram_shape else ''}.gguf"
+            if not paths[mix].exists() and a.dram_shape:
+                subprocess.run([sys.executable, "-c", DRAM_FIXTURE, str(HERE), str(paths[mix]), a.arch, mix], check=True)
+            elif not paths[mix].exists():
                 subprocess.run([sys.executable, str(HERE / "make_arch_fixture.py"), str(paths[mix]), "--arch", a.arch,
                                 "--bench-shape", "--mix", mix], check=True)
         best = {}
@@ -80,7 +98,7 @@ def main():
                     if (b, mix) not in best or cpu < best[b, mix][1]:
                         best[b, mix] = (float(m.group(2)), cpu)
         nbytes = {mix: bytes_per_token(paths[mix]) for mix in mixes}
-    print(f"{a.arch} bench shape, single-row decode, {a.threads} thread(s), best of {a.runs} interleaved rounds "
+    print(f"{a.arch} {'dram' if a.dram_shape else 'bench'} shape, single-row decode, {a.threads} thread(s), best of {a.runs} interleaved rounds "
           "by CPU time")
     print("| build | mix | MB read per token | decode tok/s | CPU ms/token | GB/s of file bytes per CPU-s | x Q4_1 |")
     print("|---|---|---|---|---|---|---|")
