@@ -90,7 +90,6 @@ class Engine:
             loop = asyncio.get_running_loop()
             previous = loop.time()
             while True:
-                asked = loop.time()
                 chunk = await self.proc.stdout.read(65536)
                 if not chunk:
                     kill_now = False
@@ -101,9 +100,11 @@ class Engine:
                 if self.broken:
                     reason = self.broken
                     break
-                # the events of one read cycle (the previous read to this one, a pause included)
-                pause = self.read_pause(len(events), loop.time() - previous)
-                previous = asked
+                # the events of one read cycle: since the previous read's events were handled (the
+                # pause after them included, the idle wait before a request's first event too)
+                now = loop.time()
+                pause = self.read_pause(len(events), now - previous)
+                previous = now
                 if pause > 0:  # the pipe holds what the engine writes meanwhile
                     await asyncio.sleep(pause)
         except protocol.ProtocolError as exc:
