@@ -118,6 +118,21 @@ FORCE_INLINE void k6_codes(const uint8_t *bp, int t, __m256i *lo, __m256i *hi)
     *hi = _mm256_and_si256(k6_ld(bp, 2 * t + 1), m63);
 }
 
+/* Step t (values 4t..4t+3) of block b's two 16-value halves, shared by the Q6_K and Q2_K/Q3_K
+ * tiles: every input row's broadcast activations against each group's low / high code vectors. */
+FORCE_INLINE void k_halves_step(__m256i ia[2][4], __m256i ib[2][4], const __m256i lo[2], const __m256i hi[2],
+                                const int8_t *const *xq, int b, int t, const int NG, const int NX)
+{
+    for (int k = 0; k < NX; k++) {
+        const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+        const __m256i xl = bc4(xk), xh = bc4(xk + 16);
+        for (int g = 0; g < NG; g++) {
+            ia[g][k] = pk_dot4(ia[g][k], lo[g], xl);
+            ib[g][k] = pk_dot4(ib[g][k], hi[g], xh);
+        }
+    }
+}
+
 /* Q6_K tile (layout at PK_K6_SB): per block the two halves' exact sums (vpdpbusd of the codes),
  * the offset 32 and the int8 scales applied in int32, then Q4_1's float step. */
 FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
@@ -148,14 +163,7 @@ FORCE_INLINE void pk_q6k(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             for (int g = 0; g < NG; g++) k6_codes(bp[g], t, &lo[g], &hi[g]);
-            for (int k = 0; k < NX; k++) {
-                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
-                const __m256i xl = bc4(xk), xh = bc4(xk + 16);
-                for (int g = 0; g < NG; g++) {
-                    ia[g][k] = pk_dot4(ia[g][k], lo[g], xl);
-                    ib[g][k] = pk_dot4(ib[g][k], hi[g], xh);
-                }
-            }
+            k_halves_step(ia, ib, lo, hi, xq, b, t, NG, NX);
         }
         for (int k = 0; k < NX; k++) {
             const __m256 xs = _mm256_set1_ps(xd[k][b]);
@@ -227,14 +235,7 @@ FORCE_INLINE void pk_q23k(const uint8_t *const *gp, const int NG, const qact *x,
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             for (int g = 0; g < NG; g++) k23_codes(T, bp[g], t, &lo[g], &hi[g]);
-            for (int k = 0; k < NX; k++) {
-                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
-                const __m256i xl = bc4(xk), xh = bc4(xk + 16);
-                for (int g = 0; g < NG; g++) {
-                    ia[g][k] = pk_dot4(ia[g][k], lo[g], xl);
-                    ib[g][k] = pk_dot4(ib[g][k], hi[g], xh);
-                }
-            }
+            k_halves_step(ia, ib, lo, hi, xq, b, t, NG, NX);
         }
         __m256i sca[2], scb[2], ma[2], mb[2];
         for (int g = 0; g < NG; g++) k23_scales(T, bp[g], &sca[g], &scb[g], &ma[g], &mb[g]);
