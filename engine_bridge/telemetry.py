@@ -135,10 +135,12 @@ class Publisher:
     async def _watched(self, layer):
         """Whether the group has a member, asked at most every WATCH_CHECK_S (channels-redis keeps
         a group as a sorted set; a layer that cannot tell counts as watched)."""
-        now = time.monotonic()
         group_key = getattr(layer, "_group_key", None)
-        if group_key is None or now - self.watch_checked < WATCH_CHECK_S:
-            return self.watched or group_key is None
+        if group_key is None:
+            return True
+        now = time.monotonic()
+        if now - self.watch_checked < WATCH_CHECK_S:
+            return self.watched
         self.watch_checked = now
         try:
             connection = layer.connection(layer.consistent_hash(GROUP))

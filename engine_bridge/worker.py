@@ -162,7 +162,7 @@ class Bridge:
         self.handlers = {}       # event type -> its ev_* method
         self.senders = {}        # reply list -> the task sending to it
         self.held = {}           # req -> (request, due time) of text held back until a tick
-        self.tick_at = self.tick_handle = None  # the next tick of the text grid, if any is set
+        self.tick = None         # the timer that sends held text (its when(): the earliest due time)
         self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
         self.text_frame_s = settings.BRIDGE_TEXT_FRAME_S
 
@@ -385,24 +385,26 @@ class Bridge:
     def hold(self, r, due):
         """Holds r's text until `due`; one timer for all held streams, at the earliest due time."""
         self.held[r.req] = (r, due)
-        if self.tick_at is None or due < self.tick_at:
-            if self.tick_handle is not None:
-                self.tick_handle.cancel()
-            self.tick_at, self.tick_handle = due, asyncio.get_running_loop().call_at(due, self.on_tick)
+        self.arm_tick(due)
+
+    def arm_tick(self, due):
+        if self.tick is None or due < self.tick.when():
+            if self.tick is not None:
+                self.tick.cancel()
+            self.tick = asyncio.get_running_loop().call_at(due, self.on_tick)
 
     def on_tick(self):
         """Sends the held text that is due, and what would be due within half an interval: the
         streams fall into one phase and leave together (one send per reply list, one wakeup of
         Redis and of each web process per tick, however many streams run), none more than half
         an interval early."""
-        self.tick_at = self.tick_handle = None
+        self.tick = None
         horizon = time.monotonic() + self.text_interval() / 2
         for r, _ in [held for held in self.held.values() if held[1] <= horizon]:
             del self.held[r.req]
             self.flush(r, ride=True)
         if self.held:
-            r, due = min(self.held.values(), key=lambda held: held[1])
-            self.hold(r, due)
+            self.arm_tick(min(due for _, due in self.held.values()))
 
     def read_pause(self, events, cycle):
         """How long the engine reader may wait before its next read, given the events of its last
