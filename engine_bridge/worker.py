@@ -8,10 +8,10 @@ text batch of the same request sent less than its text interval ago; events arri
 coalesce (text merged) and leave together. The text interval is a frame (BRIDGE_TEXT_FRAME_S)
 for one stream and grows with the number of streams so that all of them together send at most
 settings.BRIDGE_TEXT_BATCHES_PER_S text batches a second; held text of concurrent streams leaves
-together (on_tick), so they share one send and one web-process wakeup per interval: a batch costs the web path about half
-a millisecond of CPU (bridge, Redis, Daphne, measured with bench/webpath.py), and on a small host
-every such millisecond, and every wakeup that preempts an engine thread, comes out of the engine's
-own throughput. For the same reason an engine that writes a token at a time is read at most every
+together (on_tick), so they share one send and one web-process wakeup per interval. A batch
+costs the web path about half a millisecond of CPU (bridge, Redis, Daphne, bench/webpath.py), and
+on a small host every such millisecond, and every wakeup that preempts an engine thread, comes out
+of the engine's own throughput. For the same reason an engine that writes a token at a time is read at most every
 READ_PAUSE_S while every running request already has its first text (read_pause). Batches are
 numbered; the client fails loudly on a gap.
 
