@@ -42,6 +42,8 @@ fault with SIGILL on some of these VMs).
 Setup (once, ~10 min on 2 cores):
     python3 -m venv bench/.venv-llama
     CMAKE_ARGS="-DGGML_NATIVE=ON" bench/.venv-llama/bin/pip install llama-cpp-python==0.3.16
+(0.3.36 runs this script unchanged and has grouped expert selection, expert_group_count /
+expert_group_used_count, which 0.3.16 lacks: glm4moe's fixture as generated, with 2 groups, needs it.)
 """
 from __future__ import annotations
 
