@@ -32,13 +32,14 @@ def queue_timeout_error():
                     code="queue_timeout", headers={"Retry-After": "1"})
 
 
-async def open_generation(request, *, prompt_param="messages", admit_queued=False, deadline=None):
+async def open_generation(request, *, prompt_param="messages", admit_queued=False, deadline=None, tick=None):
     """-> (accepted event — or, with admit_queued, the first queued event —, async iterator of the
     remaining events). Raises ApiError; a context overflow names `prompt_param` (the surface's own
-    field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s()."""
+    field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s(). `tick`: see
+    client.generate (the iterator then yields None when that long passes without an event)."""
     from engine_bridge import client
 
-    agen = client.generate(request)
+    agen = client.generate(request, tick=tick)
     loop = asyncio.get_running_loop()
     if deadline is None:
         deadline = queue_deadline()
@@ -50,6 +51,8 @@ async def open_generation(request, *, prompt_param="messages", admit_queued=Fals
             raise ApiError(500, "The engine closed the request without an answer.", type="server_error", code="engine_error")
         except asyncio.TimeoutError:
             raise queue_timeout_error()
+        if event is None:  # a tick while waiting for ACCEPT: the deadline above bounds the wait
+            continue
         kind = event.get("kind")
         if kind == "accepted" or (kind == "queued" and admit_queued):
             return event, agen
@@ -57,33 +60,3 @@ async def open_generation(request, *, prompt_param="messages", admit_queued=Fals
             await agen.aclose()
             raise from_engine_error(event, prompt_param=prompt_param)
         # queued / submitted (the client's own first event) and unknown kinds: keep waiting.
-
-
-async def with_keepalive(agen, interval, deadline=lambda: None):
-    """Yields agen's events, and None whenever `interval` seconds pass without one — or sooner,
-    when the loop time `deadline()` (None: no deadline) comes first, so the caller can act on it.
-    Leaving early (close, cancellation by a client disconnect) ends agen, which cancels the job."""
-    pending = None
-    loop = asyncio.get_running_loop()
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(agen.__anext__())
-            timeout, until = interval, deadline()
-            if until is not None:
-                timeout = max(0.0, min(interval, until - loop.time()))
-            done, _ = await asyncio.wait({pending}, timeout=timeout)
-            if not done:
-                yield None
-                continue
-            task, pending = pending, None
-            try:
-                event = task.result()
-            except StopAsyncIteration:
-                return
-            yield event
-    finally:
-        if pending is not None:
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-        await agen.aclose()

@@ -168,7 +168,8 @@ class GenerationApi(V1Api, LoopAPIView):
             # admitted: its client learns its position while it waits); the wait stays bounded.
             deadline = engine.queue_deadline()
             first, events = await engine.open_generation(call.request, prompt_param=call.prompt_param,
-                                                         admit_queued=True, deadline=deadline)
+                                                         admit_queued=True, deadline=deadline,
+                                                         tick=_keepalive_tick(call.projector, deadline))
         except BaseException:
             meter.release()
             raise
@@ -290,6 +291,18 @@ async def _buffered(call, meter):
     return projector.response()
 
 
+def _keepalive_tick(projector, deadline):
+    """Seconds a stream waits for an event before its keepalive: KEEPALIVE_S, or until the queue
+    deadline (loop time) while the job is not yet accepted, so that _sse can end it in time."""
+    loop = asyncio.get_running_loop()
+
+    def tick():
+        if projector.accepted or projector.finished:
+            return KEEPALIVE_S
+        return max(0.0, min(KEEPALIVE_S, deadline - loop.time()))
+    return tick
+
+
 async def _sse(call, first, events, meter, deadline):
     """The stream of one generation. `first` is the accepted event, or the first queued one: until
     ACCEPT the queue deadline still holds, and an error is the HTTP error it would have been,
@@ -303,7 +316,7 @@ async def _sse(call, first, events, meter, deadline):
         meter.observe(first)
         if first_frames := projector.feed(first):
             yield "".join(first_frames)
-        async with contextlib.aclosing(engine.with_keepalive(events, KEEPALIVE_S, waiting)) as stream:
+        async with contextlib.aclosing(events) as stream:
             async for event in stream:
                 if event is None:
                     if waiting() is not None and loop.time() >= deadline:

@@ -48,8 +48,12 @@ def _broker_down(exc):
                   retry_after=BROKER_RETRY_S)
 
 
-async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
-    """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}."""
+async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT, tick=None):
+    """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}.
+
+    `tick` (a function returning seconds, asked after every yield): a None is yielded whenever that
+    long passes without an event — a surface's keepalive or deadline check, kept here so that a
+    stream pays no task per event for it."""
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
     texts = (request.prompt, *request.stop) if isinstance(request.stop, (list, tuple)) else (None,)
@@ -75,10 +79,14 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
             yield _broker_down(exc)
             return
         expected, pending, queued = 0, {}, False
+        last_poll = float("-inf")
         loop = asyncio.get_running_loop()
         idle_deadline = loop.time() + idle_timeout
+        tick_at = loop.time() + tick() if tick else None
         while True:
             timeout = GAP_TIMEOUT if pending else min(LIVENESS_POLL, max(0.0, idle_deadline - loop.time()))
+            if tick_at is not None:
+                timeout = min(timeout, max(0.0, tick_at - loop.time()))
             try:
                 if inbox.empty():  # asyncio.timeout, not wait_for: no task per batch
                     async with asyncio.timeout(timeout):
@@ -89,6 +97,12 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
                 if pending:
                     yield _error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {expected}).")
                     return
+                if tick_at is not None and loop.time() >= tick_at:
+                    yield None
+                    tick_at = loop.time() + tick()
+                    if loop.time() < last_poll + LIVENESS_POLL:
+                        continue
+                last_poll = loop.time()
                 now_boot = await liveness.aget_boot()
                 if now_boot is not None and now_boot != boot:
                     yield _error("ENGINE_UNAVAILABLE", "The engine bridge stopped while handling this request"
@@ -115,6 +129,8 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT):
                     yield event
                     return
                 yield event
+            if tick:
+                tick_at = loop.time() + tick()
     finally:
         listener.unregister(req)  # what still comes for req (its CANCELLED) is dropped by the listener
         if not finished:

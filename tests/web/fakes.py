@@ -1,5 +1,6 @@
 """A scripted stand-in for engine_bridge.client.generate (unit tests only; end-to-end tests use
-the real bridge). Scripts are lists of event dicts; the string "hang" waits until cancelled.
+the real bridge). Scripts are lists of event dicts; the string "hang" waits until cancelled
+(yielding None every tick(), as the real one does, when the caller passes `tick`).
 Also the chat-socket helpers the consumer tests share (connect, frames_until)."""
 import asyncio
 
@@ -27,7 +28,7 @@ class FakeBridge:
     def script(self, *events):
         self.scripts.append(list(events))
 
-    async def generate(self, request, req_id=None):
+    async def generate(self, request, req_id=None, tick=None):
         self.requests.append(request)
         events = self.scripts.pop(0) if len(self.scripts) > 1 else self.scripts[0]
         finished = False
@@ -35,6 +36,9 @@ class FakeBridge:
             for event in events:
                 if event == "hang":
                     self.hanging.set()
+                    while tick:  # the real client's keepalive ticks while nothing comes
+                        await asyncio.sleep(tick())
+                        yield None
                     await asyncio.Event().wait()
                 await asyncio.sleep(0)
                 yield event
