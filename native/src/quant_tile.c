@@ -25,11 +25,12 @@ FORCE_INLINE void q41_codes(uint32_t T, const uint8_t *bp, int t, __m256i *lo, _
     }
 }
 
-/* The 8 rows' float scale dw and min term mw (zero for Q5_0) of block b of group g. */
-FORCE_INLINE void q41_scales(uint32_t T, const uint8_t *g, int b, __m256 *dw, __m256 *mw)
+/* The 8 rows' float scale dw and min term mw (zero for Q5_0) of block b of group g; the K types
+ * from their super-block's d, dm (k4_super, converted once per 8 blocks). */
+FORCE_INLINE void q41_scales(uint32_t T, const uint8_t *g, int b, __m256 d, __m256 dm, __m256 *dw, __m256 *mw)
 {
     if (T == GGML_Q4_K || T == GGML_Q5_K) {
-        k4_scales(T, g, b, dw, mw);
+        k4_scales(T, g, b, d, dm, dw, mw);
         return;
     }
     const uint8_t *gb = pk_blk(T, g, b);
@@ -47,10 +48,14 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
     const float *xd[4], *xs[4];
     const int32_t *xi[4];
     act_rows(x, i0, NX, nb, xq, xd, xs, kq == 3 ? xi : NULL);
-    __m256 acc[2][4];
-    for (int g = 0; g < NG; g++)
+    __m256 acc[2][4], sd[2], sdm[2];
+    for (int g = 0; g < NG; g++) {
+        sd[g] = sdm[g] = _mm256_setzero_ps();
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    }
     for (int b = 0; b < nb; b++) {
+        if ((kq == 1 || kq == 2) && b % 8 == 0)
+            for (int g = 0; g < NG; g++) k4_super(T, gp[g], b, &sd[g], &sdm[g]);
         __m256i is[2][4];
         for (int g = 0; g < NG; g++)
             for (int k = 0; k < NX; k++) is[g][k] = _mm256_setzero_si256();
@@ -82,7 +87,7 @@ FORCE_INLINE void pk_q41k(const uint8_t *const *gp, const int NG, const qact *x,
 #endif
         for (int g = 0; g < NG; g++) {
             __m256 dw, mw;
-            q41_scales(T, gp[g], b, &dw, &mw);
+            q41_scales(T, gp[g], b, sd[g], sdm[g], &dw, &mw);
             for (int k = 0; k < NX; k++) {
                 __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b]));
                 __m256i isk = is[g][k];

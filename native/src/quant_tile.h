@@ -1,6 +1,6 @@
 /* quant_tile.h — the AVX2 helpers the packed tiles share (quant_tile.c, quant_tile_zmm.c).
  * Owns: pk_dot4 (vpdpbusd or maddubs+madd), act_rows (an activation row's int8 blocks, scales and
- * sums, through qact.idx), act_hrows (its half sums), bc4, the prefetch distance PK_PFD, k4_scales (Q4_K/Q5_K's
+ * sums, through qact.idx), act_hrows (its half sums), bc4, the prefetch distance PK_PFD, k4_super / k4_scales (Q4_K/Q5_K's
  * d * sc and -(dmin * m) of 8 rows), k23_scales (Q2_K/Q3_K's scales and mins of 8 rows). */
 #ifndef COLI_QUANT_TILE_H
 #define COLI_QUANT_TILE_H
@@ -59,12 +59,17 @@ FORCE_INLINE __m256i bc4(const int8_t *p)
 #ifndef PK_HINT
 #define PK_HINT _MM_HINT_T1
 #endif
-/* Q4_K: dl = d * sc and ml = -(dmin * m) of the 8 rows of block b of packed group g. */
-FORCE_INLINE void k4_scales(uint32_t t, const uint8_t *g, int b, __m256 *dl, __m256 *ml)
+/* Q4_K / Q5_K: the 8 rows' d and dmin of the super-block (8 blocks) holding block b of packed group g. */
+FORCE_INLINE void k4_super(uint32_t t, const uint8_t *g, int b, __m256 *d, __m256 *dm)
 {
-    const uint8_t *h = g + (size_t)(b / 8) * PK_KSB(t), *blk = pk_blk(t, g, b);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 16)));
+    const uint8_t *h = g + (size_t)(b / 8) * PK_KSB(t);
+    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    *dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 16)));
+}
+/* ... and from them dl = d * sc and ml = -(dmin * m) of the 8 rows of block b. */
+FORCE_INLINE void k4_scales(uint32_t t, const uint8_t *g, int b, __m256 d, __m256 dm, __m256 *dl, __m256 *ml)
+{
+    const uint8_t *blk = pk_blk(t, g, b);
     const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)blk)));
     const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8))));
     *dl = _mm256_mul_ps(d, sc);
