@@ -291,15 +291,19 @@ async def _buffered(call, meter):
     return projector.response()
 
 
+def _queue_deadline(projector, deadline):
+    """The loop time a stream must end by while its job is not yet accepted; None after."""
+    return None if projector.accepted or projector.finished else deadline
+
+
 def _keepalive_tick(projector, deadline):
     """Seconds a stream waits for an event before its keepalive: KEEPALIVE_S, or until the queue
-    deadline (loop time) while the job is not yet accepted, so that _sse can end it in time."""
+    deadline while that holds, so that _sse can end the stream in time."""
     loop = asyncio.get_running_loop()
 
     def tick():
-        if projector.accepted or projector.finished:
-            return KEEPALIVE_S
-        return max(0.0, min(KEEPALIVE_S, deadline - loop.time()))
+        until = _queue_deadline(projector, deadline)
+        return KEEPALIVE_S if until is None else max(0.0, min(KEEPALIVE_S, until - loop.time()))
     return tick
 
 
@@ -310,7 +314,7 @@ async def _sse(call, first, events, meter, deadline):
     event's with the stream's end: one socket write and one wakeup of the client per event."""
     projector = call.projector
     loop = asyncio.get_running_loop()
-    waiting = lambda: None if projector.accepted or projector.finished else deadline  # noqa: E731
+    waiting = lambda: _queue_deadline(projector, deadline)  # noqa: E731
     frames = []
     try:
         meter.observe(first)

@@ -79,7 +79,6 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT, tick=None
             yield _broker_down(exc)
             return
         expected, pending, queued = 0, {}, False
-        last_poll = float("-inf")
         loop = asyncio.get_running_loop()
         idle_deadline = loop.time() + idle_timeout
         tick_at = loop.time() + tick() if tick else None
@@ -100,9 +99,6 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT, tick=None
                 if tick_at is not None and loop.time() >= tick_at:
                     yield None
                     tick_at = loop.time() + tick()
-                    if loop.time() < last_poll + LIVENESS_POLL:
-                        continue
-                last_poll = loop.time()
                 now_boot = await liveness.aget_boot()
                 if now_boot is not None and now_boot != boot:
                     yield _error("ENGINE_UNAVAILABLE", "The engine bridge stopped while handling this request"
