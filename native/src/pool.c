@@ -12,15 +12,17 @@
  * done == n_chunks. */
 #include "pool.h"
 
+#include <fcntl.h>
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -30,19 +32,21 @@
 
 /* Pause iterations an idle worker spins before sleeping. Spinning keeps wake-ups cheap on
  * a quiet machine but steals time slices when the cores are oversubscribed (other
- * processes): the caller measures its own involuntary context switches and drops the spin
- * to SPIN_BUSY while they are frequent. POOL_SPIN=N fixes it. */
+ * CPU-bound processes): the caller measures the share of time it waited on a run queue
+ * and drops the spin to SPIN_BUSY while that share is high. POOL_SPIN=N fixes it. */
 #define SPIN_QUIET 4000
 #define SPIN_BUSY 0
 static _Atomic int spin_idle = SPIN_QUIET;
 static int spin_fixed = -1;
 #define SPIN_WAIT 2000      /* pause iterations the caller spins before yielding */
 #define MAX_THREADS 256
-/* Involuntary switches per second of the caller above which the cores count as oversubscribed.
- * Measured on a 2-vCPU VM (bench_fwd, 8 slots): 20-70/s with nothing else running (there,
- * the former threshold of 20 often stopped the spin and cost 5-20 % of a step in wake-ups),
- * 140-1800/s with one or two CPU-bound competitors while spinning. */
-#define SPIN_BUSY_RATE 100.0
+/* Share of wall time the caller spent runnable but not running (/proc/thread-self/schedstat)
+ * above which the cores count as oversubscribed. Measured on a 2-vCPU VM, default model,
+ * 8 slots: 0.1-2 % alone, 1.3-4.5 % under the web stack's short wake-ups (Daphne, bridge,
+ * Redis), 15-24 % beside one CPU-bound process. The count of involuntary switches used
+ * before could not tell the second case from the third (both 100-200/s): it stopped the
+ * spin under web load and cost 10-20 % of the engine's throughput there (issue 14). */
+#define SPIN_BUSY_DELAY 0.10
 
 static struct {
     pthread_once_t once;
@@ -168,23 +172,35 @@ int pool_threads(void) {
     return P.nthr;
 }
 
-/* Every ~0.2 s of jobs: involuntary switches of the calling thread per second decide
- * whether idle workers spin. */
+/* Nanoseconds the calling thread has waited on a run queue (schedstat's second field), or
+ * -1 where the kernel does not say. The file stays open: a pread re-reads it. */
+static long long run_delay_ns(void) {
+    static int fd = -2;
+    if (fd == -2) fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    char buf[128];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    long long run, delay;
+    return sscanf(buf, "%lld %lld", &run, &delay) == 2 ? delay : -1;
+}
+
+/* Every ~0.2 s of jobs: the caller's run-queue delay share decides whether idle workers spin. */
 static void adapt_spin(void) {
     static double t_last;
-    static long iv_last;
+    static long long delay_last;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     if (now - t_last < 0.2) return;
-    struct rusage ru;
-    if (getrusage(RUSAGE_THREAD, &ru) != 0) return;
+    long long delay = run_delay_ns();
+    if (delay < 0) return;
     if (t_last > 0 && now - t_last < 5.0) {
-        double rate = (double)(ru.ru_nivcsw - iv_last) / (now - t_last);
-        atomic_store_explicit(&spin_idle, rate > SPIN_BUSY_RATE ? SPIN_BUSY : SPIN_QUIET, memory_order_relaxed);
+        double share = (double)(delay - delay_last) * 1e-9 / (now - t_last);
+        atomic_store_explicit(&spin_idle, share > SPIN_BUSY_DELAY ? SPIN_BUSY : SPIN_QUIET, memory_order_relaxed);
     }
     t_last = now;
-    iv_last = ru.ru_nivcsw;
+    delay_last = delay;
 }
 
 void pool_run(pool_fn fn, void *ctx, int n_chunks) {
