@@ -2,12 +2,20 @@
 
 Engine: spawn, skip banner lines until READY (with a timeout), one reader task feeding the
 protocol parser, stderr copied to the log, every command written as one write under a lock.
+The reader owns the read end of the engine's stdout pipe and watches it only while it waits to
+read: an engine writes a line per token, and a pipe watched all the time (asyncio's transports
+read whatever arrives) wakes the bridge for each of them, preempting an engine thread on a small
+host; during the owner's read pause (read_pause) the lines wait in the pipe and leave in one read.
+A command written to the engine ends a pause at once, so its answer (ACCEPT, a first token,
+CANCELLED) is read without waiting for the pause.
 Supervisor: start an Engine, report its events, and when it dies or breaks the protocol (EOF,
 ProtocolError, BAD_FRAME, ERROR 0) tell the owner, then restart with exponential backoff. The
 backoff resets once an engine reaches READY and is capped at BACKOFF_MAX, so one crash costs
 about a second and a crash loop costs at most BACKOFF_MAX between attempts.
 """
 import asyncio
+import contextlib
+import fcntl
 import itertools
 import logging
 import os
@@ -25,6 +33,8 @@ ROUTINE_STDERR = (b"[API] done id=", b"[API] KV slot ")
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
 TERM_GRACE = 5.0
+READ_SIZE = 1 << 18
+PIPE_BYTES = 1 << 20  # room for what a fast engine writes during a read pause (Linux's default is 64 KiB)
 
 # Request ids: one process-wide counter, never reused, so a late NOT_FOUND cannot hit a new request.
 _ids = itertools.count(1)
@@ -64,15 +74,28 @@ class Engine:
         self.tasks = []
         self.broken = None
         self.model_info = None
+        self.stdout_fd = None
+        self.wake = asyncio.Event()   # set by a write: the reader's pause ends
 
     @property
     def pid(self):
         return self.proc.pid if self.proc else None
 
     async def start(self, ready_timeout):
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, env=self.env, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        read_end, write_end = os.pipe()
+        with contextlib.suppress(OSError):  # F_SETPIPE_SZ is Linux's; elsewhere the default size
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(read_end, False)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, env=self.env, stdin=asyncio.subprocess.PIPE,
+                stdout=write_end, stderr=asyncio.subprocess.PIPE)
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        self.stdout_fd = read_end
         log.info("engine started: pid %s, %s", self.proc.pid, shlex.join(self.argv))
         self.tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._stderr())]
         done, _ = await asyncio.wait([self.ready, self.exited], timeout=ready_timeout,
@@ -90,7 +113,7 @@ class Engine:
             loop = asyncio.get_running_loop()
             previous = loop.time()
             while True:
-                chunk = await self.proc.stdout.read(65536)
+                chunk = await self._read_chunk()
                 if not chunk:
                     kill_now = False
                     break
@@ -106,12 +129,14 @@ class Engine:
                 pause = self.read_pause(len(events), now - previous)
                 previous = now
                 if pause > 0:  # the pipe holds what the engine writes meanwhile
-                    await asyncio.sleep(pause)
+                    await self._pause(pause)
         except protocol.ProtocolError as exc:
             reason = f"protocol error: {exc}"
         except Exception as exc:  # a bug in an event handler must not leave requests hanging
             log.exception("engine reader failed")
             reason = f"reader failed: {exc!r}"
+        finally:
+            os.close(self.stdout_fd)
         if self.broken:
             reason = self.broken
         log.warning("engine pid %s: %s", self.pid, reason)
@@ -125,6 +150,30 @@ class Engine:
             await self.proc.wait()
         if not self.exited.done():
             self.exited.set_result(reason)
+
+    async def _read_chunk(self):
+        """What the engine's stdout holds now (b"" at end of file), after waiting for it to hold
+        something; between calls nothing watches the pipe."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return os.read(self.stdout_fd, READ_SIZE)
+            except BlockingIOError:
+                pass
+            readable = loop.create_future()
+            loop.add_reader(self.stdout_fd, lambda: readable.done() or readable.set_result(None))
+            try:
+                await readable
+            finally:
+                loop.remove_reader(self.stdout_fd)
+
+    async def _pause(self, seconds):
+        """Waits `seconds`, or not at all or less when a command was written since the last pause
+        (its answer may be due; the read after it may not have held it yet)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.wake.wait()
+        self.wake.clear()
 
     def _dispatch(self, event):
         if isinstance(event, protocol.Banner):
@@ -159,6 +208,7 @@ class Engine:
         async with self.lock:
             try:
                 self.proc.stdin.write(data)
+                self.wake.set()
                 await self.proc.stdin.drain()
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc

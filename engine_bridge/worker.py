@@ -415,10 +415,13 @@ class Bridge:
         host. The rate counts the cycle, pause included, so the events a pause let pile up do not
         pass for a burst. A fast engine's output is read at once (a short request must not wait
         for its DONE), as is anything while a request waits for its first token or is at its last
-        token (max_tokens: its DONE is next). Any other DONE waits at most READ_PAUSE_S."""
+        token (max_tokens: its DONE is next) or has been stopped or cancelled (its DONE or
+        CANCELLED is next; the engine reader ends a pause when a command is written). Any other
+        DONE waits at most READ_PAUSE_S."""
         running = len(self.by_id)
         if (not running or not events or cycle * running / events < SLOW_TOKEN_S
-                or any(r.t_first is None or r.tokens >= r.job.max_tokens - 1 for r in self.by_id.values())):
+                or any(r.t_first is None or r.tokens >= r.job.max_tokens - 1 or r.stopped or r.cancelled
+                       for r in self.by_id.values())):
             return 0.0
         return min(self.text_frame_s, READ_PAUSE_S)
 

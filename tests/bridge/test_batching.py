@@ -102,6 +102,12 @@ def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_s
     assert b.read_pause(40, slow) == 0.0            # output in bursts: read on
     assert b.read_pause(2, 0.0001) == 0.0           # the data was already there (a fast engine): read on
     assert b.read_pause(10, 0.025) > 0              # 10 tokens over a 20 ms pause + 5 ms: still slow, pause again
+    r1.cancelled = True
+    assert b.read_pause(2, slow) == 0.0             # r1's CANCELLED is due: read it at once
+    r1.cancelled = False
+    r1.stopped = True
+    assert b.read_pause(2, slow) == 0.0             # so is the DONE of a stopped request
+    r1.stopped = False
     r2.tokens = r2.job.max_tokens - 1
     assert b.read_pause(2, slow) == 0.0             # r2's next event is its DONE: read it at once
 

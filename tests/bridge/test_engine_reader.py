@@ -1,0 +1,96 @@
+"""The engine reader (engine_bridge.engine.Engine): during its owner's read pause the engine's
+lines wait in the pipe, so the bridge is not woken once per line (issue 14: each wakeup preempts
+an engine thread on a small host), and a command written meanwhile ends the pause at once.
+
+Engine: fake_engines/mux_fake.py, a test double that writes one line per write, a token every
+FAKE_DELAY seconds, like a real engine decoding one stream.
+"""
+import asyncio
+import os
+import sys
+import time
+
+from engine_bridge import protocol
+from engine_bridge.client import GenerationRequest
+from engine_bridge.engine import Engine
+from tests.bridge.conftest import FAKES
+
+
+def voluntary_switches():
+    """This thread's voluntary context switches: one per wait of the event loop that slept."""
+    for line in open("/proc/thread-self/status"):
+        if line.startswith("voluntary_ctxt_switches"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc/thread-self/status")
+
+
+class Recorder:
+    def __init__(self):
+        self.events, self.arrived = [], []
+        self.changed = asyncio.Event()
+
+    def __call__(self, event):
+        self.events.append(event)
+        self.arrived.append(time.monotonic())
+        self.changed.set()
+
+    async def until(self, test, timeout):
+        async with asyncio.timeout(timeout):
+            while not any(test(event) for event in self.events):
+                self.changed.clear()
+                await self.changed.wait()
+
+    def count(self, kind):
+        return sum(isinstance(event, kind) for event in self.events)
+
+
+async def start_fake(recorder, read_pause, delay):
+    env = {**os.environ, "KV_SLOTS": "1", "CTX": "4096", "FAKE_DELAY": str(delay)}
+    engine = Engine([sys.executable, str(FAKES / "mux_fake.py")], env, recorder, slots=1, read_pause=read_pause)
+    await engine.start(ready_timeout=20)
+    return engine
+
+
+async def test_it_takes_the_lines_written_during_a_pause_in_one_read_without_waking_for_each():
+    recorder = Recorder()
+    pause = {"s": 0.0}
+    engine = await start_fake(recorder, lambda events, cycle: pause["s"], delay=0.005)
+    try:
+        pause["s"] = 0.6  # longer than the whole answer: 80 lines, one every ~5 ms
+        await engine.submit(1, 0, GenerationRequest(prompt="hello", max_tokens=80))
+        await recorder.until(lambda e: isinstance(e, protocol.Accept), timeout=5)
+        switches = voluntary_switches()
+        await recorder.until(lambda e: isinstance(e, protocol.Done), timeout=10)
+        woken = voluntary_switches() - switches
+        assert recorder.count(protocol.Data) == 80
+        # A reader that watched the pipe all the time woke ~80 times (a line per write); this one
+        # sleeps through the pause and wakes for its end and the read after it.
+        assert woken < 15, f"the event loop woke {woken} times while 80 lines arrived"
+        first_data = recorder.arrived[next(i for i, e in enumerate(recorder.events) if isinstance(e, protocol.Data))]
+        last_data = recorder.arrived[max(i for i, e in enumerate(recorder.events) if isinstance(e, protocol.Data))]
+        assert last_data - first_data > 0.3  # the pause held them (80 x 5 ms were written meanwhile)
+    finally:
+        await engine.kill()
+
+
+async def test_it_ends_a_read_pause_when_a_command_is_written():
+    recorder = Recorder()
+    pause = {"s": 0.0}
+    # the owner's rule (worker.read_pause): no pause while a cancelled request's answer is due
+    engine = await start_fake(recorder, lambda events, cycle: pause["s"], delay=0.002)
+    try:
+        pause["s"] = 30.0
+        await engine.submit(1, 0, GenerationRequest(prompt="hello", max_tokens=100000))
+        await recorder.until(lambda e: isinstance(e, protocol.Accept), timeout=5)
+        await asyncio.sleep(0.3)
+        seen = len(recorder.events)
+        await asyncio.sleep(0.3)
+        assert len(recorder.events) == seen  # paused: the tokens written meanwhile wait in the pipe
+        written = time.monotonic()
+        pause["s"] = 0.0
+        await engine.cancel(1)
+        await recorder.until(lambda e: isinstance(e, protocol.Error) and e.code == "CANCELLED", timeout=5)
+        assert time.monotonic() - written < 2.0  # not the 30 s pause
+        assert recorder.count(protocol.Data) > 100  # what waited in the pipe came with it
+    finally:
+        await engine.kill()
