@@ -32,21 +32,23 @@ def queue_timeout_error():
                     code="queue_timeout", headers={"Retry-After": "1"})
 
 
-async def open_generation(request, *, prompt_param="messages", admit_queued=False, deadline=None, tick=None):
+async def open_generation(request, *, prompt_param="messages", admit_queued=False, deadline=None, tick=None,
+                          boot=None):
     """-> (accepted event — or, with admit_queued, the first queued event —, async iterator of the
     remaining events). Raises ApiError; a context overflow names `prompt_param` (the surface's own
-    field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s(). `tick`: see
-    client.generate (the iterator then yields None when that long passes without an event)."""
+    field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s(). `tick`, `boot`:
+    see client.generate (the iterator then yields None when that long passes without an event)."""
     from engine_bridge import client
 
-    agen = client.generate(request, tick=tick)
-    loop = asyncio.get_running_loop()
+    agen = client.generate(request, tick=tick, boot=boot)
     if deadline is None:
         deadline = queue_deadline()
     while True:
         try:
-            # A timeout cancels __anext__, which ends generate() and sends gen.cancel.
-            event = await asyncio.wait_for(agen.__anext__(), max(0.0, deadline - loop.time()))
+            # A timeout cancels __anext__, which ends generate() and sends gen.cancel. (A timeout
+            # scope, not wait_for: no task per event.)
+            async with asyncio.timeout_at(deadline):
+                event = await agen.__anext__()
         except StopAsyncIteration:
             raise ApiError(500, "The engine closed the request without an answer.", type="server_error", code="engine_error")
         except asyncio.TimeoutError:

@@ -38,13 +38,13 @@ def _read_state():
         return NO_BRIDGE
 
 
-async def _aread_state():
+async def _aread_state_and_boot():
     from engine_bridge import telemetry
 
     try:
-        return await telemetry.aget_state()
+        return await telemetry.aget_state_and_boot()
     except Exception:
-        return NO_BRIDGE
+        return NO_BRIDGE, None
 
 
 def slugify(text):
@@ -65,6 +65,7 @@ class ServedModel:
     eos_token: str
     experts_range: tuple | None = None  # (min, max) routed experts a request may ask for; None: not choosable
     sampling_defaults: tuple = (sampling.DEFAULT_TEMPERATURE, sampling.DEFAULT_TOP_P)  # for unnamed values
+    boot: str | None = None  # the bridge boot alive when these facts were read ("" none; None unknown)
 
     @property
     def up(self):
@@ -84,11 +85,13 @@ def served_model_get():
 
 
 async def aserved_model_get():
-    """served_model_get on the event loop (no thread hop before a generation's first token)."""
-    return served_model_from(await _aread_state())
+    """served_model_get on the event loop (no thread hop before a generation's first token), with
+    the running bridge's boot read in the same round trip (a generation submits to it)."""
+    state, boot = await _aread_state_and_boot()
+    return served_model_from(state, boot=boot)
 
 
-def served_model_from(state):
+def served_model_from(state, *, boot=None):
     state = state or {}
     info = state.get("model") or {}
     status = (state.get("status") or ("up" if state.get("up") else "down")) if state.get("updated") else "down"
@@ -110,6 +113,7 @@ def served_model_from(state):
         bos_token=template[1], eos_token=template[2],
         experts_range=(int(info["experts_min"]), int(info["experts_max"])) if info.get("experts_max") else None,
         sampling_defaults=sampling.model_defaults(info),
+        boot=boot,
     )
 
 

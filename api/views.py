@@ -150,12 +150,17 @@ class GenerationApi(V1Api, LoopAPIView):
     throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle]
 
     async def ainitial(self, request, *args, **kwargs):
-        if not self.is_preflight(request):
-            await super().ainitial(request, *args, **kwargs)
+        if self.is_preflight(request):
+            return
+        # The served model's facts (and the bridge boot) are read while the key is checked: one
+        # wait on Redis before the submit instead of two, and on a busy loop each wait lets the
+        # other requests' work go first (issue 14).
+        self.facts = asyncio.ensure_future(served.aserved_model_get())
+        await super().ainitial(request, *args, **kwargs)
 
     async def post(self, request):
         body = intake.body_read(request._request)
-        facts = await served.aserved_model_get()
+        facts = await self.facts
         call = self.surface.parse(body, served=facts)
         # Tokens per minute: the prompt's estimate plus the output budget, charged before the
         # engine sees the request, settled against its usage when it ends (api.limits).
@@ -163,12 +168,12 @@ class GenerationApi(V1Api, LoopAPIView):
         meter = Meter(self.metric_surface, reservation=reservation)
         try:
             if not call.stream:
-                return Response(await _buffered(call, meter))
+                return Response(await _buffered(call, meter, boot=facts.boot))
             # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was
             # admitted: its client learns its position while it waits); the wait stays bounded.
             deadline = engine.queue_deadline()
             first, events = await engine.open_generation(call.request, prompt_param=call.prompt_param,
-                                                         admit_queued=True, deadline=deadline,
+                                                         admit_queued=True, deadline=deadline, boot=facts.boot,
                                                          tick=_keepalive_tick(call.projector, deadline))
         except BaseException:
             meter.release()
@@ -272,9 +277,9 @@ class ResponsesApi(GenerationApi):
         return await super().post(request)
 
 
-async def _buffered(call, meter):
+async def _buffered(call, meter, *, boot=None):
     projector = call.projector
-    accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param)
+    accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param, boot=boot)
     meter.observe(accepted)
     projector.feed(accepted)
     try:

@@ -3,6 +3,7 @@ short middleware chain, colibri_site.lean); websockets pass the origin check and
 import functools
 import os
 
+from daphne.http_protocol import WebRequest
 from django.core.asgi import get_asgi_application
 from twisted.web import http as twisted_http
 
@@ -24,6 +25,27 @@ from experts.routing import websocket_urlpatterns as experts_websockets  # noqa:
 # function of the header's bytes and clients send a handful of values: remember the answers.
 if hasattr(twisted_http, "_parseContentType") and not hasattr(twisted_http._parseContentType, "cache_info"):
     twisted_http._parseContentType = functools.lru_cache(maxsize=256)(twisted_http._parseContentType)
+
+
+def _without_nagle(process):
+    """Daphne leaves Nagle's algorithm on for the connections Twisted accepts (asyncio's own
+    sockets turn it off): a stream's small writes (SSE events, websocket frames) then wait for the
+    client's ACK of the previous one, which a delayed ACK holds up to 40 ms (issue 14). Set on
+    each request's connection (a websocket's too: its upgrade is a request), before any reply."""
+
+    @functools.wraps(process)
+    def process_without_nagle(self):
+        transport = getattr(self.channel, "transport", None)
+        if hasattr(transport, "setTcpNoDelay"):
+            transport.setTcpNoDelay(True)
+        return process(self)
+
+    process_without_nagle.nagle_off = True
+    return process_without_nagle
+
+
+if not getattr(WebRequest.process, "nagle_off", False):
+    WebRequest.process = _without_nagle(WebRequest.process)
 
 application = ProtocolTypeRouter(
     {

@@ -48,8 +48,11 @@ def _broker_down(exc):
                   retry_after=BROKER_RETRY_S)
 
 
-async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT, tick=None):
+async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT, tick=None):
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}.
+
+    `boot`: the running bridge's boot id as the caller just read it (liveness.aget_boot's answer,
+    e.g. with the served model's facts); None: read it here.
 
     `tick` (a function returning seconds, asked after every yield): a None is yielded whenever that
     long passes without an event — a surface's keepalive or deadline check, kept here so that a
@@ -60,7 +63,8 @@ async def generate(request, req_id=None, *, idle_timeout=IDLE_TIMEOUT, tick=None
     if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
         yield _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
         return
-    boot = await liveness.aget_boot()
+    if boot is None:
+        boot = await liveness.aget_boot()
     if boot is None:
         yield _broker_down("no answer")
         return

@@ -73,6 +73,16 @@ async def aget_state():
     return _decode(await transport.loop_client("telemetry", socket_timeout=5).get(state_key()))
 
 
+async def aget_state_and_boot():
+    """(aget_state(), liveness.aget_boot()'s answer) in one round trip: a generation request reads
+    the served model's facts and then submits to the running bridge boot, and on a busy event loop
+    every round trip before the submit lets the other requests' work go first."""
+    from engine_bridge.liveness import alive_key
+
+    raw, boot = await transport.loop_client("telemetry", socket_timeout=5).mget(state_key(), alive_key())
+    return _decode(raw), boot.decode() if boot else ""
+
+
 class Publisher:
     """The worker's side: holds the state in memory, writes it throttled."""
 

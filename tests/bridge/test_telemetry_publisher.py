@@ -67,3 +67,29 @@ async def test_a_status_change_is_written_at_once_while_figures_wait(redis_url):
         await asyncio.gather(runner, return_exceptions=True)
         await publisher.close()
         await client.aclose()
+
+
+async def test_the_state_and_the_running_boot_come_in_one_read(redis_url):
+    """What a generation request reads before its submit (api.served): the published state and the
+    alive bridge's boot, together; no boot ("") once the bridge stopped cleanly."""
+    from engine_bridge.liveness import Heart, aget_boot
+
+    publisher, heart = telemetry.Publisher(), Heart()
+    runners = [asyncio.create_task(publisher.run()), asyncio.create_task(heart.run())]
+    try:
+        publisher.update(status="up", up=True, model={"name": "tiny"})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2
+        while (await aget_boot()) != heart.boot or (await telemetry.aget_state())["model"] is None:
+            assert loop.time() < deadline, "the heart or the publisher wrote nothing"
+            await asyncio.sleep(0.01)
+        state, boot = await telemetry.aget_state_and_boot()
+        assert boot == heart.boot and state["model"] == {"name": "tiny"} and state["status"] == "up"
+    finally:
+        for runner in runners:
+            runner.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)
+        await publisher.close()
+        await heart.close()
+    state, boot = await telemetry.aget_state_and_boot()
+    assert boot == "" and state["up"] is False

@@ -23,13 +23,15 @@ class FakeBridge:
         self.scripts = []  # one script per generate() call, in order; the last one repeats
         self.requests = []
         self.cancelled = []
+        self.boots = []    # the bridge boot each call was given (None: generate reads it itself)
         self.hanging = asyncio.Event()
 
     def script(self, *events):
         self.scripts.append(list(events))
 
-    async def generate(self, request, req_id=None, tick=None):
+    async def generate(self, request, req_id=None, boot=None, tick=None):
         self.requests.append(request)
+        self.boots.append(boot)
         events = self.scripts.pop(0) if len(self.scripts) > 1 else self.scripts[0]
         finished = False
         try:
@@ -71,10 +73,11 @@ async def frames_until(comm, kind, timeout=3):
             return seen
 
 
-def serve_state(monkeypatch, state):
-    """The bridge telemetry the API reads for the served model (api.served), sync and async."""
+def serve_state(monkeypatch, state, boot="boot-1"):
+    """The bridge telemetry the API reads for the served model (api.served), sync and async, and
+    the running bridge's boot read with it."""
     async def aread():
-        return state
+        return state, boot
 
     monkeypatch.setattr("api.served._read_state", lambda: state)
-    monkeypatch.setattr("api.served._aread_state", aread)
+    monkeypatch.setattr("api.served._aread_state_and_boot", aread)

@@ -96,3 +96,43 @@ def test_twisteds_content_type_parse_is_remembered_with_the_same_answers():
     hits = parse.cache_info().hits
     assert parse(b"application/json; charset=utf-8") == b"application/json"
     assert parse.cache_info().hits == hits + 1
+
+
+async def test_a_generation_submits_to_the_bridge_boot_read_with_the_served_facts(fake_bridge, monkeypatch, alice_key):
+    """One Redis read gives the served model's facts and the running bridge's boot: generate() is
+    handed that boot instead of asking Redis again before the submit (issue 14)."""
+    from tests.web.fakes import reply, serve_state
+
+    fake_bridge.script(*reply("Hi"))
+    serve_state(monkeypatch, {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}},
+                boot="boot-42")
+    headers = [(b"host", b"localhost"), (b"content-type", b"application/json"),
+               (b"authorization", f"Bearer {alice_key}".encode())]
+    for stream in (b"true", b"false"):
+        body = b'{"model": "tiny", "stream": %s, "messages": [{"role": "user", "content": "hi"}]}' % stream
+        status, content = await post_stream(body, headers)
+        assert status == 200 and b"Hi" in content
+    assert fake_bridge.boots == ["boot-42", "boot-42"]
+
+
+def test_daphne_turns_nagles_algorithm_off_on_the_connection_of_each_request():
+    """Twisted's accepted sockets keep Nagle's algorithm on: a stream's second small write waited
+    for the client's (delayed) ACK of the first. The transport here is a stand-in that records
+    the option; the wrapper is what colibri_site.asgi installs on Daphne's WebRequest."""
+    from daphne.http_protocol import WebRequest
+
+    from colibri_site.asgi import _without_nagle
+
+    calls = []
+
+    class Transport:
+        def setTcpNoDelay(self, enabled):
+            calls.append(("nodelay", enabled))
+
+    class Request:
+        channel = type("Channel", (), {"transport": Transport()})()
+
+    process = _without_nagle(lambda self: calls.append(("process", None)))
+    process(Request())
+    assert calls == [("nodelay", True), ("process", None)]  # before anything is written
+    assert getattr(WebRequest.process, "nagle_off", False)  # installed on Daphne's own request class
