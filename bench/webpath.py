@@ -2,14 +2,19 @@
 """What the web path costs on top of the engine (issue 14). A benchmark, not a test.
 
     .venv/bin/python bench/webpath.py [--model tiny|default|PATH] [--clients 1,4,8] [--rounds 5]
-                                      [--max-tokens 128] [--buffered]
+                                      [--max-tokens 128] [--buffered] [--client httpx|socket]
 
 Two ways to the same engine binary and model, same prompts, greedy, in one sitting, interleaved
 round by round (raw, web, raw, web, ...):
 * raw: a driver speaking the mux protocol on an engine's own pipes (SUBMITs to distinct slots in
   one write; first token = first DATA after the write);
 * web: the streaming `POST /v1/chat/completions` through Daphne + channel layer (Redis) + bridge
-  + engine, N clients at once with httpx; first token = first content delta received.
+  + engine, N clients at once with httpx; first token = first content delta received. The web
+  clients share one pooled client on one event loop for the whole sitting, as an SDK keeps its
+  connections alive (the raw driver keeps its pipes): httpx (the official SDKs' library; default)
+  or `--client socket`, a minimal HTTP/1.1 client that costs about as little CPU as the raw driver,
+  so that its rows show what the server's path adds rather than what the client library costs on
+  the same two cores (httpx: ~1.6 ms of CPU per request, ~5 ms of the first token at 8 clients).
 Per round it prints first-token time added by the web path (median over the round's clients,
 web minus raw) and aggregate completion tok/s web / raw; then medians over rounds. Each round
 uses fresh prompts, so neither side reuses a KV prefix. `--buffered` measures stream=false too
@@ -25,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -44,6 +50,7 @@ from tests.support import procs  # noqa: E402
 TOPICS = ["the sea", "a violin", "winter", "a red fox", "bread", "the moon", "a lighthouse", "rain",
           "mountains", "a clock", "tea", "the desert", "a library", "bees", "a river", "snow"]
 CLK = os.sysconf("SC_CLK_TCK")
+NONEMPTY_CONTENT = re.compile(rb'"content":"[^"]')  # a delta with text (the server's compact JSON)
 
 
 def cpu_seconds(pid):
@@ -120,21 +127,44 @@ class Stack:
         procs.release_redis_db(self.redis_url)
 
 
-async def web_round(stack, model_id, prompts, max_tokens, stream):
-    headers = {"Authorization": f"Bearer {stack.key}"}
-
-    async def one(client, prompt):
+async def web_round(client, stack, model_id, prompts, max_tokens, stream):
+    async def one(prompt):
         body = {"model": model_id, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                 "temperature": 0, "top_p": 1, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}
         t0 = time.perf_counter()
-        first, tokens = None, 0
-        if not stream:
-            r = await client.post(f"{stack.url}/v1/chat/completions", json=body, headers=headers)
+        first, tokens = await client.chat(body)
+        return t0, first or time.perf_counter(), time.perf_counter(), tokens
+
+    results = await asyncio.gather(*(one(p) for p in prompts))
+    start = min(r[0] for r in results)
+    end = max(r[2] for r in results)
+    ttft = statistics.median(r[1] - r[0] for r in results)
+    return ttft, sum(r[3] for r in results) / (end - start), sum(r[3] for r in results)
+
+
+class HttpxClient:
+    """The official SDKs' HTTP library (httpx), one pooled client with keep-alive connections."""
+
+    def __init__(self, stack):
+        self.stack = stack
+        self.headers = {"Authorization": f"Bearer {stack.key}"}
+        self.http = httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+
+    async def open(self, connections):
+        await asyncio.gather(*(self.http.get(f"{self.stack.url}/v1/models", headers=self.headers)
+                               for _ in range(connections)))
+
+    async def chat(self, body):
+        """(time of the first content delta or None, completion tokens)"""
+        url = f"{self.stack.url}/v1/chat/completions"
+        if not body["stream"]:
+            r = await self.http.post(url, json=body, headers=self.headers)
             r.raise_for_status()
-            return t0, time.perf_counter(), time.perf_counter(), r.json()["usage"]["completion_tokens"]
-        async with client.stream("POST", f"{stack.url}/v1/chat/completions", json=body, headers=headers) as r:
+            return None, r.json()["usage"]["completion_tokens"]
+        first, tokens = None, 0
+        async with self.http.stream("POST", url, json=body, headers=self.headers) as r:
             r.raise_for_status()
             async for line in r.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
@@ -144,14 +174,64 @@ async def web_round(stack, model_id, prompts, max_tokens, stream):
                     first = time.perf_counter()
                 if chunk.get("usage"):
                     tokens = chunk["usage"]["completion_tokens"]
-        return t0, first, time.perf_counter(), tokens
+        return first, tokens
 
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
-        results = await asyncio.gather(*(one(client, p) for p in prompts))
-    start = min(r[0] for r in results)
-    end = max(r[2] for r in results)
-    ttft = statistics.median(r[1] - r[0] for r in results)
-    return ttft, sum(r[3] for r in results) / (end - start), sum(r[3] for r in results)
+    async def close(self):
+        await self.http.aclose()
+
+
+class SocketClient:
+    """A minimal HTTP/1.1 client on asyncio streams (keep-alive, chunked SSE), as lean as the raw
+    driver: it decodes JSON only for the first content delta and the usage, so what the web rows
+    measure is the server's path, not the client library's CPU on the same two cores."""
+
+    def __init__(self, stack):
+        self.stack, self.idle = stack, []
+
+    async def open(self, connections):
+        for _ in range(connections):
+            self.idle.append(await asyncio.open_connection("127.0.0.1", self.stack.port))
+
+    async def chat(self, body):
+        reader, writer = self.idle.pop() if self.idle else await asyncio.open_connection("127.0.0.1", self.stack.port)
+        data = json.dumps(body).encode()
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + self.stack.key.encode() + b"\r\nContent-Length: "
+                     + str(len(data)).encode() + b"\r\n\r\n" + data)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(head.decode(errors="replace"))
+        first, tokens, body_bytes = None, 0, b""
+        async for piece in self._body(reader, head.lower()):
+            if not body["stream"]:
+                body_bytes += piece
+                continue
+            if first is None and NONEMPTY_CONTENT.search(piece):
+                first = time.perf_counter()
+            if b'"usage":{' in piece:
+                line = next(x for x in piece.split(b"\n") if b'"usage":{' in x)
+                tokens = json.loads(line[6:])["usage"]["completion_tokens"]
+        if not body["stream"]:
+            tokens = json.loads(body_bytes)["usage"]["completion_tokens"]
+        self.idle.append((reader, writer))
+        return first, tokens
+
+    @staticmethod
+    async def _body(reader, head):
+        if b"transfer-encoding: chunked" not in head:
+            length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+            yield await reader.readexactly(length)
+            return
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
+            piece = await reader.readexactly(size + 2)
+            if size == 0:
+                return
+            yield piece[:-2]
+
+    async def close(self):
+        for _, writer in self.idle:
+            writer.close()
 
 
 def raw_round(mux, prompts, max_tokens):
@@ -169,6 +249,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--buffered", action="store_true")
+    ap.add_argument("--client", choices=("httpx", "socket"), default="httpx",
+                    help="the web clients' HTTP library: httpx (the SDKs') or a minimal socket client")
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     if args.model == "tiny":
@@ -191,6 +273,11 @@ def main():
         cpu = {name: 0.0 for name in pids} | {"engine (raw)": 0.0}
         web_tokens = raw_tokens = 0
         n = 0
+        # One event loop and one pooled client for every web round, as an SDK keeps its
+        # connections (the raw driver keeps its pipes): a round pays no TCP handshakes.
+        runner = asyncio.Runner()
+        client = (SocketClient if args.client == "socket" else HttpxClient)(stack)
+        runner.run(client.open(max(clients)))
         for rnd in range(args.rounds):
             for stream in modes:
                 for c in clients:
@@ -202,7 +289,8 @@ def main():
                     cpu["engine (raw)"] += cpu_seconds(mux.p.pid) - before
                     raw_tokens += r_tok
                     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-                    w_ttft, w_rate, w_tok = asyncio.run(web_round(stack, model_id, texts, args.max_tokens, stream))
+                    w_ttft, w_rate, w_tok = runner.run(web_round(client, stack, model_id, texts, args.max_tokens,
+                                                                 stream))
                     for name, pid in pids.items():
                         cpu[name] += cpu_seconds(pid) - before[name]
                     web_tokens += w_tok
@@ -214,7 +302,8 @@ def main():
                           f"{r_rate:8.1f} tok/s | web {'first token' if stream else 'whole answer'} "
                           f"{w_ttft * 1000:7.1f} ms {w_rate:8.1f} tok/s | added {added:+7.1f} ms, ratio {ratio:.3f}",
                           flush=True)
-        print(f"\nmodel {model.name}, {args.rounds} rounds, max_tokens {args.max_tokens}, medians over rounds:\n")
+        print(f"\nmodel {model.name}, {args.rounds} rounds, max_tokens {args.max_tokens}, web client {args.client}, "
+              "medians over rounds:\n")
         print("| mode | clients | raw first token ms | first token added by web ms | raw tok/s | web tok/s | web / raw |")
         print("|---|---|---|---|---|---|---|")
         for (stream, c), vals in rows.items():
@@ -225,6 +314,8 @@ def main():
         for name, seconds in cpu.items():
             tokens = raw_tokens if name == "engine (raw)" else web_tokens
             print(f"  {name:18} {seconds / max(tokens, 1) * 1000:7.3f}")
+        runner.run(client.close())
+        runner.close()
         mux.close()
     finally:
         stack.close()
