@@ -18,7 +18,7 @@ round by round (raw, web, raw, web, ...):
 Per round it prints first-token time added by the web path (median over the round's clients,
 web minus raw) and aggregate completion tok/s web / raw; then medians over rounds. Each round
 uses fresh prompts, so neither side reuses a KV prefix. `--buffered` measures stream=false too
-(no first token: the whole answer's latency). At the end: CPU seconds per 1,000 tokens of each
+(no first token: its rows compare the whole answer's latency with the raw engine's DONE). At the end: CPU seconds per 1,000 tokens of each
 of our processes (Daphne, bridge, its engine, Redis; the raw engine for reference) from /proc.
 
 The stack is private: its own Redis database, a free port, the database of DATABASE_URL (default
@@ -234,12 +234,13 @@ class SocketClient:
             writer.close()
 
 
-def raw_round(mux, prompts, max_tokens):
+def raw_round(mux, prompts, max_tokens, stream=True):
+    """(median first-token time, or with stream=False median whole-answer time; tok/s; tokens)"""
     t0, ids = mux.run(prompts, list(range(len(prompts))), max_tokens)
-    ttft = statistics.median(mux.data[i][0] - t0 for i in ids)
+    latency = statistics.median((mux.data[i][0] if stream else mux.done[i][0]) - t0 for i in ids)
     end = max(mux.done[i][0] for i in ids)
     tokens = sum(len(mux.data.get(i, [])) for i in ids)
-    return ttft, tokens / (end - t0), tokens
+    return latency, tokens / (end - t0), tokens
 
 
 def main():
@@ -285,7 +286,7 @@ def main():
                     texts = [f"Write a short poem about {TOPICS[(n * 7 + i) % len(TOPICS)]} (#{n}-{i})." for i in range(c)]
                     prompts = [render_prompt([{"role": "user", "content": t}]) for t in texts]
                     before = cpu_seconds(mux.p.pid)
-                    r_ttft, r_rate, r_tok = raw_round(mux, prompts, args.max_tokens)
+                    r_ttft, r_rate, r_tok = raw_round(mux, prompts, args.max_tokens, stream)
                     cpu["engine (raw)"] += cpu_seconds(mux.p.pid) - before
                     raw_tokens += r_tok
                     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -298,13 +299,15 @@ def main():
                     ratio = w_rate / r_rate
                     rows.setdefault((stream, c), []).append((added, ratio, r_ttft * 1000, r_rate, w_rate))
                     label = "stream" if stream else "buffered"
-                    print(f"round {rnd + 1} {label:8} clients={c}: raw first token {r_ttft * 1000:7.1f} ms "
-                          f"{r_rate:8.1f} tok/s | web {'first token' if stream else 'whole answer'} "
+                    what = "first token" if stream else "whole answer"
+                    print(f"round {rnd + 1} {label:8} clients={c}: raw {what} {r_ttft * 1000:7.1f} ms "
+                          f"{r_rate:8.1f} tok/s | web {what} "
                           f"{w_ttft * 1000:7.1f} ms {w_rate:8.1f} tok/s | added {added:+7.1f} ms, ratio {ratio:.3f}",
                           flush=True)
         print(f"\nmodel {model.name}, {args.rounds} rounds, max_tokens {args.max_tokens}, web client {args.client}, "
               "medians over rounds:\n")
-        print("| mode | clients | raw first token ms | first token added by web ms | raw tok/s | web tok/s | web / raw |")
+        print("| mode | clients | raw first token (buffered: whole answer) ms | added by web ms | raw tok/s | web tok/s "
+              "| web / raw |")
         print("|---|---|---|---|---|---|---|")
         for (stream, c), vals in rows.items():
             med = [statistics.median(v[k] for v in vals) for k in range(5)]
