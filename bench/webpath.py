@@ -15,11 +15,12 @@ round by round (raw, web, raw, web, ...):
   or `--client socket`, a minimal HTTP/1.1 client that costs about as little CPU as the raw driver,
   so that its rows show what the server's path adds rather than what the client library costs on
   the same two cores (httpx: ~1.6 ms of CPU per request, ~5 ms of the first token at 8 clients).
-Per round it prints first-token time added by the web path (median over the round's clients,
-web minus raw) and aggregate completion tok/s web / raw; then medians over rounds. Each round
-uses fresh prompts, so neither side reuses a KV prefix. `--buffered` measures stream=false too
-(no first token: its rows compare the whole answer's latency with the raw engine's DONE). At the end: CPU seconds per 1,000 tokens of each
-of our processes (Daphne, bridge, its engine, Redis; the raw engine for reference) from /proc.
+After one uncounted warm-up round on each side, per round it prints first-token time added by the
+web path (median over the round's clients, web minus raw) and aggregate completion tok/s web / raw;
+then medians over rounds. Each round uses fresh prompts, so neither side reuses a KV prefix.
+`--buffered` measures stream=false too (no first token: its rows compare the whole answer's latency
+with the raw engine's DONE). At the end: CPU seconds per 1,000 tokens of each of our processes
+(Daphne, bridge, its engine, the Celery worker, Redis; the raw engine for reference) from /proc.
 
 The stack is private: its own Redis database, a free port, the database of DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/colibri_bench, migrated here).
@@ -102,6 +103,11 @@ class Stack:
                                         "colibri_site.asgi:application"], cwd=ROOT, env=self.env,
                                        stdout=self.logs, stderr=subprocess.STDOUT)
         procs.wait_for_port(self.port, self.daphne)
+        # The Celery worker, as `make run` starts it: nothing of a /v1 stream passes through it,
+        # and its row shows that (its CPU here is its own idle polling of the broker).
+        self.worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "colibri_site", "worker", "-l", "warning",
+                                        "-c", "1", "--without-gossip", "--without-mingle"], cwd=ROOT, env=self.env,
+                                       stdout=self.logs, stderr=subprocess.STDOUT)
         import redis
         self.redis_pid = redis.Redis.from_url(self.redis_url).info("server")["process_id"]
 
@@ -119,9 +125,10 @@ class Stack:
 
     def pids(self):
         return {"daphne": self.daphne.pid, "bridge": self.bridge.pid, "engine (bridge's)": child_engine(self.bridge.pid),
-                "redis": self.redis_pid}
+                "worker (celery)": self.worker.pid, "redis": self.redis_pid}
 
     def close(self):
+        procs.stop(self.worker)
         procs.stop(self.daphne)
         procs.stop(self.bridge)
         procs.release_redis_db(self.redis_url)
@@ -279,6 +286,11 @@ def main():
         runner = asyncio.Runner()
         client = (SocketClient if args.client == "socket" else HttpxClient)(stack)
         runner.run(client.open(max(clients)))
+        # A warm-up round on each side, not counted: first-use costs (page cache, lazy imports,
+        # the first prefix of each slot) belong to neither path's steady state.
+        warm = [f"Warm up #{i}." for i in range(max(clients))]
+        raw_round(mux, [render_prompt([{"role": "user", "content": t}]) for t in warm], args.max_tokens)
+        runner.run(web_round(client, stack, model_id, warm, args.max_tokens, True))
         for rnd in range(args.rounds):
             for stream in modes:
                 for c in clients:
