@@ -155,12 +155,12 @@ class GenerationApi(V1Api, LoopAPIView):
         # The served model's facts (and the bridge boot) are read while the key is checked: one
         # wait on Redis before the submit instead of two, and on a busy loop each wait lets the
         # other requests' work go first (issue 14).
-        self.facts = asyncio.ensure_future(served.aserved_model_get())
+        self.served_read = asyncio.ensure_future(served.aserved_model_get())
         await super().ainitial(request, *args, **kwargs)
 
     async def post(self, request):
         body = intake.body_read(request._request)
-        facts = await self.facts
+        facts = await self.served_read
         call = self.surface.parse(body, served=facts)
         # Tokens per minute: the prompt's estimate plus the output budget, charged before the
         # engine sees the request, settled against its usage when it ends (api.limits).

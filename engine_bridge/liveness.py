@@ -34,13 +34,18 @@ def _client():
     return transport.loop_client("liveness", socket_timeout=2)
 
 
+def boot_from(raw):
+    """The alive key's stored value as a boot id ("" when no bridge runs)."""
+    return raw.decode() if raw else ""
+
+
 async def aget_boot():
     """The running bridge's boot id; "" when none runs; None when Redis cannot be reached."""
     try:
         raw = await _client().get(alive_key())
     except (redis.RedisError, OSError):
         return None
-    return raw.decode() if raw else ""
+    return boot_from(raw)
 
 
 def get_boot():
@@ -48,7 +53,7 @@ def get_boot():
         raw = transport.process_client("liveness", socket_timeout=2).get(alive_key())
     except (redis.RedisError, OSError):
         return None
-    return raw.decode() if raw else ""
+    return boot_from(raw)
 
 
 class Heart:

@@ -69,18 +69,22 @@ def get_state():
     return _decode(transport.process_client("telemetry", socket_timeout=5).get(state_key()))
 
 
+def _aclient():
+    return transport.loop_client("telemetry", socket_timeout=5)
+
+
 async def aget_state():
-    return _decode(await transport.loop_client("telemetry", socket_timeout=5).get(state_key()))
+    return _decode(await _aclient().get(state_key()))
 
 
 async def aget_state_and_boot():
     """(aget_state(), liveness.aget_boot()'s answer) in one round trip: a generation request reads
     the served model's facts and then submits to the running bridge boot, and on a busy event loop
     every round trip before the submit lets the other requests' work go first."""
-    from engine_bridge.liveness import alive_key
+    from engine_bridge.liveness import alive_key, boot_from
 
-    raw, boot = await transport.loop_client("telemetry", socket_timeout=5).mget(state_key(), alive_key())
-    return _decode(raw), boot.decode() if boot else ""
+    raw, boot = await _aclient().mget(state_key(), alive_key())
+    return _decode(raw), boot_from(boot)
 
 
 class Publisher:
