@@ -62,6 +62,20 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK  # utime + stime
 
 
+def wakeups(pid):
+    """Voluntary context switches of all the process's threads: each is a sleep that something
+    ended (a wakeup), and on two cores shared with the engine a wakeup preempts an engine thread."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            for line in open(f"/proc/{pid}/task/{tid}/status"):
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    except OSError:
+        pass
+    return total
+
+
 def child_engine(pid):
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -78,7 +92,7 @@ def child_engine(pid):
 class Stack:
     """Daphne + run_bridge on a private Redis database; an API key for the web clients."""
 
-    def __init__(self, model, slots, ctx):
+    def __init__(self, model, slots, ctx, extra_env=None):
         self.redis_url = procs.claim_redis_db()
         self.port = procs.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -86,7 +100,8 @@ class Stack:
         self.env = {**os.environ, "DATABASE_URL": db, "REDIS_URL": self.redis_url, "CELERY_BROKER_URL": self.redis_url,
                     "CACHE_PREFIX": f"bench-{uuid.uuid4().hex[:8]}", "COLIBRI_DEV": "1",
                     "ENGINE_MODEL": str(model), "KV_SLOTS": str(slots), "CTX": str(ctx),
-                    "ENGINE_ENV": "KVSAVE=0,USAGE_SAVE=0", "DJANGO_SETTINGS_MODULE": "colibri_site.settings"}
+                    "ENGINE_ENV": "KVSAVE=0,USAGE_SAVE=0", "DJANGO_SETTINGS_MODULE": "colibri_site.settings",
+                    **(extra_env or {})}
         os.environ.update({k: self.env[k] for k in ("DATABASE_URL", "REDIS_URL", "CACHE_PREFIX", "COLIBRI_DEV",
                                                     "DJANGO_SETTINGS_MODULE")})
         self._ensure_database(db)
@@ -97,7 +112,7 @@ class Stack:
         from django.contrib.auth import get_user_model
         user, _ = get_user_model().objects.get_or_create(username="bench")
         self.key = ApiKey.issue(user=user, name="bench")[1]
-        self.logs = open("/tmp/webpath-bench.log", "wb")
+        self.logs = open(f"/tmp/webpath-bench-{self.port}.log", "wb")
         self.bridge = procs.start_bridge(self.env, timeout=120)
         self.daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                                         "colibri_site.asgi:application"], cwd=ROOT, env=self.env,
@@ -110,6 +125,19 @@ class Stack:
                                        stdout=self.logs, stderr=subprocess.STDOUT)
         import redis
         self.redis_pid = redis.Redis.from_url(self.redis_url).info("server")["process_id"]
+        self._wait_quiet(self.worker.pid)
+
+    @staticmethod
+    def _wait_quiet(pid, limit=60):
+        """Until the process's start-up is over (it used under 2 % of a core for half a second):
+        the worker's own start-up (a few CPU seconds of imports) would otherwise run beside the
+        first rounds and count as the web path's cost."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            before = cpu_seconds(pid)
+            time.sleep(0.5)
+            if cpu_seconds(pid) - before < 0.01:
+                return
 
     @staticmethod
     def _ensure_database(url):
@@ -250,6 +278,39 @@ def raw_round(mux, prompts, max_tokens, stream=True):
     return latency, tokens / (end - t0), tokens
 
 
+class Side:
+    """One web stack of the sitting with its client and its counters."""
+
+    def __init__(self, label, stack, client):
+        self.label, self.stack, self.client = label, stack, client
+        self.pids = stack.pids()
+        self.cpu = {name: 0.0 for name in self.pids}
+        self.wakes = {name: 0 for name in self.pids}
+        self.tokens = 0
+        self.rows = {}
+
+    def measure(self, runner, model_id, texts, max_tokens, stream):
+        before = {name: (cpu_seconds(pid), wakeups(pid)) for name, pid in self.pids.items()}
+        result = runner.run(web_round(self.client, self.stack, model_id, texts, max_tokens, stream))
+        for name, pid in self.pids.items():
+            self.cpu[name] += cpu_seconds(pid) - before[name][0]
+            self.wakes[name] += wakeups(pid) - before[name][1]
+        self.tokens += result[2]
+        return result
+
+
+def parse_variant(text):
+    """'NAME=VALUE NAME=VALUE' -> the environment of the variant web stack (a value may hold commas
+    and '=': ENGINE_ENV=KVSAVE=0,USAGE_SAVE=0,POOL_SPIN=4000)."""
+    env = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--variant: expected NAME=VALUE, got {item!r}")
+        env[name] = value
+    return env
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny")
@@ -259,6 +320,9 @@ def main():
     ap.add_argument("--buffered", action="store_true")
     ap.add_argument("--client", choices=("httpx", "socket"), default="httpx",
                     help="the web clients' HTTP library: httpx (the SDKs') or a minimal socket client")
+    ap.add_argument("--variant", metavar="'NAME=VALUE ...'",
+                    help="a second web stack with these settings in its environment, its rounds interleaved "
+                         "with the first's: an A/B of a setting in one sitting, whatever the host's mood")
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     if args.model == "tiny":
@@ -268,72 +332,83 @@ def main():
     else:
         model = Path(args.model)
     slots, ctx = max(clients), 2048
-    stack = Stack(model, slots, ctx)
+    variant = parse_variant(args.variant) if args.variant else None
+    stacks = [("web", Stack(model, slots, ctx))]
     try:
-        from engine_bridge.prompting import render_prompt
-        mux_env = {**os.environ, "SERVE": "1", "SERVE_BATCH": "1", "SNAP": str(model), "KV_SLOTS": str(slots),
-                   "CTX": str(ctx), "KVSAVE": "0", "USAGE_SAVE": "0"}
-        mux = Mux(mux_env)
-        model_id = stack.model_id()
-        modes = [True, False] if args.buffered else [True]
-        rows = {}
-        pids = stack.pids()
-        cpu = {name: 0.0 for name in pids} | {"engine (raw)": 0.0}
-        web_tokens = raw_tokens = 0
-        n = 0
-        # One event loop and one pooled client for every web round, as an SDK keeps its
-        # connections (the raw driver keeps its pipes): a round pays no TCP handshakes.
-        runner = asyncio.Runner()
-        client = (SocketClient if args.client == "socket" else HttpxClient)(stack)
-        runner.run(client.open(max(clients)))
-        # A warm-up round on each side, not counted: first-use costs (page cache, lazy imports,
-        # the first prefix of each slot) belong to neither path's steady state.
-        warm = [f"Warm up #{i}." for i in range(max(clients))]
-        raw_round(mux, [render_prompt([{"role": "user", "content": t}]) for t in warm], args.max_tokens)
-        runner.run(web_round(client, stack, model_id, warm, args.max_tokens, True))
-        for rnd in range(args.rounds):
-            for stream in modes:
-                for c in clients:
-                    n += 1
-                    texts = [f"Write a short poem about {TOPICS[(n * 7 + i) % len(TOPICS)]} (#{n}-{i})." for i in range(c)]
-                    prompts = [render_prompt([{"role": "user", "content": t}]) for t in texts]
-                    before = cpu_seconds(mux.p.pid)
-                    r_ttft, r_rate, r_tok = raw_round(mux, prompts, args.max_tokens, stream)
-                    cpu["engine (raw)"] += cpu_seconds(mux.p.pid) - before
-                    raw_tokens += r_tok
-                    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-                    w_ttft, w_rate, w_tok = runner.run(web_round(client, stack, model_id, texts, args.max_tokens,
-                                                                 stream))
-                    for name, pid in pids.items():
-                        cpu[name] += cpu_seconds(pid) - before[name]
-                    web_tokens += w_tok
-                    added = (w_ttft - r_ttft) * 1000
-                    ratio = w_rate / r_rate
-                    rows.setdefault((stream, c), []).append((added, ratio, r_ttft * 1000, r_rate, w_rate))
-                    label = "stream" if stream else "buffered"
-                    what = "first token" if stream else "whole answer"
-                    print(f"round {rnd + 1} {label:8} clients={c}: raw {what} {r_ttft * 1000:7.1f} ms "
-                          f"{r_rate:8.1f} tok/s | web {what} "
-                          f"{w_ttft * 1000:7.1f} ms {w_rate:8.1f} tok/s | added {added:+7.1f} ms, ratio {ratio:.3f}",
-                          flush=True)
-        print(f"\nmodel {model.name}, {args.rounds} rounds, max_tokens {args.max_tokens}, web client {args.client}, "
-              "medians over rounds:\n")
+        if variant is not None:
+            stacks.append((f"web [{args.variant}]", Stack(model, slots, ctx, extra_env=variant)))
+        run_sitting(args, model, clients, slots, ctx, stacks)
+    finally:
+        for _, stack in stacks:
+            stack.close()
+
+
+def run_sitting(args, model, clients, slots, ctx, stacks):
+    from engine_bridge.prompting import render_prompt
+    mux_env = {**os.environ, "SERVE": "1", "SERVE_BATCH": "1", "SNAP": str(model), "KV_SLOTS": str(slots),
+               "CTX": str(ctx), "KVSAVE": "0", "USAGE_SAVE": "0"}
+    mux = Mux(mux_env)
+    model_id = stacks[0][1].model_id()
+    modes = [True, False] if args.buffered else [True]
+    raw_cpu = raw_wakes = raw_tokens = 0
+    n = 0
+    # One event loop and one pooled client per stack for every web round, as an SDK keeps its
+    # connections (the raw driver keeps its pipes): a round pays no TCP handshakes.
+    runner = asyncio.Runner()
+    sides = [Side(label, stack, (SocketClient if args.client == "socket" else HttpxClient)(stack))
+             for label, stack in stacks]
+    for side in sides:
+        runner.run(side.client.open(max(clients)))
+    # A warm-up round on each side, not counted: first-use costs (page cache, lazy imports,
+    # the first prefix of each slot) belong to neither path's steady state.
+    warm = [f"Warm up #{i}." for i in range(max(clients))]
+    raw_round(mux, [render_prompt([{"role": "user", "content": t}]) for t in warm], args.max_tokens)
+    for side in sides:
+        runner.run(web_round(side.client, side.stack, model_id, warm, args.max_tokens, True))
+    for rnd in range(args.rounds):
+        for stream in modes:
+            for c in clients:
+                n += 1
+                texts = [f"Write a short poem about {TOPICS[(n * 7 + i) % len(TOPICS)]} (#{n}-{i})." for i in range(c)]
+                prompts = [render_prompt([{"role": "user", "content": t}]) for t in texts]
+                before, woke = cpu_seconds(mux.p.pid), wakeups(mux.p.pid)
+                r_ttft, r_rate, r_tok = raw_round(mux, prompts, args.max_tokens, stream)
+                raw_cpu += cpu_seconds(mux.p.pid) - before
+                raw_wakes += wakeups(mux.p.pid) - woke
+                raw_tokens += r_tok
+                label = "stream" if stream else "buffered"
+                what = "first token" if stream else "whole answer"
+                line = f"round {rnd + 1} {label:8} clients={c}: raw {what} {r_ttft * 1000:7.1f} ms {r_rate:8.1f} tok/s"
+                # Each side gets the other's prompts in turn, so neither always follows the raw round.
+                for side in (sides if rnd % 2 == 0 else sides[::-1]):
+                    w_ttft, w_rate, _ = side.measure(runner, model_id, texts, args.max_tokens, stream)
+                    added, ratio = (w_ttft - r_ttft) * 1000, w_rate / r_rate
+                    side.rows.setdefault((stream, c), []).append((added, ratio, r_ttft * 1000, r_rate, w_rate))
+                    line += (f" | {side.label} {w_ttft * 1000:7.1f} ms {w_rate:8.1f} tok/s, added {added:+7.1f} ms,"
+                             f" ratio {ratio:.3f}")
+                print(line, flush=True)
+    for side in sides:
+        print(f"\n{side.label}: model {model.name}, {args.rounds} rounds, max_tokens {args.max_tokens}, "
+              f"web client {args.client}, medians over rounds:\n")
         print("| mode | clients | raw first token (buffered: whole answer) ms | added by web ms | raw tok/s | web tok/s "
               "| web / raw |")
         print("|---|---|---|---|---|---|---|")
-        for (stream, c), vals in rows.items():
+        for (stream, c), vals in side.rows.items():
             med = [statistics.median(v[k] for v in vals) for k in range(5)]
             print(f"| {'stream' if stream else 'buffered'} | {c} | {med[2]:.1f} | {med[0]:+.1f} | {med[3]:.0f} | "
                   f"{med[4]:.0f} | {med[1]:.3f} |")
-        print("\nCPU seconds per 1,000 completion tokens (web rounds; raw engine over raw rounds):\n")
-        for name, seconds in cpu.items():
-            tokens = raw_tokens if name == "engine (raw)" else web_tokens
-            print(f"  {name:18} {seconds / max(tokens, 1) * 1000:7.3f}")
-        runner.run(client.close())
-        runner.close()
-        mux.close()
-    finally:
-        stack.close()
+    for side in sides:
+        print(f"\n{side.label}: per 1,000 completion tokens (its web rounds; the raw engine over raw rounds): "
+              "CPU seconds, and wakeups (voluntary context switches, all threads)\n")
+        counts = [(name, side.cpu[name], side.wakes[name], side.tokens) for name in side.pids]
+        counts.append(("engine (raw)", raw_cpu, raw_wakes, raw_tokens))
+        for name, seconds, wakes, tokens in counts:
+            tokens = max(tokens, 1)
+            print(f"  {name:18} {seconds / tokens * 1000:7.3f} s {wakes / tokens * 1000:8.0f} wakeups")
+    for side in sides:
+        runner.run(side.client.close())
+    runner.close()
+    mux.close()
 
 
 if __name__ == "__main__":
