@@ -13,6 +13,8 @@ version, authentication, permissions, throttles; same exceptions), only on the l
 import inspect
 
 from adrf.views import APIView as AsyncAPIView
+from django.http import HttpResponse
+from django.template.response import SimpleTemplateResponse
 from rest_framework import exceptions
 
 
@@ -33,7 +35,7 @@ class LoopAPIView(AsyncAPIView):
         except Exception as exc:
             response = self.handle_exception(exc)
         self.response = self.finalize_response(request, response, *args, **kwargs)
-        return self.response
+        return rendered_on_loop(self.response)
 
     async def ainitial(self, request, *args, **kwargs):
         """DRF's APIView.initial, awaiting what can wait."""
@@ -71,3 +73,17 @@ class LoopAPIView(AsyncAPIView):
                 durations.append(throttle.wait())
         if durations:
             self.throttled(request, max((d for d in durations if d is not None), default=None))
+
+
+def rendered_on_loop(response):
+    """A DRF Response rendered here, on the loop, and handed to Django as a plain HttpResponse.
+    Django's async handler renders every response that has a render() method through
+    sync_to_async, one thread hop per request (its CPU, two context switches, and a wait for the
+    executor when it is busy); DRF's renderers here only encode JSON, no I/O. Streams pass as they are."""
+    if not isinstance(response, SimpleTemplateResponse):
+        return response
+    response.render()
+    plain = HttpResponse(response.content, status=response.status_code)
+    plain.headers = response.headers
+    plain.cookies = response.cookies
+    return plain

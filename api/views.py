@@ -7,9 +7,10 @@ The /v1 views are DRF APIViews with three DRF defaults replaced, each a known pi
   covers chunked bodies (DRF's request.data is empty without Content-Length);
 * errors use the surface's envelope (OpenAI, or Anthropic for /v1/messages and for clients that
   send `anthropic-version`), for every exception, unexpected ones included (a JSON 500).
-The generation routes are async views (api.loopview): authentication, permissions and throttles
-run on the event loop, then the view awaits the bridge there too: no thread is parked per waiting
-request and no thread hop sits between the request and its first byte (issue 14). A stream
+The generation and model routes are async views (api.loopview): authentication, permissions,
+throttles, the view and the rendering of its JSON run on the event loop, and a generation awaits
+the bridge there too: no thread is parked per waiting request and no thread hop sits between the
+request and its answer (issue 14). A stream
 hands Django an async iterator, which Django cancels on client disconnect (that closes generate()
 and the bridge cancels the job); a buffered request's view is cancelled the same way.
 """
@@ -109,13 +110,22 @@ class ByClientEnvelope:
         return ANTHROPIC if _wants_anthropic(request) else OPENAI
 
 
-class ModelListApi(ByClientEnvelope, V1Api):
+class LoopV1Api(V1Api, LoopAPIView):
+    """A /v1 view served on the event loop (api.loopview): admission, the handler and the
+    rendering, with no thread hop. A CORS preflight is answered before authentication."""
+
+    async def ainitial(self, request, *args, **kwargs):
+        if not self.is_preflight(request):
+            await super().ainitial(request, *args, **kwargs)
+
+
+class ModelListApi(ByClientEnvelope, LoopV1Api):
     """One list in both styles (the union of the item fields; `has_more` is always false, or the
     Anthropic SDK's pager loops)."""
 
     @openapi.models_list
-    def get(self, request):
-        m = served.served_model_get()
+    async def get(self, request):
+        m = await served.aserved_model_get()
         item = {**served.openai_entry(m), **served.anthropic_entry(m)}
         after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
         data = [] if m.id in (after, before) else [item]
@@ -123,10 +133,10 @@ class ModelListApi(ByClientEnvelope, V1Api):
                          "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
 
 
-class ModelDetailApi(ByClientEnvelope, V1Api):
+class ModelDetailApi(ByClientEnvelope, LoopV1Api):
     @openapi.model_detail
-    def get(self, request, model_id):
-        m = served.served_model_get()
+    async def get(self, request, model_id):
+        m = await served.aserved_model_get()
         if model_id not in m.aliases:
             raise ApiError(404, f"The model {model_id!r} does not exist", param="model", code="model_not_found")
         return Response({**served.openai_entry(m), **served.anthropic_entry(m)})
@@ -142,7 +152,7 @@ class V1NotFoundApi(ByClientEnvelope, V1Api):
     get = post = put = patch = delete = _missing
 
 
-class GenerationApi(V1Api, LoopAPIView):
+class GenerationApi(LoopV1Api):
     """POST one surface: parse (intake + the surface module) -> buffered object or SSE stream."""
 
     surface = None  # module with parse(body, *, served) -> intake.Call

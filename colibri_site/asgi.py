@@ -3,7 +3,7 @@ short middleware chain, colibri_site.lean); websockets pass the origin check and
 import functools
 import os
 
-from daphne.http_protocol import WebRequest
+from daphne.http_protocol import HTTPFactory as DaphneHTTPFactory, WebRequest
 from django.core.asgi import get_asgi_application
 from twisted.web import http as twisted_http
 
@@ -46,6 +46,18 @@ def _without_nagle(process):
 
 if not getattr(WebRequest.process, "nagle_off", False):
     WebRequest.process = _without_nagle(WebRequest.process)
+
+
+
+def _no_twisted_access_line(self, request):
+    """Twisted formats a Combined Log Format line for every request and hands it to its own log,
+    which Daphne discards at its default verbosity (at -v 2 it repeats Daphne's own access-log
+    line): about 0.1 ms of CPU per request for nothing (issue 14's profile of GET /v1/models).
+    Daphne's access log (--access-log, stdout at verbosity 1) is the one kept."""
+
+
+if DaphneHTTPFactory.log is not _no_twisted_access_line:
+    DaphneHTTPFactory.log = _no_twisted_access_line
 
 application = ProtocolTypeRouter(
     {
