@@ -66,9 +66,11 @@ async def test_it_takes_the_lines_written_during_a_pause_in_one_read_without_wak
         # A reader that watched the pipe all the time woke ~80 times (a line per write); this one
         # sleeps through the pause and wakes for its end and the read after it.
         assert woken < 15, f"the event loop woke {woken} times while 80 lines arrived"
-        first_data = recorder.arrived[next(i for i, e in enumerate(recorder.events) if isinstance(e, protocol.Data))]
-        last_data = recorder.arrived[max(i for i, e in enumerate(recorder.events) if isinstance(e, protocol.Data))]
-        assert last_data - first_data > 0.3  # the pause held them (80 x 5 ms were written meanwhile)
+        # The pause held them: written one every ~5 ms, most were handed over together, in one
+        # read at the pause's end (whether the first lines rode with ACCEPT's read is timing).
+        data_arrived = [t for t, e in zip(recorder.arrived, recorder.events) if isinstance(e, protocol.Data)]
+        together = sum(1 for t in data_arrived if data_arrived[-1] - t < 0.005)
+        assert together >= 60, f"only {together} of 80 lines arrived with the last one"
     finally:
         await engine.kill()
 
