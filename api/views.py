@@ -143,7 +143,7 @@ class ModelDetailApi(ByClientEnvelope, LoopV1Api):
 
 
 @extend_schema(exclude=True)
-class V1NotFoundApi(ByClientEnvelope, V1Api):
+class V1NotFoundApi(ByClientEnvelope, LoopV1Api):
     """Unknown /v1 routes: 404 in the envelope, not Django's HTML page."""
 
     def _missing(self, request, rest):

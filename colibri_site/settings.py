@@ -70,7 +70,10 @@ MIDDLEWARE = [
 
 # The API routes served with API_MIDDLEWARE instead (colibri_site/lean.py): API-key auth in DRF, no
 # session, cookie or CSRF state, so the page chain's thread hops would only delay the first token.
-API_LEAN_PATHS = r"/v1/(chat/completions|completions|messages|responses|models(/.*)?)"
+# All of /v1 (its unknown routes' 404 envelope too: an SDK pointed at a route we lack, such as
+# /v1/embeddings, paid ~6 ms of page middleware per call) except the staff stats page, which may be
+# served by session, and the OpenAPI document.
+API_LEAN_PATHS = r"/v1/(?!stats$|openapi\.json$).+"
 API_MIDDLEWARE = ["colibri_site.lean.InlineSecurityMiddleware"]
 
 # JSON routes outside /v1 that also take an API key (as its owner; the route's own rule decides).

@@ -192,3 +192,14 @@ def test_twisted_formats_no_access_line_that_daphne_would_discard():
     factory._logFile = io.StringIO()
     factory.log(object())  # Twisted's formatter would fail on this stand-in
     assert factory._logFile.getvalue() == ""
+
+
+async def test_an_unknown_api_route_is_refused_in_the_envelope_on_the_short_chain(alice_key):
+    """An SDK pointed at a route we lack (/v1/embeddings) gets the OpenAI envelope's 404 from the
+    API's chain, not the page chain (its ~20 thread hops per call)."""
+    response = await get("/v1/embeddings", alice_key)
+    headers = headers_of(response)
+    assert response["status"] == 404 and b"unknown_route" in response["body"]
+    assert "content-security-policy" not in headers and headers["x-content-type-options"] == "nosniff"
+    stats = headers_of(await get("/v1/stats"))
+    assert "content-security-policy" in stats  # the staff page keeps the page chain
