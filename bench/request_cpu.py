@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from webpath import Stack, cpu_seconds  # noqa: E402
+from webpath import Stack, cpu_seconds, http_body, http_request  # noqa: E402
 
 from tests.support import procs  # noqa: E402
 
@@ -43,26 +42,11 @@ class Connection:
         head = await self.reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(head.decode(errors="replace"))
-        low = head.lower()
-        if b"transfer-encoding: chunked" in low:
-            while True:
-                size = int((await self.reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
-                await self.reader.readexactly(size + 2)
-                if size == 0:
-                    return
-        await self.reader.readexactly(int(low.split(b"content-length:")[1].split(b"\r\n")[0]))
+        async for _ in http_body(self.reader, head.lower()):
+            pass
 
     def close(self):
         self.writer.close()
-
-
-def http_request(stack, path, body=None):
-    auth = b"Authorization: Bearer " + stack.key.encode() + b"\r\n"
-    if body is None:
-        return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth + b"\r\n"
-    data = json.dumps(body).encode()
-    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + auth
-            + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
 
 
 async def measure(stack, request, requests, concurrency):

@@ -215,6 +215,30 @@ class HttpxClient:
         await self.http.aclose()
 
 
+def http_request(stack, path, body=None):
+    """One HTTP/1.1 request with the stack's API key: a GET, or a POST of `body` as JSON."""
+    auth = b"Authorization: Bearer " + stack.key.encode() + b"\r\n"
+    if body is None:
+        return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth + b"\r\n"
+    data = json.dumps(body).encode()
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + auth
+            + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+
+
+async def http_body(reader, head):
+    """The pieces of an HTTP/1.1 response body after its (lower-cased) head: chunked or sized."""
+    if b"transfer-encoding: chunked" not in head:
+        length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+        yield await reader.readexactly(length)
+        return
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
+        piece = await reader.readexactly(size + 2)
+        if size == 0:
+            return
+        yield piece[:-2]
+
+
 class SocketClient:
     """A minimal HTTP/1.1 client on asyncio streams (keep-alive, chunked SSE), as lean as the raw
     driver: it decodes JSON only for the first content delta and the usage, so what the web rows
@@ -229,15 +253,12 @@ class SocketClient:
 
     async def chat(self, body):
         reader, writer = self.idle.pop() if self.idle else await asyncio.open_connection("127.0.0.1", self.stack.port)
-        data = json.dumps(body).encode()
-        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Authorization: Bearer " + self.stack.key.encode() + b"\r\nContent-Length: "
-                     + str(len(data)).encode() + b"\r\n\r\n" + data)
+        writer.write(http_request(self.stack, "/v1/chat/completions", body))
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(head.decode(errors="replace"))
         first, tokens, body_bytes = None, 0, b""
-        async for piece in self._body(reader, head.lower()):
+        async for piece in http_body(reader, head.lower()):
             if not body["stream"]:
                 body_bytes += piece
                 continue
@@ -250,19 +271,6 @@ class SocketClient:
             tokens = json.loads(body_bytes)["usage"]["completion_tokens"]
         self.idle.append((reader, writer))
         return first, tokens
-
-    @staticmethod
-    async def _body(reader, head):
-        if b"transfer-encoding: chunked" not in head:
-            length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
-            yield await reader.readexactly(length)
-            return
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
-            piece = await reader.readexactly(size + 2)
-            if size == 0:
-                return
-            yield piece[:-2]
 
     async def close(self):
         for _, writer in self.idle:

@@ -48,7 +48,6 @@ if not getattr(WebRequest.process, "nagle_off", False):
     WebRequest.process = _without_nagle(WebRequest.process)
 
 
-
 def _no_twisted_access_line(self, request):
     """Twisted formats a Combined Log Format line for every request and hands it to its own log,
     which Daphne discards at its default verbosity (at -v 2 it repeats Daphne's own access-log
@@ -56,8 +55,7 @@ def _no_twisted_access_line(self, request):
     Daphne's access log (--access-log, stdout at verbosity 1) is the one kept."""
 
 
-if DaphneHTTPFactory.log is not _no_twisted_access_line:
-    DaphneHTTPFactory.log = _no_twisted_access_line
+DaphneHTTPFactory.log = _no_twisted_access_line
 
 application = ProtocolTypeRouter(
     {
