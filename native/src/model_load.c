@@ -57,7 +57,7 @@ static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-const char *ld_mat_types(void) { return "F32, F16, BF16, Q8_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"; }
+const char *ld_mat_types(void) { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"; }
 
 const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", m->arch, suffix);
@@ -113,7 +113,7 @@ int ld_tensor(const gguf_file *g, const char *name, int nd, const uint64_t *e, i
 
 int ld_mat_type_ok(uint32_t t)
 {
-    return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q4_1 ||
+    return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 ||
            t == GGML_Q5_0 || t == GGML_Q5_1 ||
            (t >= GGML_Q2_K && t <= GGML_Q6_K) || t == GGML_IQ4_NL || t == GGML_IQ4_XS;
 }
@@ -212,6 +212,7 @@ static int pack_mat(model *m, qmat *w, int drop) {
         uintptr_t a0 = ((uintptr_t)w->data + 4095) & ~(uintptr_t)4095;
         uintptr_t a1 = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~(uintptr_t)4095;
         if (a1 > a0) madvise((void *)a0, a1 - a0, MADV_DONTNEED);
+        gguf_drop_cache(m->g.fd, (uint64_t)(w->data - m->g.map), (size_t)w->rows * w->row_bytes);
     }
     w->data = b;
     w->packed = pk;
@@ -629,15 +630,17 @@ void model_free(model *m) {
     free(P->owned);
     free(P->inv_freq);
     qact_free(&P->act);
+    qact_free(&P->ahead_act);
+    qact_free(&P->sh_act);
     if (P->eact)
         for (int e = 0; e < 2 * m->c.n_experts; e++) qact_free(&P->eact[e]);
     free(P->eact);
     free(P->ew);
     free(P->jobs);
     fbuf *fs[] = {&P->x, &P->h, &P->q, &P->k, &P->v, &P->att, &P->tmp, &P->fg, &P->fu, &P->rlog, &P->eout,
-                  &P->shout, &P->xin, &P->eg, &P->eu, &P->eo, &P->hin, &P->hout, &P->ascr, &P->rope, &P->selw};
+                  &P->shout, &P->xin, &P->eg, &P->eu, &P->eo, &P->hin, &P->hout, &P->ascr, &P->rope, &P->selw, &P->ahead_lg};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]->p);
-    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0, &P->ablk, &P->koff};
+    ibuf *is[] = {&P->sel, &P->ecnt, &P->eoff, &P->elist, &P->slot0, &P->ablk, &P->koff, &P->ready, &P->guess};
     for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) free(is[i]->p);
     if (P->g_open) gguf_close(&m->g);
     free(P);

@@ -189,24 +189,25 @@ static void moe_group(const int *sel, const int *koff, int n, int E, int *ecnt, 
         }
 }
 
-/* The acquired experts' matmuls: gate/up (+ SiLU) of every selected expert on its gathered
- * rows and the shared expert's on all rows as one parallel job, then all down projections as
- * a second one. P->act still holds h (prepared for the router). eg: pairs x X, eo: pairs x d,
- * sg: n x S, so: n x d. 0 ok, -1 out of memory. */
-static int moe_experts(model *m, const layer_w *L, int n, const int *eoff, const int *elist, float *eg, float *eo,
-                       float *sg, float *so) {
+/* One phase of the experts' matmuls: gate/up (+ SiLU) of the experts whose ready flag equals
+ * `want` on their gathered rows (and the shared expert's on all rows, when `shared`) as one
+ * parallel job, then their down projections as a second one. P->act still holds h (prepared for
+ * the router). eg: pairs x X, eo: pairs x d, sg: n x S, so: n x d. 0 ok, -1 out of memory. */
+static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const int *elist, const int *ready, int want,
+                     int shared, float *eg, float *eo, float *sg, float *so) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, X = c->d_expert;
-    const int S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
+    const int S = shared && L->sh_gate.rows > 0 ? c->d_shexp : 0;
     qact *gact = P->eact, *dact = P->eact + E, *gview = P->eact + 2 * E;
     mm_job *J = P->jobs;
     int nj = 0;
     for (int e = 0; e < E; e++) {
         int cnt = eoff[e + 1] - eoff[e];
-        if (cnt == 0) continue;
-        if (qpack_ok(P->ew[e].gate.type, P->ew[e].gate.rows, P->ew[e].gate.cols)) {
-            gview[e] = P->act;                  /* a view: rows by index, no copy */
+        if (cnt == 0 || ready[e] != want) continue;
+        const qmat *g = &P->ew[e].gate, *u = &P->ew[e].up;
+        if (qpack_ok(g->type, g->rows, g->cols) && qpack_ok(u->type, u->rows, u->cols)) {
+            gview[e] = P->act;                  /* a view (tiled kernels only): rows by index, no copy */
             gview[e].n = cnt;
             gview[e].idx = elist + eoff[e];
             J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gview[e], eg + (size_t)eoff[e] * X, X};
@@ -216,20 +217,60 @@ static int moe_experts(model *m, const layer_w *L, int n, const int *eoff, const
         J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gact[e], eg + (size_t)eoff[e] * X, X};
     }
     if (S) J[nj++] = (mm_job){&L->sh_gate, &L->sh_up, &P->act, sg, S};
+    if (nj == 0) return 0;
     P->tier->mul_multi(J, nj);
     nj = 0;
     for (int e = 0; e < E; e++) {
         int cnt = eoff[e + 1] - eoff[e];
-        if (cnt == 0) continue;
+        if (cnt == 0 || ready[e] != want) continue;
         qact_prepare(&dact[e], P->ew[e].down.type, eg + (size_t)eoff[e] * X, cnt, X);
         J[nj++] = (mm_job){&P->ew[e].down, NULL, &dact[e], eo + (size_t)eoff[e] * d, d};
     }
-    if (S) {
-        qact_prepare(&P->act, L->sh_down.type, sg, n, S);
-        J[nj++] = (mm_job){&L->sh_down, NULL, &P->act, so, d};
+    if (S) {                                    /* P->act keeps h for the second phase */
+        P->sh_act.exact = m->exact;
+        qact_prepare(&P->sh_act, L->sh_down.type, sg, n, S);
+        J[nj++] = (mm_job){&L->sh_down, NULL, &P->sh_act, so, d};
     }
     P->tier->mul_multi(J, nj);
     return 0;
+}
+
+/* The next MoE layer's router applied to this layer's input h: each row's top-k guess of the
+ * experts it will select there, read ahead on the I/O lanes while this layer computes (a
+ * token's hidden state changes little from one layer to the next). Only for decode-sized
+ * batches of a store that reads from disk. */
+static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows) {
+    struct model_priv *P = m->priv;
+    const model_config *c = &m->c;
+    if (n > 4 || !es_lookahead(m->es)) return;
+    const layer_w *N = NULL;
+    for (const layer_w *q = L + 1; q < m->layers + c->n_layers; q++)
+        if (q->moe_row == L->moe_row + 1) {
+            N = q;
+            break;
+        }
+    if (!N) return;
+    const int E = c->n_experts, d = c->d_model;
+    float *lg = fb(&P->ahead_lg, (size_t)n * E);
+    int *guess = ib(&P->guess, (size_t)E * 2);
+    if (!lg || !guess) return;
+    P->ahead_act.exact = m->exact;
+    qact_prepare(&P->ahead_act, N->router.type, h, n, d);
+    qmat_mul(&N->router, &P->ahead_act, lg, E);
+    int *seen = guess + E, ng = 0;
+    memset(seen, 0, sizeof(int) * (size_t)E);
+    for (int i = 0; i < n; i++) {
+        const int K = row_experts(c, &rows[i]);
+        int s[512];
+        if (K > 512) return;
+        top_k_ids(lg + (size_t)i * E, E, K, s);
+        for (int j = 0; j < K; j++)
+            if (!seen[s[j]]) {
+                seen[s[j]] = 1;
+                guess[ng++] = s[j];
+            }
+    }
+    es_read_ahead(m->es, N->moe_row, guess, ng);
 }
 
 /* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
@@ -268,14 +309,31 @@ int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *ro
     moe_group(sel, koff, n, E, ecnt, eoff, elist, slot_of);
     m->perf.t_dense += mnow() - t0;
 
-    /* acquire every selected expert (misses are read and packed here, in parallel on the pool) */
+    /* acquire every selected expert: the ones in RAM at once, the misses on the I/O lanes while
+     * the resident ones (and the shared expert) compute; then the rest */
     int nsel = 0;
     for (int e = 0; e < E; e++)
         if (eoff[e + 1] > eoff[e]) elist[2 * NP + nsel++] = e;
-    int rc = es_acquire_many(m->es, r, elist + 2 * NP, nsel, P->ew, &m->perf.t_edisk);
+    int *ready_k = ib(&P->ready, (size_t)E * 2), *ready = ready_k + E;
+    if (!ready_k) return -1;
+    int rc = es_acquire_begin(m->es, r, elist + 2 * NP, nsel, P->ew, ready_k), held = rc == 0;
     double t1 = mnow();
     if (rc == 0) {
-        rc = moe_experts(m, L, n, eoff, elist, eg, eo, sg, so);
+        moe_read_ahead(m, L, h, n, rows);
+        for (int e = 0; e < E; e++) ready[e] = 0;
+        for (int k = 0; k < nsel; k++) ready[elist[2 * NP + k]] = ready_k[k];
+        rc = moe_phase(m, L, n, eoff, elist, ready, 1, 1, eg, eo, sg, so);
+        int pending = 0;
+        for (int k = 0; k < nsel; k++) pending |= !ready_k[k];
+        if (rc == 0 && pending) {
+            double tw = mnow();
+            rc = es_acquire_finish(m->es, r, elist + 2 * NP, nsel, P->ew, ready_k, &m->perf.t_edisk);
+            held = rc == 0;                 /* a failed finish holds nothing */
+            t1 += mnow() - tw;              /* the wait is disk time, not matmul time */
+            if (rc == 0) rc = moe_phase(m, L, n, eoff, elist, ready, 0, 0, eg, eo, sg, so);
+        } else if (pending) {
+            held = es_acquire_finish(m->es, r, elist + 2 * NP, nsel, P->ew, ready_k, &m->perf.t_edisk) == 0;
+        }
         if (rc == 0 && S && L->sh_gate_inp)      /* Qwen2-MoE: shared output x sigmoid(h . w) */
             for (int i = 0; i < n; i++) {
                 double z = 0.0;
@@ -283,7 +341,7 @@ int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *ro
                 const float g = 1.0f / (1.0f + expf(-(float)z));
                 for (int q = 0; q < d; q++) so[(size_t)i * d + q] *= g;
             }
-        for (int e = 0; e < E; e++)
+        for (int e = 0; held && e < E; e++)
             if (eoff[e + 1] > eoff[e]) es_release(m->es, r, e);
     }
     m->perf.t_emm += mnow() - t1;

@@ -110,6 +110,23 @@ static int job_packed(const mm_job *j)
     return qpack_ok(j->w->type, j->w->rows, j->w->cols) && (!j->w2 || j->w2->type == j->w->type);
 }
 
+/* A gate/up job whose two matrices have different types (llama-quantize --tensor-type, the
+ * "UD" dynamic mixes): each matrix goes its own way, so the job is fused only when they agree. */
+static int job_mixed(const mm_job *j) { return j->w2 && j->w2->type != j->w->type; }
+
+/* Chunks of a job start on whole tiles of whichever of its matrices runs tiled. */
+static int job_row_align(const mm_job *j)
+{
+    int align = 1;
+    const qmat *ws[2] = {j->w, j->w2};
+    for (int k = 0; k < 2 && ws[k]; k++) {
+        if (!qpack_ok(ws[k]->type, ws[k]->rows, ws[k]->cols)) continue;
+        const int a = tp_shape(ws[k]->type, ws[k]->rows, ws[k]->cols) ? TP_ROWS : 16;
+        if (a > align) align = a;
+    }
+    return align;          /* 1, 16 or TP_ROWS (a multiple of 16) */
+}
+
 /* Rows [r0, r1) of a job that is not packed: the row kernels, a window of at most 16 activation
  * rows at a time. */
 static void mm_rows_rowk(const mm_job *j, int r0, int r1)
@@ -151,10 +168,45 @@ static void mm_rows_rowk(const mm_job *j, int r0, int r1)
     }
 }
 
+static void mm_rows(const mm_job *j, int r0, int r1);
+
+static _Thread_local float *mx_buf;
+static _Thread_local size_t mx_cap;
+
+/* Rows [r0, r1) of a mixed-type gate/up job: a = w x into the output, b = w2 x into a
+ * per-thread buffer (index i * (r1 - r0) + r, r in [r0, r1)), then silu(a) * b — the products
+ * the fused tiles give when both matrices share a type, in the same operations. */
+static void mm_rows_mixed(const mm_job *j, int r0, int r1)
+{
+    const int n = j->x->n, nr = r1 - r0;
+    const size_t need = (size_t)n * (size_t)nr + (size_t)r0, st = (size_t)j->out_stride;
+    if (need > mx_cap) {
+        free(mx_buf);
+        mx_buf = alloc64(need * sizeof(float));
+        mx_cap = mx_buf ? need : 0;
+        if (!mx_buf) {
+            fprintf(stderr, "qmat_mul: out of memory\n");
+            abort();
+        }
+    }
+    const mm_job a = {j->w, NULL, j->x, j->out, j->out_stride}, b = {j->w2, NULL, j->x, mx_buf, nr};
+    mm_rows(&a, r0, r1);
+    mm_rows(&b, r0, r1);
+    for (int i = 0; i < n; i++) {
+        float *o = j->out + (size_t)i * st;
+        const float *bv = mx_buf + (size_t)i * (size_t)nr;
+        for (int r = r0; r < r1; r++) o[r] = qsilu_mul(o[r], bv[r]);
+    }
+}
+
 static void mm_rows(const mm_job *j, int r0, int r1)
 {
     if (j->x->exact) {
         mm_rows_exact(j, r0, r1);
+        return;
+    }
+    if (job_mixed(j)) {
+        mm_rows_mixed(j, r0, r1);
         return;
     }
     if (job_packed(j)) {
@@ -182,7 +234,8 @@ static int job_ok(const mm_job *j)
     const uint32_t type = w->type;
     int ok = j->x->cols == w->cols && (is_float(type) || (is_quant(type) && w->cols % QK == 0));
     if (ok && j->w2)
-        ok = j->w2->rows == w->rows && j->w2->cols == w->cols && j->w2->type == type;
+        ok = j->w2->rows == w->rows && j->w2->cols == w->cols &&
+             (is_float(j->w2->type) || (is_quant(j->w2->type) && w->cols % QK == 0));
     if (!ok) {
         fprintf(stderr, "qmat_mul: unsupported case (type %u, cols %d, act cols %d)\n", type,
                 w->cols, j->x->cols);
@@ -196,7 +249,9 @@ static int job_ok_quiet(const mm_job *j)
 {
     const qmat *w = j->w;
     int ok = j->x->cols == w->cols && (is_float(w->type) || (is_quant(w->type) && w->cols % QK == 0));
-    if (ok && j->w2) ok = j->w2->rows == w->rows && j->w2->cols == w->cols && j->w2->type == w->type;
+    if (ok && j->w2)
+        ok = j->w2->rows == w->rows && j->w2->cols == w->cols &&
+             (is_float(j->w2->type) || (is_quant(j->w2->type) && w->cols % QK == 0));
     return ok;
 }
 
@@ -221,9 +276,8 @@ void qmat_mul_multi(const mm_job *jobs, int cnt)
             long per_row = (long)J->w->cols * J->x->n * (J->w2 ? 2 : 1);
             int rpc = (int)(CHUNK_WORK / (per_row > 0 ? per_row : 1));
             if (rpc < 1) rpc = 1;
-            if (job_packed(J)) rpc = (rpc + 15) / 16 * 16;    /* whole 16-row tiles */
-            if (job_packed(J) && tp_shape(J->w->type, J->w->rows, J->w->cols))
-                rpc = (rpc + TP_ROWS - 1) / TP_ROWS * TP_ROWS;
+            const int align = job_row_align(J);              /* whole tiles */
+            rpc = (rpc + align - 1) / align * align;
             if (pass == 0) {
                 total += per_row * J->w->rows;
                 nch += (J->w->rows + rpc - 1) / rpc;

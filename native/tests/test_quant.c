@@ -335,6 +335,70 @@ static void test_transposed_f16(int rows, int cols, int n)
     free(W); free(W2); free(P); free(x); free(row); free(deq);
 }
 
+/* A gate/up job whose matrices have different types (a file made with llama-quantize
+ * --tensor-type): the pair's outputs are silu(w x) * (w2 x) of the two separate products, bit for
+ * bit, packed or not, through a view of rows by index (the MoE's gathered rows) and in EXACT mode. */
+static void test_mixed_pair(uint32_t t1, uint32_t t2, int rows, int cols, int n)
+{
+    const size_t rb1 = ggml_row_bytes(t1, cols), rb2 = ggml_row_bytes(t2, cols);
+    uint8_t *W1 = malloc(rb1 * rows), *W2 = malloc(rb2 * rows);
+    uint8_t *P1 = malloc(qpack_bytes(t1, rows, cols) + 64), *P2 = malloc(qpack_bytes(t2, rows, cols) + 64);
+    float *x = malloc(sizeof(float) * 2 * n * cols), *a = malloc(sizeof(float) * n * rows),
+          *b = malloc(sizeof(float) * n * rows), *o = malloc(sizeof(float) * n * rows);
+    int *idx = malloc(sizeof(int) * n);
+    for (int r = 0; r < rows; r++) {
+        make_row(t1, W1 + r * rb1, cols);
+        make_row(t2, W2 + r * rb2, cols);
+    }
+    for (int i = 0; i < 2 * n * cols; i++) x[i] = frand();
+    for (int i = 0; i < n; i++) idx[i] = 2 * n - 1 - 2 * i;      /* every other row, backwards */
+    qmat u1 = {t1, rows, cols, rb1, W1, 0}, u2 = {t2, rows, cols, rb2, W2, 0}, p1 = u1, p2 = u2;
+    if (qpack_ok(t1, rows, cols)) { qpack(&u1, P1); p1.data = P1; p1.packed = 1; }
+    if (qpack_ok(t2, rows, cols)) { qpack(&u2, P2); p2.data = P2; p2.packed = 1; }
+    for (int mode = 0; mode < 4; mode++) {      /* unpacked, packed, packed + view, exact */
+        const int view = mode == 2 && qpack_ok(t1, rows, cols) && qpack_ok(t2, rows, cols);
+        if (mode == 2 && !view) continue;
+        qact act = {0};
+        act.exact = mode == 3;
+        float *xs = x;
+        if (!view) {                            /* the view's rows, gathered */
+            xs = malloc(sizeof(float) * n * cols);
+            for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * cols, x + (size_t)(mode == 2 ? idx[i] : i) * cols,
+                                               sizeof(float) * cols);
+        }
+        qact_prepare(&act, t1, xs, view ? 2 * n : n, cols);
+        if (view) { act.n = n; act.idx = idx; }
+        const qmat *w1 = mode == 0 ? &u1 : &p1, *w2 = mode == 0 ? &u2 : &p2;
+        if (view) {                             /* the separate products on the gathered rows */
+            qact g = {0};
+            float *gx = malloc(sizeof(float) * n * cols);
+            for (int i = 0; i < n; i++) memcpy(gx + (size_t)i * cols, x + (size_t)idx[i] * cols, sizeof(float) * cols);
+            qact_prepare(&g, t1, gx, n, cols);
+            qmat_mul(w1, &g, a, rows);
+            qmat_mul(w2, &g, b, rows);
+            qact_free(&g);
+            free(gx);
+        } else {
+            qmat_mul(w1, &act, a, rows);
+            qmat_mul(w2, &act, b, rows);
+        }
+        mm_job j = {w1, w2, &act, o, rows};
+        qmat_mul_multi(&j, 1);
+        int same = 1;
+        for (int q = 0; q < n * rows; q++) same &= fbits(o[q]) == fbits(qsilu_mul(a[q], b[q]));
+        CHECK(same, "%s gate + %s up %dx%d n=%d mode %d: the pair differs from silu(a) * b of the separate products",
+              tname(t1), tname(t2), rows, cols, n, mode);
+        int nonzero = 0;
+        for (int q = 0; q < n * rows; q++) nonzero |= o[q] != 0.0f;
+        CHECK(nonzero, "%s gate + %s up: all outputs zero (the job was refused)", tname(t1), tname(t2));
+        qact_free(&act);
+        if (!view) free(xs);
+    }
+    printf("  %-5s gate + %-5s up %4dx%-4d n=%d: silu(a) * b of the separate products\n", tname(t1), tname(t2), rows,
+           cols, n);
+    free(W1); free(W2); free(P1); free(P2); free(x); free(a); free(b); free(o); free(idx);
+}
+
 /* K-quants and BF16: qmat_mul equals, bit for bit, quant_k.h's canonical order rendered here in
  * plain scalar code from the unpacked integers (whatever SIMD path the build took), and is within
  * int8-activation rounding of a double dot with the dequantized row. */
@@ -515,6 +579,14 @@ int main(void)
     test_tile_independence(GGML_Q3_K);
     test_tile_independence(GGML_Q2_K);
     test_tile_independence(GGML_BF16);
+    printf("gate / up of different types\n");
+    const uint32_t pairs[][2] = {{GGML_Q4_K, GGML_Q3_K}, {GGML_Q2_K, GGML_Q4_K}, {GGML_Q4_K, GGML_F32},
+                                 {GGML_F16, GGML_Q6_K}, {GGML_Q8_0, GGML_Q4_1}, {GGML_Q4_0, GGML_Q5_K},
+                                 {GGML_BF16, GGML_Q5_1}, {GGML_Q5_0, GGML_Q8_0}};
+    for (int k = 0; k < (int)(sizeof pairs / sizeof pairs[0]); k++) {
+        test_mixed_pair(pairs[k][0], pairs[k][1], 48, 512, 3);
+        test_mixed_pair(pairs[k][0], pairs[k][1], 300, 256, 8);    /* parallel chunks */
+    }
     printf("K-quants and BF16\n");
     uint32_t ktypes[] = {GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_BF16};
     for (int k = 0; k < 6; k++) {

@@ -14,7 +14,13 @@ qwen3moe (llama.cpp's QWEN3MOE tensors and keys; Qwen3-30B-A3B's shape, scaled d
   ffn_gate_inp F32 [d_model, E], ffn_gate_exps / ffn_up_exps Q4_K [d_model, 256, E],
   ffn_down_exps Q6_K [256, d_model, E] — Q4_K_M's mix (Q6_K for v, down and the head).
   --f32: every matrix F32 (the same random values), for oracle checks free of quantization.
-  --mix NAME: other weight-type mixes (MIXES below), e.g. iq4_xs.
+  --mix NAME: other weight-type mixes (MIXES below), e.g. iq4_xs; ud_q2_k_xl is a dynamic mix
+  in the manner of the "UD" files (see ud_q2_k_xl_type): gate, up and down of a layer of
+  different K types, attention Q4_K / Q6_K, head Q6_K.
+  --random-types SEED: every matrix independently draws its type (DRAW_TYPES, where its width
+  allows) from a generator seeded by SEED and the tensor's name; routers draw a float type.
+  --tensor-type REGEX=TYPE (repeatable, first match wins): llama-quantize's per-tensor override,
+  applied after the mix, e.g. --tensor-type 'ffn_up_exps=Q3_K'.
   --arch llama: Mixtral's layout on llama.cpp's llama architecture; --split-experts writes its
   experts as older llama.cpp files do, one tensor per expert (blk.N.ffn_gate.E.weight ...).
 
@@ -153,6 +159,45 @@ MIX_TENSORS = {"iq4_xs": IQ4_TENSORS, "iq4_xs_nl": IQ4_TENSORS}
 # experts attn_k / attn_v Q8_0 and attn_output Q5_K. q4_k_m_file is that mix: what a Q4_K_M file
 # people download holds, for the speed comparison per weight byte.
 MIXES["q4_k_m_file"] = ("Q4_K", "Q6_K")
+MIXES["ud_q2_k_xl"] = ("Q2_K", "Q6_K")
+
+# --random-types draws from every type the engine computes with (K-quants and IQ4_XS need rows
+# of whole 256-blocks, the rest whole 32-blocks); routers from the float types llama.cpp's
+# converters write (it never quantizes a router).
+DRAW_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL")
+ROUTER_TYPES = ("F32", "F16", "BF16")
+SUPER_BLOCK_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
+
+
+def drawn_type(seed, name, cols, router=False):
+    """The type --random-types gives tensor `name` (rows of `cols` values): independent per
+    tensor, the same for the same seed and name."""
+    import zlib
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    pool = ROUTER_TYPES if router else [t for t in DRAW_TYPES if cols % (256 if t in SUPER_BLOCK_TYPES else 32) == 0]
+    return str(pool[rng.integers(len(pool))])
+
+
+def ud_q2_k_xl_type(name, kind):
+    """A dynamic 2-bit mix of the kind the "UD-Q2_K_XL" files hold: attention Q4_K with v Q6_K,
+    routed gate Q2_K and up Q3_K on even layers (Q3_K / Q2_K on odd ones: a layer's gate and up
+    of different types either way), each down one step above its up, shared experts and dense
+    FFNs Q4_K with Q6_K downs, embedding Q4_K, head Q6_K."""
+    if not name.startswith("blk."):
+        return "Q4_K" if kind == "q4k" else "Q6_K"
+    layer, rest = int(name.split(".")[1]), name.split(".", 2)[2]
+    step_up = {"Q2_K": "Q3_K", "Q3_K": "Q4_K"}
+    gate, up = ("Q2_K", "Q3_K") if layer % 2 == 0 else ("Q3_K", "Q2_K")
+    if rest.startswith("ffn_gate_exps") or rest.startswith("ffn_gate."):
+        return gate
+    if rest.startswith("ffn_up_exps") or rest.startswith("ffn_up."):
+        return up
+    if rest.startswith("ffn_down_exps") or rest.startswith("ffn_down."):
+        return step_up[up]
+    if rest.startswith("attn_v"):
+        return "Q6_K"
+    return "Q4_K" if kind == "q4k" else "Q6_K"
 
 
 def use_more_bits(i_layer, n_layer):
@@ -182,6 +227,10 @@ def main(argv=None):
     ap.add_argument("--f32", action="store_true", help="every matrix F32 (no weight quantization)")
     ap.add_argument("--mix", choices=sorted(MIXES), default="q4_k_m",
                     help="matrix types (see MIXES): q4_k_m, the default, is Q4_K with Q6_K for v / downs / head")
+    ap.add_argument("--random-types", type=int, metavar="SEED",
+                    help="every matrix draws its own type (DRAW_TYPES) from SEED and its name")
+    ap.add_argument("--tensor-type", action="append", default=[], metavar="REGEX=TYPE",
+                    help="per-tensor override after the mix (first matching REGEX wins), as llama-quantize's")
     ap.add_argument("--bench-shape", action="store_true",
                     help="a bigger shape for speed tables: d_model 1024, 8 heads x 128, 8 layers, 16 experts "
                          "x 512, top-4")
@@ -190,6 +239,13 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.split_experts and a.arch != "llama":
         ap.error("--split-experts: only llama files have that layout")
+    import re
+    overrides = []
+    for spec in a.tensor_type:
+        pat, sep, tn = spec.rpartition("=")
+        if not sep or not pat or tn not in GGMLQuantizationType.__members__:
+            ap.error(f"--tensor-type {spec!r}: expected REGEX=TYPE with a GGML type name such as Q4_K")
+        overrides.append((re.compile(pat), tn))
     h = archs[a.arch]
     if a.bench_shape:
         h = dict(h, d_model=1024, n_heads=8, n_kv=4, head_dim=128, layers=8 + h["nextn"] * 0, experts=16, top_k=4,
@@ -209,8 +265,8 @@ def main(argv=None):
     def norm_w(n):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
-    def put(name, arr, kind):
-        if kind == "f32":
+    def put(name, arr, kind, drawn=None):
+        if kind == "f32" or drawn == "F32":
             w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
             return
         mix = MIXES[a.mix]
@@ -218,6 +274,12 @@ def main(argv=None):
         tname = MIX_TENSORS.get(a.mix, {}).get(name.split(".", 2)[2] if name.startswith("blk.") else name, tname)
         if a.mix == "q4_k_m_file":
             tname = q4_k_m_file_type(name, kind, h["layers"], E)
+        if a.mix == "ud_q2_k_xl":
+            tname = ud_q2_k_xl_type(name, kind)
+        if a.random_types is not None:
+            tname = drawn_type(a.random_types, name, arr.shape[-1])
+        tname = next((tn for pat, tn in overrides if pat.search(name)), tname)
+        tname = drawn or tname
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         if tname == "F32":
             w.add_tensor(name, arr)
@@ -300,7 +362,11 @@ def main(argv=None):
             put(p + "ffn_up.weight", mat(F, D), "q4k")
             put(p + "ffn_down.weight", mat(D, F, scale=0.5), "q6k")
             continue
-        w.add_tensor(p + "ffn_gate_inp.weight", mat(E, D, scale=4.0))
+        router = mat(E, D, scale=4.0)
+        if a.random_types is not None:
+            put(p + "ffn_gate_inp.weight", router, "q4k", drawn=drawn_type(a.random_types, p + "ffn_gate_inp", D, True))
+        else:
+            w.add_tensor(p + "ffn_gate_inp.weight", router)
         if arch == "glm4moe":
             w.add_tensor(p + "exp_probs_b.bias", (0.05 * rng.standard_normal(E, dtype=np.float32)).astype(np.float32))
         gate, up, down = mat(E, X, D), mat(E, X, D), mat(E, D, X, scale=0.5)
