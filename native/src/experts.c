@@ -12,6 +12,9 @@
  * Tier 0 (disk): not resident; es_acquire reads it with pread into a pooled scratch
  * buffer unless the LRU can admit it (evicting least-recently-used unpinned,
  * unacquired experts), and the buffer is returned to the pool on es_release.
+ * Every read drops the file pages it went through from the page cache (gguf_drop_cache):
+ * the store's buffers are the experts' one copy in RAM, so a budget is the memory they take
+ * (a cgroup's limit counts page cache) and at full RAM the file is not held twice.
  *
  * REPIN callback: called once per expert whose pinned state changes, with the
  * absolute layer, the expert id, the tier it had before the change (0 disk, 1 RAM)
@@ -22,6 +25,7 @@
  * file when there is no history. Written to "<path>.tmp" and renamed. */
 #include "experts.h"
 
+#include "io.h"
 #include "pool.h"
 
 #include <stdio.h>
@@ -45,11 +49,24 @@ typedef struct {
 
 typedef struct {
     uint8_t *buf;           /* resident copy (tier 1) or NULL */
-    uint8_t *tmp;           /* scratch copy while acquired from disk */
+    uint8_t *tmp;           /* scratch copy while acquired from disk (or read ahead) */
     int pinned;
     int in_use;             /* acquisitions not yet released */
     int prev, next;         /* LRU links (unpinned residents only), -1 = none */
+    int8_t loading;         /* -1 none, else the es_reads batch (ACQ, AHEAD) its read is in */
+    uint8_t ahead;          /* read by the lookahead and not acquired since: never evicted */
 } es_ent;
+
+/* A batch of expert reads on the I/O lanes: one row's misses (ACQ) or the lookahead's guesses
+ * for the next row (AHEAD). dst[k] is expert e[k]'s buffer, resident[k] whether it stays. */
+enum { ACQ = 0, AHEAD = 1 };
+typedef struct {
+    io_batch b;
+    const struct expert_store *s;
+    int active, r, n;
+    int *e, *resident, *ok;     /* n; ok: 3 per expert (gate, up, down slices) */
+    uint8_t **dst;
+} es_reads;
 
 struct expert_store {
     int fd;
@@ -67,9 +84,15 @@ struct expert_store {
     int n_resident;
     int lru_head, lru_tail; /* head = most recently used */
     uint64_t acq_all, acq_ram;
+    es_io_stats io;         /* cumulative: es_io */
     uint8_t **pool;         /* free scratch buffers of max_bytes */
     int pool_n, pool_cap;
+    es_reads rd[2];         /* ACQ, AHEAD */
 };
+
+static int queue_read(expert_store *s, es_reads *J, int which, int r, int e);
+static void reads_submit(es_reads *J);
+static int reads_settle(expert_store *s, es_reads *J, double *t_stall);
 
 static double es_now(void) {
     struct timespec ts;
@@ -122,7 +145,11 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
     size_t at = 0;
     for (int j = 0; j < k; j++) at += R->held[j];
     const uint64_t off = R->eoff ? R->eoff[(size_t)k * (size_t)s->cols + (size_t)e] : R->off[k] + (uint64_t)e * R->slice[k];
-    if (s->o.exact || !packs(R, k)) return read_at(s, dst + at, R->slice[k], off);
+    if (s->o.exact || !packs(R, k)) {
+        if (read_at(s, dst + at, R->slice[k], off) != 0) return -1;
+        gguf_drop_cache(s->fd, off, R->slice[k]);       /* the store's copy is the only one */
+        return 0;
+    }
     if (R->slice[k] > rd_cap) {
         free(rd_buf);
         rd_buf = malloc(R->slice[k]);
@@ -130,6 +157,7 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
         if (!rd_buf) return -1;
     }
     if (read_at(s, rd_buf, R->slice[k], off) != 0) return -1;
+    gguf_drop_cache(s->fd, off, R->slice[k]);
     qmat m = {R->type[k], R->rows[k], R->cols[k], R->row_bytes[k], rd_buf, 0};
     qpack(&m, dst + at);
     return 0;
@@ -156,23 +184,29 @@ static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *
     }
 }
 
-/* Evict LRU experts (from the tail, skipping acquired ones) until `need` more bytes fit
- * the RAM budget. 0 when they fit. */
-static int make_room(expert_store *s, size_t need) {
+/* Evicts unpinned residents until `need` more bytes fit the RAM budget, least frequently
+ * selected first (cumulative counts: the usage file's history and this run's), the least
+ * recently used among equals; acquired, loading and read-ahead experts stay. An expert is
+ * evicted only for a candidate selected at least as often (`cand`), so a skewed workload's hot
+ * set survives the one-off picks of cold experts, while equal counts (a fresh start, uniform
+ * routing) behave as an LRU. 0 when they fit. */
+static int make_room(expert_store *s, size_t need, uint64_t cand) {
     if (need > s->o.ram_budget) return -1;
-    int i = s->lru_tail;
-    while (s->ram_used + need > s->o.ram_budget && i >= 0) {
-        int prev = s->ent[i].prev;
-        if (s->ent[i].in_use == 0) {
-            lru_unlink(s, i);
-            free(s->ent[i].buf);
-            s->ent[i].buf = NULL;
-            s->ram_used -= s->row[i / s->cols].bytes;
-            s->n_resident--;
+    while (s->ram_used + need > s->o.ram_budget) {
+        int victim = -1;
+        for (int i = s->lru_tail; i >= 0; i = s->ent[i].prev) {
+            const es_ent *x = &s->ent[i];
+            if (x->in_use || x->loading >= 0 || x->ahead) continue;
+            if (victim < 0 || s->count[i] < s->count[victim]) victim = i;
         }
-        i = prev;
+        if (victim < 0 || s->count[victim] > cand) return -1;
+        lru_unlink(s, victim);
+        free(s->ent[victim].buf);
+        s->ent[victim].buf = NULL;
+        s->ram_used -= s->row[victim / s->cols].bytes;
+        s->n_resident--;
     }
-    return s->ram_used + need <= s->o.ram_budget ? 0 : -1;
+    return 0;
 }
 
 /* A scratch buffer for an expert read that does not stay resident: a pooled one (the most
@@ -328,7 +362,7 @@ void es_repin(expert_store *s, repin_cb cb, void *ud) {
         if (x->buf) {
             lru_unlink(s, i);
         } else {
-            if (make_room(s, s->row[i / s->cols].bytes) != 0 || load_resident(s, i) != 0) continue;
+            if (make_room(s, s->row[i / s->cols].bytes, UINT64_MAX) != 0 || load_resident(s, i) != 0) continue;
         }
         x->pinned = 1;
         if (cb) cb(ud, s->row[i / s->cols].layer, i % s->cols, old_tier, 0);
@@ -364,7 +398,20 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
     s->hits_bytes = (n + 7) / 8;
     s->hits = calloc(s->hits_bytes ? s->hits_bytes : 1, 1);
     if (!s->row || !s->ent || !s->count || !s->hits) goto oom;
-    for (size_t i = 0; i < n; i++) s->ent[i].prev = s->ent[i].next = -1;
+    for (size_t i = 0; i < n; i++) {
+        s->ent[i].prev = s->ent[i].next = -1;
+        s->ent[i].loading = -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        es_reads *J = &s->rd[k];
+        const size_t m = (size_t)(n_experts > 0 ? n_experts : 1);
+        J->s = s;
+        J->e = calloc(m, sizeof *J->e);
+        J->resident = calloc(m, sizeof *J->resident);
+        J->ok = calloc(3 * m, sizeof *J->ok);
+        J->dst = calloc(m, sizeof *J->dst);
+        if (!J->e || !J->resident || !J->ok || !J->dst) goto oom;
+    }
 
     for (int r = 0; r < n_rows; r++) {
         es_row *R = &s->row[r];
@@ -416,15 +463,23 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
     if (s->o.usage_path[0] && n > 0) usage_load(s);
 
     if (s->o.ram_budget == SIZE_MAX) {
-        /* Everything resident; the hottest within pin_budget are also marked pinned. */
-        for (size_t i = 0; i < n; i++) {
-            if (load_resident(s, (int)i) != 0) {
+        /* Everything resident, read a row at a time on the I/O lanes (a file of tens of GB
+         * loads at the disk's parallel rate, not one pread at a time); the hottest within
+         * pin_budget are also marked pinned. */
+        for (int r = 0; r < n_rows; r++) {
+            es_reads *J = &s->rd[ACQ];
+            J->r = r;
+            int bad = 0;
+            for (int e = 0; e < n_experts && !bad; e++) bad = queue_read(s, J, ACQ, r, e) != 0;
+            reads_submit(J);
+            bad += reads_settle(s, J, NULL);
+            if (bad) {
                 set_err(err, errlen, "expert store: cannot read experts from %s", g ? g->path : "?");
                 es_free(s);
                 return NULL;
             }
-            lru_push_head(s, (int)i);
         }
+        s->io = (es_io_stats){0};           /* loading is not a turn's I/O */
     }
     es_repin(s, NULL, NULL);
     return s;
@@ -436,6 +491,13 @@ oom:
 
 void es_free(expert_store *s) {
     if (!s) return;
+    for (int k = 0; k < 2; k++) {
+        if (s->rd[k].active && s->ent) reads_settle(s, &s->rd[k], NULL);
+        free(s->rd[k].e);
+        free(s->rd[k].resident);
+        free(s->rd[k].ok);
+        free(s->rd[k].dst);
+    }
     size_t n = (size_t)s->rows * (size_t)s->cols;
     if (s->ent)
         for (size_t i = 0; i < n; i++) {
@@ -453,139 +515,222 @@ void es_free(expert_store *s) {
 }
 
 /* ---- acquire / release ---- */
-int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s) {
-    if (!s || r < 0 || r >= s->rows || e < 0 || e >= s->cols) return -1;
-    int i = r * s->cols + e;
-    es_ent *x = &s->ent[i];
-    s->acq_all++;
-    if (x->buf) {
-        s->acq_ram++;
-        if (!x->pinned) {
-            lru_unlink(s, i);
-            lru_push_head(s, i);
-        }
-        x->in_use++;
-        fill_w(s, r, x->buf, out);
-        return 0;
-    }
-    if (x->tmp) {   /* already acquired from disk and not yet released */
-        x->in_use++;
-        fill_w(s, r, x->tmp, out);
-        return 0;
-    }
-    double t0 = es_now();
-    int rc = -1;
-    if (make_room(s, s->row[r].bytes) == 0) {
-        rc = load_resident(s, i);
-        if (rc == 0) {
-            lru_push_head(s, i);
-            fill_w(s, r, x->buf, out);
-        }
-    }
-    if (rc != 0) {
-        uint8_t *b = scratch_take(s);
-        if (b && read_expert(s, r, e, b) == 0) {
-            x->tmp = b;
-            fill_w(s, r, b, out);
-            rc = 0;
-        } else {
-            free(b);
-        }
-    }
-    if (t_read_s) *t_read_s += es_now() - t0;
-    if (rc == 0) x->in_use++;
-    return rc;
-}
 
-/* Reads of one es_acquire_many call, run as pool tasks (pread and packing only: all cache
- * bookkeeping stays on the calling thread). */
-typedef struct {
-    const expert_store *s;
-    int r;
-    const int *e;
-    uint8_t *const *dst;
-    int *ok;
-} read_job;
-
-/* Task t: slice t % 3 of the (t / 3)-th expert (per slice, so a layer's few reads spread
- * evenly over the threads). ok[t] per slice. */
+/* Task t of a batch: slice t % 3 of its (t / 3)-th expert (per slice, so a layer's few reads
+ * spread over the lanes). Pread and packing only: all cache bookkeeping stays on the caller. */
 static void read_task(void *vctx, int t) {
-    const read_job *J = vctx;
+    const es_reads *J = vctx;
     J->ok[t] = read_slice(J->s, J->r, J->e[t / 3], t % 3, J->dst[t / 3]) == 0;
 }
 
-int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *outs, double *t_read_s) {
-    if (!s || r < 0 || r >= s->rows || n < 0 || n > s->cols) return -1;
-    int pe[n > 0 ? n : 1], resident[n > 0 ? n : 1], ok[n > 0 ? n : 1], got[n > 0 ? n : 1], np = 0, rc = 0;
-    memset(got, 0, sizeof got);
-    uint8_t *dst[n > 0 ? n : 1];
+/* Expert e of row r goes into batch J: a resident buffer when the budget admits it (make_room),
+ * else a scratch buffer. The entry is marked loading; -1 out of memory. */
+static int queue_read(expert_store *s, es_reads *J, int which, int r, int e) {
+    const int i = r * s->cols + e;
+    es_ent *x = &s->ent[i];
     const size_t bytes = s->row[r].bytes;
+    uint8_t *b = NULL;
+    int res = 0;
+    if (make_room(s, bytes, s->count[i]) == 0 && (b = malloc(bytes ? bytes : 1)) != NULL) {
+        res = 1;                        /* counted now so later make_room calls see it */
+        s->ram_used += bytes;
+        s->n_resident++;
+        x->buf = b;
+    } else if ((b = scratch_take(s)) != NULL) {
+        x->tmp = b;
+    } else {
+        return -1;
+    }
+    x->loading = (int8_t)which;
+    J->e[J->n] = e;
+    J->resident[J->n] = res;
+    J->dst[J->n++] = b;
+    s->io.disk_bytes += s->row[r].slice[0] + s->row[r].slice[1] + s->row[r].slice[2];
+    return 0;
+}
+
+static void reads_submit(es_reads *J) {
+    if (J->n == 0) return;
+    J->active = 1;
+    io_submit(&J->b, read_task, J, 3 * J->n);
+}
+
+/* Waits for batch J and settles it: each read either becomes usable (a resident joins the
+ * LRU) or, failed, gives its buffer back. Returns the number of failed reads. */
+static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
+    if (!J->active) return 0;
     double t0 = es_now();
-    for (int k = 0; k < n && rc == 0; k++) {
-        const int e = list[k];
-        if (e < 0 || e >= s->cols) {
-            rc = -1;
-            break;
+    io_wait(&J->b);
+    s->io.stall_s += es_now() - t0;
+    if (t_stall) *t_stall += es_now() - t0;
+    int bad = 0;
+    for (int k = 0; k < J->n; k++) {
+        const int i = J->r * s->cols + J->e[k];
+        es_ent *x = &s->ent[i];
+        const int ok = J->ok[3 * k] && J->ok[3 * k + 1] && J->ok[3 * k + 2];
+        x->loading = -1;
+        if (ok && J->resident[k]) {
+            lru_push_head(s, i);
+        } else if (J->resident[k]) {
+            free(x->buf);
+            x->buf = NULL;
+            s->ram_used -= s->row[J->r].bytes;
+            s->n_resident--;
+        } else if (!ok) {
+            free(x->tmp);
+            x->tmp = NULL;
         }
+        if (!ok) {
+            x->ahead = 0;
+            bad++;
+        }
+    }
+    J->active = 0;
+    J->n = 0;
+    return bad;
+}
+
+/* Read-ahead scratch copies of row r that nobody acquired go back to the pool (the guess
+ * was wrong); read-ahead residents lose their protection either way. */
+static void ahead_retire(expert_store *s, int r) {
+    for (int e = 0; e < s->cols; e++) {
         es_ent *x = &s->ent[r * s->cols + e];
-        if (x->buf || x->tmp) {         /* in RAM, or already read for another holder */
-            if (es_acquire(s, r, e, &outs[e], NULL) != 0) rc = -1;
-            else got[k] = 1;
+        if (!x->ahead) continue;
+        x->ahead = 0;
+        if (x->tmp && x->in_use == 0) {
+            x->in_use = 1;
+            es_release(s, r, e);
+        }
+    }
+}
+
+/* outs indexed by expert id, or by position in list when by_pos (es_acquire's one expert) */
+#define OUT_OF(k) (by_pos ? &outs[k] : &outs[list[k]])
+
+static int acquire_begin(expert_store *s, int r, const int *list, int n, expert_w *outs, int *ready, int by_pos) {
+    if (!s || r < 0 || r >= s->rows || n < 0 || n > s->cols) return -1;
+    es_reads *J = &s->rd[ACQ];
+    if (J->active) reads_settle(s, J, NULL);    /* a finish that never came: settle it now */
+    J->r = r;
+    for (int k = 0; k < n; k++) {
+        ready[k] = 0;
+        if (list[k] < 0 || list[k] >= s->cols) {
+            for (int q = 0; q < k; q++) es_release(s, r, list[q]);
+            reads_submit(J);
+            reads_settle(s, J, NULL);
+            return -1;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        const int e = list[k], i = r * s->cols + e;
+        es_ent *x = &s->ent[i];
+        s->acq_all++;
+        s->io.acquisitions++;
+        s->io.ideal_bytes += s->row[r].slice[0] + s->row[r].slice[1] + s->row[r].slice[2];
+        if (x->ahead && (x->buf || x->tmp)) s->io.ahead_used++;
+        x->ahead = 0;
+        if (x->loading < 0 && (x->buf || x->tmp)) {     /* in RAM, or read for another holder */
+            if (x->buf) {
+                s->acq_ram++;
+                s->io.hits++;
+                if (!x->pinned) {
+                    lru_unlink(s, i);
+                    lru_push_head(s, i);
+                }
+            }
+            x->in_use++;
+            fill_w(s, r, x->buf ? x->buf : x->tmp, OUT_OF(k));
+            ready[k] = 1;
             continue;
         }
-        s->acq_all++;
-        uint8_t *b = NULL;
-        int res = 0;
-        if (make_room(s, bytes) == 0 && (b = malloc(bytes ? bytes : 1)) != NULL) {
-            res = 1;                    /* counted now so later make_room calls see it */
-            s->ram_used += bytes;
-            s->n_resident++;
+        if (x->loading < 0 && queue_read(s, J, ACQ, r, e) != 0) {
+            for (int q = 0; q < k; q++) es_release(s, r, list[q]);
+            reads_submit(J);
+            reads_settle(s, J, NULL);
+            return -1;
+        }
+        x->in_use++;                    /* loading: in this batch or the lookahead's */
+    }
+    reads_submit(J);
+    return 0;
+}
+
+static int acquire_finish(expert_store *s, int r, const int *list, int n, expert_w *outs, int *ready, double *t_read_s,
+                          int by_pos) {
+    int pending = 0;
+    for (int k = 0; k < n; k++) pending |= !ready[k];
+    if (!pending) return 0;
+    double stall = 0.0;
+    int bad = reads_settle(s, &s->rd[ACQ], &stall);
+    if (s->rd[AHEAD].active && s->rd[AHEAD].r == r) bad += reads_settle(s, &s->rd[AHEAD], &stall);
+    if (t_read_s) *t_read_s += stall;
+    int rc = 0;
+    for (int k = 0; k < n; k++) {
+        if (ready[k]) continue;
+        es_ent *x = &s->ent[r * s->cols + list[k]];
+        if (x->buf || x->tmp) {
+            fill_w(s, r, x->buf ? x->buf : x->tmp, OUT_OF(k));
+            ready[k] = 1;
         } else {
-            b = scratch_take(s);
+            rc = -1;                    /* its read failed */
         }
-        if (!b) {
-            rc = -1;
-            break;
-        }
-        x->tmp = b;                     /* placeholder: a later duplicate joins it; never evicted */
-        x->in_use++;
-        got[k] = 2;                     /* pending: settled below */
-        pe[np] = e;
-        resident[np] = res;
-        dst[np++] = b;
     }
-    if (np > 0) {
-        int sok[3 * np];
-        read_job J = {s, r, pe, dst, sok};
-        pool_run(read_task, &J, 3 * np);
-        for (int k = 0; k < np; k++) ok[k] = sok[3 * k] && sok[3 * k + 1] && sok[3 * k + 2];
-    }
-    for (int k = 0; k < np; k++) {
-        es_ent *x = &s->ent[r * s->cols + pe[k]];
-        x->tmp = NULL;
-        if (!ok[k]) rc = -1;
-        if (resident[k] && ok[k]) {
-            x->buf = dst[k];
-            lru_push_head(s, r * s->cols + pe[k]);
-        } else if (resident[k]) {
-            free(dst[k]);
-            s->ram_used -= bytes;
-            s->n_resident--;
-        } else if (ok[k]) {
-            x->tmp = dst[k];
-        } else {
-            free(dst[k]);
-        }
-        if (ok[k]) fill_w(s, r, dst[k], &outs[pe[k]]);
-        else x->in_use--;
-    }
-    for (int k = 0, q = 0; k < n; k++)
-        if (got[k] == 2) got[k] = ok[q++];
-    if (t_read_s) *t_read_s += es_now() - t0;
+    (void)bad;
     if (rc != 0)                        /* nothing this call took stays held after a failure */
-        for (int k = 0; k < n; k++)
-            if (got[k]) es_release(s, r, list[k]);
+        for (int k = 0; k < n; k++) {
+            es_ent *x = &s->ent[r * s->cols + list[k]];
+            if (x->in_use > 0) es_release(s, r, list[k]);
+        }
     return rc;
+}
+
+#undef OUT_OF
+
+int es_acquire_begin(expert_store *s, int r, const int *list, int n, expert_w *outs, int *ready) {
+    return acquire_begin(s, r, list, n, outs, ready, 0);
+}
+
+int es_acquire_finish(expert_store *s, int r, const int *list, int n, expert_w *outs, int *ready, double *t_read_s) {
+    return acquire_finish(s, r, list, n, outs, ready, t_read_s, 0);
+}
+
+int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s) {
+    int ready = 0;
+    if (acquire_begin(s, r, &e, 1, out, &ready, 1) != 0) return -1;
+    return acquire_finish(s, r, &e, 1, out, &ready, t_read_s, 1);
+}
+
+int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *outs, double *t_read_s) {
+    if (n < 0 || (s && n > s->cols)) return -1;
+    int ready[n > 0 ? n : 1];
+    if (es_acquire_begin(s, r, list, n, outs, ready) != 0) return -1;
+    return es_acquire_finish(s, r, list, n, outs, ready, t_read_s);
+}
+
+void es_read_ahead(expert_store *s, int r, const int *list, int n) {
+    if (!s || r < 0 || r >= s->rows || n <= 0) return;
+    es_reads *J = &s->rd[AHEAD];
+    if (J->active) {                    /* the previous guess: read by now, or soon */
+        reads_settle(s, J, NULL);
+        ahead_retire(s, J->r);
+    }
+    J->r = r;
+    for (int k = 0; k < n; k++) {
+        if (list[k] < 0 || list[k] >= s->cols) continue;
+        es_ent *x = &s->ent[r * s->cols + list[k]];
+        if (x->buf || x->tmp || x->loading >= 0) continue;
+        if (queue_read(s, J, AHEAD, r, list[k]) != 0) break;
+        x->ahead = 1;
+        s->io.ahead_issued++;
+    }
+    reads_submit(J);
+}
+
+int es_lookahead(const expert_store *s) { return s && s->o.ram_budget != SIZE_MAX && !s->o.no_lookahead; }
+
+void es_io(const expert_store *s, es_io_stats *out) {
+    if (s) *out = s->io;
+    else memset(out, 0, sizeof *out);
 }
 
 void es_release(expert_store *s, int r, int e) {

@@ -17,6 +17,7 @@ typedef struct {
     int usage_save;         /* 0 = load but never write */
     int exact;              /* EXACT=1: experts stay in the file's row layout (not packed), for
                              * float-activation matmuls (quant.h qact.exact) */
+    int no_lookahead;       /* EXPERT_LOOKAHEAD=0: no reads ahead of the next layer's guess */
 } expert_opts;
 
 typedef struct { qmat gate, up, down; } expert_w;   /* gate/up: d_exp x d_model, down: d_model x d_exp */
@@ -48,7 +49,29 @@ int es_acquire(expert_store *s, int r, int e, expert_w *out, double *t_read_s);
  * misses are read and packed in parallel on the pool. 0 ok; -1 on failure, then none of
  * them is held. */
 int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *outs, double *t_read_s);
+/* The same in two halves, so that reads overlap compute: begin fills outs for the experts in
+ * RAM (ready[k] = 1) and queues the misses on the I/O lanes (ready[k] = 0; each is held from
+ * now on); finish waits for them and fills the rest (t_read_s: the wait). Between the two the
+ * caller may compute with the ready ones. Finish -1: a read failed, then none is held. */
+int es_acquire_begin(expert_store *s, int r, const int *list, int n, expert_w *outs, int *ready);
+int es_acquire_finish(expert_store *s, int r, const int *list, int n, expert_w *outs, int *ready, double *t_read_s);
 void es_release(expert_store *s, int r, int e);
+/* Lookahead: starts reading row r's experts list[0..n) that are not in RAM (the guess of the
+ * next layer's selection), into the budget when it admits them, else into scratch copies that
+ * serve row r's next acquisition only. Returns at once. */
+void es_read_ahead(expert_store *s, int r, const int *list, int n);
+
+/* Cumulative I/O counters of the store (a turn's figures are differences). */
+typedef struct {
+    uint64_t disk_bytes;    /* expert bytes read from the file */
+    uint64_t ideal_bytes;   /* bytes of every acquisition: what reading with nothing cached costs */
+    uint64_t hits, acquisitions;
+    double stall_s;         /* time the forward waited for reads */
+    uint64_t ahead_issued, ahead_used;  /* lookahead reads issued / acquired before retired */
+} es_io_stats;
+void es_io(const expert_store *s, es_io_stats *out);
+/* Non-zero when misses read from disk (a RAM budget) and the lookahead is on. */
+int es_lookahead(const expert_store *s);
 
 /* Routing bookkeeping: heat count +1 and HITS bit set. */
 void es_note_selected(expert_store *s, int r, int e);

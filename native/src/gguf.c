@@ -415,6 +415,13 @@ int gguf_read_at(int fd, const uint8_t *map, size_t map_size, uint64_t off, void
     return 0;
 }
 
+void gguf_drop_cache(int fd, uint64_t off, size_t n)
+{
+    if (fd < 0 || n == 0) return;
+    const uint64_t a0 = off & ~(uint64_t)4095, a1 = (off + n + 4095) & ~(uint64_t)4095;
+    (void)posix_fadvise(fd, (off_t)a0, (off_t)(a1 - a0), POSIX_FADV_DONTNEED);
+}
+
 int gguf_open(gguf_file *g, const char *path)
 {
     memset(g, 0, sizeof *g);

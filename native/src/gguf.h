@@ -59,6 +59,10 @@ typedef struct {
 /* n bytes at file offset off into dst: pread on fd (never touching the mapping's pages), or a
  * copy from the mapping when fd < 0. 0 ok, -1 error or out of range. */
 int gguf_read_at(int fd, const uint8_t *map, size_t map_size, uint64_t off, void *dst, size_t n);
+/* Drops the page cache's copy of file bytes [off, off + n) (whole pages around them): a weight
+ * the engine keeps in its own buffer, or reads on use within a budget, has one owner then, not
+ * the buffer plus the page cache (a cgroup counts both; at full RAM the two copies thrash). */
+void gguf_drop_cache(int fd, uint64_t off, size_t n);
 
 /* 0 on success; -1 with g->err set (file missing, bad magic, truncated, bad type, ...). */
 int gguf_open(gguf_file *g, const char *path);

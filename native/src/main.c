@@ -250,6 +250,8 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
         goto out;
     }
     double t1 = now_s();
+    es_io_stats io0, io1;
+    es_io(m->es, &io0);
     int emitted = 0;
     while (emitted < n_gen) {
         int tok = sample_token(logits, vocab, (float)temp, (float)top_p, &rng, scratch);
@@ -273,6 +275,15 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
     double t2 = now_s();
     fprintf(stderr, "prompt tokens: %d | prefill: %.2f tok/s | decode: %d tokens, %.2f tok/s\n", n,
             t1 > t0 ? n / (t1 - t0) : 0.0, emitted, t2 > t1 ? emitted / (t2 - t1) : 0.0);
+    es_io(m->es, &io1);
+    const double steps = emitted > 1 ? emitted - 1 : 1;     /* decode forwards */
+    fprintf(stderr, "experts per decode token: disk %.1f MB, ideal %.1f MB, hit %.1f %%, stall %.1f ms, "
+                    "lookahead %llu of %llu used\n",
+            (double)(io1.disk_bytes - io0.disk_bytes) / 1e6 / steps, (double)(io1.ideal_bytes - io0.ideal_bytes) / 1e6 / steps,
+            io1.acquisitions > io0.acquisitions
+                ? 100.0 * (double)(io1.hits - io0.hits) / (double)(io1.acquisitions - io0.acquisitions) : 100.0,
+            1e3 * (io1.stall_s - io0.stall_s) / steps, (unsigned long long)(io1.ahead_used - io0.ahead_used),
+            (unsigned long long)(io1.ahead_issued - io0.ahead_issued));
 out:
     free(ids);
     free(logits);
@@ -386,6 +397,7 @@ int main(int argc, char **argv) {
     eo.pin_budget = pin_mb < 0 ? eo.ram_budget : (size_t)pin_mb << 20;
     eo.usage_save = !env_is("USAGE_SAVE", "0");
     eo.exact = (int)int_setting(NULL, "EXACT", 0, 0, 1, "EXACT");
+    eo.no_lookahead = !int_setting(NULL, "EXPERT_LOOKAHEAD", 1, 0, 1, "EXPERT_LOOKAHEAD");
     const char *up = getenv("USAGE_FILE");
     if (!up || !*up) up = getenv("COLI_USAGE");
     if (up && *up) snprintf(eo.usage_path, sizeof eo.usage_path, "%s", up);

@@ -36,9 +36,10 @@ struct model_priv {
     double rope_mscale;     /* RoPE: cos/sin multiplier (1 without YaRN / attn_factor) */
     int rope_dim;
     const compute_tier *tier;
-    qact act;
+    qact act, ahead_act, sh_act;    /* the lookahead's router input; the shared expert's down input */
     fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
-    ibuf sel, ecnt, eoff, elist, slot0, ablk, koff;
+    ibuf sel, ecnt, eoff, elist, slot0, ablk, koff, ready, guess;
+    fbuf ahead_lg;
     qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
     expert_w *ew;
     mm_job *jobs;

@@ -56,6 +56,7 @@ typedef struct {
     float *logits;              /* vocab floats */
     double t_accept, t_decode0;
     perf_counters perf0;
+    es_io_stats io0;            /* the expert store's I/O counters at ACCEPT */
 } request;
 
 typedef struct {
@@ -214,6 +215,21 @@ static void emit_routes(server *S, const request *r) {
     free(buf);
 }
 
+/* IOSTAT <id> <tokens> <disk_bytes> <ideal_bytes> <hits> <acquisitions> <stall_s> <ahead_issued>
+ * <ahead_used>: the expert store's I/O over this turn (our extension; concurrent turns share
+ * the counters of the steps they share). tokens: those the turn ran through the model. */
+static void emit_iostat(server *S, const request *r) {
+    es_io_stats now;
+    const es_io_stats *a = &r->io0;
+    es_io(S->m->es, &now);
+    out_line("IOSTAT %llu %d %llu %llu %llu %llu %.3f %llu %llu", (unsigned long long)r->id,
+             r->n_prompt - r->reused + r->emitted, (unsigned long long)(now.disk_bytes - a->disk_bytes),
+             (unsigned long long)(now.ideal_bytes - a->ideal_bytes), (unsigned long long)(now.hits - a->hits),
+             (unsigned long long)(now.acquisitions - a->acquisitions), now.stall_s - a->stall_s,
+             (unsigned long long)(now.ahead_issued - a->ahead_issued),
+             (unsigned long long)(now.ahead_used - a->ahead_used));
+}
+
 /* Ends a turn the normal way: held UTF-8 bytes, telemetry block, usage, REPIN, DONE. */
 static void finish(server *S, request *r, int length_limited) {
     model *m = S->m;
@@ -243,6 +259,7 @@ static void finish(server *S, request *r, int length_limited) {
     emit_hits(S);
     out_line("PROF %.3f %d %d %.3f %.3f %.3f %.3f %.3f %ld", wall, r->n_prompt, r->emitted,
              d.t_edisk, 0.0, d.t_emm, d.t_attn, d.t_head, d.forwards);
+    emit_iostat(S, r);
     save_usage(S);
     if (m->es) es_repin(m->es, on_repin, NULL);
 
@@ -624,6 +641,7 @@ static void cmd_submit(server *S, char *args) {
     memset(r->route, 0, (size_t)S->rows * S->cols * sizeof *r->route);
     r->t_accept = now_s();
     r->perf0 = S->m->perf;
+    es_io(S->m->es, &r->io0);
 
     out_line("ACCEPT %llu %d reused=%d", id, n, keep);
     fprintf(stderr, "[API] KV slot %d prefix %d/%d token, prefill %d\n", slot, keep, n, n - keep);

@@ -79,7 +79,7 @@ def test_it_round_trip(eng):
     ev = eng.events
     kinds = [ev[i][0] for i in range(r.first_event, r.last_event + 1) if len(ev[i][1]) > 1 and ev[i][1][1] == str(rid)]
     assert kinds[0] == "ACCEPT" and kinds[-1] == "DONE", kinds
-    assert set(kinds[1:-1]) <= {"DATA", "PERF", "TOPK"}, kinds
+    assert set(kinds[1:-1]) <= {"DATA", "PERF", "TOPK", "IOSTAT"}, kinds
     s = check_done(r, 12)
     assert s["emitted"] >= 1 or s["length_limited"] == 0
     check_block(r)
