@@ -81,9 +81,11 @@ async def test_it_ends_a_read_pause_when_a_command_is_written():
     # the owner's rule (worker.read_pause): no pause while a cancelled request's answer is due
     engine = await start_fake(recorder, lambda events, cycle: pause["s"], delay=0.002)
     try:
-        pause["s"] = 30.0
         await engine.submit(1, 0, GenerationRequest(prompt="hello", max_tokens=100000))
-        await recorder.until(lambda e: isinstance(e, protocol.Accept), timeout=5)
+        # the pause starts once ACCEPT is in: set before, an ACCEPT written just after the submit's
+        # read ended waited the whole 30 s pause (failed once on a loaded 2-core host)
+        await recorder.until(lambda e: isinstance(e, protocol.Accept), timeout=20)
+        pause["s"] = 30.0
         await asyncio.sleep(0.3)
         seen = len(recorder.events)
         await asyncio.sleep(0.3)
