@@ -22,6 +22,9 @@ DOC = {"categories": ["code_sql", "poetry"], "experts": {
 INFO = {"id": 1, "model": "glm-like", "source": "imported", "sha256": "0" * 64, "filename": "experts.json",
         "entries": 2, "specialists": 1, "categories": DOC["categories"], "validation": None, "bytes": 10,
         "created": "2026-12-01T10:00:00+00:00"}
+# REPINs from before the page opened, as a snapshot could carry them (the bridge keeps the last
+# 64; an engine with everything in RAM re-pins every expert its first turn routes).
+HISTORY = [{"layer": 3 + r, "expert": e, "old_tier": 1, "gpu": 0} for r in range(3) for e in range(4)]
 MAP = {"categories": DOC["categories"], "points": [["3:2", 0.5, 0.5, "code_sql"], ["4:0", -0.5, -0.5, "code_sql"]]}
 PIXEL = """([row, col]) => {
   const g = window.colibriAtlas.grid, c = document.getElementById('atlas-grid');
@@ -35,7 +38,7 @@ def fake_server(page):
 
     def connect(ws):
         sockets.append(ws)
-        ws.send(json.dumps(SNAPSHOT))
+        ws.send(json.dumps({**SNAPSHOT, "repin": HISTORY}))
 
     def http(route):
         path = route.request.url.split("/atlas/api/", 1)[1]
@@ -103,9 +106,17 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
     page.wait_for_function("document.getElementById('hitrate-title').textContent === 'Expert cache hit % per turn'")
     assert page.inner_text("#hitrate-now") == "88 %" and "DONE's hit_pct" in page.inner_text("#hitrate-note")
 
-    # A REPIN reaches the timeline, named by layer.
-    sockets[0].send(json.dumps({"type": "telemetry", "repin": [{"layer": 2, "expert": 3, "old_tier": 0, "gpu": 0}]}))
+    # The timeline lists only what changes after the page opened: nothing from the snapshot's
+    # history, then the one REPIN pushed now, named by layer; the card says so too.
+    assert page.locator("#atlas-repin li").count() == 0
+    assert field(hover(page, 2, 3), "pinned") == "resident (pinned or cached)"
+    page.mouse.move(1, 1)
+    # REPIN names the absolute layer: 5 is row 2 here.
+    sockets[0].send(json.dumps({"type": "telemetry", "repin": [{"layer": 5, "expert": 3, "old_tier": 0, "gpu": 0}]}))
     page.locator("#atlas-repin li", has_text="L5 #3: disk").wait_for()
+    assert page.locator("#atlas-repin li").count() == 1
+    assert field(hover(page, 2, 3), "pinned") == "yes (re-pinned this session)"
+    page.mouse.move(1, 1)
 
     # The search highlights the experts that know a topic, on the map and in the grid.
     lit, dim = page.evaluate(PIXEL, [0, 2]), page.evaluate(PIXEL, [2, 3])

@@ -162,8 +162,12 @@ export function mount(): void {
       plotHitRate();
     }
     if (f.repin && f.repin.length) {
-      for (const e of f.repin) repinned.add(e.layer * grid.cols + e.expert);
-      addRepins($("atlas-repin"), f.repin, (r) => grid.layerOf(r));
+      // REPIN names the absolute layer (as the usage file does), not the EMAP row.
+      for (const e of f.repin) {
+        const row = grid.layers.length === grid.rows ? grid.layers.indexOf(e.layer) : e.layer;
+        if (row >= 0 && row < grid.rows) repinned.add(row * grid.cols + e.expert);
+      }
+      addRepins($("atlas-repin"), f.repin);
     }
     if (f.status !== undefined || f.up !== undefined) $("engine-state").textContent = `engine ${f.status ?? (f.up ? "up" : "down")}`;
     if (f.busy !== undefined) $("engine-busy").textContent = `${f.busy} busy`;
@@ -171,7 +175,9 @@ export function mount(): void {
 
   const socket = new AtlasSocket((frame: ServerFrame) => {
     if (frame.type === "snapshot") {
-      apply({ ...frame, hits: null });
+      // The snapshot is the state before the page opened: no flashes, and no REPIN history in the
+      // timeline (it would be stamped with the load time), only changes that arrive from now on.
+      apply({ ...frame, hits: null, repin: undefined });
       if (!frame.emap || !frame.emap.rows) $("engine-state").textContent = "no expert map (engine down or dense model)";
     } else if (frame.type === "telemetry") apply(frame);
     else if (frame.type === "build") library.showBuild(frame.build);
