@@ -9,10 +9,43 @@ interface Row {
   value: number;
 }
 
+// The last finished turn's expert I/O (engine IOSTAT; engine_bridge.protocol.IoStat.figures).
+export interface TurnIo {
+  id: number; tokens: number; disk_bytes: number; ideal_bytes: number; hits: number; acquisitions: number;
+  stall_s: number; prefetch_issued: number; prefetch_used: number;
+  disk_bytes_per_token: number | null; ideal_bytes_per_token: number | null; hit_pct: number | null;
+  stall_ms_per_token: number | null; prefetch_accuracy_pct: number | null;
+}
+
 interface Stats {
   time: number;
   engine: { up: number; slots: number; busy: number; queue: number; restarts: number };
+  io: TurnIo | null;
   metrics: Record<string, Row[]>;
+}
+
+export function formatBytes(v: number | null | undefined): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "–";
+  if (v >= 1e9) return `${(v / 1e9).toFixed(2)} GB`;
+  if (v >= 1e6) return `${(v / 1e6).toFixed(1)} MB`;
+  if (v >= 1e3) return `${(v / 1e3).toFixed(1)} kB`;
+  return `${v.toFixed(0)} B`;
+}
+
+function renderIo(io: TurnIo | null | undefined): void {
+  const panel = document.getElementById("ops-io");
+  if (!panel) return;
+  panel.dataset.state = io ? "turn" : "none";
+  const set = (id: string, text: string) => { document.getElementById(id)!.textContent = text; };
+  const pct = (v: number | null) => (v === null ? "–" : `${v.toFixed(1)} %`);
+  set("io-disk", formatBytes(io?.disk_bytes_per_token));
+  set("io-ideal", formatBytes(io?.ideal_bytes_per_token));
+  set("io-hit", io ? pct(io.hit_pct) : "–");
+  set("io-stall", io && io.stall_ms_per_token !== null ? `${io.stall_ms_per_token.toFixed(1)} ms` : "–");
+  set("io-prefetch", io ? (io.prefetch_issued ? `${pct(io.prefetch_accuracy_pct)} of ${io.prefetch_issued}` : "none issued") : "–");
+  set("ops-io-turn", io ? `request ${io.id} · ${io.tokens} tokens · ${formatBytes(io.disk_bytes)} read, ${io.stall_s.toFixed(3)} s stalled` : "");
+  set("ops-io-note", io ? "From the engine's IOSTAT line, one per turn: the latest finished turn, engine-wide."
+    : "No IOSTAT from this engine yet: our engine sends one per turn; the real colibri engine never does.");
 }
 
 interface Boot {
@@ -107,6 +140,9 @@ function boot(): void {
   add("hit", { title: "Expert hit % (mean)", unit: "% of routed experts resident", yMax: 100, digits: 1,
     series: [{ name: "hit", label: "hit %", color: PALETTE[0] }] },
   (p, c) => [intervalMean(p, c, "colibri_api_expert_hit_percent")]);
+  add("io", { title: "Expert bytes per token (last turn)", unit: "MB per token", digits: 2,
+    series: [{ name: "disk", label: "read from disk", color: PALETTE[4] }, { name: "ideal", label: "ideal (selected experts)", color: PALETTE[1] }] },
+  (_p, c) => [c.io?.disk_bytes_per_token ?? null, c.io?.ideal_bytes_per_token ?? null].map((v) => (v === null ? null : v / 1e6)));
   add("restarts", { title: "Engine restarts", unit: "since the bridge started", digits: 0,
     series: [{ name: "restarts", label: "restarts", color: PALETTE[4] }, { name: "up", label: "engine up (1/0)", color: PALETTE[5] }] },
   (_p, c) => [c.engine.restarts, c.engine.up]);
@@ -161,6 +197,7 @@ function boot(): void {
       engineEl.dataset.state = cur.engine.up ? "up" : "down";
       slotsEl.textContent = `${cur.engine.busy}/${cur.engine.slots} slots busy · ${cur.engine.queue} waiting`;
       renderTable(cur);
+      renderIo(cur.io);
       if (prev && cur.time > prev.time) {
         const dt = cur.time - prev.time;
         for (const def of charts) def.chart.push(cur.time, def.compute(prev, cur, dt));
