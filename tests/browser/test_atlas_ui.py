@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from engine_bridge.protocol import IoStat
 from tests.browser.conftest import PASSWORD, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -131,7 +132,9 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
 BUILT = {**INFO, "id": 2, "source": "built", "validation": {
     "correct": 29, "total": 30, "accuracy": 0.9667, "method": "routes", "experts": 2, "top_k": 15, "n_experts": 16}}
 ROUTING = {"message": 41, "conversation": 7, "role": "assistant", "rows": 3, "cols": 4,
-           "counts": [[0, 2, 30], [1, 1, 3]], "experts": 2, "selections": 33}
+           "counts": [[0, 2, 30], [1, 1, 3]], "experts": 2, "selections": 33,
+           # its turn's IOSTAT figures (engine_bridge.protocol.IoStat.figures)
+           "io": IoStat(41, 16, 48_000_000, 12_000_000, 90, 120, 0.4, 20, 15).figures()}
 
 
 def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_stack, page_and_watch, django_user_model):
@@ -156,6 +159,9 @@ def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_
     assert method.startswith("Probed at 2 of 16 experts per token (the model serves 15)"), method
     assert "exact per-request selection counts" in method
     assert page.inner_text("#filter-text") == "message 41: 2 experts · 33 selections"
+    # Its turn's expert I/O, from the engine's IOSTAT: per token 3 MB read, 750 kB ideal.
+    assert page.inner_text("#filter-io") == ("Its turn's expert I/O (16 tokens): 3.0 MB read from disk per token · "
+                                              "ideal 750.0 kB · hit 75.0 % · stall 25.0 ms per token · prefetch 75.0 % of 20")
 
     # The message's experts keep their colour (brightest = most selections), the rest are dimmed.
     assert page.evaluate("window.colibriAtlas.grid.filter.get(2)") == 30
@@ -169,5 +175,5 @@ def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_
     page.wait_for_function("window.colibriAtlas.grid.filter === null")
     page.wait_for_timeout(100)
     assert sum(page.evaluate(PIXEL, [2, 3])) > sum(dimmed)
-    assert page.url.endswith("/atlas") and page.locator("#atlas-filter").is_hidden()
+    assert page.url.endswith("/atlas") and page.locator("#atlas-filter").is_hidden() and page.locator("#filter-io").is_hidden()
     assert watch.errors == []

@@ -7,6 +7,7 @@ import { GridView } from "./grid";
 import { Library } from "./library";
 import { MapView } from "./map";
 import { addRepins, renderEntropy, renderLegend, renderSeries } from "./panels";
+import { ioFigures } from "../ops/io";
 import type { AtlasDoc, AtlasInfo, MessageRouting, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -62,7 +63,16 @@ export function mount(): void {
   // ?message=<id> (the chat's "expert hits" link): the experts that answered that message,
   // with their selection counts; everything else dimmed until the filter is cleared.
   const filterBox = $("atlas-filter");
+  function showIo(r: MessageRouting | null): void {
+    const el = $("filter-io");
+    el.hidden = !r?.io;
+    if (!r?.io) return;
+    const f = ioFigures(r.io);
+    el.textContent = `Its turn's expert I/O (${r.io.tokens} tokens): ${f.disk} read from disk per token · ideal ${f.ideal} · `
+      + `hit ${f.hit} · stall ${f.stall} per token · prefetch ${f.prefetch}`;
+  }
   function applyFilter(): void {
+    showIo(routing);
     if (!routing) { grid.setFilter(null); filterBox.hidden = true; return; }
     const r = routing;
     filterBox.hidden = false;

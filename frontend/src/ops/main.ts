@@ -2,19 +2,12 @@
 // /v1/stats — and turns the cumulative counters into per-interval rates and means, drawn as
 // small line charts (chart.ts) plus a live table of requests by surface and status.
 import { formatValue, LineChart, PALETTE } from "./chart";
+import { formatBytes, ioFigures, type TurnIo } from "./io";
 
 interface Row {
   name: string;
   labels: Record<string, string>;
   value: number;
-}
-
-// The last finished turn's expert I/O (engine IOSTAT; engine_bridge.protocol.IoStat.figures).
-export interface TurnIo {
-  id: number; tokens: number; disk_bytes: number; ideal_bytes: number; hits: number; acquisitions: number;
-  stall_s: number; prefetch_issued: number; prefetch_used: number;
-  disk_bytes_per_token: number | null; ideal_bytes_per_token: number | null; hit_pct: number | null;
-  stall_ms_per_token: number | null; prefetch_accuracy_pct: number | null;
 }
 
 interface Stats {
@@ -24,25 +17,13 @@ interface Stats {
   metrics: Record<string, Row[]>;
 }
 
-export function formatBytes(v: number | null | undefined): string {
-  if (v === null || v === undefined || !Number.isFinite(v)) return "–";
-  if (v >= 1e9) return `${(v / 1e9).toFixed(2)} GB`;
-  if (v >= 1e6) return `${(v / 1e6).toFixed(1)} MB`;
-  if (v >= 1e3) return `${(v / 1e3).toFixed(1)} kB`;
-  return `${v.toFixed(0)} B`;
-}
-
 function renderIo(io: TurnIo | null | undefined): void {
   const panel = document.getElementById("ops-io");
   if (!panel) return;
   panel.dataset.state = io ? "turn" : "none";
   const set = (id: string, text: string) => { document.getElementById(id)!.textContent = text; };
-  const pct = (v: number | null) => (v === null ? "–" : `${v.toFixed(1)} %`);
-  set("io-disk", formatBytes(io?.disk_bytes_per_token));
-  set("io-ideal", formatBytes(io?.ideal_bytes_per_token));
-  set("io-hit", io ? pct(io.hit_pct) : "–");
-  set("io-stall", io && io.stall_ms_per_token !== null ? `${io.stall_ms_per_token.toFixed(1)} ms` : "–");
-  set("io-prefetch", io ? (io.prefetch_issued ? `${pct(io.prefetch_accuracy_pct)} of ${io.prefetch_issued}` : "none issued") : "–");
+  const f = io ? ioFigures(io) : null;
+  for (const k of ["disk", "ideal", "hit", "stall", "prefetch"] as const) set(`io-${k}`, f ? f[k] : "–");
   set("ops-io-turn", io ? `request ${io.id} · ${io.tokens} tokens · ${formatBytes(io.disk_bytes)} read, ${io.stall_s.toFixed(3)} s stalled` : "");
   set("ops-io-note", io ? "From the engine's IOSTAT line, one per turn: the latest finished turn, engine-wide."
     : "No IOSTAT from this engine yet: our engine sends one per turn; the real colibri engine never does.");
