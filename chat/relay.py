@@ -268,6 +268,8 @@ async def _handle(conv_id, msg_id, event, state):
             hit_pct=stats.get("hit_pct"),
             finish_reason=event.get("finish_reason"),
         )
+        if event.get("io"):  # the turn's expert I/O (our engine's IOSTAT), shown with its routing
+            state.stats["io"] = event["io"]
         state.routing = routing_summary(event.get("routing"))
         if state.routing is not None:
             state.stats["experts_routed"] = len(state.routing["counts"])  # distinct experts

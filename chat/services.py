@@ -230,9 +230,10 @@ def routing_unpack(packed):
 
 def message_routing(message_id):
     """Which experts answered an assistant message: {"message", "conversation", "role", "rows",
-    "cols", "counts": [[row, expert, selections], ...], "experts", "selections"}; None when the
-    message does not exist, counts None when no routing was recorded for it."""
-    msg = Message.objects.filter(pk=message_id).only("id", "conversation_id", "role", "routing").first()
+    "cols", "counts": [[row, expert, selections], ...], "experts", "selections", "io"}; None when
+    the message does not exist, counts None when no routing was recorded for it; io = its turn's
+    expert I/O (stats.io, the engine's IOSTAT figures) or None."""
+    msg = Message.objects.filter(pk=message_id).only("id", "conversation_id", "role", "routing", "stats").first()
     if msg is None:
         return None
     packed = msg.routing or {}
@@ -241,4 +242,5 @@ def message_routing(message_id):
         "message": msg.pk, "conversation": msg.conversation_id, "role": msg.role,
         "rows": packed.get("rows"), "cols": packed.get("cols"), "counts": counts,
         "experts": packed.get("experts", 0), "selections": packed.get("selections", 0),
+        "io": (msg.stats or {}).get("io"),
     }

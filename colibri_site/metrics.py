@@ -5,7 +5,8 @@ Two sources. Web-side figures are prometheus-client metrics updated where reques
 (api/views.py): requests by surface and status, time to first token, inter-token latency, queue
 wait, tokens in and out, prompt tokens the engine kept from a reused KV prefix (ACCEPT reused=N),
 and the expert hit % of each generation (its done stats: routed experts already resident). Bridge-side figures (engine up, slots, busy slots, queue depth, engine
-restarts) live in the bridge's telemetry in Redis and are read at scrape time by BridgeCollector,
+restarts, the last turn's expert I/O from our engine's IOSTAT) live in the bridge's telemetry in
+Redis and are read at scrape time by BridgeCollector,
 so every web process reports the same values without the bridge exporting anything.
 
 Multiprocess: with PROMETHEUS_MULTIPROC_DIR set (several Daphne workers), each process writes
@@ -50,8 +51,16 @@ for _surface in SURFACES:
     EXPERT_HIT.labels(_surface)
 
 
+IO_GAUGES = (("tokens", "tokens"), ("disk_bytes", "disk_bytes"), ("ideal_bytes", "ideal_bytes"),
+             ("hits", "expert_hits"), ("acquisitions", "expert_acquisitions"), ("stall_s", "stall_seconds"),
+             ("prefetch_issued", "prefetch_issued"), ("prefetch_used", "prefetch_used"))
+
+
 class BridgeCollector:
-    """The bridge's telemetry (engine_bridge.telemetry.get_state()) as metrics, read per scrape."""
+    """The bridge's telemetry (engine_bridge.telemetry.get_state()) as metrics, read per scrape;
+    `state` keeps what the last scrape read (stats() takes the last turn's I/O figures from it)."""
+
+    state = None
 
     def collect(self):
         from engine_bridge import telemetry
@@ -60,6 +69,7 @@ class BridgeCollector:
             state = telemetry.get_state()
         except Exception:  # Redis down: report the engine as not up, nothing else
             state = {"updated": None}
+        self.state = state
         bridge = state.get("updated") is not None
         up = GaugeMetricFamily("colibri_engine_up", "1 when the engine is up (the bridge reports it)")
         up.add_metric([], 1.0 if bridge and state.get("up") else 0.0)
@@ -76,9 +86,15 @@ class BridgeCollector:
         restarts = CounterMetricFamily("colibri_engine_restarts", "Engine restarts since the bridge started")
         restarts.add_metric([], float(state.get("restarts") or 0))
         yield restarts
+        io = state.get("iostat") if bridge else None
+        if io:  # our engine's IOSTAT of the last finished turn (absent for engines that send none)
+            for key, name in IO_GAUGES:
+                g = GaugeMetricFamily(f"colibri_engine_last_turn_{name}", f"Last finished turn: IOSTAT {key}")
+                g.add_metric([], float(io[key]))
+                yield g
 
 
-def registry():
+def registry(bridge=None):
     """The registry a scrape reads: every process's samples (multiprocess) or this process's."""
     reg = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -87,7 +103,7 @@ def registry():
         multiprocess.MultiProcessCollector(reg)
     else:
         reg.register(_Local())
-    reg.register(BridgeCollector())
+    reg.register(bridge or BridgeCollector())
     return reg
 
 
@@ -103,8 +119,8 @@ def exposition():
 def stats():
     """/v1/stats: a summary per surface and of the engine for humans, then every sample of
     /metrics for scripts ({family: [{name, labels, value}]}; histograms as _count / _sum)."""
-    families, samples = {}, {}
-    for family in registry().collect():
+    families, samples, bridge = {}, {}, BridgeCollector()
+    for family in registry(bridge).collect():
         if family.name.startswith(("python_", "process_")):
             continue
         rows = [{"name": x.name, "labels": x.labels, "value": x.value} for x in family.samples
@@ -117,6 +133,9 @@ def stats():
             "engine": {name: samples.get((f"colibri_{metric}", ()), 0) for name, metric in (
                 ("up", "engine_up"), ("slots", "engine_slots"), ("busy", "engine_busy_slots"),
                 ("queue", "queue_depth"), ("restarts", "engine_restarts_total"))},
+            # The last finished turn's expert I/O (protocol.IoStat.figures: disk and ideal bytes per
+            # token, hit %, stall ms per token, prefetch accuracy); null unless our engine sends IOSTAT.
+            "io": (bridge.state or {}).get("iostat") if (bridge.state or {}).get("updated") is not None else None,
             "metrics": families}
 
 

@@ -156,6 +156,37 @@ class Repin:
 
 
 @dataclass
+class IoStat:
+    """Our engine's per-turn expert I/O (IOSTAT, emitted once per turn right before its DONE; the
+    real colibri engine never sends it). figures() is the one place its derived figures are built."""
+    id: int
+    tokens: int            # tokens the turn ran through the model (prompt + generated)
+    disk_bytes: int        # expert bytes read from disk during the turn
+    ideal_bytes: int       # bytes of the experts its tokens selected, each (step, layer, expert) once
+    hits: int              # expert acquisitions served from RAM
+    acquisitions: int      # all expert acquisitions
+    stall_s: float         # seconds the forward waited for expert reads
+    prefetch_issued: int   # lookahead reads issued
+    prefetch_used: int     # of those, later used
+
+    def figures(self):
+        """The turn's I/O as the site shows it (telemetry `iostat`, done `io`, /v1/stats `io`):
+        the raw counts plus per-token bytes and stall, hit % and prefetch accuracy (None where the
+        denominator is 0)."""
+        per_token = (lambda v, scale=1: round(v * scale / self.tokens, 3)) if self.tokens else (lambda v, scale=1: None)
+        return {
+            "id": self.id, "tokens": self.tokens, "disk_bytes": self.disk_bytes, "ideal_bytes": self.ideal_bytes,
+            "hits": self.hits, "acquisitions": self.acquisitions, "stall_s": self.stall_s,
+            "prefetch_issued": self.prefetch_issued, "prefetch_used": self.prefetch_used,
+            "disk_bytes_per_token": per_token(self.disk_bytes), "ideal_bytes_per_token": per_token(self.ideal_bytes),
+            "hit_pct": round(100 * self.hits / self.acquisitions, 2) if self.acquisitions else None,
+            "stall_ms_per_token": per_token(self.stall_s, 1000),
+            "prefetch_accuracy_pct": (round(100 * self.prefetch_used / self.prefetch_issued, 2)
+                                      if self.prefetch_issued else None),
+        }
+
+
+@dataclass
 class Done:
     id: int
     emitted: int
@@ -372,6 +403,16 @@ def _repin(toks, line):
     return Repin(*(_int(t) for t in toks[1:5]))
 
 
+def _iostat(toks, line):
+    _need(toks, 10, "IOSTAT")
+    rid, tokens, disk, ideal, hits, acq = _int(toks[1], 1), *(_int(t, 0) for t in toks[2:7])
+    stall = _float(toks[7])
+    issued, used = _int(toks[8], 0), _int(toks[9], 0)
+    if hits > acq or stall < 0:
+        raise ProtocolError("IOSTAT: hits above acquisitions or a negative stall")
+    return IoStat(rid, tokens, disk, ideal, hits, acq, stall, issued, used)
+
+
 def _done(toks, line):
     _need(toks, 9, "DONE")
     if toks[2] != "STAT":
@@ -397,7 +438,7 @@ LINE_KINDS = {
     "STAT": _stat, "CAPS": lambda t, l: Caps(_kv(t[1:])), "HWINFO": _hwinfo, "TIERS": _tiers,
     "EMAP": _emap, "HITS": _hits, "GPUS": _gpus, "GPUDETAIL": lambda t, l: GpuDetail(),
     "MODEL": _model, "ACCEPT": _accept, "TOPK": _topk, "PERF": _perf, "PROF": _prof,
-    "ENTROPY": _entropy, "ROUTES": _routes, "REPIN": _repin, "DONE": _done, "ERROR": _error,
+    "ENTROPY": _entropy, "ROUTES": _routes, "REPIN": _repin, "IOSTAT": _iostat, "DONE": _done, "ERROR": _error,
 }
 FRAME_KINDS = {"DATA", "TOOL", "ECHO"}
 

@@ -52,6 +52,7 @@ def state_key():
 def empty_state():
     return {
         "up": False, "status": "down", "model": None, "hwinfo": None, "tiers": None,
+        "iostat": None,  # the last finished turn's IOSTAT figures (protocol.IoStat.figures), our engine only
         "emap": None, "hits": None, "seq": 0, "gpus": None, "entropy": None, "repin": [],
         "slots": 0, "busy": 0, "queue": 0, "restarts": 0, "updated": None,
     }

@@ -75,6 +75,7 @@ class Request:
     topk: list = field(default_factory=list)
     perf: dict | None = None
     routing: dict | None = None  # the engine's ROUTES for this turn (routes=True)
+    io: dict | None = None       # the engine's IOSTAT for this turn, as IoStat.figures()
     outbox: list = field(default_factory=list)
     seq: int = 0
     sending: bool = False    # a batch of this request is on its way to Redis
@@ -535,6 +536,13 @@ class Bridge:
         if r:
             r.routing = {"rows": ev.rows, "cols": ev.cols, "counts": ev.counts}
 
+    def ev_iostat(self, ev):
+        figures = ev.figures()
+        self.publisher.update(iostat=figures)  # the latest turn's, engine-wide (/v1/stats, /ops)
+        r = self.by_id.get(ev.id)
+        if r:
+            r.io = figures
+
     def ev_accept(self, ev):
         r = self.by_id.get(ev.id)
         if r is None or r.prompt_tokens is not None:
@@ -586,6 +594,7 @@ class Bridge:
             "repin": block.get("repin", []),
             "topk": r.topk if r.job.topk else None,
             "routing": r.routing if r.job.routes else None,
+            "io": r.io,
         })
         self.release(r)
 

@@ -52,7 +52,9 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(telemetry.GROUP, self.channel_name)
         await self.channel_layer.group_add(BUILD_GROUP, self.channel_name)
         state = await telemetry.aget_state()
-        snapshot = {k: state.get(k) for k in LATEST + ("hits", "repin", "seq", "updated")}
+        # No `repin`: the state's last REPINs happened before this page opened (they carry no
+        # time), and the page's timeline lists only the changes it sees arrive.
+        snapshot = {k: state.get(k) for k in LATEST + ("hits", "seq", "updated")}
         snapshot.update(await self._layer_fields(state.get("emap"), state.get("model")))
         await self.send_json({"type": "snapshot", **snapshot})
 

@@ -48,6 +48,20 @@ def test_it_parses_telemetry_lines():
     assert topk.id == 4 and topk.candidates == [[-0.1, "hi"], [-2.5, "é"]]
 
 
+def test_it_parses_iostat_and_builds_its_figures_in_one_place():
+    io = one(b"IOSTAT 9 20 4000000 1000000 150 200 0.250 40 30\n")
+    assert io == p.IoStat(9, 20, 4000000, 1000000, 150, 200, 0.25, 40, 30)
+    assert io.figures() == {
+        "id": 9, "tokens": 20, "disk_bytes": 4000000, "ideal_bytes": 1000000, "hits": 150, "acquisitions": 200,
+        "stall_s": 0.25, "prefetch_issued": 40, "prefetch_used": 30,
+        "disk_bytes_per_token": 200000.0, "ideal_bytes_per_token": 50000.0, "hit_pct": 75.0,
+        "stall_ms_per_token": 12.5, "prefetch_accuracy_pct": 75.0}
+    # Everything in RAM: nothing read, nothing prefetched; a turn of no tokens divides by nothing.
+    quiet = one(b"IOSTAT 3 0 0 0 0 0 0.000 0 0\n").figures()
+    assert quiet["disk_bytes_per_token"] is None and quiet["hit_pct"] is None and quiet["prefetch_accuracy_pct"] is None
+    assert one(b"IOSTAT 3 8 0 8192 64 64 0.000 0 0 later=1\n").figures()["hit_pct"] == 100.0  # extra fields: later engines
+
+
 def test_it_parses_request_lines():
     accept = one(b"ACCEPT 7 11 reused=4\n")
     assert (accept.id, accept.prompt_tokens, accept.extras) == (7, 11, {"reused": 4})
@@ -86,6 +100,9 @@ def test_it_ignores_unknown_kinds():
     b"EMAP 2 8 00\n", b"HITS 2 8 zz\n", b"STAT 0 0 0\n", b"HWINFO 2 x 1 0 0 cpu|\n",
     b"MODEL {nope\n", b"ERROR\n", b"ROUTES 1 2 16 2:0:1\n", b"ROUTES 1 2 16 0:16:1\n",
     b"ROUTES 1 2 16 0:1:0\n", b"ROUTES 1 2 16 0:1\n", b"ROUTES 1 2\n", b"TIERS 1 2\n", b"GPUS 2 1 2 3\n", b"DATA 1 -1\n", b"PROF 1 2 nan 4 5 6 7 8 9\n",
+    b"IOSTAT 1 2 3 4 5 6 0.1 7\n", b"IOSTAT 0 2 3 4 5 6 0.1 7 8\n", b"IOSTAT 1 2 -3 4 5 6 0.1 7 8\n",
+    b"IOSTAT 1 2 3 4 5 6 nan 7 8\n", b"IOSTAT 1 2 3 4 5 6 -0.1 7 8\n", b"IOSTAT 1 2 3 4 7 6 0.1 7 8\n",
+    b"IOSTAT 1 2 3 4.5 5 6 0.1 7 8\n",
 ])
 def test_it_raises_on_malformed_known_lines(line):
     with pytest.raises(p.ProtocolError):

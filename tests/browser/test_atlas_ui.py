@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from engine_bridge.protocol import IoStat
 from tests.browser.conftest import PASSWORD, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -22,6 +23,9 @@ DOC = {"categories": ["code_sql", "poetry"], "experts": {
 INFO = {"id": 1, "model": "glm-like", "source": "imported", "sha256": "0" * 64, "filename": "experts.json",
         "entries": 2, "specialists": 1, "categories": DOC["categories"], "validation": None, "bytes": 10,
         "created": "2026-12-01T10:00:00+00:00"}
+# REPINs from before the page opened, as a snapshot could carry them (the bridge keeps the last
+# 64; an engine with everything in RAM re-pins every expert its first turn routes).
+HISTORY = [{"layer": 3 + r, "expert": e, "old_tier": 1, "gpu": 0} for r in range(3) for e in range(4)]
 MAP = {"categories": DOC["categories"], "points": [["3:2", 0.5, 0.5, "code_sql"], ["4:0", -0.5, -0.5, "code_sql"]]}
 PIXEL = """([row, col]) => {
   const g = window.colibriAtlas.grid, c = document.getElementById('atlas-grid');
@@ -35,7 +39,7 @@ def fake_server(page):
 
     def connect(ws):
         sockets.append(ws)
-        ws.send(json.dumps(SNAPSHOT))
+        ws.send(json.dumps({**SNAPSHOT, "repin": HISTORY}))
 
     def http(route):
         path = route.request.url.split("/atlas/api/", 1)[1]
@@ -103,9 +107,17 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
     page.wait_for_function("document.getElementById('hitrate-title').textContent === 'Expert cache hit % per turn'")
     assert page.inner_text("#hitrate-now") == "88 %" and "DONE's hit_pct" in page.inner_text("#hitrate-note")
 
-    # A REPIN reaches the timeline, named by layer.
-    sockets[0].send(json.dumps({"type": "telemetry", "repin": [{"layer": 2, "expert": 3, "old_tier": 0, "gpu": 0}]}))
+    # The timeline lists only what changes after the page opened: nothing from the snapshot's
+    # history, then the one REPIN pushed now, named by layer; the card says so too.
+    assert page.locator("#atlas-repin li").count() == 0
+    assert field(hover(page, 2, 3), "pinned") == "resident (pinned or cached)"
+    page.mouse.move(1, 1)
+    # REPIN names the absolute layer: 5 is row 2 here.
+    sockets[0].send(json.dumps({"type": "telemetry", "repin": [{"layer": 5, "expert": 3, "old_tier": 0, "gpu": 0}]}))
     page.locator("#atlas-repin li", has_text="L5 #3: disk").wait_for()
+    assert page.locator("#atlas-repin li").count() == 1
+    assert field(hover(page, 2, 3), "pinned") == "yes (re-pinned this session)"
+    page.mouse.move(1, 1)
 
     # The search highlights the experts that know a topic, on the map and in the grid.
     lit, dim = page.evaluate(PIXEL, [0, 2]), page.evaluate(PIXEL, [2, 3])
@@ -120,7 +132,9 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
 BUILT = {**INFO, "id": 2, "source": "built", "validation": {
     "correct": 29, "total": 30, "accuracy": 0.9667, "method": "routes", "experts": 2, "top_k": 15, "n_experts": 16}}
 ROUTING = {"message": 41, "conversation": 7, "role": "assistant", "rows": 3, "cols": 4,
-           "counts": [[0, 2, 30], [1, 1, 3]], "experts": 2, "selections": 33}
+           "counts": [[0, 2, 30], [1, 1, 3]], "experts": 2, "selections": 33,
+           # its turn's IOSTAT figures (engine_bridge.protocol.IoStat.figures)
+           "io": IoStat(41, 16, 48_000_000, 12_000_000, 90, 120, 0.4, 20, 15).figures()}
 
 
 def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_stack, page_and_watch, django_user_model):
@@ -145,6 +159,9 @@ def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_
     assert method.startswith("Probed at 2 of 16 experts per token (the model serves 15)"), method
     assert "exact per-request selection counts" in method
     assert page.inner_text("#filter-text") == "message 41: 2 experts · 33 selections"
+    # Its turn's expert I/O, from the engine's IOSTAT: per token 3 MB read, 750 kB ideal.
+    assert page.inner_text("#filter-io") == ("Its turn's expert I/O (16 tokens): 3.0 MB read from disk per token · "
+                                              "ideal 750.0 kB · hit 75.0 % · stall 25.0 ms per token · prefetch 75.0 % of 20")
 
     # The message's experts keep their colour (brightest = most selections), the rest are dimmed.
     assert page.evaluate("window.colibriAtlas.grid.filter.get(2)") == 30
@@ -158,5 +175,5 @@ def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_
     page.wait_for_function("window.colibriAtlas.grid.filter === null")
     page.wait_for_timeout(100)
     assert sum(page.evaluate(PIXEL, [2, 3])) > sum(dimmed)
-    assert page.url.endswith("/atlas") and page.locator("#atlas-filter").is_hidden()
+    assert page.url.endswith("/atlas") and page.locator("#atlas-filter").is_hidden() and page.locator("#filter-io").is_hidden()
     assert watch.errors == []

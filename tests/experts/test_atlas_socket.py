@@ -22,7 +22,8 @@ def layer(settings, monkeypatch):
     settings.ENGINE_MODEL = "/models/tiny-moe.gguf"
 
     async def state():
-        return {**telemetry.empty_state(), "up": True, "emap": EMAP, "model": {"name": "tiny", "n_layers": 2}}
+        return {**telemetry.empty_state(), "up": True, "emap": EMAP, "model": {"name": "tiny", "n_layers": 2},
+                "repin": [{"layer": 0, "expert": 1, "old_tier": 1, "gpu": 0}]}
 
     monkeypatch.setattr(telemetry, "aget_state", state)
     from channels.layers import channel_layers
@@ -52,6 +53,7 @@ async def test_it_pushes_hits_to_staff_coalesced(layer, staff):
     assert snapshot["type"] == "snapshot"
     assert snapshot["emap"] == EMAP
     assert snapshot["layers"] == [0, 1] and snapshot["layer_source"] == "model"
+    assert "repin" not in snapshot  # the state's REPINs predate this page: only pushed ones reach it
     publisher = telemetry.Publisher()
     pusher = asyncio.create_task(publisher.push_loop())
     try:

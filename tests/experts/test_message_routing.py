@@ -28,7 +28,7 @@ def test_staff_read_a_messages_routing(staff, staff_client):
     assert response.status_code == 200
     body = response.json()
     assert body == {"message": msg.pk, "conversation": msg.conversation_id, "role": "assistant",
-                    "rows": 4, "cols": 8, "counts": ROUTING["counts"], "experts": 3, "selections": 55}
+                    "rows": 4, "cols": 8, "counts": ROUTING["counts"], "experts": 3, "selections": 55, "io": None}
     assert "text" not in body
     assert "routing" not in msg.as_dict()  # kept off the chat socket
 
@@ -58,14 +58,15 @@ def test_the_chat_page_tells_the_script_who_is_staff(staff_client, member_client
     assert _boot(member_client.get("/"))["is_staff"] is False
 
 
-def _relayed(user, routing=ROUTING):
-    """An assistant turn relayed to its end by chat.relay with a done event carrying `routing`."""
+def _relayed(user, routing=ROUTING, io=None):
+    """An assistant turn relayed to its end by chat.relay with a done event carrying `routing`
+    (and `io`, the turn's IOSTAT figures, when given)."""
     conv = Conversation.objects.create(owner=user)
     Message.objects.create(conversation=conv, role="user", text="hi")
     msg = Message.objects.create(conversation=conv, role="assistant", status="streaming")
     state = relay._State()
     done = {"kind": "done", "finish_reason": "stop", "usage": {"prompt_tokens": 5, "completion_tokens": 2},
-            "stats": {"tok_s": 10.0, "hit_pct": 87.5, "ttft_s": 0.1}, "routing": routing}
+            "stats": {"tok_s": 10.0, "hit_pct": 87.5, "ttft_s": 0.1}, "routing": routing, "io": io}
     asyncio.run(relay._handle(conv.pk, msg.pk, done, state))
     asyncio.run(relay._finish(conv.pk, msg.pk, state))
     msg.refresh_from_db()
@@ -83,6 +84,18 @@ def test_a_relayed_reply_keeps_the_experts_that_answered_it(staff, monkeypatch):
     assert msg.stats["experts_routed"] == 3 and msg.stats["hit_pct"] == 87.5
     done = [f for f in frames if f["type"] == "done"][0]
     assert "routing" not in done["message"] and done["message"]["stats"]["experts_routed"] == 3
+
+
+def test_a_replys_turn_io_is_kept_and_served_with_its_routing(staff, staff_client, monkeypatch):
+    from engine_bridge import protocol
+
+    monkeypatch.setattr(relay, "publish", lambda *a: asyncio.sleep(0))
+    io = protocol.IoStat(3, 9, 900, 450, 7, 8, 0.009, 2, 1).figures()
+    msg = _relayed(staff, io=io)
+    assert msg.stats["io"] == io
+    body = staff_client.get(f"/atlas/api/messages/{msg.pk}/routing").json()
+    assert body["io"] == io and body["counts"] == ROUTING["counts"]
+    assert "io" not in _relayed(staff).stats  # an engine without IOSTAT: nothing stored
 
 
 def test_a_reply_without_routing_has_no_count(staff, monkeypatch):

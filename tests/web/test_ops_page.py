@@ -66,3 +66,21 @@ def test_the_figures_are_those_of_v1_stats(staff, alice_key):
 def test_staff_see_the_link_in_the_navigation(staff, alice):
     assert 'href="/ops"' in client_for(staff).get("/").content.decode()
     assert 'href="/ops"' not in client_for(alice).get("/").content.decode()
+
+
+def test_the_last_turns_expert_io_is_in_v1_stats_ops_and_metrics(staff, alice_key, monkeypatch):
+    from engine_bridge import protocol
+
+    io = protocol.IoStat(7, 20, 4000000, 1000000, 150, 200, 0.25, 40, 30).figures()
+    state = {"status": "up", "up": True, "updated": 1.0, "slots": 2, "busy": 0, "queue": 0, "restarts": 0, "iostat": io}
+    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda: state)
+    public = Client().get("/v1/stats", HTTP_AUTHORIZATION=f"Bearer {alice_key}").json()
+    assert public["io"] == client_for(staff).get("/ops/stats.json").json()["io"] == io
+    assert (io["disk_bytes_per_token"], io["ideal_bytes_per_token"], io["hit_pct"], io["stall_ms_per_token"],
+            io["prefetch_accuracy_pct"]) == (200000.0, 50000.0, 75.0, 12.5, 75.0)
+    text = client_for(staff).get("/metrics").content.decode()
+    assert "colibri_engine_last_turn_disk_bytes 4e+06" in text and "colibri_engine_last_turn_stall_seconds 0.25" in text
+
+
+def test_an_engine_without_iostat_leaves_io_null(staff):
+    assert client_for(staff).get("/ops/stats.json").json()["io"] is None

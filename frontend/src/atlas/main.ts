@@ -7,6 +7,7 @@ import { GridView } from "./grid";
 import { Library } from "./library";
 import { MapView } from "./map";
 import { addRepins, renderEntropy, renderLegend, renderSeries } from "./panels";
+import { ioFigures } from "../ops/io";
 import type { AtlasDoc, AtlasInfo, MessageRouting, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -62,7 +63,16 @@ export function mount(): void {
   // ?message=<id> (the chat's "expert hits" link): the experts that answered that message,
   // with their selection counts; everything else dimmed until the filter is cleared.
   const filterBox = $("atlas-filter");
+  function showIo(r: MessageRouting | null): void {
+    const el = $("filter-io");
+    el.hidden = !r?.io;
+    if (!r?.io) return;
+    const f = ioFigures(r.io);
+    el.textContent = `Its turn's expert I/O (${r.io.tokens} tokens): ${f.disk} read from disk per token · ideal ${f.ideal} · `
+      + `hit ${f.hit} · stall ${f.stall} per token · prefetch ${f.prefetch}`;
+  }
   function applyFilter(): void {
+    showIo(routing);
     if (!routing) { grid.setFilter(null); filterBox.hidden = true; return; }
     const r = routing;
     filterBox.hidden = false;
@@ -162,8 +172,12 @@ export function mount(): void {
       plotHitRate();
     }
     if (f.repin && f.repin.length) {
-      for (const e of f.repin) repinned.add(e.layer * grid.cols + e.expert);
-      addRepins($("atlas-repin"), f.repin, (r) => grid.layerOf(r));
+      // REPIN names the absolute layer (as the usage file does), not the EMAP row.
+      for (const e of f.repin) {
+        const row = grid.layers.length === grid.rows ? grid.layers.indexOf(e.layer) : e.layer;
+        if (row >= 0 && row < grid.rows) repinned.add(row * grid.cols + e.expert);
+      }
+      addRepins($("atlas-repin"), f.repin);
     }
     if (f.status !== undefined || f.up !== undefined) $("engine-state").textContent = `engine ${f.status ?? (f.up ? "up" : "down")}`;
     if (f.busy !== undefined) $("engine-busy").textContent = `${f.busy} busy`;
@@ -171,7 +185,9 @@ export function mount(): void {
 
   const socket = new AtlasSocket((frame: ServerFrame) => {
     if (frame.type === "snapshot") {
-      apply({ ...frame, hits: null });
+      // The snapshot is the state before the page opened: no flashes, and no REPIN history in the
+      // timeline (it would be stamped with the load time), only changes that arrive from now on.
+      apply({ ...frame, hits: null, repin: undefined });
       if (!frame.emap || !frame.emap.rows) $("engine-state").textContent = "no expert map (engine down or dense model)";
     } else if (frame.type === "telemetry") apply(frame);
     else if (frame.type === "build") library.showBuild(frame.build);

@@ -80,12 +80,14 @@ export function renderSeries(c: HTMLCanvasElement, points: number[]): void {
   ctx.stroke();
 }
 
-export function addRepins(list: HTMLElement, entries: Repin[], layerOf: (row: number) => number): void {
+// Entries as they arrive (the page never lists the snapshot's older ones): stamped with the time
+// they reached the page, labelled with the engine's absolute layer.
+export function addRepins(list: HTMLElement, entries: Repin[]): void {
   const now = new Date().toLocaleTimeString();
   for (const e of entries) {
     const li = document.createElement("li");
     const from = TIER_NAMES[e.old_tier] ?? String(e.old_tier);
-    li.textContent = `${now} · L${layerOf(e.layer)} #${e.expert}: ${from} → re-pinned${e.gpu ? ` (gpu ${e.gpu})` : ""}`;
+    li.textContent = `${now} · L${e.layer} #${e.expert}: ${from} → re-pinned${e.gpu ? ` (gpu ${e.gpu})` : ""}`;
     list.prepend(li);
   }
   while (list.children.length > 64) list.lastElementChild!.remove();

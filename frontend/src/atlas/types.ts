@@ -1,5 +1,6 @@
 // Shapes of what the atlas page receives (experts/views.py, experts/consumers.py) and of
 // colibri's experts.json (peers.md §4).
+import type { TurnIo } from "../ops/io";
 
 export interface Grid { rows: number; cols: number; hex: string }
 
@@ -54,6 +55,7 @@ export interface MessageRouting {
   message: number; conversation: number; rows: number; cols: number;
   counts: [number, number, number][];   // [row, expert, selections], nonzero only
   experts: number; selections: number;
+  io?: TurnIo | null;   // that turn's expert I/O (the engine's IOSTAT), when it sent one
 }
 
 export type ServerFrame =

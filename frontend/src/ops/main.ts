@@ -2,6 +2,7 @@
 // /v1/stats — and turns the cumulative counters into per-interval rates and means, drawn as
 // small line charts (chart.ts) plus a live table of requests by surface and status.
 import { formatValue, LineChart, PALETTE } from "./chart";
+import { formatBytes, ioFigures, type TurnIo } from "./io";
 
 interface Row {
   name: string;
@@ -12,7 +13,20 @@ interface Row {
 interface Stats {
   time: number;
   engine: { up: number; slots: number; busy: number; queue: number; restarts: number };
+  io: TurnIo | null;
   metrics: Record<string, Row[]>;
+}
+
+function renderIo(io: TurnIo | null | undefined): void {
+  const panel = document.getElementById("ops-io");
+  if (!panel) return;
+  panel.dataset.state = io ? "turn" : "none";
+  const set = (id: string, text: string) => { document.getElementById(id)!.textContent = text; };
+  const f = io ? ioFigures(io) : null;
+  for (const k of ["disk", "ideal", "hit", "stall", "prefetch"] as const) set(`io-${k}`, f ? f[k] : "–");
+  set("ops-io-turn", io ? `request ${io.id} · ${io.tokens} tokens · ${formatBytes(io.disk_bytes)} read, ${io.stall_s.toFixed(3)} s stalled` : "");
+  set("ops-io-note", io ? "From the engine's IOSTAT line, one per turn: the latest finished turn, engine-wide."
+    : "No IOSTAT from this engine yet: our engine sends one per turn; the real colibri engine never does.");
 }
 
 interface Boot {
@@ -107,6 +121,9 @@ function boot(): void {
   add("hit", { title: "Expert hit % (mean)", unit: "% of routed experts resident", yMax: 100, digits: 1,
     series: [{ name: "hit", label: "hit %", color: PALETTE[0] }] },
   (p, c) => [intervalMean(p, c, "colibri_api_expert_hit_percent")]);
+  add("io", { title: "Expert bytes per token (last turn)", unit: "MB per token", digits: 2,
+    series: [{ name: "disk", label: "read from disk", color: PALETTE[4] }, { name: "ideal", label: "ideal (selected experts)", color: PALETTE[1] }] },
+  (_p, c) => [c.io?.disk_bytes_per_token ?? null, c.io?.ideal_bytes_per_token ?? null].map((v) => (v === null ? null : v / 1e6)));
   add("restarts", { title: "Engine restarts", unit: "since the bridge started", digits: 0,
     series: [{ name: "restarts", label: "restarts", color: PALETTE[4] }, { name: "up", label: "engine up (1/0)", color: PALETTE[5] }] },
   (_p, c) => [c.engine.restarts, c.engine.up]);
@@ -161,6 +178,7 @@ function boot(): void {
       engineEl.dataset.state = cur.engine.up ? "up" : "down";
       slotsEl.textContent = `${cur.engine.busy}/${cur.engine.slots} slots busy · ${cur.engine.queue} waiting`;
       renderTable(cur);
+      renderIo(cur.io);
       if (prev && cur.time > prev.time) {
         const dt = cur.time - prev.time;
         for (const def of charts) def.chart.push(cur.time, def.compute(prev, cur, dt));
