@@ -1,0 +1,616 @@
+#!/usr/bin/env python3
+"""Scale benchmark (issue 23 item 5; a benchmark, not a test): our engine and llama.cpp on the same
+big MoE file (native/tools/make_qwen3moe_30b.py: Qwen3-30B-A3B's shapes at Q4_K_M), one sitting,
+cold page cache before every run, under no cap and under cgroup v1 memory caps.
+
+    bench/scale.py --file /work/big/q30b-L48.gguf [--file skew=/work/big/q30b-L48-skew.gguf]
+                   [--caps none,8,4,3] [--engines ours,llama] [--runs 3] [--tokens 32]
+                   [--prompt-tokens 100] [--slots8] [--disk] [--expert-ram 4=2560,3=1536]
+                   [--llama-python bench/.venv-llama/bin/python] [--threads 2]
+
+Per (file, engine, cap) the median of --runs runs (spread min–max for decode), each run a fresh
+process after `sync; echo 3 > /proc/sys/vm/drop_caches` (if that file cannot be written the script
+says so and calls posix_fadvise(DONTNEED) on the model file instead), inside a child cgroup of the
+v1 memory controller (/sys/fs/cgroup/memory/colibri-scale-*: memory.limit_in_bytes = the cap, or no
+limit for "none"; the process's pid goes into cgroup.procs before it executes the engine; its limit
+counts page cache).
+
+Columns:
+* decode tok/s: ours = (DATA frames − 1) / (last DATA − first DATA) of one greedy request (mux
+  protocol, SERVE=1 SERVE_BATCH=1); llama.cpp = tokens / time of eval([token]) one at a time with
+  argmax of its logits (llama-cpp-python, default mmap, use_extra_bufts off).
+* prefill tok/s: prompt tokens / time to first token; TTFT: SUBMIT -> first DATA (ours), eval(prompt)
+  + argmax (llama.cpp), after the model has loaded (load s: process start -> READY / Llama()).
+* peak GiB: the cgroup's memory.max_usage_in_bytes (page cache included).
+* disk MB/tok: the process's /proc/<pid>/io read_bytes (bytes it made the block layer read: preads
+  and mmap faults alike) over the decode window ÷ tokens; ideal MB/tok: the routed experts' bytes of
+  one token (top-k per layer × that layer's gate + up + down slice, file bytes): what an engine that
+  caches nothing must read. hit %: our DONE line's expert-cache hit rate (llama.cpp: n/a; it does not
+  report one). top-¼: share of the request's expert picks (ROUTES, prompt + generated) taken by
+  each layer's 32 most-picked experts, mean over layers (ours only).
+* result: ok, or OOM (the cgroup's memory.oom_control oom_kill counter moved or the process died of
+  SIGKILL), or the exit status.
+* ours under a cap runs with EXPERT_RAM_MB = the --expert-ram value for that cap, else cap − the
+  file's non-expert bytes − 768 MB (PIN_MB = EXPERT_RAM_MB, the engine's default).
+
+--slots8: 8 concurrent conversations at full RAM (ours, KV_SLOTS=8, 8 SUBMITs at once to 8 slots,
+aggregate tok/s between the moment every stream has started and the first DONE).
+--disk: expert-sized (one Q4_K 768 × 2048 slice, 884,736 B) O_DIRECT random reads over the file's
+expert tensors with 1 and 2 lanes (threads), and the decode bound they imply (bandwidth ÷ routed
+bytes per token, nothing cached; and with the hit rate measured in the runs); and the DRAM bound
+(bandwidth of a numpy float32 sum over a 2 GiB buffer, --threads threads, best of 3 ÷ the bytes a token reads: every non-expert
+matrix but the embedding, plus top-k of each layer's experts).
+
+llama.cpp: llama-cpp-python built from source (see bench/engine.py), any venv (--llama-python).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE = ROOT / "native" / "build" / "colibri-engine"
+READY = b"\x01\x01READY\x01\x01\n"
+CG_ROOT = Path("/sys/fs/cgroup/memory")
+EXPERT_SLICE = 768 * 2048 // 256 * 144   # one Q4_K expert gate/up slice: 884,736 B
+
+
+# ------------------------------------------------------------------ model facts from the GGUF
+def model_facts(path):
+    from gguf import GGUFReader
+    r = GGUFReader(str(path))
+    f = {fl.name: fl for fl in r.fields.values()}
+
+    def scalar(k, default=None):
+        if k not in f:
+            return default
+        return int(f[k].parts[f[k].data[0]][0])
+
+    arch = bytes(f["general.architecture"].parts[-1]).decode()
+    top_k, n_exp = scalar(f"{arch}.expert_used_count"), scalar(f"{arch}.expert_count")
+    routed = dense = expert_total = 0
+    exp_lo, exp_hi = None, 0
+    for t in r.tensors:
+        nb = int(t.n_bytes)
+        if "_exps." in t.name:
+            expert_total += nb
+            routed += nb * top_k // n_exp
+            exp_lo = t.data_offset if exp_lo is None else min(exp_lo, t.data_offset)
+            exp_hi = max(exp_hi, t.data_offset + nb)
+        elif t.name != "token_embd.weight":
+            dense += nb
+    embd = next(int(t.n_bytes) for t in r.tensors if t.name == "token_embd.weight")
+    return dict(arch=arch, layers=scalar(f"{arch}.block_count"), top_k=top_k, n_exp=n_exp,
+                routed_per_tok=routed, dense_per_tok=dense, nonexpert=dense + embd, expert_total=expert_total,
+                exp_lo=exp_lo, exp_hi=exp_hi, size=os.path.getsize(path))
+
+
+# ------------------------------------------------------------------ cache and cgroups
+DROP_OK = None
+
+
+def cold_cache(path):
+    """Drops the page cache (falls back to fadvise DONTNEED on the file)."""
+    global DROP_OK
+    os.sync()
+    if DROP_OK is not False:
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as fh:
+                fh.write("3\n")
+            DROP_OK = True
+            return
+        except OSError as e:
+            DROP_OK = False
+            print(f"# drop_caches not writable ({e}); using posix_fadvise(DONTNEED) on the file", file=sys.stderr)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+class Cgroup:
+    def __init__(self, name, limit_bytes):
+        self.dir = CG_ROOT / f"colibri-scale-{name}-{os.getpid()}"
+        if self.dir.exists():
+            self.dir.rmdir()
+        self.dir.mkdir()
+        if limit_bytes:
+            (self.dir / "memory.limit_in_bytes").write_text(str(int(limit_bytes)))
+        self.oom0 = self.oom_kills()
+
+    def oom_kills(self):
+        for ln in (self.dir / "memory.oom_control").read_text().splitlines():
+            if ln.startswith("oom_kill "):
+                return int(ln.split()[1])
+        return 0
+
+    def enter_fn(self):
+        procs = str(self.dir / "cgroup.procs")
+
+        def fn():
+            with open(procs, "w") as fh:
+                fh.write(str(os.getpid()))
+        return fn
+
+    def peak(self):
+        return int((self.dir / "memory.max_usage_in_bytes").read_text())
+
+    def oomed(self):
+        return self.oom_kills() > self.oom0
+
+    def remove(self):
+        for _ in range(50):
+            try:
+                self.dir.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def read_bytes(pid):
+    try:
+        for ln in open(f"/proc/{pid}/io"):
+            if ln.startswith("read_bytes:"):
+                return int(ln.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+# ------------------------------------------------------------------ ours (mux)
+class Mux:
+    def __init__(self, env, cg, timeout):
+        self.t_start = time.perf_counter()
+        self.p = subprocess.Popen([str(ENGINE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env, preexec_fn=cg.enter_fn())
+        self.cond = threading.Condition()
+        self.data, self.io, self.done, self.accept, self.lines = {}, {}, {}, {}, {}
+        self.banner, self.err = [], bytearray()
+        self.eof = False
+        threading.Thread(target=self._err, daemon=True).start()
+        f = self.p.stdout
+        deadline = time.monotonic() + timeout
+        while True:
+            ln = f.readline()
+            if not ln:
+                raise RuntimeError("engine exited before READY: " + self.err.decode(errors="replace")[-500:])
+            if ln == READY:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("READY timeout")
+        self.t_ready = time.perf_counter()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.next_id = 1
+
+    def _err(self):
+        for ln in self.p.stderr:
+            self.err += ln
+
+    def _read(self):
+        f = self.p.stdout
+        while True:
+            line = f.readline()
+            if not line:
+                with self.cond:
+                    self.eof = True
+                    self.cond.notify_all()
+                return
+            t = time.perf_counter()
+            parts = line.decode("utf-8", "replace").split()
+            if not parts:
+                continue
+            k = parts[0]
+            if k == "DATA":
+                f.read(int(parts[2]) + 1)
+                rb = read_bytes(self.p.pid)
+                with self.cond:
+                    rid = int(parts[1])
+                    self.data.setdefault(rid, []).append(t)
+                    self.io.setdefault(rid, []).append(rb)
+            elif k == "ACCEPT":
+                with self.cond:
+                    self.accept[int(parts[1])] = (t, parts)
+            elif k in ("PERF", "ROUTES"):
+                with self.cond:
+                    self.lines.setdefault(int(parts[1]), {})[k] = parts
+            elif k == "TIERS":
+                self.lines.setdefault(0, {})["TIERS"] = parts
+            elif k == "DONE" or (k == "ERROR" and parts[1] != "0"):
+                with self.cond:
+                    self.done[int(parts[1])] = (t, parts)
+                    self.cond.notify_all()
+
+    def run(self, prompts, max_tokens, timeout):
+        ids, frames = [], b""
+        for s, p in enumerate(prompts):
+            rid, self.next_id = self.next_id, self.next_id + 1
+            b = p.encode()
+            frames += f"SUBMIT {rid} {s} {len(b)} {max_tokens} 0 1 routes=1\n".encode() + b + b"\n"
+            ids.append(rid)
+        t0 = time.perf_counter()
+        self.p.stdin.write(frames)
+        self.p.stdin.flush()
+        with self.cond:
+            self.cond.wait_for(lambda: self.eof or all(i in self.done for i in ids), timeout=timeout)
+        return t0, ids
+
+    def close(self, timeout=120):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return self.p.wait()
+
+
+def top_quarter(routes, n_exp):
+    """Mean over layers of the share of picks taken by the 32 (n/4) most-picked experts."""
+    if not routes or len(routes) < 4:
+        return None
+    rows = int(routes[2])
+    c = np.zeros((rows, n_exp))
+    for tri in routes[4:]:
+        r, e, n = map(int, tri.split(":"))
+        c[r, e] = n
+    s = np.sort(c, axis=1)[:, ::-1]
+    tot = s.sum(axis=1)
+    ok = tot > 0
+    return float((s[ok, : n_exp // 4].sum(axis=1) / tot[ok]).mean()) if ok.any() else None
+
+
+def run_ours(a, path, facts, cap_gb, prompt, label):
+    env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(path), KV_SLOTS="1", CTX="2048",
+               USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads))
+    env.pop("EXPERT_RAM_MB", None)
+    ram_mb = None
+    if cap_gb:
+        ram_mb = a.expert_ram.get(cap_gb)
+        if ram_mb is None:
+            ram_mb = max(64, int(cap_gb * 1024 - facts["nonexpert"] / 2**20 - 768))
+        env["EXPERT_RAM_MB"] = str(ram_mb)
+    cold_cache(path)
+    cg = Cgroup(label, int(cap_gb * 2**30) if cap_gb else None)
+    out = dict(engine="ours", cap=cap_gb, expert_ram_mb=ram_mb)
+    m = None
+    try:
+        m = Mux(env, cg, a.timeout)
+        out["load_s"] = m.t_ready - m.t_start
+        t0, ids = m.run([prompt], a.tokens, a.timeout)
+        rid = ids[0]
+        d, io = m.data.get(rid, []), m.io.get(rid, [])
+        done = m.done.get(rid)
+        if done and done[1][0] == "DONE" and len(d) >= 2:
+            st = done[1]
+            ptok = int(st[7])
+            out.update(result="ok", prompt_tokens=ptok, ttft=d[0] - t0, prefill=ptok / (d[0] - t0),
+                       decode=(len(d) - 1) / (d[-1] - d[0]), hit=float(st[5]), tokens=len(d))
+            if io[0] is not None and io[-1] is not None:
+                out["disk_per_tok"] = (io[-1] - io[0]) / (len(d) - 1)
+            out["top_quarter"] = top_quarter(m.lines.get(rid, {}).get("ROUTES"), facts["n_exp"])
+            perf = m.lines.get(rid, {}).get("PERF")
+            if perf:
+                out["t_edisk"] = float(perf[3])
+            tiers = m.lines.get(0, {}).get("TIERS")
+            if tiers:
+                out["ram_experts"] = int(tiers[2])
+        else:
+            out["result"] = "failed: " + (" ".join(done[1]) if done else "no DONE")
+    except Exception as e:  # noqa: BLE001
+        out["result"] = f"failed: {e}"
+    finally:
+        rc = m.close() if m else None
+        if m is None or (out.get("result") != "ok"):
+            rc = rc if rc is not None else -1
+        out["rc"] = rc
+        out["peak"] = cg.peak()
+        if cg.oomed() or rc == -signal.SIGKILL:
+            out["result"] = "OOM (killed)"
+        elif out.get("result") == "ok" and rc not in (0, None):
+            out["result"] = f"exit {rc}"
+        if m is not None:
+            out["stderr_tail"] = m.err.decode(errors="replace")[-300:]
+        cg.remove()
+    return out
+
+
+def run_ours_slots(a, path, prompts, label):
+    env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(path), KV_SLOTS=str(len(prompts)), CTX="2048",
+               USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads))
+    env.pop("EXPERT_RAM_MB", None)
+    cold_cache(path)
+    cg = Cgroup(label, None)
+    out = dict(engine="ours", slots=len(prompts))
+    m = None
+    try:
+        m = Mux(env, cg, a.timeout)
+        t0, ids = m.run(prompts, a.tokens, a.timeout)
+        if all(i in m.done and m.done[i][1][0] == "DONE" for i in ids):
+            start = max(m.data[i][0] for i in ids)
+            end = min(m.done[i][0] for i in ids)
+            n = sum(sum(1 for t in m.data[i] if start < t <= end) for i in ids)
+            out.update(result="ok", aggregate=n / (end - start) if end > start else float("nan"))
+        else:
+            out["result"] = "failed"
+    finally:
+        rc = m.close() if m else -1
+        out["peak"] = cg.peak()
+        if cg.oomed() or rc == -signal.SIGKILL:
+            out["result"] = "OOM (killed)"
+        cg.remove()
+    return out
+
+
+# ------------------------------------------------------------------ llama.cpp
+LLAMA_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    t_start = time.perf_counter()
+    import numpy as np
+    import llama_cpp
+    from llama_cpp import Llama
+    _default = llama_cpp.llama_model_default_params
+    def _params():
+        p = _default()
+        if hasattr(p, "use_extra_bufts"):
+            p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_model_default_params = _params
+    import llama_cpp.llama as _ll
+    _ll.llama_cpp.llama_model_default_params = _params
+    def rb():
+        for ln in open("/proc/self/io"):
+            if ln.startswith("read_bytes:"):
+                return int(ln.split()[1])
+    model, threads, n, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    llm = Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=512, n_batch=256, verbose=False)
+    t_loaded = time.perf_counter()
+    toks = llm.tokenize(prompt.encode(), add_bos=False)
+    nv = llm.n_vocab()
+    def argmax():   # 0.3.36 keeps llm.scores only with logits_all; read the context's last row
+        return int(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(nv,)).argmax())
+    t0 = time.perf_counter()
+    llm.eval(toks)
+    tok = argmax()
+    t1 = time.perf_counter()
+    r1 = rb()
+    k = 0
+    for _ in range(n - 1):
+        llm.eval([tok])
+        tok = argmax()
+        k += 1
+    t2 = time.perf_counter()
+    r2 = rb()
+    print(json.dumps(dict(load_s=t_loaded - t_start, prompt_tokens=len(toks), ttft=t1 - t0,
+                          prefill=len(toks) / (t1 - t0), decode=k / (t2 - t1), tokens=k + 1,
+                          disk_per_tok=(r2 - r1) / max(k, 1))))
+""")
+
+
+def run_llama(a, path, facts, cap_gb, prompt, label):
+    cold_cache(path)
+    cg = Cgroup(label, int(cap_gb * 2**30) if cap_gb else None)
+    out = dict(engine="llama.cpp", cap=cap_gb)
+    try:
+        p = subprocess.run([a.llama_python, "-c", LLAMA_SCRIPT, str(path), str(a.threads), str(a.tokens), prompt],
+                           capture_output=True, text=True, timeout=a.timeout, preexec_fn=cg.enter_fn())
+        rc = p.returncode
+        if rc == 0:
+            out.update(json.loads(p.stdout.strip().splitlines()[-1]))
+            out["result"] = "ok"
+        else:
+            out["result"] = f"exit {rc}"
+            out["stderr_tail"] = p.stderr[-300:]
+    except subprocess.TimeoutExpired:
+        rc = None
+        out["result"] = f"timeout ({a.timeout} s)"
+    out["rc"] = rc
+    out["peak"] = cg.peak()
+    if cg.oomed() or rc == -signal.SIGKILL:
+        out["result"] = "OOM (killed)"
+    cg.remove()
+    return out
+
+
+# ------------------------------------------------------------------ disk and DRAM
+def disk_bw(path, lo, hi, lanes, seconds=4.0, size=EXPERT_SLICE):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    total = [0] * lanes
+    stop = time.perf_counter() + seconds
+
+    def lane(i):
+        buf = mmap.mmap(-1, size)
+        rnd = random.Random(1000 + i)
+        n0, n1 = lo // 4096 + 1, (hi - size) // 4096
+        while time.perf_counter() < stop:
+            off = rnd.randrange(n0, n1) * 4096
+            total[i] += os.preadv(fd, [buf], off)
+
+    t0 = time.perf_counter()
+    th = [threading.Thread(target=lane, args=(i,)) for i in range(lanes)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    dt = time.perf_counter() - t0
+    os.close(fd)
+    return sum(total) / dt
+
+
+def dram_bw(threads=2, gib=2.0, reps=3):
+    a = np.ones(int(gib * 2**30) // 4, dtype=np.float32)   # 4x this host's 480 MiB L3
+    parts = np.array_split(a, threads)
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        th = [threading.Thread(target=np.add.reduce, args=(p,)) for p in parts]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        best = max(best, a.nbytes / (time.perf_counter() - t0))
+    del a, parts
+    return best
+
+
+# ------------------------------------------------------------------ report
+def prompt_text(n_tokens, offset=0):
+    from pydoc_data.topics import topics
+    text = "\n\n".join(topics[k] for k in sorted(topics))
+    # ~2.3 bytes per token with the generator's pair/triple merges
+    n = int(n_tokens * 2.3)
+    return text[offset:offset + n]
+
+
+def fmt(v, spec=".2f"):
+    return "n/a" if v is None else format(v, spec)
+
+
+def summarize(rows):
+    ok = [r for r in rows if r.get("result") == "ok"]
+    res = rows[0]["result"] if not ok else ("ok" if len(ok) == len(rows) else f"ok {len(ok)}/{len(rows)}")
+    if not ok:
+        return dict(result=res, peak=max(r["peak"] for r in rows))
+
+    def med(k):
+        v = [r[k] for r in ok if r.get(k) is not None]
+        return statistics.median(v) if v else None
+    dec = [r["decode"] for r in ok]
+    return dict(result=res, decode=med("decode"), dmin=min(dec), dmax=max(dec), prefill=med("prefill"), ttft=med("ttft"),
+                load=med("load_s"), peak=max(r["peak"] for r in rows), disk=med("disk_per_tok"), hit=med("hit"),
+                tq=med("top_quarter"), ram=ok[0].get("expert_ram_mb"), ram_experts=ok[0].get("ram_experts"))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--file", action="append", required=True, help="[label=]path; repeatable")
+    ap.add_argument("--caps", default="none,8,4,3", help="comma list of GB caps, 'none' = no cap")
+    ap.add_argument("--engines", default="ours,llama")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=32, help="tokens generated per run")
+    ap.add_argument("--prompt-tokens", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--expert-ram", default="", help="cap=MB,... EXPERT_RAM_MB for ours under a cap")
+    ap.add_argument("--slots8", action="store_true", help="8 concurrent conversations at full RAM (ours)")
+    ap.add_argument("--disk", action="store_true", help="measure O_DIRECT expert reads and DRAM bandwidth")
+    ap.add_argument("--llama-python", default=str(ROOT / "bench" / ".venv-llama" / "bin" / "python"))
+    ap.add_argument("--json", help="append every run's record to this file (JSON lines)")
+    a = ap.parse_args(argv)
+    a.expert_ram = {float(k): int(v) for k, v in (kv.split("=") for kv in a.expert_ram.split(",") if kv)}
+    caps = [None if c == "none" else float(c) for c in a.caps.split(",") if c]
+    engines = a.engines.split(",")
+    if "llama" in engines and not Path(a.llama_python).exists():
+        print(f"# {a.llama_python} missing: llama.cpp rows skipped", file=sys.stderr)
+        engines.remove("llama")
+    files = []
+    for spec in a.file:
+        label, _, p = spec.rpartition("=")
+        p = Path(p)
+        files.append((label or ("skew" if "skew" in p.name else "uniform"), p))
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    print(f"# bench/scale.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu}, {os.cpu_count()} CPUs, "
+          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} GiB RAM, {a.threads} threads, "
+          f"{a.runs} runs, {a.tokens} tokens, ~{a.prompt_tokens}-token prompt")
+    prompt = prompt_text(a.prompt_tokens)
+    rec = open(a.json, "a") if a.json else None
+    facts_of = {}
+    table = []
+    hits = []
+    for label, path in files:
+        facts = facts_of[path] = model_facts(path)
+        print(f"# {label}: {path} ({facts['size'] / 2**30:.2f} GiB, {facts['layers']} layers, routed experts "
+              f"{facts['routed_per_tok'] / 1e6:.1f} MB/token, a token reads {(facts['routed_per_tok'] + facts['dense_per_tok']) / 1e6:.1f} MB, "
+              f"non-expert {facts['nonexpert'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
+        for cap in caps:
+            for eng in engines:
+                rows = []
+                for i in range(a.runs):
+                    tag = f"{label}-{eng}-{cap or 'none'}-{i}"
+                    r = (run_ours if eng == "ours" else run_llama)(a, path, facts, cap, prompt, tag.replace(".", "_"))
+                    r.update(file=label, path=str(path), run=i)
+                    print(f"#   {tag}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                                     for k, v in r.items() if k != "stderr_tail"}),
+                          file=sys.stderr, flush=True)
+                    if r.get("result") != "ok" and r.get("stderr_tail"):
+                        print("#     stderr: " + r["stderr_tail"].replace("\n", " | "), file=sys.stderr)
+                    if rec:
+                        rec.write(json.dumps(r) + "\n")
+                        rec.flush()
+                    rows.append(r)
+                    if r.get("result", "").startswith("OOM") or r.get("result", "").startswith("timeout"):
+                        break        # the same cap kills every run: one is enough
+                s = summarize(rows)
+                s.update(file=label, engine="llama.cpp" if eng == "llama" else eng, cap=cap, facts=facts, n=len(rows))
+                if s.get("hit") is not None and cap:
+                    hits.append(s["hit"])
+                table.append(s)
+        if a.slots8 and "ours" in engines:
+            prompts = [prompt_text(a.prompt_tokens, 20000 * (k + 1)) for k in range(8)]
+            rows = []
+            for i in range(a.runs):
+                r = run_ours_slots(a, path, prompts, f"{label}-slots8-{i}")
+                print(f"#   {label}-slots8-{i}: {json.dumps(r)}", file=sys.stderr, flush=True)
+                rows.append(r)
+            ok = [r["aggregate"] for r in rows if r.get("result") == "ok"]
+            table.append(dict(file=label, engine="ours, 8 conversations", cap=None, facts=facts, n=len(rows),
+                              result="ok" if ok else rows[0]["result"], decode=statistics.median(ok) if ok else None,
+                              dmin=min(ok) if ok else None, dmax=max(ok) if ok else None,
+                              peak=max(r["peak"] for r in rows)))
+
+    print()
+    print("| file | engine | cap | EXPERT_RAM_MB | result | decode tok/s (median; min–max) | prefill tok/s | TTFT s | "
+          "load s | peak GiB (cgroup) | disk MB/tok | ideal MB/tok | hit % | top-¼ share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in table:
+        f = s["facts"]
+        dec = "–" if s.get("decode") is None else f"{s['decode']:.2f} ({s['dmin']:.2f}–{s['dmax']:.2f}; n={s['n']})"
+        ram = s.get("ram")
+        cap_s = "none" if not s["cap"] else f"{s['cap']:g} GB"
+        print(f"| {s['file']} ({f['layers']} L, {f['size'] / 2**30:.1f} GiB) | {s['engine']} | "
+              f"{cap_s} | "
+              f"{ram if ram is not None else ('all' if s['engine'].startswith('ours') else '–')} | {s['result']} | {dec} | "
+              f"{fmt(s.get('prefill'))} | {fmt(s.get('ttft'))} | {fmt(s.get('load'), '.1f')} | {s['peak'] / 2**30:.2f} | "
+              f"{fmt(None if s.get('disk') is None else s['disk'] / 1e6, '.1f')} | "
+              f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} |")
+    if a.disk:
+        f = facts_of[files[0][1]]
+        path = files[0][1]
+        cold_cache(path)
+        bw = {n: disk_bw(str(path), f["exp_lo"], f["exp_hi"], n) for n in (1, 2)}
+        dram = dram_bw(a.threads)
+        print()
+        print("| measure | value | bound it implies |")
+        print("|---|---|---|")
+        for n in (1, 2):
+            line = f"{bw[n] / 1e9:.2f} GB/s uniform, nothing cached: {bw[n] / f['routed_per_tok']:.2f} tok/s"
+            for h in sorted(set(round(x, 1) for x in hits)):
+                if h < 100:
+                    line += f"; at hit {h:.1f} %: {bw[n] / (f['routed_per_tok'] * (1 - h / 100)):.2f} tok/s"
+            print(f"| O_DIRECT random reads of {EXPERT_SLICE:,} B, {n} lane{'s' if n > 1 else ''} | {bw[n] / 1e9:.2f} GB/s | "
+                  f"decode ≤ {line.split(': ', 1)[1]} ({f['routed_per_tok'] / 1e6:.0f} MB of routed experts per token) |")
+        tok_bytes = f["routed_per_tok"] + f["dense_per_tok"]
+        print(f"| DRAM read (numpy float32 sum, {a.threads} threads, 2 GiB) | {dram / 1e9:.1f} GB/s | decode ≤ "
+              f"{dram / tok_bytes:.1f} tok/s ({tok_bytes / 1e6:.0f} MB read per token: non-expert matrices + top-{f['top_k']} experts) |")
+    if rec:
+        rec.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
