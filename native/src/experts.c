@@ -342,6 +342,9 @@ static void wanted_pins(const expert_store *s, uint8_t *want) {
 
 void es_repin(expert_store *s, repin_cb cb, void *ud) {
     if (!s || s->rows == 0) return;
+    /* every expert in RAM: a pin moves nothing, so there is no tier change to report (at full
+     * RAM each first-routed expert was reported as re-pinned: thousands of lines at 48 x 128) */
+    if (s->o.ram_budget == SIZE_MAX) cb = NULL;
     int n = s->rows * s->cols;
     uint8_t *want = malloc((size_t)n);
     if (!want) return;

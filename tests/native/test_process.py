@@ -385,6 +385,15 @@ def test_it_pins_the_hottest_experts_and_reports_repin(spawn, tmp_path):
     assert e.close() == 0
 
 
+def test_it_reports_no_repin_when_every_expert_is_in_ram(spawn, tmp_path):
+    # nothing moves between tiers when every expert is resident: REPIN is a tier change
+    e = spawn(model="big", slots=1, USAGE_SAVE=1, COLI_USAGE=tmp_path / "usage.txt")
+    for p in ("Warm up the router with a few words.", "And a second turn."):
+        r = e.generate(chatml(p), max_tokens=8)
+        assert not [ln for ln in r.block if ln.startswith("REPIN ")], "REPIN at full RAM"
+    assert e.close() == 0
+
+
 def test_it_pins_the_whole_budget_by_default(spawn, tmp_path):
     # no PIN_MB: the RAM budget is all pinned to the hottest experts (an LRU smaller than a
     # token's working set never hits), so the first turn end re-pins and the budget stays full
