@@ -28,6 +28,8 @@
 #include "io.h"
 #include "pool.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,7 @@ typedef struct {
 
 struct expert_store {
     int fd;
+    int dfd;                /* the file opened with O_DIRECT, or -1 (EXPERT_DIRECT=0, unsupported) */
     const uint8_t *map;     /* fallback when fd < 0 */
     size_t map_size;
     int rows, cols, n_layers_total;
@@ -134,10 +137,45 @@ static int packs(const es_row *R, int k) {
     return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]);
 }
 
-/* Per-thread landing buffer of reads that are packed: read there, packed into place in one
- * pass (packing in place needed a temporary copy of the matrix and a copy back). */
+/* Per-thread landing buffer of reads: read there (O_DIRECT: the slice's page-aligned cover),
+ * then packed into place in one pass (packing in place needed a temporary copy of the matrix
+ * and a copy back) or copied. */
 static _Thread_local uint8_t *rd_buf;
 static _Thread_local size_t rd_cap;
+
+static uint8_t *landing(size_t n) {
+    if (n > rd_cap) {
+        free(rd_buf);
+        rd_buf = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
+        rd_cap = rd_buf ? n : 0;
+    }
+    return rd_buf;
+}
+
+/* n bytes at off: with O_DIRECT (no page cache at all: the budget is the memory experts take,
+ * no copy out of the cache, no readahead past the slice) into the landing buffer, returning
+ * where the bytes start in it; else a buffered pread whose pages are dropped after. NULL on
+ * error. */
+static const uint8_t *read_landed(const expert_store *s, uint64_t off, size_t n) {
+    if (s->dfd >= 0) {
+        const uint64_t a0 = off & ~(uint64_t)4095, a1 = (off + n + 4095) & ~(uint64_t)4095;
+        uint8_t *b = landing((size_t)(a1 - a0));
+        if (!b) return NULL;
+        size_t got = 0;
+        while (got < a1 - a0) {
+            ssize_t k = pread(s->dfd, b + got, (size_t)(a1 - a0) - got, (off_t)(a0 + got));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break;                  /* end of file inside the last page */
+            got += (size_t)k;
+        }
+        if (got >= off - a0 + n) return b + (off - a0);
+        /* fall through: a file system that refuses this read takes the buffered path */
+    }
+    uint8_t *b = landing(n);
+    if (!b || read_at(s, b, n, off) != 0) return NULL;
+    gguf_drop_cache(s->fd, off, n);             /* the store's copy is the only one */
+    return b;
+}
 
 /* Reads slice k (0 gate, 1 up, 2 down) of expert e of row r into its place in dst. */
 static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) {
@@ -145,20 +183,13 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
     size_t at = 0;
     for (int j = 0; j < k; j++) at += R->held[j];
     const uint64_t off = R->eoff ? R->eoff[(size_t)k * (size_t)s->cols + (size_t)e] : R->off[k] + (uint64_t)e * R->slice[k];
+    const uint8_t *src = read_landed(s, off, R->slice[k]);
+    if (!src) return -1;
     if (s->o.exact || !packs(R, k)) {
-        if (read_at(s, dst + at, R->slice[k], off) != 0) return -1;
-        gguf_drop_cache(s->fd, off, R->slice[k]);       /* the store's copy is the only one */
+        memcpy(dst + at, src, R->slice[k]);
         return 0;
     }
-    if (R->slice[k] > rd_cap) {
-        free(rd_buf);
-        rd_buf = malloc(R->slice[k]);
-        rd_cap = rd_buf ? R->slice[k] : 0;
-        if (!rd_buf) return -1;
-    }
-    if (read_at(s, rd_buf, R->slice[k], off) != 0) return -1;
-    gguf_drop_cache(s->fd, off, R->slice[k]);
-    qmat m = {R->type[k], R->rows[k], R->cols[k], R->row_bytes[k], rd_buf, 0};
+    qmat m = {R->type[k], R->rows[k], R->cols[k], R->row_bytes[k], src, 0};
     qpack(&m, dst + at);
     return 0;
 }
@@ -384,6 +415,9 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
     expert_store *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->fd = g ? g->fd : -1;
+    s->dfd = -1;
+    const char *dv = getenv("EXPERT_DIRECT");
+    if (g && g->fd >= 0 && !(dv && !strcmp(dv, "0"))) s->dfd = open(g->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
     s->map = g ? g->map : NULL;
     s->map_size = g ? g->size : 0;
     s->rows = n_rows;
@@ -501,6 +535,7 @@ void es_free(expert_store *s) {
         free(s->rd[k].ok);
         free(s->rd[k].dst);
     }
+    if (s->dfd >= 0) close(s->dfd);
     size_t n = (size_t)s->rows * (size_t)s->cols;
     if (s->ent)
         for (size_t i = 0; i < n; i++) {
