@@ -1,32 +1,21 @@
 /* quant.h — weight formats and the matmul kernels over them.
- * Owns: fp16 conversion, F32/F16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 row dot products, and the batched
- * matrix-times-rows kernel (each weight row read once for all input rows). */
+ * Owns: the API above the per-format files: dequant_row's dispatch, packing, activations, the
+ * batched matrix-times-rows kernel (each weight row read once for all input rows), exp/SiLU.
+ * The types and fp16 are quant_base.h's. */
 #ifndef COLI_QUANT_H
 #define COLI_QUANT_H
 #include <stddef.h>
 #include <stdint.h>
+
+#include "quant_base.h"
 #include <math.h>
 #include <string.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 
-float fp16_to_f32(uint16_t h);
-uint16_t f32_to_fp16(float f);
-
 /* Dequantize one row of n values of `type` into out. */
 void dequant_row(uint32_t type, const void *row, float *out, int n);
-
-/* A weight matrix: `rows` rows of `cols` values, row r at data + r*row_bytes.
- * packed != 0: data holds the interleaved layout of qpack() instead (same byte count when
- * rows % 8 == 0; see quant.c). Products are bit-identical either way. */
-typedef struct {
-    uint32_t type;
-    int rows, cols;
-    size_t row_bytes;
-    const uint8_t *data;
-    int packed;
-} qmat;
 
 /* Interleaved ("packed") layout: groups of 8 rows, values of the 8 rows side by side so
  * one vector instruction works on 8 output rows. Supported for Q4_1, Q8_0 (cols % 32 == 0)
@@ -38,26 +27,6 @@ void qpack(const qmat *w, uint8_t *dst);
 
 /* Row r of w dequantized (the values dequant_row gives), from either layout. */
 void qmat_row(const qmat *w, int r, float *out);
-
-/* Activations prepared for dot products with a given weight type (e.g. quantized to
- * int8 blocks for Q8_0/Q4_1 weights). Buffers are owned by the caller via qact_*. */
-typedef struct {
-    int n, cols;            /* n input rows of `cols` values */
-    uint32_t wtype;         /* weight type it was prepared for */
-    float *f;               /* float copy (F32/F16 weights) */
-    int8_t *q;              /* int8 quantized values, n*cols */
-    float *qd;              /* per-32-block scales, n*(cols/32) */
-    float *qs;              /* per-32-block sums of q*d (for Q4_1's min term) */
-    int32_t *qi;            /* per-32-block integer sums of q (Q8_0's offset correction) */
-    int32_t *qh;            /* per-32-block integer sums of q[0..15] (the K-quant tiles' half sums) */
-    size_t cap;
-    const int *idx;         /* NULL, or a view: input row k is row idx[k] of the buffers
-                             * (only for packable weights: Q4_1, Q8_0, F16; see qpack_ok) */
-    int exact;              /* set by the owner, kept by qact_prepare, copied by qact_gather:
-                             * float activations only (EXACT=1). No int8 blocks are made;
-                             * qmat_mul dequantizes each weight row (dequant_row's values) and
-                             * takes float32 dots, see qdot_exact. */
-} qact;
 
 void qact_prepare(qact *a, uint32_t wtype, const float *x, int n, int cols);
 void qact_free(qact *a);
@@ -76,10 +45,6 @@ typedef struct {
     int out_stride;
 } mm_job;
 void qmat_mul_multi(const mm_job *jobs, int cnt);
-/* The EXACT-mode dot product of n floats: 8 lanes, lane l = fma chain over k % 8 == l
- * (k ascending), then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). AVX2 and the
- * portable loop give the same bits. */
-float qdot_exact(const float *w, const float *x, int n);
 /* Convenience: prepares activations internally (allocates scratch). */
 void qmat_mul_f32(const qmat *w, const float *x, int n, float *out, int out_stride);
 /* exp for softmax and SiLU, one fixed sequence of float operations (vector and scalar give the

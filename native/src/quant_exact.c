@@ -3,19 +3,6 @@
  * and mm_rows_exact (each weight row dequantized by qmat_row, dotted with every input row). */
 #include "quant_impl.h"
 
-float qdot_exact(const float *w, const float *x, int n)
-{
-    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int k = 0;
-#ifdef __AVX2__
-    __m256 acc = _mm256_setzero_ps();
-    for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), acc);
-    _mm256_storeu_ps(l, acc);
-#endif
-    for (; k < n; k++) l[k % 8] = fmaf(w[k], x[k], l[k % 8]);
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
 static _Thread_local float *ex_buf;
 static _Thread_local size_t ex_cap;
 

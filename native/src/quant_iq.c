@@ -11,6 +11,7 @@
 
 #include "gguf.h"
 
+#include <math.h>
 #include <string.h>
 
 #ifdef __AVX2__

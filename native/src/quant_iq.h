@@ -9,7 +9,7 @@
 #define COLI_QUANT_IQ_H
 #include <stdint.h>
 
-#include "quant.h"
+#include "quant_base.h"
 
 extern const int8_t qiq_kvalues[16];
 

@@ -14,9 +14,13 @@
  * file is compiled without contraction, -std=c11), so the values are gguf's bit for bit. */
 #include "quant_k.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #define Q2K_BYTES 84
 #define Q3K_BYTES 110

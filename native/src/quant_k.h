@@ -6,7 +6,7 @@
 #define COLI_QUANT_K_H
 #include <stdint.h>
 
-#include "quant.h"
+#include "quant_base.h"
 
 #define QK_K 256
 
