@@ -96,6 +96,7 @@ struct expert_store {
 static int queue_read(expert_store *s, es_reads *J, int which, int r, int e);
 static void reads_submit(es_reads *J);
 static int reads_settle(expert_store *s, es_reads *J, double *t_stall);
+static void ahead_retire(expert_store *s, int r);
 
 static double es_now(void) {
     struct timespec ts;
@@ -194,12 +195,6 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
     return 0;
 }
 
-static int read_expert(const expert_store *s, int r, int e, uint8_t *dst) {
-    for (int k = 0; k < 3; k++)
-        if (read_slice(s, r, e, k, dst) != 0) return -1;
-    return 0;
-}
-
 static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *out) {
     const es_row *R = &s->row[r];
     qmat *m[3] = {&out->gate, &out->up, &out->down};
@@ -244,21 +239,6 @@ static int make_room(expert_store *s, size_t need, uint64_t cand) {
  * recently returned, likely still in cache), else a new one of the largest expert's size. */
 static uint8_t *scratch_take(expert_store *s) {
     return s->pool_n > 0 ? s->pool[--s->pool_n] : malloc(s->max_bytes ? s->max_bytes : 1);
-}
-
-/* Read expert i into a new resident buffer (budget already checked). */
-static int load_resident(expert_store *s, int i) {
-    int r = i / s->cols, e = i % s->cols;
-    uint8_t *b = malloc(s->row[r].bytes ? s->row[r].bytes : 1);
-    if (!b) return -1;
-    if (read_expert(s, r, e, b) != 0) {
-        free(b);
-        return -1;
-    }
-    s->ent[i].buf = b;
-    s->ram_used += s->row[r].bytes;
-    s->n_resident++;
-    return 0;
 }
 
 /* ---- usage file ---- */
@@ -376,6 +356,11 @@ void es_repin(expert_store *s, repin_cb cb, void *ud) {
     /* every expert in RAM: a pin moves nothing, so there is no tier change to report (at full
      * RAM each first-routed expert was reported as re-pinned: thousands of lines at 48 x 128) */
     if (s->o.ram_budget == SIZE_MAX) cb = NULL;
+    for (int k = 0; k < 2; k++)         /* reads in flight settle first (a pin is never in the LRU) */
+        if (s->rd[k].active) {
+            reads_settle(s, &s->rd[k], NULL);
+            if (k == AHEAD) ahead_retire(s, s->rd[k].r);
+        }
     int n = s->rows * s->cols;
     uint8_t *want = malloc((size_t)n);
     if (!want) return;
@@ -389,17 +374,45 @@ void es_repin(expert_store *s, repin_cb cb, void *ud) {
             if (cb) cb(ud, s->row[i / s->cols].layer, i % s->cols, 1, 0);
         }
     }
-    for (int i = 0; i < n; i++) {
-        es_ent *x = &s->ent[i];
-        if (x->pinned || !want[i]) continue;
-        int old_tier = x->buf ? 1 : 0;
-        if (x->buf) {
-            lru_unlink(s, i);
-        } else {
-            if (make_room(s, s->row[i / s->cols].bytes, UINT64_MAX) != 0 || load_resident(s, i) != 0) continue;
+    /* Then pin, a row at a time: the residents at once, the others read on the I/O lanes (a
+     * turn's end pins up to the whole budget: read one by one it held DONE back for seconds). */
+    for (int r = 0; r < s->rows; r++) {
+        es_reads *J = &s->rd[ACQ];
+        J->r = r;
+        for (int e = 0; e < s->cols; e++) {
+            const int i = r * s->cols + e;
+            es_ent *x = &s->ent[i];
+            if (x->pinned || !want[i]) continue;
+            if (x->buf) {
+                lru_unlink(s, i);
+                x->pinned = 1;
+                if (cb) cb(ud, s->row[r].layer, e, 1, 0);
+                continue;
+            }
+            const size_t bytes = s->row[r].bytes;
+            uint8_t *b = NULL;
+            if (x->tmp || make_room(s, bytes, UINT64_MAX) != 0 || !(b = malloc(bytes ? bytes : 1))) continue;
+            s->ram_used += bytes;
+            s->n_resident++;
+            x->buf = b;
+            x->loading = ACQ;
+            J->e[J->n] = e;
+            J->resident[J->n] = 1;
+            J->dst[J->n++] = b;
+            s->io.disk_bytes += s->row[r].slice[0] + s->row[r].slice[1] + s->row[r].slice[2];
         }
-        x->pinned = 1;
-        if (cb) cb(ud, s->row[i / s->cols].layer, i % s->cols, old_tier, 0);
+        const int n_read = J->n;
+        int read_e[n_read > 0 ? n_read : 1];
+        memcpy(read_e, J->e, sizeof(int) * (size_t)n_read);
+        reads_submit(J);
+        reads_settle(s, J, NULL);
+        for (int k = 0; k < n_read; k++) {
+            const int i = r * s->cols + read_e[k];
+            if (!s->ent[i].buf) continue;       /* its read failed */
+            lru_unlink(s, i);
+            s->ent[i].pinned = 1;
+            if (cb) cb(ud, s->row[r].layer, read_e[k], 0, 0);
+        }
     }
     free(want);
 }
