@@ -42,6 +42,9 @@ async def test_it_never_lets_another_user_join_a_live_conversation(alice, bob, f
 
 HOSTILE_FRAMES = [
     ('{"type": "send", "conversation": null, "text": "\\ud800 lone surrogate"}', "text"),
+    ('{"type": "send", "conversation": null, "text": "\\u0000"}', "text"),  # PostgreSQL cannot store NUL
+    ('{"type": "send", "conversation": null, "text": "a\\u0000b"}', "text"),
+    ('{"type": "edit", "conversation": 1, "message": 1, "text": "\\u0000"}', "text"),
     ('{"type": "send", "conversation": null, "text": "hi", "params": {"temperature": NaN}}', "type"),
     ('{"type": "send", "conversation": null, "text": "hi", "params": {"temperature": Infinity}}', "type"),
     ('{"type": "send", "conversation": null, "text": "hi", "params": {"max_tokens": 1e400}}', "params.max_tokens"),
