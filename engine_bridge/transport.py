@@ -58,7 +58,7 @@ def loop_client(purpose, **options):
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     key = (settings.REDIS_URL, purpose)
     if key not in per_loop:
-        per_loop[key] = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, **options)
+        per_loop[key] = redis.asyncio.Redis.from_url(settings.REDIS_URL, **{"socket_connect_timeout": 2, **options})
     return per_loop[key]
 
 

@@ -51,6 +51,9 @@ JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 REPLY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a client's reply list name (part of a Redis key)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
 EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True}
+WATCH_S = 0.5        # how often the bridge looks at its engine (watch_engine)
+PING_AFTER_S = 2.0   # an engine silent this long is asked something it must answer
+HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): the engine is hung
 
 
 @dataclass
@@ -170,7 +173,7 @@ class Bridge:
 
     async def run(self):
         tasks = [asyncio.create_task(self.supervisor.run()), asyncio.create_task(self.publisher.run()),
-                 asyncio.create_task(self.heart.run())]
+                 asyncio.create_task(self.heart.run()), asyncio.create_task(self.watch_engine())]
         try:
             while True:
                 for message in await self._receive():
@@ -180,6 +183,32 @@ class Bridge:
                         log.exception("bad bridge message %r", message.get("type"))
         finally:
             await self.shutdown(tasks)
+
+    async def watch_engine(self):
+        """Keeps telemetry `hung` true while the running engine is stopped (SIGSTOP: /proc says
+        so, seen within WATCH_S) or does not answer: an engine silent for PING_AFTER_S gets a STOP
+        of an id no request uses, which any live engine answers at once (ERROR <id> NOT_FOUND,
+        ignored by ev_error); no output at all HUNG_AFTER_S after it means hung. /health reports
+        it (issue 24); the engine is not restarted for it, and `hung` clears once it answers."""
+        ping_at = None
+        while True:
+            await asyncio.sleep(WATCH_S)
+            engine, hung, now = self.supervisor.engine, False, time.monotonic()
+            if engine is None:
+                ping_at = None
+            else:
+                if ping_at is not None and engine.last_output > ping_at:
+                    ping_at = None  # it spoke since the question
+                if engine.stopped():
+                    hung = True
+                elif ping_at is None and now - engine.last_output > PING_AFTER_S:
+                    ping_at = now
+                    self._write(engine.stop(next_id()))
+                elif ping_at is not None and now - ping_at > HUNG_AFTER_S:
+                    hung = True
+            if hung != self.publisher.state.get("hung", False):
+                (log.error if hung else log.warning)("engine %s", "stopped or not answering" if hung else "answers again")
+                self.publisher.update(hung=hung)
 
     async def _receive(self):
         """The next messages of the bridge's inbox (a burst at once), riding out a Redis outage."""
