@@ -2,8 +2,13 @@
 
 Invariants: a socket joins a conversation's group only after the database says the user owns it
 (a group is a broadcast: joining first would leak another user's live turn); a malformed frame is
-answered with an `error` frame and the socket stays open; a deactivated user's sockets close.
+answered with an `error` frame and the socket stays open; a socket acts only while its user is
+active and its session exists unexpired (services.access_valid): checked on every frame, and every
+ACCESS_CHECK_S while it is open, so a deactivation by queryset update(), an expired or a deleted
+session closes it (4401) within that, signal or not (issue 24).
 """
+import asyncio
+import contextlib
 import json
 import logging
 
@@ -16,6 +21,7 @@ from engine_bridge.prompting import TemplateError
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 MAX_FRAME_CHARS = 1 << 20  # a send frame carries at most frames.MAX_TEXT_CHARS of text; JSON escapes fit
+ACCESS_CHECK_S = 1.0  # an open socket re-reads its user and session this often
 
 
 def user_group(user_id):
@@ -33,12 +39,32 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.watching = set()
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
         await self.channel_layer.group_add(user_group(self.user.pk), self.channel_name)
         await self.accept()
+        self.access_watch = asyncio.create_task(self._watch_access())
+
+    async def _watch_access(self):
+        """Closes the socket once its user or session is no longer valid (see the module doc)."""
+        while True:
+            await asyncio.sleep(ACCESS_CHECK_S)
+            try:
+                valid = await _access_valid(self.user.pk, self.session_key)
+            except Exception:  # a database hiccup is not a revocation: ask again next round
+                log.warning("checking a chat socket's session failed", exc_info=True)
+                continue
+            if not valid:
+                await self.close(code=CLOSE_UNAUTHENTICATED)
+                return
 
     async def disconnect(self, code):
         if not hasattr(self, "watching"):
             return
+        watch = getattr(self, "access_watch", None)
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
         for conv_id in self.watching:
             relay.unwatch_locally(conv_id, self)
@@ -49,7 +75,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self._error(None, "bad_frame", "frames must be JSON text", "type")
         if len(text_data) > MAX_FRAME_CHARS:
             return await self._error(None, "bad_frame", f"frame larger than {MAX_FRAME_CHARS} characters", "type")
-        if not await _still_active(self.user.pk):
+        if not await _access_valid(self.user.pk, self.session_key):
             return await self.close(code=CLOSE_UNAUTHENTICATED)
         try:
             await super().receive(text_data=text_data, **kwargs)
@@ -140,11 +166,7 @@ def _refuse_constant(name):
     raise ValueError(f"{name} is not valid JSON")
 
 
-@database_sync_to_async
-def _still_active(user_id):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+_access_valid = database_sync_to_async(services.access_valid)
 
 
 @database_sync_to_async

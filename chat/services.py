@@ -47,6 +47,20 @@ def fallback_title(text):
     return (title + ("…" if len(words) > TITLE_WORDS else ""))[:200] or "New chat"
 
 
+def access_valid(user_id: int, session_key: str | None) -> bool:
+    """Whether a socket authenticated at connect may still act: its user is active and its session
+    still exists unexpired. Read from the database every time, because a queryset update() (an
+    admin action, a script) or a session's expiry or deletion sends no signal (issue 24).
+    session_key None (a socket authenticated without a session, as the unit tests connect) checks
+    the user only."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.sessions.models import Session
+
+    if not get_user_model().objects.filter(pk=user_id, is_active=True).exists():
+        return False
+    return session_key is None or Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now()).exists()
+
+
 def conversation_for(user, conversation_id, *, lock=False):
     """The user's conversation or ChatError not_found (also for other users' ids: no oracle)."""
     qs = Conversation.objects.filter(owner=user, pk=conversation_id)
