@@ -77,7 +77,7 @@ async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT
     try:
         try:
             await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": listener.id,
-                                       "job": asdict(request)})
+                                       "lease": True, "job": asdict(request)})
         except Exception as exc:  # Redis refused the submit: nothing reached the bridge
             finished = True
             yield _broker_down(exc)
@@ -158,18 +158,39 @@ class Listener:
     """One event loop's reader of its reply list (engine_bridge.transport): moves each batch to
     the queue of the request it belongs to, so N streams of a web process cost one blocking pop
     per round trip, not N. Callers never cancel it (a pop cancelled mid-flight could lose batches
-    of every request of the loop); it ends by itself once the loop has no request registered."""
+    of every request of the loop); it ends by itself once the loop has no request registered.
+
+    It also holds the loop's lease (transport.lease_key), renewed every LEASE_BEAT_S while any
+    request is registered: when the process dies (kill -9, OOM, a host gone) the lease expires
+    and the bridge cancels its requests, so no engine slot keeps generating for nobody (issue 24).
+    A Redis outage only delays renewals; the bridge does not judge leases across one."""
 
     def __init__(self):
         self.id = uuid.uuid4().hex
         self.queues = {}   # req -> asyncio.Queue of its batches
         self.task = None
+        self.lease_task = None
 
     def register(self, req):
         queue = self.queues[req] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run())
+            self.task = loop.create_task(self._run())
+        if self.lease_task is None or self.lease_task.done():
+            self.lease_task = loop.create_task(self._lease())
         return queue
+
+    async def _lease(self):
+        failing = False
+        while self.queues:
+            try:
+                await transport.lease_renew(self.id)
+                failing = False
+            except Exception as exc:  # Redis outage: renew again next beat
+                if not failing:
+                    log.warning("renewing the lease of %s failed (%s); retrying", self.id, exc)
+                failing = True
+            await asyncio.sleep(transport.LEASE_BEAT_S)
 
     def unregister(self, req):
         self.queues.pop(req, None)
