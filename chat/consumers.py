@@ -132,13 +132,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         relay.start(turn, params)
 
     async def on_send(self, conversation, text, params):
-        await self._begin(await database_sync_to_async(services.turn_send)(self.user, conversation, text), params)
+        await self._begin(await database_sync_to_async(services.turn_send)(self.user, conversation, text, relay.PROCESS), params)
 
     async def on_regenerate(self, conversation, params):
-        await self._begin(await database_sync_to_async(services.turn_regenerate)(self.user, conversation), params)
+        await self._begin(await database_sync_to_async(services.turn_regenerate)(self.user, conversation, relay.PROCESS), params)
 
     async def on_edit(self, conversation, message, text, params):
-        await self._begin(await database_sync_to_async(services.turn_edit)(self.user, conversation, message, text), params)
+        await self._begin(await database_sync_to_async(services.turn_edit)(self.user, conversation, message, text, relay.PROCESS),
+                          params)
 
     async def on_stop(self, conversation):
         await database_sync_to_async(services.conversation_for)(self.user, conversation)

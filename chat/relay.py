@@ -68,6 +68,9 @@ async def publish(conversation_id, frame):
 
 
 def start(turn: services.Turn, params: dict) -> asyncio.Task:
+    from chat import sweeper
+
+    sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
     conv_id = turn.conversation.pk
     task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, turn.prompt, params), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task
