@@ -21,6 +21,7 @@ GAP_TIMEOUT = 2.0      # a missing seq not filled within this long -> the stream
 FINAL_KINDS = ("done", "error")
 LIVENESS_POLL = 1.0    # nothing arrived for this long: is the bridge that took the job still alive?
 BROKER_RETRY_S = 2     # Retry-After while Redis cannot be reached
+BROKER_OUTAGE_S = 10.0  # how long a surface rides out a Redis outage before it tells the user
 
 
 @dataclass
@@ -44,8 +45,12 @@ def _error(code, message, **extra):
 
 
 def _broker_down(exc):
-    return _error("ENGINE_UNAVAILABLE", f"The message broker (Redis) cannot be reached: {exc}",
-                  retry_after=BROKER_RETRY_S)
+    """Nothing reached the bridge because Redis did not answer; `broker: true` lets a surface retry
+    (the chat relay does, within BROKER_OUTAGE_S). The exception's text (hosts, ports) is logged,
+    never put in an event a user may read."""
+    log.warning("the message broker (Redis) cannot be reached: %s", exc)
+    return _error("ENGINE_UNAVAILABLE", "The message broker (Redis) cannot be reached.",
+                  retry_after=BROKER_RETRY_S, broker=True)
 
 
 async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT, tick=None):
