@@ -48,17 +48,12 @@ def fallback_title(text):
 
 
 def access_valid(user_id: int, session_key: str | None) -> bool:
-    """Whether a socket authenticated at connect may still act: its user is active and its session
-    still exists unexpired. Read from the database every time, because a queryset update() (an
-    admin action, a script) or a session's expiry or deletion sends no signal (issue 24).
-    session_key None (a socket authenticated without a session, as the unit tests connect) checks
-    the user only."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.sessions.models import Session
+    """Whether a chat socket authenticated at connect may still act: its user is active and its
+    session exists unexpired (colibri_site.socket_access, read from the database every time: a
+    queryset update() or a session's expiry or deletion sends no signal; issue 24)."""
+    from colibri_site.socket_access import socket_access_valid
 
-    if not get_user_model().objects.filter(pk=user_id, is_active=True).exists():
-        return False
-    return session_key is None or Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now()).exists()
+    return socket_access_valid(user_id, session_key)
 
 
 def conversation_for(user, conversation_id, *, lock=False):
