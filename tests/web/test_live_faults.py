@@ -362,12 +362,13 @@ def test_a_bulk_revocation_takes_effect_within_a_second(stack, alice):
         t0 = time.monotonic()
         accepted, late = 0, []
         while time.monotonic() - t0 < 2:
+            sent = time.monotonic() - t0  # when the request left: the answer may come later on a busy host
             status = http.get("/v1/models").status_code
             if status == 200:
                 accepted += 1
-                late.append(time.monotonic() - t0)
+                late.append(sent)
             time.sleep(0.05)
-    print(f"\nbulk revocation: {accepted} requests accepted after it, the last {max(late, default=0):.2f} s after")
+    print(f"\nbulk revocation: {accepted} requests accepted after it, the last sent {max(late, default=0):.2f} s after")
     assert not late or max(late) < 1.2, late
     assert http_refuses(stack, headers)
 
