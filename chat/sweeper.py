@@ -12,7 +12,8 @@ someone opened the conversation. Every web process runs one sweeper task on its 
   RELAY_SAVE_EVERY_S by its relay) and publishes its final state to the conversation's sockets.
 
 Invariants: a live process's messages are never swept (its lease is renewed far more often than
-it expires); while Redis cannot say whose lease exists, nothing is swept.
+it expires, and a process never sweeps its own); while Redis cannot say whose lease exists, and for
+OWNER_TTL_S + BEAT_S after an outage (a restarted Redis lost every lease), nothing is swept.
 """
 import asyncio
 import logging
@@ -36,11 +37,11 @@ def owner_key(owner: str) -> str:
 
 
 def owners_alive(owners: set) -> dict:
-    """{owner: whether its lease exists}; raises when the cache cannot be read."""
-    if not owners:
-        return {}
-    found = cache.get_many([owner_key(o) for o in owners])
-    return {o: owner_key(o) in found for o in owners}
+    """{owner: whether its lease exists} (this process always lives); raises when the cache cannot
+    be read."""
+    others = [o for o in owners if o != relay.PROCESS]
+    found = cache.get_many([owner_key(o) for o in others]) if others else {}
+    return {o: o == relay.PROCESS or owner_key(o) in found for o in owners}
 
 
 def ensure_started() -> None:
@@ -72,14 +73,22 @@ async def sweep_once() -> int:
 
 
 async def run() -> None:
+    """Renews the lease every BEAT_S; sweeps at once and every SWEEP_S, but never within
+    OWNER_TTL_S + BEAT_S of a Redis outage's end: a restarted Redis has lost every lease, and the
+    other processes need that long to renew theirs before their messages may be judged."""
     loop = asyncio.get_running_loop()
-    next_sweep = loop.time()
+    next_sweep, ok_since = loop.time(), float("-inf")  # at start-up Redis counts as having been fine
     while True:
         try:
             await cache.aset(owner_key(relay.PROCESS), 1, timeout=OWNER_TTL_S)
+            if ok_since is None:
+                ok_since = loop.time()
         except Exception as exc:
-            log.warning("renewing the relay lease failed (%s)", exc)
-        if loop.time() >= next_sweep:
+            if ok_since is not None:
+                log.warning("renewing the relay lease failed (%s); no sweep until Redis is back", exc)
+            ok_since = None
+        settled = ok_since is not None and loop.time() - ok_since >= OWNER_TTL_S + BEAT_S
+        if settled and loop.time() >= next_sweep:
             await sweep_once()
             next_sweep = loop.time() + SWEEP_S
         await asyncio.sleep(BEAT_S)

@@ -140,3 +140,4 @@ def test_the_orphan_sweep_ends_only_replies_whose_process_is_gone(alice):
         services.messages_interrupt_orphans(blind)
     assert Message.objects.get(pk=young.pk).status == "streaming"
     assert sweeper.owners_alive(set()) == {}
+    assert sweeper.owners_alive({sweeper.relay.PROCESS}) == {sweeper.relay.PROCESS: True}  # never itself
