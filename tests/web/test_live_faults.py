@@ -36,6 +36,9 @@ from tests.web.live import _database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 LONG = 100_000  # tokens: outlasts every step (the fixture model decodes thousands a second)
+# Greedy on the fixture model under ChatML this runs 50,000+ characters; "a long story" ends by
+# itself after 3,942 (so did the API streams of this test's first version, unnoticed).
+LONG_PROMPT = "tell me story 1"
 INTERNAL = ("127.0.0.1", "Error ", "Errno", "Traceback", "redis://", "6379", "Connect call")
 
 
@@ -239,7 +242,7 @@ async def _until(ws, kind, timeout=60, seen=None):
 
 def _api_stream(stack, key, model, started, stop):
     """An API stream held open until `stop` (or until Daphne dies under it)."""
-    body = {"model": model, "messages": [{"role": "user", "content": "a long story"}],
+    body = {"model": model, "messages": [{"role": "user", "content": LONG_PROMPT}],
             "max_tokens": LONG, "stream": True, "temperature": 0}
     try:
         with httpx.stream("POST", stack.url + "/v1/chat/completions", json=body, timeout=60,
@@ -266,8 +269,8 @@ def test_killing_daphne_under_live_streams_frees_its_slots_and_its_replies_are_s
 
     async def two_turns():
         sockets, ids = [], []
-        for i in range(2):
-            ws = await _ws_turn(stack, cookie, f"tell me story {i}", LONG)
+        for _ in range(2):  # greedy on the fixture model, this prompt runs 5,000+ tokens (some end at once)
+            ws = await _ws_turn(stack, cookie, LONG_PROMPT, LONG)
             ids.append((await _until(ws, "delta"))["message"])
             sockets.append(ws)
         return sockets, ids
@@ -279,6 +282,7 @@ def test_killing_daphne_under_live_streams_frees_its_slots_and_its_replies_are_s
             assert event.wait(30), "an API stream did not start"
         wait_until(lambda: stack.state().get("busy") == 4, 20, "4 busy slots")
         time.sleep(1.0)  # a partial save of the replies (every 0.5 s)
+        assert stack.state().get("busy") == 4, "a stream ended by itself: the kill would prove nothing"
         stack.daphne.kill()
         t_kill = time.monotonic()
         stack.daphne.wait()
@@ -309,8 +313,7 @@ def test_a_websocket_turn_rides_out_a_redis_outage(stack, cookie):
 
     async def run():
         seen = []
-        # greedy on the fixture model: this prompt runs for thousands of tokens (some end at once)
-        ws = await _ws_turn(stack, cookie, "tell me story 0", LONG)
+        ws = await _ws_turn(stack, cookie, LONG_PROMPT, LONG)
         conv = (await _until(ws, "conversation", seen=seen))["conversation"]["id"]
         await _until(ws, "delta", seen=seen)
         stack.redis.kill()
