@@ -137,6 +137,18 @@ def with_signal(pid, sig):
         pass
 
 
+def close_loop(loop):
+    """Ends what the sockets left on a test's own loop (their keepalive tasks), then the loop."""
+    async def cancel_the_rest():
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    loop.run_until_complete(cancel_the_rest())
+    loop.close()
+
+
 def wait_until(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while True:
@@ -290,7 +302,7 @@ def test_killing_daphne_under_live_streams_frees_its_slots_and_its_replies_are_s
         freed = time.monotonic() - t_kill
     finally:
         stop.set()
-        loop.close()
+        close_loop(loop)
     assert freed < 10, f"orphaned slots freed after {freed:.1f}s"
     assert all(m.status == "streaming" for m in Message.objects.filter(pk__in=message_ids))
     stack.start_daphne()
@@ -360,19 +372,19 @@ def test_a_bulk_revocation_takes_effect_within_a_second(stack, alice):
     row, key = ApiKey.issue(user=alice, name="bulk")
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=stack.url, headers=headers, timeout=10) as http:
-        assert http.get("/v1/models").status_code == 200  # cached in the web process now
+        warm = http.get("/v1/models")  # the key is cached in the web process now
+        assert warm.status_code == 200, (warm.status_code, warm.text[:200])
         ApiKey.objects.filter(pk=row.pk).update(revoked=True)  # no signal, as an admin action
         t0 = time.monotonic()
-        accepted, late = 0, []
+        answers = []  # (seconds after the update when the request left, status)
         while time.monotonic() - t0 < 2:
             sent = time.monotonic() - t0  # when the request left: the answer may come later on a busy host
-            status = http.get("/v1/models").status_code
-            if status == 200:
-                accepted += 1
-                late.append(sent)
+            answers.append((round(sent, 2), http.get("/v1/models").status_code))
             time.sleep(0.05)
-    print(f"\nbulk revocation: {accepted} requests accepted after it, the last sent {max(late, default=0):.2f} s after")
-    assert not late or max(late) < 1.2, late
+    late = [sent for sent, status in answers if status == 200]
+    print(f"\nbulk revocation: {len(late)} requests accepted after it, the last sent {max(late, default=0):.2f} s after")
+    assert not late or max(late) < 1.2, answers
+    assert {status for sent, status in answers if sent >= 1.2} <= {401}, answers
     assert http_refuses(stack, headers)
 
 
@@ -405,7 +417,7 @@ def test_an_open_socket_closes_when_its_session_expires(stack, cookie):
         exc = loop.run_until_complete(closed(ws))
         after = time.monotonic() - t0
     finally:
-        loop.close()
+        close_loop(loop)
     assert exc.rcvd is not None and exc.rcvd.code == 4401, exc
     print(f"\nsession expired on an open socket: closed 4401 after {after:.2f} s")
     assert after < 5
