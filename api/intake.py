@@ -5,7 +5,8 @@ Why here: hostile bodies must fail the same way on every surface, as a 4xx in th
 envelope naming the field, before anything reaches the bridge. The invariants after body_read():
 the body is a JSON object of at most settings.DATA_UPLOAD_MAX_MEMORY_SIZE bytes, nested at most
 MAX_DEPTH deep, with no NaN/Infinity literal and no string (or key) that cannot be encoded as
-UTF-8 (a lone surrogate would otherwise fail later, inside the channel layer).
+UTF-8 (a lone surrogate would otherwise fail later, inside the channel layer) and none holding
+NUL (engine_bridge.protocol.has_nul: refused naming the field, as on the chat socket).
 Sampling values go through engine_bridge.sampling, the one owner of defaults and ranges.
 """
 import json
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from django.core.exceptions import RequestDataTooBig
 
 from api.errors import ApiError, bad_param
+from engine_bridge.protocol import NUL_REFUSAL, has_nul
 from engine_bridge.sampling import SamplingError, sampling_validate
 
 MAX_DEPTH = 64
@@ -52,6 +54,8 @@ def _utf8(text, path):
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise bad_param(path or None, f"{path or 'the body'} contains a lone UTF-16 surrogate (not valid Unicode text)")
+    if has_nul(text):
+        raise bad_param(path or None, f"{path or 'the body'} {NUL_REFUSAL}")
 
 
 def body_parse(raw):

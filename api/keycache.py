@@ -5,10 +5,15 @@ PostgreSQL connection per request (3-6 ms of the first token, issue 14's profile
 keeps what it resolved (the key row with its user and the user's limits) and asks Redis one
 question per request instead: has any key, user or limit changed since? Every save or delete of
 those rows bumps a generation counter in the shared cache (api/signals.py), so a revoked key, a
-deactivated user or a new limit takes effect on the next request in every process, never later.
+deactivated user or a new limit takes effect on the next request in every process.
+A change that sends no signal (a queryset update() from an admin action or a script, a raw SQL
+write) cannot bump it, so an entry is also re-read from the database once it is MAX_AGE_S old:
+such a change takes effect within a second (issue 24; it was 300 s). That costs one database read
+per key and process per second at most, against the one per request that issue 14 removed.
 `akey_lookup` asks that question on the event loop (the generation routes authenticate there);
 only a miss reads the database, in a thread.
-Invariant: an entry is used only while the generation it was read under is still current.
+Invariant: an entry is used only while the generation it was read under is still current and it
+is younger than MAX_AGE_S.
 """
 import threading
 import time
@@ -20,7 +25,7 @@ from colibri_site.lean import database_call
 
 GENERATION_KEY = "api:keys:generation"
 MAX_ENTRIES = 4096
-MAX_AGE_S = 300  # a bound for a counter lost with a Redis flush: rows are re-read at least this often
+MAX_AGE_S = 1.0  # rows are re-read at least this often: the bound for changes no signal reports
 
 _entries = {}  # sha256(key) -> (generation, fetched monotonic, row)
 _lock = threading.Lock()

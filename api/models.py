@@ -67,7 +67,7 @@ class ApiKey(models.Model):
     @classmethod
     def lookup(cls, full_key: str):
         """The active key row for full_key, or None. Constant-time compare of the hashes."""
-        if not full_key.startswith(KEY_TAG):
+        if not full_key.startswith(KEY_TAG) or "\x00" in full_key:  # PostgreSQL cannot compare NUL
             return None
         prefix = full_key[len(KEY_TAG):len(KEY_TAG) + PREFIX_LEN]
         # The user's limits come along (None when unset), so limits cost no query of their own.

@@ -2,10 +2,16 @@
 
 Invariants: a socket joins a conversation's group only after the database says the user owns it
 (a group is a broadcast: joining first would leak another user's live turn); a malformed frame is
-answered with an `error` frame and the socket stays open; a deactivated user's sockets close.
+answered with an `error` frame and the socket stays open; a socket acts only while its user is
+active and its session exists unexpired (services.access_valid): checked on every frame, and every
+ACCESS_CHECK_S while it is open, so a deactivation by queryset update(), an expired or a deleted
+session closes it (4401) within that, signal or not (issue 24).
 """
+import asyncio
+import contextlib
 import json
 import logging
+import uuid
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -16,6 +22,8 @@ from engine_bridge.prompting import TemplateError
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 MAX_FRAME_CHARS = 1 << 20  # a send frame carries at most frames.MAX_TEXT_CHARS of text; JSON escapes fit
+ACCESS_CHECK_S = 1.0  # an open socket re-reads its user and session this often
+GROUP_TIMEOUT_S = 1.0  # one group_add / group_discard's bound while Redis is out or frozen
 
 
 def user_group(user_id):
@@ -33,29 +41,101 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.watching = set()
-        await self.channel_layer.group_add(user_group(self.user.pk), self.channel_name)
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        self.groups_lost = False
+        await self._join(user_group(self.user.pk))
         await self.accept()
+        self.access_watch = asyncio.create_task(self._watch_access())
+
+    async def _join(self, group):
+        """group_add that rides out a Redis outage: the socket works meanwhile (its own process's
+        frames reach it directly, chat.relay.publish); the group is joined again once Redis is
+        back (_rejoin, from the access check and the channel receive)."""
+        try:
+            async with asyncio.timeout(GROUP_TIMEOUT_S):
+                await self.channel_layer.group_add(group, self.channel_name)
+        except Exception as exc:
+            log.warning("joining group %s failed (%s); joining again once Redis is back", group, exc)
+            self.groups_lost = True
+
+    async def _rejoin(self):
+        self.groups_lost = False
+        for group in (user_group(self.user.pk), *(relay.group_for(c) for c in self.watching)):
+            await self._join(group)
+
+    # channels' AsyncConsumer assigns channel_receive (its channel-layer receive) and runs it
+    # beside the socket's own receive: one ConnectionError from it ended the consumer, and the
+    # socket closed 1011 at the first moment of a Redis outage (issue 24). Here it retries.
+    @property
+    def channel_receive(self):
+        return self._receive_riding_out
+
+    @channel_receive.setter
+    def channel_receive(self, receive):
+        self._layer_receive = receive
+
+    async def _receive_riding_out(self):
+        delay = 0.1
+        while True:
+            try:
+                return await self._layer_receive()
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                log.warning("channel layer receive failed (%s); retrying in %.1fs", exc, delay)
+                self.groups_lost = True  # a restarted Redis has forgotten them
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                if hasattr(self, "watching"):
+                    await self._rejoin()
+
+    async def _watch_access(self):
+        """Closes the socket once its user or session is no longer valid (see the module doc);
+        joins groups again that a Redis outage lost."""
+        while True:
+            await asyncio.sleep(ACCESS_CHECK_S)
+            if self.groups_lost:
+                await self._rejoin()
+            try:
+                valid = await _access_valid(self.user.pk, self.session_key)
+            except Exception:  # a database hiccup is not a revocation: ask again next round
+                log.warning("checking a chat socket's session failed", exc_info=True)
+                continue
+            if not valid:
+                await self.close(code=CLOSE_UNAUTHENTICATED)
+                return
 
     async def disconnect(self, code):
         if not hasattr(self, "watching"):
             return
-        await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
+        watch = getattr(self, "access_watch", None)
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         for conv_id in self.watching:
             relay.unwatch_locally(conv_id, self)
-            await self.channel_layer.group_discard(relay.group_for(conv_id), self.channel_name)
+        try:  # Redis out: the layer's group expiry drops the membership later
+            async with asyncio.timeout(GROUP_TIMEOUT_S):
+                await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
+                for conv_id in self.watching:
+                    await self.channel_layer.group_discard(relay.group_for(conv_id), self.channel_name)
+        except Exception as exc:
+            log.warning("leaving the groups of a closed socket failed (%s)", exc)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         if not text_data:  # binary or empty frame: answer instead of raising (socket survives)
             return await self._error(None, "bad_frame", "frames must be JSON text", "type")
         if len(text_data) > MAX_FRAME_CHARS:
             return await self._error(None, "bad_frame", f"frame larger than {MAX_FRAME_CHARS} characters", "type")
-        if not await _still_active(self.user.pk):
+        if not await _access_valid(self.user.pk, self.session_key):
             return await self.close(code=CLOSE_UNAUTHENTICATED)
         try:
             await super().receive(text_data=text_data, **kwargs)
         except Exception:  # a bug must cost one frame an error answer, not the socket (1011)
-            log.exception("chat frame failed")
-            await self._error(None, "server_error", "the server could not handle this frame", None)
+            ref = uuid.uuid4().hex[:8]  # the user's error names it; the log has the detail
+            log.exception("chat frame failed (ref %s)", ref)
+            await self._error(None, "server_error", f"the server could not handle this frame (ref {ref})", None, ref=ref)
 
     @classmethod
     async def decode_json(cls, text_data):
@@ -79,19 +159,24 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except services.ChatError as exc:
             await self._error(None, exc.code, exc.detail, exc.field)
         except TemplateError as exc:
-            await self._error(None, "template_error", str(exc), None)
+            ref = uuid.uuid4().hex[:8]
+            log.error("the chat template failed (ref %s): %s", ref, exc)
+            await self._error(None, "template_error", f"the model's chat template could not render this "
+                              f"conversation (ref {ref})", None, ref=ref)
 
-    async def _error(self, message_id, code, detail, field):
+    async def _error(self, message_id, code, detail, field, ref=None):
         frame = {"type": "error", "message": message_id, "code": code, "detail": detail}
         if field:
             frame["field"] = field
+        if ref:
+            frame["ref"] = ref
         await self.send_json(frame)
 
     async def _watch(self, conv_id):
         if conv_id not in self.watching:
-            await self.channel_layer.group_add(relay.group_for(conv_id), self.channel_name)
             relay.watch_locally(conv_id, self)
             self.watching.add(conv_id)
+            await self._join(relay.group_for(conv_id))
 
     async def _begin(self, turn, params):
         conv = turn.conversation
@@ -106,13 +191,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         relay.start(turn, params)
 
     async def on_send(self, conversation, text, params):
-        await self._begin(await database_sync_to_async(services.turn_send)(self.user, conversation, text), params)
+        await self._begin(await database_sync_to_async(services.turn_send)(self.user, conversation, text, relay.PROCESS), params)
 
     async def on_regenerate(self, conversation, params):
-        await self._begin(await database_sync_to_async(services.turn_regenerate)(self.user, conversation), params)
+        await self._begin(await database_sync_to_async(services.turn_regenerate)(self.user, conversation, relay.PROCESS), params)
 
     async def on_edit(self, conversation, message, text, params):
-        await self._begin(await database_sync_to_async(services.turn_edit)(self.user, conversation, message, text), params)
+        await self._begin(await database_sync_to_async(services.turn_edit)(self.user, conversation, message, text, relay.PROCESS),
+                          params)
 
     async def on_stop(self, conversation):
         await database_sync_to_async(services.conversation_for)(self.user, conversation)
@@ -140,11 +226,7 @@ def _refuse_constant(name):
     raise ValueError(f"{name} is not valid JSON")
 
 
-@database_sync_to_async
-def _still_active(user_id):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+_access_valid = database_sync_to_async(services.access_valid)
 
 
 @database_sync_to_async

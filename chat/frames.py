@@ -1,6 +1,7 @@
 """Validation of client frames on /ws/chat/ (docs/contracts.md). Pure functions, no I/O.
 
 Every string must be encodable as UTF-8 (json accepts lone surrogates, the database does not) and
+free of NUL (PostgreSQL text cannot hold it: refused naming the field, as on every surface), and
 every id must fit the database's bigint; sampling values follow engine_bridge.sampling, the one
 owner of their rules, so a frame that passes here can neither break a save nor the engine.
 """
@@ -91,6 +92,8 @@ def parse(frame):
                 raise FrameError(name, f"{name} must be a non-empty string")
             if not protocol.encodable(value):
                 raise FrameError(name, f"{name} is not valid Unicode (it contains a lone surrogate)")
+            if protocol.has_nul(value):
+                raise FrameError(name, f"{name} {protocol.NUL_REFUSAL}")
             if len(value) > MAX_TEXT_CHARS:
                 raise FrameError(name, f"{name} is longer than {MAX_TEXT_CHARS} characters")
         if rule == "params":

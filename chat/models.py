@@ -63,6 +63,10 @@ class Message(models.Model):
     # engine does not report it. Kept off the chat socket: staff read it at
     # /atlas/api/messages/<id>/routing.
     routing = models.JSONField(null=True, blank=True)
+    # The web process whose relay generates this message while it is streaming (chat.relay.PROCESS;
+    # "" for rows from before issue 24): the orphan sweep (chat.sweeper) interrupts a streaming
+    # message whose process no longer renews its lease.
+    relay_owner = models.CharField(max_length=32, blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
     # Touched by every periodic save of a streaming message: a "streaming" row whose
     # updated is old belongs to a relay that died with its process.

@@ -11,10 +11,11 @@ Delivery: a frame goes straight to the sockets of this process that watch the co
 Redis round trip between the engine's token and the screen), and through the group to sockets of
 other processes; a socket drops a group copy that came from its own process (it has it already).
 """
-import uuid
 import asyncio
+import contextlib
 import logging
 import time
+import uuid
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -55,19 +56,64 @@ def _stop_key(conversation_id):
     return f"chat:stop:{conversation_id}"
 
 
+GROUP_SEND_TIMEOUT_S = 0.5  # one group send's bound: a frozen Redis must not stall the turn
+GROUP_DOWN_S = 1.0          # after a failed send, deltas skip the group this long
+GROUP_RETRY_S = 30.0        # how long a frame other than a delta is retried for other processes
+_group_down_until = 0.0
+_retries: set = set()       # background re-sends of frames other processes must not miss
+
+
 async def publish(conversation_id, frame):
     """Sends one client frame to every socket watching the conversation: this process's directly,
-    the others' through the group."""
+    the others' through the group. A Redis outage costs only the group copies (issue 24): a delta
+    is dropped (the final `done` carries the whole text), any other frame is re-sent in the
+    background with a backoff for GROUP_RETRY_S; the turn itself never waits for Redis here."""
+    global _group_down_until
     for socket in list(_local.get(conversation_id, ())):
         try:
             await socket.send_json(frame)
         except Exception:  # a socket closing under us: its disconnect unregisters it
             log.debug("local delivery to a closing socket failed", exc_info=True)
-    await get_channel_layer().group_send(group_for(conversation_id),
-                                         {"type": "chat.frame", "frame": frame, "origin": PROCESS})
+    message = {"type": "chat.frame", "frame": frame, "origin": PROCESS}
+    is_delta = frame.get("type") == "delta"
+    if is_delta and time.monotonic() < _group_down_until:
+        return
+    try:
+        await _group_send(conversation_id, message)
+        return
+    except Exception as exc:
+        if time.monotonic() >= _group_down_until:
+            log.warning("sending to group %s failed (%s); deltas skip the group for %gs", group_for(conversation_id),
+                        exc, GROUP_DOWN_S)
+        _group_down_until = time.monotonic() + GROUP_DOWN_S
+    if not is_delta:
+        task = asyncio.get_running_loop().create_task(_resend(conversation_id, message))
+        _retries.add(task)
+        task.add_done_callback(_retries.discard)
+
+
+async def _group_send(conversation_id, message):
+    async with asyncio.timeout(GROUP_SEND_TIMEOUT_S):
+        await get_channel_layer().group_send(group_for(conversation_id), message)
+
+
+async def _resend(conversation_id, message):
+    delay, give_up = 0.2, time.monotonic() + GROUP_RETRY_S
+    while time.monotonic() < give_up:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+        try:
+            return await _group_send(conversation_id, message)
+        except Exception:
+            continue
+    log.error("a %s frame for group %s was not delivered to other processes within %gs",
+              message["frame"].get("type"), group_for(conversation_id), GROUP_RETRY_S)
 
 
 def start(turn: services.Turn, params: dict) -> asyncio.Task:
+    from chat import sweeper
+
+    sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
     conv_id = turn.conversation.pk
     task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, turn.prompt, params), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task
@@ -79,8 +125,14 @@ async def request_stop(conversation_id):
     event = _stop_events.get(conversation_id)
     if event is not None:
         event.set()
-    else:  # the turn runs in another web process: it polls this flag
+        return
+    try:  # the turn runs in another web process: it polls this flag
         await cache.aset(_stop_key(conversation_id), 1, timeout=60)
+    except Exception as exc:
+        ref = uuid.uuid4().hex[:8]
+        log.warning("could not deliver the stop of conversation %s (ref %s): %s", conversation_id, ref, exc)
+        raise services.ChatError("unavailable", f"the stop could not be delivered; try again in a moment (ref {ref})",
+                                 "conversation") from None
 
 
 def engine_reports_routes(model):
@@ -132,28 +184,48 @@ def _generation_request(conv_id, prompt, params, routes=False):
 
 async def _pump(request, queue):
     """Feeds engine events into queue, then None. Cancelling this task leaves generate()
-    early, whose cleanup sends gen.cancel to the bridge."""
+    early, whose cleanup sends gen.cancel to the bridge. A submit that found Redis out (an
+    error with `broker`, before anything reached the bridge) is retried with a backoff for
+    client.BROKER_OUTAGE_S, so a short outage delays the turn instead of failing it, as a stream
+    already running rides it out (issue 24)."""
     from engine_bridge import client
 
+    give_up, delay = time.monotonic() + client.BROKER_OUTAGE_S, 0.2
     try:
-        async for event in client.generate(request):
-            await queue.put(event)
+        while True:
+            retry = False
+            async with contextlib.aclosing(client.generate(request)) as events:
+                async for event in events:
+                    if event.get("broker") and time.monotonic() + delay < give_up:
+                        retry = True
+                        break
+                    await queue.put(event)
+            if not retry:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # bridge gap, layer failure: the user must see it
+    except Exception as exc:  # bridge gap, layer failure: the user must see it (without its text)
         log.exception("generation stream failed")
-        await queue.put({"kind": "error", "code": "ENGINE_ERROR", "message": str(exc)})
+        await queue.put({"kind": "error", "code": "ENGINE_ERROR", "message": f"{type(exc).__name__}: {exc}"})
     await queue.put(None)
 
 
 async def _wait_stop(conversation_id, event):
+    """Returns on this process's Stop, or another process's flag. A flag that cannot be read
+    (Redis out or frozen) is no Stop: the turn goes on."""
     while True:
         try:
             await asyncio.wait_for(event.wait(), STOP_POLL_S)
             return
         except asyncio.TimeoutError:
-            if await cache.aget(_stop_key(conversation_id)):
-                return
+            try:
+                async with asyncio.timeout(1.0):
+                    if await cache.aget(_stop_key(conversation_id)):
+                        return
+            except Exception:
+                log.debug("reading the stop flag of conversation %s failed", conversation_id, exc_info=True)
 
 
 async def _reap(*tasks):
@@ -180,7 +252,11 @@ class _State:
 
 
 async def _relay(conv_id, msg_id, prompt, params):
-    await cache.adelete(_stop_key(conv_id))
+    try:  # an old flag of this conversation; Redis out: there is none to fear
+        async with asyncio.timeout(1.0):
+            await cache.adelete(_stop_key(conv_id))
+    except Exception:
+        log.warning("could not clear the stop flag of conversation %s", conv_id, exc_info=True)
     stop_event = _stop_events[conv_id] = asyncio.Event()
     queue = asyncio.Queue()
     state = _State()
@@ -194,7 +270,7 @@ async def _relay(conv_id, msg_id, prompt, params):
         raise
     except Exception as exc:
         log.exception("relay failed")
-        state.outcome, state.error = "error", {"code": "ENGINE_ERROR", "message": str(exc)}
+        state.outcome, state.error = "error", {"code": "ENGINE_ERROR", "message": f"{type(exc).__name__}: {exc}"}
     finally:
         await _reap(pump, stopper)
         if _stop_events.get(conv_id) is stop_event:
@@ -314,11 +390,19 @@ async def _finish(conv_id, msg_id, state):
     """Stores the final message, then (after commit) publishes `error` and `done`."""
     outcome = state.outcome or "interrupted"
     stats = {k: v for k, v in state.stats.items() if v is not None}
-    detail = None
+    detail = ref = None
     if outcome == "error":
         err = state.error or {}
-        detail = ERROR_DETAIL.get(err.get("code"), "The engine failed: " + (err.get("message") or "unknown error"))
-        stats["error"] = f"{err.get('code', 'ENGINE_ERROR')}: {err.get('message', '')}".strip()
+        code = err.get("code") or "ENGINE_ERROR"
+        # The user reads a fixed text and a reference; the detail (exception text, hosts, ports)
+        # goes to the log under that reference (issue 24). BAD_REQUEST texts are the bridge's own.
+        ref = uuid.uuid4().hex[:8]
+        log.warning("turn of message %s ended with %s (ref %s): %s", msg_id, code, ref, err.get("message"))
+        detail = ERROR_DETAIL.get(code) or (
+            f"The engine refused this request: {err.get('message')}." if code == "BAD_REQUEST" and err.get("message")
+            else "The engine failed while answering.")
+        detail = f"{detail} (ref {ref})"
+        stats["error"] = f"{code} (ref {ref})"
         # Partial text stays visible as an interrupted reply; the error note is in stats.
         status = Message.Status.INTERRUPTED if state.text else Message.Status.ERROR
     elif outcome == "complete":
@@ -332,6 +416,6 @@ async def _finish(conv_id, msg_id, state):
         msg = Message(pk=msg_id, conversation_id=conv_id, role=Message.Role.ASSISTANT, text=state.text,
                       status=status, stats=stats, created=timezone.now())
     if detail:
-        await publish(conv_id, {"type": "error", "message": msg_id, "code": state.error.get("code", "ENGINE_ERROR") if state.error else "ENGINE_ERROR", "detail": detail})
+        await publish(conv_id, {"type": "error", "message": msg_id, "code": state.error.get("code", "ENGINE_ERROR") if state.error else "ENGINE_ERROR", "detail": detail, "ref": ref})
     if msg is not None:
         await publish(conv_id, {"type": "done", "message": msg.as_dict()})

@@ -47,6 +47,15 @@ def fallback_title(text):
     return (title + ("…" if len(words) > TITLE_WORDS else ""))[:200] or "New chat"
 
 
+def access_valid(user_id: int, session_key: str | None) -> bool:
+    """Whether a chat socket authenticated at connect may still act: its user is active and its
+    session exists unexpired (colibri_site.socket_access, read from the database every time: a
+    queryset update() or a session's expiry or deletion sends no signal; issue 24)."""
+    from colibri_site.socket_access import socket_access_valid
+
+    return socket_access_valid(user_id, session_key)
+
+
 def conversation_for(user, conversation_id, *, lock=False):
     """The user's conversation or ChatError not_found (also for other users' ids: no oracle)."""
     qs = Conversation.objects.filter(owner=user, pk=conversation_id)
@@ -78,12 +87,47 @@ def conversation_snapshot(user, conversation_id):
     return conv, [m.as_dict() for m in conv.messages.all()]
 
 
+LOST_ERROR = "generation lost (server restarted)"
+ORPHAN_MIN_AGE = timedelta(seconds=5)  # younger streaming rows are never swept (a turn just begun)
+
+
 def expire_stale_streaming(conv):
+    """A fallback at open for rows the sweep cannot judge (Redis out): streaming rows unsaved for
+    STALE_STREAMING. The sweep (messages_interrupt_orphans) is what normally ends them."""
     cutoff = timezone.now() - STALE_STREAMING
     for msg in conv.messages.filter(status=Message.Status.STREAMING, updated__lt=cutoff):
-        msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
-        msg.stats = {**msg.stats, "error": "generation lost (server restarted)"}
-        msg.save(update_fields=["status", "stats", "updated"])
+        _interrupt(msg)
+
+
+def _interrupt(msg):
+    """Marks a cut-off reply: `interrupted` with its partial text kept (`error` when it has none)."""
+    msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
+    msg.stats = {**msg.stats, "error": LOST_ERROR}
+    msg.save(update_fields=["status", "stats", "updated"])
+
+
+def messages_interrupt_orphans(owners_alive) -> list[Message]:
+    """Interrupts every streaming message whose relay is gone, whatever the crash (issue 24): its
+    web process (relay_owner) no longer renews its lease — `owners_alive(set of owners)` answers
+    {owner: bool} and raises when it cannot tell, which sweeps nothing — or, for a row without an
+    owner, it was not saved for STALE_STREAMING. Rows younger than ORPHAN_MIN_AGE are left alone
+    (their relay may not have begun). Returns the messages it ended, as stored."""
+    now = timezone.now()
+    rows = list(Message.objects.filter(status=Message.Status.STREAMING, updated__lt=now - ORPHAN_MIN_AGE)
+                .values_list("pk", "relay_owner", "updated"))
+    if not rows:
+        return []
+    alive = owners_alive({owner for _, owner, _ in rows if owner})
+    orphans = [pk for pk, owner, updated in rows
+               if (not alive.get(owner, False) if owner else updated < now - STALE_STREAMING)]
+    ended = []
+    for pk in orphans:
+        with transaction.atomic():
+            msg = Message.objects.select_for_update().filter(pk=pk, status=Message.Status.STREAMING).first()
+            if msg is not None:  # its relay may have finished it meanwhile
+                _interrupt(msg)
+                ended.append(msg)
+    return ended
 
 
 def _ensure_idle(conv):
@@ -106,14 +150,15 @@ def prompt_messages(conv, *, before_id=None):
     return out
 
 
-def _start_assistant(conv, new_messages, **turn_kw):
+def _start_assistant(conv, new_messages, owner="", **turn_kw):
     conv.save(update_fields=["updated"])
-    assistant = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="", status=Message.Status.STREAMING)
+    assistant = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="",
+                                       status=Message.Status.STREAMING, relay_owner=owner)
     prompt = render_prompt(prompt_messages(conv, before_id=assistant.pk))
     return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant], **turn_kw)
 
 
-def turn_send(user, conversation_id, text):
+def turn_send(user, conversation_id, text, owner=""):
     with transaction.atomic():
         created = conversation_id is None
         if created:
@@ -122,10 +167,10 @@ def turn_send(user, conversation_id, text):
             conv = conversation_for(user, conversation_id, lock=True)
             _ensure_idle(conv)
         user_msg = Message.objects.create(conversation=conv, role=Message.Role.USER, text=text)
-        return _start_assistant(conv, [user_msg], created_conversation=created)
+        return _start_assistant(conv, [user_msg], owner, created_conversation=created)
 
 
-def turn_regenerate(user, conversation_id):
+def turn_regenerate(user, conversation_id, owner=""):
     with transaction.atomic():
         conv = conversation_for(user, conversation_id, lock=True)
         _ensure_idle(conv)
@@ -136,10 +181,10 @@ def turn_regenerate(user, conversation_id):
         if last.role == Message.Role.ASSISTANT:
             deleted.append(last.pk)
             last.delete()
-        return _start_assistant(conv, [], deleted=deleted)
+        return _start_assistant(conv, [], owner, deleted=deleted)
 
 
-def turn_edit(user, conversation_id, message_id, text):
+def turn_edit(user, conversation_id, message_id, text, owner=""):
     with transaction.atomic():
         conv = conversation_for(user, conversation_id, lock=True)
         _ensure_idle(conv)
@@ -151,7 +196,7 @@ def turn_edit(user, conversation_id, message_id, text):
         later.delete()
         msg.text = text
         msg.save(update_fields=["text", "updated"])
-        return _start_assistant(conv, [msg], deleted=deleted)
+        return _start_assistant(conv, [msg], owner, deleted=deleted)
 
 
 def storable(text):

@@ -8,7 +8,7 @@ from channels.layers import get_channel_layer
 from chat.models import Conversation, Message
 from engine_bridge.prompting import render_prompt
 from chat.relay import group_for
-from chat.services import fallback_title
+from chat.services import fallback_title, storable
 
 log = logging.getLogger(__name__)
 TITLE_MAX_TOKENS = 16
@@ -50,7 +50,7 @@ def title_conversation(conversation_id):
         title = clean_title(async_to_sync(_generate_text)(render_prompt(history + [{"role": "user", "content": INSTRUCTION}])))
     except Exception as exc:  # titles are cosmetic: fall back, never fail the task
         log.warning("title generation failed for conversation %s: %s", conversation_id, exc)
-    title = title or fallback_title(first_user)
+    title = storable(title) or fallback_title(first_user)  # model output may hold NUL: stored as U+FFFD
     Conversation.objects.filter(pk=conversation_id).update(title=title)
     async_to_sync(get_channel_layer().group_send)(
         group_for(conversation_id),

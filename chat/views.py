@@ -4,7 +4,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from chat import services
 from chat.export import FORMATS, export_content
 from chat.models import Conversation
+from engine_bridge import protocol
 
 
 class SessionApi(APIView):
@@ -26,6 +27,8 @@ class SessionApi(APIView):
             raise NotFound(exc.detail)
 
 
+# Titles and every other DRF CharField refuse NUL already (DRF's ProhibitNullCharactersValidator:
+# 400 "Null characters are not allowed." naming the field), the rule of engine_bridge.protocol.has_nul.
 class TitleInput(serializers.Serializer):
     title = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
 
@@ -33,6 +36,8 @@ class TitleInput(serializers.Serializer):
 class ConversationListApi(SessionApi):
     def get(self, request):
         q = request.query_params.get("q", "").strip()
+        if protocol.has_nul(q):  # PostgreSQL cannot compare with it: refused like any client text
+            raise ValidationError({"q": [f"q {protocol.NUL_REFUSAL}"]})
         convs = services.conversation_search(request.user, q)[:500]
         return Response({"conversations": [c.as_dict() for c in convs]})
 

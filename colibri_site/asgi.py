@@ -2,6 +2,7 @@
 short middleware chain, colibri_site.lean); websockets pass the origin check and session auth."""
 import functools
 import os
+import sys
 
 from daphne.http_protocol import HTTPFactory as DaphneHTTPFactory, WebRequest
 from django.core.asgi import get_asgi_application
@@ -17,6 +18,7 @@ from django.conf import settings  # noqa: E402
 
 from colibri_site.lean import LeanASGIHandler, by_path  # noqa: E402
 
+from chat import sweeper  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from experts.routing import websocket_urlpatterns as experts_websockets  # noqa: E402
 
@@ -57,7 +59,29 @@ def _no_twisted_access_line(self, request):
 
 DaphneHTTPFactory.log = _no_twisted_access_line
 
-application = ProtocolTypeRouter(
+def _with_sweeper(app):
+    """Makes sure this process's orphan sweeper (chat.sweeper: its relay lease and the sweep of
+    replies left streaming by dead processes) runs on the loop that serves: a dict lookup a call."""
+
+    async def call(scope, receive, send):
+        sweeper.ensure_started()
+        return await app(scope, receive, send)
+
+    return call
+
+
+def _sweep_at_start_up():
+    """Daphne sends no lifespan events: the sweeper starts on its loop when the server starts,
+    not at the first request (under another server, the first call starts it)."""
+    server = sys.modules.get("daphne.server")
+    loop = getattr(server, "twisted_loop", None)
+    if loop is not None:
+        loop.call_soon(sweeper.ensure_started)
+
+
+_sweep_at_start_up()
+
+application = _with_sweeper(ProtocolTypeRouter(
     {
         "http": by_path(LeanASGIHandler(), django_asgi_app),
         "websocket": OriginValidator(
@@ -65,4 +89,4 @@ application = ProtocolTypeRouter(
             settings.WEBSOCKET_ALLOWED_ORIGINS,
         ),
     }
-)
+))

@@ -73,7 +73,8 @@ MIDDLEWARE = [
 # All of /v1 (its unknown routes' 404 envelope too: an SDK pointed at a route we lack, such as
 # /v1/embeddings, paid ~6 ms of page middleware per call) except the staff stats page, which may be
 # served by session, and the OpenAPI document.
-API_LEAN_PATHS = r"/v1/(?!stats$|openapi\.json$).+"
+# /health too: a probe must answer within a second under load and under every fault (issue 24).
+API_LEAN_PATHS = r"/v1/(?!stats$|openapi\.json$).+|/health"
 API_MIDDLEWARE = ["colibri_site.lean.InlineSecurityMiddleware"]
 
 # JSON routes outside /v1 that also take an API key (as its owner; the route's own rule decides).

@@ -21,6 +21,7 @@ GAP_TIMEOUT = 2.0      # a missing seq not filled within this long -> the stream
 FINAL_KINDS = ("done", "error")
 LIVENESS_POLL = 1.0    # nothing arrived for this long: is the bridge that took the job still alive?
 BROKER_RETRY_S = 2     # Retry-After while Redis cannot be reached
+BROKER_OUTAGE_S = 10.0  # how long a surface rides out a Redis outage before it tells the user
 
 
 @dataclass
@@ -44,8 +45,12 @@ def _error(code, message, **extra):
 
 
 def _broker_down(exc):
-    return _error("ENGINE_UNAVAILABLE", f"The message broker (Redis) cannot be reached: {exc}",
-                  retry_after=BROKER_RETRY_S)
+    """Nothing reached the bridge because Redis did not answer; `broker: true` lets a surface retry
+    (the chat relay does, within BROKER_OUTAGE_S). The exception's text (hosts, ports) is logged,
+    never put in an event a user may read."""
+    log.warning("the message broker (Redis) cannot be reached: %s", exc)
+    return _error("ENGINE_UNAVAILABLE", "The message broker (Redis) cannot be reached.",
+                  retry_after=BROKER_RETRY_S, broker=True)
 
 
 async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT, tick=None):
@@ -77,7 +82,7 @@ async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT
     try:
         try:
             await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": listener.id,
-                                       "job": asdict(request)})
+                                       "lease": True, "job": asdict(request)})
         except Exception as exc:  # Redis refused the submit: nothing reached the bridge
             finished = True
             yield _broker_down(exc)
@@ -158,18 +163,39 @@ class Listener:
     """One event loop's reader of its reply list (engine_bridge.transport): moves each batch to
     the queue of the request it belongs to, so N streams of a web process cost one blocking pop
     per round trip, not N. Callers never cancel it (a pop cancelled mid-flight could lose batches
-    of every request of the loop); it ends by itself once the loop has no request registered."""
+    of every request of the loop); it ends by itself once the loop has no request registered.
+
+    It also holds the loop's lease (transport.lease_key), renewed every LEASE_BEAT_S while any
+    request is registered: when the process dies (kill -9, OOM, a host gone) the lease expires
+    and the bridge cancels its requests, so no engine slot keeps generating for nobody (issue 24).
+    A Redis outage only delays renewals; the bridge does not judge leases across one."""
 
     def __init__(self):
         self.id = uuid.uuid4().hex
         self.queues = {}   # req -> asyncio.Queue of its batches
         self.task = None
+        self.lease_task = None
 
     def register(self, req):
         queue = self.queues[req] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run())
+            self.task = loop.create_task(self._run())
+        if self.lease_task is None or self.lease_task.done():
+            self.lease_task = loop.create_task(self._lease())
         return queue
+
+    async def _lease(self):
+        failing = False
+        while self.queues:
+            try:
+                await transport.lease_renew(self.id)
+                failing = False
+            except Exception as exc:  # Redis outage: renew again next beat
+                if not failing:
+                    log.warning("renewing the lease of %s failed (%s); retrying", self.id, exc)
+                failing = True
+            await asyncio.sleep(transport.LEASE_BEAT_S)
 
     def unregister(self, req):
         self.queues.pop(req, None)

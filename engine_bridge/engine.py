@@ -76,6 +76,7 @@ class Engine:
         self.model_info = None
         self.stdout_fd = None
         self.wake = asyncio.Event()   # set by a write: the reader's pause ends
+        self.last_output = time.monotonic()  # when stdout last held something (the watchdog's clock)
 
     @property
     def pid(self):
@@ -114,6 +115,7 @@ class Engine:
             previous = loop.time()
             while True:
                 chunk = await self._read_chunk()
+                self.last_output = time.monotonic()
                 if not chunk:
                     kill_now = False
                     break
@@ -225,6 +227,15 @@ class Engine:
 
     async def cancel(self, req_id):
         await self.write(protocol.format_cancel(req_id))
+
+    def stopped(self):
+        """True while the engine process is stopped (SIGSTOP, a debugger): /proc says so at once,
+        where an unanswered ping would take a while."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        except (OSError, IndexError, TypeError):
+            return False
 
     def _signal(self, sig):
         if self.proc and self.proc.returncode is None:

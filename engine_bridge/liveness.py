@@ -9,10 +9,16 @@ far longer, because it is a cache of the last engine facts, not a heartbeat.
 
 Redis outages: the writer keeps beating through them (errors are logged, not raised); a reader
 that cannot reach Redis gets None, i.e. "cannot tell", never "dead".
+
+Freshness (issue 24): the key outlives a dead bridge by up to TTL seconds, which /health must
+not take for life. The bridge beats every BEAT = 0.5 s, so the key's remaining time to live says
+how old the last beat is (TTL - PTTL); older than STALE_S means the bridge stopped beating
+(killed, frozen by SIGSTOP, or its event loop stuck), and `ahealth_facts` reports it within that.
 """
 import asyncio
 import logging
 import uuid
+from dataclasses import dataclass
 
 import redis
 import redis.asyncio
@@ -22,8 +28,10 @@ from engine_bridge import transport
 
 log = logging.getLogger(__name__)
 
-BEAT = 1.0
+BEAT = 0.5
 TTL = 3
+STALE_S = 1.5          # a beat older than this: the bridge is not beating (3 beats missed)
+HEALTH_TIMEOUT_S = 0.4  # /health's bound on each Redis read: it must answer while Redis hangs
 
 
 def alive_key():
@@ -54,6 +62,40 @@ def get_boot():
     except (redis.RedisError, OSError):
         return None
     return boot_from(raw)
+
+
+@dataclass
+class HealthFacts:
+    """What /health decides from, read in one round trip: the telemetry state's raw JSON, the
+    running boot ("" when no bridge beats) and the age of its last beat in seconds (0 for a key
+    without expiry, which no bridge writes but a test may)."""
+    state_raw: bytes | None
+    boot: str
+    beat_age: float | None
+
+    @property
+    def bridge_beating(self) -> bool:
+        return bool(self.boot) and self.beat_age is not None and self.beat_age <= STALE_S
+
+
+async def ahealth_facts() -> HealthFacts | None:
+    """The facts of /health, or None when Redis did not answer within HEALTH_TIMEOUT_S (down, or
+    frozen: a stopped server still completes TCP handshakes, so only a read timeout tells)."""
+    from engine_bridge.telemetry import state_key
+
+    client = transport.loop_client("health", socket_timeout=HEALTH_TIMEOUT_S,
+                                   socket_connect_timeout=HEALTH_TIMEOUT_S)
+    try:
+        async with asyncio.timeout(2 * HEALTH_TIMEOUT_S):  # connect + read: 0.8 s at most
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.get(state_key()).get(alive_key()).pttl(alive_key())
+                state_raw, raw_boot, pttl = await pipe.execute()
+    except (redis.RedisError, OSError, TimeoutError):
+        return None
+    age = None
+    if raw_boot and pttl is not None:
+        age = 0.0 if pttl < 0 else max(0.0, TTL - pttl / 1000)
+    return HealthFacts(state_raw, boot_from(raw_boot), age)
 
 
 class Heart:

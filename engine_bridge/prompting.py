@@ -40,13 +40,19 @@ _env.globals["raise_exception"] = _raise_exception
 _env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
 
 
+_last_model: dict = {}  # the served model as last read: a Redis outage must not change the template
+
+
 def _model_info():
     try:
         from engine_bridge import telemetry
 
-        return (telemetry.get_state() or {}).get("model") or {}
-    except Exception:  # bridge not running / Redis down: fall back to settings
-        return {}
+        model = (telemetry.get_state() or {}).get("model") or {}
+    except Exception:  # Redis down: the model last seen (or settings, if none was)
+        return _last_model.get("info") or {}
+    if model:
+        _last_model["info"] = model
+    return model
 
 
 def template_source():

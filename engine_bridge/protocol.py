@@ -543,6 +543,17 @@ def encodable(text):
     return True
 
 
+NUL_REFUSAL = "contains a NUL character (U+0000), which this server does not accept in text"
+
+
+def has_nul(text):
+    """True when a client's text holds U+0000: PostgreSQL text and jsonb cannot store it and the
+    engine refuses it in a prompt, so every surface refuses it up front with NUL_REFUSAL naming the
+    field (one rule everywhere: websocket frames, every /v1 body, titles and key names), never a
+    server error later. Model output is not client text: chat.services.storable replaces it."""
+    return isinstance(text, str) and "\x00" in text
+
+
 def format_number(value):
     """Shortest decimal form without exponent: 0.7 -> '0.7', 1.0 -> '1', 1e-05 -> '0.00001'."""
     text = format(Decimal(repr(float(value))), "f")

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT = 5.0
 STALE_AFTER = 15
 MIN_INTERVAL = 0.5  # between two writes for telemetry-only changes
-URGENT = ("up", "status", "model", "restarts", "slots")  # fields /health and the API act on: written at once
+URGENT = ("up", "status", "model", "restarts", "slots", "hung")  # fields /health and the API act on: written at once
 WATCH_CHECK_S = 1.0  # how often the pusher asks whether anybody is in the group
 REPIN_KEEP = 64
 GROUP = "telemetry"
@@ -54,11 +54,12 @@ def empty_state():
         "up": False, "status": "down", "model": None, "hwinfo": None, "tiers": None,
         "iostat": None,  # the last finished turn's IOSTAT figures (protocol.IoStat.figures), our engine only
         "emap": None, "hits": None, "seq": 0, "gpus": None, "entropy": None, "repin": [],
-        "slots": 0, "busy": 0, "queue": 0, "restarts": 0, "updated": None,
+        "slots": 0, "busy": 0, "queue": 0, "restarts": 0, "updated": None, "hung": False,
     }
 
 
-def _decode(raw):
+def decode_state(raw):
+    """The stored state's JSON (bytes or None) as get_state() answers it."""
     state = empty_state()
     if raw:
         state.update(json.loads(raw))
@@ -67,7 +68,7 @@ def _decode(raw):
 
 def get_state():
     """The latest telemetry (see docs/contracts.md); up=False when no bridge/engine is running."""
-    return _decode(transport.process_client("telemetry", socket_timeout=5).get(state_key()))
+    return decode_state(transport.process_client("telemetry", socket_timeout=5).get(state_key()))
 
 
 def _aclient():
@@ -75,7 +76,7 @@ def _aclient():
 
 
 async def aget_state():
-    return _decode(await _aclient().get(state_key()))
+    return decode_state(await _aclient().get(state_key()))
 
 
 async def aget_state_and_boot():
@@ -85,7 +86,7 @@ async def aget_state_and_boot():
     from engine_bridge.liveness import alive_key, boot_from
 
     raw, boot = await _aclient().mget(state_key(), alive_key())
-    return _decode(raw), boot_from(boot)
+    return decode_state(raw), boot_from(boot)
 
 
 class Publisher:

@@ -31,6 +31,8 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 REPLY_TTL = 120          # seconds an unread reply list survives its last batch
+LEASE_TTL_S = 2          # a requester's lease outlives its last renewal by this long
+LEASE_BEAT_S = 0.5       # how often a requester with requests in flight renews it
 POP_BATCH = 512          # batches taken in one round trip once the first has arrived
 BLOCK_S = 1.0            # one blocking pop's wait; callers loop (and notice cancellation)
 
@@ -47,6 +49,13 @@ def reply_key(listener):
     return f"{key_prefix()}:bridge:reply:{listener}"
 
 
+def lease_key(listener):
+    """`<prefix>:bridge:lease:<listener>`: exists while the requester (one client event loop, i.e.
+    a web process) behind that reply list lives. Its submits say `"lease": true`; the bridge
+    cancels the requests of a listener whose lease is gone (engine_bridge.worker.watch_leases)."""
+    return f"{key_prefix()}:bridge:lease:{listener}"
+
+
 # Clients per event loop, URL and purpose: a new connection per request cost a millisecond or more
 # of every first token, and a client's pool belongs to the loop that made it (Celery makes short
 # loops). Blocking pops hold a pooled connection each, so pools are not capped here.
@@ -58,7 +67,7 @@ def loop_client(purpose, **options):
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     key = (settings.REDIS_URL, purpose)
     if key not in per_loop:
-        per_loop[key] = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, **options)
+        per_loop[key] = redis.asyncio.Redis.from_url(settings.REDIS_URL, **{"socket_connect_timeout": 2, **options})
     return per_loop[key]
 
 
@@ -119,6 +128,22 @@ async def replies(listener):
     if not popped:
         return []
     return [json.loads(raw) for raw in popped[1]]
+
+
+def _lease_client():
+    return loop_client("lease", socket_timeout=2)
+
+
+async def lease_renew(listener):
+    await _lease_client().set(lease_key(listener), 1, ex=LEASE_TTL_S)
+
+
+async def leases_alive(listeners):
+    """[bool] per listener, in order: whose lease exists now (one round trip)."""
+    async with _client().pipeline(transaction=False) as pipe:
+        for listener in listeners:
+            pipe.exists(lease_key(listener))
+        return [bool(n) for n in await pipe.execute()]
 
 
 async def forget(listener):

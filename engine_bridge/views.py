@@ -1,33 +1,41 @@
 """/health: what a load balancer, a supervisor or a status page asks. Always JSON, never a 500 page:
-it must answer most reliably exactly when something is down."""
-import redis
+it must answer most reliably exactly when something is down.
+
+Invariants (issue 24): it answers within about a second under every fault — one Redis round trip
+on the event loop, bounded by liveness.HEALTH_TIMEOUT_S (a frozen Redis costs that, not a
+blocked worker thread), served on the API's short chain (settings.API_LEAN_PATHS: no page
+middleware thread hops) — and from fresh facts only: the bridge is up while its heartbeat is at
+most liveness.STALE_S old (the key itself lingers TTL seconds after a kill), the engine is up while
+the bridge says so and does not find it stopped or silent (telemetry `hung`). Each failing part is
+named: `redis`, `bridge` or `engine` is not "up", and the answer is 503 with Retry-After.
+"""
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
 from engine_bridge import liveness, sampling
-from engine_bridge.telemetry import get_state
+from engine_bridge.telemetry import decode_state
 
 
 @require_GET
-def health(request):
+async def health(request):
     """200 when Redis, the bridge and the engine are up; 503 (with Retry-After) otherwise."""
-    try:
-        state = get_state()
-        boot = liveness.get_boot()
-    except (redis.RedisError, OSError):
-        state, boot = None, None
-    if state is None or boot is None:
+    facts = await liveness.ahealth_facts()
+    if facts is None:
         body = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
                 "slots": None, "queue": None, "restarts": None, "experts": None, "sampling": None}
         return _answer(body, up=False)
-    status = state["status"] if state["updated"] is not None and boot else "down"
+    state = decode_state(facts.state_raw)
+    beating = facts.bridge_beating
+    status = state["status"] if state["updated"] is not None and beating else "down"
+    if status == "up" and state.get("hung"):
+        status = "hung"  # the bridge found the engine stopped (SIGSTOP) or not answering its ping
     model = state["model"] or {}
     experts = None
     if model.get("experts_max"):  # our engine: the per-request expert count it takes
         experts = {"default": model.get("top_k"), "min": model.get("experts_min"), "max": model.get("experts_max")}
     body = {
         "engine": status,
-        "bridge": "up" if boot else "down",
+        "bridge": "up" if beating else "down",
         "redis": "up",
         "model": model.get("name"),
         "slots": state["slots"],
@@ -37,7 +45,7 @@ def health(request):
         # what a request that names no temperature / top_p gets (the model's recommendation, or ours)
         "sampling": dict(zip(("temperature", "top_p"), sampling.model_defaults(model))),
     }
-    return _answer(body, up=bool(state["up"] and boot))
+    return _answer(body, up=bool(state["up"] and beating and status == "up"))
 
 
 def _answer(body, *, up):

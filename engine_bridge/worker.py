@@ -51,6 +51,11 @@ JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 REPLY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a client's reply list name (part of a Redis key)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
 EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True}
+WATCH_S = 0.5        # how often the bridge looks at its engine (watch_engine)
+PING_AFTER_S = 2.0   # an engine silent this long is asked something it must answer
+HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): the engine is hung
+LEASE_CHECK_S = 0.5  # how often the bridge checks the leases of the requesters it serves
+LEASE_GRACE_S = 1.5  # a lease missing this long after it was last seen (or Redis came back): gone
 
 
 @dataclass
@@ -58,6 +63,7 @@ class Request:
     req: str
     job: GenerationRequest
     reply_to: str = ""       # the client's reply list (transport.reply_key); its own req if none named
+    leased: bool = False     # its requester holds a lease (transport.lease_key) the bridge checks
     t_submit: float = field(default_factory=time.monotonic)
     eng_id: int | None = None
     slot: int | None = None
@@ -166,12 +172,14 @@ class Bridge:
         self.tick = None         # the timer that sends held text (its when(): the earliest due time)
         self.text_batches_per_s = settings.BRIDGE_TEXT_BATCHES_PER_S
         self.text_frame_s = settings.BRIDGE_TEXT_FRAME_S
+        self.lease_seen = {}     # reply list -> when its lease was last seen (or assumed) alive
 
     # --- main loop ---------------------------------------------------------------------------
 
     async def run(self):
         tasks = [asyncio.create_task(self.supervisor.run()), asyncio.create_task(self.publisher.run()),
-                 asyncio.create_task(self.heart.run())]
+                 asyncio.create_task(self.heart.run()), asyncio.create_task(self.watch_engine()),
+                 asyncio.create_task(self.watch_leases())]
         try:
             while True:
                 for message in await self._receive():
@@ -181,6 +189,75 @@ class Bridge:
                         log.exception("bad bridge message %r", message.get("type"))
         finally:
             await self.shutdown(tasks)
+
+    async def watch_engine(self):
+        """Keeps telemetry `hung` true while the running engine is stopped (SIGSTOP: /proc says
+        so, seen within WATCH_S) or does not answer: an engine silent for PING_AFTER_S gets a STOP
+        of an id no request uses, which any live engine answers at once (ERROR <id> NOT_FOUND,
+        ignored by ev_error); no output at all HUNG_AFTER_S after it means hung. /health reports
+        it (issue 24); the engine is not restarted for it, and `hung` clears once it answers."""
+        ping_at = None
+        while True:
+            await asyncio.sleep(WATCH_S)
+            engine, hung, now = self.supervisor.engine, False, time.monotonic()
+            if engine is None:
+                ping_at = None
+            else:
+                if ping_at is not None and engine.last_output > ping_at:
+                    ping_at = None  # it spoke since the question
+                if engine.stopped():
+                    hung = True
+                elif ping_at is None and now - engine.last_output > PING_AFTER_S:
+                    ping_at = now
+                    self._write(engine.stop(next_id()))
+                elif ping_at is not None and now - ping_at > HUNG_AFTER_S:
+                    hung = True
+            if hung != self.publisher.state.get("hung", False):
+                (log.error if hung else log.warning)("engine %s", "stopped or not answering" if hung else "answers again")
+                self.publisher.update(hung=hung)
+
+    async def watch_leases(self):
+        """Cancels every request whose requester is gone (issue 24): a web process killed under
+        its streams renews no lease (transport.lease_key), and without this the engine generated
+        on to max_tokens for nobody. A lease counts as gone once it was missing for LEASE_GRACE_S
+        in checks that reached Redis; a check that fails, or the first after an outage (a
+        restarted Redis has lost every lease), only restarts the clock, so an outage cancels
+        nothing. Requests without a lease (older clients, tests' raw submits) are left alone."""
+        failing, last_ok = False, time.monotonic()
+        while True:
+            await asyncio.sleep(LEASE_CHECK_S)
+            listeners = sorted({r.reply_to for r in self.requests.values() if r.leased})
+            for gone in set(self.lease_seen) - set(listeners):
+                del self.lease_seen[gone]
+            if not listeners:
+                last_ok = time.monotonic()
+                continue
+            try:
+                alive = await transport.leases_alive(listeners)
+            except Exception as exc:
+                if not failing:
+                    log.warning("checking requester leases failed (%s); retrying", exc)
+                failing = True
+                continue
+            now = time.monotonic()
+            # A check that took long, or came long after the last one, spanned an outage (a frozen
+            # Redis expires every lease the moment it resumes): the requesters get a grace again.
+            outage, failing, last_ok = failing or now - last_ok > LEASE_GRACE_S, False, now
+            for listener, ok in zip(listeners, alive):
+                seen = self.lease_seen.setdefault(listener, now)
+                if ok or outage:
+                    self.lease_seen[listener] = now
+                elif now - seen > LEASE_GRACE_S:
+                    self.requester_gone(listener)
+
+    def requester_gone(self, listener):
+        """Cancels the requests of a requester whose lease expired: queued ones leave the queue,
+        running ones get CANCEL (their slots free once the engine acknowledges)."""
+        gone = [r for r in self.requests.values() if r.leased and r.reply_to == listener]
+        log.warning("requester %s is gone (lease expired): cancelling its %d requests", listener, len(gone))
+        self.lease_seen.pop(listener, None)
+        for r in gone:
+            self.cancel(r)
 
     async def _receive(self):
         """The next messages of the bridge's inbox (a burst at once), riding out a Redis outage."""
@@ -258,7 +335,8 @@ class Bridge:
     def handle(self, message):
         kind, req = message.get("type"), message.get("req")
         if kind == "gen.submit":
-            self.submit(req, message.get("boot"), message.get("job"), message.get("reply"))
+            self.submit(req, message.get("boot"), message.get("job"), message.get("reply"),
+                        leased=message.get("lease") is True)
         elif kind == "gen.cancel" and req in self.requests:
             self.cancel(self.requests[req])
         elif kind == "gen.stop" and req in self.requests:
@@ -266,7 +344,7 @@ class Bridge:
 
     # --- requests ----------------------------------------------------------------------------
 
-    def submit(self, req, boot, raw_job, reply_to=None):
+    def submit(self, req, boot, raw_job, reply_to=None, leased=False):
         if not req or not isinstance(req, str) or req in self.requests:
             log.error("ignoring gen.submit with req=%r", req)
             return
@@ -282,7 +360,7 @@ class Bridge:
             r = Request(req, None, reply_to)
             self.finish(r, {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
-        r = Request(req, job, reply_to)
+        r = Request(req, job, reply_to, leased=leased and reply_to != req)
         if engine is None:
             self.finish(r, self._unavailable())
             return

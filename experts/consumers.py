@@ -12,6 +12,7 @@ import asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from colibri_site import socket_access
 from engine_bridge import telemetry
 from experts import services
 from experts.atlas_format import parse_key
@@ -21,6 +22,9 @@ BUILD_GROUP = "atlas-builds"
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 LATEST = ("up", "status", "model", "tiers", "emap", "entropy", "busy", "queue")
+
+
+_access_valid = database_sync_to_async(socket_access.socket_access_valid)
 
 
 def or_hits(a, b):
@@ -49,6 +53,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         if not user.is_staff:
             return await self.close(code=CLOSE_FORBIDDEN)
         self.pending, self.flush_handle, self.rows, self.model = {}, None, None, None
+        self.access_watch = asyncio.create_task(self._watch_access(user.pk))
         await self.channel_layer.group_add(telemetry.GROUP, self.channel_name)
         await self.channel_layer.group_add(BUILD_GROUP, self.channel_name)
         state = await telemetry.aget_state()
@@ -58,9 +63,26 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         snapshot.update(await self._layer_fields(state.get("emap"), state.get("model")))
         await self.send_json({"type": "snapshot", **snapshot})
 
+    async def _watch_access(self, user_id):
+        """Closes the socket (4401) once its user is no longer active staff or its session expired
+        or was deleted: it is checked every socket_access.CHECK_S (issue 24)."""
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        while True:
+            await asyncio.sleep(socket_access.CHECK_S)
+            try:
+                valid = await _access_valid(user_id, session_key, staff=True)
+            except Exception:  # a database hiccup is not a revocation
+                continue
+            if not valid:
+                await self.close(code=CLOSE_UNAUTHENTICATED)
+                return
+
     async def disconnect(self, code):
         if getattr(self, "pending", None) is None:
             return
+        watch = getattr(self, "access_watch", None)
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
         if self.flush_handle is not None:
             self.flush_handle.cancel()
         await self.channel_layer.group_discard(telemetry.GROUP, self.channel_name)

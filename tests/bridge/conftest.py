@@ -1,5 +1,7 @@
 """Bridge test fixtures: a Redis database of our own (so the `engine-bridge` channel is not shared
 with other test sessions), settings pointing at it, and bridge worker processes."""
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,3 +54,40 @@ def real_bridge(engine_binary, tiny_model, redis_url):
                                          ENGINE_MODEL=str(tiny_model), CTX="2048"))
     yield proc
     procs.stop(proc)
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A redis-server of this test's own, so stopping it disturbs nobody else."""
+    port = procs.free_port()
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", str(tmp_path)]
+
+    class Server:
+        url = f"redis://127.0.0.1:{port}/0"
+        proc = None
+
+        def start(self):
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+            procs.wait_for_port(port, self.proc)
+
+        def stop(self):
+            procs.stop(self.proc)
+
+        def freeze(self):  # SIGSTOP: connections are accepted, nothing is answered
+            self.proc.send_signal(signal.SIGSTOP)
+
+        def thaw(self):
+            self.proc.send_signal(signal.SIGCONT)
+
+    server = Server()
+    server.start()
+    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                          "CONFIG": {"hosts": [server.url], "capacity": 1000, "expiry": 60}}}
+    with override_settings(REDIS_URL=server.url, CHANNEL_LAYERS=layers):
+        channel_layers.backends.clear()
+        yield server
+        channel_layers.backends.clear()
+    if server.proc is not None:
+        server.thaw()  # never leave a stopped server behind
+    server.stop()

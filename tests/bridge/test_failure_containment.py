@@ -90,35 +90,6 @@ async def test_a_killed_bridge_ends_its_streams_with_an_error(redis_url, engine_
         procs.stop(proc)
 
 
-@pytest.fixture
-def private_redis(tmp_path):
-    """A redis-server of this test's own, so stopping it disturbs nobody else."""
-    port = procs.free_port()
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", str(tmp_path)]
-
-    class Server:
-        url = f"redis://127.0.0.1:{port}/0"
-        proc = None
-
-        def start(self):
-            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-            procs.wait_for_port(port, self.proc)
-
-        def stop(self):
-            procs.stop(self.proc)
-
-    server = Server()
-    server.start()
-    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                          "CONFIG": {"hosts": [server.url], "capacity": 1000, "expiry": 60}}}
-    with override_settings(REDIS_URL=server.url, CHANNEL_LAYERS=layers):
-        channel_layers.backends.clear()
-        yield server
-        channel_layers.backends.clear()
-    server.stop()
-
-
 async def test_a_redis_outage_costs_neither_the_bridge_nor_the_engine(private_redis, engine_binary, tiny_model):
     proc = procs.start_bridge(bridge_env(private_redis.url, ENGINE_BINARY=str(engine_binary),
                                          ENGINE_MODEL=str(tiny_model), CTX="131072"))

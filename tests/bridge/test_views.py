@@ -17,7 +17,7 @@ def state(settings):
 
     def put(**fields):
         client.set(state_key(), json.dumps({**empty_state(), **fields, "updated": 1.0}))
-        client.set(alive_key(), "boot-1")
+        client.set(alive_key(), "boot-1", ex=3)
 
     yield put
     client.delete(state_key(), alive_key())
@@ -88,3 +88,42 @@ def test_it_serves_the_expert_map(client, state):
     body = client.get("/experts").json()
     assert body == {"rows": 2, "cols": 8, "map": "00" * 16, "hits": "f8fc", "seq": 4, "gpus": None,
                     "entropy": [1.5], "repin": [], "tiers": {"vram_experts": 0}}
+
+
+def test_it_is_503_as_soon_as_the_heartbeat_is_stale(client, state, settings):
+    """A killed or frozen bridge's alive key lingers up to TTL seconds: its age decides (issue 24)."""
+    from engine_bridge import liveness
+
+    state(up=True, status="up", model={"name": "tiny"})
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    r.set(alive_key(), "boot-1", px=int((liveness.TTL - liveness.STALE_S - 0.3) * 1000))  # last beat 1.8 s ago
+    body = client.get("/health")
+    assert body.status_code == 503 and body.json()["bridge"] == "down" and body.json()["engine"] == "down"
+    r.set(alive_key(), "boot-1", ex=liveness.TTL)  # a fresh beat
+    assert client.get("/health").status_code == 200
+
+
+def test_it_names_a_hung_engine(client, state):
+    state(up=True, status="up", model={"name": "tiny"}, hung=True)
+    r = client.get("/health")
+    assert r.status_code == 503 and r.json()["engine"] == "hung" and r.json()["bridge"] == "up"
+
+
+def test_it_answers_within_a_second_while_redis_hangs(client):
+    """A frozen Redis (SIGSTOP) completes TCP handshakes and never answers: a listening socket
+    that is never read stands in for it."""
+    import socket
+    import time
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    try:
+        with override_settings(REDIS_URL=f"redis://127.0.0.1:{hung.getsockname()[1]}/0"):
+            for _ in range(2):  # the second on the pooled client that timed out
+                t0 = time.monotonic()
+                r = client.get("/health")
+                assert time.monotonic() - t0 < 1.0
+                assert r.status_code == 503 and r.json()["redis"] == "down"
+    finally:
+        hung.close()

@@ -87,3 +87,19 @@ async def test_it_forwards_finished_turns_figures_when_the_bridge_sends_them(lay
     frame = await ws.receive_json_from(timeout=2)
     assert frame["turns"] == [{"hit_pct": 87.5}, {"hit_pct": 90.0}] and frame["busy"] == 0
     await ws.disconnect()
+
+
+async def test_an_open_atlas_socket_closes_when_its_session_ends_or_staff_is_revoked(layer, staff, django_user_model):
+    """Issue 24: no signal needed (a queryset update(), a deleted session)."""
+    from django.contrib.sessions.models import Session
+
+    from colibri_site.socket_access import CHECK_S
+
+    ws = await connect(staff)
+    assert (await ws.receive_json_from(timeout=2))["type"] == "snapshot"
+    await database_sync_to_async(Session.objects.all().delete)()
+    assert await ws.receive_output(timeout=CHECK_S + 3) == {"type": "websocket.close", "code": 4401}
+    ws = await connect(staff)
+    assert (await ws.receive_json_from(timeout=2))["type"] == "snapshot"
+    await database_sync_to_async(django_user_model.objects.filter(pk=staff.pk).update)(is_staff=False)
+    assert await ws.receive_output(timeout=CHECK_S + 3) == {"type": "websocket.close", "code": 4401}

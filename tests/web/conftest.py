@@ -9,6 +9,13 @@ from tests.web.live import live_stack  # noqa: F401  (re-exported fixture)
 PASSWORD = "correct horse battery"
 
 
+@pytest.fixture(autouse=True)
+def no_background_sweep(settings):
+    """No orphan sweeper task on in-process test loops (chat.sweeper; they end with each test and
+    its thread's database connection would outlive it); the live stack's Daphne runs its own."""
+    settings.CHAT_ORPHAN_SWEEP = False
+
+
 @pytest.fixture
 def alice(django_user_model):
     return django_user_model.objects.create_user("alice", password=PASSWORD)

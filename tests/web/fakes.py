@@ -50,14 +50,17 @@ class FakeBridge:
                 self.cancelled.append(request)
 
 
-async def connect(user):
-    """A chat socket (channels' WebsocketCommunicator) authenticated as user."""
+async def connect(user, session=None):
+    """A chat socket (channels' WebsocketCommunicator) authenticated as user (with `session`, a
+    SessionStore, in its scope as AuthMiddlewareStack puts it; none: the user alone)."""
     from channels.testing import WebsocketCommunicator
 
     from chat.consumers import ChatConsumer
 
     comm = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
     comm.scope["user"] = user
+    if session is not None:
+        comm.scope["session"] = session
     connected, _ = await comm.connect()
     assert connected
     return comm

@@ -32,13 +32,17 @@ def hostile_bodies(route, model="tiny"):
         return raw[:-1] + f', "{name}": {literal}}}'
 
     lone = '"\\ud800x"'
+    nul = '"a\\u0000b"'  # PostgreSQL text cannot hold it: refused naming the field (issue 24)
     content = CONTENT[route]
     if content == "messages":
+        nul_content = raw.replace('"content": "hi"', f'"content": {nul}')
         surrogate = raw.replace('"content": "hi"', f'"content": {lone}')
         role = raw.replace('"role": "user"', '"role": ["user"]')
     elif content == "prompt":
         surrogate, role = raw.replace('"prompt": "hi"', f'"prompt": {lone}'), None
+        nul_content = raw.replace('"prompt": "hi"', f'"prompt": {nul}')
     else:
+        nul_content = raw.replace('"input": "hi"', f'"input": {nul}')
         surrogate = raw.replace('"input": "hi"', f'"input": [{{"role": "user", "content": {lone}}}]')
         role = raw.replace('"input": "hi"', '"input": [{"role": {"r": 1}, "content": "x"}]')
     stop_field = {"/v1/messages": "stop_sequences", "/v1/responses": None}.get(route, "stop")
@@ -56,6 +60,9 @@ def hostile_bodies(route, model="tiny"):
         ("deep nesting 100", with_field("x", "[" * 100 + "]" * 100), 400),
         ("lone surrogate in content", surrogate, 400),
         ("lone surrogate in a key", raw[:-1] + ', "\\udfff": 1}', 400),
+        ("NUL in content", nul_content, 400),
+        ("NUL in a key", raw[:-1] + ', "\\u0000": 1}', 400),
+        ("NUL in metadata", with_field("metadata", '{"note": "\\u0000"}'), 400),
         ("not an object", "[1, 2]", 400),
         ("not json", "{nope", 400),
         ("empty", "", 400),
@@ -66,6 +73,7 @@ def hostile_bodies(route, model="tiny"):
         cases.append(("role not a string", role, 400))
     if stop_field:
         cases.append(("lone surrogate in stop", with_field(stop_field, f"[{lone}]"), 400))
+        cases.append(("NUL in stop", with_field(stop_field, f"[{nul}]"), 400))
     return cases
 
 
@@ -109,6 +117,17 @@ def test_it_names_the_field_with_the_surrogate(fake_bridge, alice_key, route):
     data = assert_envelope(route, r, 400)
     if route != "/v1/messages":
         assert data["error"]["param"] == "metadata.note"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_it_names_the_field_with_the_nul(fake_bridge, alice_key, route):
+    raw = json.dumps({"model": "tiny", **ROUTES[route], "metadata": {"note": "a\x00b"}})
+    r = Client().generic("POST", route, raw, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_key}")
+    data = assert_envelope(route, r, 400)
+    assert "NUL" in data["error"]["message"], data
+    if route != "/v1/messages":
+        assert data["error"]["param"] == "metadata.note"
+    assert not fake_bridge.requests
 
 
 @pytest.mark.parametrize("route", ROUTES)

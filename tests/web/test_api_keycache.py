@@ -64,3 +64,25 @@ def test_an_unknown_key_is_never_cached(alice):
     assert key_lookup("col-deadbeef-nope") is None
     row, key = ApiKey.issue(user=alice)
     assert key_lookup(key).pk == row.pk
+
+
+def test_changes_that_send_no_signal_take_effect_within_a_second(issued, alice):
+    """A queryset update() (an admin action, a script) bumps no generation: the entry's age does
+    (api.keycache.MAX_AGE_S, issue 24)."""
+    import time
+
+    from django.contrib.auth import get_user_model
+
+    from api.keycache import MAX_AGE_S
+
+    row, key = issued
+    assert MAX_AGE_S <= 1.0
+    assert key_lookup(key) is not None
+    ApiKey.objects.filter(pk=row.pk).update(revoked=True)
+    time.sleep(MAX_AGE_S + 0.05)
+    assert key_lookup(key) is None
+    ApiKey.objects.filter(pk=row.pk).update(revoked=False)
+    assert key_lookup(key) is not None  # a miss is never cached: read again at once
+    get_user_model().objects.filter(pk=alice.pk).update(is_active=False)
+    time.sleep(MAX_AGE_S + 0.05)
+    assert key_lookup(key) is None

@@ -42,6 +42,9 @@ async def test_it_never_lets_another_user_join_a_live_conversation(alice, bob, f
 
 HOSTILE_FRAMES = [
     ('{"type": "send", "conversation": null, "text": "\\ud800 lone surrogate"}', "text"),
+    ('{"type": "send", "conversation": null, "text": "\\u0000"}', "text"),  # PostgreSQL cannot store NUL
+    ('{"type": "send", "conversation": null, "text": "a\\u0000b"}', "text"),
+    ('{"type": "edit", "conversation": 1, "message": 1, "text": "\\u0000"}', "text"),
     ('{"type": "send", "conversation": null, "text": "hi", "params": {"temperature": NaN}}', "type"),
     ('{"type": "send", "conversation": null, "text": "hi", "params": {"temperature": Infinity}}', "type"),
     ('{"type": "send", "conversation": null, "text": "hi", "params": {"max_tokens": 1e400}}', "params.max_tokens"),
@@ -105,6 +108,45 @@ async def test_a_deactivated_user_cannot_start_a_turn_even_without_the_broadcast
     assert await comm.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
     await asyncio.sleep(0.1)
     assert fake_bridge.requests == []
+
+
+async def test_an_open_socket_closes_when_its_user_is_deactivated_by_update(alice, fake_bridge, django_user_model):
+    """No frame and no signal: the socket's own periodic check closes it (issue 24)."""
+    from chat.consumers import ACCESS_CHECK_S
+
+    comm = await connect(alice)
+    await sync_to_async(django_user_model.objects.filter(pk=alice.pk).update)(is_active=False)
+    closed = await comm.receive_output(timeout=ACCESS_CHECK_S + 3)
+    assert closed == {"type": "websocket.close", "code": 4401}
+
+
+def _session_for(user):
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return SessionStore(session_key=client.cookies["sessionid"].value)
+
+
+@pytest.mark.parametrize("end", ["expire", "delete"])
+async def test_an_open_socket_closes_when_its_session_expires_or_is_deleted(alice, fake_bridge, end):
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    from chat.consumers import ACCESS_CHECK_S
+
+    session = await sync_to_async(_session_for)(alice)
+    comm = await connect(alice, session=session)
+    await comm.send_json_to({"type": "open", "conversation": 2 ** 62})
+    assert (await comm.receive_json_from(timeout=3))["code"] == "not_found"  # serving
+    rows = Session.objects.filter(session_key=session.session_key)
+    if end == "expire":
+        await sync_to_async(rows.update)(expire_date=timezone.now())
+    else:
+        await sync_to_async(rows.delete)()
+    closed = await comm.receive_output(timeout=ACCESS_CHECK_S + 3)
+    assert closed == {"type": "websocket.close", "code": 4401}
 
 
 async def test_it_passes_the_chosen_expert_count_to_the_engine(alice, fake_bridge):

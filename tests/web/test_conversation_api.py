@@ -106,3 +106,26 @@ def test_it_titles_a_conversation_through_the_bridge(conv, fake_bridge):
 def test_it_falls_back_to_the_first_words(conv, fake_bridge):
     fake_bridge.script({"kind": "error", "code": "ENGINE_UNAVAILABLE", "message": "down"})
     assert titles.title_conversation(conv.pk) == services.fallback_title("Where to eat?")
+
+
+def test_a_nul_in_any_text_is_refused_naming_the_field(client, conv):
+    """Issue 24: PostgreSQL text cannot hold NUL; every surface refuses it with a 400 naming the
+    field (DRF's null-character rule for titles and key names, the same rule for the search)."""
+    for method, url, body, field in (
+        ("post", "/api/conversations", {"title": "a\x00b"}, "title"),
+        ("patch", f"/api/conversations/{conv.pk}", {"title": "\x00"}, "title"),
+        ("post", "/api/keys", {"name": "k\x00"}, "name"),
+    ):
+        r = getattr(client, method)(url, body, content_type="application/json")
+        assert r.status_code == 400 and field in r.json(), (url, r.status_code, r.content[:200])
+    r = client.get("/api/conversations", {"q": "\x00"})
+    assert r.status_code == 400 and "NUL" in r.json()["q"][0], r.content[:200]
+    assert client.get(f"/api/conversations/{conv.pk}").json()["title"] == "Paris trip"
+    assert not ApiKey.objects.filter(name__startswith="k").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_title_with_a_nul_is_stored_with_a_replacement(conv, fake_bridge):
+    fake_bridge.script(*reply("Paris\x00 food"))
+    assert titles.title_conversation(conv.pk) == "Paris\ufffd food"
+    assert Conversation.objects.get(pk=conv.pk).title == "Paris\ufffd food"

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from api.models import ApiKey
 from tests.web.test_api_hostile import ROUTES, assert_envelope, hostile_bodies
@@ -161,6 +161,12 @@ def test_fuzzing_chat_completions_finds_no_5xx(live_stack, fuzz_client, model):
     @settings(max_examples=120, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(body=_bodies)
+    # A NUL anywhere (issue 24: PostgreSQL text cannot hold it) is a 400 naming the field, pinned
+    # here rather than left to the generator's draw.
+    @example(body={"model": "MODEL", "messages": [{"role": "user", "content": "\x00"}], "max_tokens": 2})
+    @example(body={"model": "MODEL", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                   "stop": ["\x00"]})
+    @example(body={"model": "\x00", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     def check(body):
         if body.get("model") == "MODEL":
             body["model"] = model

@@ -7,7 +7,7 @@ import json
 import pytest
 import websockets
 from django.test import Client
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,6 +56,16 @@ def test_fuzzed_frames_never_close_the_socket_or_restart_the_engine(live_stack, 
 
     @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
     @given(frames)
+    # Inputs the generator draws only on some runs, pinned (issue 24: a NUL in a chat message was a
+    # server error, found by this test once in two fresh-clone runs): PostgreSQL cannot store NUL.
+    @example({"type": "send", "text": "\u0000"})
+    @example({"type": "send", "conversation": None, "text": "a\u0000b"})
+    @example({"type": "edit", "conversation": 1, "message": 1, "text": "\u0000"})
+    @example({"type": "send", "text": "\ud800"})
+    @example({"type": "send", "text": "hi", "params": {"\u0000": 1}})
+    @example({"type": "send", "text": " \t"})
+    @example({"type": "open", "conversation": 2 ** 70})
+    @example({"type": "send", "text": "hi", "params": {"temperature": float("nan")}})
     def one(frame):
         raw = json.dumps(frame, allow_nan=True)
 

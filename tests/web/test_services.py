@@ -106,3 +106,38 @@ def test_it_enqueues_a_title_after_the_first_exchange(alice, settings, monkeypat
     with django_capture_on_commit_callbacks(execute=True):
         services.message_finish(turn.assistant.pk, text="a", status=Message.Status.COMPLETE, stats={})
     assert seen == [turn.conversation.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_orphan_sweep_ends_only_replies_whose_process_is_gone(alice):
+    """Issue 24: a reply cut off by a crash is `interrupted` with its partial text kept, by the
+    sweep (chat.sweeper), not when someone opens the conversation; a live process's are kept."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat import sweeper
+
+    dead = services.turn_send(alice, None, "one", owner="dead-process").assistant
+    live = services.turn_send(alice, None, "two", owner="live-process").assistant
+    legacy = services.turn_send(alice, None, "three").assistant  # no owner: judged by its age
+    young = services.turn_send(alice, None, "four", owner="dead-process").assistant
+    Message.objects.filter(pk=dead.pk).update(text="partial", updated=timezone.now() - timedelta(seconds=10))
+    Message.objects.filter(pk=live.pk).update(updated=timezone.now() - timedelta(seconds=60))
+    Message.objects.filter(pk=legacy.pk).update(updated=timezone.now() - services.STALE_STREAMING * 2)
+    ended = services.messages_interrupt_orphans(lambda owners: {o: o == "live-process" for o in owners})
+    assert sorted(m.pk for m in ended) == sorted([dead.pk, legacy.pk])
+    by_pk = {m.pk: m for m in Message.objects.filter(pk__in=[dead.pk, live.pk, legacy.pk, young.pk])}
+    assert (by_pk[dead.pk].status, by_pk[dead.pk].text) == ("interrupted", "partial")
+    assert by_pk[legacy.pk].status == "error"  # nothing to keep
+    assert by_pk[live.pk].status == by_pk[young.pk].status == "streaming"
+
+    def blind(owners):
+        raise ConnectionError("Redis is out")
+
+    Message.objects.filter(pk=young.pk).update(updated=timezone.now() - timedelta(seconds=10))
+    with pytest.raises(ConnectionError):  # cannot tell: sweeps nothing (sweep_once logs it)
+        services.messages_interrupt_orphans(blind)
+    assert Message.objects.get(pk=young.pk).status == "streaming"
+    assert sweeper.owners_alive(set()) == {}
+    assert sweeper.owners_alive({sweeper.relay.PROCESS}) == {sweeper.relay.PROCESS: True}  # never itself
