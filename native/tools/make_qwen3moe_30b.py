@@ -29,8 +29,11 @@ gguf's GGUFWriter, then the data streamed): peak RSS stays at a few hundred MB w
 A constant "bias channel": in every token embedding the first 64 dimensions (sub-blocks 0 and 1 of
 its first Q4_K super-block, sc = 0, m = 63) hold the same value C = −dmin·63, and the rows 0..63 of
 every attn_output and ffn_down_exps are zero (d = dmin = 0), so those dimensions of the residual
-stream stay C through all layers (real models have such "massive activation" dimensions). The
-router's columns 0..63 read it: zero in the uniform file (routing from the random hidden state
+stream stay C through all layers (real models have such "massive activation" dimensions), and the
+input columns 0..63 of attn_q / attn_k / attn_v / ffn_gate_exps / ffn_up_exps are zero too (sub-blocks
+with sc = m = 0, Q6_K group scales 0), so no layer turns the constant into a token-independent
+component of the residual (which, summed over 48 layers, would skew the uniform file's deep
+routers: 0.33 -> 0.47 top-quarter share from layer 0 to 47 before this). The router's columns 0..63 read it: zero in the uniform file (routing from the random hidden state
 alone), and with --skew they carry a per-expert bias b_e, so that for every token the logit of
 expert e moves by ~b_e.
 
@@ -197,17 +200,17 @@ def main(argv=None):
         v_t = Q.Q6_K if more(i) else Q.Q4_K
         plan += [
             (p + "attn_norm.weight", Q.F32, (D,), "norm", {}),
-            (p + "attn_q.weight", Q.Q4_K, (HQ * HD, D), "mat", dict(std=1 / math.sqrt(D))),
-            (p + "attn_k.weight", Q.Q4_K, (HKV * HD, D), "mat", dict(std=1 / math.sqrt(D))),
-            (p + "attn_v.weight", v_t, (HKV * HD, D), "mat", dict(std=1 / math.sqrt(D))),
+            (p + "attn_q.weight", Q.Q4_K, (HQ * HD, D), "mat", dict(std=1 / math.sqrt(D), zero_cols=True)),
+            (p + "attn_k.weight", Q.Q4_K, (HKV * HD, D), "mat", dict(std=1 / math.sqrt(D), zero_cols=True)),
+            (p + "attn_v.weight", v_t, (HKV * HD, D), "mat", dict(std=1 / math.sqrt(D), zero_cols=True)),
             (p + "attn_output.weight", Q.Q4_K, (D, HQ * HD), "mat",
              dict(std=OUT_SCALE_ATTN / math.sqrt(HQ * HD), zero_rows=N_CH)),
             (p + "attn_q_norm.weight", Q.F32, (HD,), "norm", {}),
             (p + "attn_k_norm.weight", Q.F32, (HD,), "norm", {}),
             (p + "ffn_norm.weight", Q.F32, (D,), "norm", {}),
             (p + "ffn_gate_inp.weight", Q.F32, (N_EXP, D), "router", dict(layer=i)),
-            (p + "ffn_gate_exps.weight", Q.Q4_K, (N_EXP, D_EXP, D), "mat", dict(std=1 / math.sqrt(D))),
-            (p + "ffn_up_exps.weight", Q.Q4_K, (N_EXP, D_EXP, D), "mat", dict(std=1 / math.sqrt(D))),
+            (p + "ffn_gate_exps.weight", Q.Q4_K, (N_EXP, D_EXP, D), "mat", dict(std=1 / math.sqrt(D), zero_cols=True)),
+            (p + "ffn_up_exps.weight", Q.Q4_K, (N_EXP, D_EXP, D), "mat", dict(std=1 / math.sqrt(D), zero_cols=True)),
             (p + "ffn_down_exps.weight", Q.Q6_K if more(i) else Q.Q4_K, (N_EXP, D, D_EXP), "mat",
              dict(std=OUT_SCALE_DOWN / math.sqrt(D_EXP), zero_rows=N_CH)),
         ]
@@ -310,6 +313,12 @@ def main(argv=None):
                 if kind == "embd":           # sub-blocks 0, 1 of super-block 0: sc 0, m 63 -> constant C
                     blk[:, 0, 4:6] &= 0xC0
                     blk[:, 0, 8:10] = (blk[:, 0, 8:10] & 0xC0) | 63
+                if ex.get("zero_cols"):      # input columns 0..63 zero: only the routers read the channel
+                    if qt == Q.Q4_K:         # sub-blocks 0, 1 of super-block 0: sc = m = 0
+                        blk[:, 0, 4:6] &= 0xC0
+                        blk[:, 0, 8:10] &= 0xC0
+                    else:                    # Q6_K: the scales of its first four 16-value groups
+                        blk[:, 0, 192:196] = 0
                 zr = ex.get("zero_rows", 0)
                 if zr:
                     rr = (r0 + np.arange(n)) % rows_per_matrix
