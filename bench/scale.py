@@ -36,7 +36,7 @@ Columns:
 --slots8: 8 concurrent conversations at full RAM (ours, KV_SLOTS=8, 8 SUBMITs at once to 8 slots,
 aggregate tok/s between the moment every stream has started and the first DONE).
 --disk: expert-sized (one Q4_K 768 × 2048 slice, 884,736 B) O_DIRECT random reads over the file's
-expert tensors with 1 and 2 lanes (threads), and the decode bound they imply (bandwidth ÷ routed
+expert tensors with 1, 2 and 4 lanes (threads; 4 = the engine's IO_LANES default), and the decode bound they imply (bandwidth ÷ routed
 bytes per token, nothing cached; and with the hit rate measured in the runs); and the DRAM bound
 (bandwidth of a numpy float32 sum over a 2 GiB buffer, --threads threads, best of 3 ÷ the bytes a token reads: every non-expert
 matrix but the embedding, plus top-k of each layer's experts).
@@ -592,12 +592,12 @@ def main(argv=None):
         f = facts_of[files[0][1]]
         path = files[0][1]
         cold_cache(path)
-        bw = {n: disk_bw(str(path), f["exp_lo"], f["exp_hi"], n) for n in (1, 2)}
+        bw = {n: disk_bw(str(path), f["exp_lo"], f["exp_hi"], n) for n in (1, 2, 4)}
         dram = dram_bw(a.threads)
         print()
         print("| measure | value | bound it implies |")
         print("|---|---|---|")
-        for n in (1, 2):
+        for n in (1, 2, 4):
             line = f"{bw[n] / 1e9:.2f} GB/s uniform, nothing cached: {bw[n] / f['routed_per_tok']:.2f} tok/s"
             for h in sorted(set(round(x, 1) for x in hits)):
                 if h < 100:
