@@ -94,6 +94,8 @@ struct expert_store {
 };
 
 static int queue_read(expert_store *s, es_reads *J, int which, int r, int e);
+static uint8_t *reserve_resident(expert_store *s, int r, int i, uint64_t cand);
+static void reads_add(expert_store *s, es_reads *J, int which, int e, uint8_t *b, int resident);
 static void reads_submit(es_reads *J);
 static int reads_settle(expert_store *s, es_reads *J, double *t_stall);
 static void ahead_retire(expert_store *s, int r);
@@ -389,17 +391,8 @@ void es_repin(expert_store *s, repin_cb cb, void *ud) {
                 if (cb) cb(ud, s->row[r].layer, e, 1, 0);
                 continue;
             }
-            const size_t bytes = s->row[r].bytes;
-            uint8_t *b = NULL;
-            if (x->tmp || make_room(s, bytes, UINT64_MAX) != 0 || !(b = malloc(bytes ? bytes : 1))) continue;
-            s->ram_used += bytes;
-            s->n_resident++;
-            x->buf = b;
-            x->loading = ACQ;
-            J->e[J->n] = e;
-            J->resident[J->n] = 1;
-            J->dst[J->n++] = b;
-            s->io.disk_bytes += s->row[r].slice[0] + s->row[r].slice[1] + s->row[r].slice[2];
+            uint8_t *b = x->tmp ? NULL : reserve_resident(s, r, i, UINT64_MAX);
+            if (b) reads_add(s, J, ACQ, e, b, 1);
         }
         const int n_read = J->n;
         int read_e[n_read > 0 ? n_read : 1];
@@ -576,27 +569,39 @@ static void read_task(void *vctx, int t) {
 
 /* Expert e of row r goes into batch J: a resident buffer when the budget admits it (make_room),
  * else a scratch buffer. The entry is marked loading; -1 out of memory. */
-static int queue_read(expert_store *s, es_reads *J, int which, int r, int e) {
-    const int i = r * s->cols + e;
-    es_ent *x = &s->ent[i];
+/* A resident buffer for expert i of row r when the budget admits it for a candidate selected
+ * cand times (make_room); counted at once, so later make_room calls see it. NULL otherwise. */
+static uint8_t *reserve_resident(expert_store *s, int r, int i, uint64_t cand) {
     const size_t bytes = s->row[r].bytes;
     uint8_t *b = NULL;
-    int res = 0;
-    if (make_room(s, bytes, s->count[i]) == 0 && (b = malloc(bytes ? bytes : 1)) != NULL) {
-        res = 1;                        /* counted now so later make_room calls see it */
-        s->ram_used += bytes;
-        s->n_resident++;
-        x->buf = b;
-    } else if ((b = scratch_take(s)) != NULL) {
-        x->tmp = b;
-    } else {
-        return -1;
-    }
-    x->loading = (int8_t)which;
+    if (make_room(s, bytes, cand) != 0 || !(b = malloc(bytes ? bytes : 1))) return NULL;
+    s->ram_used += bytes;
+    s->n_resident++;
+    s->ent[i].buf = b;
+    return b;
+}
+
+/* Expert e of J's row into batch J, read into b (resident or a scratch copy): marked loading. */
+static void reads_add(expert_store *s, es_reads *J, int which, int e, uint8_t *b, int resident) {
+    const es_row *R = &s->row[J->r];
+    s->ent[J->r * s->cols + e].loading = (int8_t)which;
     J->e[J->n] = e;
-    J->resident[J->n] = res;
+    J->resident[J->n] = resident;
     J->dst[J->n++] = b;
-    s->io.disk_bytes += s->row[r].slice[0] + s->row[r].slice[1] + s->row[r].slice[2];
+    s->io.disk_bytes += R->slice[0] + R->slice[1] + R->slice[2];
+}
+
+/* Expert e of row r (J's row) goes into batch J: a resident buffer when the budget admits it,
+ * else a scratch buffer. -1 out of memory. */
+static int queue_read(expert_store *s, es_reads *J, int which, int r, int e) {
+    const int i = r * s->cols + e;
+    uint8_t *b = reserve_resident(s, r, i, s->count[i]);
+    const int res = b != NULL;
+    if (!b) {
+        if (!(b = scratch_take(s))) return -1;
+        s->ent[i].tmp = b;
+    }
+    reads_add(s, J, which, e, b, res);
     return 0;
 }
 
