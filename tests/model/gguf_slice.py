@@ -19,36 +19,54 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
 
-def slice_gguf(src, out, layers: int, top_k: int | None = None):
+def copy_writer(src, dst, override: dict | None = None):
+    """(reader of src, a GGUFWriter for dst holding every key of src, its architecture): the one
+    place that copies a GGUF's metadata; override's values replace the named keys' values. The
+    caller adds the tensors and writes the file (write_out)."""
     r = GGUFReader(str(src))
     arch = r.fields["general.architecture"]
     arch = bytes(arch.parts[arch.data[0]]).decode()
-    w = GGUFWriter(str(out), arch)
-    override = {f"{arch}.block_count": layers}
-    if top_k is not None:
-        if f"{arch}.expert_count" not in r.fields:
-            raise ValueError("--top-k given for a dense model")
-        override[f"{arch}.expert_used_count"] = top_k
+    w = GGUFWriter(str(dst), arch)
+    override = override or {}
     for field in r.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
         vtype = GGUFValueType(field.types[0])
         sub = GGUFValueType(field.types[-1]) if vtype == GGUFValueType.ARRAY else None
-        value = override.get(field.name, field.contents())
-        w.add_key_value(field.name, value, vtype, sub_type=sub)
+        w.add_key_value(field.name, override.get(field.name, field.contents()), vtype, sub_type=sub)
+    return r, w, arch
+
+
+def add_raw(w, t):
+    """Tensor t of a GGUFReader into writer w as stored (quantized blocks raw, floats as they are)."""
+    data = np.asarray(t.data)
+    w.add_tensor(t.name, data, raw_dtype=GGMLQuantizationType(int(t.tensor_type)) if data.dtype == np.uint8 else None)
+
+
+def write_out(w, dst):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def slice_gguf(src, out, layers: int, top_k: int | None = None):
+    fields = GGUFReader(str(src)).fields
+    arch = bytes(fields["general.architecture"].parts[fields["general.architecture"].data[0]]).decode()
+    override = {f"{arch}.block_count": layers}
+    if top_k is not None:
+        if f"{arch}.expert_count" not in fields:
+            raise ValueError("--top-k given for a dense model")
+        override[f"{arch}.expert_used_count"] = top_k
+    r, w, _ = copy_writer(src, out, override)
     blk = re.compile(r"^blk\.(\d+)\.")
     for t in r.tensors:
         m = blk.match(t.name)
         if m and int(m.group(1)) >= layers:
             continue
-        qt = GGMLQuantizationType(int(t.tensor_type))
-        data = np.asarray(t.data)
-        w.add_tensor(t.name, data, raw_dtype=qt if data.dtype == np.uint8 else None)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
+        add_raw(w, t)
+    return write_out(w, out)
 
 
 def main(argv=None):

@@ -24,9 +24,10 @@ import subprocess
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFValueType
 
 from tests.model.arch_ref import REFS, greedy, log_softmax
+from tests.model.gguf_slice import add_raw, copy_writer, write_out
 from tests.support import procs
 from tests.support.procs import ROOT
 
@@ -53,28 +54,16 @@ def fixture(tmp_path, arch):
 def with_keys(src, dst, keys: dict, tensors: dict | None = None):
     """A copy of src with <arch>.<key> = value added (str, float or int values) and the given F32
     tensors added; the file's own tensors unchanged."""
-    r = GGUFReader(str(src))
-    arch = bytes(r.fields["general.architecture"].parts[r.fields["general.architecture"].data[0]]).decode()
-    w = GGUFWriter(str(dst), arch)
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vt = GGUFValueType(f.types[0])
-        w.add_key_value(f.name, f.contents(), vt, sub_type=GGUFValueType(f.types[-1]) if vt == GGUFValueType.ARRAY else None)
+    r, w, arch = copy_writer(src, dst)
     for k, v in keys.items():
         vt = GGUFValueType.STRING if isinstance(v, str) else GGUFValueType.FLOAT32 if isinstance(v, float) \
             else GGUFValueType.UINT32
         w.add_key_value(f"{arch}.{k}", v, vt)
     for t in r.tensors:
-        data = np.asarray(t.data)
-        w.add_tensor(t.name, data, raw_dtype=t.tensor_type if data.dtype == np.uint8 else None)
+        add_raw(w, t)
     for name, arr in (tensors or {}).items():
         w.add_tensor(name, np.asarray(arr, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    return write_out(w, dst)
 
 
 def scaled_inv_freq(base, d, keys):

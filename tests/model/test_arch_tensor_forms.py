@@ -15,10 +15,11 @@ import subprocess
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import quantize
 
 from tests.model.arch_ref import REFS, greedy, log_softmax
+from tests.model.gguf_slice import add_raw, copy_writer, write_out
 from tests.support import procs
 from tests.support.procs import ROOT
 
@@ -43,19 +44,12 @@ def plain(tmp_path_factory):
 
 def rewrite_gate(src, dst, form):
     """src with every shared-expert gate stored as form: f32-2d, f16-2d, bf16-2d or q8_0-2d ([d, 1])."""
-    r = GGUFReader(str(src))
-    w = GGUFWriter(str(dst), "qwen2moe")
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vt = GGUFValueType(f.types[0])
-        w.add_key_value(f.name, f.contents(), vt, sub_type=GGUFValueType(f.types[-1]) if vt == GGUFValueType.ARRAY else None)
+    r, w, _ = copy_writer(src, dst)
     for t in r.tensors:
-        data = np.asarray(t.data)
         if not t.name.endswith(GATE):
-            w.add_tensor(t.name, data, raw_dtype=t.tensor_type if data.dtype == np.uint8 else None)
+            add_raw(w, t)
             continue
-        row = np.asarray(data, dtype=np.float32).reshape(1, -1)          # [1, d]: ne = [d, 1]
+        row = np.asarray(t.data, dtype=np.float32).reshape(1, -1)        # [1, d]: ne = [d, 1]
         if form == "f32-2d":
             w.add_tensor(t.name, row)
         elif form == "f16-2d":
@@ -63,11 +57,7 @@ def rewrite_gate(src, dst, form):
         else:
             qt = {"bf16-2d": GGMLQuantizationType.BF16, "q8_0-2d": GGMLQuantizationType.Q8_0}[form]
             w.add_tensor(t.name, quantize(row, qt), raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    return write_out(w, dst)
 
 
 @pytest.mark.parametrize("form", ["f32-2d", "f16-2d", "bf16-2d"])

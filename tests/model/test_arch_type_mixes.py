@@ -22,12 +22,13 @@ import subprocess
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.model.arch_ref import REFS
+from tests.model.gguf_slice import copy_writer, write_out
 from tests.support import procs
 from tests.support.procs import ROOT
 
@@ -44,23 +45,12 @@ def fwd_dump(engine_binary):
 
 def dequantized_copy(src, dst):
     """dst: src with every tensor stored as F32 (gguf's dequantizers), every key kept."""
-    r = GGUFReader(str(src))
-    arch = str(r.fields["general.architecture"].contents())
-    w = GGUFWriter(str(dst), arch)
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vt = GGUFValueType(f.types[0])
-        w.add_key_value(f.name, f.contents(), vt, sub_type=GGUFValueType(f.types[-1]) if vt == GGUFValueType.ARRAY else None)
+    r, w, _ = copy_writer(src, dst)
     for t in r.tensors:
         qt = GGMLQuantizationType(int(t.tensor_type))
         vals = np.asarray(dequantize(np.asarray(t.data), qt), dtype=np.float32)
         w.add_tensor(t.name, np.ascontiguousarray(vals.reshape([int(x) for x in reversed(t.shape)])))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    return write_out(w, dst)
 
 
 def tensor_types(path):
