@@ -218,6 +218,18 @@ ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": 
             "IQ4_XS": quant_iq4_xs, "IQ4_NL": quant_iq4_nl}
 
 
+def add_tokenizer(w, tokens, types, merges, template):
+    """The fixtures' tokenizer keys: byte-level BPE (gpt2, pre-tokenizer qwen2), eos 2, no BOS."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(template)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -324,14 +336,7 @@ def main(argv=None):
             w.add_float32(f"{arch}.{k}", v)
     w.add_vocab_size(vocab)
     w.add_file_type(0 if a.f32 else 15)       # LLAMA_FTYPE_MOSTLY_Q4_K_M
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(h["template"])
+    add_tokenizer(w, tokens, types, merges, h["template"])
 
     embd_scale = h["extra"].get("embedding_scale", 1.0)
     put("token_embd.weight", rng.standard_normal((vocab, D), dtype=np.float32) * np.float32(0.5 / embd_scale), "q4k")

@@ -58,7 +58,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_arch_fixture import QWEN3_TEMPLATE, use_more_bits  # noqa: E402
+from make_arch_fixture import QWEN3_TEMPLATE, add_tokenizer, use_more_bits  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
 N_VOCAB = 151936
@@ -238,14 +238,7 @@ def main(argv=None):
     w.add_bool("qwen3moe.expert_weights_norm", True)
     w.add_vocab_size(N_VOCAB)
     w.add_file_type(15)                      # LLAMA_FTYPE_MOSTLY_Q4_K_M
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(QWEN3_TEMPLATE)
+    add_tokenizer(w, tokens, types, merges, QWEN3_TEMPLATE)
     del tokens, types, merges
     for name, qt, shape, _, _ in plan:
         nb = nbytes(qt, shape)
