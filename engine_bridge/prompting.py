@@ -72,8 +72,10 @@ def template_source():
 _compiled: dict[str, jinja2.Template] = {}
 
 
-def render_prompt(messages, *, add_generation_prompt=True, template=None, bos_token=None, eos_token=None):
-    """messages: [{"role", "content"}] -> prompt string. Raises TemplateError."""
+def render_prompt(messages, *, add_generation_prompt=True, template=None, bos_token=None, eos_token=None,
+                  extra=None):
+    """messages: [{"role", "content"}] -> prompt string. Raises TemplateError. `extra`: more
+    template variables (`tools`, from engine_bridge.toolsyntax.prepare)."""
     if template is None:
         template, bos, eos = template_source()
         bos_token = bos if bos_token is None else bos_token
@@ -90,6 +92,7 @@ def render_prompt(messages, *, add_generation_prompt=True, template=None, bos_to
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token or "",
             eos_token=eos_token or "",
+            **(extra or {}),
         )
     except TemplateError:
         raise
