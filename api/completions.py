@@ -1,4 +1,6 @@
-"""Legacy Completions body -> Call. The prompt goes to the engine raw (no chat template)."""
+"""Legacy Completions body -> Call. The prompt goes to the engine raw (no chat template), so there is
+no template to render tools into: `tools` / `functions` are refused (400 naming the field), as is
+a tool_choice that needs tools (api.tools)."""
 from api import intake, served as served_mod
 from api.errors import bad_param
 from api.openai_chat import REFUSED as CHAT_REFUSED
@@ -11,6 +13,8 @@ REFUSED = {
     "best_of": lambda v: v not in (None, 1),
     "echo": lambda v: bool(v),
     "suffix": lambda v: v not in (None, ""),
+    "tools": lambda v: bool(v),
+    "functions": lambda v: bool(v),
 }
 
 

@@ -13,6 +13,16 @@ and `response.queued` with status "queued" (then `response.in_progress` once a s
 An error before the job was accepted carries the ApiError it would have been as an HTTP status
 (`api_error`), so the in-band event says the same (context exceeded, queue timeout, engine down).
 
+Tool calls: with tools offered (api.tools.ToolPlan), the model's text goes through the plan's
+incremental parser (engine_bridge.toolsyntax) and each surface turns its events into its own
+call frames as they come: Chat `delta.tool_calls` (index from 0, id / type / name once, then
+argument fragments), Anthropic `tool_use` blocks with `input_json_delta`, Responses
+`function_call` items with `function_call_arguments.delta/done`. Finish: a call under auto or
+required -> Chat `tool_calls` (a named tool -> `stop`, as OpenAI does), Anthropic `tool_use`;
+a budget stop stays `length` and a call it cut comes back as text (DS4 defect 5). A call that
+broke after its start was announced is closed and its text follows as content; the buffered
+answer lists only complete calls.
+
 Invariants: text events are already valid UTF-8 with stop strings trimmed (the bridge reassembles
 DATA frames), so a delta never splits a character; an explicit zero budget submitted 1 token,
 which is dropped and reported as a length stop with 0 completion tokens; after an error no
@@ -23,6 +33,7 @@ import time
 import uuid
 
 from api.errors import ANTHROPIC, OPENAI, api_engine_message
+from engine_bridge import toolsyntax
 
 KEEPALIVE = ": keepalive\n\n"  # an SSE comment: SDKs ignore it (never an empty data: line)
 
@@ -45,8 +56,10 @@ class Projector:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, *, model, discard_text=False, stop=(), routing=False):
+    def __init__(self, *, model, discard_text=False, stop=(), routing=False, tools=None, calls=None):
         self.model = model
+        self.tools = tools          # api.tools.ToolPlan, or None
+        self.calls = None if discard_text else calls  # engine_bridge.toolsyntax.ToolCallParser, or None
         self.want_routing = routing  # the client asked for colibri.routing
         self.created = int(time.time())
         self.discard_text = discard_text  # explicit zero budget: we submitted 1 token, drop it
@@ -105,6 +118,8 @@ class Projector:
         if kind == "text":
             if self.discard_text or not event.get("text"):
                 return []
+            if self.calls is not None:
+                return self._tool_frames(self.calls.feed(event["text"]))
             self.parts.append(event["text"])
             return self.on_text(event["text"])
         if kind == "topk":
@@ -118,7 +133,8 @@ class Projector:
             self.finish_reason = "length" if self.discard_text else (event.get("finish_reason") or "stop")
             if self.finish_reason == "stop" and event.get("stop_sequence") in self.stop:
                 self.stop_sequence = event["stop_sequence"]
-            return self.on_done()
+            tail = self._tool_frames(self.calls.finish()) if self.calls is not None else []
+            return tail + self.on_done()
         if kind == "error":
             self.error = event
             if not self.accepted:
@@ -126,8 +142,41 @@ class Projector:
             return self.on_error()
         return []  # unknown kinds
 
+    def _tool_frames(self, events):
+        frames = []
+        for e in events:
+            if isinstance(e, toolsyntax.Text):
+                self.parts.append(e.text)
+                frames += self.on_text(e.text)
+            elif isinstance(e, toolsyntax.CallStart):
+                frames += self.on_call_start(e)
+            elif isinstance(e, toolsyntax.CallArgs):
+                frames += self.on_call_args(e)
+            else:
+                frames += self.on_call_end(e)
+        return frames
+
+    @property
+    def tool_calls(self):
+        """The complete calls (toolsyntax.Call), in order."""
+        return self.calls.ok_calls if self.calls is not None else []
+
+    @property
+    def called(self):
+        """A complete call ended the turn (a budget stop never counts: it stays `length`)."""
+        return bool(self.tool_calls) and self.finish_reason == "stop" and not self.stop_sequence
+
     def on_queued(self, position):
         return [queued_comment(position)]
+
+    def on_call_start(self, event):
+        return []
+
+    def on_call_args(self, event):
+        return []
+
+    def on_call_end(self, event):
+        return []
 
     def on_accepted(self):
         return []
@@ -168,8 +217,30 @@ class OpenAIChatProjector(Projector):
     def on_text(self, text):
         return [self._delta({"content": text})]
 
+    def wire_finish(self):
+        if self.called and not self.tools.named:  # OpenAI: a named tool finishes with "stop"
+            return "tool_calls"
+        return self.finish_reason
+
+    def on_call_start(self, event):
+        call = {"index": event.index, "id": event.id, "type": "function",
+                "function": {"name": event.name, "arguments": ""}}
+        return [self._delta({"tool_calls": [call]})]
+
+    def on_call_args(self, event):
+        return [self._delta({"tool_calls": [{"index": event.index, "function": {"arguments": event.delta}}]})]
+
+    def message(self):
+        message = {"role": "assistant", "content": self.text, "refusal": None}
+        if self.tool_calls:
+            message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                     for c in self.tool_calls]
+            if not self.text.strip():
+                message["content"] = None
+        return message
+
     def on_done(self):
-        frames = [self._delta({}, self.finish_reason)]
+        frames = [self._delta({}, self.wire_finish())]
         if self.include_usage:
             frames.append(sse(self.chunk([], usage=self.usage())))
         # The colibri frame is a chunk too (object marker, empty choices), so SDK loops that read
@@ -188,8 +259,7 @@ class OpenAIChatProjector(Projector):
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text, "refusal": None},
-                         "logprobs": None, "finish_reason": self.finish_reason}],
+            "choices": [{"index": 0, "message": self.message(), "logprobs": None, "finish_reason": self.wire_finish()}],
             "usage": self.usage(),
             "colibri": self.colibri(),
         }
@@ -231,14 +301,17 @@ class CompletionProjector(OpenAIChatProjector):
 
 
 class AnthropicProjector(Projector):
-    """Messages: `event:` lines on every event, type inside equal to the event name."""
+    """Messages: `event:` lines on every event, type inside equal to the event name. Content
+    blocks are indexed 0, 1, 2, ... in start order (the SDK appends at each start): text blocks
+    and, with tools, a `tool_use` block per call whose input streams as `input_json_delta`."""
 
     keepalive = sse({"type": "ping"}, "ping")
 
     def __init__(self, **kw):
         super().__init__(**kw)
         self.id = _id("msg_")
-        self.block_open = False
+        self.blocks = []      # the content, in start order ({"type": "text"|"tool_use", ...})
+        self.open = None      # index of the open block
 
     def _event(self, name, **payload):
         return sse({"type": name, **payload}, name)
@@ -246,6 +319,8 @@ class AnthropicProjector(Projector):
     def stop_reason(self):
         if self.finish_reason == "length":
             return "max_tokens"
+        if self.called:
+            return "tool_use"
         return "stop_sequence" if self.stop_sequence else "end_turn"
 
     def usage(self):
@@ -261,23 +336,49 @@ class AnthropicProjector(Projector):
                    "stop_reason": None, "stop_sequence": None,
                    "usage": {**self.usage(), "output_tokens": 0}}
         frames = [self._event("message_start", message=message)]
-        if not self.discard_text:
-            self.block_open = True
-            frames.append(self._event("content_block_start", index=0, content_block={"type": "text", "text": ""}))
-            frames.append(self._event("ping"))
+        if not self.discard_text and self.calls is None:  # without tools the text block opens at once
+            frames += [*self._start_block({"type": "text", "text": ""}), self._event("ping")]
         return frames
 
-    def on_text(self, text):
-        return [self._event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})]
+    def _start_block(self, block):
+        frames = self._close_block()
+        self.open = len(self.blocks)
+        self.blocks.append(dict(block))
+        return frames + [self._event("content_block_start", index=self.open, content_block=block)]
 
     def _close_block(self):
-        if not self.block_open:
+        if self.open is None:
             return []
-        self.block_open = False
-        return [self._event("content_block_stop", index=0)]
+        index, self.open = self.open, None
+        return [self._event("content_block_stop", index=index)]
+
+    def on_text(self, text):
+        frames = []
+        if self.open is None or self.blocks[self.open]["type"] != "text":
+            frames = self._start_block({"type": "text", "text": ""})
+        self.blocks[self.open]["text"] += text
+        return frames + [self._event("content_block_delta", index=self.open, delta={"type": "text_delta", "text": text})]
+
+    def on_call_start(self, event):
+        return self._start_block({"type": "tool_use", "id": event.id, "name": event.name, "input": {}})
+
+    def on_call_args(self, event):
+        return [self._event("content_block_delta", index=self.open,
+                            delta={"type": "input_json_delta", "partial_json": event.delta})]
+
+    def on_call_end(self, event):
+        block = self.blocks[self.open]
+        if event.ok:
+            block["input"] = json.loads(event.arguments)
+        else:
+            block["broken"] = True  # its text follows as a text block; the buffered answer drops it
+        return self._close_block()
 
     def on_done(self):
-        return [*self._close_block(),
+        frames = []
+        if not self.blocks and not self.discard_text:  # say something: an empty text block
+            frames = self._start_block({"type": "text", "text": ""})
+        return [*frames, *self._close_block(),
                 self._event("message_delta", delta={"stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence},
                             usage={"output_tokens": self.completion_tokens}),
                 self._event("message_stop", **self._colibri_field())]
@@ -292,27 +393,39 @@ class AnthropicProjector(Projector):
             kind = "overloaded_error" if (self.error or {}).get("code") in ("ENGINE_UNAVAILABLE", "QUEUE_FULL") else "api_error"
         return [sse(ANTHROPIC.stream_error(self.error_message, kind), "error")]
 
+    def content(self):
+        if self.discard_text:
+            return []
+        blocks = [b for b in self.blocks if not b.get("broken") and not (b["type"] == "text" and not b["text"])]
+        return blocks or [{"type": "text", "text": self.text}]
+
     def response(self):
-        content = [] if self.discard_text else [{"type": "text", "text": self.text}]
-        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": self.content(),
                 "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence, "usage": self.usage(),
                 **self._colibri_field()}
 
 
 class ResponsesProjector(Projector):
     """Responses: response.* events with a contiguous sequence_number from 0, `event:` lines,
-    exactly one terminal event (completed | incomplete | failed), no [DONE]."""
+    exactly one terminal event (completed | incomplete | failed), no [DONE]. Output items in
+    order: messages (`msg_` ids) and, with tools, `function_call` items (item id `fc_`, the
+    call_id `call_` the client echoes back in function_call_output)."""
 
     def __init__(self, *, echo=None, **kw):
         super().__init__(**kw)
         self.id = _id("resp_")
-        self.item_id = _id("msg_")
+        self.item_id = _id("msg_")  # the first message item's id
         self.echo = echo or {}  # request parameters the response object repeats
         self.seq = 0
         self.created_sent = False  # response.created went out (at the first queued event or at accept)
-        self.item_added = False
+        self.items = []     # output items in order: {"type": "message", id, text} | a function_call item
+        self.open = None    # index of the open item
 
-    def _event(self, name, **payload):
+    @property
+    def item_added(self):
+        return bool(self.items)
+
+    def _event(self, name, /, **payload):  # positional: a function_call's payload has a `name`
         frame = sse({"type": name, "sequence_number": self.seq, **payload}, name)
         self.seq += 1
         return frame
@@ -331,13 +444,25 @@ class ResponsesProjector(Projector):
                 "output_tokens": self.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
-    def _part(self):
-        return {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+    @staticmethod
+    def _part(text):
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def _final_status(self):
+        return "completed" if self.done else "incomplete"
+
+    def _wire_item(self, item, status=None):
+        status = status or item.get("status") or self._final_status()
+        if item["type"] == "message":
+            return {"id": item["id"], "type": "message", "role": "assistant", "status": status,
+                    "content": [self._part(item["text"])]}
+        return {"id": item["id"], "type": "function_call", "call_id": item["call_id"], "name": item["name"],
+                "arguments": item["arguments"], "status": status}
 
     def item(self, status=None):
-        status = status or ("completed" if self.done else "incomplete")
-        return {"id": self.item_id, "type": "message", "role": "assistant", "status": status,
-                "content": [self._part()]}
+        """The first message item (what a response without tools holds)."""
+        first = next((i for i in self.items if i["type"] == "message"), {"type": "message", "id": self.item_id, "text": ""})
+        return self._wire_item(first, status)
 
     def _error_code(self):
         err = self.api_error
@@ -347,10 +472,16 @@ class ResponsesProjector(Projector):
             return "invalid_prompt"
         return "server_error"
 
+    def output(self):
+        out = [self._wire_item(i) for i in self.items if not i.get("broken")]
+        if not out and self.done and self.calls is None:
+            out = [self.item()]
+        return out
+
     def response(self, *, output=None):
         status = self.status()
         if output is None:
-            output = [self.item()] if self.item_added or self.done else []
+            output = self.output()
         return {
             "id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.model,
             "output": output,
@@ -375,35 +506,78 @@ class ResponsesProjector(Projector):
         return frames
 
     def on_accepted(self):
-        frames = self._created()
-        started = self.response(output=[])
-        loc = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
-        self.item_added = True
+        frames = [*self._created(), self._event("response.in_progress", response=self.response(output=[]))]
+        if self.calls is None:  # without tools the message item opens at once
+            frames += self._open_message()
+        return frames
+
+    def _open_message(self):
+        frames = self._close_item()
+        item = {"type": "message", "id": self.item_id if not self.items else _id("msg_"), "text": ""}
+        self.open = len(self.items)
+        self.items.append(item)
+        loc = {"item_id": item["id"], "output_index": self.open, "content_index": 0}
         return [
             *frames,
-            self._event("response.in_progress", response=started),
-            self._event("response.output_item.added", output_index=0,
-                        item={**self.item("in_progress"), "content": []}),
+            self._event("response.output_item.added", output_index=self.open,
+                        item={**self._wire_item(item, "in_progress"), "content": []}),
             self._event("response.content_part.added", **loc, part={"type": "output_text", "text": "", "annotations": []}),
         ]
 
     def on_text(self, text):
-        return [self._event("response.output_text.delta", item_id=self.item_id, output_index=0, content_index=0,
-                            delta=text, logprobs=[])]
+        frames = []
+        if self.open is None or self.items[self.open]["type"] != "message":
+            frames = self._open_message()
+        item = self.items[self.open]
+        item["text"] += text
+        return frames + [self._event("response.output_text.delta", item_id=item["id"], output_index=self.open,
+                                     content_index=0, delta=text, logprobs=[])]
+
+    def on_call_start(self, event):
+        frames = self._close_item()
+        item = {"type": "function_call", "id": _id("fc_"), "call_id": event.id, "name": event.name, "arguments": ""}
+        self.open = len(self.items)
+        self.items.append(item)
+        return frames + [self._event("response.output_item.added", output_index=self.open,
+                                     item=self._wire_item(item, "in_progress"))]
+
+    def on_call_args(self, event):
+        item = self.items[self.open]
+        item["arguments"] += event.delta
+        return [self._event("response.function_call_arguments.delta", item_id=item["id"], output_index=self.open,
+                            delta=event.delta)]
+
+    def on_call_end(self, event):
+        item = self.items[self.open]
+        item["status"] = "completed" if event.ok else "incomplete"
+        item["broken"] = not event.ok
+        return self._close_item()
 
     def _close_item(self):
-        loc = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        if self.open is None:
+            return []
+        index, self.open = self.open, None
+        item = self.items[index]
+        if item["type"] == "function_call":
+            return [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                name=item["name"], arguments=item["arguments"]),
+                    self._event("response.output_item.done", output_index=index, item=self._wire_item(item))]
+        item["status"] = "incomplete" if self.error else "completed"
+        loc = {"item_id": item["id"], "output_index": index, "content_index": 0}
         return [
-            self._event("response.output_text.done", **loc, text=self.text, logprobs=[]),
-            self._event("response.content_part.done", **loc, part=self._part()),
-            self._event("response.output_item.done", output_index=0, item=self.item()),
+            self._event("response.output_text.done", **loc, text=item["text"], logprobs=[]),
+            self._event("response.content_part.done", **loc, part=self._part(item["text"])),
+            self._event("response.output_item.done", output_index=index, item=self._wire_item(item)),
         ]
 
     def on_done(self):
-        frames = self._close_item()
+        frames = []
+        if not self.items and not self.discard_text:  # with tools and no output: an empty message
+            frames = self._open_message()
+        frames += self._close_item()
         terminal = "response.incomplete" if self.status() == "incomplete" else "response.completed"
         return [*frames, self._event(terminal, response=self.response())]
 
     def on_error(self):
-        frames = self._close_item() if self.item_added else self._created()
+        frames = self._close_item() if self.items else self._created()
         return [*frames, self._event("response.failed", response=self.response())]

@@ -127,14 +127,18 @@ def model_check(served, name):
                    param="model", code="model_not_found")
 
 
-def render(served, messages):
+def render(served, messages, tools=()):
+    """Neutral messages (and the tools to offer) -> the prompt, in the served model's template and
+    tool syntax (engine_bridge.toolsyntax)."""
+    from engine_bridge import toolsyntax
     from engine_bridge.prompting import TemplateError, render_prompt
 
     from api.errors import bad_param
 
+    messages, extra = toolsyntax.prepare(messages, tools, toolsyntax.syntax_for(served.template))
     try:
         return render_prompt(messages, template=served.template, bos_token=served.bos_token,
-                             eos_token=served.eos_token)
+                             eos_token=served.eos_token, extra=extra)
     except TemplateError as exc:
         raise bad_param("messages", str(exc))
 

@@ -186,11 +186,13 @@ REFUSALS = [
     ("/v1/messages", {}, None, "missing messages"),
     ("/v1/messages", {"messages": MSG, "top_k": 5}, None, "top_k is not supported"),
     ("/v1/messages", {"messages": [{"role": "system", "content": "x"}]}, None, "messages[0].role"),
-    ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].type", "not supported"),
+    ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].call_id", "matches no earlier function_call"),
+    ("/v1/responses", {"input": [{"type": "reasoning"}]}, "input[0].type", "not supported"),
     ("/v1/chat/completions", {"messages": MSG, "tool_choice": "required"}, "tool_choice", "tool_choice=required requires at least one tool"),
-    ("/v1/chat/completions", {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice", "forced tool_choice not supported"),
+    ("/v1/chat/completions", {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice.function.name", "'f' is not one of the tools"),
     ("/v1/responses", {"input": "x", "tool_choice": "unsupported"}, "tool_choice", "tool_choice=unsupported not supported"),
-    ("/v1/messages", {"messages": MSG, "tool_choice": {"type": "tool", "name": "f"}}, None, "forced tool_choice not supported"),
+    ("/v1/messages", {"messages": MSG, "tool_choice": {"type": "tool", "name": "f"}}, None, "tool_choice.name 'f' is not one of the tools"),
+    ("/v1/messages", {"messages": MSG, "tool_choice": {"type": "any"}}, None, "tool_choice=any requires at least one tool"),
 ]
 
 
