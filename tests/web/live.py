@@ -99,6 +99,15 @@ def _wait_bridge_up(stack, proc, timeout=READY_TIMEOUT):
 
 @pytest.fixture(scope="session")
 def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tmp_path_factory):
+    with start_stack(django_db_blocker, tmp_path_factory, {"ENGINE_BINARY": str(engine_binary),
+                                                           "ENGINE_MODEL": str(tiny_model)}) as stack:
+        yield stack
+
+
+@contextlib.contextmanager
+def start_stack(django_db_blocker, tmp_path_factory, engine_env):
+    """Daphne + the bridge on the engine `engine_env` names (ENGINE_BINARY and ENGINE_MODEL, or an
+    ENGINE_COMMAND such as a fake engine's); its other keys override the defaults below."""
     port = procs.free_port()
     url = f"http://127.0.0.1:{port}"
     with django_db_blocker.unblock():
@@ -113,8 +122,6 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
         "REDIS_URL": redis_url,
         "CELERY_BROKER_URL": redis_url,
         "CACHE_PREFIX": cache_prefix,
-        "ENGINE_BINARY": str(engine_binary),
-        "ENGINE_MODEL": str(tiny_model),
         # A long context lets Stop/disconnect tests start generations that outlast the test steps
         # (the fixture model decodes thousands of tokens a second).
         "CTX": os.environ.get("LIVE_CTX", "131072"),
@@ -123,6 +130,7 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
         "CSRF_TRUSTED_ORIGINS": url,
         "WEBSOCKET_ALLOWED_ORIGINS": "127.0.0.1,localhost",
         "PYTHONUNBUFFERED": "1",
+        **engine_env,
     }
     logdir = tmp_path_factory.mktemp("live")
     stack = LiveStack(url=url, ws_url=f"ws://127.0.0.1:{port}", env=env, redis_url=redis_url, cache_prefix=cache_prefix)

@@ -3,7 +3,10 @@
 "generated" text cycles through OUTPUT, two bytes per DATA frame so UTF-8 characters get split.
 
 Env: KV_SLOTS, CTX as the real engine; FAKE_DELAY (seconds per token, default 0.005);
-FAKE_BANNER=1 prints banner lines before READY; FAKE_UNKNOWN=1 sprinkles unknown line kinds.
+FAKE_BANNER=1 prints banner lines before READY; FAKE_UNKNOWN=1 sprinkles unknown line kinds;
+FAKE_SCRIPT=1: a prompt holding `<<SAY>>text<</SAY>>` gets exactly the last such text (still two
+bytes per frame) and then ends as at EOS (DONE not length-limited) — deterministic model output
+for the wire tests (tool calls the tiny random model would never write).
 """
 import os
 import queue
@@ -17,6 +20,15 @@ SLOTS = int(os.environ.get("KV_SLOTS", "1"))
 CTX = int(os.environ.get("CTX", "4096"))
 DELAY = float(os.environ.get("FAKE_DELAY", "0.005"))
 UNKNOWN = os.environ.get("FAKE_UNKNOWN") == "1"
+SCRIPT = os.environ.get("FAKE_SCRIPT") == "1"
+SAY, SAY_END = b"<<SAY>>", b"<</SAY>>"
+
+
+def scripted(prompt):
+    """The last <<SAY>>...<</SAY>> text of the prompt, or None (cycle OUTPUT)."""
+    start = prompt.rfind(SAY)
+    end = prompt.find(SAY_END, start + len(SAY)) if start >= 0 else -1
+    return prompt[start + len(SAY):end] if SCRIPT and end >= 0 else None
 
 
 def out(data):
@@ -107,7 +119,7 @@ def main(crash_after=None):
                         reused += 1
                     line(f"ACCEPT {rid} {len(payload)} reused={reused}")
                     limit = min(max_tokens, CTX - len(payload) - 1)
-                    active[rid] = [slot, payload, limit, 0, b""]
+                    active[rid] = [slot, payload, limit, 0, b"", scripted(payload)]
             else:
                 verb, rid = cmd
                 if rid not in active:
@@ -123,11 +135,19 @@ def main(crash_after=None):
         if eof and not active:
             return 0
         for rid, a in list(active.items()):
-            chunk = bytes(OUTPUT[(2 * a[3] + i) % len(OUTPUT)] for i in range(2))
+            if a[5] is not None and 2 * a[3] >= len(a[5]):  # the script is said: EOS
+                del active[rid]
+                history[a[0]] = a[1] + a[4]
+                block(a[3], len(a[1]), rid, False)
+                continue
+            if a[5] is not None:
+                chunk = a[5][2 * a[3]:2 * a[3] + 2]
+            else:
+                chunk = bytes(OUTPUT[(2 * a[3] + i) % len(OUTPUT)] for i in range(2))
             if crash_after is not None and a[3] == crash_after:
                 out(b"DATA %d 5\nhe" % rid)
                 os._exit(3)
-            out(b"DATA %d 2\n" % rid + chunk + b"\n")
+            out(b"DATA %d %d\n" % (rid, len(chunk)) + chunk + b"\n")
             if UNKNOWN and a[3] == 0:
                 line("NEWTHING 7")
             a[3] += 1
