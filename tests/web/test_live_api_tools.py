@@ -251,3 +251,66 @@ def test_real_engine_forced_calls_always_parse(real_oai):
             assert choice0.finish_reason == finish, choice0
             args = json.loads(choice0.message.tool_calls[0].function.arguments)
             assert isinstance(args.get("city"), str)
+
+
+# --- frameworks: LangChain (langchain-openai, langchain-anthropic) and the OpenAI Agents SDK --------
+
+def get_weather_fn(city: str) -> str:
+    """Weather by city."""
+    return weather(city)
+
+
+def test_langchain_openai_bind_tools_invoke_and_stream(scripted_stack, key):
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=scripted_stack.url + "/v1", api_key=key, model="colibri", max_retries=0, timeout=60)
+    bound = llm.bind_tools([get_weather_fn])
+    msg = bound.invoke(say(TWO_CALLS.replace("get_weather", "get_weather_fn")))
+    assert [(c["name"], c["args"]) for c in msg.tool_calls] == [("get_weather_fn", {"city": "Paris"}),
+                                                                ("get_weather_fn", {"city": "Rome"})]
+    assert msg.response_metadata["finish_reason"] == "tool_calls"
+    total = None
+    for chunk in bound.stream(say(TWO_CALLS.replace("get_weather", "get_weather_fn"))):
+        total = chunk if total is None else total + chunk
+    assert [c["args"] for c in total.tool_calls] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert len({c["id"] for c in total.tool_calls}) == 2
+
+
+def test_langchain_anthropic_bind_tools(scripted_stack, key):
+    from langchain_anthropic import ChatAnthropic
+
+    llm = ChatAnthropic(base_url=scripted_stack.url, api_key=key, model="colibri", max_retries=0, timeout=60)
+    msg = llm.bind_tools([get_weather_fn]).invoke(say(ONE_CALL.replace("get_weather", "get_weather_fn")))
+    assert [(c["name"], c["args"]) for c in msg.tool_calls] == [("get_weather_fn", {"city": "Paris"})]
+    assert msg.response_metadata["stop_reason"] == "tool_use"
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_openai_agents_sdk_runs_one_tool_loop(scripted_stack, key, api):
+    import agents
+
+    agents.set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=scripted_stack.url + "/v1", api_key=key, max_retries=0, timeout=60)
+    model_cls = agents.OpenAIChatCompletionsModel if api == "chat" else agents.OpenAIResponsesModel
+    seen = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Weather by city."""
+        seen.append(city)
+        return f"{weather(city)} <<SAY>>It is {weather(city)} in {city}.<</SAY>>"
+
+    agent = agents.Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather],
+                         model=model_cls(model="colibri", openai_client=client))
+    result = agents.Runner.run_sync(agent, say(ONE_CALL, "Weather in Paris?"), max_turns=3)
+    assert seen == ["Paris"] and result.final_output == "It is sunny in Paris."
+
+
+@pytest.mark.skipif(not _has_grammar(), reason="needs engine_bridge.grammar (a forced tool call)")
+def test_langchain_with_structured_output_on_the_real_engine(live_stack, key):
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=live_stack.url + "/v1", api_key=key, model="colibri", max_retries=0, timeout=60,
+                     max_tokens=400, temperature=0)
+    out = llm.with_structured_output(Weather, method="function_calling").invoke("Weather in Paris?")
+    assert isinstance(out, Weather)
