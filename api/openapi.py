@@ -65,9 +65,21 @@ _sampling = {
         "Responses: the terminal event's response); off by default; 400 naming colibri.routing on an "
         "engine without our extensions")),
 }
+_FORCED = ("required / a named tool are held to a grammar (constrained decoding) and refused with a 400 naming "
+           "tool_choice by an engine without one")
+_openai_tools = {
+    "tools": s.JSONField(required=False, help_text=(
+        "function tools; the served model's own tool syntax renders them (Qwen/Hermes <tool_call>, GLM-4.5 "
+        "arg_key/arg_value, else a generic JSON form) and calls are parsed back as they stream")),
+    "tool_choice": s.JSONField(required=False, help_text=f"none | auto (default with tools) | required | a named "
+                               f"function; {_FORCED}"),
+    "parallel_tool_calls": s.BooleanField(required=False, default=True, help_text="false: at most one call"),
+}
 _messages = inline_serializer("ChatMessage", {
     "role": s.ChoiceField(["system", "developer", "user", "assistant", "tool"]),
-    "content": s.JSONField(help_text="a string or a list of text parts"),
+    "content": s.JSONField(help_text="a string or a list of text parts (null beside tool_calls)"),
+    "tool_calls": s.JSONField(required=False, help_text="assistant: [{id, type: function, function: {name, arguments}}]"),
+    "tool_call_id": s.CharField(required=False, help_text="tool: the call this result answers"),
 }, many=True)
 
 CHAT = inline_serializer("ChatCompletionRequest", {
@@ -78,6 +90,8 @@ CHAT = inline_serializer("ChatCompletionRequest", {
     "seed": s.IntegerField(required=False, min_value=0),
     "stream_options": s.JSONField(required=False, help_text='{"include_usage": true}'),
     "response_format": s.JSONField(required=False, help_text='only {"type": "text"}'),
+    **_openai_tools,
+    "functions": s.JSONField(required=False, help_text="legacy: mapped onto tools (function_call onto tool_choice)"),
 })
 COMPLETION = inline_serializer("CompletionRequest", {
     "model": s.CharField(), "prompt": s.JSONField(help_text="a string (or an array of exactly one)"), **_sampling,
@@ -88,11 +102,15 @@ MESSAGES = inline_serializer("MessagesRequest", {
     "model": s.CharField(), "messages": s.JSONField(help_text="[{role: user|assistant, content}]"),
     "system": s.JSONField(required=False), "max_tokens": s.IntegerField(required=False, min_value=0),
     "stop_sequences": s.ListField(child=s.CharField(), required=False), **_sampling,
+    "tools": s.JSONField(required=False, help_text="[{name, description, input_schema}] (custom tools)"),
+    "tool_choice": s.JSONField(required=False, help_text=f"{{type: auto|any|tool|none, name, disable_parallel_tool_use}}; "
+                               f"any / tool: {_FORCED}"),
 })
 RESPONSES = inline_serializer("ResponsesRequest", {
     "model": s.CharField(), "input": s.JSONField(help_text="a string or a list of messages"),
     "instructions": s.CharField(required=False), "max_output_tokens": s.IntegerField(required=False, min_value=0),
     "text": s.JSONField(required=False, help_text='only {"format": {"type": "text"}}'), **_sampling,
+    **_openai_tools,
 })
 
 OPENAI_ERROR = inline_serializer("OpenAIError", {"error": inline_serializer("OpenAIErrorBody", {
