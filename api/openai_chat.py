@@ -1,33 +1,21 @@
-"""OpenAI Chat Completions body -> Call (GenerationRequest + OpenAIChatProjector). 400s name the field."""
+"""OpenAI Chat Completions body -> Call (GenerationRequest + its row's projector). 400s name the field.
+What every surface shares (refused fields, stop and budget fields) is in its row, api.surfaces."""
 from api import intake, served as served_mod
-from api.projectors import OpenAIChatProjector
 from engine_bridge.client import GenerationRequest
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
-# Parameters the engine cannot honour: refused, never silently changed (api-surfaces §1.6).
-REFUSED = {
-    "n": lambda v: v not in (None, 1),
-    "logprobs": lambda v: bool(v),
-    "top_logprobs": lambda v: v is not None,
-    "logit_bias": lambda v: bool(v),
-    "frequency_penalty": lambda v: v not in (None, 0, 0.0),
-    "presence_penalty": lambda v: v not in (None, 0, 0.0),
-    "top_k": lambda v: v is not None,
-    "tools": lambda v: bool(v),
-}
-
-
-def parse(body, *, served):
+def parse(body, *, served, surface):
+    """`surface`: this surface's row (api.surfaces)."""
     model = served_mod.model_check(served, intake.model_name(body))
     messages = intake.message_list(body, roles=ROLES, text_types=("text", "input_text"), rename={"developer": "system"})
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")
-    intake.refuse(body, REFUSED)
+    intake.refuse(body, surface.refused)
     intake.refuse_tool_choice(body.get("tool_choice"))
     intake.refuse_format(body.get("response_format"), "response_format")
     temperature, top_p, seed = intake.sampling(body, served=served)
-    stop = intake.stop_list(body, "stop", limit=4)
-    budget = intake.budget(body, ("max_completion_tokens", "max_tokens"))
+    stop = intake.stop_list(body, surface.stop)
+    budget = intake.budget(body, surface.budget)
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(
         prompt=served_mod.render(served, messages), max_tokens=intake.engine_budget(budget, served),
@@ -35,6 +23,6 @@ def parse(body, *, served):
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
         priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing,
     )
-    projector = OpenAIChatProjector(model=model, include_usage=bool(opts.get("include_usage")),
+    projector = surface.projector(model=model, include_usage=bool(opts.get("include_usage")),
                                     discard_text=budget == 0, stop=stop, routing=ext.routing)
-    return intake.Call(request=request, projector=projector, stream=stream, prompt_param="messages")
+    return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)

@@ -2,15 +2,9 @@
 replay the full input), tools and structured output are refused, `store` is ignored."""
 from api import intake, served as served_mod
 from api.errors import bad_param
-from api.projectors import ResponsesProjector
 from engine_bridge.client import GenerationRequest
 
 ROLES = {"user", "system", "developer", "assistant"}
-REFUSED = {
-    "tools": lambda v: bool(v),
-    "top_logprobs": lambda v: v not in (None, 0),
-    "top_k": lambda v: v is not None,
-}
 TEXT_TYPES = ("input_text", "output_text", "text")
 
 
@@ -43,7 +37,7 @@ def _input(body):
     return out
 
 
-def parse(body, *, served):
+def parse(body, *, served, surface):
     model = served_mod.model_check(served, intake.model_name(body))
     _durable(body)
     messages = _input(body)
@@ -51,16 +45,16 @@ def parse(body, *, served):
     if instructions is not None and not isinstance(instructions, str):
         raise bad_param("instructions", "instructions must be a string")
     stream = intake.field_bool(body, "stream")
-    intake.refuse(body, REFUSED)
+    intake.refuse(body, surface.refused)
     intake.refuse_tool_choice(body.get("tool_choice"))
     intake.refuse_format(intake.field_object(body, "text").get("format"), "text.format")
     temperature, top_p, seed = intake.sampling(body, served=served)
-    budget = intake.budget(body, ("max_output_tokens",))
+    budget = intake.budget(body, surface.budget)
     prompt = served_mod.render(served, ([{"role": "system", "content": instructions}] if instructions else []) + messages)
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
                                 routes=ext.routing)
     echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget}
-    projector = ResponsesProjector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing)
-    return intake.Call(request=request, projector=projector, stream=stream, prompt_param="input")
+    projector = surface.projector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing)
+    return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)
