@@ -1,6 +1,6 @@
-/* arch_glm4moe.c — llama.cpp's `glm4moe` (GLM-4.5, GLM-4.5-Air, GLM-4.6): head_dim =
- * attention.key_length, q/k/v biases, optional per-head q/k norms, partial NeoX RoPE
- * (rope.dimension_count < head_dim); the FFN's pre-norm is blk.N.post_attention_norm (llama.cpp's
+/* arch_glm4moe.c — llama.cpp's `glm4moe` (GLM-4.5, GLM-4.5-Air, GLM-4.6): head widths
+ * attention.key_length / value_length (equal in GLM's files; llama.cpp asserts so), q/k/v
+ * biases, optional per-head q/k norms, partial NeoX RoPE (rope.dimension_count < key_length); the FFN's pre-norm is blk.N.post_attention_norm (llama.cpp's
  * name for it in GLM files); the first leading_dense_block_count blocks dense
  * (ffn_gate/up/down, feed_forward_length), the others MoE: sigmoid router, experts chosen by
  * score + exp_probs_b.bias (within the best expert_group_used_count of expert_group_count groups

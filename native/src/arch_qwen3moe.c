@@ -1,5 +1,5 @@
 /* arch_qwen3moe.c — llama.cpp's `qwen3moe` (Qwen3-30B-A3B, Qwen3-Coder, Qwen3-235B-A22B):
- * attention with head_dim = attention.key_length (not embedding_length / head_count), per-head
+ * attention with head widths attention.key_length (not embedding_length / head_count), per-head
  * RMSNorm of q and k (attn_q_norm / attn_k_norm) before RoPE, NeoX RoPE; every block MoE with
  * a softmax router over all experts, top-k, the selected weights renormalized
  * (qwen3moe.expert_weights_norm, default true as llama.cpp's qwen3moe graph; HF's

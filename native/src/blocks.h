@@ -36,7 +36,7 @@ int fwd_begin(fwd *F, model *m, kv_cache *kv, fwd_row *rows, int n);
 
 /* x = token_embd[token] (times scale when it is not 1: Granite's embedding_scale). */
 void fwd_embed(fwd *F, float scale);
-/* x += the pending branch; h = rmsnorm(x, w). */
+/* x += the pending branch; h = rmsnorm(x, w) (w NULL: the add only). */
 void fwd_norm(fwd *F, const float *w);
 /* The branch just computed (tmp) is added to x times scale, by the next fwd_norm / fwd_head. */
 void fwd_residual(fwd *F, float scale);

@@ -131,14 +131,12 @@ static void norm_chunk(void *vctx, int c) {
 }
 
 /* The pending branch added to x, then h = rmsnorm(x, w) when w: one pass over the rows. */
-static void add_norm(fwd *F, const float *w) {
+void fwd_norm(fwd *F, const float *w) {
     const model_config *c = &F->m->c;
     norm_ctx N = {F->x, F->pend ? F->tmp : NULL, F->h, w, F->n, c->d_model, c->rms_eps, F->pend_scale};
     F->pend = 0;
     par_rows(norm_chunk, &N, F->n);
 }
-
-void fwd_norm(fwd *F, const float *w) { add_norm(F, w); }
 
 void fwd_residual(fwd *F, float scale) {
     F->pend = 1;
@@ -240,7 +238,7 @@ int fwd_head(fwd *F, float div) {
     struct model_priv *P = F->P;
     const model_config *c = &m->c;
     const int d = c->d_model, V = c->vocab;
-    add_norm(F, NULL);
+    fwd_norm(F, NULL);
     double t0 = mnow();
     int nl = 0;
     for (int i = 0; i < F->n; i++) nl += F->rows[i].logits != NULL;

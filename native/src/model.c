@@ -10,10 +10,6 @@
  * arch_<name>.c, the blocks in forward.c, the MoE FFN in moe.c, attention kernels in attention.c. */
 #include "arch.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <string.h>
-
 /* The CPU compute tier: quant.c's kernels on the pool. */
 const compute_tier compute_cpu = {"cpu", qmat_mul_multi};
 
