@@ -414,13 +414,6 @@ int main(int argc, char **argv) {
             m.arch, m.c.n_layers, m.c.n_experts, m.c.top_k, now_s() - t0);
 
     int rc;
-    if (serve_mode && m.c.head_dim_v != m.c.head_dim_k) {
-        /* server.c sizes its cache from head_dim (equal widths) until it calls model_kv_init */
-        fprintf(stderr, "colibri-engine: %s: serving key_length %d != value_length %d is not supported yet\n", path,
-                m.c.head_dim_k, m.c.head_dim_v);
-        model_free(&m);
-        return 1;
-    }
     if (serve_mode) {
         serve_opts so;
         memset(&so, 0, sizeof so);

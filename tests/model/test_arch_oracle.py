@@ -114,3 +114,36 @@ def test_value_width_refused_where_heads_are_embedding_over_head_count(fwd_dump,
     p = subprocess.run([str(fwd_dump), str(dst), str(tmp_path / "x.f32"), "1", "2"], capture_output=True, text=True)
     assert p.returncode != 0
     assert "attention key/value length 64/32 != embedding_length/head_count 64 is not supported" in p.stderr, p.stderr
+
+
+def test_value_width_serves_through_the_mux(engine_binary, tmp_path):
+    """The serving engine sizes its KV cache with the two widths (server.c's model_kv_init): the
+    greedy tokens it streams for a value_length 64 / key_length 128 file, read from the logprobs=1
+    DATA tails at EXACT=1, are the float64 reference's greedy continuation of the same prompt ids
+    (the engine's own tokenizer gives the ids, native/tests/tok_ids)."""
+    from tests.native.engine import Engine, base_env
+
+    model = tmp_path / "qwen3moe-v64.gguf"
+    procs.make_arch_fixture(model, "qwen3moe", "--value-length", "64")
+    prompt = "The capital of France is"
+    (tmp_path / "prompt.txt").write_text(prompt)
+    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/tok_ids"], check=True)
+    out = subprocess.run([str(ROOT / "native" / "build" / "tok_ids"), str(model), str(tmp_path / "prompt.txt")],
+                         check=True, capture_output=True, text=True).stdout
+    ids = [int(t) for t in out.split()]
+    assert ids, out
+    ref = REFS["qwen3moe"](str(model))
+    want = greedy(ref, ids, 8)[len(ids):]
+    e = Engine(engine_binary, env=base_env(model, slots=2, ctx=128, EXACT="1", KV_TYPE="f32"))
+    try:
+        for slot in (0, 1):
+            rid = e.submit(prompt, slot=slot, max_tokens=len(want), extra=" logprobs=1")
+            r = e.result(rid, 120)
+            assert r.done is not None, r.errors
+            got = [int(parts[5]) for kind, parts, _ in list(e.events)
+                   if kind == "DATA" and int(parts[1]) == rid and len(parts) >= 6]
+            assert got and got == want[:len(got)], f"slot {slot}: served {got}, reference {want}"
+            assert len(got) == len(want) or want[len(got)] == 2, f"slot {slot}: ended early at {got}"
+        e.close(10)
+    finally:
+        e.kill()
