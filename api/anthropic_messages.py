@@ -1,12 +1,6 @@
 """Anthropic Messages body -> Call. `max_tokens` is optional (DS4; the SDK always sends it)."""
 from api import intake, served as served_mod, tools as tools_mod
-from api.projectors import AnthropicProjector
 from engine_bridge.client import GenerationRequest
-
-REFUSED = {
-    "top_k": lambda v: v is not None,
-}
-
 
 def _system(body):
     system = body.get("system")
@@ -21,17 +15,17 @@ def _refuse_formats(body):
     intake.refuse_format(config.get("format"), "output_config.format")
 
 
-def parse(body, *, served):
+def parse(body, *, served, surface):
     model = served_mod.model_check(served, intake.model_name(body))
     system = _system(body)
     messages = tools_mod.anthropic_messages(body)
     stream = intake.field_bool(body, "stream")
-    intake.refuse(body, REFUSED)
+    intake.refuse(body, surface.refused)
     plan = tools_mod.anthropic_plan(body)
     _refuse_formats(body)
     temperature, top_p, seed = intake.sampling(body, served=served)
-    stop = intake.stop_list(body, "stop_sequences")
-    budget = intake.budget(body, ("max_tokens",))
+    stop = intake.stop_list(body, surface.stop)
+    budget = intake.budget(body, surface.budget)
     prompt = served_mod.render(served, ([{"role": "system", "content": system}] if system else []) + messages,
                                plan.tools if plan.active else ())
     ext = intake.colibri_extension(body, served=served)
@@ -39,6 +33,6 @@ def parse(body, *, served):
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
                                 routes=ext.routing)
     tools_mod.constrain(plan, request, served)
-    projector = AnthropicProjector(model=model, discard_text=budget == 0, stop=stop, routing=ext.routing, tools=plan,
-                                   calls=plan.parser(served, new_id=tools_mod.new_id("toolu_")))
-    return intake.Call(request=request, projector=projector, stream=stream, prompt_param="messages")
+    projector = surface.projector(model=model, discard_text=budget == 0, stop=stop, routing=ext.routing, tools=plan,
+                                  calls=plan.parser(served, new_id=tools_mod.new_id("toolu_")))
+    return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)

@@ -1,22 +1,9 @@
 """Legacy Completions body -> Call. The prompt goes to the engine raw (no chat template), so there is
-no template to render tools into: `tools` / `functions` are refused (400 naming the field), as is
-a tool_choice that needs tools (api.tools)."""
+no template to render tools into: `tools` / `functions` are refused (its row in api.surfaces), as
+is a tool_choice that needs tools."""
 from api import intake, served as served_mod
 from api.errors import bad_param
-from api.openai_chat import REFUSED as CHAT_REFUSED
-from api.projectors import CompletionProjector
 from engine_bridge.client import GenerationRequest
-
-REFUSED = {
-    **CHAT_REFUSED,
-    "logprobs": lambda v: v not in (None, 0, False),
-    "best_of": lambda v: v not in (None, 1),
-    "echo": lambda v: bool(v),
-    "suffix": lambda v: v not in (None, ""),
-    "tools": lambda v: bool(v),
-    "functions": lambda v: bool(v),
-}
-
 
 def _prompt(body):
     if "prompt" not in body or body["prompt"] is None:
@@ -29,21 +16,21 @@ def _prompt(body):
     return prompt
 
 
-def parse(body, *, served):
+def parse(body, *, served, surface):
     model = served_mod.model_check(served, intake.model_name(body))
     prompt = _prompt(body)
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")
-    intake.refuse(body, REFUSED)
+    intake.refuse(body, surface.refused)
     intake.refuse_tool_choice(body.get("tool_choice"))
     intake.refuse_format(body.get("response_format"), "response_format")
     temperature, top_p, seed = intake.sampling(body, served=served)
-    stop = intake.stop_list(body, "stop", limit=4)
-    budget = intake.budget(body, ("max_tokens",))
+    stop = intake.stop_list(body, surface.stop)
+    budget = intake.budget(body, surface.budget)
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
                                 routes=ext.routing)
-    projector = CompletionProjector(model=model, include_usage=bool(opts.get("include_usage")),
+    projector = surface.projector(model=model, include_usage=bool(opts.get("include_usage")),
                                     discard_text=budget == 0, stop=stop, routing=ext.routing)
-    return intake.Call(request=request, projector=projector, stream=stream, prompt_param="prompt")
+    return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)

@@ -127,7 +127,12 @@ def engine_budget(requested, served):
     return max(1, ceiling if requested is None else min(requested, ceiling))
 
 
-def stop_list(body, name, *, limit=None):
+def stop_list(body, rule):
+    """The stop strings under rule.field (an api.surfaces.StopRule; None: the surface takes
+    none -> []): a string or a list of non-empty strings, within the rule's bounds."""
+    if rule is None:
+        return []
+    name, limit = rule.field, rule.count
     stop = body.get(name)
     if stop is None:
         return []

@@ -120,6 +120,15 @@ ANTHROPIC_ERROR = inline_serializer("AnthropicError", {"type": s.CharField(), "e
     "AnthropicErrorBody", {"type": s.CharField(), "message": s.CharField()})})
 
 
+def _error_schemas():
+    from api.errors import ANTHROPIC, OPENAI
+
+    return {OPENAI: OPENAI_ERROR, ANTHROPIC: ANTHROPIC_ERROR}
+
+
+ERROR_SCHEMAS = _error_schemas()  # a surface's envelope (api.errors) -> its OpenAPI schema
+
+
 def _errors(envelope, busy):
     doc = {400: "bad request, naming the field", 401: "missing or bad key", 404: "unknown model",
            413: "body over 4 MiB", 429: "queue full or timed out (Retry-After)",

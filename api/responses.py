@@ -3,14 +3,9 @@ replay the full input, function_call / function_call_output items included), str
 is refused, `store` is ignored. Function tools only (api.tools)."""
 from api import intake, served as served_mod, tools as tools_mod
 from api.errors import bad_param
-from api.projectors import ResponsesProjector
 from engine_bridge.client import GenerationRequest
 
 ROLES = {"user", "system", "developer", "assistant"}
-REFUSED = {
-    "top_logprobs": lambda v: v not in (None, 0),
-    "top_k": lambda v: v is not None,
-}
 TEXT_TYPES = ("input_text", "output_text", "text")
 
 
@@ -20,7 +15,7 @@ def _durable(body):
             raise bad_param(name, f"{name} is not supported; replay full input instead")
 
 
-def parse(body, *, served):
+def parse(body, *, served, surface):
     model = served_mod.model_check(served, intake.model_name(body))
     _durable(body)
     messages = tools_mod.responses_items(body, roles=ROLES, text_types=TEXT_TYPES)
@@ -28,11 +23,11 @@ def parse(body, *, served):
     if instructions is not None and not isinstance(instructions, str):
         raise bad_param("instructions", "instructions must be a string")
     stream = intake.field_bool(body, "stream")
-    intake.refuse(body, REFUSED)
+    intake.refuse(body, surface.refused)
     plan = tools_mod.responses_plan(body)
     intake.refuse_format(intake.field_object(body, "text").get("format"), "text.format")
     temperature, top_p, seed = intake.sampling(body, served=served)
-    budget = intake.budget(body, ("max_output_tokens",))
+    budget = intake.budget(body, surface.budget)
     prompt = served_mod.render(served, ([{"role": "system", "content": instructions}] if instructions else []) + messages,
                                plan.tools if plan.active else ())
     ext = intake.colibri_extension(body, served=served)
@@ -42,6 +37,6 @@ def parse(body, *, served):
     tools_mod.constrain(plan, request, served)
     echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget,
             "tools": tools_mod.responses_tools_echo(plan), "tool_choice": plan.echo, "parallel_tool_calls": plan.parallel}
-    projector = ResponsesProjector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing, tools=plan,
-                                   calls=plan.parser(served, new_id=tools_mod.new_id("call_")))
-    return intake.Call(request=request, projector=projector, stream=stream, prompt_param="input")
+    projector = surface.projector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing, tools=plan,
+                                  calls=plan.parser(served, new_id=tools_mod.new_id("call_")))
+    return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)

@@ -1,14 +1,12 @@
 from django.urls import path
 
-from api import openapi, views
+from api import openapi, surfaces, views
 
 urlpatterns = [
     path("v1/models", views.ModelListApi.as_view(), name="v1-models"),
     path("v1/models/<path:model_id>", views.ModelDetailApi.as_view(), name="v1-model"),
-    path("v1/chat/completions", views.ChatCompletionsApi.as_view(), name="v1-chat-completions"),
-    path("v1/completions", views.CompletionsApi.as_view(), name="v1-completions"),
-    path("v1/messages", views.MessagesApi.as_view(), name="v1-messages"),
-    path("v1/responses", views.ResponsesApi.as_view(), name="v1-responses"),
+    # one route per wire surface (api.surfaces)
+    *(path(s.route, views.GENERATION_VIEWS[s.name].as_view(), name=s.url_name) for s in surfaces.SURFACES),
     path("api/keys", views.ApiKeysApi.as_view(), name="api-keys"),
     path("api/keys/<int:pk>", views.ApiKeyRevokeApi.as_view(), name="api-key"),
     path("v1/openapi.json", openapi.schema_view, name="v1-openapi"),

@@ -30,7 +30,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import anthropic_messages, completions, engine, intake, limits, openai_chat, openapi, responses, served
+from api import engine, intake, limits, openapi, served, surfaces
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, from_engine_error, render
 from api.loopview import LoopAPIView
@@ -153,10 +153,10 @@ class V1NotFoundApi(ByClientEnvelope, LoopV1Api):
 
 
 class GenerationApi(LoopV1Api):
-    """POST one surface: parse (intake + the surface module) -> buffered object or SSE stream."""
+    """POST one surface: parse (intake + the surface's parser) -> buffered object or SSE stream.
+    One subclass per row of api.surfaces (generation_view), which says everything that differs."""
 
-    surface = None  # module with parse(body, *, served) -> intake.Call
-    metric_surface = None  # its label in /metrics
+    surface = None  # its api.surfaces.Surface row
     throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle]
 
     async def ainitial(self, request, *args, **kwargs):
@@ -171,11 +171,11 @@ class GenerationApi(LoopV1Api):
     async def post(self, request):
         body = intake.body_read(request._request)
         facts = await self.served_read
-        call = self.surface.parse(body, served=facts)
+        call = self.surface.parse(body, served=facts, surface=self.surface)
         # Tokens per minute: the prompt's estimate plus the output budget, charged before the
         # engine sees the request, settled against its usage when it ends (api.limits).
         reservation = await _tokens_admit(request, call)
-        meter = Meter(self.metric_surface, reservation=reservation)
+        meter = Meter(self.surface.name, reservation=reservation)
         try:
             if not call.stream:
                 return Response(await _buffered(call, meter, boot=facts.boot))
@@ -196,7 +196,7 @@ class GenerationApi(LoopV1Api):
         return response
 
     def finalize_response(self, request, response, *args, **kwargs):
-        metrics.REQUESTS.labels(self.metric_surface, str(response.status_code)).inc()
+        metrics.REQUESTS.labels(self.surface.name, str(response.status_code)).inc()
         for name, value in ratelimit_headers(getattr(request, "_api_ratelimit", None) or {},
                                              anthropic=self.envelope is ANTHROPIC).items():
             response[name] = value
@@ -250,41 +250,21 @@ def ratelimit_headers(info, *, anthropic=False):
     return headers
 
 
-class ChatCompletionsApi(GenerationApi):
-    surface = openai_chat
-    metric_surface = "openai_chat"
-
-    @openapi.generation(openapi.CHAT, "OpenAI Chat Completions")
+def generation_view(surface):
+    """The view class of one api.surfaces row: its parser, envelope, metrics label and OpenAPI
+    description all come from the row."""
     async def post(self, request):
-        return await super().post(request)
+        return await GenerationApi.post(self, request)
+
+    envelope = openapi.ERROR_SCHEMAS[surface.envelope]
+    post = openapi.generation(surface.request_schema, surface.summary, envelope=envelope,
+                              busy=surface.busy_status)(post)
+    name = "".join(part.title() for part in surface.name.split("_")) + "Api"
+    return type(name, (GenerationApi,), {"surface": surface, "envelope": surface.envelope, "post": post,
+                                         "__doc__": f"POST /{surface.route}: {surface.summary}."})
 
 
-class CompletionsApi(GenerationApi):
-    surface = completions
-    metric_surface = "openai_completion"
-
-    @openapi.generation(openapi.COMPLETION, "OpenAI legacy Completions (the prompt is sent raw)")
-    async def post(self, request):
-        return await super().post(request)
-
-
-class MessagesApi(GenerationApi):
-    surface = anthropic_messages
-    metric_surface = "anthropic_messages"
-    envelope = ANTHROPIC
-
-    @openapi.generation(openapi.MESSAGES, "Anthropic Messages", envelope=openapi.ANTHROPIC_ERROR, busy=529)
-    async def post(self, request):
-        return await super().post(request)
-
-
-class ResponsesApi(GenerationApi):
-    surface = responses
-    metric_surface = "openai_responses"
-
-    @openapi.generation(openapi.RESPONSES, "OpenAI Responses (stateless: replay the full input)")
-    async def post(self, request):
-        return await super().post(request)
+GENERATION_VIEWS = {s.name: generation_view(s) for s in surfaces.SURFACES}
 
 
 async def _buffered(call, meter, *, boot=None):

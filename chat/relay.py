@@ -138,8 +138,11 @@ async def request_stop(conversation_id):
 def engine_reports_routes(model):
     """Whether the engine in use takes routes=1 (our engine: it announces itself with a MODEL
     line). The real colibri binary sends none (telemetry then says extensions: false) and would
-    refuse the key, so a chat turn there asks for no routing and its stats line stays plain."""
-    return isinstance(model, dict) and model.get("extensions", True) is not False
+    refuse the key, so a chat turn there asks for no routing and its stats line stays plain.
+    The rule is engine_bridge.served's `extensions`."""
+    from engine_bridge.served import served_model_from
+
+    return served_model_from({"model": model if isinstance(model, dict) else None}).extensions
 
 
 _routes_cache = {"at": -1e9, "value": False}
@@ -149,13 +152,10 @@ ROUTES_CACHE_S = 2.0  # one Redis read per few seconds, not one per turn
 async def _routes_wanted():
     now = time.monotonic()
     if now - _routes_cache["at"] > ROUTES_CACHE_S:
-        from engine_bridge import telemetry
+        from engine_bridge.served import aserved_model_get
 
-        try:
-            model = (await telemetry.aget_state()).get("model")
-        except Exception:  # Redis trouble: the turn itself will report it
-            model = None
-        _routes_cache.update(at=now, value=engine_reports_routes(model))
+        # Redis trouble: the model last read (the turn itself will report the outage)
+        _routes_cache.update(at=now, value=(await aserved_model_get(with_boot=False)).extensions)
     return _routes_cache["value"]
 
 

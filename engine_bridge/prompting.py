@@ -1,7 +1,7 @@
 """Renders chat messages into the engine prompt with the model's own jinja2 chat template.
 
-Template source, in order: the MODEL line the engine sent (telemetry), settings.CHAT_TEMPLATE,
-ChatML. Rendering is a pure function of the messages, so the history of turn N+1 is
+Template source, in order (decided by engine_bridge.served): the MODEL line the engine sent
+(telemetry), settings.CHAT_TEMPLATE, ChatML. Rendering is a pure function of the messages, so the history of turn N+1 is
 byte-identical to the prompt + output of turn N and the engine keeps its KV prefix.
 """
 import json
@@ -40,33 +40,13 @@ _env.globals["raise_exception"] = _raise_exception
 _env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
 
 
-_last_model: dict = {}  # the served model as last read: a Redis outage must not change the template
-
-
-def _model_info():
-    try:
-        from engine_bridge import telemetry
-
-        model = (telemetry.get_state() or {}).get("model") or {}
-    except Exception:  # Redis down: the model last seen (or settings, if none was)
-        return _last_model.get("info") or {}
-    if model:
-        _last_model["info"] = model
-    return model
-
-
 def template_source():
-    """(template, bos_token, eos_token) for the served model."""
-    model = _model_info()
-    if model.get("chat_template"):
-        return (
-            model["chat_template"],
-            model.get("bos_token") or model.get("bos") or "",
-            model.get("eos_token") or model.get("eos") or "",
-        )
-    if settings.CHAT_TEMPLATE:
-        return settings.CHAT_TEMPLATE, "", ""
-    return CHATML_TEMPLATE, CHATML_TOKENS["bos_token"], CHATML_TOKENS["eos_token"]
+    """(template, bos_token, eos_token) for the served model (engine_bridge.served: the MODEL
+    line's, else settings.CHAT_TEMPLATE, else ChatML)."""
+    from engine_bridge.served import served_model_get
+
+    m = served_model_get()
+    return m.template, m.bos_token, m.eos_token
 
 
 _compiled: dict[str, jinja2.Template] = {}

@@ -12,7 +12,8 @@ named: `redis`, `bridge` or `engine` is not "up", and the answer is 503 with Ret
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
-from engine_bridge import liveness, sampling
+from engine_bridge import liveness
+from engine_bridge.served import served_model_from
 from engine_bridge.telemetry import decode_state
 
 
@@ -29,21 +30,21 @@ async def health(request):
     status = state["status"] if state["updated"] is not None and beating else "down"
     if status == "up" and state.get("hung"):
         status = "hung"  # the bridge found the engine stopped (SIGSTOP) or not answering its ping
-    model = state["model"] or {}
+    served = served_model_from(state)  # the one reader of the model's facts
     experts = None
-    if model.get("experts_max"):  # our engine: the per-request expert count it takes
-        experts = {"default": model.get("top_k"), "min": model.get("experts_min"), "max": model.get("experts_max")}
+    if served.experts_range:  # our engine: the per-request expert count it takes
+        experts = {"default": served.experts_default, "min": served.experts_range[0], "max": served.experts_range[1]}
     body = {
         "engine": status,
         "bridge": "up" if beating else "down",
         "redis": "up",
-        "model": model.get("name"),
+        "model": (state["model"] or {}).get("name"),
         "slots": state["slots"],
         "queue": state["queue"],
         "restarts": state["restarts"],
         "experts": experts,
         # what a request that names no temperature / top_p gets (the model's recommendation, or ours)
-        "sampling": dict(zip(("temperature", "top_p"), sampling.model_defaults(model))),
+        "sampling": dict(zip(("temperature", "top_p"), served.sampling_defaults)),
     }
     return _answer(body, up=bool(state["up"] and beating and status == "up"))
 

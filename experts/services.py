@@ -8,15 +8,13 @@ import hashlib
 import logging
 import time
 from datetime import timedelta
-from pathlib import Path
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from engine_bridge import telemetry
+from engine_bridge.served import aserved_model_get, served_model_from, served_model_get
 from experts import atlas_format, builder
 from experts.models import Atlas, AtlasBuild
 
@@ -25,9 +23,8 @@ STALE_BUILD_S = 600  # longer than any one probe can take (a probe may wait behi
 
 
 def model_name_current(*, state=None):
-    state = state if state is not None else telemetry.get_state()
-    info = state.get("model") or {}
-    return str(info.get("name") or Path(settings.ENGINE_MODEL).stem)
+    """The served model's display name (engine_bridge.served), from `state` when given."""
+    return (served_model_from(state) if state is not None else served_model_get()).display_name
 
 
 def atlas_import(*, content: bytes, model_name: str, filename: str = "", user=None,
@@ -166,7 +163,7 @@ def build_run(*, build_id: int, on_probe=None, on_retry=None, experts=None) -> A
 
 async def _measure(build, on_probe, on_retry, wanted=None):
     probes, chunk_words, digest = builder.load_probes()
-    model = (await telemetry.aget_state()).get("model")
+    model = (await aserved_model_get(with_boot=False)).info or None
     experts = builder.probe_experts(wanted or builder.load_probe_experts() or builder.probe_count(model), model)
     key = f"atlas-build:{build.pk}"
     if builder.routes_supported(model):
@@ -198,8 +195,7 @@ async def _measure(build, on_probe, on_retry, wanted=None):
             await _save_progress(build, i + 1)
             if on_probe:
                 on_probe(i + 1, len(probes), probe)
-    state = await telemetry.aget_state()
-    model = state.get("model") or model or {}
+    model = (await aserved_model_get(with_boot=False)).info or model or {}
     layers, _ = row_layers(rows=shape[0], model=model)
     method = {"method": runner.method, "experts": experts, "top_k": model.get("top_k"),
               "n_experts": shape[1], "probes_sha256": digest}

@@ -1,11 +1,14 @@
 /* arch.h — the per-architecture seam. An architecture is one file, arch_<name>.c, that
- * defines an arch_ops: how its GGUF names its hyper-parameters and tensors, and which of the
- * shared forward's variants it uses (set in model_config / layer_w). model_load.c finds the
- * file's general.architecture in arch_table and calls the hooks in order:
+ * defines an arch_ops: how its GGUF names its hyper-parameters and tensors, and its forward.
+ * model_load.c finds the file's general.architecture in arch_table and calls the hooks in order:
  *
  *   hparams(m)         m->c from the file's keys; refuse (one line) what cannot run
  *   block(m, l, src)   block l's tensors into m->layers[l]; a MoE block fills *src with its
  *                      stacked expert tensors and returns 1, a dense block returns 0
+ *
+ * and model_forward calls forward(F) for every batch: a loop over the layers composing the
+ * building blocks of blocks.h with the architecture's own choices (its norms, RoPE pairs, q/k
+ * norms, scales, which layers are dense), as llama.cpp's src/models/<name>.cpp graph builders.
  *
  * Everything else (tokenizer, embeddings, head, expert store, packing, fingerprint) is
  * common. Adding an architecture = adding arch_<name>.c and one line in arch_table. */
@@ -13,12 +16,13 @@
 #define COLI_ARCH_H
 #include <stddef.h>
 
-#include "model_impl.h"
+#include "blocks.h"
 
 typedef struct arch_ops {
     const char *name;       /* general.architecture */
     int (*hparams)(model *m, char *err, size_t errlen);
     int (*block)(model *m, int l, expert_layer_src *src, char *err, size_t errlen);
+    int (*forward)(fwd *F);  /* 0, or -1 (out of memory, expert read failure) */
 } arch_ops;
 
 extern const arch_ops arch_llama;
@@ -34,13 +38,15 @@ extern const arch_ops arch_glm4moe;
  * rope.freq_base, attention.layer_norm_rms_epsilon, attention.key/value_length,
  * rope.dimension_count: into m->c, with their checks. */
 int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen);
-/* own_head_dim: head_dim = attention.key_length (= value_length, even, <= 1024), which need not
- * be embedding_length / head_count (Qwen3); else it must be. */
-/* blk.l's attention: attn_norm, attn_q/k/v/output (head_count x head_dim wide), the optional
- * biases attn_{q,k,v}.bias, attn_q_norm / attn_k_norm: optional per head (QK_NORM_OPT),
- * required per head [head_dim] (QK_NORM_HEAD) or over the whole projection (QK_NORM_FULL);
+/* own_head_dim: head_dim_k = attention.key_length (even, <= 1024) and head_dim_v =
+ * attention.value_length (<= 1024, default the key's), which need not be embedding_length /
+ * head_count (Qwen3) nor equal; else both must be embedding_length / head_count. */
+/* blk.l's attention: attn_norm, attn_q/k (head_count(_kv) x head_dim_k wide), attn_v
+ * (head_count_kv x head_dim_v), attn_output (from head_count x head_dim_v), the optional
+ * biases attn_{q,k,v}.bias, attn_q_norm / attn_k_norm: none (QK_NORM_NONE), optional per head (QK_NORM_OPT),
+ * required per head [head_dim_k] (QK_NORM_HEAD) or over the whole projection (QK_NORM_FULL);
  * and the FFN's pre-norm blk.l.<ffn_norm>.weight ("ffn_norm"; GLM-4.5: "post_attention_norm"). 0 or -1. */
-enum { QK_NORM_OPT = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 };
+enum { QK_NORM_OPT = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2, QK_NORM_NONE = 3 };   /* NONE: not read */
 int ld_attention(model *m, int l, int qk_norm, const char *ffn_norm, char *err, size_t errlen);
 /* d_expert / d_shexp from the first MoE block's tensors when the keys lack them. */
 void ld_expert_widths(model *m);

@@ -1,6 +1,6 @@
-/* arch_glm4moe.c — llama.cpp's `glm4moe` (GLM-4.5, GLM-4.5-Air, GLM-4.6): head_dim =
- * attention.key_length, q/k/v biases, optional per-head q/k norms, partial NeoX RoPE
- * (rope.dimension_count < head_dim); the FFN's pre-norm is blk.N.post_attention_norm (llama.cpp's
+/* arch_glm4moe.c — llama.cpp's `glm4moe` (GLM-4.5, GLM-4.5-Air, GLM-4.6): head widths
+ * attention.key_length / value_length (equal in GLM's files; llama.cpp asserts so), q/k/v
+ * biases, optional per-head q/k norms, partial NeoX RoPE (rope.dimension_count < key_length); the FFN's pre-norm is blk.N.post_attention_norm (llama.cpp's
  * name for it in GLM files); the first leading_dense_block_count blocks dense
  * (ffn_gate/up/down, feed_forward_length), the others MoE: sigmoid router, experts chosen by
  * score + exp_probs_b.bias (within the best expert_group_used_count of expert_group_count groups
@@ -34,7 +34,6 @@ static int glm4moe_hparams(model *m, char *err, size_t errlen) {
     if (c->n_group > 1 && (c->n_group > 64 || c->n_experts % c->n_group || c->topk_group < 1 || c->topk_group > c->n_group))
         return model_fail(err, errlen, "glm4moe expert groups %d / %d are invalid for %d experts", c->n_group,
                           c->topk_group, c->n_experts);
-    c->rope_neox = 1;
     ld_expert_widths(m);
     return 0;
 }
@@ -52,4 +51,23 @@ static int glm4moe_block(model *m, int l, expert_layer_src *src, char *err, size
     return 1;
 }
 
-const arch_ops arch_glm4moe = {"glm4moe", glm4moe_hparams, glm4moe_block};
+/* llama.cpp's llm_build_glm4_moe: biases, optional per-head q/k norms, partial NeoX RoPE (the
+ * RoPE table is rope.dimension_count wide); the leading dense blocks' FFN dense, the others MoE
+ * with the ungated shared expert; the MTP blocks are not in the loop (c->n_layers excludes them). */
+static int glm4moe_forward(fwd *F) {
+    const model *m = F->m;
+    const attn_opts att = {QKN_HEAD, ROPE_NEOX, 0.0f};
+    fwd_embed(F, 1.0f);
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        fwd_norm(F, L->attn_norm);
+        fwd_attention(F, l, &att);
+        fwd_residual(F, 1.0f);
+        fwd_norm(F, L->ffn_norm);          /* post_attention_norm in GLM's files */
+        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L)) != 0) return -1;
+        fwd_residual(F, 1.0f);
+    }
+    return fwd_head(F, 1.0f);
+}
+
+const arch_ops arch_glm4moe = {"glm4moe", glm4moe_hparams, glm4moe_block, glm4moe_forward};

@@ -33,8 +33,26 @@ static int granitemoe_hparams(model *m, char *err, size_t errlen) {
 }
 
 static int granitemoe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
-    if (ld_attention(m, l, QK_NORM_OPT, "ffn_norm", err, errlen) != 0) return -1;
+    if (ld_attention(m, l, QK_NORM_NONE, "ffn_norm", err, errlen) != 0) return -1;
     return ld_moe_ffn(m, l, src, err, errlen) != 0 ? -1 : 1;
 }
 
-const arch_ops arch_granitemoe = {"granitemoe", granitemoe_hparams, granitemoe_block};
+/* llama.cpp's llm_build_granite (MoE layers): the four multipliers; RoPE on interleaved pairs. */
+static int granitemoe_forward(fwd *F) {
+    const model *m = F->m;
+    const model_config *c = &m->c;
+    const attn_opts att = {QKN_NONE, ROPE_NORM, c->attn_scale};
+    fwd_embed(F, c->embd_scale);
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        fwd_norm(F, L->attn_norm);
+        fwd_attention(F, l, &att);
+        fwd_residual(F, c->resid_scale);
+        fwd_norm(F, L->ffn_norm);
+        if (fwd_moe(F, L) != 0) return -1;
+        fwd_residual(F, c->resid_scale);
+    }
+    return fwd_head(F, c->logit_scale);
+}
+
+const arch_ops arch_granitemoe = {"granitemoe", granitemoe_hparams, granitemoe_block, granitemoe_forward};

@@ -3,8 +3,8 @@
  * ffn_{gate,up,down}.E: see ld_moe_ffn; router ffn_gate_inp), plus colibri's additions:
  * an optional router bias (ffn_gate_inp.bias), an optional shared expert (ffn_*_shexp, no
  * gate of its own) and colibri.expert_gating (softmax over the selected experts' logits, or
- * unit weights). Forward quirks: none beyond the shared forward's defaults (RMSNorm, RoPE on
- * interleaved pairs, SiLU-gated FFN). */
+ * unit weights). Its forward is llama.cpp's llm_build_llama: RoPE on interleaved pairs, scores
+ * scaled by 1/sqrt(head_dim), each layer's FFN dense or MoE. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +35,7 @@ static int llama_block(model *m, int l, expert_layer_src *src, char *err, size_t
     const gguf_file *g = &m->g;
     layer_w *L = &m->layers[l];
     char nm[160];
-    const uint64_t D = (uint64_t)c->d_model, KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+    const uint64_t D = (uint64_t)c->d_model, KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim_k;
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
     if (ld_vec(m, NAME("attn_norm.weight"), c->d_model, 0, &L->attn_norm, err, errlen)) return -1;
     if (ld_vec(m, NAME("ffn_norm.weight"), c->d_model, 0, &L->ffn_norm, err, errlen)) return -1;
@@ -53,4 +53,20 @@ static int llama_block(model *m, int l, expert_layer_src *src, char *err, size_t
     return 1;
 }
 
-const arch_ops arch_llama = {"llama", llama_hparams, llama_block};
+static int llama_forward(fwd *F) {
+    const model *m = F->m;
+    const attn_opts att = {QKN_NONE, ROPE_NORM, 0.0f};
+    fwd_embed(F, 1.0f);
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        fwd_norm(F, L->attn_norm);
+        fwd_attention(F, l, &att);
+        fwd_residual(F, 1.0f);
+        fwd_norm(F, L->ffn_norm);
+        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L)) != 0) return -1;
+        fwd_residual(F, 1.0f);
+    }
+    return fwd_head(F, 1.0f);
+}
+
+const arch_ops arch_llama = {"llama", llama_hparams, llama_block, llama_forward};

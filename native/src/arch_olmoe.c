@@ -13,8 +13,6 @@ static int olmoe_hparams(model *m, char *err, size_t errlen) {
     if (c->n_experts < 1) return model_fail(err, errlen, "olmoe.expert_count is missing or invalid");
     c->gating = GATING_SOFTMAX_ALL;
     c->norm_topk = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 0) != 0;
-    c->rope_neox = 1;
-    c->qk_norm_full = 1;
     ld_expert_widths(m);
     return 0;
 }
@@ -24,4 +22,21 @@ static int olmoe_block(model *m, int l, expert_layer_src *src, char *err, size_t
     return ld_moe_ffn(m, l, src, err, errlen) != 0 ? -1 : 1;
 }
 
-const arch_ops arch_olmoe = {"olmoe", olmoe_hparams, olmoe_block};
+/* llama.cpp's llm_build_olmoe: q/k norms over the whole projections, NeoX RoPE, MoE in every layer. */
+static int olmoe_forward(fwd *F) {
+    const model *m = F->m;
+    const attn_opts att = {QKN_FULL, ROPE_NEOX, 0.0f};
+    fwd_embed(F, 1.0f);
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        fwd_norm(F, L->attn_norm);
+        fwd_attention(F, l, &att);
+        fwd_residual(F, 1.0f);
+        fwd_norm(F, L->ffn_norm);
+        if (fwd_moe(F, L) != 0) return -1;
+        fwd_residual(F, 1.0f);
+    }
+    return fwd_head(F, 1.0f);
+}
+
+const arch_ops arch_olmoe = {"olmoe", olmoe_hparams, olmoe_block, olmoe_forward};

@@ -14,14 +14,13 @@ static int qwen2moe_hparams(model *m, char *err, size_t errlen) {
     if (c->n_experts < 1) return model_fail(err, errlen, "qwen2moe.expert_count is missing or invalid");
     c->gating = GATING_SOFTMAX_ALL;
     c->norm_topk = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 0) != 0;
-    c->rope_neox = 1;
     ld_expert_widths(m);
     return 0;
 }
 
 static int qwen2moe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
     char nm[160];
-    if (ld_attention(m, l, QK_NORM_OPT, "ffn_norm", err, errlen) != 0) return -1;
+    if (ld_attention(m, l, QK_NORM_NONE, "ffn_norm", err, errlen) != 0) return -1;
     if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
     snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
     if (gguf_find_tensor(&m->g, nm)) {
@@ -32,4 +31,22 @@ static int qwen2moe_block(model *m, int l, expert_layer_src *src, char *err, siz
     return 1;
 }
 
-const arch_ops arch_qwen2moe = {"qwen2moe", qwen2moe_hparams, qwen2moe_block};
+/* llama.cpp's llm_build_qwen2moe: q/k/v biases (attention block), NeoX RoPE, MoE with the gated
+ * shared expert (moe.c) in every layer. */
+static int qwen2moe_forward(fwd *F) {
+    const model *m = F->m;
+    const attn_opts att = {QKN_NONE, ROPE_NEOX, 0.0f};
+    fwd_embed(F, 1.0f);
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        fwd_norm(F, L->attn_norm);
+        fwd_attention(F, l, &att);
+        fwd_residual(F, 1.0f);
+        fwd_norm(F, L->ffn_norm);
+        if (fwd_moe(F, L) != 0) return -1;
+        fwd_residual(F, 1.0f);
+    }
+    return fwd_head(F, 1.0f);
+}
+
+const arch_ops arch_qwen2moe = {"qwen2moe", qwen2moe_hparams, qwen2moe_block, qwen2moe_forward};

@@ -1,10 +1,12 @@
 /* arch_qwen3moe.c — llama.cpp's `qwen3moe` (Qwen3-30B-A3B, Qwen3-Coder, Qwen3-235B-A22B):
- * attention with head_dim = attention.key_length (not embedding_length / head_count), per-head
+ * attention with head widths attention.key_length (not embedding_length / head_count), per-head
  * RMSNorm of q and k (attn_q_norm / attn_k_norm) before RoPE, NeoX RoPE; every block MoE with
  * a softmax router over all experts, top-k, the selected weights renormalized
  * (qwen3moe.expert_weights_norm, default true as llama.cpp's qwen3moe graph; HF's
  * norm_topk_prob); no shared expert; untied output head. A block without ffn_gate_inp falls
- * back to a dense SiLU FFN (Qwen3-MoE's mlp_only_layers), when feed_forward_length is set. */
+ * back to a dense SiLU FFN (Qwen3-MoE's mlp_only_layers), when feed_forward_length is set.
+ * attention.value_length may differ from key_length (v and the attention output are then that
+ * wide): llama.cpp's qwen3moe graph asserts they are equal; the maths is the same either way. */
 #include <stdio.h>
 
 #include "arch.h"
@@ -15,7 +17,6 @@ static int qwen3moe_hparams(model *m, char *err, size_t errlen) {
     char k[128];
     c->gating = GATING_SOFTMAX_ALL;
     c->norm_topk = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 1) != 0;
-    c->rope_neox = 1;
     if (c->n_experts < 1) return model_fail(err, errlen, "qwen3moe.expert_count is missing or invalid");
     ld_expert_widths(m);
     return 0;
@@ -29,4 +30,21 @@ static int qwen3moe_block(model *m, int l, expert_layer_src *src, char *err, siz
     return ld_moe_ffn(m, l, src, err, errlen) != 0 ? -1 : 1;
 }
 
-const arch_ops arch_qwen3moe = {"qwen3moe", qwen3moe_hparams, qwen3moe_block};
+/* llama.cpp's llm_build_qwen3moe: per-head q/k norms before NeoX RoPE. */
+static int qwen3moe_forward(fwd *F) {
+    const model *m = F->m;
+    const attn_opts att = {QKN_HEAD, ROPE_NEOX, 0.0f};
+    fwd_embed(F, 1.0f);
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        fwd_norm(F, L->attn_norm);
+        fwd_attention(F, l, &att);
+        fwd_residual(F, 1.0f);
+        fwd_norm(F, L->ffn_norm);
+        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L)) != 0) return -1;
+        fwd_residual(F, 1.0f);
+    }
+    return fwd_head(F, 1.0f);
+}
+
+const arch_ops arch_qwen3moe = {"qwen3moe", qwen3moe_hparams, qwen3moe_block, qwen3moe_forward};

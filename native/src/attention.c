@@ -1,6 +1,7 @@
 /* attention.c — causal attention over the K/V rows of a slot: scores of 8 keys at a time,
  * softmax with our own exp, V summed as fma chains (see native/README.md "Attention"). One
- * task = up to ATT_R consecutive rows of one slot x one KV head with its query heads. */
+ * task = up to ATT_R consecutive rows of one slot x one KV head with its query heads. Scores
+ * run over the key width, the V sums over the value width (they may differ). */
 #include <math.h>
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -250,9 +251,9 @@ static void softmax_scores(float *sc, int nt, float scale) {
 void attn_task(void *vctx, int task) {
     const attn_ctx *A = vctx;
     kv_cache *kv = A->kv;
-    const int hd = A->hd, l = A->l, kh = task % A->nkv, b = task / A->nkv;
+    const int hdk = A->hdk, hdv = A->hdv, l = A->l, kh = task % A->nkv, b = task / A->nkv;
     const int i0 = A->blk[b], i1 = A->blk[b + 1], s = A->rows[i0].slot;
-    const size_t kvd = (size_t)kv->kv_dim, koff = (size_t)kh * hd * kv_elt(kv);
+    const size_t koff = (size_t)kh * hdk * kv_elt(kv), voff = (size_t)kh * hdv * kv_elt(kv);
     float *scr = A->ascr + (size_t)pool_thread_id() * ATT_G * (size_t)A->sc_len;
     for (int i = i0; i < i1; i++) {
         const int nt = A->rows[i].pos + 1;
@@ -262,22 +263,22 @@ void attn_task(void *vctx, int task) {
             float *sc[ATT_G], *o[ATT_G];
             for (int g = 0; g < G; g++) {
                 const int hh = kh * A->grp + g0 + g;
-                qv[g] = A->Q + (size_t)i * A->qd + (size_t)hh * hd;
+                qv[g] = A->Q + (size_t)i * A->qd + (size_t)hh * hdk;
                 sc[g] = scr + (size_t)g * A->sc_len;
-                o[g] = A->att + (size_t)i * A->qd + (size_t)hh * hd;
+                o[g] = A->att + (size_t)i * A->od + (size_t)hh * hdv;
             }
             for (int t0 = 0; t0 < nt; t0 += 8) {
                 const void *kp[8];
                 float *out[ATT_G];
                 for (int j = 0; j < 8; j++) {
                     kp[j] = (const char *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + koff;
-                    if (g0 == 0 && t0 + j + ATT_PF < nt) prefetch_l2((const char *)kv_k(kv, s, l, t0 + j + ATT_PF) + koff, hd * (int)kv_elt(kv));
+                    if (g0 == 0 && t0 + j + ATT_PF < nt) prefetch_l2((const char *)kv_k(kv, s, l, t0 + j + ATT_PF) + koff, hdk * (int)kv_elt(kv));
                 }
                 for (int g = 0; g < G; g++) out[g] = sc[g] + t0;
-                score8(qv, G, kp, hd, kv->f16, out);
+                score8(qv, G, kp, hdk, kv->f16, out);
             }
             for (int g = 0; g < G; g++) softmax_scores(sc[g], nt, A->scale);
-            wsum_v((const float *const *)sc, G, (const char *)kv_v(kv, s, l, 0) + koff, kvd, nt, hd, kv->f16, o);
+            wsum_v((const float *const *)sc, G, (const char *)kv_v(kv, s, l, 0) + voff, (size_t)kv->v_dim, nt, hdv, kv->f16, o);
         }
     }
 }

@@ -2,10 +2,12 @@
  *
  * Slot file layout (little-endian):
  *   char magic[8] = "COLIKV01"
- *   int32 n_layers, kv_dim, n_pos, f16 (0: float32 rows, 1: fp16 rows)
+ *   int32 n_layers, k_dim, n_pos, f16 (0: float32 rows, 1: fp16 rows)
  *   uint64 fingerprint
  *   int32 tokens[n_pos]
- *   per layer: K[n_pos][kv_dim], then V[n_pos][kv_dim], elements as the cache holds them
+ *   per layer: K[n_pos][k_dim], then V[n_pos][v_dim], elements as the cache holds them
+ * (v_dim is not in the header: the exact size check below tells it, and the model's
+ * fingerprint covers both widths; files of equal widths are those of before the split)
  * Written to "<path>.tmp" then renamed over <path>. Loaded only when magic, dims,
  * element type, fingerprint and the exact file size all match, and n_pos fits the context. */
 #include "kv.h"
@@ -21,15 +23,16 @@
 
 static const char KV_MAGIC[8] = {'C', 'O', 'L', 'I', 'K', 'V', '0', '1'};
 
-int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim) {
+int kv_init_kv(kv_cache *c, int n_slots, int ctx, int n_layers, int k_dim, int v_dim) {
     memset(c, 0, sizeof *c);
-    if (n_slots < 1 || ctx < 1 || n_layers < 1 || kv_dim < 1) return -1;
+    if (n_slots < 1 || ctx < 1 || n_layers < 1 || k_dim < 1 || v_dim < 1) return -1;
     c->slots = calloc((size_t)n_slots, sizeof *c->slots);
     if (!c->slots) return -1;
     c->n_slots = n_slots;
     c->ctx = ctx;
     c->n_layers = n_layers;
-    c->kv_dim = kv_dim;
+    c->k_dim = k_dim;
+    c->v_dim = v_dim;
     for (int s = 0; s < n_slots; s++) {
         c->slots[s].k = calloc((size_t)n_layers, sizeof(void *));
         c->slots[s].v = calloc((size_t)n_layers, sizeof(void *));
@@ -39,6 +42,10 @@ int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim) {
         }
     }
     return 0;
+}
+
+int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim) {
+    return kv_init_kv(c, n_slots, ctx, n_layers, kv_dim, kv_dim);
 }
 
 int kv_set_f16(kv_cache *c, int on) {
@@ -53,25 +60,24 @@ int kv_type_f16(const char *setting) {
     return !strcmp(setting, "f32") ? 0 : -1;
 }
 
-void kv_store(kv_cache *c, int s, int layer, int pos, const float *k, const float *v) {
-    const int n = c->kv_dim;
-    if (!c->f16) {
-        memcpy(kv_k(c, s, layer, pos), k, sizeof(float) * (size_t)n);
-        memcpy(kv_v(c, s, layer, pos), v, sizeof(float) * (size_t)n);
-        return;
-    }
-    uint16_t *hk = kv_k(c, s, layer, pos), *hv = kv_v(c, s, layer, pos);
+/* n floats of x as fp16 (round to nearest even) into h. */
+static void store_f16(uint16_t *h, const float *x, int n) {
     int i = 0;
 #ifdef __F16C__
-    for (; i + 8 <= n; i += 8) {
-        _mm_storeu_si128((__m128i *)(hk + i), _mm256_cvtps_ph(_mm256_loadu_ps(k + i), _MM_FROUND_TO_NEAREST_INT));
-        _mm_storeu_si128((__m128i *)(hv + i), _mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT));
-    }
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
-    for (; i < n; i++) {
-        hk[i] = f32_to_fp16(k[i]);
-        hv[i] = f32_to_fp16(v[i]);
+    for (; i < n; i++) h[i] = f32_to_fp16(x[i]);
+}
+
+void kv_store(kv_cache *c, int s, int layer, int pos, const float *k, const float *v) {
+    if (!c->f16) {
+        memcpy(kv_k(c, s, layer, pos), k, sizeof(float) * (size_t)c->k_dim);
+        memcpy(kv_v(c, s, layer, pos), v, sizeof(float) * (size_t)c->v_dim);
+        return;
     }
+    store_f16(kv_k(c, s, layer, pos), k, c->k_dim);
+    store_f16(kv_v(c, s, layer, pos), v, c->v_dim);
 }
 
 void kv_free(kv_cache *c) {
@@ -102,12 +108,12 @@ int kv_reserve(kv_cache *c, int s, int n_pos) {
     int *t = realloc(sl->tokens, (size_t)cap * sizeof(int));
     if (!t) return -1;
     sl->tokens = t;
-    size_t bytes = (size_t)cap * (size_t)c->kv_dim * kv_elt(c);
+    size_t kb = (size_t)cap * (size_t)c->k_dim * kv_elt(c), vb = (size_t)cap * (size_t)c->v_dim * kv_elt(c);
     for (int l = 0; l < c->n_layers; l++) {
-        void *k = realloc(sl->k[l], bytes);
+        void *k = realloc(sl->k[l], kb);
         if (!k) return -1;
         sl->k[l] = k;
-        void *v = realloc(sl->v[l], bytes);
+        void *v = realloc(sl->v[l], vb);
         if (!v) return -1;
         sl->v[l] = v;
     }
@@ -146,15 +152,15 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
         free(tmp);
         return -1;
     }
-    int32_t hdr[4] = {c->n_layers, c->kv_dim, sl->n_pos, c->f16};
+    int32_t hdr[4] = {c->n_layers, c->k_dim, sl->n_pos, c->f16};
     int rc = write_all(f, KV_MAGIC, sizeof KV_MAGIC);
     rc |= write_all(f, hdr, sizeof hdr);
     rc |= write_all(f, &fingerprint, sizeof fingerprint);
     rc |= write_all(f, sl->tokens, (size_t)sl->n_pos * sizeof(int32_t));
-    size_t rows = (size_t)sl->n_pos * (size_t)c->kv_dim * kv_elt(c);
+    size_t krows = (size_t)sl->n_pos * (size_t)c->k_dim * kv_elt(c), vrows = (size_t)sl->n_pos * (size_t)c->v_dim * kv_elt(c);
     for (int l = 0; l < c->n_layers && rc == 0; l++) {
-        rc |= write_all(f, sl->k[l], rows);
-        rc |= write_all(f, sl->v[l], rows);
+        rc |= write_all(f, sl->k[l], krows);
+        rc |= write_all(f, sl->v[l], vrows);
     }
     if (fflush(f) != 0) rc = -1;
     if (rc == 0 && fsync(fileno(f)) != 0) rc = -1;
@@ -177,18 +183,18 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     int rc = -1;
     if (read_all(f, magic, 8) || memcmp(magic, KV_MAGIC, 8) != 0) goto out;
     if (read_all(f, hdr, sizeof hdr) || read_all(f, &fp, sizeof fp)) goto out;
-    if (hdr[0] != c->n_layers || hdr[1] != c->kv_dim || hdr[3] != c->f16 || fp != fingerprint) goto out;
+    if (hdr[0] != c->n_layers || hdr[1] != c->k_dim || hdr[3] != c->f16 || fp != fingerprint) goto out;
     int n = hdr[2];
     if (n < 0 || n > c->ctx) goto out;
     /* Exact size check before touching the slot. */
-    size_t rows = (size_t)n * (size_t)c->kv_dim * kv_elt(c);
-    long want = (long)(8 + sizeof hdr + sizeof fp) + (long)n * 4 + (long)(2 * rows * (size_t)c->n_layers);
+    size_t krows = (size_t)n * (size_t)c->k_dim * kv_elt(c), vrows = (size_t)n * (size_t)c->v_dim * kv_elt(c);
+    long want = (long)(8 + sizeof hdr + sizeof fp) + (long)n * 4 + (long)((krows + vrows) * (size_t)c->n_layers);
     if (fseek(f, 0, SEEK_END) != 0 || ftell(f) != want) goto out;
     if (fseek(f, (long)(8 + sizeof hdr + sizeof fp), SEEK_SET) != 0) goto out;
     if (kv_reserve(c, s, n) != 0) goto out;
     if (read_all(f, sl->tokens, (size_t)n * sizeof(int32_t))) goto out;
     for (int l = 0; l < c->n_layers; l++)
-        if (read_all(f, sl->k[l], rows) || read_all(f, sl->v[l], rows)) goto out;
+        if (read_all(f, sl->k[l], krows) || read_all(f, sl->v[l], vrows)) goto out;
     sl->n_pos = n;
     rc = 0;
 out:

@@ -12,17 +12,20 @@ typedef struct {
     int *tokens;    /* history: tokens whose K/V are stored, n_pos of them */
     int n_pos;
     int cap;        /* positions allocated */
-    void **k;       /* [n_layers] -> cap * kv_dim elements (float, or uint16_t fp16) */
-    void **v;
+    void **k;       /* [n_layers] -> cap * k_dim elements (float, or uint16_t fp16) */
+    void **v;       /* [n_layers] -> cap * v_dim elements */
 } kv_slot;
 
 typedef struct {
-    int n_slots, ctx, n_layers, kv_dim;
+    int n_slots, ctx, n_layers;
+    int k_dim, v_dim;   /* K and V row widths (KV heads x key / value head width): they may differ */
     int f16;        /* elements are fp16 (kv_set_f16), else float */
     kv_slot *slots;
 } kv_cache;
 
-/* A cache of float32 rows; kv_set_f16 switches it to fp16 before anything is stored. */
+/* A cache of float32 rows, K rows k_dim and V rows v_dim wide; kv_set_f16 switches it to fp16
+ * before anything is stored. kv_init: both kv_dim wide. */
+int kv_init_kv(kv_cache *c, int n_slots, int ctx, int n_layers, int k_dim, int v_dim);
 int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim);
 /* 0 ok, -1 when a slot already holds rows. */
 int kv_set_f16(kv_cache *c, int on);
@@ -32,14 +35,14 @@ void kv_free(kv_cache *c);
 /* Make room for n_pos positions in slot s (n_pos <= ctx). 0 ok, -1 OOM. */
 int kv_reserve(kv_cache *c, int s, int n_pos);
 static inline size_t kv_elt(const kv_cache *c) { return c->f16 ? 2 : 4; }
-/* Row `pos` of layer `layer` of slot s: kv_dim elements of the cache's type. */
+/* Row `pos` of layer `layer` of slot s: k_dim (v_dim) elements of the cache's type. */
 static inline void *kv_k(kv_cache *c, int s, int layer, int pos) {
-    return (char *)c->slots[s].k[layer] + (size_t)pos * (size_t)c->kv_dim * kv_elt(c);
+    return (char *)c->slots[s].k[layer] + (size_t)pos * (size_t)c->k_dim * kv_elt(c);
 }
 static inline void *kv_v(kv_cache *c, int s, int layer, int pos) {
-    return (char *)c->slots[s].v[layer] + (size_t)pos * (size_t)c->kv_dim * kv_elt(c);
+    return (char *)c->slots[s].v[layer] + (size_t)pos * (size_t)c->v_dim * kv_elt(c);
 }
-/* Stores float rows k, v (kv_dim values each) at (s, layer, pos), converting to fp16. */
+/* Stores float rows k (k_dim values), v (v_dim) at (s, layer, pos), converting to fp16. */
 void kv_store(kv_cache *c, int s, int layer, int pos, const float *k, const float *v);
 /* Length of the common prefix of the slot history and ids[0..n). */
 int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n);

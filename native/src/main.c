@@ -217,7 +217,7 @@ static int run_detokenize(const char *model_path, const char *list) {
 static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, double top_p,
                        uint64_t seed, int ctx, int kv_f16) {
     kv_cache kv;
-    if (kv_init(&kv, 1, ctx, m->c.n_layers, m->c.n_kv_heads * m->c.head_dim) != 0 || kv_set_f16(&kv, kv_f16) != 0) {
+    if (model_kv_init(m, &kv, 1, ctx) != 0 || kv_set_f16(&kv, kv_f16) != 0) {
         fprintf(stderr, "colibri-engine: out of memory for the KV cache\n");
         return 1;
     }

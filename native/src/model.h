@@ -20,18 +20,21 @@ enum { GATING_SOFTMAX = 0, GATING_UNIT = 1, GATING_SOFTMAX_ALL = 2, GATING_SIGMO
  * gating's weights are then multiplied by model_config.expert_scale. */
 
 typedef struct {
-    int n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab, ctx_train;
+    int n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab, ctx_train;
+    /* A head's widths: q and k have head_dim_k (attention.key_length; RoPE and the scores work
+     * on it), v and each head's attention output head_dim_v (attention.value_length). head_dim
+     * is head_dim_k's former name, kept for callers that size a cache of equal widths (server.c). */
+    union { int head_dim_k; int head_dim; };
+    int head_dim_v;
     int n_experts, top_k, d_expert, d_shexp;   /* n_experts == 0: dense */
     int gating;                                /* GATING_* */
     int norm_topk;                             /* GATING_SOFTMAX_ALL: renormalize the selected */
-    int rope_neox;                             /* RoPE on (i, i + rope_dim/2) pairs (NeoX), else (2i, 2i+1) */
-    int qk_norm_full;                          /* q/k norms over the whole projection (OLMoE), else per head */
     int n_group, topk_group;                   /* GATING_SIGMOID's expert groups (0: none) */
     float expert_scale;                        /* routed weights' multiplier (1) */
-    float embd_scale, resid_scale, logit_scale; /* Granite's multipliers (1: none) */
-    float attn_scale;                          /* attention score scale (0: 1/sqrt(head_dim)) */
+    float embd_scale, resid_scale, logit_scale; /* Granite's multipliers (1: none); read by its forward */
+    float attn_scale;                          /* Granite's attention score scale (0: 1/sqrt(head_dim_k)) */
     float rope_base, rms_eps;
-    int rope_dim;                              /* rotated dimensions of a head (<= head_dim) */
+    int rope_dim;                              /* rotated dimensions of a head (<= head_dim_k) */
     /* RoPE scaling, llama.cpp's rope.scaling.* semantics (none: 1, 0, 1): angles pos * inv_freq_i *
      * (freq_scale (1 - r_i) + r_i), r_i = YaRN's ramp over the pairs x ext_factor (0: linear
      * scaling); cos/sin x attn_factor, x (1 + 0.1 ln(1 / freq_scale)) when ext_factor != 0. */
@@ -42,8 +45,8 @@ typedef struct {
 
 typedef struct {
     const float *attn_norm, *ffn_norm;         /* F32 [d_model] */
-    const float *q_norm, *k_norm;              /* optional RMSNorm of q and k [head_dim], or over
-                                                * the whole projection (qk_norm_full) */
+    const float *q_norm, *k_norm;              /* optional RMSNorm of q and k [head_dim_k], or over
+                                                * the whole projection (OLMoE's forward) */
     const float *q_b, *k_b, *v_b;              /* optional attention biases (Qwen2, GLM-4.5) */
     const float *sh_gate_inp;                  /* optional shared-expert gate [d_model]: the shared
                                                 * expert's output times sigmoid(h . w) (Qwen2-MoE) */
@@ -54,6 +57,8 @@ typedef struct {
     const float *router_b;                     /* optional ffn_gate_inp.bias [n_experts], or NULL */
     qmat sh_gate, sh_up, sh_down;              /* shared expert (rows 0 when absent) */
     int moe_row;                               /* -1 dense layer, else EMAP row */
+    int next_moe;                              /* index of the next MoE layer (-1: none), for the
+                                                * read-ahead; set once at load */
 } layer_w;
 
 /* Per-turn profile counters (seconds), accumulated by the forward. */
@@ -104,6 +109,9 @@ typedef struct {
 /* Runs all rows through the model in one pass (weight rows read once per pass).
  * 0 ok, -1 on OOM/expert read failure. */
 int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n);
+
+/* A KV cache for m's rows (K and V row widths from its heads): kv_init_kv's result. */
+int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx);
 
 /* The fingerprint of K/V rows computed with k routed experts per token (slot files): the
  * model's own for its top_k, a distinct one for any other count. */

@@ -4,8 +4,9 @@
  * in files of their own (moe.c, attention.c).
  *
  * Files: model_load.c (open, validate, pack, free), arch_<name>.c (one per architecture:
- * hyper-parameters and tensor names), model.c (the batched forward), moe.c (routing and
- * routed experts), attention.c (attention kernels). */
+ * hyper-parameters, tensor names and its forward), model.c (model_forward: row checks, slot
+ * histories, the architecture's forward), forward.c (the forward's building blocks, blocks.h),
+ * moe.c (routing and routed experts), attention.c (attention kernels). */
 #ifndef COLI_MODEL_IMPL_H
 #define COLI_MODEL_IMPL_H
 #include <stddef.h>
@@ -28,8 +29,10 @@ typedef struct compute_tier {
 } compute_tier;
 extern const compute_tier compute_cpu;
 
+struct arch_ops;
 struct model_priv {
     int g_open;
+    const struct arch_ops *ops;     /* the file's architecture (its forward) */
     float **owned;          /* owned copies: converted norm vectors, packed matrices */
     int n_owned, cap_owned;
     double *inv_freq;       /* RoPE: base^(-2i/rope_dim), i < rope_dim/2 (x the scaling's factor) */
@@ -104,7 +107,8 @@ int ld_int_opt(const model *m, const char *suffix, int def, int *dst, char *err,
 int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out);
 
 /* Attention (attention.c): tasks of up to ATT_R consecutive rows of one slot x one KV head
- * with its query heads (up to ATT_G per kernel call). */
+ * with its query heads (up to ATT_G per kernel call). Scores over the key width hdk (Q rows qd
+ * = nh x hdk apart), outputs of the value width hdv (att rows od = nh x hdv apart). */
 #define ATT_R 4
 #define ATT_G 4
 typedef struct {
@@ -113,7 +117,7 @@ typedef struct {
     const int *blk;         /* task blocks: rows blk[b] .. blk[b + 1] - 1 */
     const float *Q;
     float *att, *ascr;
-    int sc_len, l, nh, nkv, hd, qd, grp;
+    int sc_len, l, nh, nkv, hdk, hdv, qd, od, grp;
     float scale;
 } attn_ctx;
 void attn_task(void *vctx, int task);

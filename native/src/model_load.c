@@ -307,16 +307,19 @@ int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
         return model_fail(err, errlen, "head_count %d is not a multiple of head_count_kv %d", c->n_heads, c->n_kv_heads);
     if (!own_head_dim && c->d_model % c->n_heads != 0)
         return model_fail(err, errlen, "embedding_length %d is not a multiple of head_count %d", c->d_model, c->n_heads);
-    c->head_dim = c->d_model / c->n_heads;
-    int64_t kl = gguf_get_int(g, ld_key(m, "attention.key_length", k, sizeof k), c->head_dim);
-    int64_t vl = gguf_get_int(g, ld_key(m, "attention.value_length", k, sizeof k), c->head_dim);
-    if (own_head_dim && kl == vl && kl >= 2 && kl <= 1024 && kl % 2 == 0) c->head_dim = (int)kl;
-    if (kl != c->head_dim || vl != c->head_dim)
+    c->head_dim_k = c->head_dim_v = c->d_model / c->n_heads;
+    int64_t kl = gguf_get_int(g, ld_key(m, "attention.key_length", k, sizeof k), c->head_dim_k);
+    int64_t vl = gguf_get_int(g, ld_key(m, "attention.value_length", k, sizeof k), c->head_dim_v);
+    if (own_head_dim && kl >= 2 && kl <= 1024 && kl % 2 == 0 && vl >= 1 && vl <= 1024) {
+        c->head_dim_k = (int)kl;
+        c->head_dim_v = (int)vl;
+    }
+    if (kl != c->head_dim_k || vl != c->head_dim_v)
         return model_fail(err, errlen, "attention key/value length %lld/%lld != embedding_length/head_count %d is not supported",
-                          (long long)kl, (long long)vl, c->head_dim);
-    int64_t rd = gguf_get_int(g, ld_key(m, "rope.dimension_count", k, sizeof k), c->head_dim);
-    if (rd < 2 || rd > c->head_dim || rd % 2)
-        return model_fail(err, errlen, "%s %lld is invalid for head_dim %d", k, (long long)rd, c->head_dim);
+                          (long long)kl, (long long)vl, c->d_model / c->n_heads);
+    int64_t rd = gguf_get_int(g, ld_key(m, "rope.dimension_count", k, sizeof k), c->head_dim_k);
+    if (rd < 2 || rd > c->head_dim_k || rd % 2)
+        return model_fail(err, errlen, "%s %lld is invalid for key_length %d", k, (long long)rd, c->head_dim_k);
     c->rope_dim = (int)rd;
     if (!(c->rope_base > 0.0f) || !isfinite(c->rope_base))
         return model_fail(err, errlen, "%s is invalid", ld_key(m, "rope.freq_base", k, sizeof k));
@@ -356,21 +359,24 @@ int ld_attention(model *m, int l, int qk_norm, const char *ffn_norm, char *err, 
     const gguf_file *g = &m->g;
     layer_w *L = &m->layers[l];
     char nm[160];
-    const uint64_t D = (uint64_t)c->d_model, QD = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
-                   KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+    const uint64_t D = (uint64_t)c->d_model, QD = (uint64_t)c->n_heads * (uint64_t)c->head_dim_k,
+                   KV = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim_k,
+                   VD = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim_v, OD = (uint64_t)c->n_heads * (uint64_t)c->head_dim_v;
     if (ld_vec(m, NAME("attn_norm.weight"), c->d_model, 0, &L->attn_norm, err, errlen)) return -1;
     snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, ffn_norm);
     if (ld_vec(m, nm, c->d_model, 0, &L->ffn_norm, err, errlen)) return -1;
     if (ld_mat(g, NAME("attn_q.weight"), D, QD, 0, &L->q, err, errlen)) return -1;
     if (ld_mat(g, NAME("attn_k.weight"), D, KV, 0, &L->k, err, errlen)) return -1;
-    if (ld_mat(g, NAME("attn_v.weight"), D, KV, 0, &L->v, err, errlen)) return -1;
-    if (ld_mat(g, NAME("attn_output.weight"), QD, D, 0, &L->o, err, errlen)) return -1;
-    const int full = qk_norm == QK_NORM_FULL;
-    if (ld_vec(m, NAME("attn_q_norm.weight"), full ? (int)QD : c->head_dim, qk_norm == QK_NORM_OPT, &L->q_norm, err, errlen)) return -1;
-    if (ld_vec(m, NAME("attn_k_norm.weight"), full ? (int)KV : c->head_dim, qk_norm == QK_NORM_OPT, &L->k_norm, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_v.weight"), D, VD, 0, &L->v, err, errlen)) return -1;
+    if (ld_mat(g, NAME("attn_output.weight"), OD, D, 0, &L->o, err, errlen)) return -1;
+    const int full = qk_norm == QK_NORM_FULL, opt = qk_norm == QK_NORM_OPT;
+    if (qk_norm != QK_NORM_NONE &&
+        (ld_vec(m, NAME("attn_q_norm.weight"), full ? (int)QD : c->head_dim_k, opt, &L->q_norm, err, errlen) ||
+         ld_vec(m, NAME("attn_k_norm.weight"), full ? (int)KV : c->head_dim_k, opt, &L->k_norm, err, errlen)))
+        return -1;
     if (ld_vec(m, NAME("attn_q.bias"), (int)QD, 1, &L->q_b, err, errlen)) return -1;
     if (ld_vec(m, NAME("attn_k.bias"), (int)KV, 1, &L->k_b, err, errlen)) return -1;
-    if (ld_vec(m, NAME("attn_v.bias"), (int)KV, 1, &L->v_b, err, errlen)) return -1;
+    if (ld_vec(m, NAME("attn_v.bias"), (int)VD, 1, &L->v_b, err, errlen)) return -1;
     return 0;
 }
 
@@ -506,6 +512,10 @@ static int load_blocks(model *m, const arch_ops *ops, const expert_opts *eo, cha
         if (k < 0) goto out;
         if (k == 1) m->layers[l].moe_row = c->n_moe_rows++;
     }
+    for (int l = c->n_layers - 1, next = -1; l >= 0; l--) {     /* the read-ahead's target */
+        m->layers[l].next_moe = next;
+        if (m->layers[l].moe_row >= 0) next = l;
+    }
     if (c->n_moe_rows == 0) c->d_expert = c->d_shexp = 0;
     expert_opts def;
     memset(&def, 0, sizeof def);
@@ -560,10 +570,14 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
     sampling_defaults(m);
     /* what K/V rows depend on: the shapes, the effective top-k, the file, EXACT's arithmetic */
     const int rd = c->rope_dim;
-    int64_t fp[17] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff, c->vocab,
+    int64_t fp[17] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim_k, c->d_ff, c->vocab,
                       c->n_experts, c->top_k, c->d_expert, c->d_shexp, c->gating, c->n_moe_rows, rd,
                       (int64_t)g->size, (int64_t)g->n_tensors, m->exact};
     m->fingerprint = fnv1a64(1469598103934665603ull, fp, sizeof fp);
+    if (c->head_dim_v != c->head_dim_k) {    /* the value width too (equal widths: as before the split) */
+        int64_t hv = c->head_dim_v;
+        m->fingerprint = fnv1a64(m->fingerprint, &hv, sizeof hv);
+    }
     P->rope_dim = rd;
     P->inv_freq = malloc(sizeof(double) * (size_t)(rd / 2));
     if (!P->inv_freq) return model_fail(err, errlen, "out of memory");
@@ -602,6 +616,7 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     m->priv->g_open = 1;
     const arch_ops *ops = load_arch(m, err, errlen);
     if (!ops || ops->hparams(m, err, errlen) != 0 || topk_override(m, err, errlen) != 0) return -1;
+    m->priv->ops = ops;
     m->tok = tok_load(g, err, errlen);
     if (!m->tok) return -1;
     m->c.vocab = tok_n_vocab(m->tok);

@@ -2,6 +2,8 @@
  * bookkeeping), grouping the (row, expert) pairs by expert, the routed and shared experts'
  * matmuls as two parallel jobs, and the fixed-order combine.
  *
+ * Every matmul, the routers' included, goes through the compute tier (P->tier->mul_multi).
+ *
  * MoE combination order is fixed per row (selected experts in increasing id, then the shared
  * expert), so a row's result does not depend on which other rows share the batch. */
 #include <math.h>
@@ -150,7 +152,7 @@ static void moe_route(model *m, const layer_w *L, const float *h, int n, const f
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, r = L->moe_row;
     qact_prepare(&P->act, L->router.type, h, n, d);
-    qmat_mul(&L->router, &P->act, rl, E);
+    P->tier->mul_multi(&(mm_job){&L->router, NULL, &P->act, rl, E}, 1);
     for (int i = 0; i < n; i++) {
         float *lg = rl + (size_t)i * E;
         if (L->router_b)
@@ -242,21 +244,15 @@ static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const i
 static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
-    if (n > 4 || !es_lookahead(m->es)) return;
-    const layer_w *N = NULL;
-    for (const layer_w *q = L + 1; q < m->layers + c->n_layers; q++)
-        if (q->moe_row == L->moe_row + 1) {
-            N = q;
-            break;
-        }
-    if (!N) return;
+    if (n > 4 || L->next_moe < 0 || !es_lookahead(m->es)) return;
+    const layer_w *N = &m->layers[L->next_moe];
     const int E = c->n_experts, d = c->d_model;
     float *lg = fb(&P->ahead_lg, (size_t)n * E);
     int *guess = ib(&P->guess, (size_t)E * 2);
     if (!lg || !guess) return;
     P->ahead_act.exact = m->exact;
     qact_prepare(&P->ahead_act, N->router.type, h, n, d);
-    qmat_mul(&N->router, &P->ahead_act, lg, E);
+    P->tier->mul_multi(&(mm_job){&N->router, NULL, &P->ahead_act, lg, E}, 1);
     int *seen = guess + E, ng = 0;
     memset(seen, 0, sizeof(int) * (size_t)E);
     for (int i = 0; i < n; i++) {
@@ -273,28 +269,38 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
     es_read_ahead(m->es, N->moe_row, guess, ng);
 }
 
-/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
-int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
+/* One layer's MoE scratch: pairs (row, selected expert) koff[i] .. koff[i + 1] - 1 of row i. */
+typedef struct {
+    int *koff, *sel, *ecnt, *eoff, *elist, *slot_of, *ready_k, *ready, *chosen;
+    float *rl, *selw, *eg, *eo, *sg, *so;
+    int NP, S;
+} moe_bufs;
+
+/* Each row's expert count, and the scratch sized for this batch. 0, or -1 out of memory. */
+static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, moe_bufs *B) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
-    const int d = c->d_model, E = c->n_experts, X = c->d_expert, r = L->moe_row;
-    const int S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
-    /* each row has its own expert count: row i's (row, expert) pairs are koff[i] .. koff[i+1]-1 */
-    int *koff = ib(&P->koff, (size_t)n + 1);
+    const int d = c->d_model, E = c->n_experts, X = c->d_expert;
+    const int S = B->S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
+    int *koff = B->koff = ib(&P->koff, (size_t)n + 1);
     if (!koff) return -1;
     koff[0] = 0;
     for (int i = 0; i < n; i++) koff[i + 1] = koff[i] + row_experts(c, &rows[i]);
-    const int NP = koff[n];
-    float *rl = fb(&P->rlog, (size_t)n * E);
-    int *sel = ib(&P->sel, (size_t)NP);
-    float *selw = fb(&P->selw, (size_t)NP);
-    int *ecnt = ib(&P->ecnt, (size_t)E + 1);
-    int *eoff = ib(&P->eoff, (size_t)E + 1);
-    int *elist = ib(&P->elist, (size_t)NP * 2 + E); /* pairs by expert | slot of each pair | experts */
-    float *eg = fb(&P->eg, (size_t)NP * X);
-    float *eo = fb(&P->eout, (size_t)NP * d);
-    float *sg = S ? fb(&P->fg, (size_t)n * S) : NULL, *so = S ? fb(&P->shout, (size_t)n * d) : NULL;
-    if (!rl || !sel || !selw || !ecnt || !eoff || !elist || !eg || !eo || (S && (!sg || !so))) return -1;
+    const int NP = B->NP = koff[n];
+    B->rl = fb(&P->rlog, (size_t)n * E);
+    B->sel = ib(&P->sel, (size_t)NP);
+    B->selw = fb(&P->selw, (size_t)NP);
+    B->ecnt = ib(&P->ecnt, (size_t)E + 1);
+    B->eoff = ib(&P->eoff, (size_t)E + 1);
+    B->elist = ib(&P->elist, (size_t)NP * 2 + E); /* pairs by expert | slot of each pair | experts */
+    B->eg = fb(&P->eg, (size_t)NP * X);
+    B->eo = fb(&P->eout, (size_t)NP * d);
+    B->sg = S ? fb(&P->fg, (size_t)n * S) : NULL, B->so = S ? fb(&P->shout, (size_t)n * d) : NULL;
+    B->ready_k = ib(&P->ready, (size_t)E * 2);
+    if (!B->rl || !B->sel || !B->selw || !B->ecnt || !B->eoff || !B->elist || !B->eg || !B->eo || !B->ready_k ||
+        (S && (!B->sg || !B->so)))
+        return -1;
+    B->slot_of = B->elist + NP, B->chosen = B->elist + 2 * NP, B->ready = B->ready_k + E;
     if (!P->eact) {
         P->eact = calloc((size_t)E * 3, sizeof(qact));   /* gathered, down inputs, views */
         P->ew = calloc((size_t)E, sizeof(expert_w));
@@ -302,53 +308,66 @@ int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *ro
         if (!P->eact || !P->ew || !P->jobs) return -1;
         for (int e = 0; e < 3 * E; e++) P->eact[e].exact = m->exact;
     }
-    int *slot_of = elist + NP;
+    return 0;
+}
 
-    double t0 = mnow();
-    moe_route(m, L, h, n, rows, koff, rl, sel, selw);
-    moe_group(sel, koff, n, E, ecnt, eoff, elist, slot_of);
-    m->perf.t_dense += mnow() - t0;
+/* Qwen2-MoE: the shared expert's output so times sigmoid(h . w), per row. */
+static void shared_gate(const float *w, const float *h, int n, int d, float *so) {
+    for (int i = 0; i < n; i++) {
+        double z = 0.0;
+        for (int q = 0; q < d; q++) z += (double)h[(size_t)i * d + q] * w[q];
+        const float g = 1.0f / (1.0f + expf(-(float)z));
+        for (int q = 0; q < d; q++) so[(size_t)i * d + q] *= g;
+    }
+}
 
-    /* acquire every selected expert: the ones in RAM at once, the misses on the I/O lanes while
-     * the resident ones (and the shared expert) compute; then the rest */
-    int nsel = 0;
-    for (int e = 0; e < E; e++)
-        if (eoff[e + 1] > eoff[e]) elist[2 * NP + nsel++] = e;
-    int *ready_k = ib(&P->ready, (size_t)E * 2), *ready = ready_k + E;
-    if (!ready_k) return -1;
-    int rc = es_acquire_begin(m->es, r, elist + 2 * NP, nsel, P->ew, ready_k), held = rc == 0;
+/* Acquires the nsel chosen experts: the ones in RAM at once, the misses on the I/O lanes while
+ * the resident ones (and the shared expert) compute; then the rest; then releases them. 0 or -1. */
+static int moe_experts(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, moe_bufs *B,
+                       int nsel) {
+    struct model_priv *P = m->priv;
+    const int E = m->c.n_experts, r = L->moe_row;
+    int rc = es_acquire_begin(m->es, r, B->chosen, nsel, P->ew, B->ready_k), held = rc == 0;
     double t1 = mnow();
     if (rc == 0) {
         moe_read_ahead(m, L, h, n, rows);
-        for (int e = 0; e < E; e++) ready[e] = 0;
-        for (int k = 0; k < nsel; k++) ready[elist[2 * NP + k]] = ready_k[k];
-        rc = moe_phase(m, L, n, eoff, elist, ready, 1, 1, eg, eo, sg, so);
+        for (int e = 0; e < E; e++) B->ready[e] = 0;
+        for (int k = 0; k < nsel; k++) B->ready[B->chosen[k]] = B->ready_k[k];
+        rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 1, 1, B->eg, B->eo, B->sg, B->so);
         int pending = 0;
-        for (int k = 0; k < nsel; k++) pending |= !ready_k[k];
+        for (int k = 0; k < nsel; k++) pending |= !B->ready_k[k];
         if (rc == 0 && pending) {
             double tw = mnow();
-            rc = es_acquire_finish(m->es, r, elist + 2 * NP, nsel, P->ew, ready_k, &m->perf.t_edisk);
+            rc = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk);
             held = rc == 0;                 /* a failed finish holds nothing */
             t1 += mnow() - tw;              /* the wait is disk time, not matmul time */
-            if (rc == 0) rc = moe_phase(m, L, n, eoff, elist, ready, 0, 0, eg, eo, sg, so);
+            if (rc == 0) rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 0, 0, B->eg, B->eo, B->sg, B->so);
         } else if (pending) {
-            held = es_acquire_finish(m->es, r, elist + 2 * NP, nsel, P->ew, ready_k, &m->perf.t_edisk) == 0;
+            held = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk) == 0;
         }
-        if (rc == 0 && S && L->sh_gate_inp)      /* Qwen2-MoE: shared output x sigmoid(h . w) */
-            for (int i = 0; i < n; i++) {
-                double z = 0.0;
-                for (int q = 0; q < d; q++) z += (double)h[(size_t)i * d + q] * L->sh_gate_inp[q];
-                const float g = 1.0f / (1.0f + expf(-(float)z));
-                for (int q = 0; q < d; q++) so[(size_t)i * d + q] *= g;
-            }
+        if (rc == 0 && B->S && L->sh_gate_inp) shared_gate(L->sh_gate_inp, h, n, m->c.d_model, B->so);
         for (int e = 0; held && e < E; e++)
-            if (eoff[e + 1] > eoff[e]) es_release(m->es, r, e);
+            if (B->eoff[e + 1] > B->eoff[e]) es_release(m->es, r, e);
     }
     m->perf.t_emm += mnow() - t1;
-    if (rc != 0) return -1;
+    return rc;
+}
 
+/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
+int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
+    const int E = m->c.n_experts;
+    moe_bufs B;
+    if (moe_scratch(m, L, n, rows, &B) != 0) return -1;
+    double t0 = mnow();
+    moe_route(m, L, h, n, rows, B.koff, B.rl, B.sel, B.selw);
+    moe_group(B.sel, B.koff, n, E, B.ecnt, B.eoff, B.elist, B.slot_of);
+    m->perf.t_dense += mnow() - t0;
+    int nsel = 0;
+    for (int e = 0; e < E; e++)
+        if (B.eoff[e + 1] > B.eoff[e]) B.chosen[nsel++] = e;
+    if (moe_experts(m, L, h, n, rows, &B, nsel) != 0) return -1;
     t0 = mnow();
-    combine_ctx C = {out, selw, eo, so, slot_of, koff, n, d};
+    combine_ctx C = {out, B.selw, B.eo, B.so, B.slot_of, B.koff, n, m->c.d_model};
     par_rows(combine_chunk, &C, n);
     m->perf.t_dense += mnow() - t0;
     return 0;

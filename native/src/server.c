@@ -849,7 +849,7 @@ int serve_mux(model *m, const serve_opts *o) {
 
     int nfwd = o->n_slots > PREFILL_CHUNK ? o->n_slots : PREFILL_CHUNK;
     size_t ncells = (size_t)S->rows * S->cols;
-    int ok = kv_init(&S->kv, o->n_slots, o->ctx, m->c.n_layers, m->c.n_kv_heads * m->c.head_dim) == 0 &&
+    int ok = model_kv_init(m, &S->kv, o->n_slots, o->ctx) == 0 &&
              kv_set_f16(&S->kv, o->kv_f16) == 0;
     S->req = calloc((size_t)o->n_slots, sizeof *S->req);
     S->scratch = malloc((size_t)S->vocab * 8);

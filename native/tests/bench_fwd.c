@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     int S = B > 1 ? B : 1;
     kv_cache kv;
     /* the engine's KV element type: fp16 unless KV_TYPE=f32 */
-    if (kv_init(&kv, S + 1, 4096, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim) != 0 ||
+    if (model_kv_init(&m, &kv, S + 1, 4096) != 0 ||
         kv_set_f16(&kv, kv_type_f16(getenv("KV_TYPE")) != 0) != 0)
         return 1;
     float *logits = malloc(sizeof(float) * (size_t)m.c.vocab * (size_t)(B > PR ? B : PR));

@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     int n = argc - 3, V = m.c.vocab;
     kv_cache kv;
     /* the engine's KV element type: fp16 unless KV_TYPE=f32 (as colibri-engine) */
-    if (kv_init(&kv, 1, n, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim) != 0 ||
+    if (model_kv_init(&m, &kv, 1, n) != 0 ||
         kv_set_f16(&kv, kv_type_f16(getenv("KV_TYPE")) != 0) != 0)
         return 1;
     float *lg = malloc(sizeof(float) * (size_t)n * V);

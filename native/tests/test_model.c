@@ -149,6 +149,50 @@ static void test_kv_f16(void) {
     kv_free(&c);
 }
 
+/* K and V rows of different widths (key_length != value_length): each row its own width, in
+ * both element types; slot files round-trip, and a cache of other widths refuses them. */
+static void test_kv_widths(void) {
+    for (int f16 = 0; f16 <= 1; f16++) {
+        kv_cache c;
+        CHECK(kv_init_kv(&c, 2, 32, 2, 24, 8) == 0 && kv_set_f16(&c, f16) == 0 && c.k_dim == 24 && c.v_dim == 8,
+              "kv_init_kv");
+        float k[24], v[8];
+        CHECK(kv_reserve(&c, 0, 5) == 0, "reserve");
+        for (int p = 0; p < 5; p++) {
+            for (int j = 0; j < 24; j++) k[j] = (float)(p * 100 + j);
+            for (int j = 0; j < 8; j++) v[j] = -(float)(p * 100 + j);
+            for (int l = 0; l < 2; l++) kv_store(&c, 0, l, p, k, v);
+            c.slots[0].tokens[p] = p;
+        }
+        c.slots[0].n_pos = 5;
+        int ok = 1;
+        for (int p = 0; p < 5; p++)
+            for (int j = 0; j < 24; j++) {
+                const void *kr = kv_k(&c, 0, 1, p), *vr = kv_v(&c, 0, 1, p);
+                float kk = f16 ? fp16_to_f32(((const uint16_t *)kr)[j]) : ((const float *)kr)[j];
+                ok &= kk == (float)(p * 100 + j);
+                if (j < 8) ok &= (f16 ? fp16_to_f32(((const uint16_t *)vr)[j]) : ((const float *)vr)[j]) == -(float)(p * 100 + j);
+            }
+        CHECK(ok, "rows of 24 K and 8 V values read back (f16 %d)", f16);
+        char path[512];
+        tpath(path, sizeof path, "slot-widths.kv");
+        CHECK(kv_save(&c, 0, path, 5) == 0 && kv_load(&c, 1, path, 5) == 0 && c.slots[1].n_pos == 5 &&
+                  memcmp(kv_v(&c, 1, 1, 4), kv_v(&c, 0, 1, 4), 8 * kv_elt(&c)) == 0 &&
+                  memcmp(kv_k(&c, 1, 1, 4), kv_k(&c, 0, 1, 4), 24 * kv_elt(&c)) == 0,
+              "slot file round trip with K 24 / V 8 (f16 %d)", f16);
+        kv_cache d;
+        kv_init_kv(&d, 1, 32, 2, 24, 16);
+        kv_set_f16(&d, f16);
+        CHECK(kv_load(&d, 0, path, 5) != 0 && d.slots[0].n_pos == 0, "V width mismatch refused (f16 %d)", f16);
+        kv_free(&d);
+        kv_init(&d, 1, 32, 2, 24);
+        kv_set_f16(&d, f16);
+        CHECK(kv_load(&d, 0, path, 5) != 0, "equal-width cache refuses it (f16 %d)", f16);
+        kv_free(&d);
+        kv_free(&c);
+    }
+}
+
 /* ------------------------------------------------------------------ a tiny GGUF writer */
 
 typedef struct {
@@ -781,6 +825,7 @@ int main(void) {
     }
     test_kv();
     test_kv_f16();
+    test_kv_widths();
     test_experts();
 
     char moe[512], moesh[512], dense[512];

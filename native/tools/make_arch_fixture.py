@@ -21,6 +21,9 @@ qwen3moe (llama.cpp's QWEN3MOE tensors and keys; Qwen3-30B-A3B's shape, scaled d
   allows) from a generator seeded by SEED and the tensor's name; routers draw a float type.
   --tensor-type REGEX=TYPE (repeatable, first match wins): llama-quantize's per-tensor override,
   applied after the mix, e.g. --tensor-type 'ffn_up_exps=Q3_K'.
+  --value-length N (qwen3moe, glm4moe: the architectures whose head widths are their own keys):
+  attention.value_length N != key_length, so attn_v is head_count_kv x N and attn_output reads
+  head_count x N (llama.cpp's graphs for these assert equal widths; deepseek2's MLA does not).
   --arch llama: Mixtral's layout on llama.cpp's llama architecture; --split-experts writes its
   experts as older llama.cpp files do, one tensor per expert (blk.N.ffn_gate.E.weight ...).
 
@@ -248,9 +251,15 @@ def main(argv=None):
                          "x 512, top-4")
     ap.add_argument("--split-experts", action="store_true",
                     help="llama only: one tensor per expert, blk.N.ffn_{gate,up,down}.E.weight (older Mixtral files)")
+    ap.add_argument("--value-length", type=int, metavar="N",
+                    help="qwen3moe / glm4moe: attention.value_length N (v and the attention output N wide per head)")
     a = ap.parse_args(argv)
     if a.split_experts and a.arch != "llama":
         ap.error("--split-experts: only llama files have that layout")
+    if a.value_length is not None and (a.arch not in ("qwen3moe", "glm4moe") or not 1 <= a.value_length <= 1024
+                                       or a.value_length % 64):
+        ap.error("--value-length: qwen3moe or glm4moe, a multiple of 64 up to 1024 (attn_output's rows of "
+                 "4 heads x N values are whole K-quant blocks)")
     import re
     overrides = []
     for spec in a.tensor_type:
@@ -270,6 +279,7 @@ def main(argv=None):
     tokens, types, merges = build_vocab()
     vocab = len(tokens)
     D, H, KVH, HD, E, X = h["d_model"], h["n_heads"], h["n_kv"], h["head_dim"], h["experts"], h["d_expert"]
+    HDV = a.value_length or HD      # a head's value width
 
     def mat(*shape, scale=1.0):   # numpy shape (..., rows, cols), fan_in = cols
         return (rng.standard_normal(shape, dtype=np.float32) * (scale / np.sqrt(shape[-1]))).astype(np.float32)
@@ -310,7 +320,7 @@ def main(argv=None):
     w.add_head_count(H)
     w.add_head_count_kv(KVH)
     w.add_key_length(HD)
-    w.add_value_length(HD)
+    w.add_value_length(HDV)
     w.add_rope_freq_base(h["rope_base"])
     w.add_layer_norm_rms_eps(h["eps"])
     w.add_expert_count(E)
@@ -348,10 +358,10 @@ def main(argv=None):
         w.add_tensor(p + "attn_norm.weight", norm_w(D))
         put(p + "attn_q.weight", mat(H * HD, D), "q4k")
         put(p + "attn_k.weight", mat(KVH * HD, D), "q4k")
-        put(p + "attn_v.weight", mat(KVH * HD, D), "q6k")
-        put(p + "attn_output.weight", mat(D, H * HD, scale=0.5), "q4k")
+        put(p + "attn_v.weight", mat(KVH * HDV, D), "q6k")
+        put(p + "attn_output.weight", mat(D, H * HDV, scale=0.5), "q4k")
         if h["bias"]:
-            for nm, n in (("attn_q.bias", H * HD), ("attn_k.bias", KVH * HD), ("attn_v.bias", KVH * HD)):
+            for nm, n in (("attn_q.bias", H * HD), ("attn_k.bias", KVH * HD), ("attn_v.bias", KVH * HDV)):
                 w.add_tensor(p + nm, (0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
         if h["qk_norm"] == "head":
             w.add_tensor(p + "attn_q_norm.weight", norm_w(HD))

@@ -2,6 +2,10 @@
 transformers' modeling files), independent of the engine's code and of native/tools/llama_ref.py.
 Weights come from the GGUF through gguf's own dequantizers. Used by test_arch_oracle.py.
 
+Every architecture's heads have a key width HDK (attention.key_length: q, k, RoPE, the 1/sqrt(HDK)
+score scale) and a value width HDV (attention.value_length, default HDK: v and each head's output,
+so attn_output reads H * HDV values); transformers' modules have one head_dim, the HDK == HDV case.
+
 qwen3moe (transformers Qwen3MoeForCausalLM): RMSNorm (x / sqrt(mean x^2 + eps) * w); attention
 with per-head q_norm / k_norm RMSNorms before rotary embeddings; rotary "rotate_half" (NeoX)
 with inv_freq = base^(-2i/head_dim); grouped-query causal softmax attention scaled by
@@ -115,8 +119,9 @@ class Ref:
         self.D = int(W.key(f"{a}.embedding_length"))
         self.H = int(W.key(f"{a}.attention.head_count"))
         self.KVH = int(W.key(f"{a}.attention.head_count_kv"))
-        self.HD = int(W.key(f"{a}.attention.key_length", self.D // self.H))
-        self.RD = int(W.key(f"{a}.rope.dimension_count", self.HD))
+        self.HDK = int(W.key(f"{a}.attention.key_length", self.D // self.H))
+        self.HDV = int(W.key(f"{a}.attention.value_length", self.HDK))
+        self.RD = int(W.key(f"{a}.rope.dimension_count", self.HDK))
         self.eps = float(W.key(f"{a}.attention.layer_norm_rms_epsilon"))
         self.base = float(W.key(f"{a}.rope.freq_base"))
         self.top_k = int(W.key(f"{a}.expert_used_count"))
@@ -136,7 +141,7 @@ class Ref:
         return (rope_neox if self.neox else rope_interleaved)(x, pos, self.base, self.RD)
 
     def attn_scale(self):
-        return 1.0 / np.sqrt(self.HD)
+        return 1.0 / np.sqrt(self.HDK)
 
     def mlp(self, h, p, kind=""):
         W = self.w
@@ -191,13 +196,13 @@ class Ref:
             p = f"blk.{l}."
             h = rmsnorm(x, W(p + "attn_norm.weight"), self.eps)
             q, k = self.qk(l, self.proj(h, p, "attn_q"), self.proj(h, p, "attn_k"))
-            v = self.proj(h, p, "attn_v").reshape(n, self.KVH, self.HD)
-            q = self.rope(q.reshape(n, self.H, self.HD), pos)
-            k = self.rope(k.reshape(n, self.KVH, self.HD), pos)
+            v = self.proj(h, p, "attn_v").reshape(n, self.KVH, self.HDV)
+            q = self.rope(q.reshape(n, self.H, self.HDK), pos)
+            k = self.rope(k.reshape(n, self.KVH, self.HDK), pos)
             rep = self.H // self.KVH
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
             s = np.einsum("qhd,khd->hqk", q, k) * self.attn_scale() + mask
-            o = np.einsum("hqk,khd->qhd", softmax(s), v).reshape(n, self.H * self.HD)
+            o = np.einsum("hqk,khd->qhd", softmax(s), v).reshape(n, self.H * self.HDV)
             x = self.residual(x, o @ W(p + "attn_output.weight").T)
             x = self.residual(x, self.ffn(l, rmsnorm(x, W(p + self.ffn_norm + ".weight"), self.eps)))
         return self.head(x)
@@ -226,8 +231,8 @@ class Qwen3Moe(Ref):
 
     def qk(self, l, q, k):
         W, p, n = self.w, f"blk.{l}.", len(q)
-        q = rmsnorm(q.reshape(n, self.H, self.HD), W(p + "attn_q_norm.weight"), self.eps)
-        k = rmsnorm(k.reshape(n, self.KVH, self.HD), W(p + "attn_k_norm.weight"), self.eps)
+        q = rmsnorm(q.reshape(n, self.H, self.HDK), W(p + "attn_q_norm.weight"), self.eps)
+        k = rmsnorm(k.reshape(n, self.KVH, self.HDK), W(p + "attn_k_norm.weight"), self.eps)
         return q, k
 
     def route(self, l, lg):

@@ -38,7 +38,7 @@ def fake_bridge(monkeypatch, in_memory_layer, settings):
 
     bridge = FakeBridge()
     monkeypatch.setattr(client, "generate", bridge.generate)
-    monkeypatch.setattr("engine_bridge.prompting._model_info", lambda: {})
+    monkeypatch.setattr("engine_bridge.served._read_state", lambda: {})
     monkeypatch.setattr("chat.relay.RELAY_SAVE_EVERY_S", 0.0)
     settings.CHAT_AUTO_TITLE = False
     return bridge

@@ -77,10 +77,14 @@ async def frames_until(comm, kind, timeout=3):
 
 
 def serve_state(monkeypatch, state, boot="boot-1"):
-    """The bridge telemetry the API reads for the served model (api.served), sync and async, and
-    the running bridge's boot read with it."""
-    async def aread():
+    """The bridge telemetry the served model's facts are read from (engine_bridge.served), sync
+    and async, and the running bridge's boot read with it."""
+    async def aread_and_boot():
         return state, boot
 
-    monkeypatch.setattr("api.served._read_state", lambda: state)
-    monkeypatch.setattr("api.served._aread_state_and_boot", aread)
+    async def aread():
+        return state
+
+    monkeypatch.setattr("engine_bridge.served._read_state", lambda: state)
+    monkeypatch.setattr("engine_bridge.served._aread_state", aread)
+    monkeypatch.setattr("engine_bridge.served._aread_state_and_boot", aread_and_boot)

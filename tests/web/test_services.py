@@ -10,7 +10,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _no_telemetry(monkeypatch, settings):
-    monkeypatch.setattr("engine_bridge.prompting._model_info", lambda: {})
+    monkeypatch.setattr("engine_bridge.served._read_state", lambda: {})
     settings.CHAT_AUTO_TITLE = False
 
 
@@ -21,7 +21,7 @@ def test_it_renders_chatml_by_default():
 
 def test_it_uses_the_models_template_and_tokens(monkeypatch):
     tpl = "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
-    monkeypatch.setattr("engine_bridge.prompting._model_info", lambda: {"chat_template": tpl, "bos_token": "<s>", "eos_token": "</s>"})
+    monkeypatch.setattr("engine_bridge.served._read_state", lambda: {"model": {"chat_template": tpl, "bos_token": "<s>", "eos_token": "</s>"}})
     assert render_prompt([{"role": "user", "content": "hi"}]) == "<s>[user]hi</s>[assistant]"
 
 
