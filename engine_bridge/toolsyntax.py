@@ -736,8 +736,9 @@ class ToolCallParser:
 
 
 def _is_string_param(schema, key):
-    props = (schema or {}).get("properties") or {}
-    kind = (props.get(key) or {}).get("type")
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    prop = props.get(key) if isinstance(props, dict) else None
+    kind = prop.get("type") if isinstance(prop, dict) else None
     return kind == "string" or (isinstance(kind, list) and kind == ["string"])
 
 

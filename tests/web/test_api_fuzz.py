@@ -29,19 +29,20 @@ ROUTES = {
     "/v1/chat/completions": ({"messages": _msgs(["user", "system", "assistant", "developer", "tool"]),
                               "max_tokens": _mostly(st.integers(0, 6), _budget)},
                              {"stop": _json, "n": _json, "response_format": _json, "stream_options": _json,
-                              "max_completion_tokens": _budget, "tools": _json}),
+                              "max_completion_tokens": _budget, "tools": _json, "tool_choice": _json,
+                              "functions": _json, "function_call": _json, "parallel_tool_calls": _json}),
     "/v1/completions": ({"prompt": _mostly(st.text(min_size=1, max_size=8), st.lists(_valid_text, max_size=2) | _json),
                          "max_tokens": _mostly(st.integers(0, 6), _budget)},
                         {"stop": _json, "echo": _json, "suffix": _json, "best_of": _json, "logprobs": _json}),
     "/v1/messages": ({"messages": _msgs(["user", "assistant"]), "max_tokens": _mostly(st.integers(0, 6), _budget)},
-                     {"system": _content, "stop_sequences": _json, "top_k": _json, "tools": _json,
+                     {"system": _content, "stop_sequences": _json, "top_k": _json, "tools": _json, "tool_choice": _json,
                       "output_format": _json, "output_config": _json, "metadata": _json}),
     "/v1/responses": ({"input": _mostly(_valid_text, st.lists(st.fixed_dictionaries(
                            {"role": _mostly(st.sampled_from(["user", "system"])), "content": _content,
                             "type": _mostly(st.just("message"))}), max_size=2) | _json),
                        "max_output_tokens": _mostly(st.integers(0, 6), _budget)},
                       {"instructions": _mostly(_valid_text), "text": _json, "previous_response_id": _json,
-                       "conversation": _json, "tools": _json}),
+                       "conversation": _json, "tools": _json, "tool_choice": _json}),
 }
 
 

@@ -6,6 +6,8 @@ End to end with the official SDKs: test_live_api_tools.py."""
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine_bridge.toolsyntax import call_text
 from tests.web import sse_oracles as oracles
@@ -303,3 +305,34 @@ def test_constrained_choices_submit_a_grammar(fake_bridge, alice_key):
     choice = r.json()["choices"][0]
     assert fake_bridge.requests[-1].grammar and choice["finish_reason"] == "tool_calls"
     assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {"city": "Rome"}
+
+
+# --- hostile shapes: only 400s, never a crash -----------------------------------------------------
+
+_KEYS = ["type", "function", "name", "parameters", "input_schema", "description", "strict", "id", "arguments",
+         "tool_calls", "role", "content", "tool_call_id", "tool_use_id", "is_error", "input", "call_id", "output",
+         "disable_parallel_tool_use", "text"]
+_VALUES = ["function", "tool_use", "tool_result", "text", "assistant", "user", "tool", "function_call",
+           "function_call_output", "auto", "any", "required", "none", "get_weather", "{}", "[1]", "call_1"]
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from(_VALUES),
+                     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), kids, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=st.dictionaries(st.sampled_from(["tools", "tool_choice", "functions", "function_call", "messages",
+                                             "input", "parallel_tool_calls"]), _json, max_size=4))
+def test_hostile_tool_shapes_are_400s(body):
+    from api import tools as tools_mod
+    from api.errors import ApiError
+    from api.intake import _check_tree  # noqa: F401  (the body passed intake's walk)
+
+    for parse in (tools_mod.chat_plan, tools_mod.anthropic_plan, tools_mod.responses_plan,
+                  lambda b: tools_mod.chat_messages(b, roles={"system", "user", "assistant", "tool", "function"},
+                                                    text_types=("text",), rename={}),
+                  tools_mod.anthropic_messages,
+                  lambda b: tools_mod.responses_items(b, roles={"user", "assistant"}, text_types=("input_text",))):
+        try:
+            parse(body)
+        except ApiError as exc:
+            assert exc.status == 400 and exc.message
