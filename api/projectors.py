@@ -16,7 +16,8 @@ An error before the job was accepted carries the ApiError it would have been as 
 Tool calls: with tools offered (api.tools.ToolPlan), the model's text goes through the plan's
 incremental parser (engine_bridge.toolsyntax) and each surface turns its events into its own
 call frames as they come: Chat `delta.tool_calls` (index from 0, id / type / name once, then
-argument fragments), Anthropic `tool_use` blocks with `input_json_delta`, Responses
+argument fragments; a request with the legacy `functions` gets one `delta.function_call` and
+finish `function_call`), Anthropic `tool_use` blocks with `input_json_delta`, Responses
 `function_call` items with `function_call_arguments.delta/done`. Finish: a call under auto or
 required -> Chat `tool_calls` (a named tool -> `stop`, as OpenAI does), Anthropic `tool_use`;
 a budget stop stays `length` and a call it cut comes back as text (DS4 defect 5). A call that
@@ -219,20 +220,29 @@ class OpenAIChatProjector(Projector):
 
     def wire_finish(self):
         if self.called and not self.tools.named:  # OpenAI: a named tool finishes with "stop"
-            return "tool_calls"
+            return "function_call" if self.tools.legacy else "tool_calls"
         return self.finish_reason
 
     def on_call_start(self, event):
+        if self.tools.legacy:  # the request sent `functions`: the legacy one-call shape
+            return [self._delta({"function_call": {"name": event.name, "arguments": ""}})]
         call = {"index": event.index, "id": event.id, "type": "function",
                 "function": {"name": event.name, "arguments": ""}}
         return [self._delta({"tool_calls": [call]})]
 
     def on_call_args(self, event):
+        if self.tools.legacy:
+            return [self._delta({"function_call": {"arguments": event.delta}})]
         return [self._delta({"tool_calls": [{"index": event.index, "function": {"arguments": event.delta}}]})]
 
     def message(self):
         message = {"role": "assistant", "content": self.text, "refusal": None}
-        if self.tool_calls:
+        if self.tool_calls and self.tools.legacy:
+            call = self.tool_calls[0]
+            message["function_call"] = {"name": call.name, "arguments": call.arguments}
+            if not self.text.strip():
+                message["content"] = None
+        elif self.tool_calls:
             message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                                      for c in self.tool_calls]
             if not self.text.strip():

@@ -33,6 +33,7 @@ class ToolPlan:
     name: str | None = None                      # the named tool
     parallel: bool = True
     echo: object = None                          # the request's tool_choice as the surface echoes it
+    legacy: bool = False                         # Chat's `functions`: answered as message.function_call
 
     @property
     def active(self):
@@ -163,8 +164,10 @@ def chat_plan(body):
             raise bad_param("function_call", "function_call must be \"none\", \"auto\" or {\"name\": ...}")
     else:
         choice, name = openai_choice(None, tools)
-    parallel = intake.field_bool(body, "parallel_tool_calls", True)
-    return ToolPlan(tools=tools, choice=choice, name=name, parallel=parallel, echo=body.get("tool_choice"))
+    legacy = functions is not None
+    parallel = intake.field_bool(body, "parallel_tool_calls", True) and not legacy  # legacy: one call
+    return ToolPlan(tools=tools, choice=choice, name=name, parallel=parallel, echo=body.get("tool_choice"),
+                    legacy=legacy)
 
 
 def responses_plan(body):

@@ -115,12 +115,21 @@ def test_chat_unparsable_call_is_text_and_none_parses_nothing(fake_bridge, alice
     assert '"get_weather"' not in fake_bridge.requests[-1].prompt  # none offers no tools
 
 
-def test_chat_legacy_functions_and_one_call_without_parallel(fake_bridge, alice_key):
+def test_chat_one_call_without_parallel_and_legacy_functions(fake_bridge, alice_key):
+    from openai.types.chat import ChatCompletion
+
     fake_bridge.script(*reply(*two_calls("")))
     r = post(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG, "parallel_tool_calls": False,
-                                                 "functions": [{"name": "get_weather", "parameters": SCHEMA}]})
+                                                 "tools": CHAT_TOOLS})
     msg = r.json()["choices"][0]["message"]
     assert len(msg["tool_calls"]) == 1 and "Rome" in msg["content"]
+    # Legacy `functions` get the legacy answer: message.function_call, finish "function_call".
+    r = post(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG,
+                                                 "functions": [{"name": "get_weather", "parameters": SCHEMA}]})
+    ChatCompletion.model_validate(r.json())
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "function_call" and "tool_calls" not in choice["message"]
+    assert choice["message"]["function_call"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     history = MSG + [{"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": "{}"}},
                      {"role": "function", "name": "get_weather", "content": "sunny"}]
     rescript(fake_bridge, reply("ok"))
@@ -336,3 +345,16 @@ def test_hostile_tool_shapes_are_400s(body):
             parse(body)
         except ApiError as exc:
             assert exc.status == 400 and exc.message
+
+
+async def test_chat_legacy_functions_stream_function_call_deltas(fake_bridge, alice_key):
+    fake_bridge.script(*reply(*split(call_text("get_weather", {"city": "Paris"}))))
+    raw = await stream(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG,
+                                                           "functions": [{"name": "get_weather", "parameters": SCHEMA}]})
+    parsed = oracles.check_openai_stream(raw, "chat.completion.chunk")
+    oracles.strict_openai_chunks(parsed, "chat.completion.chunk")
+    deltas = [p["choices"][0]["delta"] for p in parsed if p["choices"]]
+    calls = [d["function_call"] for d in deltas if "function_call" in d]
+    assert calls[0] == {"name": "get_weather", "arguments": ""} and all("name" not in c for c in calls[1:])
+    assert json.loads("".join(c["arguments"] for c in calls)) == {"city": "Paris"}
+    assert [p["choices"][0]["finish_reason"] for p in parsed if p["choices"]][-1] == "function_call"
