@@ -212,7 +212,8 @@ def refuse(body, rules):
 
 
 def refuse_tool_choice(value, name="tool_choice"):
-    """Tools are not supported, so only a choice that needs none passes (DS4 wording)."""
+    """For a surface without tools (legacy Completions; the others read api.tools): only a choice
+    that needs none passes (DS4 wording)."""
     if value is None or value in ("auto", "none"):
         return
     if isinstance(value, dict) and value.get("type") in ("auto", "none"):
