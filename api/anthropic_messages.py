@@ -33,6 +33,6 @@ def parse(body, *, served, surface):
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
-                                routes=ext.routing)
+                                routes=ext.routing, top_k=intake.top_k(body, served=served))
     projector = surface.projector(model=model, discard_text=budget == 0, stop=stop, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)

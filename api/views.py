@@ -182,9 +182,12 @@ class GenerationApi(LoopV1Api):
             # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was
             # admitted: its client learns its position while it waits); the wait stays bounded.
             deadline = engine.queue_deadline()
+            tick = _keepalive_tick(call.projector, deadline)
             first, events = await engine.open_generation(call.request, prompt_param=call.prompt_param,
                                                          admit_queued=True, deadline=deadline, boot=facts.boot,
-                                                         tick=_keepalive_tick(call.projector, deadline))
+                                                         tick=tick)
+            if len(call.requests) > 1:
+                first, events = {**first, "choice": 0}, _choice_events(call, events, boot=facts.boot, tick=tick)
         except BaseException:
             meter.release()
             raise
@@ -207,7 +210,7 @@ async def _tokens_admit(request, call):
     accounts = limits.accounts_for(request)
     if not accounts:
         return limits.Reservation()
-    amount = limits.estimate_tokens(call.request.prompt) + call.request.max_tokens
+    amount = limits.estimate_tokens(call.request.prompt) + call.request.max_tokens * len(call.requests)
     info = getattr(request, "_api_ratelimit", None)
     if info is None:
         info = request._api_ratelimit = {}
@@ -267,20 +270,52 @@ def generation_view(surface):
 GENERATION_VIEWS = {s.name: generation_view(s) for s in surfaces.SURFACES}
 
 
+def _tagged(event, choice):
+    return event if event is None else {**event, "choice": choice}
+
+
+async def _choice_events(call, events, *, boot=None, tick=None):
+    """n > 1: the events of choice 0 (`events`, already open), then of choices 1 … n-1, each
+    generation opened when the one before it ended (sequential: one slot per request, and the
+    later choices reuse the first one's KV prefix), every event tagged with its `choice`. A
+    later choice the engine refuses ends the group with that choice's error."""
+    async with contextlib.aclosing(events) as stream:
+        async for event in stream:
+            yield _tagged(event, 0)
+    for i, request in enumerate(call.requests[1:], start=1):
+        try:
+            accepted, more = await engine.open_generation(request, prompt_param=call.prompt_param, boot=boot,
+                                                          tick=tick)
+        except ApiError as exc:
+            yield {"kind": "error", "code": exc.code or "ENGINE_ERROR", "api_error": exc, "choice": i}
+            return
+        yield _tagged(accepted, i)
+        async with contextlib.aclosing(more) as stream:
+            async for event in stream:
+                yield _tagged(event, i)
+
+
 async def _buffered(call, meter, *, boot=None):
     projector = call.projector
     accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param, boot=boot)
+    if len(call.requests) > 1:
+        accepted, events = _tagged(accepted, 0), _choice_events(call, events, boot=boot)
     meter.observe(accepted)
     projector.feed(accepted)
     try:
         async for event in events:
+            if event is None:
+                continue
             meter.observe(event)
             projector.feed(event)
+            if projector.error:
+                break
     finally:
         await events.aclose()
         meter.end(projector)
     if projector.error:
-        raise ApiError(500, projector.error_message, type="server_error", code="engine_error")
+        refused = next((p.api_error for p in getattr(projector, "choices", ()) if p.api_error is not None), None)
+        raise refused or ApiError(500, projector.error_message, type="server_error", code="engine_error")
     if not projector.done:
         raise ApiError(500, "The engine ended the request without finishing it.", type="server_error", code="engine_error")
     return projector.response()

@@ -50,7 +50,7 @@ SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outa
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 REPLY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a client's reply list name (part of a Redis key)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
-EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True}
+EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True, "top_k": None, "logprobs": 0}
 WATCH_S = 0.5        # how often the bridge looks at its engine (watch_engine)
 PING_AFTER_S = 2.0   # an engine silent this long is asked something it must answer
 HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): the engine is hung
@@ -79,6 +79,7 @@ class Request:
     prompt_tokens: int | None = None
     reused: int | None = None
     topk: list = field(default_factory=list)
+    lp_pending: list = field(default_factory=list)  # logprob entries of tokens whose text is not sent yet
     perf: dict | None = None
     routing: dict | None = None  # the engine's ROUTES for this turn (routes=True)
     io: dict | None = None       # the engine's IOSTAT for this turn, as IoStat.figures()
@@ -110,7 +111,8 @@ def parse_job(raw, model_info=None):
     for name in ("routes", "heat", "topk"):
         if not isinstance(getattr(job, name), bool):
             raise p.SubmitError(f"{name} must be true or false")
-    p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1)
+    p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1, top_k=job.top_k,
+                    logprobs=job.logprobs)
     return job
 
 
@@ -140,6 +142,23 @@ def extension_refusal(job, model_info):
         if not low <= job.experts <= high:
             return f"experts must be in [{low}, {high}] for this model"
     return None
+
+
+def token_text(raw):
+    """A token's bytes as the text OpenAI's logprobs name it: the UTF-8 text, or `bytes:\\xNN…`
+    for a piece that is not valid UTF-8 on its own (half a character)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
+
+def logprob_entry(ev):
+    """A DATA event's logprobs tail (lptext=1) -> {token, logprob, bytes, top: [{token, logprob, bytes}]}."""
+    raw = ev.token_bytes or b""
+    top = [{"token": token_text(b), "logprob": lp, "bytes": list(b)}
+           for (tid, lp), b in zip(ev.top or [], ev.top_bytes or []) if tid >= 0]
+    return {"token": token_text(raw), "logprob": ev.logprob, "bytes": list(raw), "top": top}
 
 
 def held_back(text, stops):
@@ -428,10 +447,14 @@ class Bridge:
         if event["kind"] == "text":
             if not event["text"]:
                 return
+            if r.lp_pending:  # the logprobs of the tokens this text completes travel with it
+                event["logprobs"], r.lp_pending = r.lp_pending, []
             if r.t_first is None:
                 r.t_first, r.t_first_wall = time.monotonic(), time.time()
             if r.outbox and r.outbox[-1]["kind"] == "text":
                 r.outbox[-1]["text"] += event["text"]
+                if "logprobs" in event:
+                    r.outbox[-1].setdefault("logprobs", []).extend(event["logprobs"])
                 return  # merged into a batch that waits for the one in flight
         r.outbox.append(event)
         self.flush(r)
@@ -637,6 +660,8 @@ class Bridge:
             return
         r.tokens += 1
         r.text += r.decoder.decode(ev.data)
+        if r.job.logprobs and ev.logprob is not None:
+            r.lp_pending.append(logprob_entry(ev))
         self.emit_text(r)
 
     def ev_topk(self, ev):
@@ -673,6 +698,7 @@ class Bridge:
             "topk": r.topk if r.job.topk else None,
             "routing": r.routing if r.job.routes else None,
             "io": r.io,
+            **({"logprobs": r.lp_pending} if r.lp_pending else {}),  # tokens whose text was empty or held
         })
         self.release(r)
 
