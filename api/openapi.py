@@ -95,6 +95,12 @@ RESPONSES = inline_serializer("ResponsesRequest", {
     "text": s.JSONField(required=False, help_text='only {"format": {"type": "text"}}'), **_sampling,
 })
 
+COUNT_TOKENS = inline_serializer("CountTokensRequest", {
+    "model": s.CharField(), "messages": s.JSONField(help_text="[{role: user|assistant, content}]"),
+    "system": s.JSONField(required=False), "tools": s.JSONField(required=False, help_text=(
+        "[{name, description, input_schema}]: counted in a generic JSON form after the system text")),
+})
+COUNT_TOKENS_RESPONSE = inline_serializer("CountTokensResponse", {"input_tokens": s.IntegerField()})
 OPENAI_ERROR = inline_serializer("OpenAIError", {"error": inline_serializer("OpenAIErrorBody", {
     "message": s.CharField(), "type": s.CharField(), "param": s.CharField(allow_null=True),
     "code": s.CharField(allow_null=True)})})

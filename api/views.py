@@ -30,13 +30,14 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import engine, intake, limits, openapi, served, surfaces
+from api import anthropic_messages, engine, intake, limits, openapi, served, surfaces
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, from_engine_error, render
 from api.loopview import LoopAPIView
 from api.metering import Meter
 from api.models import ApiKey
 from colibri_site import metrics
+from engine_bridge.client import GenerationRequest
 
 KEEPALIVE_S = 10
 QUEUE_POSITION_HEADER = "x-colibri-queue-position"
@@ -251,6 +252,31 @@ def ratelimit_headers(info, *, anthropic=False):
             headers.update({f"x-ratelimit-limit-{kind}": str(limit), f"x-ratelimit-remaining-{kind}": str(remaining),
                             f"x-ratelimit-reset-{kind}": _duration(reset)})
     return headers
+
+
+class MessagesCountTokensApi(LoopV1Api):
+    """POST /v1/messages/count_tokens (Anthropic): {"input_tokens": N} for system + tools +
+    messages, rendered with the served model's template (api.anthropic_messages.count_prompt)
+    and counted by the engine's own tokenizer: the prompt is submitted and the count read from
+    the engine's ACCEPT line, then the job is cancelled (the mux wire has no count-only command,
+    so a count costs the engine the prompt's prefill, which also warms a slot's KV prefix for the
+    create that usually follows). Not charged against tokens per minute; requests per minute
+    count it as any request."""
+
+    envelope = ANTHROPIC
+    throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle]
+
+    @openapi.documented(request={"application/json": openapi.COUNT_TOKENS}, summary="Anthropic count_tokens",
+                        responses={200: openapi.COUNT_TOKENS_RESPONSE, 400: openapi.ANTHROPIC_ERROR,
+                                   529: openapi.ANTHROPIC_ERROR})
+    async def post(self, request):
+        body = intake.body_read(request._request)
+        facts = await served.aserved_model_get()
+        _, prompt = anthropic_messages.count_prompt(body, served=facts)
+        job = GenerationRequest(prompt=prompt, max_tokens=1, temperature=0.0, top_p=1.0)
+        accepted, events = await engine.open_generation(job, prompt_param="messages", boot=facts.boot)
+        await events.aclose()  # cancels the job: only its count was wanted
+        return Response({"input_tokens": int(accepted.get("prompt_tokens") or 0)})
 
 
 def generation_view(surface):

@@ -187,3 +187,27 @@ def test_user_and_metadata_are_accepted(fake_bridge, alice_key):
                                                     "metadata": {"k": "v"}}).status_code == 200
     assert post(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "max_tokens": 4,
                                             "metadata": {"user_id": "u1"}}).status_code == 200
+
+
+def test_count_tokens_counts_system_tools_and_messages_with_the_template(fake_bridge, alice_key):
+    from anthropic.types import MessageTokensCount
+
+    fake_bridge.script({"kind": "submitted", "req": "r"}, {"kind": "accepted", "prompt_tokens": 31, "slot": 0}, "hang")
+    tool = {"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {}}}
+    r = post(alice_key, "/v1/messages/count_tokens", {"model": "tiny", "system": [{"type": "text", "text": "Be brief."}],
+                                                      "tools": [tool],
+                                                      "messages": [{"role": "user", "content": [
+                                                          {"type": "text", "text": "one "}, {"type": "text", "text": "two"}]}]})
+    assert r.status_code == 200, r.content
+    MessageTokensCount.model_validate(r.json())
+    assert r.json() == {"input_tokens": 31}
+    prompt = fake_bridge.requests[0].prompt
+    assert "Be brief." in prompt and '"name":"get_weather"' in prompt and "one two" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n") and fake_bridge.cancelled  # counted, then cancelled
+
+
+@pytest.mark.parametrize("patch", [{"tools": [{"description": "no name"}]}, {"messages": []}, {"model": 3}])
+def test_count_tokens_refusals_use_the_anthropic_envelope(fake_bridge, alice_key, patch):
+    r = post(alice_key, "/v1/messages/count_tokens", {"model": "tiny", "messages": MSG, **patch})
+    assert r.status_code == 400 and r.json()["type"] == "error", r.content
+    assert r.json()["error"]["type"] == "invalid_request_error" and not fake_bridge.requests
