@@ -146,6 +146,10 @@ def stop_list(body, rule):
     if bad:
         most = f"up to {limit} " if limit else ""
         raise bad_param(name, f"{name} must be a string or an array of {most}non-empty strings")
+    if rule.length is not None:
+        for i, s in enumerate(stop):
+            if len(s) > rule.length:
+                raise bad_param(name, f"{name}[{i}] is {len(s)} characters long; at most {rule.length} are accepted")
     return stop
 
 

@@ -38,6 +38,7 @@ from typing import Callable
 from api import anthropic_messages, completions, openai_chat, openapi, responses
 from api.errors import ANTHROPIC, OPENAI
 from api.projectors import AnthropicProjector, CompletionProjector, OpenAIChatProjector, ResponsesProjector
+from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
 
 # Stream framings: how a surface's SSE stream is cut into records.
 FRAMINGS = {
@@ -100,7 +101,7 @@ SURFACES = (
         name="openai_chat", route="v1/chat/completions", url_name="v1-chat-completions",
         summary="OpenAI Chat Completions", parse=openai_chat.parse, projector=OpenAIChatProjector,
         envelope=OPENAI, busy_status=503, framing="chat-chunks", prompt_param="messages",
-        budget=("max_completion_tokens", "max_tokens"), stop=StopRule("stop", count=4),
+        budget=("max_completion_tokens", "max_tokens"), stop=StopRule("stop", count=4, length=MAX_STOP_CHARS),
         features=_COMMON | {"messages", "stream_options", "stop", "max_completion_tokens", "max_tokens",
                             "response_format", "tool_choice", "n", "logprobs", "top_logprobs", "top_k"},
         refused={**_PENALTIES, "tools": _truthy},
@@ -110,7 +111,7 @@ SURFACES = (
         name="openai_completion", route="v1/completions", url_name="v1-completions",
         summary="OpenAI legacy Completions (the prompt is sent raw)", parse=completions.parse,
         projector=CompletionProjector, envelope=OPENAI, busy_status=503, framing="completion-chunks",
-        prompt_param="prompt", budget=("max_tokens",), stop=StopRule("stop", count=4),
+        prompt_param="prompt", budget=("max_tokens",), stop=StopRule("stop", count=4, length=MAX_STOP_CHARS),
         features=_COMMON | {"prompt", "stream_options", "stop", "max_tokens", "n", "logprobs", "top_k"},
         refused={"top_logprobs": _not_none, **_PENALTIES, "tools": _truthy, "best_of": _not_one, "echo": _truthy,
                  "suffix": lambda v: v not in (None, "")},
@@ -120,7 +121,7 @@ SURFACES = (
         name="anthropic_messages", route="v1/messages", url_name="v1-messages", summary="Anthropic Messages",
         parse=anthropic_messages.parse, projector=AnthropicProjector, envelope=ANTHROPIC, busy_status=529,
         framing="anthropic-events", prompt_param="messages", budget=("max_tokens",),
-        stop=StopRule("stop_sequences"),
+        stop=StopRule("stop_sequences", count=MAX_STOPS, length=MAX_STOP_CHARS),
         features=_COMMON | {"messages", "system", "stop_sequences", "max_tokens", "tool_choice", "top_k"},
         refused={"tools": _truthy},
         request_schema=openapi.MESSAGES,

@@ -36,6 +36,7 @@ from engine_bridge import transport
 from engine_bridge.client import GenerationRequest
 from engine_bridge.engine import EngineFailed, Supervisor, next_id
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
+from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS, StopMatcher
 from engine_bridge.telemetry import Publisher
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class Request:
     tokens: int = 0          # DATA lines so far (one per token)
     sent: int = 0            # chars of text already emitted
     stopped: bool = False    # a stop string matched (STOP sent): drop further DATA
+    matcher: StopMatcher | None = None  # the job's stop strings' automaton (built at the first text)
     stop_sequence: str | None = None  # the client's stop string that matched
     cancelled: bool = False  # CANCEL sent: drop further DATA, wait for CANCELLED or DONE
     t_first: float | None = None
@@ -96,6 +98,8 @@ def parse_job(raw, model_info=None):
         raise p.SubmitError("prompt must be a non-empty string")
     if not isinstance(job.stop, list) or not all(isinstance(s, str) and s for s in job.stop):
         raise p.SubmitError("stop must be a list of non-empty strings")
+    if len(job.stop) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in job.stop):
+        raise p.SubmitError(f"stop: at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters")
     if not all(p.encodable(s) for s in (job.prompt, *job.stop)):
         raise p.SubmitError("prompt and stop must be valid UTF-8 (no lone surrogates)")
     # The wire form of every number, decided by the one owner of the rules: a value the engine
@@ -159,17 +163,6 @@ def logprob_entry(ev):
     top = [{"token": token_text(b), "logprob": lp, "bytes": list(b)}
            for (tid, lp), b in zip(ev.top or [], ev.top_bytes or []) if tid >= 0]
     return {"token": token_text(raw), "logprob": ev.logprob, "bytes": list(raw), "top": top}
-
-
-def held_back(text, stops):
-    """Length of the longest suffix of text that could still grow into a stop string."""
-    hold = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), hold, -1):
-            if text.endswith(stop[:n]):
-                hold = n
-                break
-    return hold
 
 
 class Bridge:
@@ -528,16 +521,21 @@ class Bridge:
         return min(self.text_frame_s, READ_PAUSE_S)
 
     def emit_text(self, r, final=False):
-        stops = r.job.stop
-        if not r.stopped and stops:
-            hits = [(i, s) for s in stops if (i := r.text.find(s, max(0, r.sent - len(s)))) >= 0]
-            if hits:
-                cut, r.stop_sequence = min(hits)
+        """Sends the new text, holding back a tail that may still grow into a stop string; a
+        complete stop string cuts the text there and STOPs the engine. Matching is linear in the
+        text (engine_bridge.stops): no stop list can stall the loop every stream shares."""
+        if not r.stopped and r.job.stop:
+            if r.matcher is None:
+                r.matcher = StopMatcher(r.job.stop)
+            hit = r.matcher.feed(r.text[r.matcher.pos:])
+            if hit:
+                cut, r.stop_sequence = hit
                 self.emit(r, {"kind": "text", "text": r.text[r.sent:cut]})
                 r.sent, r.text = cut, r.text[:cut]
                 self.stop(r)
                 return
-        end = len(r.text) if final or r.stopped else len(r.text) - held_back(r.text, stops)
+        held = r.matcher.held if r.matcher is not None else 0
+        end = len(r.text) if final or r.stopped else len(r.text) - held
         if end > r.sent:
             self.emit(r, {"kind": "text", "text": r.text[r.sent:end]})
             r.sent = end

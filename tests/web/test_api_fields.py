@@ -211,3 +211,30 @@ def test_count_tokens_refusals_use_the_anthropic_envelope(fake_bridge, alice_key
     r = post(alice_key, "/v1/messages/count_tokens", {"model": "tiny", "messages": MSG, **patch})
     assert r.status_code == 400 and r.json()["type"] == "error", r.content
     assert r.json()["error"]["type"] == "invalid_request_error" and not fake_bridge.requests
+
+
+@pytest.mark.parametrize("route,body,field,stops", [
+    ("/v1/messages", {"messages": MSG, "max_tokens": 4}, "stop_sequences", ["x" * 1000] * 1000),
+    ("/v1/messages", {"messages": MSG, "max_tokens": 4}, "stop_sequences", ["x" * 3000] * 300),
+    ("/v1/messages", {"messages": MSG, "max_tokens": 4}, "stop_sequences", ["s"] * 33),
+    ("/v1/messages", {"messages": MSG, "max_tokens": 4}, "stop_sequences", ["x" * 257]),
+    ("/v1/chat/completions", {"messages": MSG}, "stop", ["x" * 257]),
+    ("/v1/chat/completions", {"messages": MSG}, "stop", ["a"] * 5),
+    ("/v1/completions", {"prompt": "p"}, "stop", "x" * 300),
+])
+def test_stop_lists_past_the_bounds_are_400_naming_the_field(fake_bridge, alice_key, route, body, field, stops):
+    r = post(alice_key, route, {"model": "tiny", **body, field: stops})
+    assert r.status_code == 400, r.content
+    err = r.json()["error"]
+    assert field in err["message"] and (err.get("param") in (None, field))
+    assert not fake_bridge.requests
+
+
+def test_stop_lists_at_the_bounds_are_accepted(fake_bridge, alice_key):
+    from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
+
+    fake_bridge.script(*script("ok"))
+    r = post(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "max_tokens": 4,
+                                         "stop_sequences": [f"{i:03d}" + "x" * (MAX_STOP_CHARS - 3) for i in range(MAX_STOPS)]})
+    assert r.status_code == 200, r.content
+    assert len(fake_bridge.requests[0].stop) == MAX_STOPS
