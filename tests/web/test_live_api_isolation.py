@@ -65,7 +65,7 @@ def test_heavy_stop_lists_never_cut_another_stream(live_stack, key, model):
     with httpx.Client(base_url=live_stack.url, headers=headers, timeout=120) as http:
         for stops in (heavy, overlapping):
             for _ in range(3):
-                r = http.post("/v1/messages", json={"model": model, "max_tokens": 300, "messages": MESSAGES,
+                r = http.post("/v1/messages", json={"model": model, "max_tokens": 400, "temperature": 0, "messages": MESSAGES,
                                                     "stop_sequences": stops, "stream": True})
                 assert r.status_code == 200 and "event: message_stop" in r.text, r.text[-500:]
                 heavy_done.append(time.monotonic())
