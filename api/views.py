@@ -1,5 +1,6 @@
 """/v1 (API key) and /api/keys (session) endpoints. Thin: intake and the surface modules parse,
-engine generates, projectors shape the wire, errors render the surface's envelope.
+engine generates, projectors shape the wire, errors render the surface's envelope. What differs
+by surface is its row in api.surfaces: one generation view per row (generation_view).
 
 The /v1 views are DRF APIViews with three DRF defaults replaced, each a known pitfall:
 * negotiation never answers 406 (`Accept: text/event-stream`; streaming is chosen by the body);
