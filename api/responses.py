@@ -54,7 +54,7 @@ def parse(body, *, served, surface):
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
-                                routes=ext.routing)
+                                routes=ext.routing, top_k=intake.top_k(body, served=served))
     echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget}
     projector = surface.projector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)
