@@ -1,4 +1,6 @@
-"""Anthropic Messages body -> Call. `max_tokens` is optional (DS4; the SDK always sends it)."""
+"""Anthropic Messages body -> Call. `max_tokens` is optional (DS4; the SDK always sends it).
+Also the prompt of POST /v1/messages/count_tokens (count_prompt): the same rendering, so a count
+is the count of what a create with the same fields would submit."""
 from api import intake, served as served_mod, tools as tools_mod
 from engine_bridge.client import GenerationRequest
 
@@ -7,6 +9,19 @@ def _system(body):
     if system is None:
         return ""
     return intake.text_parts(system, "system")
+
+
+def count_prompt(body, *, served):
+    """(model id to echo, the rendered prompt) of a count_tokens body: system + tools + messages,
+    the tools rendered as a create offers them (the served model's tool syntax, api.tools)."""
+    model = served_mod.model_check(served, intake.model_name(body))
+    plan = tools_mod.anthropic_plan(body)
+    return model, _render(served, _system(body), tools_mod.anthropic_messages(body), plan)
+
+
+def _render(served, system, messages, plan):
+    return served_mod.render(served, ([{"role": "system", "content": system}] if system else []) + messages,
+                             plan.tools if plan.active else ())
 
 
 def _refuse_formats(body):
@@ -26,12 +41,11 @@ def parse(body, *, served, surface):
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, surface.stop)
     budget = intake.budget(body, surface.budget)
-    prompt = served_mod.render(served, ([{"role": "system", "content": system}] if system else []) + messages,
-                               plan.tools if plan.active else ())
+    prompt = _render(served, system, messages, plan)
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
-                                routes=ext.routing)
+                                routes=ext.routing, top_k=intake.top_k(body, served=served))
     tools_mod.constrain(plan, request, served)
     projector = surface.projector(model=model, discard_text=budget == 0, stop=stop, routing=ext.routing, tools=plan,
                                   calls=plan.parser(served, new_id=tools_mod.new_id("toolu_")))

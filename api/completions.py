@@ -3,6 +3,7 @@ no template to render tools into: `tools` / `functions` are refused (its row in 
 is a tool_choice that needs tools."""
 from api import intake, served as served_mod
 from api.errors import bad_param
+from api.projectors import Choices
 from engine_bridge.client import GenerationRequest
 
 def _prompt(body):
@@ -28,9 +29,14 @@ def parse(body, *, served, surface):
     stop = intake.stop_list(body, surface.stop)
     budget = intake.budget(body, surface.budget)
     ext = intake.colibri_extension(body, served=served)
+    n = intake.choices_count(body)
+    logprobs = intake.completion_logprobs(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
-                                routes=ext.routing)
-    projector = surface.projector(model=model, include_usage=bool(opts.get("include_usage")),
-                                    discard_text=budget == 0, stop=stop, routing=ext.routing)
-    return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)
+                                routes=ext.routing, top_k=intake.top_k(body, served=served),
+                                logprobs=intake.engine_logprobs(logprobs))
+    projectors = [surface.projector(model=model, include_usage=bool(opts.get("include_usage")),
+                                    discard_text=budget == 0, stop=stop, routing=ext.routing, logprobs=logprobs)
+                  for _ in range(n)]
+    return intake.Call(request=request, projector=projectors[0] if n == 1 else Choices(projectors), stream=stream,
+                       prompt_param=surface.prompt_param, requests=intake.choice_requests(request, n))

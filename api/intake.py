@@ -20,6 +20,9 @@ from engine_bridge.sampling import SamplingError, sampling_validate
 
 MAX_DEPTH = 64
 MAX_BUDGET = (1 << 31) - 1
+MAX_CHOICES = 8        # n: independent samples of one request (each a generation of its own)
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound for top_logprobs (and ours for Completions' logprobs)
+MAX_TOP_K = (1 << 31) - 1
 
 
 def _refuse_constant(name):
@@ -143,6 +146,10 @@ def stop_list(body, rule):
     if bad:
         most = f"up to {limit} " if limit else ""
         raise bad_param(name, f"{name} must be a string or an array of {most}non-empty strings")
+    if rule.length is not None:
+        for i, s in enumerate(stop):
+            if len(s) > rule.length:
+                raise bad_param(name, f"{name}[{i}] is {len(s)} characters long; at most {rule.length} are accepted")
     return stop
 
 
@@ -163,6 +170,72 @@ def sampling(body, *, served, names=None):
         )
     except SamplingError as exc:
         raise bad_param(exc.field, exc.message)
+
+
+def _int_field(body, name, low, high):
+    value = body.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise bad_param(name, f"{name} must be an integer in [{low}, {high}]")
+    return value
+
+
+def _needs_extensions(served, name):
+    if not served.extensions:
+        raise bad_param(name, f"{name} is not supported by the engine this server runs")
+
+
+def choices_count(body, name="n"):
+    """n: how many independent choices (1 … MAX_CHOICES); omitted or null: 1."""
+    return 1 if body.get(name) is None else _int_field(body, name, 1, MAX_CHOICES)
+
+
+def chat_logprobs(body, *, served):
+    """Chat's `logprobs` (bool) + `top_logprobs` (0 … 20) -> None (off) or the candidates per token."""
+    want = field_bool(body, "logprobs")
+    top = None if body.get("top_logprobs") is None else _int_field(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    if top and not want:
+        raise bad_param("top_logprobs", "top_logprobs requires logprobs: true")
+    if not want:
+        return None
+    _needs_extensions(served, "logprobs")
+    return top or 0
+
+
+def completion_logprobs(body, *, served):
+    """Completions' integer `logprobs` (0 … 20): None when omitted, null, false or 0 (as before)."""
+    value = body.get("logprobs")
+    if value is None or value is False or value == 0:
+        return None
+    value = _int_field(body, "logprobs", 0, MAX_TOP_LOGPROBS)
+    _needs_extensions(served, "logprobs")
+    return value
+
+
+def top_k(body, *, served, name="top_k"):
+    """top_k: sample among the k most likely tokens (0 = no cut); None when omitted. Our engine's
+    top_k= key: refused naming the field on an engine without our extensions."""
+    if body.get(name) is None:
+        return None
+    value = _int_field(body, name, 0, MAX_TOP_K)
+    _needs_extensions(served, name)
+    return value
+
+
+def choice_requests(request, n):
+    """n independent requests for n choices: the same prompt and sampling, seed + i when seeded
+    (reproducible, yet each choice its own sample), else each its engine's default seed."""
+    from dataclasses import replace
+
+    if n == 1:
+        return [request]
+    return [replace(request, seed=None if request.seed is None else (request.seed + i) % (1 << 63))
+            for i in range(n)]
+
+
+def engine_logprobs(k):
+    """What SUBMIT's logprobs= gets for a client's k candidates (None: off): at least 1, for the
+    sampled token's own logprob."""
+    return 0 if k is None else max(1, k)
 
 
 @dataclass
@@ -298,3 +371,8 @@ class Call:
     projector: object        # api.projectors.Projector
     stream: bool
     prompt_param: str        # the field a context overflow names (messages / prompt / input)
+    requests: list = None    # n > 1: one request per choice (the projector is then a Choices)
+
+    def __post_init__(self):
+        if self.requests is None:
+            self.requests = [self.request]

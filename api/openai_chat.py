@@ -1,6 +1,7 @@
 """OpenAI Chat Completions body -> Call (GenerationRequest + its row's projector). 400s name the field.
 What every surface shares (refused fields, stop and budget fields) is in its row, api.surfaces."""
 from api import intake, served as served_mod, tools as tools_mod
+from api.projectors import Choices
 from engine_bridge.client import GenerationRequest
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -19,14 +20,19 @@ def parse(body, *, served, surface):
     stop = intake.stop_list(body, surface.stop)
     budget = intake.budget(body, surface.budget)
     ext = intake.colibri_extension(body, served=served)
+    n = intake.choices_count(body)
+    logprobs = intake.chat_logprobs(body, served=served)
     request = GenerationRequest(
         prompt=served_mod.render(served, messages, plan.tools if plan.active else ()), max_tokens=intake.engine_budget(budget, served),
         temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
         priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing,
+        top_k=intake.top_k(body, served=served), logprobs=intake.engine_logprobs(logprobs),
     )
     tools_mod.constrain(plan, request, served)
-    projector = surface.projector(model=model, include_usage=bool(opts.get("include_usage")),
-                                  discard_text=budget == 0, stop=stop, routing=ext.routing, tools=plan,
-                                  calls=plan.parser(served, new_id=tools_mod.new_id("call_")))
-    return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)
+    projectors = [surface.projector(model=model, include_usage=bool(opts.get("include_usage")),
+                                    discard_text=budget == 0, stop=stop, routing=ext.routing, logprobs=logprobs,
+                                    tools=plan, calls=plan.parser(served, new_id=tools_mod.new_id("call_")))
+                  for _ in range(n)]  # each choice parses its own calls
+    return intake.Call(request=request, projector=projectors[0] if n == 1 else Choices(projectors), stream=stream,
+                       prompt_param=surface.prompt_param, requests=intake.choice_requests(request, n))

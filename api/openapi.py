@@ -12,6 +12,9 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers as s
 
+from api.intake import MAX_CHOICES, MAX_TOP_LOGPROBS
+from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
+
 SCHEMA_URL = "/v1/openapi.json"
 SETTINGS = {
     "TITLE": "colibri API",
@@ -55,6 +58,8 @@ _sampling = {
     "temperature": s.FloatField(required=False, min_value=0, max_value=2, help_text="0 = greedy; default: the served model's recommendation (GET /health `sampling`), else 0.7"),
     "top_p": s.FloatField(required=False, help_text="in (0, 1]; default: the served model's recommendation, else 1.0"),
     "stream": s.BooleanField(required=False, default=False),
+    "top_k": s.IntegerField(required=False, min_value=0, help_text=(
+        "sample among the k most likely tokens (0: no cut); needs our engine (400 naming top_k otherwise)")),
     "colibri": s.JSONField(required=False, help_text=(
         'our extension: {"experts": N} routed experts per token for this request, in the range '
         '/health reports (omitted: the model\'s default); {"topk": true} per-token candidates '
@@ -82,12 +87,21 @@ _messages = inline_serializer("ChatMessage", {
     "tool_call_id": s.CharField(required=False, help_text="tool: the call this result answers"),
 }, many=True)
 
+_STOP_BOUNDS = f"each at most {MAX_STOP_CHARS} characters; past the bounds: 400 naming the field"
+_choices = {
+    "n": s.IntegerField(required=False, min_value=1, max_value=MAX_CHOICES, help_text=(
+        "independent choices, generated one after another (seed + i each when seeded); usage sums the "
+        "completion tokens")),
+}
 CHAT = inline_serializer("ChatCompletionRequest", {
     "model": s.CharField(), "messages": _messages, **_sampling,
     "max_completion_tokens": s.IntegerField(required=False, min_value=0),
     "max_tokens": s.IntegerField(required=False, min_value=0, help_text="omitted: the server's budget; 0: prewarm"),
-    "stop": s.JSONField(required=False, help_text="a string or up to 4 strings"),
-    "seed": s.IntegerField(required=False, min_value=0),
+    "stop": s.JSONField(required=False, help_text=f"a string or up to 4 strings, {_STOP_BOUNDS}"),
+    "seed": s.IntegerField(required=False, min_value=0), **_choices,
+    "logprobs": s.BooleanField(required=False, help_text="each token's logprob and bytes (needs our engine)"),
+    "top_logprobs": s.IntegerField(required=False, min_value=0, max_value=MAX_TOP_LOGPROBS,
+                                   help_text="candidates per token; needs logprobs: true"),
     "stream_options": s.JSONField(required=False, help_text='{"include_usage": true}'),
     "response_format": s.JSONField(required=False, help_text='only {"type": "text"}'),
     **_openai_tools,
@@ -95,13 +109,18 @@ CHAT = inline_serializer("ChatCompletionRequest", {
 })
 COMPLETION = inline_serializer("CompletionRequest", {
     "model": s.CharField(), "prompt": s.JSONField(help_text="a string (or an array of exactly one)"), **_sampling,
-    "max_tokens": s.IntegerField(required=False, min_value=0), "stop": s.JSONField(required=False),
-    "seed": s.IntegerField(required=False, min_value=0), "stream_options": s.JSONField(required=False),
+    "max_tokens": s.IntegerField(required=False, min_value=0),
+    "stop": s.JSONField(required=False, help_text=f"a string or up to 4 strings, {_STOP_BOUNDS}"),
+    "seed": s.IntegerField(required=False, min_value=0), "stream_options": s.JSONField(required=False), **_choices,
+    "logprobs": s.IntegerField(required=False, min_value=0, max_value=MAX_TOP_LOGPROBS, help_text=(
+        "candidates per token (tokens, token_logprobs, top_logprobs, text_offset); 0: off; needs our engine")),
 })
 MESSAGES = inline_serializer("MessagesRequest", {
     "model": s.CharField(), "messages": s.JSONField(help_text="[{role: user|assistant, content}]"),
     "system": s.JSONField(required=False), "max_tokens": s.IntegerField(required=False, min_value=0),
-    "stop_sequences": s.ListField(child=s.CharField(), required=False), **_sampling,
+    "stop_sequences": s.ListField(child=s.CharField(), required=False, max_length=MAX_STOPS,
+                                  help_text=f"up to {MAX_STOPS} strings, {_STOP_BOUNDS}"),
+    "metadata": s.JSONField(required=False, help_text="accepted and ignored"), **_sampling,
     "tools": s.JSONField(required=False, help_text="[{name, description, input_schema}] (custom tools)"),
     "tool_choice": s.JSONField(required=False, help_text=f"{{type: auto|any|tool|none, name, disable_parallel_tool_use}}; "
                                f"any / tool: {_FORCED}"),
@@ -113,6 +132,12 @@ RESPONSES = inline_serializer("ResponsesRequest", {
     **_openai_tools,
 })
 
+COUNT_TOKENS = inline_serializer("CountTokensRequest", {
+    "model": s.CharField(), "messages": s.JSONField(help_text="[{role: user|assistant, content}]"),
+    "system": s.JSONField(required=False), "tools": s.JSONField(required=False, help_text=(
+        "[{name, description, input_schema}]: counted as a create renders them (the model's tool syntax)")),
+})
+COUNT_TOKENS_RESPONSE = inline_serializer("CountTokensResponse", {"input_tokens": s.IntegerField()})
 OPENAI_ERROR = inline_serializer("OpenAIError", {"error": inline_serializer("OpenAIErrorBody", {
     "message": s.CharField(), "type": s.CharField(), "param": s.CharField(allow_null=True),
     "code": s.CharField(allow_null=True)})})

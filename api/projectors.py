@@ -57,8 +57,13 @@ class Projector:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, *, model, discard_text=False, stop=(), routing=False, tools=None, calls=None):
+    def __init__(self, *, model, discard_text=False, stop=(), routing=False, logprobs=None, index=0, tools=None,
+                 calls=None):
         self.model = model
+        self.index = index  # the choice this projector writes (n > 1: one projector per choice)
+        self.want_logprobs = logprobs  # None: off; k: each token's logprob and its k best candidates
+        self.logprob_entries = []  # the bridge's entries: {token, logprob, bytes, top: [...]}
+        self.new_logprobs = []  # the entries of the event being fed (on_text / on_done read them)
         self.tools = tools          # api.tools.ToolPlan, or None
         self.calls = None if discard_text else calls  # engine_bridge.toolsyntax.ToolCallParser, or None
         self.want_routing = routing  # the client asked for colibri.routing
@@ -119,6 +124,7 @@ class Projector:
         if kind == "text":
             if self.discard_text or not event.get("text"):
                 return []
+            self._take_logprobs(event)
             if self.calls is not None:
                 return self._tool_frames(self.calls.feed(event["text"]))
             self.parts.append(event["text"])
@@ -128,6 +134,10 @@ class Projector:
             return []
         if kind == "done":
             self.done = event
+            if not self.discard_text:
+                self._take_logprobs(event)
+            else:
+                self.new_logprobs = []
             usage = event.get("usage") or {}
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             self.completion_tokens = 0 if self.discard_text else usage.get("completion_tokens", 0)
@@ -149,6 +159,7 @@ class Projector:
             if isinstance(e, toolsyntax.Text):
                 self.parts.append(e.text)
                 frames += self.on_text(e.text)
+                self.new_logprobs = []  # the feed's entries went with its first text delta
             elif isinstance(e, toolsyntax.CallStart):
                 frames += self.on_call_start(e)
             elif isinstance(e, toolsyntax.CallArgs):
@@ -166,6 +177,10 @@ class Projector:
     def called(self):
         """A complete call ended the turn (a budget stop never counts: it stays `length`)."""
         return bool(self.tool_calls) and self.finish_reason == "stop" and not self.stop_sequence
+
+    def _take_logprobs(self, event):
+        self.new_logprobs = list(event.get("logprobs") or ()) if self.want_logprobs is not None else []
+        self.logprob_entries.extend(self.new_logprobs)
 
     def on_queued(self, position):
         return [queued_comment(position)]
@@ -195,11 +210,33 @@ class Projector:
         return []
 
 
+def chat_logprobs(entries, k):
+    """Bridge entries -> Chat's choices[].logprobs ({content: [{token, logprob, bytes, top_logprobs}]})."""
+    return {"content": [{"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"],
+                         "top_logprobs": [dict(t) for t in e["top"][:k]]} for e in entries], "refusal": None}
+
+
+def completion_logprobs(entries, k, offset=0):
+    """Bridge entries -> legacy Completions' choices[].logprobs, text offsets from `offset`."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for e in entries:
+        out["tokens"].append(e["token"])
+        out["token_logprobs"].append(e["logprob"])
+        out["top_logprobs"].append({t["token"]: t["logprob"] for t in e["top"][:k]})
+        out["text_offset"].append(offset)
+        offset += 0 if e["token"].startswith("bytes:") else len(e["token"])
+    return out
+
+
 class OpenAIChatProjector(Projector):
     def __init__(self, *, include_usage=False, **kw):
         super().__init__(**kw)
         self.id = _id("chatcmpl-")
         self.include_usage = include_usage
+        self.solo = True  # False under a Choices (n > 1): the usage and colibri chunks are the group's
+
+    def logprobs_wire(self, entries):
+        return None if self.want_logprobs is None else chat_logprobs(entries, self.want_logprobs)
 
     def usage(self):
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
@@ -209,14 +246,16 @@ class OpenAIChatProjector(Projector):
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, **extra}
 
-    def _delta(self, delta, finish_reason=None):
-        return sse(self.chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]))
+    def _delta(self, delta, finish_reason=None, entries=()):
+        logprobs = self.logprobs_wire(entries) if entries else None
+        return sse(self.chunk([{"index": self.index, "delta": delta, "logprobs": logprobs,
+                                "finish_reason": finish_reason}]))
 
     def on_accepted(self):
         return [self._delta({"role": "assistant", "content": ""})]
 
     def on_text(self, text):
-        return [self._delta({"content": text})]
+        return [self._delta({"content": text}, entries=self.new_logprobs)]
 
     def wire_finish(self):
         if self.called and not self.tools.named:  # OpenAI: a named tool finishes with "stop"
@@ -250,7 +289,11 @@ class OpenAIChatProjector(Projector):
         return message
 
     def on_done(self):
-        frames = [self._delta({}, self.wire_finish())]
+        frames = [self._delta({}, self.wire_finish(), entries=self.new_logprobs)]
+        return frames + (self.closing_frames() if self.solo else [])
+
+    def closing_frames(self):
+        frames = []
         if self.include_usage:
             frames.append(sse(self.chunk([], usage=self.usage())))
         # The colibri frame is a chunk too (object marker, empty choices), so SDK loops that read
@@ -265,11 +308,15 @@ class OpenAIChatProjector(Projector):
     def end(self):
         return [] if self.error else ["data: [DONE]\n\n"]
 
+    def choice(self):
+        return {"index": self.index, "message": self.message(),
+                "logprobs": self.logprobs_wire(self.logprob_entries), "finish_reason": self.wire_finish()}
+
     def response(self):
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "message": self.message(), "logprobs": None, "finish_reason": self.wire_finish()}],
+            "choices": [self.choice()],
             "usage": self.usage(),
             "colibri": self.colibri(),
         }
@@ -281,22 +328,38 @@ class CompletionProjector(OpenAIChatProjector):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.id = _id("cmpl-")
+        self.lp_offset = 0  # text_offset of the next streamed token
+
+    def logprobs_wire(self, entries, offset=0):
+        return None if self.want_logprobs is None else completion_logprobs(entries, self.want_logprobs, offset)
+
+    def _stream_logprobs(self, entries):
+        if not entries:
+            return None
+        wire = self.logprobs_wire(entries, self.lp_offset)
+        self.lp_offset += sum(0 if e["token"].startswith("bytes:") else len(e["token"]) for e in entries)
+        return wire
 
     def chunk(self, choices, **extra):
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, **extra}
 
-    def _choice(self, text, finish_reason=None):
-        return sse(self.chunk([{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}]))
+    def _choice(self, text, finish_reason=None, entries=()):
+        return sse(self.chunk([{"text": text, "index": self.index, "logprobs": self._stream_logprobs(entries),
+                                "finish_reason": finish_reason}]))
 
     def on_accepted(self):
         return []
 
     def on_text(self, text):
-        return [self._choice(text)]
+        return [self._choice(text, entries=self.new_logprobs)]
 
     def on_done(self):
-        frames = [self._choice("", self.finish_reason)]
+        frames = [self._choice("", self.finish_reason, entries=self.new_logprobs)]
+        return frames + (self.closing_frames() if self.solo else [])
+
+    def closing_frames(self):
+        frames = []
         if self.include_usage:
             frames.append(sse(self.chunk([], usage=self.usage())))
         if self.want_routing:  # as Chat's colibri chunk: a full object with empty choices
@@ -306,8 +369,11 @@ class CompletionProjector(OpenAIChatProjector):
     def response(self):
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
                 "system_fingerprint": None,
-                "choices": [{"text": self.text, "index": 0, "logprobs": None, "finish_reason": self.finish_reason}],
-                "usage": self.usage(), "colibri": self.colibri()}
+                "choices": [self.choice()], "usage": self.usage(), "colibri": self.colibri()}
+
+    def choice(self):
+        return {"text": self.text, "index": self.index, "logprobs": self.logprobs_wire(self.logprob_entries),
+                "finish_reason": self.finish_reason}
 
 
 class AnthropicProjector(Projector):
@@ -591,3 +657,84 @@ class ResponsesProjector(Projector):
     def on_error(self):
         frames = self._close_item() if self.items else self._created()
         return [*frames, self._event("response.failed", response=self.response())]
+
+
+class Choices:
+    """n > 1 (Chat and Completions): n projectors, one per choice, fed the merged events of n
+    independent generations (each event carries its `choice`). Every chunk names its choice's
+    index; each choice has its own finish; the group ends the stream once: the usage chunk (prompt
+    tokens once, as OpenAI counts them; completion tokens summed) and [DONE] after the last choice.
+    Buffered: one object, every choice in index order. It has the Projector interface the views use."""
+
+    def __init__(self, projectors):
+        self.choices = projectors
+        first = projectors[0]
+        for i, p in enumerate(projectors):
+            p.index, p.solo, p.id, p.created = i, False, first.id, first.created
+        self.keepalive = first.keepalive
+
+    def __getattr__(self, name):  # model, want_routing, include_usage, chunk(): the first choice's
+        return getattr(self.choices[0], name)
+
+    @property
+    def accepted(self):
+        return self.choices[0].accepted
+
+    @property
+    def done(self):
+        return self.choices[-1].done if all(p.done is not None for p in self.choices) else None
+
+    @property
+    def error(self):
+        return next((p.error for p in self.choices if p.error is not None), None)
+
+    @property
+    def finished(self):
+        return self.done is not None or self.error is not None
+
+    @property
+    def error_message(self):
+        return next(p.error_message for p in self.choices if p.error is not None)
+
+    @property
+    def prompt_tokens(self):
+        return self.choices[0].prompt_tokens
+
+    @property
+    def completion_tokens(self):
+        return sum(p.completion_tokens for p in self.choices)
+
+    @property
+    def text(self):
+        return "".join(p.text for p in self.choices)
+
+    @property
+    def finish_reason(self):
+        return "length" if any(p.finish_reason == "length" for p in self.choices) else self.choices[0].finish_reason
+
+    def usage(self):
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+    def feed(self, event):
+        if self.finished:
+            return []
+        p = self.choices[event.get("choice", 0)]
+        frames = p.feed(event)
+        if event.get("kind") == "done" and self.done is not None:
+            first = self.choices[0]
+            first.usage = self.usage  # the group's usage in the closing chunk (an instance attribute)
+            try:
+                frames = [*frames, *first.closing_frames()]
+            finally:
+                del first.usage
+        return frames
+
+    def end(self):
+        return self.choices[0].end() if self.error is None else []
+
+    def response(self):
+        body = self.choices[0].response()
+        body["choices"] = [p.choice() for p in self.choices]
+        body["usage"] = self.usage()
+        return body

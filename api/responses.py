@@ -33,7 +33,7 @@ def parse(body, *, served, surface):
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
-                                routes=ext.routing)
+                                routes=ext.routing, top_k=intake.top_k(body, served=served))
     tools_mod.constrain(plan, request, served)
     echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget,
             "tools": tools_mod.responses_tools_echo(plan), "tool_choice": plan.echo, "parallel_tool_calls": plan.parallel}

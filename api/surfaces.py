@@ -38,6 +38,7 @@ from typing import Callable
 from api import anthropic_messages, completions, openai_chat, openapi, responses
 from api.errors import ANTHROPIC, OPENAI
 from api.projectors import AnthropicProjector, CompletionProjector, OpenAIChatProjector, ResponsesProjector
+from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
 
 # Stream framings: how a surface's SSE stream is cut into records.
 FRAMINGS = {
@@ -101,21 +102,20 @@ SURFACES = (
         name="openai_chat", route="v1/chat/completions", url_name="v1-chat-completions",
         summary="OpenAI Chat Completions", parse=openai_chat.parse, projector=OpenAIChatProjector,
         envelope=OPENAI, busy_status=503, framing="chat-chunks", prompt_param="messages",
-        budget=("max_completion_tokens", "max_tokens"), stop=StopRule("stop", count=4),
+        budget=("max_completion_tokens", "max_tokens"), stop=StopRule("stop", count=4, length=MAX_STOP_CHARS),
         features=_COMMON | {"messages", "stream_options", "stop", "max_completion_tokens", "max_tokens",
-                            "response_format", *_TOOLS, "functions", "function_call"},
-        refused={"n": _not_one, "logprobs": _truthy, "top_logprobs": _not_none, **_PENALTIES,
-                 "top_k": _not_none},
+                            "response_format", *_TOOLS, "functions", "function_call", "n", "logprobs",
+                            "top_logprobs", "top_k"},
+        refused={**_PENALTIES},
         request_schema=openapi.CHAT,
     ),
     Surface(
         name="openai_completion", route="v1/completions", url_name="v1-completions",
         summary="OpenAI legacy Completions (the prompt is sent raw)", parse=completions.parse,
         projector=CompletionProjector, envelope=OPENAI, busy_status=503, framing="completion-chunks",
-        prompt_param="prompt", budget=("max_tokens",), stop=StopRule("stop", count=4),
-        features=_COMMON | {"prompt", "stream_options", "stop", "max_tokens"},
-        refused={"n": _not_one, "logprobs": _truthy, "top_logprobs": _not_none, **_PENALTIES,
-                 "top_k": _not_none, "tools": _truthy, "functions": _truthy, "best_of": _not_one, "echo": _truthy,
+        prompt_param="prompt", budget=("max_tokens",), stop=StopRule("stop", count=4, length=MAX_STOP_CHARS),
+        features=_COMMON | {"prompt", "stream_options", "stop", "max_tokens", "n", "logprobs", "top_k"},
+        refused={"top_logprobs": _not_none, **_PENALTIES, "tools": _truthy, "functions": _truthy, "best_of": _not_one, "echo": _truthy,
                  "suffix": lambda v: v not in (None, "")},
         request_schema=openapi.COMPLETION,
     ),
@@ -123,9 +123,9 @@ SURFACES = (
         name="anthropic_messages", route="v1/messages", url_name="v1-messages", summary="Anthropic Messages",
         parse=anthropic_messages.parse, projector=AnthropicProjector, envelope=ANTHROPIC, busy_status=529,
         framing="anthropic-events", prompt_param="messages", budget=("max_tokens",),
-        stop=StopRule("stop_sequences"),
-        features=_COMMON | {"messages", "system", "stop_sequences", "max_tokens", "tools", "tool_choice"},
-        refused={"top_k": _not_none},
+        stop=StopRule("stop_sequences", count=MAX_STOPS, length=MAX_STOP_CHARS),
+        features=_COMMON | {"messages", "system", "stop_sequences", "max_tokens", "tools", "tool_choice", "top_k"},
+        refused={},
         request_schema=openapi.MESSAGES,
     ),
     Surface(
@@ -133,8 +133,8 @@ SURFACES = (
         summary="OpenAI Responses (stateless: replay the full input)", parse=responses.parse,
         projector=ResponsesProjector, envelope=OPENAI, busy_status=503, framing="responses-events",
         prompt_param="input", budget=("max_output_tokens",), stop=None,
-        features=_COMMON | {"input", "instructions", "max_output_tokens", "text", *_TOOLS, "store"},
-        refused={"top_logprobs": lambda v: v not in (None, 0), "top_k": _not_none},
+        features=_COMMON | {"input", "instructions", "max_output_tokens", "text", *_TOOLS, "store", "top_k"},
+        refused={"top_logprobs": lambda v: v not in (None, 0)},
         request_schema=openapi.RESPONSES,
     ),
 )

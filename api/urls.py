@@ -5,6 +5,7 @@ from api import openapi, surfaces, views
 urlpatterns = [
     path("v1/models", views.ModelListApi.as_view(), name="v1-models"),
     path("v1/models/<path:model_id>", views.ModelDetailApi.as_view(), name="v1-model"),
+    path("v1/messages/count_tokens", views.MessagesCountTokensApi.as_view(), name="v1-messages-count-tokens"),
     # one route per wire surface (api.surfaces)
     *(path(s.route, views.GENERATION_VIEWS[s.name].as_view(), name=s.url_name) for s in surfaces.SURFACES),
     path("api/keys", views.ApiKeysApi.as_view(), name="api-keys"),

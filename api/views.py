@@ -1,5 +1,6 @@
 """/v1 (API key) and /api/keys (session) endpoints. Thin: intake and the surface modules parse,
-engine generates, projectors shape the wire, errors render the surface's envelope.
+engine generates, projectors shape the wire, errors render the surface's envelope. What differs
+by surface is its row in api.surfaces: one generation view per row (generation_view).
 
 The /v1 views are DRF APIViews with three DRF defaults replaced, each a known pitfall:
 * negotiation never answers 406 (`Accept: text/event-stream`; streaming is chosen by the body);
@@ -30,13 +31,14 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import engine, intake, limits, openapi, served, surfaces
+from api import anthropic_messages, engine, intake, limits, openapi, served, surfaces
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, from_engine_error, render
 from api.loopview import LoopAPIView
 from api.metering import Meter
 from api.models import ApiKey
 from colibri_site import metrics
+from engine_bridge.client import GenerationRequest
 
 KEEPALIVE_S = 10
 QUEUE_POSITION_HEADER = "x-colibri-queue-position"
@@ -182,9 +184,12 @@ class GenerationApi(LoopV1Api):
             # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was
             # admitted: its client learns its position while it waits); the wait stays bounded.
             deadline = engine.queue_deadline()
+            tick = _keepalive_tick(call.projector, deadline)
             first, events = await engine.open_generation(call.request, prompt_param=call.prompt_param,
                                                          admit_queued=True, deadline=deadline, boot=facts.boot,
-                                                         tick=_keepalive_tick(call.projector, deadline))
+                                                         tick=tick)
+            if len(call.requests) > 1:
+                first, events = {**first, "choice": 0}, _choice_events(call, events, boot=facts.boot, tick=tick)
         except BaseException:
             meter.release()
             raise
@@ -207,7 +212,7 @@ async def _tokens_admit(request, call):
     accounts = limits.accounts_for(request)
     if not accounts:
         return limits.Reservation()
-    amount = limits.estimate_tokens(call.request.prompt) + call.request.max_tokens
+    amount = limits.estimate_tokens(call.request.prompt) + call.request.max_tokens * len(call.requests)
     info = getattr(request, "_api_ratelimit", None)
     if info is None:
         info = request._api_ratelimit = {}
@@ -250,6 +255,31 @@ def ratelimit_headers(info, *, anthropic=False):
     return headers
 
 
+class MessagesCountTokensApi(LoopV1Api):
+    """POST /v1/messages/count_tokens (Anthropic): {"input_tokens": N} for system + tools +
+    messages, rendered with the served model's template (api.anthropic_messages.count_prompt)
+    and counted by the engine's own tokenizer: the prompt is submitted and the count read from
+    the engine's ACCEPT line, then the job is cancelled (the mux wire has no count-only command,
+    so a count costs the engine the prompt's prefill, which also warms a slot's KV prefix for the
+    create that usually follows). Not charged against tokens per minute; requests per minute
+    count it as any request."""
+
+    envelope = ANTHROPIC
+    throttle_classes = [limits.KeyRequestThrottle, limits.UserRequestThrottle]
+
+    @openapi.documented(request={"application/json": openapi.COUNT_TOKENS}, summary="Anthropic count_tokens",
+                        responses={200: openapi.COUNT_TOKENS_RESPONSE, 400: openapi.ANTHROPIC_ERROR,
+                                   529: openapi.ANTHROPIC_ERROR})
+    async def post(self, request):
+        body = intake.body_read(request._request)
+        facts = await served.aserved_model_get()
+        _, prompt = anthropic_messages.count_prompt(body, served=facts)
+        job = GenerationRequest(prompt=prompt, max_tokens=1, temperature=0.0, top_p=1.0)
+        accepted, events = await engine.open_generation(job, prompt_param="messages", boot=facts.boot)
+        await events.aclose()  # cancels the job: only its count was wanted
+        return Response({"input_tokens": int(accepted.get("prompt_tokens") or 0)})
+
+
 def generation_view(surface):
     """The view class of one api.surfaces row: its parser, envelope, metrics label and OpenAPI
     description all come from the row."""
@@ -267,20 +297,52 @@ def generation_view(surface):
 GENERATION_VIEWS = {s.name: generation_view(s) for s in surfaces.SURFACES}
 
 
+def _tagged(event, choice):
+    return event if event is None else {**event, "choice": choice}
+
+
+async def _choice_events(call, events, *, boot=None, tick=None):
+    """n > 1: the events of choice 0 (`events`, already open), then of choices 1 … n-1, each
+    generation opened when the one before it ended (sequential: one slot per request, and the
+    later choices reuse the first one's KV prefix), every event tagged with its `choice`. A
+    later choice the engine refuses ends the group with that choice's error."""
+    async with contextlib.aclosing(events) as stream:
+        async for event in stream:
+            yield _tagged(event, 0)
+    for i, request in enumerate(call.requests[1:], start=1):
+        try:
+            accepted, more = await engine.open_generation(request, prompt_param=call.prompt_param, boot=boot,
+                                                          tick=tick)
+        except ApiError as exc:
+            yield {"kind": "error", "code": exc.code or "ENGINE_ERROR", "api_error": exc, "choice": i}
+            return
+        yield _tagged(accepted, i)
+        async with contextlib.aclosing(more) as stream:
+            async for event in stream:
+                yield _tagged(event, i)
+
+
 async def _buffered(call, meter, *, boot=None):
     projector = call.projector
     accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param, boot=boot)
+    if len(call.requests) > 1:
+        accepted, events = _tagged(accepted, 0), _choice_events(call, events, boot=boot)
     meter.observe(accepted)
     projector.feed(accepted)
     try:
         async for event in events:
+            if event is None:
+                continue
             meter.observe(event)
             projector.feed(event)
+            if projector.error:
+                break
     finally:
         await events.aclose()
         meter.end(projector)
     if projector.error:
-        raise ApiError(500, projector.error_message, type="server_error", code="engine_error")
+        refused = next((p.api_error for p in getattr(projector, "choices", ()) if p.api_error is not None), None)
+        raise refused or ApiError(500, projector.error_message, type="server_error", code="engine_error")
     if not projector.done:
         raise ApiError(500, "The engine ended the request without finishing it.", type="server_error", code="engine_error")
     return projector.response()

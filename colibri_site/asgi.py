@@ -59,6 +59,11 @@ def _no_twisted_access_line(self, request):
 
 DaphneHTTPFactory.log = _no_twisted_access_line
 
+# Oversized request heads answer 414 / 431, not a dropped connection (colibri_site.http_limits).
+from colibri_site import http_limits  # noqa: E402
+
+http_limits.install()
+
 def _with_sweeper(app):
     """Makes sure this process's orphan sweeper (chat.sweeper: its relay lease and the sweep of
     replies left streaming by dead processes) runs on the loop that serves: a dict lookup a call."""

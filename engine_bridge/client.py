@@ -38,6 +38,8 @@ class GenerationRequest:
     experts: int | None = None       # routed experts per token (our engine's experts=N); None = the model's own
     routes: bool = False             # ask for this request's expert selection counts (done.routing)
     heat: bool = True                # False: the engine keeps these selections out of its usage heat
+    top_k: int | None = None         # sample among the k most likely tokens (our engine's top_k=); None: no cut
+    logprobs: int = 0                # k > 0: each text event carries its tokens' logprobs and k candidates
 
 
 def _error(code, message, **extra):
@@ -153,7 +155,10 @@ def _merge_text(events):
     out = []
     for event in events:
         if event["kind"] == "text" and out and out[-1]["kind"] == "text":
-            out[-1] = {**out[-1], "text": out[-1]["text"] + event["text"]}
+            merged = {**out[-1], "text": out[-1]["text"] + event["text"]}
+            if "logprobs" in event or "logprobs" in merged:
+                merged["logprobs"] = [*out[-1].get("logprobs", ()), *event.get("logprobs", ())]
+            out[-1] = merged
         else:
             out.append(event)
     return out

@@ -115,6 +115,8 @@ class Data:
     data: bytes
     logprob: float | None = None
     top: list | None = None  # [[token_id, logprob], ...] with logprobs=k
+    token_bytes: bytes | None = None  # lptext=1: the sampled token's raw bytes
+    top_bytes: list | None = None     # lptext=1: each candidate's raw bytes, in `top`'s order
 
 
 @dataclass
@@ -458,6 +460,15 @@ def parse_line(line):
     return parser(toks, line)
 
 
+def _hex_bytes(tok):
+    if tok == "-":
+        return b""
+    try:
+        return bytes.fromhex(tok)
+    except ValueError:
+        raise ProtocolError(f"bad hex token bytes {tok[:40]!r}") from None
+
+
 def _frame_header(toks):
     """DATA/TOOL/ECHO header -> (partial event, byte count)."""
     kind = toks[0]
@@ -467,13 +478,16 @@ def _frame_header(toks):
         raise ProtocolError(f"{kind}: frame of {n} bytes")
     if kind == "DATA":
         event = Data(req, b"")
-        if len(toks) > 3:  # logprobs tail: <lp> <k> [<tid> <tlp>]*k
+        if len(toks) > 3:  # logprobs tail: <lp> <k> [<tid> <tlp>]*k, lptext=1: + <hex> * (k+1)
             _need(toks, 5, kind)
             k = _int(toks[4], 0)
-            if len(toks) != 5 + 2 * k:
+            if len(toks) not in (5 + 2 * k, 6 + 3 * k):
                 raise ProtocolError("DATA: bad logprobs tail")
             event.logprob = _float(toks[3])
             event.top = [[_int(toks[5 + 2 * i]), _float(toks[6 + 2 * i])] for i in range(k)]
+            if len(toks) == 6 + 3 * k:
+                hexes = [_hex_bytes(t) for t in toks[5 + 2 * k:]]
+                event.token_bytes, event.top_bytes = hexes[0], hexes[1:]
         return event, n
     return (Tool(req) if kind == "TOOL" else Echo(req)), n
 
@@ -562,12 +576,16 @@ def format_number(value):
     return text or "0"
 
 
+MAX_LOGPROBS = 32  # the engine's logprobs=k bound
+
+
 def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None, experts=None,
-                  routes=False, heat=True):
+                  routes=False, heat=True, top_k=None, logprobs=0):
     """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse.
 
-    `seed`, `experts`, `routes` and `heat` become key=value fields (`seed=<u64>`, `experts=<n>`,
-    `routes=1`, `heat=0`; a field at its default is not written): only engines that announce our
+    `seed`, `experts`, `routes`, `heat`, `top_k` and `logprobs` become key=value fields
+    (`seed=<u64>`, `experts=<n>`, `routes=1`, `heat=0`, `top_k=<n>`, `logprobs=<k> lptext=1`; a
+    field at its default is not written): only engines that announce our
     extensions (the MODEL line) take them; the real colibri engine refuses unknown keys."""
     if not isinstance(req_id, int) or req_id < 1:
         raise SubmitError("id must be >= 1")
@@ -606,6 +624,14 @@ def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slot
         extra += " routes=1"
     if not heat:
         extra += " heat=0"
+    if top_k is not None:  # our engine's top-k cut (0 = none)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k < 2**31:
+            raise SubmitError("top_k must be an integer in [0, 2^31)")
+        extra += f" top_k={top_k}"
+    if logprobs:  # per-token candidates with their bytes (our engine's lptext=1)
+        if isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 < logprobs <= MAX_LOGPROBS:
+            raise SubmitError(f"logprobs must be an integer in [0, {MAX_LOGPROBS}]")
+        extra += f" logprobs={logprobs} lptext=1"
     header = (f"SUBMIT {req_id} {slot} {len(payload)} {max_tokens} "
               f"{format_number(temperature)} {format_number(top_p)}{extra}\n")
     return header.encode("ascii") + bytes(payload) + b"\n"

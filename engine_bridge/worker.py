@@ -36,6 +36,7 @@ from engine_bridge import transport
 from engine_bridge.client import GenerationRequest
 from engine_bridge.engine import EngineFailed, Supervisor, next_id
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
+from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS, StopMatcher
 from engine_bridge.telemetry import Publisher
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outa
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 REPLY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a client's reply list name (part of a Redis key)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
-EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True}
+EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True, "top_k": None, "logprobs": 0}
 WATCH_S = 0.5        # how often the bridge looks at its engine (watch_engine)
 PING_AFTER_S = 2.0   # an engine silent this long is asked something it must answer
 HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): the engine is hung
@@ -72,6 +73,7 @@ class Request:
     tokens: int = 0          # DATA lines so far (one per token)
     sent: int = 0            # chars of text already emitted
     stopped: bool = False    # a stop string matched (STOP sent): drop further DATA
+    matcher: StopMatcher | None = None  # the job's stop strings' automaton (built at the first text)
     stop_sequence: str | None = None  # the client's stop string that matched
     cancelled: bool = False  # CANCEL sent: drop further DATA, wait for CANCELLED or DONE
     t_first: float | None = None
@@ -79,6 +81,7 @@ class Request:
     prompt_tokens: int | None = None
     reused: int | None = None
     topk: list = field(default_factory=list)
+    lp_pending: list = field(default_factory=list)  # logprob entries of tokens whose text is not sent yet
     perf: dict | None = None
     routing: dict | None = None  # the engine's ROUTES for this turn (routes=True)
     io: dict | None = None       # the engine's IOSTAT for this turn, as IoStat.figures()
@@ -95,6 +98,8 @@ def parse_job(raw, model_info=None):
         raise p.SubmitError("prompt must be a non-empty string")
     if not isinstance(job.stop, list) or not all(isinstance(s, str) and s for s in job.stop):
         raise p.SubmitError("stop must be a list of non-empty strings")
+    if len(job.stop) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in job.stop):
+        raise p.SubmitError(f"stop: at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters")
     if not all(p.encodable(s) for s in (job.prompt, *job.stop)):
         raise p.SubmitError("prompt and stop must be valid UTF-8 (no lone surrogates)")
     # The wire form of every number, decided by the one owner of the rules: a value the engine
@@ -110,7 +115,8 @@ def parse_job(raw, model_info=None):
     for name in ("routes", "heat", "topk"):
         if not isinstance(getattr(job, name), bool):
             raise p.SubmitError(f"{name} must be true or false")
-    p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1)
+    p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1, top_k=job.top_k,
+                    logprobs=job.logprobs)
     return job
 
 
@@ -142,15 +148,21 @@ def extension_refusal(job, model_info):
     return None
 
 
-def held_back(text, stops):
-    """Length of the longest suffix of text that could still grow into a stop string."""
-    hold = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), hold, -1):
-            if text.endswith(stop[:n]):
-                hold = n
-                break
-    return hold
+def token_text(raw):
+    """A token's bytes as the text OpenAI's logprobs name it: the UTF-8 text, or `bytes:\\xNN…`
+    for a piece that is not valid UTF-8 on its own (half a character)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
+
+def logprob_entry(ev):
+    """A DATA event's logprobs tail (lptext=1) -> {token, logprob, bytes, top: [{token, logprob, bytes}]}."""
+    raw = ev.token_bytes or b""
+    top = [{"token": token_text(b), "logprob": lp, "bytes": list(b)}
+           for (tid, lp), b in zip(ev.top or [], ev.top_bytes or []) if tid >= 0]
+    return {"token": token_text(raw), "logprob": ev.logprob, "bytes": list(raw), "top": top}
 
 
 class Bridge:
@@ -428,10 +440,14 @@ class Bridge:
         if event["kind"] == "text":
             if not event["text"]:
                 return
+            if r.lp_pending:  # the logprobs of the tokens this text completes travel with it
+                event["logprobs"], r.lp_pending = r.lp_pending, []
             if r.t_first is None:
                 r.t_first, r.t_first_wall = time.monotonic(), time.time()
             if r.outbox and r.outbox[-1]["kind"] == "text":
                 r.outbox[-1]["text"] += event["text"]
+                if "logprobs" in event:
+                    r.outbox[-1].setdefault("logprobs", []).extend(event["logprobs"])
                 return  # merged into a batch that waits for the one in flight
         r.outbox.append(event)
         self.flush(r)
@@ -505,16 +521,21 @@ class Bridge:
         return min(self.text_frame_s, READ_PAUSE_S)
 
     def emit_text(self, r, final=False):
-        stops = r.job.stop
-        if not r.stopped and stops:
-            hits = [(i, s) for s in stops if (i := r.text.find(s, max(0, r.sent - len(s)))) >= 0]
-            if hits:
-                cut, r.stop_sequence = min(hits)
+        """Sends the new text, holding back a tail that may still grow into a stop string; a
+        complete stop string cuts the text there and STOPs the engine. Matching is linear in the
+        text (engine_bridge.stops): no stop list can stall the loop every stream shares."""
+        if not r.stopped and r.job.stop:
+            if r.matcher is None:
+                r.matcher = StopMatcher(r.job.stop)
+            hit = r.matcher.feed(r.text[r.matcher.pos:])
+            if hit:
+                cut, r.stop_sequence = hit
                 self.emit(r, {"kind": "text", "text": r.text[r.sent:cut]})
                 r.sent, r.text = cut, r.text[:cut]
                 self.stop(r)
                 return
-        end = len(r.text) if final or r.stopped else len(r.text) - held_back(r.text, stops)
+        held = r.matcher.held if r.matcher is not None else 0
+        end = len(r.text) if final or r.stopped else len(r.text) - held
         if end > r.sent:
             self.emit(r, {"kind": "text", "text": r.text[r.sent:end]})
             r.sent = end
@@ -637,6 +658,8 @@ class Bridge:
             return
         r.tokens += 1
         r.text += r.decoder.decode(ev.data)
+        if r.job.logprobs and ev.logprob is not None:
+            r.lp_pending.append(logprob_entry(ev))
         self.emit_text(r)
 
     def ev_topk(self, ev):
@@ -673,6 +696,7 @@ class Bridge:
             "topk": r.topk if r.job.topk else None,
             "routing": r.routing if r.job.routes else None,
             "io": r.io,
+            **({"logprobs": r.lp_pending} if r.lp_pending else {}),  # tokens whose text was empty or held
         })
         self.release(r)
 

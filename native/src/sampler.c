@@ -1,4 +1,7 @@
-/* sampler.c — greedy / temperature + top-p sampling and top-k log-probabilities.
+/* sampler.c — greedy / temperature + top-k + top-p sampling and top-k log-probabilities.
+ *
+ * Owns: the engine's one sampling rule (temperature, then the top_k cut, then the top_p
+ * nucleus within it, as llama.cpp and vLLM order them), its RNG, and top-k log-probabilities.
  *
  * RNG: splitmix64 turns the seed into the state of a xorshift64* generator.
  * Scratch for sample_token: 8 * vocab bytes (vocab (float prob, int id) pairs,
@@ -93,6 +96,57 @@ int sample_token(const float *logits, int vocab, float temperature, float top_p,
     int keep = 0;
     double mass = 0;
     while (keep < n) {
+        mass += c[keep++].p;
+        if (mass >= need) break;
+    }
+    double u = rng_uniform(r) * mass, acc = 0;
+    for (int i = 0; i < keep; i++) {
+        acc += c[i].p;
+        if (u < acc) return c[i].id;
+    }
+    return c[keep - 1].id;
+}
+
+/* Moves the k most probable candidates to c[0..k), in any order (Hoare quickselect, O(n)
+ * on average): the top_k cut costs no sort of the vocabulary. */
+static void select_top(cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        float pivot = c[lo + (hi - lo) / 2].p;
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (c[i].p > pivot) i++;
+            while (c[j].p < pivot) j--;
+            if (i <= j) {
+                cand t = c[i]; c[i] = c[j]; c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else return;
+    }
+}
+
+int sample_token_k(const float *logits, int vocab, float temperature, float top_p, int top_k,
+                   rng_state *r, void *scratch) {
+    if (top_k <= 0 || top_k >= vocab || !(temperature > 0.0f))
+        return sample_token(logits, vocab, temperature, top_p, r, scratch);
+    cand *c = scratch;
+    float mx = logits[argmax(logits, vocab)];
+    for (int i = 0; i < vocab; i++) {
+        c[i].p = expf((logits[i] - mx) / temperature);
+        c[i].id = i;
+    }
+    select_top(c, vocab, top_k);
+    qsort(c, (size_t)top_k, sizeof *c, cmp_cand);   /* the nucleus is a prefix of these */
+    double total = 0;
+    for (int i = 0; i < top_k; i++) total += c[i].p;
+    double need = top_p < 1.0f ? (double)top_p * total : total;
+    int keep = 0;
+    double mass = 0;
+    while (keep < top_k) {
         mass += c[keep++].p;
         if (mass >= need) break;
     }

@@ -43,6 +43,8 @@ typedef struct {
     int emitted;
     float temperature, top_p;
     int logprobs;               /* k of logprobs=k, 0 = off */
+    int lptext;                 /* lptext=1: the logprobs tail also carries the tokens' bytes (hex) */
+    int top_k;                  /* top_k=N: sample among the N most likely tokens only; 0 = all */
     int experts;                /* routed experts per token of this turn (experts=N, else the
                                  * model's top_k); kept after the turn: the count that computed
                                  * the slot's K/V history, which a turn with another count
@@ -303,7 +305,7 @@ static void emit_token(server *S, request *r, int tok, int last) {
         float lps[MAX_LOGPROBS];
         topk_logprobs(r->logits, S->vocab, r->logprobs, ids, lps);
         double lse = (double)r->logits[ids[0]] - lps[0];
-        size_t hcap = 64 + (size_t)r->logprobs * 32 + (size_t)n;
+        size_t hcap = 64 + (size_t)r->logprobs * 32 + (size_t)n + (r->lptext ? (size_t)(r->logprobs + 1) * 514 : 0);
         char *line = malloc(hcap);
         if (line) {
             size_t len = (size_t)snprintf(line, hcap, "DATA %llu %d %.4f %d",
@@ -311,6 +313,16 @@ static void emit_token(server *S, request *r, int tok, int last) {
                                           (double)r->logits[tok] - lse, r->logprobs);
             for (int i = 0; i < r->logprobs; i++)
                 len += (size_t)snprintf(line + len, hcap - len, " %d %.4f", ids[i], (double)lps[i]);
+            if (r->lptext) {                    /* the sampled token's bytes, then each candidate's */
+                for (int i = -1; i < r->logprobs; i++) {
+                    int t = i < 0 ? tok : ids[i], tl = 0;
+                    const char *tp = t >= 0 && !tok_is_control(S->tok, t) ? tok_piece(S->tok, t, &tl) : "";
+                    if (tl > 256) tl = 256;
+                    char hx[2 * 256 + 1];
+                    hex_encode((const uint8_t *)tp, (size_t)tl, hx);
+                    len += (size_t)snprintf(line + len, hcap - len, " %s", tl ? hx : "-");
+                }
+            }
             line[len++] = '\n';
             memcpy(line + len, buf, (size_t)n);
             out_raw_line(line, len + (size_t)n);
@@ -344,7 +356,7 @@ static void emit_token(server *S, request *r, int tok, int last) {
 /* Samples from r->logits and acts on the token: end of generation, or DATA and
  * either the end of the budget or a row in the next decode step. */
 static void take_token(server *S, request *r) {
-    int tok = sample_token(r->logits, S->vocab, r->temperature, r->top_p, &r->rng, S->scratch);
+    int tok = sample_token_k(r->logits, S->vocab, r->temperature, r->top_p, r->top_k, &r->rng, S->scratch);
     if (tok_is_eog(S->tok, tok)) {
         finish(S, r, 0);
         return;
@@ -473,9 +485,9 @@ static void cmd_stop_cancel(server *S, char *args, int cancel) {
 }
 
 typedef struct {
-    uint64_t id, slot, bytes, max_tokens, gbytes, seed, experts;
+    uint64_t id, slot, bytes, max_tokens, gbytes, seed, experts, top_k;
     double temperature, top_p;
-    int have_seed, logprobs, have_logprobs, have_experts;
+    int have_seed, logprobs, have_logprobs, have_experts, have_top_k, lptext, have_lptext;
     int routes, have_routes, heat, have_heat;
 } submit_hdr;
 
@@ -534,6 +546,14 @@ static int parse_submit(char *args, submit_hdr *h, long long *consume) {
             if (h->have_routes || val > 1) return -1;
             h->have_routes = 1;
             h->routes = (int)val;
+        } else if (!strcmp(k, "top_k")) {   /* 0 = no cut; >= vocab is no cut either */
+            if (h->have_top_k || val > INT32_MAX) return -1;
+            h->have_top_k = 1;
+            h->top_k = val;
+        } else if (!strcmp(k, "lptext")) {
+            if (h->have_lptext || val > 1) return -1;
+            h->have_lptext = 1;
+            h->lptext = (int)val;
         } else if (!strcmp(k, "heat")) {
             if (h->have_heat || val > 1) return -1;
             h->have_heat = 1;
@@ -633,6 +653,8 @@ static void cmd_submit(server *S, char *args) {
     r->temperature = (float)h.temperature;
     r->top_p = (float)h.top_p;
     r->logprobs = h.logprobs;
+    r->lptext = h.lptext;
+    r->top_k = (int)h.top_k;
     r->experts = experts;
     r->routes = h.routes;
     r->heat = h.heat;

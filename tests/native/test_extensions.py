@@ -109,3 +109,56 @@ def test_model_line_sampling(spawn, tmp_path):
     e = spawn(model=str(k), slots=1)
     e.wait(lambda: "MODEL" in e.latest, what="MODEL line")
     assert parse_model_line(e.latest["MODEL"])["sampling"] == {"top_k": 40}
+
+
+def data_tails(eng, rid):
+    """The DATA headers' fields after `DATA <id> <n>` of request rid, in order."""
+    return [parts[3:] for kind, parts, _ in list(eng.events) if kind == "DATA" and int(parts[1]) == rid]
+
+
+def test_top_k_1_is_greedy_whatever_the_temperature(eng):
+    greedy = eng.result(eng.submit(PROMPT, slot=3, max_tokens=10)).text
+    for seed in (1, 2, 3):
+        hot = eng.result(eng.submit(PROMPT, slot=3, max_tokens=10, temperature=1.9, extra=f" top_k=1 seed={seed}"))
+        assert hot.text == greedy
+
+
+def test_top_k_samples_only_among_the_k_most_likely(eng):
+    """Each sampled token's logprob is at least the k-th candidate's (the logprobs tail lists the
+    five most likely under the raw logits; the cut is applied to the same logits)."""
+    seen_beyond_1 = False
+    for seed in range(4):
+        r = eng.result(eng.submit(PROMPT, slot=4, max_tokens=12, temperature=2, extra=f" top_k=3 logprobs=5 seed={seed}"))
+        for tail in data_tails(eng, r.id):
+            lp, k = float(tail[0]), int(tail[1])
+            cands = [float(tail[3 + 2 * i]) for i in range(k)]
+            assert lp >= cands[2] - 1e-3, (lp, cands)
+            seen_beyond_1 |= lp < cands[0] - 1e-3
+    assert seen_beyond_1, "temperature 2 with top_k=3 never sampled past the most likely token"
+
+
+def test_lptext_carries_the_sampled_and_candidate_token_bytes(eng):
+    r = eng.result(eng.submit(PROMPT, slot=5, max_tokens=10, extra=" logprobs=3 lptext=1"))
+    tails = data_tails(eng, r.id)
+    assert tails and all(len(t) == 2 + 2 * 3 + 1 + 3 for t in tails), tails[:2]
+    raw, by_id = b"", {}
+    for t in tails:
+        hexes = [b"" if h == "-" else bytes.fromhex(h) for h in t[8:]]
+        assert hexes[0] == hexes[1], "greedy: the sampled token is the most likely candidate"
+        raw += hexes[0]
+        for i in range(3):
+            assert by_id.setdefault(int(t[2 + 2 * i]), hexes[1 + i]) == hexes[1 + i]
+    try:
+        assert raw.decode("utf-8") == r.text.decode("utf-8")
+    except UnicodeDecodeError:
+        pass  # the sanitizer's U+FFFD differs from raw bytes: only valid text is compared
+    plain = eng.result(eng.submit(PROMPT, slot=5, max_tokens=4, extra=" logprobs=3"))
+    assert all(len(t) == 2 + 2 * 3 for t in data_tails(eng, plain.id))
+
+
+@pytest.mark.parametrize("extra", [" top_k=-1", " top_k=x", " top_k=1 top_k=1", " lptext=2", " lptext=1 lptext=1"])
+def test_bad_top_k_or_lptext_rejects_the_header(eng, extra):
+    n0 = len(eng.errors0)
+    eng.submit(b"hi", slot=6, max_tokens=4, extra=extra)
+    eng.wait(lambda: len(eng.errors0) > n0, what="ERROR 0")
+    assert eng.errors0[n0] == ["BAD_REQUEST"], eng.errors0

@@ -184,7 +184,7 @@ REFUSALS = [
     ("/v1/completions", {}, "prompt", "missing prompt"),
     ("/v1/responses", {}, "input", "missing input"),
     ("/v1/messages", {}, None, "missing messages"),
-    ("/v1/messages", {"messages": MSG, "top_k": 5}, None, "top_k is not supported"),
+    ("/v1/messages", {"messages": MSG, "top_k": -1}, None, "top_k must be an integer"),
     ("/v1/messages", {"messages": [{"role": "system", "content": "x"}]}, None, "messages[0].role"),
     ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].call_id", "matches no earlier function_call"),
     ("/v1/responses", {"input": [{"type": "reasoning"}]}, "input[0].type", "not supported"),

@@ -358,3 +358,12 @@ async def test_chat_legacy_functions_stream_function_call_deltas(fake_bridge, al
     assert calls[0] == {"name": "get_weather", "arguments": ""} and all("name" not in c for c in calls[1:])
     assert json.loads("".join(c["arguments"] for c in calls)) == {"city": "Paris"}
     assert [p["choices"][0]["finish_reason"] for p in parsed if p["choices"]][-1] == "function_call"
+
+
+def test_each_of_n_choices_parses_its_own_calls(fake_bridge, alice_key):
+    fake_bridge.script(*reply(*two_calls("")))
+    r = post(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG, "tools": CHAT_TOOLS, "n": 2})
+    choices = r.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1] and all(c["finish_reason"] == "tool_calls" for c in choices)
+    ids = [tc["id"] for c in choices for tc in c["message"]["tool_calls"]]
+    assert len(ids) == 4 and len(set(ids)) == 4

@@ -96,7 +96,7 @@ def test_it_answers_buffered(fake_bridge, alice_key):
     ({"top_p": 0}, "top_p", 400),
     ({"max_tokens": -1}, "max_tokens", 400),
     ({"max_completion_tokens": "10"}, "max_completion_tokens", 400),
-    ({"n": 2}, "n", 400),
+    ({"n": 9}, "n", 400),
     ({"seed": -1}, "seed", 400),
     ({"seed": "7"}, "seed", 400),
     ({"stop": ["a", ""]}, "stop", 400),
