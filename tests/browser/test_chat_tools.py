@@ -2,7 +2,8 @@
 stack (Daphne + bridge + native engine on the fixture model): imported from a JSON file through
 the sidebar, each call shows its function name, id and pretty-printed arguments, each result
 its tool's name and text, markup in any of them stays text, a bad file gets the server's message
-naming the field, and "Continue" after the last result streams a reply from the engine."""
+naming the field, and "Continue" after the last result streams a reply from the engine. The keys
+dialog offers the tool-call snippet (tests/web/test_live_api_snippets.py runs it)."""
 import json
 
 import pytest
@@ -89,4 +90,14 @@ def test_an_imported_api_conversation_shows_its_tool_calls(live_stack, page_and_
     page.reload()
     page.locator('.tool-call[data-call-id="call_oslo"]').wait_for()
     assert page.locator(".msg-tool").count() == 2 and page.locator(".msg-assistant[data-id]").count() == 2
+
+    # The keys dialog's snippets include the tool-call example, carrying the new key.
+    page.click("#keys-open")
+    page.fill(".key-create input[name=name]", "tools")
+    page.click(".key-create button[type=submit]")
+    snippet = page.locator('.key-snippet[data-snippet="Python (openai, tools)"]')
+    snippet.locator("summary").click()
+    code = snippet.locator("pre").inner_text()
+    secret = page.locator(".key-secret code").inner_text()
+    assert secret and secret in code and "tools=tools" in code and '"name": "get_weather"' in code
     assert watch.errors == [], watch.errors
