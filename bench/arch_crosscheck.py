@@ -62,25 +62,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.model.arch_ref import REFS  # noqa: E402  (float64 forwards from the published definitions)
+sys.path.insert(0, str(ROOT / "bench"))
+import llama_child  # noqa: E402  (the llama.cpp child scripts' prelude: use_extra_bufts off)
 GEN = ROOT / "native" / "tools" / "make_arch_fixture.py"
 FWD_DUMP = ROOT / "native" / "build" / "fwd_dump"
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 TOPN = 32
 
-LLAMA_SCRIPT = textwrap.dedent("""
+LLAMA_SCRIPT = llama_child.PRELUDE + textwrap.dedent("""
     import json, sys
     import numpy as np
-    import llama_cpp
     from llama_cpp import Llama
-    _default = llama_cpp.llama_model_default_params
-    def _params():
-        p = _default()
-        if hasattr(p, "use_extra_bufts"):
-            p.use_extra_bufts = False
-        return p
-    llama_cpp.llama_model_default_params = _params
-    import llama_cpp.llama as _ll
-    _ll.llama_cpp.llama_model_default_params = _params
     model, threads, steps, prompt, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
     llm = Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=256, n_batch=256,
                 logits_all=True, type_k=0, type_v=0, verbose=True)   # K/V cache in F32

@@ -38,62 +38,100 @@ from build_default_model import tokenize  # noqa: E402  (the engine's --tokenize
 MOE = ROOT / "models/smollm2-135m-moe16.gguf"
 DENSE = ROOT / "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_PY = ROOT / "bench/.venv-llama/bin/python"
+ENGINE = ROOT / "native/build/colibri-engine"
 READY = b"\x01\x01READY\x01\x01\n"
 
 
 class Mux:
-    """Minimal mux client: timestamps of DATA/DONE per request id."""
+    """Minimal mux client: timestamps of DATA/ACCEPT/DONE per request id. The one driver of the
+    engine's mux protocol for the benchmarks (bench/scale.py and bench/webpath.py use it too):
+    subclasses add what they measure through on_data / on_line, called on the reader thread with
+    self.cond held."""
 
-    def __init__(self, env):
-        self.p = subprocess.Popen([str(ROOT / "native/build/colibri-engine")], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    def __init__(self, env, *, stderr=subprocess.DEVNULL, preexec_fn=None, ready_timeout=None):
+        self.t_start = time.perf_counter()
+        self.p = subprocess.Popen([str(ENGINE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=stderr, env=env, preexec_fn=preexec_fn)
         self.cond = threading.Condition()
         self.data: dict[int, list[float]] = {}
         self.done: dict[int, tuple[float, list[str]]] = {}
         self.accept: dict[int, float] = {}
+        self.eof = False
+        self.started()
         f = self.p.stdout
-        while f.readline() != READY:
-            pass
+        deadline = None if ready_timeout is None else time.monotonic() + ready_timeout
+        while True:
+            ln = f.readline()
+            if not ln:
+                raise RuntimeError("engine exited before READY" + self.exit_detail())
+            if ln == READY:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError("READY timeout")
+        self.t_ready = time.perf_counter()
         threading.Thread(target=self._read, daemon=True).start()
         self.next_id = 1
+
+    def started(self) -> None:
+        """Hook: runs once the process exists, before READY is awaited (e.g. a stderr reader)."""
+
+    def exit_detail(self) -> str:
+        """Hook: what to add to the error when the engine exits before READY."""
+        return ""
+
+    def on_data(self, rid: int, t: float) -> None:
+        """Hook: a DATA frame of request rid arrived at t (its payload already read)."""
+
+    def on_line(self, kind: str, parts: list[str], t: float) -> None:
+        """Hook: any other line (PERF, ROUTES, TIERS, ...)."""
 
     def _read(self):
         f = self.p.stdout
         while True:
             line = f.readline()
             if not line:
+                with self.cond:
+                    self.eof = True
+                    self.cond.notify_all()
                 return
             t = time.perf_counter()
             parts = line.decode("utf-8", "replace").split()
             if not parts:
                 continue
-            if parts[0] == "DATA":
+            kind = parts[0]
+            if kind == "DATA":
                 f.read(int(parts[2]) + 1)
-                with self.cond:
+            with self.cond:
+                if kind == "DATA":
                     self.data.setdefault(int(parts[1]), []).append(t)
-            elif parts[0] == "ACCEPT":
-                with self.cond:
+                    self.on_data(int(parts[1]), t)
+                elif kind == "ACCEPT":
                     self.accept[int(parts[1])] = t
-            elif parts[0] == "DONE" or (parts[0] == "ERROR" and parts[1] != "0"):
-                with self.cond:
+                elif kind == "DONE" or (kind == "ERROR" and parts[1] != "0"):
                     self.done[int(parts[1])] = (t, parts)
                     self.cond.notify_all()
+                else:
+                    self.on_line(kind, parts, t)
 
-    def run(self, prompts, slots, max_tokens):
-        """Submits prompts[i] to slots[i] in one write; returns (t_submit, ids) once all are done."""
+    def run(self, prompts, slots, max_tokens, *, options="", timeout=600, check=True):
+        """Submits prompts[i] to slots[i] in one write (options: SUBMIT extensions, e.g.
+        "routes=1"); returns (t_submit, ids) once all are done, the engine exited or timeout
+        passed. check: every request must have ended with DONE."""
         ids, frames = [], b""
+        tail = f" {options}" if options else ""
         for p, s in zip(prompts, slots):
             rid, self.next_id = self.next_id, self.next_id + 1
             b = p.encode()
-            frames += f"SUBMIT {rid} {s} {len(b)} {max_tokens} 0 1\n".encode() + b + b"\n"
+            frames += f"SUBMIT {rid} {s} {len(b)} {max_tokens} 0 1{tail}\n".encode() + b + b"\n"
             ids.append(rid)
         t0 = time.perf_counter()
         self.p.stdin.write(frames)
         self.p.stdin.flush()
         with self.cond:
-            self.cond.wait_for(lambda: all(i in self.done for i in ids), timeout=600)
-        for i in ids:
-            assert self.done[i][1][0] == "DONE", self.done[i][1]
+            self.cond.wait_for(lambda: self.eof or all(i in self.done for i in ids), timeout=timeout)
+        if check:
+            for i in ids:
+                assert i in self.done and self.done[i][1][0] == "DONE", self.done.get(i, "no DONE")
         return t0, ids
 
     def peak_rss_mb(self):
@@ -102,9 +140,17 @@ class Mux:
                 return int(ln.split()[1]) / 1024
         return float("nan")
 
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(60)
+    def close(self, timeout=120):
+        """Closes stdin (the engine exits at EOF) and returns its exit status; killed past timeout."""
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return self.p.wait()
 
 
 def prompts_text(n_words_list):
@@ -118,7 +164,7 @@ def prompts_text(n_words_list):
 
 
 def tokens_of(text, model):
-    return tokenize(ROOT / "native/build/colibri-engine", model, text)
+    return tokenize(ENGINE, model, text)
 
 
 def cut_to_tokens(texts, n, model):

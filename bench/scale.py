@@ -62,8 +62,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE = ROOT / "native" / "build" / "colibri-engine"
-READY = b"\x01\x01READY\x01\x01\n"
+sys.path.insert(0, str(ROOT / "bench"))
+import engine  # noqa: E402  (bench/engine.py: the mux driver)
+import llama_child  # noqa: E402  (the llama.cpp child scripts' prelude)
 CG_ROOT = Path("/sys/fs/cgroup/memory")
 EXPERT_SLICE = 768 * 2048 // 256 * 144   # one Q4_K expert gate/up slice: 884,736 B
 
@@ -172,92 +173,38 @@ def read_bytes(pid):
 
 
 # ------------------------------------------------------------------ ours (mux)
-class Mux:
+class Mux(engine.Mux):
+    """bench/engine.py's mux driver, inside a cgroup, with what this benchmark reads: the
+    process's read_bytes at every DATA, the PERF / ROUTES lines per request, TIERS, stderr."""
+
     def __init__(self, env, cg, timeout):
-        self.t_start = time.perf_counter()
-        self.p = subprocess.Popen([str(ENGINE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, env=env, preexec_fn=cg.enter_fn())
-        self.cond = threading.Condition()
-        self.data, self.io, self.done, self.accept, self.lines = {}, {}, {}, {}, {}
-        self.banner, self.err = [], bytearray()
-        self.eof = False
-        threading.Thread(target=self._err, daemon=True).start()
-        f = self.p.stdout
-        deadline = time.monotonic() + timeout
-        while True:
-            ln = f.readline()
-            if not ln:
-                raise RuntimeError("engine exited before READY: " + self.err.decode(errors="replace")[-500:])
-            if ln == READY:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("READY timeout")
-        self.t_ready = time.perf_counter()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.next_id = 1
+        self.io, self.lines, self.err = {}, {}, bytearray()
+        super().__init__(env, stderr=subprocess.PIPE, preexec_fn=cg.enter_fn(), ready_timeout=timeout)
+
+    def started(self):
+        self.err_reader = threading.Thread(target=self._err, daemon=True)
+        self.err_reader.start()
+
+    def exit_detail(self):
+        self.err_reader.join(5)  # the engine has closed stdout: its last stderr lines are on the way
+        return ": " + self.err.decode(errors="replace")[-500:]
 
     def _err(self):
         for ln in self.p.stderr:
             self.err += ln
 
-    def _read(self):
-        f = self.p.stdout
-        while True:
-            line = f.readline()
-            if not line:
-                with self.cond:
-                    self.eof = True
-                    self.cond.notify_all()
-                return
-            t = time.perf_counter()
-            parts = line.decode("utf-8", "replace").split()
-            if not parts:
-                continue
-            k = parts[0]
-            if k == "DATA":
-                f.read(int(parts[2]) + 1)
-                rb = read_bytes(self.p.pid)
-                with self.cond:
-                    rid = int(parts[1])
-                    self.data.setdefault(rid, []).append(t)
-                    self.io.setdefault(rid, []).append(rb)
-            elif k == "ACCEPT":
-                with self.cond:
-                    self.accept[int(parts[1])] = (t, parts)
-            elif k in ("PERF", "ROUTES"):
-                with self.cond:
-                    self.lines.setdefault(int(parts[1]), {})[k] = parts
-            elif k == "TIERS":
-                self.lines.setdefault(0, {})["TIERS"] = parts
-            elif k == "DONE" or (k == "ERROR" and parts[1] != "0"):
-                with self.cond:
-                    self.done[int(parts[1])] = (t, parts)
-                    self.cond.notify_all()
+    def on_data(self, rid, t):
+        self.io.setdefault(rid, []).append(read_bytes(self.p.pid))
+
+    def on_line(self, kind, parts, t):
+        if kind in ("PERF", "ROUTES"):
+            self.lines.setdefault(int(parts[1]), {})[kind] = parts
+        elif kind == "TIERS":
+            self.lines.setdefault(0, {})["TIERS"] = parts
 
     def run(self, prompts, max_tokens, timeout):
-        ids, frames = [], b""
-        for s, p in enumerate(prompts):
-            rid, self.next_id = self.next_id, self.next_id + 1
-            b = p.encode()
-            frames += f"SUBMIT {rid} {s} {len(b)} {max_tokens} 0 1 routes=1\n".encode() + b + b"\n"
-            ids.append(rid)
-        t0 = time.perf_counter()
-        self.p.stdin.write(frames)
-        self.p.stdin.flush()
-        with self.cond:
-            self.cond.wait_for(lambda: self.eof or all(i in self.done for i in ids), timeout=timeout)
-        return t0, ids
-
-    def close(self, timeout=120):
-        try:
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            return self.p.wait()
+        """One request per prompt, prompt i on slot i, with routes=1 (the top-¼ column)."""
+        return super().run(prompts, range(len(prompts)), max_tokens, options="routes=1", timeout=timeout, check=False)
 
 
 def top_quarter(routes, n_exp):
@@ -358,21 +305,11 @@ def run_ours_slots(a, path, prompts, label):
 
 
 # ------------------------------------------------------------------ llama.cpp
-LLAMA_SCRIPT = textwrap.dedent("""
-    import json, sys, time
-    t_start = time.perf_counter()
+# t_start before the imports: load s counts importing llama_cpp, as the engine's counts its start.
+LLAMA_SCRIPT = "import time\nt_start = time.perf_counter()\n" + llama_child.PRELUDE + textwrap.dedent("""
+    import json, sys
     import numpy as np
-    import llama_cpp
     from llama_cpp import Llama
-    _default = llama_cpp.llama_model_default_params
-    def _params():
-        p = _default()
-        if hasattr(p, "use_extra_bufts"):
-            p.use_extra_bufts = False
-        return p
-    llama_cpp.llama_model_default_params = _params
-    import llama_cpp.llama as _ll
-    _ll.llama_cpp.llama_model_default_params = _params
     def rb():
         for ln in open("/proc/self/io"):
             if ln.startswith("read_bytes:"):

@@ -6,7 +6,7 @@ from chat.models import Conversation, Message
 class MessageInline(admin.TabularInline):
     model = Message
     extra = 0
-    fields = ("role", "status", "text", "stats", "created")
+    fields = ("role", "status", "text", "tool_calls", "tool_call_id", "stats", "created")
     readonly_fields = ("created",)
 
 

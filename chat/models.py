@@ -3,6 +3,10 @@
 Messages are ordered by primary key: a conversation is a linear list. Regenerate deletes the
 last assistant message and appends a new one; edit-and-resend rewrites one user message and
 deletes everything after it. No tree of alternatives is kept (simplest correct semantics).
+
+Tool calls (issue 25 item 7): an assistant message may carry the calls it made (`tool_calls`) and a
+`tool` message holds one call's result (`tool_call_id` names the call). The chat page does not
+make calls itself; they come from an imported API conversation (chat/imports.py).
 """
 from django.conf import settings
 from django.db import models
@@ -42,6 +46,7 @@ class Message(models.Model):
         USER = "user"
         ASSISTANT = "assistant"
         SYSTEM = "system"
+        TOOL = "tool"  # one tool call's result; tool_call_id names the call
 
     class Status(models.TextChoices):
         STREAMING = "streaming"
@@ -55,6 +60,12 @@ class Message(models.Model):
     # byte-identically so the engine can reuse the KV prefix.
     text = models.TextField(blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    # Assistant only: the calls this turn made, in order, as the OpenAI wire has them but flat:
+    # [{"id", "name", "arguments"}], arguments the JSON text the model wrote (not re-encoded, so
+    # what the page shows and the prompt renders is what was written).
+    tool_calls = models.JSONField(default=list, blank=True)
+    # Tool only: the id of the call (in an earlier assistant message) this is the result of.
+    tool_call_id = models.CharField(max_length=128, blank=True, default="")
     # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error
     stats = models.JSONField(default=dict, blank=True)
     # Which experts answered this message (the engine's ROUTES for its request, asked with
@@ -87,5 +98,7 @@ class Message(models.Model):
             "text": self.text,
             "status": self.status,
             "stats": self.stats,
+            "tool_calls": self.tool_calls,
+            "tool_call_id": self.tool_call_id,
             "created": self.created.isoformat(),
         }

@@ -6,6 +6,7 @@ reload at any moment shows what the database has.
 """
 import array
 import base64
+import json
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -138,16 +139,39 @@ def _ensure_idle(conv):
 
 def prompt_messages(conv, *, before_id=None):
     """The history as template messages. Assistant text goes back exactly as emitted (partial
-    text of interrupted replies included); failed replies with no text are left out."""
+    text of interrupted replies included); failed replies with no text are left out. Tool calls
+    and results (imported API conversations) take engine_bridge.toolsyntax's neutral form:
+    assistant "tool_calls": [{"id", "name", "arguments"}], {"role": "tool", "tool_call_id",
+    "name", "content"}; a template that knows no tools shows the results' text only."""
     qs = conv.messages.all()
+    names = {}  # call id -> function name, for the results
     if before_id is not None:
         qs = qs.filter(pk__lt=before_id)
     out = []
     for m in qs:
         if m.role == Message.Role.ASSISTANT and m.status in (Message.Status.ERROR, Message.Status.STREAMING) and not m.text:
             continue
-        out.append({"role": m.role, "content": m.text})
+        if m.role == Message.Role.TOOL:
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "name": names.get(m.tool_call_id, ""),
+                        "content": m.text})
+        elif m.tool_calls:
+            for c in m.tool_calls:
+                names[c["id"]] = c["name"]
+            out.append({"role": m.role, "content": m.text, "tool_calls": [
+                {"id": c["id"], "name": c["name"], "arguments": _arguments(c["arguments"])} for c in m.tool_calls]})
+        else:
+            out.append({"role": m.role, "content": m.text})
     return out
+
+
+def _arguments(text):
+    """A stored call's arguments for the template: the object its JSON text holds, or the text
+    itself when it is not a JSON object (a model may have written anything)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
 
 
 def _start_assistant(conv, new_messages, owner="", **turn_kw):

@@ -5,6 +5,7 @@ from chat import pages, views
 urlpatterns = [
     path("", pages.index, name="index"),
     path("api/conversations", views.ConversationListApi.as_view(), name="conversation-list"),
+    path("api/conversations/import", views.ConversationImportApi.as_view(), name="conversation-import"),
     path("api/conversations/<int:pk>", views.ConversationDetailApi.as_view(), name="conversation-detail"),
     path("api/conversations/<int:pk>/messages", views.ConversationMessagesApi.as_view(), name="conversation-messages"),
     path("conversations/export", views.export_view, name="conversation-export"),

@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from chat import services
 from chat.export import FORMATS, export_content
+from chat.imports import ImportRefused, import_conversation
 from chat.models import Conversation
 from engine_bridge import protocol
 
@@ -45,6 +46,19 @@ class ConversationListApi(SessionApi):
         data = TitleInput(data=request.data)
         data.is_valid(raise_exception=True)
         conv = Conversation.objects.create(owner=request.user, title=data.validated_data["title"])
+        return Response(conv.as_dict(), status=status.HTTP_201_CREATED)
+
+
+class ConversationImportApi(SessionApi):
+    """POST an API conversation (an OpenAI Chat request's `messages`, tool calls and results
+    included; chat/imports.py) -> 201 with the new conversation, or 400 {"error", "field"} naming
+    the offending value; nothing is stored on a 400."""
+
+    def post(self, request):
+        try:
+            conv = import_conversation(request.user, request.data)
+        except ImportRefused as exc:
+            return Response({"error": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST)
         return Response(conv.as_dict(), status=status.HTTP_201_CREATED)
 
 

@@ -2,7 +2,7 @@
 // the JSON HTTP endpoints (conversations, API keys, /health). Nothing else in the front end builds
 // URLs or touches fetch/WebSocket directly.
 
-export type MessageRole = "user" | "assistant" | "system";
+export type MessageRole = "user" | "assistant" | "system" | "tool";
 export type MessageStatus = "streaming" | "complete" | "interrupted" | "error";
 
 export interface Stats {
@@ -14,6 +14,14 @@ export interface Stats {
   finish_reason?: string | null;
 }
 
+// One call an assistant turn made (chat/models.py Message.tool_calls): arguments is the JSON text
+// the model wrote, possibly not valid JSON.
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
 export interface Message {
   id: number;
   conversation: number;
@@ -21,6 +29,8 @@ export interface Message {
   text: string;
   status: MessageStatus;
   stats: Stats | null;
+  tool_calls?: ToolCall[]; // assistant turns of an imported API conversation
+  tool_call_id?: string; // role "tool": the call this is the result of
   created: string;
 }
 
@@ -100,6 +110,7 @@ export class ApiError extends Error {
 const URLS = {
   conversations: "/api/conversations",
   conversation: (id: number) => `/api/conversations/${id}`,
+  importConversation: "/api/conversations/import",
   keys: "/api/keys",
   key: (id: number | string) => `/api/keys/${encodeURIComponent(String(id))}`,
   health: "/health",
@@ -167,6 +178,11 @@ export class Http {
 
   async renameConversation(id: number, title: string): Promise<Conversation> {
     return unwrapOne<Conversation>(await this.request("PATCH", URLS.conversation(id), { title }), "conversation");
+  }
+
+  // An API conversation ({"messages": [OpenAI Chat messages]}): the server checks every field.
+  async importConversation(body: unknown): Promise<Conversation> {
+    return unwrapOne<Conversation>(await this.request("POST", URLS.importConversation, body), "conversation");
   }
 
   async deleteConversation(id: number): Promise<void> {

@@ -1,10 +1,13 @@
 """The atlas page against a scripted /ws/atlas/ and mocked JSON endpoints (the real page from
 Daphne, no engine traffic): layer numbers come from the data, the legend counts tiers, the card
-reads EMAP and the atlas, HITS flash cells, the search highlights the experts of a topic."""
+reads EMAP and the atlas, HITS flash cells, the search highlights the experts of a topic; a 30B-sized
+(48 x 128) grid paints and stays painted through resizes."""
+import contextlib
 import json
 import re
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from engine_bridge.protocol import IoStat
 from tests.browser.conftest import PASSWORD, log_in
@@ -176,4 +179,61 @@ def test_a_built_atlas_says_its_probe_count_and_a_message_filters_the_grid(live_
     page.wait_for_timeout(100)
     assert sum(page.evaluate(PIXEL, [2, 3])) > sum(dimmed)
     assert page.url.endswith("/atlas") and page.locator("#atlas-filter").is_hidden() and page.locator("#filter-io").is_hidden()
+    assert watch.errors == []
+
+
+# Qwen3-30B-A3B's expert geometry (48 MoE layers x 128 experts): every tier, heats 0..63.
+BIG_ROWS, BIG_COLS = 48, 128
+BIG_BYTES = [((r + c) % 3) << 6 | (r * 7 + c) % 64 for r in range(BIG_ROWS) for c in range(BIG_COLS)]
+TIER_RGB = [(0x3a, 0x47, 0x50), (0x5a, 0x9b, 0xd8), (0x4e, 0xd6, 0xa5)]  # frontend/src/atlas/emap.ts
+
+
+def cell_rgb(b):
+    """The colour grid.ts paints for an EMAP byte with no flash, highlight or filter."""
+    k = 0.35 + 0.65 * min((b & 63) / 24, 1)
+    return [c * k for c in TIER_RGB[min(b >> 6, 2)]]
+
+
+def test_a_30b_sized_grid_paints_and_stays_painted_after_a_resize(live_stack, page_and_watch, django_user_model):
+    """Issue 23: on the 48 x 128 map of the 30B-shaped file the grid was blank in a full-page
+    screenshot. A resize (the window's, or the viewport change a full-page screenshot makes)
+    set the canvas size, which clears it, and the idle paint loop never repainted until a HITS."""
+    page, watch = page_and_watch
+    django_user_model.objects.create_user("sam", password=PASSWORD, is_staff=True)
+    snap = {**SNAPSHOT, "emap": {"rows": BIG_ROWS, "cols": BIG_COLS, "hex": bytes(BIG_BYTES).hex()},
+            "layers": list(range(BIG_ROWS)), "entropy": [5.0] * BIG_ROWS,
+            "tiers": {"vram_experts": 2048, "ram_experts": 2048, "disk_experts": 2048, "vram_gb": 1.0, "ram_gb": 1.0}}
+    page.route_web_socket(re.compile(r".*/ws/atlas/$"), lambda ws: ws.send(json.dumps(snap)))
+    page.route(re.compile(r".*/atlas/api/.*"), lambda route: route.fulfill(
+        json={"atlases": {"model": "qwen3moe", "current": None, "history": []}, "builds": {"builds": []}}[
+            route.request.url.split("/atlas/api/", 1)[1]]))
+    log_in(page, live_stack.url, "sam")
+    page.goto(f"{live_stack.url}/atlas")
+    page.wait_for_function(f"window.colibriAtlas && window.colibriAtlas.grid.rows === {BIG_ROWS} && window.colibriAtlas.grid.frames > 0")
+    assert page.evaluate("[window.colibriAtlas.grid.rows, window.colibriAtlas.grid.cols]") == [BIG_ROWS, BIG_COLS]
+    assert "disk: 2048 experts" in page.inner_text("#atlas-legend")
+    cells = [(0, 0), (0, BIG_COLS - 1), (BIG_ROWS // 2, 61), (BIG_ROWS - 1, 0), (BIG_ROWS - 1, BIG_COLS - 1)]
+
+    def check(when):
+        for r, c in cells:
+            got, want = page.evaluate(PIXEL, [r, c]), cell_rgb(BIG_BYTES[r * BIG_COLS + c])
+            assert all(abs(g - w) <= 1 for g, w in zip(got, want)), f"{when}: cell ({r}, {c}) is {got}, not {want}"
+
+    check("first paint")
+
+    def repainted(action):
+        """Runs action and waits (up to 2 s) for a frame painted after it; the check tells."""
+        frames = page.evaluate("window.colibriAtlas.grid.frames")
+        action()
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(f"window.colibriAtlas.grid.frames > {frames}", timeout=2000)
+
+    # A full-page screenshot resizes the viewport (that is how the blank grid was seen), then a
+    # narrower window: each time the canvas is repainted, not left cleared.
+    repainted(lambda: page.screenshot(full_page=True))
+    check("after a full-page screenshot")
+    width = page.evaluate("document.getElementById('atlas-grid').width")
+    repainted(lambda: page.set_viewport_size({"width": 1100, "height": 800}))
+    assert page.evaluate("document.getElementById('atlas-grid').width") < width
+    check("after the window narrowed")
     assert watch.errors == []

@@ -1,6 +1,11 @@
 """The API-keys dialog's snippets work as pasted: the key created through /api/keys, the base URL
 and the model id it answers, the dialog's own snippets() (frontend/src/chat/keys.ts, run with
-node) and then curl, the openai SDK and the anthropic SDK against the live stack."""
+node) and then curl, the openai SDK (plain and with a tool) and the anthropic SDK against the
+live stack.
+
+The tool snippet runs one round of a tool loop. It must succeed where the server accepts `tools`;
+a server that refuses them (before issue 25's tool calls) must refuse with the OpenAI SDK's
+BadRequestError naming `tools`, not fail in the snippet itself."""
 import json
 import shutil
 import subprocess
@@ -39,7 +44,7 @@ def test_the_pasted_snippets_answer(live_stack, alice):
     base_url = live_stack.url + "/v1"
     model = httpx.get(base_url + "/models", headers={"Authorization": f"Bearer {created['key']}"}).json()["data"][0]["id"]
     snippets = dialog_snippets(created["key"], base_url, model)
-    assert set(snippets) == {"curl", "Python (openai)", "Python (anthropic)"}
+    assert set(snippets) == {"curl", "Python (openai)", "Python (openai, tools)", "Python (anthropic)"}
     assert all(created["key"] in code and model in code for code in snippets.values())
 
     curl = subprocess.run(["bash", "-c", snippets["curl"]], capture_output=True, text=True, timeout=60)
@@ -47,3 +52,16 @@ def test_the_pasted_snippets_answer(live_stack, alice):
     for label in ("Python (openai)", "Python (anthropic)"):
         run = subprocess.run([sys.executable, "-c", snippets[label]], capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, (label, run.stderr[-500:])
+
+    tools = snippets["Python (openai, tools)"]
+    assert '"name": "get_weather"' in tools and "tools=tools" in tools and '"role": "tool"' in tools
+    probe = httpx.post(base_url + "/chat/completions", headers={"Authorization": f"Bearer {created['key']}"}, timeout=60,
+                       json={"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}],
+                             "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]})
+    run = subprocess.run([sys.executable, "-c", tools], capture_output=True, text=True, timeout=120)
+    if probe.status_code == 200:
+        assert run.returncode == 0, run.stderr[-800:]
+        assert run.stdout.strip(), "the snippet printed no reply"
+    else:  # tools not accepted by this server yet: the snippet's request is what is refused
+        assert probe.status_code == 400 and "tools" in probe.text, probe.text[:300]
+        assert run.returncode != 0 and "BadRequestError" in run.stderr and "tools" in run.stderr, run.stderr[-800:]

@@ -69,6 +69,10 @@ export class GridView {
 
   layerOf(row: number): number { return this.layers.length === this.rows ? this.layers[row] : row; }
 
+  // Fits the canvas to its panel. Setting a canvas's width or height clears its bitmap, so a
+  // resize must schedule a repaint itself: the loop is idle once nothing flashes, and a window
+  // resize (or a full-page screenshot, which resizes the viewport) used to leave the grid blank
+  // until the next HITS (issue 23: a 48 x 128 map with no turn yet stayed blank).
   resize(): void {
     const parent = this.canvas.parentElement;
     const width = Math.max(200, parent ? parent.clientWidth : 800);
@@ -76,12 +80,15 @@ export class GridView {
     this.cellH = this.rows ? Math.max(2, Math.min(32, Math.floor(640 / this.rows))) : 1;
     const dpr = window.devicePixelRatio || 1;
     const w = LABEL_W + this.cellW * this.cols, h = Math.max(this.cellH * this.rows, 20);
-    this.canvas.width = Math.round(w * dpr);
-    this.canvas.height = Math.round(h * dpr);
+    const pw = Math.round(w * dpr), ph = Math.round(h * dpr);
+    if (this.canvas.width !== pw || this.canvas.height !== ph) {
+      this.canvas.width = pw;
+      this.canvas.height = ph;
+    }
     this.canvas.style.width = `${w}px`;
     this.canvas.style.height = `${h}px`;
-    this.dirty = true;
     this.labelsDirty = true;
+    this.wake();
   }
 
   // (row, col) under a point in CSS pixels of the canvas, or null.

@@ -37,6 +37,7 @@ export class ChatApp {
     this.sidebar = new Sidebar(byId("conv-nav"), {
       select: (id) => this.select(id),
       create: () => this.select(null),
+      importFile: (file) => void this.importFile(file),
       rename: (id, title) => this.rename(id, title),
       remove: (id) => this.remove(id),
       search: (q) => void this.loadList(q),
@@ -108,6 +109,24 @@ export class ChatApp {
       this.updateChrome();
     } catch (e) {
       this.status.flash(`Could not rename: ${(e as Error).message}`);
+    }
+  }
+
+  private async importFile(file: File): Promise<void> {
+    let body: unknown;
+    try {
+      body = JSON.parse(await file.text());
+    } catch {
+      this.status.flash(`Could not import ${file.name}: it is not JSON.`);
+      return;
+    }
+    try {
+      const c = await this.http.importConversation(body);
+      this.titles.set(c.id, c.title);
+      this.sidebar.upsert(c);
+      this.select(c.id);
+    } catch (e) {
+      this.status.flash(`Could not import ${file.name}: ${(e as Error).message}`);
     }
   }
 

@@ -1,5 +1,6 @@
 // API keys dialog: create (the secret is shown once, with ready-to-paste snippets for curl, the
-// openai SDK and the anthropic SDK that carry it, the base URL and the model id), list, revoke.
+// openai SDK — plain and with a tool call — and the anthropic SDK that carry it, the base URL and
+// the model id), list, revoke.
 import { ApiError, type ApiKey, type Http } from "../api";
 import { h } from "./dom";
 
@@ -27,6 +28,38 @@ export function snippets(key: string, baseUrl: string, model: string): { label: 
         "",
         `client = OpenAI(base_url=${q(baseUrl)}, api_key=${q(key)})`,
         `reply = client.chat.completions.create(model=${q(model)}, messages=[{"role": "user", "content": "Hello"}])`,
+        "print(reply.choices[0].message.content)",
+      ].join("\n"),
+    },
+    {
+      // One round of a tool loop in the OpenAI wire shape: the model may call get_weather; each
+      // call's arguments are JSON text, its result goes back as a "tool" message with its id.
+      label: "Python (openai, tools)",
+      code: [
+        "import json",
+        "from openai import OpenAI",
+        "",
+        `client = OpenAI(base_url=${q(baseUrl)}, api_key=${q(key)})`,
+        "tools = [{",
+        '    "type": "function",',
+        '    "function": {',
+        '        "name": "get_weather",',
+        '        "description": "The current weather in a city",',
+        '        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},',
+        "    },",
+        "}]",
+        'messages = [{"role": "user", "content": "What is the weather in Paris?"}]',
+        `reply = client.chat.completions.create(model=${q(model)}, messages=messages, tools=tools)`,
+        "message = reply.choices[0].message",
+        "if message.tool_calls:",
+        '    messages.append({"role": "assistant", "content": message.content,',
+        '                     "tool_calls": [call.model_dump() for call in message.tool_calls]})',
+        "    for call in message.tool_calls:",
+        "        args = json.loads(call.function.arguments)",
+        '        print("call:", call.function.name, args)',
+        '        result = {"city": args.get("city"), "temperature_c": 18}  # your function here',
+        '        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})',
+        `    reply = client.chat.completions.create(model=${q(model)}, messages=messages, tools=tools)`,
         "print(reply.choices[0].message.content)",
       ].join("\n"),
     },

@@ -1,6 +1,8 @@
 // The message column: user turns as plain text, assistant turns as sanitised markdown that is
 // re-rendered at most once per animation frame while deltas stream in, and a stats row per turn.
-import type { Message } from "../api";
+// Tool calls (imported API conversations): a block per call under its assistant turn (name, id,
+// arguments pretty-printed) and each result as its own turn; all of it text, never HTML.
+import type { Message, ToolCall } from "../api";
 import { h } from "./dom";
 import { errorMessage, statsParts } from "./format";
 import { renderMarkdown } from "./markdown";
@@ -144,9 +146,11 @@ export class MessagePane {
     if (this.frame) cancelAnimationFrame(this.frame);
     this.frame = 0;
     const lastAssistant = [...this.messages].reverse().find((m) => m.role === "assistant");
+    const last = this.messages[this.messages.length - 1];
     for (const id of this.dirty) {
       const m = this.messages.find((x) => x.id === id);
-      if (m) this.paint(m, m === lastAssistant);
+      // After a tool result the next step is a new reply ("Continue"), not redoing the call turn.
+      if (m) this.paint(m, m === last || (m === lastAssistant && last?.role !== "tool"));
     }
     this.dirty.clear();
     if (this.stickToBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
@@ -169,14 +173,42 @@ export class MessagePane {
     const v = this.view(m);
     v.root.dataset.status = m.status;
     if (this.editing === m.id) return;
+    const calls = m.tool_calls ?? [];
     if (m.role === "assistant") {
       if (m.text) v.body.replaceChildren(renderMarkdown(m.text));
+      else if (calls.length) v.body.replaceChildren();
       else v.body.replaceChildren(h("span", { class: "typing", attrs: { "aria-label": "waiting for the reply" } }, h("i"), h("i"), h("i")));
+      v.body.append(...calls.map((c) => this.callBlock(c)));
+    } else if (m.role === "tool") {
+      const id = m.tool_call_id ?? "";
+      const call = this.callById(id);
+      v.body.replaceChildren(
+        h("div", { class: "tool-head" }, "Result of ", h("code", { class: "tool-name", text: call?.name ?? "a tool call" }), h("span", { class: "tool-id", text: id })),
+        h("pre", { class: "tool-result" }, h("code", { text: pretty(m.text) ?? m.text })),
+      );
     } else {
       v.body.textContent = m.text; // user text is shown verbatim, never parsed
     }
     this.paintMeta(m, v.meta);
     this.paintActions(m, v.actions, isLastReply);
+  }
+
+  private callBlock(c: ToolCall): HTMLElement {
+    const args = pretty(c.arguments);
+    const answered = this.messages.some((x) => x.role === "tool" && x.tool_call_id === c.id);
+    return h(
+      "div",
+      { class: "tool-call", attrs: { "data-call-id": c.id, "data-answered": String(answered) } },
+      h("div", { class: "tool-head" }, "Tool call ", h("code", { class: "tool-name", text: c.name }), h("span", { class: "tool-id", text: c.id })),
+      h("pre", { class: "tool-args" }, h("code", { text: args ?? c.arguments })),
+      args === null ? h("div", { class: "tool-note", text: "arguments are not valid JSON (shown as written)" }) : null,
+      answered ? null : h("div", { class: "tool-note", text: "no result in this conversation" }),
+    );
+  }
+
+  private callById(id: string): ToolCall | undefined {
+    for (const m of this.messages) for (const c of m.tool_calls ?? []) if (c.id === id) return c;
+    return undefined;
   }
 
   private paintMeta(m: Message, meta: HTMLElement): void {
@@ -214,15 +246,21 @@ export class MessagePane {
     actions.replaceChildren();
     if (m.status === "streaming") return;
     const enabled = this.handlers.canAct();
-    if (m.role === "assistant") {
-      actions.append(
-        h("button", {
-          class: "link-btn",
-          text: "Copy",
-          attrs: { type: "button" },
-          on: { click: () => void navigator.clipboard?.writeText(m.text) },
-        }),
-      );
+    if (m.role === "tool") {
+      if (isLastReply && enabled)
+        actions.append(
+          h("button", { class: "link-btn", text: "Continue", title: "generate the reply to this result", attrs: { type: "button" }, on: { click: () => this.handlers.regenerate() } }),
+        );
+    } else if (m.role === "assistant") {
+      if (m.text)
+        actions.append(
+          h("button", {
+            class: "link-btn",
+            text: "Copy",
+            attrs: { type: "button" },
+            on: { click: () => void navigator.clipboard?.writeText(m.text) },
+          }),
+        );
       if (isLastReply && enabled)
         actions.append(
           h("button", { class: "link-btn", text: "Regenerate", attrs: { type: "button" }, on: { click: () => this.handlers.regenerate() } }),
@@ -264,5 +302,14 @@ export class MessagePane {
     );
     v.actions.replaceChildren();
     area.focus();
+  }
+}
+
+// JSON text pretty-printed with two-space indents, or null when it is not JSON.
+function pretty(text: string): string | null {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return null;
   }
 }

@@ -1,4 +1,5 @@
-// Conversation list: new, select, rename (inline), delete (confirmed), search by title.
+// Conversation list: new, import (an API conversation's JSON file), select, rename (inline),
+// delete (confirmed), search by title.
 import type { Conversation } from "../api";
 import { h } from "./dom";
 import { relativeDay } from "./format";
@@ -6,6 +7,7 @@ import { relativeDay } from "./format";
 export interface SidebarHandlers {
   select(id: number): void;
   create(): void;
+  importFile(file: File): void;
   rename(id: number, title: string): Promise<void>;
   remove(id: number): Promise<void>;
   search(query: string): void;
@@ -34,8 +36,25 @@ export class Sidebar {
       },
     });
     this.list = h("ul", { class: "conv-list", attrs: { "aria-label": "Conversations" } });
+    const file = h("input", {
+      class: "import-file",
+      attrs: { type: "file", accept: ".json,application/json", hidden: "", "aria-label": "Import a conversation (JSON)" },
+      on: {
+        change: () => {
+          const f = file.files?.[0];
+          file.value = ""; // the same file can be picked again
+          if (f) handlers.importFile(f);
+        },
+      },
+    });
     root.append(
       h("button", { class: "btn btn-primary new-chat", text: "+ New chat", attrs: { type: "button" }, on: { click: () => handlers.create() } }),
+      h(
+        "label",
+        { class: "btn import-chat", title: "Open an API conversation: a JSON file with the messages of an OpenAI Chat request, tool calls included" },
+        "Import JSON",
+        file,
+      ),
       this.search,
       this.list,
     );
