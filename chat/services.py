@@ -16,7 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from chat.models import Conversation, Message
-from engine_bridge.prompting import render_prompt
+from engine_bridge import toolsyntax
+from engine_bridge.prompting import render_prompt, template_source
 
 TITLE_WORDS = 8
 # A streaming message not saved for this long belongs to a relay that died with its process
@@ -174,11 +175,20 @@ def _arguments(text):
     return value if isinstance(value, dict) else text
 
 
+def _render(messages):
+    """The history in the served model's own tool syntax (engine_bridge.toolsyntax: native
+    tool_calls / tool turns for a template that reads them, the generic JSON form otherwise),
+    then its chat template. A history without tool messages renders as plain messages."""
+    template, bos, eos = template_source()
+    prepared, extra = toolsyntax.prepare(messages, (), toolsyntax.syntax_for(template))
+    return render_prompt(prepared, template=template, bos_token=bos, eos_token=eos, extra=extra)
+
+
 def _start_assistant(conv, new_messages, owner="", **turn_kw):
     conv.save(update_fields=["updated"])
     assistant = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="",
                                        status=Message.Status.STREAMING, relay_owner=owner)
-    prompt = render_prompt(prompt_messages(conv, before_id=assistant.pk))
+    prompt = _render(prompt_messages(conv, before_id=assistant.pk))
     return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant], **turn_kw)
 
 

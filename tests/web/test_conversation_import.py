@@ -73,6 +73,21 @@ def test_the_next_turn_renders_the_calls_and_results(client):
     assert '<|im_start|>tool\n{"temperature": 18}<|im_end|>' in prompt and prompt.endswith("<|im_start|>assistant\n")
 
 
+def test_the_chat_turn_prompt_carries_the_calls_in_the_models_tool_syntax(client, monkeypatch):
+    """The chat page's next turn (services._render): on a template without tools (ChatML, the
+    default SmolLM2 model's) past calls become the generic <tool_call> JSON form and the results
+    <tool_response> blocks, as the API renders them, not only the results' text."""
+    from engine_bridge import prompting
+
+    monkeypatch.setattr(prompting, "template_source", lambda: (CHATML_TEMPLATE, "", ""))
+    monkeypatch.setattr(services, "template_source", lambda: (CHATML_TEMPLATE, "", ""))
+    conv = Conversation.objects.get(pk=post(client, {"messages": MESSAGES[:5]}).json()["id"])
+    prompt = services._render(services.prompt_messages(conv))
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>' in prompt
+    assert '<tool_response>\n{"name": "get_weather", "content": "{\\"temperature\\": 18}"}\n</tool_response>' in prompt
+    assert "<|im_start|>tool" not in prompt and prompt.endswith("<|im_start|>assistant\n")
+
+
 @pytest.mark.parametrize("messages, field", [
     ([], "messages"),
     ([{"role": "function", "content": "x"}], "messages[0].role"),
