@@ -5,11 +5,16 @@
             ...   # first {"kind": "submitted", "req": <id>}, then the bridge's events (docs/contracts.md)
 
 Leaving the iterator early (break + aclose, exception, task cancelled) sends gen.cancel.
+
+generate reads as its three steps: what may be submitted at all (_admissible), the submit
+(_submit), and the listening (_Stream: a request's batches in `seq` order, the gap, liveness and
+idle rules); the listener below is the one reader of a web process's reply list.
 """
 import asyncio
 import logging
 import uuid
 import weakref
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 
 from engine_bridge import liveness, protocol, transport
@@ -42,11 +47,11 @@ class GenerationRequest:
     logprobs: int = 0                # k > 0: each text event carries its tokens' logprobs and k candidates
 
 
-def _error(code, message, **extra):
+def _error(code: str, message: str, **extra: object) -> dict:
     return {"kind": "error", "code": code, "message": message, **extra}
 
 
-def _broker_down(exc):
+def _broker_down(exc: object) -> dict:
     """Nothing reached the bridge because Redis did not answer; `broker: true` lets a surface retry
     (the chat relay does, within BROKER_OUTAGE_S). The exception's text (hosts, ports) is logged,
     never put in an event a user may read."""
@@ -55,7 +60,9 @@ def _broker_down(exc):
                   retry_after=BROKER_RETRY_S, broker=True)
 
 
-async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT, tick=None):
+async def generate(request: GenerationRequest, req_id: str | None = None, *, boot: str | None = None,
+                   idle_timeout: float = IDLE_TIMEOUT,
+                   tick: Callable[[], float] | None = None) -> AsyncIterator[dict | None]:
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}.
 
     `boot`: the running bridge's boot id as the caller just read it (liveness.aget_boot's answer,
@@ -63,96 +70,159 @@ async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT
 
     `tick` (a function returning seconds, asked after every yield): a None is yielded whenever that
     long passes without an event — a surface's keepalive or deadline check, kept here so that a
-    stream pays no task per event for it."""
+    stream pays no task per event for it.
+
+    Invariant: unless the bridge's own final event (done / error) was yielded, leaving sends
+    gen.cancel, so no engine slot keeps generating for a consumer that is gone."""
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
-    texts = (request.prompt, *request.stop) if isinstance(request.stop, (list, tuple)) else (None,)
-    if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
-        yield _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
-        return
-    if boot is None:
-        boot = await liveness.aget_boot()
-    if boot is None:
-        yield _broker_down("no answer")
-        return
-    if not boot:
-        yield _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.", retry_after=5)
+    boot, refusal = await _admissible(request, boot)
+    if refusal is not None:
+        yield refusal
         return
     listener = _listener()
-    inbox = listener.register(req)
+    stream = _Stream(listener.register(req), boot, idle_timeout, tick)
     finished = False
     try:
-        try:
-            await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": listener.id,
-                                       "lease": True, "job": asdict(request)})
-        except Exception as exc:  # Redis refused the submit: nothing reached the bridge
+        refusal = await _submit(req, boot, listener.id, request)
+        if refusal is not None:  # nothing reached the bridge: nothing to cancel
             finished = True
-            yield _broker_down(exc)
+            yield refusal
             return
-        expected, pending, queued = 0, {}, False
-        loop = asyncio.get_running_loop()
-        idle_deadline = loop.time() + idle_timeout
-        tick_at = loop.time() + tick() if tick else None
         while True:
-            timeout = GAP_TIMEOUT if pending else min(LIVENESS_POLL, max(0.0, idle_deadline - loop.time()))
-            if tick_at is not None:
-                timeout = min(timeout, max(0.0, tick_at - loop.time()))
-            try:
-                if inbox.empty():  # asyncio.timeout, not wait_for: no task per batch
-                    async with asyncio.timeout(timeout):
-                        message = await inbox.get()
-                else:
-                    message = inbox.get_nowait()
-            except TimeoutError:
-                if pending:
-                    yield _error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {expected}).")
-                    return
-                if tick_at is not None and loop.time() >= tick_at:
-                    yield None
-                    tick_at = loop.time() + tick()
-                now_boot = await liveness.aget_boot()
-                if now_boot is not None and now_boot != boot:
-                    yield _error("ENGINE_UNAVAILABLE", "The engine bridge stopped while handling this request"
-                                 + (" and was restarted." if now_boot else "."), retry_after=5)
-                    return
-                if queued or loop.time() < idle_deadline:
-                    continue  # waiting our turn, or still within the idle limit, and the bridge lives
-                yield _error("ENGINE_UNAVAILABLE", "The engine did not answer in time.")
-                return
-            idle_deadline = loop.time() + idle_timeout
-            # Everything that already arrived is handled as one: a reader that fell behind gets
-            # its text merged (one delta, one SSE chunk) instead of paying per batch.
-            for message in [message, *_drain(inbox)]:
-                if message.get("seq", -1) >= expected:
-                    pending[message["seq"]] = message
-            events = []
-            while expected in pending:
-                events.extend(pending.pop(expected)["events"])
-                expected += 1
-            for event in _merge_text(events):
-                queued = event["kind"] == "queued"
-                if event["kind"] in FINAL_KINDS:
-                    finished = True
+            for event in await stream.next_events():
+                if event is not None and event["kind"] in FINAL_KINDS:
+                    finished = not stream.broken
                     yield event
                     return
                 yield event
-            if tick:
-                tick_at = loop.time() + tick()
     finally:
         listener.unregister(req)  # what still comes for req (its CANCELLED) is dropped by the listener
         if not finished:
             await asyncio.shield(cancel(req))
 
 
-def _drain(queue):
+async def _admissible(request: GenerationRequest, boot: str | None) -> tuple[str | None, dict | None]:
+    """(the bridge boot to submit to, None), or (None, the error that ends the stream before any
+    submit): text the engine cannot take, Redis not answering, no bridge running."""
+    texts = (request.prompt, *request.stop) if isinstance(request.stop, (list, tuple)) else (None,)
+    if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
+        return None, _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
+    if boot is None:
+        boot = await liveness.aget_boot()
+    if boot is None:
+        return None, _broker_down("no answer")
+    if not boot:
+        return None, _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.", retry_after=5)
+    return boot, None
+
+
+async def _submit(req: str, boot: str, reply: str, request: GenerationRequest) -> dict | None:
+    """Sends gen.submit; the error to end the stream with when Redis refused it, else None."""
+    try:
+        await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": reply,
+                                   "lease": True, "job": asdict(request)})
+    except Exception as exc:  # Redis refused the submit: nothing reached the bridge
+        return _broker_down(exc)
+    return None
+
+
+class _Stream:
+    """One request's side of its reply batches: waits for them, puts them in `seq` order, and
+    decides when the stream is broken (a gap not filled within GAP_TIMEOUT, the bridge restarted
+    or gone, nothing for idle_timeout while not queued). `broken`: the last event next_events
+    returned is such a client-side error (the bridge never ended the request: cancel it)."""
+
+    def __init__(self, inbox: asyncio.Queue, boot: str, idle_timeout: float,
+                 tick: Callable[[], float] | None) -> None:
+        self.inbox, self.boot, self.idle_timeout, self.tick = inbox, boot, idle_timeout, tick
+        self.loop = asyncio.get_running_loop()
+        self.expected, self.pending, self.queued, self.broken = 0, {}, False, False
+        self.idle_deadline = self.loop.time() + idle_timeout
+        self.tick_at = self.loop.time() + tick() if tick else None
+        self.resumed = ""  # what the last call returned: "events", "tick" (the caller asks on after it)
+
+    async def next_events(self) -> list[dict | None]:
+        """The next events in order (None: a tick passed); a final event, if any, comes last."""
+        if self.resumed == "events" and self.tick:
+            self.tick_at = self.loop.time() + self.tick()
+        elif self.resumed == "tick":
+            self.tick_at = self.loop.time() + self.tick()
+            failure = await self._check()
+            if failure is not None:
+                return [failure]
+        self.resumed = ""
+        while True:
+            message = await self._wait()
+            if message is not None:
+                self.resumed = "events"
+                return self._take([message, *_drain(self.inbox)])
+            if self.pending:
+                return [self._fail(_error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {self.expected})."))]
+            if self.tick_at is not None and self.loop.time() >= self.tick_at:
+                self.resumed = "tick"
+                return [None]
+            failure = await self._check()
+            if failure is not None:
+                return [failure]
+
+    async def _wait(self) -> dict | None:
+        """The next message, or None once the current timeout passes without one."""
+        loop = self.loop
+        timeout = GAP_TIMEOUT if self.pending else min(LIVENESS_POLL, max(0.0, self.idle_deadline - loop.time()))
+        if self.tick_at is not None:
+            timeout = min(timeout, max(0.0, self.tick_at - loop.time()))
+        try:
+            if self.inbox.empty():  # asyncio.timeout, not wait_for: no task per batch
+                async with asyncio.timeout(timeout):
+                    return await self.inbox.get()
+            return self.inbox.get_nowait()
+        except TimeoutError:
+            return None
+
+    async def _check(self) -> dict | None:
+        """After a quiet spell: the error that ends the stream (its bridge restarted or gone, or no
+        answer in time while not queued), or None to wait on."""
+        now_boot = await liveness.aget_boot()
+        if now_boot is not None and now_boot != self.boot:
+            return self._fail(_error("ENGINE_UNAVAILABLE", "The engine bridge stopped while handling this request"
+                                     + (" and was restarted." if now_boot else "."), retry_after=5))
+        if self.queued or self.loop.time() < self.idle_deadline:
+            return None  # waiting our turn, or still within the idle limit, and the bridge lives
+        return self._fail(_error("ENGINE_UNAVAILABLE", "The engine did not answer in time."))
+
+    def _fail(self, event: dict) -> dict:
+        self.broken = True
+        return event
+
+    def _take(self, messages: list[dict]) -> list[dict | None]:
+        """Everything that already arrived, handled as one: a reader that fell behind gets its
+        text merged (one delta, one SSE chunk) instead of paying per batch."""
+        self.idle_deadline = self.loop.time() + self.idle_timeout
+        for message in messages:
+            if message.get("seq", -1) >= self.expected:
+                self.pending[message["seq"]] = message
+        events = []
+        while self.expected in self.pending:
+            events.extend(self.pending.pop(self.expected)["events"])
+            self.expected += 1
+        merged = _merge_text(events)
+        for event in merged:
+            self.queued = event["kind"] == "queued"
+            if event["kind"] in FINAL_KINDS:
+                return merged[:merged.index(event) + 1]
+        return merged
+
+
+def _drain(queue: asyncio.Queue) -> list:
     items = []
     while not queue.empty():
         items.append(queue.get_nowait())
     return items
 
 
-def _merge_text(events):
-    out = []
+def _merge_text(events: list[dict]) -> list[dict]:
+    out: list[dict] = []
     for event in events:
         if event["kind"] == "text" and out and out[-1]["kind"] == "text":
             merged = {**out[-1], "text": out[-1]["text"] + event["text"]}
@@ -222,16 +292,16 @@ class Listener:
 _listeners = weakref.WeakKeyDictionary()
 
 
-def _listener():
+def _listener() -> Listener:
     loop = asyncio.get_running_loop()
     if loop not in _listeners:
         _listeners[loop] = Listener()
     return _listeners[loop]
 
 
-async def cancel(req_id):
+async def cancel(req_id: str) -> None:
     await transport.to_bridge({"type": "gen.cancel", "req": req_id})
 
 
-async def stop(req_id):
+async def stop(req_id: str) -> None:
     await transport.to_bridge({"type": "gen.stop", "req": req_id})

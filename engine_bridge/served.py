@@ -93,7 +93,7 @@ class ServedModel:
 
 def _extensions(info):
     """Our engine describes itself (a MODEL line); facts the bridge publishes for another engine
-    say `extensions: false` (worker.started_facts)."""
+    say `extensions: false` (jobs.started_facts)."""
     return bool(info) and info.get("extensions", True) is not False
 
 

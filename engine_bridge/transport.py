@@ -52,7 +52,7 @@ def reply_key(listener):
 def lease_key(listener):
     """`<prefix>:bridge:lease:<listener>`: exists while the requester (one client event loop, i.e.
     a web process) behind that reply list lives. Its submits say `"lease": true`; the bridge
-    cancels the requests of a listener whose lease is gone (engine_bridge.worker.watch_leases)."""
+    cancels the requests of a listener whose lease is gone (engine_bridge.admission.Admission.watch_leases)."""
     return f"{key_prefix()}:bridge:lease:{listener}"
 
 

@@ -1,11 +1,12 @@
-"""When the bridge sends a request's events (engine_bridge/worker.py): the first token at once,
+"""When the bridge sends a request's events (engine_bridge/pacing.py): the first token at once,
 later text at most once per text interval, and the interval grows with the number of running
 requests so that all of them together stay within BRIDGE_TEXT_BATCHES_PER_S."""
 import asyncio
 
 import pytest
 
-from engine_bridge import worker
+from engine_bridge import pacing
+from engine_bridge.jobs import Request
 from engine_bridge.client import GenerationRequest
 
 
@@ -13,7 +14,7 @@ from engine_bridge.client import GenerationRequest
 def bridge(settings, monkeypatch):
     settings.BRIDGE_TEXT_BATCHES_PER_S = 100
     settings.BRIDGE_TEXT_FRAME_S = 0.015
-    b = worker.Bridge(command=["true"])
+    b = pacing.Pacer(running={})
     sent = []
 
     async def send(listener, messages):  # stands in for Redis: records when each batch left
@@ -27,8 +28,8 @@ def bridge(settings, monkeypatch):
 def running(b, n):
     requests = []
     for i in range(n):
-        r = worker.Request(f"r{i}", GenerationRequest(prompt="p", max_tokens=9), reply_to="listener")
-        b.by_id[len(b.by_id) + 1] = r
+        r = Request(f"r{i}", GenerationRequest(prompt="p", max_tokens=9), reply_to="listener")
+        b.running[len(b.running) + 1] = r
         requests.append(r)
     return requests
 
@@ -98,7 +99,7 @@ def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_s
     r1.t_first = 1.0
     assert b.read_pause(2, slow) == 0.0             # r2 waits for its first token
     r2.t_first = 2.0
-    assert b.read_pause(2, slow) == min(b.text_frame_s, worker.READ_PAUSE_S)  # a token per stream per read: wait
+    assert b.read_pause(2, slow) == min(b.text_frame_s, pacing.READ_PAUSE_S)  # a token per stream per read: wait
     assert b.read_pause(40, slow) == 0.0            # output in bursts: read on
     assert b.read_pause(2, 0.0001) == 0.0           # the data was already there (a fast engine): read on
     assert b.read_pause(10, 0.025) > 0              # 10 tokens over a 20 ms pause + 5 ms: still slow, pause again

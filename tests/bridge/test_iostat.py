@@ -10,10 +10,10 @@ from engine_bridge.client import GenerationRequest
 def bridge_with_request(eng_id):
     bridge = worker.Bridge(command=["true"])
     r = worker.Request(req="r1", job=GenerationRequest(prompt="hi", max_tokens=4), eng_id=eng_id, slot=0)
-    bridge.requests[r.req], bridge.by_id[eng_id] = r, r
+    bridge.admission.requests[r.req], bridge.admission.running[eng_id] = r, r
     finals = []
-    bridge.finish = lambda req, final: finals.append(final)
-    bridge.release = lambda req: None
+    bridge.admission.finish = lambda req, final: finals.append(final)
+    bridge.admission.release = lambda req: None
     return bridge, finals
 
 
