@@ -1,5 +1,5 @@
 """OpenAI Chat Completions body -> Call (GenerationRequest + OpenAIChatProjector). 400s name the field."""
-from api import intake, served as served_mod
+from api import intake, served as served_mod, structured
 from api.projectors import OpenAIChatProjector
 from engine_bridge.client import GenerationRequest
 
@@ -24,7 +24,7 @@ def parse(body, *, served):
     opts = intake.field_object(body, "stream_options")
     intake.refuse(body, REFUSED)
     intake.refuse_tool_choice(body.get("tool_choice"))
-    intake.refuse_format(body.get("response_format"), "response_format")
+    grammar = structured.grammar_for(body.get("response_format"), "response_format", served=served)
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, "stop", limit=4)
     budget = intake.budget(body, ("max_completion_tokens", "max_tokens"))
@@ -33,7 +33,7 @@ def parse(body, *, served):
         prompt=served_mod.render(served, messages), max_tokens=intake.engine_budget(budget, served),
         temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
-        priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing,
+        priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing, grammar=grammar,
     )
     projector = OpenAIChatProjector(model=model, include_usage=bool(opts.get("include_usage")),
                                     discard_text=budget == 0, stop=stop, routing=ext.routing)

@@ -1,6 +1,6 @@
 """OpenAI Responses body -> Call. A stateless subset: durable references are refused (clients
 replay the full input), tools and structured output are refused, `store` is ignored."""
-from api import intake, served as served_mod
+from api import intake, served as served_mod, structured
 from api.errors import bad_param
 from api.projectors import ResponsesProjector
 from engine_bridge.client import GenerationRequest
@@ -53,14 +53,15 @@ def parse(body, *, served):
     stream = intake.field_bool(body, "stream")
     intake.refuse(body, REFUSED)
     intake.refuse_tool_choice(body.get("tool_choice"))
-    intake.refuse_format(intake.field_object(body, "text").get("format"), "text.format")
+    text_format = intake.field_object(body, "text").get("format")
+    grammar = structured.grammar_for(text_format, "text.format", served=served, flat=True)
     temperature, top_p, seed = intake.sampling(body, served=served)
     budget = intake.budget(body, ("max_output_tokens",))
     prompt = served_mod.render(served, ([{"role": "system", "content": instructions}] if instructions else []) + messages)
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
-                                routes=ext.routing)
+                                routes=ext.routing, grammar=grammar)
     echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget}
     projector = ResponsesProjector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param="input")

@@ -60,6 +60,7 @@ class ServedModel:
     context_length: int
     status: str             # up | starting | down
     extensions: bool        # the engine announced itself (MODEL line): seed and our extras work
+    grammar: bool = False   # it takes CGD1 grammars (MODEL "grammar"): structured output works
     template: str
     bos_token: str
     eos_token: str
@@ -110,6 +111,7 @@ def served_model_from(state, *, boot=None):
     return ServedModel(
         id=slug, display_name=display, aliases=frozenset({slug, stem, display, slugify(display), *ALIASES}),
         context_length=int(ctx), status=status, extensions=_extensions(info), template=template[0],
+        grammar=info.get("grammar") == "CGD1",
         bos_token=template[1], eos_token=template[2],
         experts_range=(int(info["experts_min"]), int(info["experts_max"])) if info.get("experts_max") else None,
         sampling_defaults=sampling.model_defaults(info),

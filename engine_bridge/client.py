@@ -7,6 +7,7 @@
 Leaving the iterator early (break + aclose, exception, task cancelled) sends gen.cancel.
 """
 import asyncio
+import base64
 import logging
 import uuid
 import weakref
@@ -38,6 +39,16 @@ class GenerationRequest:
     experts: int | None = None       # routed experts per token (our engine's experts=N); None = the model's own
     routes: bool = False             # ask for this request's expert selection counts (done.routing)
     heat: bool = True                # False: the engine keeps these selections out of its usage heat
+    grammar: bytes | None = None     # CGD1 DFA (engine_bridge.grammar) the output must stay in; only
+                                     # for an engine that announces it (MODEL "grammar"), else refused
+
+
+def job_message(request):
+    """The job as JSON-able data: the grammar's bytes travel as base64 (worker.parse_job decodes)."""
+    job = asdict(request)
+    if job.get("grammar") is not None:
+        job["grammar"] = base64.b64encode(bytes(job["grammar"])).decode("ascii")
+    return job
 
 
 def _error(code, message, **extra):
@@ -82,7 +93,7 @@ async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT
     try:
         try:
             await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": listener.id,
-                                       "lease": True, "job": asdict(request)})
+                                       "lease": True, "job": job_message(request)})
         except Exception as exc:  # Redis refused the submit: nothing reached the bridge
             finished = True
             yield _broker_down(exc)

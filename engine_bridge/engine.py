@@ -220,7 +220,7 @@ class Engine:
         # MODEL line); the bridge refuses such a request for any other engine before it gets here.
         await self.write(protocol.format_submit(
             req_id, slot, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=self.slots,
-            seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat))
+            seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat, grammar=job.grammar))
 
     async def stop(self, req_id):
         await self.write(protocol.format_stop(req_id))
