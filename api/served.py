@@ -60,12 +60,12 @@ class ServedModel:
     context_length: int
     status: str             # up | starting | down
     extensions: bool        # the engine announced itself (MODEL line): seed and our extras work
-    grammar: bool = False   # it takes CGD1 grammars (MODEL "grammar"): structured output works
     template: str
     bos_token: str
     eos_token: str
     experts_range: tuple | None = None  # (min, max) routed experts a request may ask for; None: not choosable
     sampling_defaults: tuple = (sampling.DEFAULT_TEMPERATURE, sampling.DEFAULT_TOP_P)  # for unnamed values
+    grammar: bool = False   # it takes CGD1 grammars (MODEL "grammar"): structured output works
     boot: str | None = None  # the bridge boot alive when these facts were read ("" none; None unknown)
 
     @property

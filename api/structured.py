@@ -31,6 +31,8 @@ def _schema_of(value: dict, name: str, *, flat: bool) -> tuple[dict, str]:
         raise bad_param(f"{base}.name", f"{base}.name must be a string")
     if "strict" in spec and spec["strict"] is not None and not isinstance(spec["strict"], bool):
         raise bad_param(f"{base}.strict", f"{base}.strict must be a boolean")
+    if flat and "schema" not in spec:
+        raise bad_param(f"{base}.schema", f"{base}.schema is required for type json_schema")
     schema = spec.get("schema", {})
     if not isinstance(schema, (dict, bool)):
         raise bad_param(f"{base}.schema", f"{base}.schema must be a JSON Schema object")
@@ -41,6 +43,11 @@ def grammar_for(value, name: str, *, served, flat: bool = False) -> bytes | None
     """The grammar a format asks for (None: plain text), or ApiError 400 naming the field."""
     if value is None:
         return None
+    if isinstance(value, str):  # a bare spelling: only "text" means something
+        if value == "text":
+            return None
+        raise bad_param(name, f"{name} type {value[:40]!r} is not supported as a string; "
+                        f"send an object such as {{\"type\": \"json_object\"}}")
     if not isinstance(value, dict):
         raise bad_param(name, f"{name} must be an object")
     kind = value.get("type")
@@ -48,11 +55,11 @@ def grammar_for(value, name: str, *, served, flat: bool = False) -> bytes | None
         return None
     if kind not in ("json_schema", "json_object"):
         shown = kind if isinstance(kind, str) else str(kind)[:40]
-        raise bad_param(f"{name}.type", f"{name}.type {shown!r} is not supported (text, json_object, json_schema)")
-    schema, path = _schema_of(value, name, flat=flat) if kind == "json_schema" else (None, name)
-    if not getattr(served, "grammar", False):
+        raise bad_param(name, f"{name} type {shown!r} is not supported (text, json_object, json_schema)")
+    if not getattr(served, "grammar", False):  # first: no schema work for an engine that cannot use it
         raise ApiError(400, REFUSED_MESSAGE.format(name=name, kind=kind), param=name,
                        code="structured_output_unsupported")
+    schema, path = _schema_of(value, name, flat=flat) if kind == "json_schema" else (None, name)
     try:
         return grammar_for_json_object() if schema is None else grammar_for_schema(schema)
     except GrammarError as exc:
