@@ -6,7 +6,15 @@
  * free-text state costs one pass over the live trie. The result is kept per state together
  * with the largest distance-to-acceptance among its allowed tokens' targets: while that fits
  * the budget the kept mask is the answer; near the end of the budget a filtered mask is walked
- * into scratch instead (not kept: it depends on the tokens left). */
+ * into scratch instead (not kept: it depends on the tokens left).
+ *
+ * Sharing: the trie holds the pieces of at most SHORT bytes (all but a few hundred of a real
+ * vocabulary); the longer ones are run through the DFA one by one. States whose signatures
+ * agree share the trie part of their mask: a hash of which byte strings of up to SHORT bytes
+ * lead from the state to live states, plus its accepting flag, which is all that part depends
+ * on. So the positions of a counted string (maxLength: one state per character) walk the trie
+ * about once, not once per character; each state then only copies that part and adds its long
+ * tokens. far[q] bounds the distance of any state within SHORT bytes of q. */
 #include "grammar.h"
 
 #include <limits.h>
@@ -15,6 +23,7 @@
 #include <string.h>
 
 #define DEAD INT_MAX
+#define SHORT 16                /* pieces up to this many bytes go in the trie */
 
 typedef struct {
     int32_t child, sibling;     /* -1: none */
@@ -28,7 +37,9 @@ struct gram_vocab {
     tnode *node;
     int n_node, cap_node;
     int32_t *tok_next;          /* next token with the same bytes, -1 */
-    int32_t *off, *len;         /* each token's bytes in buf (len -1: not in the trie) */
+    int32_t *off, *len;         /* each token's bytes in buf (len -1: never allowed) */
+    int32_t *longs;             /* the tokens longer than SHORT bytes (not in the trie) */
+    int n_long;
     uint8_t *buf;
     uint64_t *eog;              /* mask of the end-of-generation tokens */
 };
@@ -41,9 +52,18 @@ struct gram {
     uint8_t *lo, *hi;
     int32_t *to;
     int32_t *dist;              /* bytes to an accepting state, DEAD if none is reachable */
-    uint64_t **memo;            /* per state: live-token mask (lazily), NULL until needed */
-    int32_t *maxnext;           /* per memoised state: largest dist among allowed targets */
+    uint64_t **memo;            /* per state: its live-token mask (owned), NULL until needed */
+    int32_t *maxnext;           /* per memoised state: bound on the dist of its tokens' targets */
+    uint64_t *sig;              /* per state: the signature (top comment) */
+    int32_t *far;               /* per state: the largest dist within max_len bytes */
+    uint64_t *hkey;             /* signature -> index in masks (open addressing, 0 = empty) */
+    int32_t *hval;
+    int hcap;
+    uint64_t **masks;           /* the shared trie parts of masks */
+    int n_masks;
     uint64_t *scratch;          /* budget-filtered mask */
+    int32_t **row;              /* per state, built on first use by a walk: the 256 next states,
+                                 * -1 for none or a dead one (a lookup instead of a search) */
 };
 
 /* ------------------------------------------------------------------ vocabulary trie */
@@ -80,7 +100,8 @@ gram_vocab *gram_vocab_from(const char *const *pieces, const int *lens, const un
     v->len = malloc(((size_t)n + 1) * sizeof *v->len);
     v->buf = malloc(total + 1);
     v->eog = calloc((size_t)v->words + 1, sizeof *v->eog);
-    if (!v->node || !v->tok_next || !v->off || !v->len || !v->buf || !v->eog) goto oom;
+    v->longs = malloc(((size_t)n + 1) * sizeof *v->longs);
+    if (!v->longs || !v->node || !v->tok_next || !v->off || !v->len || !v->buf || !v->eog) goto oom;
     v->node[0] = (tnode){ .child = -1, .sibling = -1, .tok = -1 };
     size_t at = 0;
     for (int i = 0; i < n; i++) {
@@ -94,12 +115,16 @@ gram_vocab *gram_vocab_from(const char *const *pieces, const int *lens, const un
         if ((skip && skip[i]) || lens[i] <= 0) continue;
         memcpy(v->buf + at, pieces[i], (size_t)lens[i]);
         v->len[i] = lens[i];
+        at += (size_t)lens[i];
+        if (lens[i] > SHORT) {
+            v->longs[v->n_long++] = i;
+            continue;
+        }
         int node = 0;
-        for (int k = 0; k < lens[i] && node >= 0; k++) node = trie_child(v, node, v->buf[at + k]);
+        for (int k = 0; k < lens[i] && node >= 0; k++) node = trie_child(v, node, v->buf[v->off[i] + k]);
         if (node < 0) goto oom;
         v->tok_next[i] = v->node[node].tok;
         v->node[node].tok = i;
-        at += (size_t)lens[i];
     }
     return v;
 oom:
@@ -136,6 +161,7 @@ void gram_vocab_free(gram_vocab *v) {
     free(v->len);
     free(v->buf);
     free(v->eog);
+    free(v->longs);
     free(v);
 }
 
@@ -208,6 +234,53 @@ static int distances(gram *g) {
     return 0;
 }
 
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* sig and far by max_len rounds over the ranges (adjacent ranges to equal children merged, so
+ * two spellings of one transition function hash alike). */
+static int signatures(gram *g) {
+    int S = g->n_states, L = SHORT;
+    uint64_t *h = malloc((size_t)S * sizeof *h), *h2 = malloc((size_t)S * sizeof *h2);
+    int32_t *f2 = malloc((size_t)S * sizeof *f2);
+    if (!h || !h2 || !f2) {
+        free(h); free(h2); free(f2);
+        return -1;
+    }
+    for (int q = 0; q < S; q++) {
+        h[q] = g->dist[q] == DEAD ? 0 : 1;
+        g->far[q] = g->dist[q];
+    }
+    for (int round = 0; round < L; round++) {
+        for (int q = 0; q < S; q++) {
+            if (g->dist[q] == DEAD) { h2[q] = 0; f2[q] = DEAD; continue; }
+            uint64_t x = 0x9e3779b97f4a7c15ull;
+            int far = g->dist[q], plo = -2, phi = -2;
+            uint64_t pch = 0;
+            for (int k = g->first[q]; k <= g->first[q + 1]; k++) {
+                int end = k == g->first[q + 1];
+                int t = end ? -1 : g->to[k];
+                if (!end && g->dist[t] == DEAD) continue;
+                if (!end && g->lo[k] == phi + 1 && h[t] == pch) { phi = g->hi[k]; continue; }
+                if (plo >= 0) x = mix(x ^ ((uint64_t)plo << 8 | (uint64_t)phi) ^ mix(pch + 0x632be59bd9b4e019ull));
+                if (end) break;
+                plo = g->lo[k], phi = g->hi[k], pch = h[t];
+                if (g->far[t] > far) far = g->far[t];
+            }
+            h2[q] = x;
+            f2[q] = far;
+        }
+        memcpy(h, h2, (size_t)S * sizeof *h);
+        memcpy(g->far, f2, (size_t)S * sizeof *f2);
+    }
+    for (int q = 0; q < S; q++) g->sig[q] = mix(h[q] ^ (uint64_t)g->accept[q] * 0xd6e8feb86659fd93ull) | 1;
+    free(h); free(h2); free(f2);
+    return 0;
+}
+
 gram *gram_parse(const uint8_t *b, size_t n, const gram_vocab *v, char *err, size_t errlen) {
     gram *g = NULL;
     size_t nr = 0;
@@ -228,10 +301,17 @@ gram *gram_parse(const uint8_t *b, size_t n, const gram_vocab *v, char *err, siz
     g->to = malloc((nr + 1) * sizeof *g->to);
     g->dist = malloc((size_t)states * sizeof *g->dist);
     g->memo = calloc(states, sizeof *g->memo);
+    g->sig = malloc((size_t)states * sizeof *g->sig);
+    g->far = malloc((size_t)states * sizeof *g->far);
+    for (g->hcap = 16; g->hcap < 2 * (int)states; g->hcap *= 2) {}
+    g->hkey = calloc((size_t)g->hcap, sizeof *g->hkey);
+    g->hval = malloc((size_t)g->hcap * sizeof *g->hval);
+    g->masks = malloc((size_t)states * sizeof *g->masks);
     g->maxnext = malloc((size_t)states * sizeof *g->maxnext);
     g->scratch = malloc(((size_t)v->words + 1) * sizeof *g->scratch);
-    if (!g->accept || !g->first || !g->lo || !g->hi || !g->to || !g->dist || !g->memo || !g->maxnext ||
-        !g->scratch)
+    g->row = calloc(states, sizeof *g->row);
+    if (!g->accept || !g->first || !g->lo || !g->hi || !g->to || !g->dist || !g->memo || !g->sig || !g->far || !g->hkey || !g->hval || !g->masks || !g->maxnext ||
+        !g->scratch || !g->row)
         FAIL("out of memory");
     size_t at = 12, k = 0;
     for (uint32_t q = 0; q < states; q++) {
@@ -248,6 +328,7 @@ gram *gram_parse(const uint8_t *b, size_t n, const gram_vocab *v, char *err, siz
     g->first[states] = (int32_t)k;
     if (distances(g) != 0) FAIL("out of memory");
     if (g->dist[start] == DEAD) FAIL("the start state reaches no accepting state");
+    if (signatures(g) != 0) FAIL("out of memory");
     return g;
 bad:
     gram_free(g);
@@ -256,8 +337,18 @@ bad:
 
 void gram_free(gram *g) {
     if (!g) return;
-    if (g->memo)
-        for (int q = 0; q < g->n_states; q++) free(g->memo[q]);
+    for (int q = 0; q < g->n_states; q++) {
+        if (g->row) free(g->row[q]);
+        if (g->memo) free(g->memo[q]);
+    }
+    free(g->maxnext);
+    for (int i = 0; i < g->n_masks; i++) free(g->masks[i]);
+    free(g->masks);
+    free(g->sig);
+    free(g->far);
+    free(g->hkey);
+    free(g->hval);
+    free(g->row);
     free(g->memo);
     free(g->accept);
     free(g->first);
@@ -265,7 +356,7 @@ void gram_free(gram *g) {
     free(g->hi);
     free(g->to);
     free(g->dist);
-    free(g->maxnext);
+
     free(g->scratch);
     free(g);
 }
@@ -284,19 +375,69 @@ static int step(const gram *g, int q, uint8_t c) {
     return -1;
 }
 
+/* State q's dense row; NULL on OOM (the caller falls back to step). */
+static const int32_t *row_of(gram *g, int q) {
+    if (g->row[q]) return g->row[q];
+    int32_t *r = malloc(256 * sizeof *r);
+    if (!r) return NULL;
+    for (int c = 0; c < 256; c++) r[c] = -1;
+    for (int k = g->first[q]; k < g->first[q + 1]; k++)
+        if (g->dist[g->to[k]] != DEAD)
+            for (int c = g->lo[k]; c <= g->hi[k]; c++) r[c] = g->to[k];
+    return g->row[q] = r;
+}
+
 /* Sets in mask the tokens below trie node `at` (reached in state q) whose target's distance
- * is at most limit; *maxd: the largest such distance. Recursion depth: the longest piece. */
-static void walk(const gram *g, int at, int q, int limit, uint64_t *mask, int *maxd) {
+ * is at most limit; *maxd: the largest such distance (stays -1 if none), *mind: the smallest
+ * distance of any live target, within limit or not. Recursion depth: the longest piece. */
+static void walk(gram *g, int at, int q, int limit, uint64_t *mask, int *maxd, int *mind) {
     const gram_vocab *v = g->v;
+    const int32_t *r = row_of(g, q);
     for (int c = v->node[at].child; c >= 0; c = v->node[c].sibling) {
-        int q2 = step(g, q, v->node[c].byte);
+        int q2 = r ? r[v->node[c].byte] : step(g, q, v->node[c].byte);
         if (q2 < 0 || g->dist[q2] == DEAD) continue;
+        if (v->node[c].tok >= 0 && g->dist[q2] < *mind) *mind = g->dist[q2];
         if (g->dist[q2] <= limit && v->node[c].tok >= 0) {
             for (int t = v->node[c].tok; t >= 0; t = v->tok_next[t]) mask[t >> 6] |= 1ull << (t & 63);
             if (g->dist[q2] > *maxd) *maxd = g->dist[q2];
         }
-        if (v->node[c].child >= 0) walk(g, c, q2, limit, mask, maxd);
+        if (v->node[c].child >= 0) walk(g, c, q2, limit, mask, maxd, mind);
     }
+}
+
+/* The long tokens' part of walk (same contract). */
+static void walk_long(gram *g, int q, int limit, uint64_t *mask, int *maxd, int *mind) {
+    const gram_vocab *v = g->v;
+    for (int i = 0; i < v->n_long; i++) {
+        int t = v->longs[i], x = q;
+        for (int k = 0; k < v->len[t] && x >= 0; k++) {
+            const int32_t *r = row_of(g, x);
+            x = r ? r[v->buf[v->off[t] + k]] : step(g, x, v->buf[v->off[t] + k]);
+            if (x >= 0 && g->dist[x] == DEAD) x = -1;
+        }
+        if (x < 0) continue;
+        if (g->dist[x] < *mind) *mind = g->dist[x];
+        if (g->dist[x] <= limit) {
+            mask[t >> 6] |= 1ull << (t & 63);
+            if (g->dist[x] > *maxd) *maxd = g->dist[x];
+        }
+    }
+}
+
+/* The shared trie part of state q's kept mask; NULL on OOM. */
+static const uint64_t *trie_part(gram *g, int q) {
+    unsigned slot = (unsigned)(g->sig[q] & (uint64_t)(g->hcap - 1));
+    while (g->hkey[slot] && g->hkey[slot] != g->sig[q]) slot = (slot + 1) & (unsigned)(g->hcap - 1);
+    if (!g->hkey[slot]) {
+        uint64_t *m = calloc((size_t)g->v->words + 1, sizeof *m);
+        if (!m) return NULL;
+        int maxd = -1, mind = DEAD;
+        walk(g, 0, q, DEAD - 1, m, &maxd, &mind);
+        g->hkey[slot] = g->sig[q];
+        g->hval[slot] = g->n_masks;
+        g->masks[g->n_masks++] = m;
+    }
+    return g->masks[g->hval[slot]];
 }
 
 static void add_eog(const gram *g, uint64_t *mask) {
@@ -307,18 +448,27 @@ static void add_eog(const gram *g, uint64_t *mask) {
 const uint64_t *gram_mask(gram *g, int left) {
     int q = g->cur, words = g->v->words;
     if (!g->memo[q]) {
-        uint64_t *m = calloc((size_t)words + 1, sizeof *m);
+        const uint64_t *part = trie_part(g, q);
+        uint64_t *m = part ? malloc(((size_t)words + 1) * sizeof *m) : NULL;
         if (!m) return NULL;
-        int maxd = 0;
-        walk(g, 0, q, DEAD - 1, m, &maxd);
+        memcpy(m, part, (size_t)words * sizeof *m);
+        int maxd = g->far[q], mind = DEAD;
+        walk_long(g, q, DEAD - 1, m, &maxd, &mind);
         add_eog(g, m);
         g->memo[q] = m;
         g->maxnext[q] = maxd;
     }
-    if (g->maxnext[q] <= left - 1) return g->memo[q];
+    if (g->maxnext[q] <= left - 1) return g->memo[q];   /* every target fits the budget */
+    /* Too few tokens left for some targets: keep those that can still finish in time; when
+     * none can (the byte distance overstates the tokens needed), those that get closest. */
+    int maxd = -1, mind = DEAD;
     memset(g->scratch, 0, (size_t)words * sizeof *g->scratch);
-    int maxd = 0;
-    if (left >= 1) walk(g, 0, q, left - 1, g->scratch, &maxd);
+    walk(g, 0, q, left - 1, g->scratch, &maxd, &mind);
+    walk_long(g, q, left - 1, g->scratch, &maxd, &mind);
+    if (maxd < 0 && mind != DEAD) {
+        walk(g, 0, q, mind, g->scratch, &maxd, &mind);
+        walk_long(g, q, mind, g->scratch, &maxd, &mind);
+    }
     add_eog(g, g->scratch);
     return g->scratch;
 }

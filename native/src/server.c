@@ -367,7 +367,11 @@ static void take_token(server *S, request *r) {
         finish(S, r, 0);
         return;
     }
-    if (r->g) gram_advance(r->g, tok);   /* cannot fail: tok was in the mask */
+    if (r->g && gram_advance(r->g, tok) != 0) {   /* cannot happen: tok was in the mask */
+        fprintf(stderr, "[API] token %d left the grammar of id=%llu; ending it\n", tok, (unsigned long long)r->id);
+        finish(S, r, 1);
+        return;
+    }
     r->emitted++;
     /* A grammar's output is complete in a final state, and complete (not cut) when the budget
      * ends in an accepting one. */

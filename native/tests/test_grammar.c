@@ -2,7 +2,7 @@
  * DFAs over a small vocabulary (every byte, multi-byte pieces sharing prefixes, duplicates, an
  * end token, a skipped control token); at random states and budgets each token is run through
  * the DFA byte by byte here and must be in the mask exactly when it ends in a live state within
- * the budget (end token: exactly in accepting states). Also: malformed wire bytes are refused,
+ * the budget (end token: exactly in accepting states); pieces longer than the trie's limit too. Also: malformed wire bytes are refused,
  * and the sampler honours the mask (greedy, temperature, top-p, top-k). */
 #define TEST_SEED 0x6a6d6d61ull
 #include "check.h"
@@ -19,7 +19,7 @@
 #define MAXS 24
 #define INF INT_MAX
 
-static char piece[NV][8];
+static char piece[NV][24];
 static const char *pieces[NV];
 static int lens[NV];
 static unsigned char eog[NV], skip[NV];
@@ -34,8 +34,9 @@ static void make_vocab(void) {
         lens[k] = (int)strlen(multi[i]);
         memcpy(piece[k], multi[i], (size_t)lens[k]);
     }
-    for (; k < NV; k++) {               /* random 2..5 byte pieces over a small alphabet */
-        lens[k] = 2 + (int)(rnd32() % 4);
+    for (; k < NV; k++) {               /* random 2..5 byte pieces over a small alphabet, and a
+                                         * few longer than the trie's 16 bytes */
+        lens[k] = k >= NV - 30 ? 17 + (int)(rnd32() % 6) : 2 + (int)(rnd32() % 4);
         for (int j = 0; j < lens[k]; j++) piece[k][j] = (char)('a' + rnd32() % 4);
     }
     for (int i = 0; i < NV; i++) pieces[i] = piece[i];
@@ -97,12 +98,24 @@ static size_t encode(const dfa *d, uint8_t *b) {
     return at;
 }
 
+/* Where token t leads from q, or -1 (dead or off the DFA). */
+static int target(const dfa *d, int q, int t) {
+    for (int j = 0; j < lens[t] && q >= 0; j++) q = dstep(d, q, (unsigned char)piece[t][j]);
+    return q >= 0 && d->dist[q] != INF ? q : -1;
+}
+
 /* The brute-force verdict for token t in state q with `left` tokens. */
 static int allowed(const dfa *d, int q, int t, int left) {
     if (eog[t]) return d->acc[q];
     if (skip[t]) return 0;
-    for (int j = 0; j < lens[t] && q >= 0; j++) q = dstep(d, q, (unsigned char)piece[t][j]);
-    return q >= 0 && d->dist[q] != INF && d->dist[q] <= left - 1;
+    int near = INF;                     /* the closest live target of any token */
+    for (int u = 0; u < NV; u++) {
+        int x = eog[u] || skip[u] ? -1 : target(d, q, u);
+        if (x >= 0 && d->dist[x] < near) near = d->dist[x];
+    }
+    int limit = left - 1 > near ? left - 1 : near;
+    int x = target(d, q, t);
+    return x >= 0 && d->dist[x] <= limit;
 }
 
 static void test_masks(gram_vocab *v) {
