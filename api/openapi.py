@@ -77,7 +77,8 @@ CHAT = inline_serializer("ChatCompletionRequest", {
     "stop": s.JSONField(required=False, help_text="a string or up to 4 strings"),
     "seed": s.IntegerField(required=False, min_value=0),
     "stream_options": s.JSONField(required=False, help_text='{"include_usage": true}'),
-    "response_format": s.JSONField(required=False, help_text='only {"type": "text"}'),
+    "response_format": s.JSONField(required=False, help_text='{"type": "text"}, {"type": "json_object"} or '
+                                   '{"type": "json_schema", "json_schema": {name, schema, strict}} (constrained decoding)'),
 })
 COMPLETION = inline_serializer("CompletionRequest", {
     "model": s.CharField(), "prompt": s.JSONField(help_text="a string (or an array of exactly one)"), **_sampling,
@@ -92,7 +93,8 @@ MESSAGES = inline_serializer("MessagesRequest", {
 RESPONSES = inline_serializer("ResponsesRequest", {
     "model": s.CharField(), "input": s.JSONField(help_text="a string or a list of messages"),
     "instructions": s.CharField(required=False), "max_output_tokens": s.IntegerField(required=False, min_value=0),
-    "text": s.JSONField(required=False, help_text='only {"format": {"type": "text"}}'), **_sampling,
+    "text": s.JSONField(required=False, help_text='{"format": {"type": "text" | "json_object"}} or '
+                        '{"format": {"type": "json_schema", name, schema, strict}} (constrained decoding)'), **_sampling,
 })
 
 OPENAI_ERROR = inline_serializer("OpenAIError", {"error": inline_serializer("OpenAIErrorBody", {

@@ -1,5 +1,6 @@
 """OpenAI Responses body -> Call. A stateless subset: durable references are refused (clients
-replay the full input), tools and structured output are refused, `store` is ignored."""
+replay the full input), tools are refused, structured output (text.format) is api/structured's,
+`store` is ignored."""
 from api import intake, served as served_mod, structured
 from api.errors import bad_param
 from api.projectors import ResponsesProjector

@@ -100,16 +100,15 @@ class RefDFA:
         return q
 
     def mask(self, q, left, pieces, eog):
-        out = set()
+        """native/src/grammar.h's rule: live targets within max(left - 1, the closest one)."""
+        dists = {}
         for t, p in enumerate(pieces):
-            if t in eog:
-                if self.accept[q]:
-                    out.add(t)
-            elif p:
+            if p and t not in eog:
                 q2 = self.run(q, p)
-                if q2 is not None and self.dist[q2] <= left - 1:
-                    out.add(t)
-        return out
+                if q2 is not None and self.dist[q2] != float("inf"):
+                    dists[t] = self.dist[q2]
+        limit = max([left - 1, min(dists.values(), default=0)])
+        return {t for t, d in dists.items() if d <= limit} | (eog if self.accept[q] else set())
 
 
 def test_engine_masks_equal_a_reference_mask(eng, models):
