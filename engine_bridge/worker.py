@@ -54,8 +54,8 @@ REPLY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a client's reply list name (p
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
 EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True}
 GRAMMAR_FORMAT = "CGD1"  # the grammar wire format our engine announces (MODEL "grammar")
-GRAMMAR_REFUSAL = ("constrained decoding (structured output) is not supported by this engine: "
-                   "it does not announce the CGD1 grammar extension")
+GRAMMAR_REFUSAL = ("constrained decoding is not supported by this engine (structured output needs an engine "
+                   "that announces the CGD1 grammar extension)")
 WATCH_S = 0.5        # how often the bridge looks at its engine (watch_engine)
 PING_AFTER_S = 2.0   # an engine silent this long is asked something it must answer
 HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): the engine is hung
