@@ -22,8 +22,8 @@ Invariants of the language generated (each output is valid JSON that validates):
   without additionalProperties only the listed properties are produced (valid either way).
 * Whitespace: at most one space after `{ [ , :` and before `} ]`; never a newline; nothing
   before or after the top-level value, so the engine ends the turn at the closing brace.
-* Strings: any JSON string (escapes included, no `\\u` surrogates, so one escape is one code
-  point and minLength/maxLength count what a validator counts); the engine's budget rule
+* Strings: any JSON string (escapes included; `\\u` surrogates only as pairs, so an escape is
+  one code point and minLength/maxLength count what a validator counts); the engine's budget rule
   closes them in time when max_tokens runs low. Exponents have at most two digits (no inf).
 * oneOf is generated as anyOf (exclusivity is not checked); a recursive $ref unrolls at most
   REF_DEPTH levels deep and beyond that only its non-recursive branches remain.
@@ -149,7 +149,11 @@ U_ESCAPE = seq(lit("\\u"), alt(seq(("set", [(0x30, 0x39), (0x41, 0x43), (0x45, 0
                                    ("set", HEX), ("set", HEX), ("set", HEX)),
                                seq(("set", [(0x44, 0x44), (0x64, 0x64)]), ("set", [(0x30, 0x37)]),
                                    ("set", HEX), ("set", HEX))))
-ANY_CHAR = alt(utf8_chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]),
+_D = ("set", [(0x44, 0x44), (0x64, 0x64)])
+# a surrogate pair, \uD83D\uDE42: one code point, as a validator counts it
+U_PAIR = seq(lit("\\u"), _D, ("set", [(0x38, 0x39), (0x41, 0x42), (0x61, 0x62)]), ("set", HEX), ("set", HEX),
+             lit("\\u"), _D, ("set", [(0x43, 0x46), (0x63, 0x66)]), ("set", HEX), ("set", HEX))
+ANY_CHAR = alt(utf8_chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]), U_PAIR,
                seq(lit("\\"), ("set", [(0x22, 0x22), (0x2F, 0x2F), (0x5C, 0x5C), (0x62, 0x62), (0x66, 0x66),
                                        (0x6E, 0x6E), (0x72, 0x72), (0x74, 0x74)])),
                U_ESCAPE)
