@@ -63,6 +63,7 @@ def parse(body, *, served):
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
                                 routes=ext.routing, grammar=grammar)
-    echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget}
+    echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget,
+            **({"text": {"format": text_format}} if grammar is not None else {})}
     projector = ResponsesProjector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing)
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param="input")

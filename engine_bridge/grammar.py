@@ -23,7 +23,8 @@ Invariants of the language generated (each output is valid JSON that validates):
 * Whitespace: at most one space after `{ [ , :` and before `} ]`; never a newline; nothing
   before or after the top-level value, so the engine ends the turn at the closing brace.
 * Strings: any JSON string (escapes included; `\\u` surrogates only as pairs, so an escape is
-  one code point and minLength/maxLength count what a validator counts); the engine's budget rule
+  one code point; strings with minLength/maxLength take raw UTF-8 and the short escapes only,
+  so that each counted character costs few states); the engine's budget rule
   closes them in time when max_tokens runs low. Exponents have at most two digits (no inf).
 * oneOf is generated as anyOf (exclusivity is not checked); a recursive $ref unrolls at most
   REF_DEPTH levels deep and beyond that only its non-recursive branches remain.
@@ -51,6 +52,12 @@ ANY_DEPTH = 3          # containers a free JSON value may nest (json_object: the
 REF_DEPTH = 3          # expansions of one $ref on the current path
 MAX_COUNT = 256        # largest maxLength / maxItems / minItems compiled (each is unrolled)
 MAX_STATES = 1 << 18   # native/src/grammar.h GRAM_MAX_STATES
+# Compile-time bounds: a schema is compiled on the web request's path, so what a client can make
+# it cost is bounded (about a second at most on one core), not only what the engine can take.
+MAX_NFA_STATES = 150_000
+MAX_DFA_STATES = 60_000
+MOORE_ROUNDS = 48       # Moore refinement rounds at most, and state-rounds at most:
+MOORE_WORK = 800_000
 GRAM_MAX_BYTES = 1 << 20  # the engine's gbytes limit
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
                "readOnly", "writeOnly", "discriminator", "$defs", "definitions", "strict", "name"}
@@ -68,6 +75,7 @@ class GrammarError(ValueError):
 
 # --- the regex AST over bytes ---------------------------------------------------------------
 # ("lit", b"...") | ("set", [(lo, hi), ...]) | ("seq", [n...]) | ("alt", [n...]) (empty: nothing)
+# | ("utf8", [byte-range sequences]) (one character of a class)
 # | ("rep", n, min, max|None) | ("list", item, sep, min, max|None) | ("members", [(key, n, required)])
 
 EPS = ("seq", [])
@@ -132,14 +140,14 @@ def _minus(ranges, cut) -> list[tuple[int, int]]:
 
 
 def utf8_chars(ranges) -> tuple:
-    """Code point ranges (surrogates dropped) -> their UTF-8 byte sequences."""
-    alts = []
+    """Code point ranges (surrogates dropped) -> ("utf8", their UTF-8 byte-range sequences)."""
+    seqs = []
     for lo, hi in _minus(ranges, [(0xD800, 0xDFFF)]):
         for a, b in ((lo, min(hi, 0x7F)), (max(lo, 0x80), min(hi, 0x7FF)),
                      (max(lo, 0x800), min(hi, 0xFFFF)), (max(lo, 0x10000), hi)):
             if a <= b:
-                alts.extend(seq(*(("set", [r]) for r in s)) for s in _utf8_split(a, b))
-    return ("alt", alts)
+                seqs.extend(tuple(s) for s in _utf8_split(a, b))
+    return ("utf8", seqs)
 
 
 SHORT_ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x08: b"\\b", 0x0C: b"\\f", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t"}
@@ -157,6 +165,13 @@ ANY_CHAR = alt(utf8_chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]), U_PAI
                seq(lit("\\"), ("set", [(0x22, 0x22), (0x2F, 0x2F), (0x5C, 0x5C), (0x62, 0x62), (0x66, 0x66),
                                        (0x6E, 0x6E), (0x72, 0x72), (0x74, 0x74)])),
                U_ESCAPE)
+
+
+# In counted strings (minLength / maxLength: one copy per character) the \\u escapes would
+# triple the states per character; raw UTF-8 says the same, so those strings do without them.
+COUNTED_CHAR = alt(utf8_chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]),
+                   seq(lit("\\"), ("set", [(0x22, 0x22), (0x2F, 0x2F), (0x5C, 0x5C), (0x62, 0x62), (0x66, 0x66),
+                                           (0x6E, 0x6E), (0x72, 0x72), (0x74, 0x74)])))
 
 
 def json_chars(ranges) -> tuple:
@@ -179,6 +194,8 @@ class _NFA:
         self.eps: list[list[int]] = []
 
     def state(self) -> int:
+        if len(self.edges) >= MAX_NFA_STATES:
+            raise GrammarError("the schema compiles to too large a grammar (reduce maxLength, maxItems or nesting)")
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
@@ -196,6 +213,18 @@ class _NFA:
             t = self.state()
             self.edges[s].extend((lo, hi, t) for lo, hi in node[1])
             return t
+        if kind == "utf8":  # sequences sharing their suffixes (continuation bytes): no epsilons
+            end, at = self.state(), {}
+            for byte_seq in node[1]:
+                nxt = end
+                for k in range(len(byte_seq) - 1, 0, -1):
+                    key = byte_seq[k:]
+                    if key not in at:
+                        at[key] = self.state()
+                        self.edges[at[key]].append((*byte_seq[k], nxt))
+                    nxt = at[key]
+                self.edges[s].append((*byte_seq[0], nxt))
+            return end
         if kind == "seq":
             for sub in node[1]:
                 s = self.build(sub, s)
@@ -293,8 +322,8 @@ def _determinise(nfa: _NFA, start: int, final: int):
             if target is None:
                 target = closures[key] = nfa.closure(key)
             if target not in index:
-                if len(order) >= MAX_STATES * 4:
-                    raise GrammarError("the schema compiles to too large a grammar")
+                if len(order) >= MAX_DFA_STATES:
+                    raise GrammarError("the schema compiles to too large a grammar (reduce maxLength, maxItems or nesting)")
                 index[target] = len(order)
                 order.append(target)
             j = index[target]
@@ -307,7 +336,9 @@ def _determinise(nfa: _NFA, start: int, final: int):
 
 
 def _trim_and_minimise(accept, trans):
-    """Drops states that reach no accepting state, then merges equivalent ones (Moore)."""
+    """Drops states that reach no accepting state, then merges equivalent ones (Moore), unless
+    that takes more rounds than MOORE_ROUNDS / MOORE_WORK allow (each is a pass over the DFA); the subset
+    construction's DFA is correct either way, only bigger."""
     n = len(accept)
     back = [[] for _ in range(n)]
     for q, out in enumerate(trans):
@@ -323,7 +354,7 @@ def _trim_and_minimise(accept, trans):
         raise GrammarError("the schema allows no value at all")
     trans = [[e for e in trans[q] if e[2] in live] if q in live else [] for q in range(n)]
     cls = [int(accept[q]) if q in live else -1 for q in range(n)]
-    while True:
+    for _ in range(max(4, min(MOORE_ROUNDS, MOORE_WORK // max(1, len(live))))):
         sig, new = {}, []
         for q in range(n):
             if cls[q] < 0:
@@ -340,6 +371,8 @@ def _trim_and_minimise(accept, trans):
             cls = new
             break
         cls = new
+    else:  # long chains (counted strings) refine a class per round: keep the trimmed DFA as it is
+        cls = [q if q in live else -1 for q in range(n)]
     # renumber: the start's class first, in breadth-first order
     order, seen = [cls[0]], {cls[0]}
     rep = {}
@@ -695,7 +728,9 @@ class _Compiler:
             return pattern_string(FORMATS[fmt], _join(path, "format"))
         if hi is not None and hi < lo:
             return NOTHING
-        return seq(lit('"'), ("rep", ANY_CHAR, lo, hi), lit('"'))
+        if lo == 0 and hi is None:
+            return STRING
+        return seq(lit('"'), ("rep", COUNTED_CHAR, lo, hi), lit('"'))
 
     def _bound(self, schema, key: str, path: str):
         v = schema.get(key)

@@ -52,6 +52,7 @@ def test_responses_text_format_carries_the_grammar(fake_bridge, alice_key):
     r = post(alice_key, "/v1/responses", {"input": "x", "text": {"format": fmt}})
     assert r.status_code == 200, r.content
     assert fake_bridge.requests[0].grammar == grammar_for_schema(SCHEMA)
+    assert r.json()["text"] == {"format": fmt}  # the format used is echoed, as OpenAI does
 
 
 BAD = [
