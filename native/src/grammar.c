@@ -458,7 +458,9 @@ const uint64_t *gram_mask(gram *g, int left) {
         g->memo[q] = m;
         g->maxnext[q] = maxd;
     }
-    if (g->maxnext[q] <= left - 1) return g->memo[q];   /* every target fits the budget */
+    /* Every target fits the budget; or not even q does by the byte count (real tokens carry
+     * several bytes): no restriction until the bound means something. */
+    if (g->maxnext[q] <= left - 1 || g->dist[q] > left) return g->memo[q];
     /* Too few tokens left for some targets: keep those that can still finish in time; when
      * none can (the byte distance overstates the tokens needed), those that get closest. */
     int maxd = -1, mind = DEAD;

@@ -13,10 +13,11 @@
  * an accepting state (else the language is empty: refused).
  *
  * Invariants: a token is allowed in state q iff its bytes lead, byte by byte, from q to a
- * state from which an accepting state is reachable ("live"), and that state's distance (in
- * bytes) to acceptance is at most max(tokens left after it, the smallest such distance among
- * q's live tokens); end-of-generation tokens are allowed only in accepting states; control
- * tokens are never allowed. So a mask is empty only where no token is live, and since a
+ * state from which an accepting state is reachable ("live"), and - once q's own distance (in
+ * bytes) to acceptance is within the tokens left, this one included - that state's distance is
+ * at most max(tokens left after it, the smallest such distance among q's live tokens); before
+ * that (a byte bound that real, multi-byte tokens beat) every live token is allowed.
+ * End-of-generation tokens are allowed only in accepting states; control tokens never. So a mask is empty only where no token is live, and since a
  * byte-level vocabulary has a token for every byte, a request whose budget covers the start
  * state's distance always ends in an accepting state (a smaller budget: as close as it gets). */
 #ifndef COLI_GRAMMAR_H

@@ -113,7 +113,7 @@ static int allowed(const dfa *d, int q, int t, int left) {
         int x = eog[u] || skip[u] ? -1 : target(d, q, u);
         if (x >= 0 && d->dist[x] < near) near = d->dist[x];
     }
-    int limit = left - 1 > near ? left - 1 : near;
+    int limit = d->dist[q] > left ? INF - 1 : left - 1 > near ? left - 1 : near;
     int x = target(d, q, t);
     return x >= 0 && d->dist[x] <= limit;
 }

@@ -100,14 +100,15 @@ class RefDFA:
         return q
 
     def mask(self, q, left, pieces, eog):
-        """native/src/grammar.h's rule: live targets within max(left - 1, the closest one)."""
+        """native/src/grammar.h's rule: live targets within max(left - 1, the closest one), once
+        q's own distance is within the budget; every live target before."""
         dists = {}
         for t, p in enumerate(pieces):
             if p and t not in eog:
                 q2 = self.run(q, p)
                 if q2 is not None and self.dist[q2] != float("inf"):
                     dists[t] = self.dist[q2]
-        limit = max([left - 1, min(dists.values(), default=0)])
+        limit = float("inf") if self.dist[q] > left else max([left - 1, min(dists.values(), default=0)])
         return {t for t, d in dists.items() if d <= limit} | (eog if self.accept[q] else set())
 
 
