@@ -652,6 +652,8 @@ class _Compiler:
             if key in schema:
                 return self.combination(schema, key, _join(path, key))
         types = schema.get("type")
+        if types is None and "type" in schema:
+            raise GrammarError("type must be a string or an array of strings", _join(path, "type"))
         if types is None:
             types = [t for t, words in TYPE_KEYWORDS.items() if words & set(schema)]
             if not types:
@@ -830,10 +832,13 @@ def grammar_for_schema(schema: dict) -> bytes:
     if not isinstance(schema, (dict, bool)):
         raise GrammarError("the schema must be a JSON object")
     try:
-        key = json.dumps(schema, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError):
+        return _compiled(json.dumps(schema, sort_keys=True, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, GrammarError):
+            raise
         raise GrammarError("the schema must be JSON") from None
-    return _compiled(key)
+    except RecursionError:
+        raise GrammarError("the schema is nested too deeply") from None
 
 
 SCHEMA_CACHE = 64

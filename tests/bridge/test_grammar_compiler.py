@@ -7,6 +7,7 @@ import random
 
 import jsonschema
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from engine_bridge.grammar import GrammarError, dfa_of, grammar_for_json_object, grammar_for_schema
 from tests.native.engine import ROOT
@@ -89,3 +90,36 @@ def test_refusals_name_the_keyword_and_path(schema, field, word):
     with pytest.raises(GrammarError) as info:
         grammar_for_schema(schema)
     assert info.value.field == field and word in info.value.message, (info.value.field, info.value.message)
+
+
+def test_a_deeply_nested_schema_is_refused_not_a_crash():
+    schema = {"type": "integer"}
+    for _ in range(3000):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(GrammarError, match="nested too deeply|too large"):
+        grammar_for_schema(schema)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-5, 300) | st.floats(allow_nan=False, allow_infinity=False)
+                     | st.sampled_from(["string", "integer", "number", "object", "array", "boolean", "null", "#", "#/$defs/a"]),
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(
+                         ["type", "properties", "items", "required", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+                          "$defs", "a", "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
+                          "pattern", "format", "additionalProperties", "prefixItems"]), c, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_any_json_schema_compiles_or_is_refused_with_a_grammar_error(schema):
+    try:
+        wire = grammar_for_schema(schema)
+    except GrammarError as exc:
+        assert exc.message
+        return
+    dfa = Dfa(wire)
+    text = dfa.walk(random.Random(0)).decode("utf-8")
+    try:  # a schema the meta-schema rejects has no instances to check against
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError:
+        return
+    jsonschema.validate(json.loads(text), schema)
