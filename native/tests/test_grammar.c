@@ -220,7 +220,19 @@ static void test_sampler(void) {
     double sum = 0;
     for (int i = 0; i < k; i++) sum += exp(lps[i]);
     CHECK(fabs(sum - 1) < 1e-5, "masked log-probabilities do not normalise: %f", sum);
+    /* top_k under a mask: only the 2 most likely allowed tokens, never one outside the mask
+     * (top_k counts allowed tokens, not the vocabulary's) */
+    int second = best == 0 ? 1 : 0;
+    for (int i = 0; i < 4; i++) if (i != best && logits[ok[i]] > logits[ok[second]]) second = i;
+    int top2 = 0;
+    for (int i = 0; i < 1000; i++) {
+        int t = sample_token_k(logits, 200, 2.0f, 1.0f, 2, &r, scratch, allow);
+        top2 += t == ok[best] || t == ok[second];
+    }
+    CHECK(top2 == 1000, "top_k=2 under a mask: %d of 1000 samples outside the top 2 allowed", 1000 - top2);
+    CHECK(sample_token_k(logits, 200, 1.0f, 1.0f, 50, &r, scratch, allow) >= 0, "top_k beyond the mask's size");
     uint64_t none[4] = { 0 };
+    CHECK(sample_token_k(logits, 200, 1.0f, 1.0f, 5, &r, scratch, none) == -1, "top_k with an empty mask");
     CHECK(sample_token(logits, 200, 0, 1, &r, scratch, none) == -1, "greedy with an empty mask");
     CHECK(sample_token(logits, 200, 1, 1, &r, scratch, none) == -1, "sampling with an empty mask");
 }
