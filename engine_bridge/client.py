@@ -11,6 +11,7 @@ generate reads as its three steps: what may be submitted at all (_admissible), t
 idle rules); the listener below is the one reader of a web process's reply list.
 """
 import asyncio
+import base64
 import logging
 import uuid
 import weakref
@@ -45,6 +46,16 @@ class GenerationRequest:
     heat: bool = True                # False: the engine keeps these selections out of its usage heat
     top_k: int | None = None         # sample among the k most likely tokens (our engine's top_k=); None: no cut
     logprobs: int = 0                # k > 0: each text event carries its tokens' logprobs and k candidates
+    grammar: bytes | None = None     # CGD1 DFA (engine_bridge.grammar) the output must stay in; only
+                                     # for an engine that announces it (MODEL "grammar"), else refused
+
+
+def job_message(request: GenerationRequest) -> dict:
+    """The job as JSON-able data: the grammar's bytes travel as base64 (jobs.parse_job decodes)."""
+    job = asdict(request)
+    if job.get("grammar") is not None:
+        job["grammar"] = base64.b64encode(bytes(job["grammar"])).decode("ascii")
+    return job
 
 
 def _error(code: str, message: str, **extra: object) -> dict:
@@ -121,7 +132,7 @@ async def _submit(req: str, boot: str, reply: str, request: GenerationRequest) -
     """Sends gen.submit; the error to end the stream with when Redis refused it, else None."""
     try:
         await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": reply,
-                                   "lease": True, "job": asdict(request)})
+                                   "lease": True, "job": job_message(request)})
     except Exception as exc:  # Redis refused the submit: nothing reached the bridge
         return _broker_down(exc)
     return None

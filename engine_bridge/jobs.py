@@ -9,6 +9,8 @@ Invariant: a job that parse_job returns formats into a SUBMIT the engine accepts
 wire form is decided once, by engine_bridge.sampling and protocol.format_submit), so the engine
 never refuses a header in the middle of its input.
 """
+import base64
+import binascii
 import codecs
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,9 @@ from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS, StopMatcher
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
 EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True, "top_k": None, "logprobs": 0}
+GRAMMAR_FORMAT = "CGD1"  # the grammar wire format our engine announces (MODEL "grammar")
+GRAMMAR_REFUSAL = ("constrained decoding is not supported by this engine (structured output needs an engine "
+                   "that announces the CGD1 grammar extension)")
 
 
 @dataclass
@@ -84,8 +89,15 @@ def parse_job(raw: dict | None, model_info: dict | None = None) -> GenerationReq
     for name in ("routes", "heat", "topk"):
         if not isinstance(getattr(job, name), bool):
             raise p.SubmitError(f"{name} must be true or false")
+    if job.grammar is not None:
+        try:
+            job.grammar = base64.b64decode(job.grammar, validate=True) if isinstance(job.grammar, str) else None
+        except (binascii.Error, ValueError):
+            job.grammar = None
+        if not job.grammar:
+            raise p.SubmitError("grammar must be non-empty base64 (engine_bridge.client.job_message)")
     p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1, top_k=job.top_k,
-                    logprobs=job.logprobs)
+                    logprobs=job.logprobs, grammar=job.grammar)
     return job
 
 
@@ -93,6 +105,8 @@ def extension_refusal(job: GenerationRequest, model_info: dict | None) -> str | 
     """Why the running engine cannot honour this job's extension fields, or None. An engine
     without a MODEL line (the real colibri binary) takes no key=value fields: refused, never
     silently dropped. The expert count is checked against the range the MODEL line announced."""
+    if job.grammar is not None and (model_info or {}).get("grammar") != GRAMMAR_FORMAT:
+        return GRAMMAR_REFUSAL
     if model_info is None:
         for name, default in EXTENSION_DEFAULTS.items():
             if getattr(job, name) != default:
