@@ -8,17 +8,17 @@ Leaving the iterator early (break + aclose, exception, task cancelled) sends gen
 
 generate reads as its three steps: what may be submitted at all (_admissible), the submit
 (_submit), and the listening (_Stream: a request's batches in `seq` order, the gap, liveness and
-idle rules); the listener below is the one reader of a web process's reply list.
+idle rules); engine_bridge.listener is the one reader of a web process's reply list.
 """
 import asyncio
 import base64
 import logging
 import uuid
-import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 
 from engine_bridge import liveness, protocol, transport
+from engine_bridge.listener import loop_listener
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,8 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
     if refusal is not None:
         yield refusal
         return
-    listener = _listener()
-    stream = _Stream(listener.register(req), boot, idle_timeout, tick)
+    listener = loop_listener()
+    inbox = listener.register(req)  # before the submit: no reply may come unheard
     finished = False
     try:
         refusal = await _submit(req, boot, listener.id, request)
@@ -100,6 +100,7 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
             finished = True
             yield refusal
             return
+        stream = _Stream(inbox, boot, idle_timeout, tick)  # its clocks start at the submit
         while True:
             for event in await stream.next_events():
                 if event is not None and event["kind"] in FINAL_KINDS:
@@ -243,71 +244,6 @@ def _merge_text(events: list[dict]) -> list[dict]:
         else:
             out.append(event)
     return out
-
-
-class Listener:
-    """One event loop's reader of its reply list (engine_bridge.transport): moves each batch to
-    the queue of the request it belongs to, so N streams of a web process cost one blocking pop
-    per round trip, not N. Callers never cancel it (a pop cancelled mid-flight could lose batches
-    of every request of the loop); it ends by itself once the loop has no request registered.
-
-    It also holds the loop's lease (transport.lease_key), renewed every LEASE_BEAT_S while any
-    request is registered: when the process dies (kill -9, OOM, a host gone) the lease expires
-    and the bridge cancels its requests, so no engine slot keeps generating for nobody (issue 24).
-    A Redis outage only delays renewals; the bridge does not judge leases across one."""
-
-    def __init__(self):
-        self.id = uuid.uuid4().hex
-        self.queues = {}   # req -> asyncio.Queue of its batches
-        self.task = None
-        self.lease_task = None
-
-    def register(self, req):
-        queue = self.queues[req] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        if self.task is None or self.task.done():
-            self.task = loop.create_task(self._run())
-        if self.lease_task is None or self.lease_task.done():
-            self.lease_task = loop.create_task(self._lease())
-        return queue
-
-    async def _lease(self):
-        failing = False
-        while self.queues:
-            try:
-                await transport.lease_renew(self.id)
-                failing = False
-            except Exception as exc:  # Redis outage: renew again next beat
-                if not failing:
-                    log.warning("renewing the lease of %s failed (%s); retrying", self.id, exc)
-                failing = True
-            await asyncio.sleep(transport.LEASE_BEAT_S)
-
-    def unregister(self, req):
-        self.queues.pop(req, None)
-
-    async def _run(self):
-        while self.queues:
-            try:
-                messages = await transport.replies(self.id)
-            except Exception as exc:  # Redis outage: keep trying while anyone waits
-                log.warning("reading reply list %s failed (%s); retrying", self.id, exc)
-                await asyncio.sleep(0.2)
-                continue
-            for message in messages:
-                queue = self.queues.get(message.get("req"))
-                if queue is not None:
-                    queue.put_nowait(message)
-
-
-_listeners = weakref.WeakKeyDictionary()
-
-
-def _listener() -> Listener:
-    loop = asyncio.get_running_loop()
-    if loop not in _listeners:
-        _listeners[loop] = Listener()
-    return _listeners[loop]
 
 
 async def cancel(req_id: str) -> None:

@@ -78,7 +78,7 @@ async def test_it_takes_the_lines_written_during_a_pause_in_one_read_without_wak
 async def test_it_ends_a_read_pause_when_a_command_is_written():
     recorder = Recorder()
     pause = {"s": 0.0}
-    # the owner's rule (worker.read_pause): no pause while a cancelled request's answer is due
+    # the owner's rule (pacing.Pacer.read_pause): no pause while a cancelled request's answer is due
     engine = await start_fake(recorder, lambda events, cycle: pause["s"], delay=0.002)
     try:
         await engine.submit(1, 0, GenerationRequest(prompt="hello", max_tokens=100000))
