@@ -64,7 +64,8 @@ def long_conversation():
 SCROLL_INSIDE = "pre, pre > code, table, .grid-wrap, .ops-table-panel, .keys-list, .key-secret code, textarea"
 OVERFLOW = """(allowed) => {
   const doc = document.documentElement;
-  const out = {doc: [doc.scrollWidth, doc.clientWidth], body: [document.body.scrollWidth, document.body.clientWidth], boxes: []};
+  const out = {doc: [doc.scrollWidth, doc.clientWidth], body: [document.body.scrollWidth, document.body.clientWidth],
+               inner: window.innerWidth, scale: visualViewport.scale, boxes: []};
   for (const el of document.querySelectorAll('body *')) {
     const s = getComputedStyle(el);
     if (!/(auto|scroll)/.test(s.overflowX) || el.matches(allowed) || el.closest('[hidden], dialog:not([open])')) continue;
@@ -124,6 +125,10 @@ def box(page, selector):
 
 def assert_no_sideways_scroll(page, where):
     got = page.evaluate(OVERFLOW, SCROLL_INSIDE)
+    # A mobile browser widens the layout viewport to fit wide content (and zooms out), so
+    # clientWidth alone could grow with the overflow: the page must also fit the device width.
+    width = page.viewport_size["width"]
+    assert got["doc"][1] == width and got["inner"] == width and got["scale"] == 1, f"{where}: zoomed out to fit {got}"
     assert got["doc"][0] <= got["doc"][1], f"{where}: the page scrolls sideways {got}"
     assert got["body"][0] <= got["body"][1], f"{where}: the body scrolls sideways {got}"
     assert got["boxes"] == [], f"{where}: these scroll sideways: {got['boxes']}"
@@ -387,3 +392,33 @@ def test_the_ops_page_fits(site, open_page, tmp_path, size):
     else:
         assert len(lefts) >= 3
     assert watch.errors == [], watch.errors
+
+
+def test_the_phone_layout_runs_under_the_sites_csp(site, browser):
+    """The drawer and the viewport tracking (an inline custom property set from script) under the
+    page's enforced Content-Security-Policy: not one violation, driven with locators only."""
+    context = browser.new_context(bypass_csp=False, **SIZES["phone"])
+    try:
+        page = context.new_page()
+        page.set_default_timeout(15000)
+        violations, responses = [], []
+        page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
+        page.on("response", lambda r: r.url.rstrip("/") == site and responses.append(r))
+        FakeChat(page, conversations=(OLDER,))
+        log_in(page, site)
+        assert "style-src 'self'" in responses[-1].headers.get("content-security-policy", "")
+        page.locator("#menu-toggle").tap()
+        page.locator('.conv[data-id="3"] .conv-open').wait_for(state="visible")
+        page.keyboard.press("Escape")
+        page.locator("#sidebar .new-chat").wait_for(state="hidden")
+        page.set_viewport_size({"width": 390, "height": 500})
+        height = "document.documentElement.style.getPropertyValue('--app-height')"
+        for _ in range(40):  # no wait_for_function: its predicate would be evaluated script
+            if page.evaluate(height) == "500px":
+                break
+            page.wait_for_timeout(50)
+        assert page.evaluate(height) == "500px"
+        assert page.locator(".composer-box").bounding_box()["y"] + page.locator(".composer-box").bounding_box()["height"] <= 500
+        assert violations == [], violations
+    finally:
+        context.close()
