@@ -76,7 +76,8 @@ export class ChatApp {
       settingsToggle.setAttribute("aria-expanded", String(show));
     };
     settingsToggle.addEventListener("click", () => showSettings(settings.hidden));
-    // Escape folds the settings away (after the drawer, which takes it first; a dialog's own).
+    // Escape folds the settings away, unless the drawer's handler (registered first) took it or a
+    // dialog is open (its Escape is its own).
     document.addEventListener("keydown", (e) => {
       if (e.key !== "Escape" || e.defaultPrevented || settings.hidden || document.querySelector("dialog[open]")) return;
       showSettings(false);

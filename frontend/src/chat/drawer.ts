@@ -34,10 +34,6 @@ export class Drawer {
     this.sync();
   }
 
-  get isOpen(): boolean {
-    return this.open;
-  }
-
   show(): void {
     if (!this.narrow.matches) return;
     this.open = true;
@@ -46,7 +42,7 @@ export class Drawer {
     first?.focus();
   }
 
-  // `refocus` false when the choice made in the drawer moves focus itself (a chat, the keys dialog).
+  // `refocus` false when the choice made in the drawer moves focus itself (a chat, a new chat).
   close(refocus = true): void {
     if (!this.open) return;
     this.open = false;
