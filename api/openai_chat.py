@@ -1,6 +1,6 @@
 """OpenAI Chat Completions body -> Call (GenerationRequest + its row's projector). 400s name the field.
 What every surface shares (refused fields, stop and budget fields) is in its row, api.surfaces."""
-from api import intake, served as served_mod, tools as tools_mod
+from api import intake, served as served_mod, structured, tools as tools_mod
 from api.projectors import Choices
 from engine_bridge.client import GenerationRequest
 
@@ -15,7 +15,7 @@ def parse(body, *, served, surface):
     opts = intake.field_object(body, "stream_options")
     intake.refuse(body, surface.refused)
     plan = tools_mod.chat_plan(body)
-    intake.refuse_format(body.get("response_format"), "response_format")
+    grammar = structured.grammar_for(body.get("response_format"), "response_format", served=served)
     temperature, top_p, seed = intake.sampling(body, served=served)
     stop = intake.stop_list(body, surface.stop)
     budget = intake.budget(body, surface.budget)
@@ -27,7 +27,7 @@ def parse(body, *, served, surface):
         temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
         priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing,
-        top_k=intake.top_k(body, served=served), logprobs=intake.engine_logprobs(logprobs),
+        top_k=intake.top_k(body, served=served), logprobs=intake.engine_logprobs(logprobs), grammar=grammar,
     )
     tools_mod.constrain(plan, request, served)
     projectors = [surface.projector(model=model, include_usage=bool(opts.get("include_usage")),

@@ -103,7 +103,8 @@ CHAT = inline_serializer("ChatCompletionRequest", {
     "top_logprobs": s.IntegerField(required=False, min_value=0, max_value=MAX_TOP_LOGPROBS,
                                    help_text="candidates per token; needs logprobs: true"),
     "stream_options": s.JSONField(required=False, help_text='{"include_usage": true}'),
-    "response_format": s.JSONField(required=False, help_text='only {"type": "text"}'),
+    "response_format": s.JSONField(required=False, help_text='{"type": "text"}, {"type": "json_object"} or '
+                                   '{"type": "json_schema", "json_schema": {name, schema, strict}} (constrained decoding)'),
     **_openai_tools,
     "functions": s.JSONField(required=False, help_text="legacy: mapped onto tools (function_call onto tool_choice)"),
 })
@@ -128,7 +129,8 @@ MESSAGES = inline_serializer("MessagesRequest", {
 RESPONSES = inline_serializer("ResponsesRequest", {
     "model": s.CharField(), "input": s.JSONField(help_text="a string or a list of messages"),
     "instructions": s.CharField(required=False), "max_output_tokens": s.IntegerField(required=False, min_value=0),
-    "text": s.JSONField(required=False, help_text='only {"format": {"type": "text"}}'), **_sampling,
+    "text": s.JSONField(required=False, help_text='{"format": {"type": "text" | "json_object"}} or '
+                        '{"format": {"type": "json_schema", name, schema, strict}} (constrained decoding)'), **_sampling,
     **_openai_tools,
 })
 

@@ -1,7 +1,7 @@
 """OpenAI Responses body -> Call. A stateless subset: durable references are refused (clients
 replay the full input, function_call / function_call_output items included), structured output
-is refused, `store` is ignored. Function tools only (api.tools)."""
-from api import intake, served as served_mod, tools as tools_mod
+(text.format) is api/structured's, `store` is ignored. Function tools only (api.tools)."""
+from api import intake, served as served_mod, structured, tools as tools_mod
 from api.errors import bad_param
 from engine_bridge.client import GenerationRequest
 
@@ -25,7 +25,8 @@ def parse(body, *, served, surface):
     stream = intake.field_bool(body, "stream")
     intake.refuse(body, surface.refused)
     plan = tools_mod.responses_plan(body)
-    intake.refuse_format(intake.field_object(body, "text").get("format"), "text.format")
+    text_format = intake.field_object(body, "text").get("format")
+    grammar = structured.grammar_for(text_format, "text.format", served=served, flat=True)
     temperature, top_p, seed = intake.sampling(body, served=served)
     budget = intake.budget(body, surface.budget)
     prompt = served_mod.render(served, ([{"role": "system", "content": instructions}] if instructions else []) + messages,
@@ -33,10 +34,11 @@ def parse(body, *, served, surface):
     ext = intake.colibri_extension(body, served=served)
     request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
-                                routes=ext.routing, top_k=intake.top_k(body, served=served))
+                                routes=ext.routing, top_k=intake.top_k(body, served=served), grammar=grammar)
     tools_mod.constrain(plan, request, served)
     echo = {"instructions": instructions, "temperature": temperature, "top_p": top_p, "max_output_tokens": budget,
-            "tools": tools_mod.responses_tools_echo(plan), "tool_choice": plan.echo, "parallel_tool_calls": plan.parallel}
+            "tools": tools_mod.responses_tools_echo(plan), "tool_choice": plan.echo, "parallel_tool_calls": plan.parallel,
+            **({"text": {"format": text_format}} if grammar is not None else {})}
     projector = surface.projector(model=model, discard_text=budget == 0, echo=echo, routing=ext.routing, tools=plan,
                                   calls=plan.parser(served, new_id=tools_mod.new_id("call_")))
     return intake.Call(request=request, projector=projector, stream=stream, prompt_param=surface.prompt_param)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from api import intake
 from api.errors import bad_param
 from engine_bridge import toolsyntax
-from engine_bridge.client import GenerationRequest
+from engine_bridge.grammar import GrammarError, grammar_for_schema
 
 NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -226,19 +226,13 @@ def constrain(plan, request, served, param="tool_choice"):
     if plan.choice not in ("required", "named"):
         return request
     what = "a named tool" if plan.named else "required"
-    try:
-        from engine_bridge import grammar
-    except ImportError:
-        grammar = None
-    has_field = "grammar" in getattr(GenerationRequest, "__dataclass_fields__", {})
-    engine_ok = getattr(served, "grammar", served.extensions)
-    if grammar is None or not has_field or not engine_ok:
+    if not served.grammar:
         raise bad_param(param, f"{param}={what} needs constrained decoding, which the engine this server runs "
                         "does not offer; use tool_choice auto")
     schema = toolsyntax.forced_schema(plan.tools, choice=plan.name if plan.named else "required", parallel=plan.parallel)
     try:
-        request.grammar = grammar.grammar_for_schema(schema)
-    except grammar.GrammarError as exc:
+        request.grammar = grammar_for_schema(schema)
+    except GrammarError as exc:
         index = next((i for i, t in enumerate(plan.tools) if t.name == plan.name), 0)
         raise bad_param(f"tools[{index}]", f"the tool's parameters schema cannot be enforced: {exc}")
     return request

@@ -7,6 +7,7 @@
 Leaving the iterator early (break + aclose, exception, task cancelled) sends gen.cancel.
 """
 import asyncio
+import base64
 import logging
 import uuid
 import weakref
@@ -40,6 +41,16 @@ class GenerationRequest:
     heat: bool = True                # False: the engine keeps these selections out of its usage heat
     top_k: int | None = None         # sample among the k most likely tokens (our engine's top_k=); None: no cut
     logprobs: int = 0                # k > 0: each text event carries its tokens' logprobs and k candidates
+    grammar: bytes | None = None     # CGD1 DFA (engine_bridge.grammar) the output must stay in; only
+                                     # for an engine that announces it (MODEL "grammar"), else refused
+
+
+def job_message(request):
+    """The job as JSON-able data: the grammar's bytes travel as base64 (worker.parse_job decodes)."""
+    job = asdict(request)
+    if job.get("grammar") is not None:
+        job["grammar"] = base64.b64encode(bytes(job["grammar"])).decode("ascii")
+    return job
 
 
 def _error(code, message, **extra):
@@ -84,7 +95,7 @@ async def generate(request, req_id=None, *, boot=None, idle_timeout=IDLE_TIMEOUT
     try:
         try:
             await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": listener.id,
-                                       "lease": True, "job": asdict(request)})
+                                       "lease": True, "job": job_message(request)})
         except Exception as exc:  # Redis refused the submit: nothing reached the bridge
             finished = True
             yield _broker_down(exc)

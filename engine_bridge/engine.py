@@ -221,7 +221,7 @@ class Engine:
         await self.write(protocol.format_submit(
             req_id, slot, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=self.slots,
             seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat, top_k=job.top_k,
-            logprobs=job.logprobs))
+            logprobs=job.logprobs, grammar=job.grammar))
 
     async def stop(self, req_id):
         await self.write(protocol.format_stop(req_id))

@@ -22,6 +22,7 @@ READY_LINE = b"\x01\x01READY\x01\x01"
 MAX_LINE = 16 * 1024 * 1024
 MAX_FRAME = 16 * 1024 * 1024
 MAX_PAYLOAD = 16 * 1024 * 1024
+MAX_GRAMMAR = 1024 * 1024  # the 7th field's bytes (mux-protocol.md §3.1)
 _warned_kinds = set()
 
 
@@ -580,13 +581,15 @@ MAX_LOGPROBS = 32  # the engine's logprobs=k bound
 
 
 def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None, experts=None,
-                  routes=False, heat=True, top_k=None, logprobs=0):
+                  routes=False, heat=True, top_k=None, logprobs=0, grammar=None):
     """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse.
 
     `seed`, `experts`, `routes`, `heat`, `top_k` and `logprobs` become key=value fields
     (`seed=<u64>`, `experts=<n>`, `routes=1`, `heat=0`, `top_k=<n>`, `logprobs=<k> lptext=1`; a
     field at its default is not written): only engines that announce our
-    extensions (the MODEL line) take them; the real colibri engine refuses unknown keys."""
+    extensions (the MODEL line) take them; the real colibri engine refuses unknown keys.
+    `grammar` (CGD1 bytes, engine_bridge.grammar) goes as the 7th positional field's bytes with
+    `grammar=1`: only for an engine whose MODEL line says "grammar": "CGD1"."""
     if not isinstance(req_id, int) or req_id < 1:
         raise SubmitError("id must be >= 1")
     if not isinstance(slot, int) or not 0 <= slot < slots:
@@ -632,9 +635,15 @@ def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slot
         if isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 < logprobs <= MAX_LOGPROBS:
             raise SubmitError(f"logprobs must be an integer in [0, {MAX_LOGPROBS}]")
         extra += f" logprobs={logprobs} lptext=1"
+    gbytes = b""
+    if grammar is not None:
+        if not isinstance(grammar, (bytes, bytearray)) or not 0 < len(grammar) <= MAX_GRAMMAR:
+            raise SubmitError(f"grammar must be 1..{MAX_GRAMMAR} bytes")
+        gbytes = bytes(grammar)
+        extra = f" {len(gbytes)}{extra} grammar=1"
     header = (f"SUBMIT {req_id} {slot} {len(payload)} {max_tokens} "
               f"{format_number(temperature)} {format_number(top_p)}{extra}\n")
-    return header.encode("ascii") + bytes(payload) + b"\n"
+    return header.encode("ascii") + bytes(payload) + gbytes + b"\n"
 
 
 def _simple(verb, req_id):

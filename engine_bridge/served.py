@@ -80,6 +80,7 @@ class ServedModel:
     template: str
     bos_token: str
     eos_token: str
+    grammar: bool = False   # it takes CGD1 grammars (MODEL "grammar"): constrained decoding works
     experts_range: tuple | None = None  # (min, max) routed experts a request may ask for; None: not choosable
     experts_default: int | None = None  # the model's own routed experts per token (top_k)
     sampling_defaults: tuple = (sampling.DEFAULT_TEMPERATURE, sampling.DEFAULT_TOP_P)  # for unnamed values
@@ -116,6 +117,7 @@ def served_model_from(state, *, boot=None):
     return ServedModel(
         id=slug, display_name=display, aliases=frozenset({slug, stem, display, slugify(display), *ALIASES}),
         context_length=int(ctx), status=status, extensions=_extensions(info), template=template[0],
+        grammar=info.get("grammar") == "CGD1",
         bos_token=template[1], eos_token=template[2],
         experts_range=(int(info.get("experts_min") or 1), int(info["experts_max"])) if info.get("experts_max") else None,
         experts_default=info.get("top_k"),

@@ -21,6 +21,8 @@ answered ENGINE_UNAVAILABLE at once with a `retry_after` hint, never parked behi
 may not come; a heartbeat (engine_bridge.liveness) lets waiting clients notice a dead bridge.
 """
 import asyncio
+import base64
+import binascii
 import codecs
 import logging
 import re
@@ -52,6 +54,9 @@ JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 REPLY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a client's reply list name (part of a Redis key)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.
 EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": True, "top_k": None, "logprobs": 0}
+GRAMMAR_FORMAT = "CGD1"  # the grammar wire format our engine announces (MODEL "grammar")
+GRAMMAR_REFUSAL = ("constrained decoding is not supported by this engine (structured output needs an engine "
+                   "that announces the CGD1 grammar extension)")
 WATCH_S = 0.5        # how often the bridge looks at its engine (watch_engine)
 PING_AFTER_S = 2.0   # an engine silent this long is asked something it must answer
 HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): the engine is hung
@@ -115,8 +120,15 @@ def parse_job(raw, model_info=None):
     for name in ("routes", "heat", "topk"):
         if not isinstance(getattr(job, name), bool):
             raise p.SubmitError(f"{name} must be true or false")
+    if job.grammar is not None:
+        try:
+            job.grammar = base64.b64decode(job.grammar, validate=True) if isinstance(job.grammar, str) else None
+        except (binascii.Error, ValueError):
+            job.grammar = None
+        if not job.grammar:
+            raise p.SubmitError("grammar must be non-empty base64 (engine_bridge.client.job_message)")
     p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1, top_k=job.top_k,
-                    logprobs=job.logprobs)
+                    logprobs=job.logprobs, grammar=job.grammar)
     return job
 
 
@@ -134,6 +146,8 @@ def extension_refusal(job, model_info):
     """Why the running engine cannot honour this job's extension fields, or None. An engine
     without a MODEL line (the real colibri binary) takes no key=value fields: refused, never
     silently dropped. The expert count is checked against the range the MODEL line announced."""
+    if job.grammar is not None and (model_info or {}).get("grammar") != GRAMMAR_FORMAT:
+        return GRAMMAR_REFUSAL
     if model_info is None:
         for name, default in EXTENSION_DEFAULTS.items():
             if getattr(job, name) != default:

@@ -254,7 +254,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
     es_io(m->es, &io0);
     int emitted = 0;
     while (emitted < n_gen) {
-        int tok = sample_token(logits, vocab, (float)temp, (float)top_p, &rng, scratch);
+        int tok = sample_token(logits, vocab, (float)temp, (float)top_p, &rng, scratch, NULL);
         if (tok_is_eog(m->tok, tok)) break;
         emitted++;
         put_token(m->tok, &u, tok);

@@ -35,10 +35,13 @@ double rng_uniform(rng_state *r) {
     return ((x * 0x2545f4914f6cdd1dull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static int argmax(const float *logits, int vocab) {
-    int best = 0;
-    for (int i = 1; i < vocab; i++)
-        if (logits[i] > logits[best]) best = i;
+#define ALLOWED(allow, i) (!(allow) || ((allow)[(i) >> 6] >> ((i) & 63) & 1))
+
+/* The highest allowed logit (lowest id on ties); -1 if none is allowed. */
+static int argmax(const float *logits, int vocab, const uint64_t *allow) {
+    int best = -1;
+    for (int i = 0; i < vocab; i++)
+        if (ALLOWED(allow, i) && (best < 0 || logits[i] > logits[best])) best = i;
     return best;
 }
 
@@ -52,47 +55,25 @@ static int cmp_cand(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-int sample_token(const float *logits, int vocab, float temperature, float top_p,
-                 rng_state *r, void *scratch) {
-    if (vocab <= 1) return 0;
-    if (!(temperature > 0.0f)) return argmax(logits, vocab);
-
-    cand *c = scratch;                   /* unnormalised probabilities, max = 1 */
-    float mx = logits[argmax(logits, vocab)];
-    double total = 0;
+/* c[0..) := the allowed tokens (all of them without a mask) with unnormalised probabilities
+ * exp((logit - max) / temperature), max = 1; *total their sum. Returns their count. */
+static int candidates(const float *logits, int vocab, float temperature, int best, const uint64_t *allow,
+                      cand *c, double *total) {
+    float mx = logits[best];
+    int vc = 0;
+    *total = 0;
     for (int i = 0; i < vocab; i++) {
-        c[i].p = expf((logits[i] - mx) / temperature);
-        c[i].id = i;
-        total += c[i].p;
+        if (!ALLOWED(allow, i)) continue;
+        c[vc].p = expf((logits[i] - mx) / temperature);
+        c[vc].id = i;
+        *total += c[vc++].p;
     }
+    return vc;
+}
 
-    if (!(top_p < 1.0f)) {               /* no nucleus cut: sample over everything */
-        double u = rng_uniform(r) * total, acc = 0;
-        for (int i = 0; i < vocab; i++) {
-            acc += c[i].p;
-            if (u < acc) return i;
-        }
-        return argmax(logits, vocab);
-    }
-
-    /* The nucleus is a prefix of the candidates sorted by probability. Sorting only
-     * those above a threshold is exact as soon as their mass reaches top_p, so
-     * partition at falling thresholds (all candidates stay in the array) before
-     * falling back to sorting everything. */
-    double need = (double)top_p * total;
-    int n = vocab;
-    for (float cut = 1e-3f; cut > 1e-12f; cut *= 1e-3f) {
-        double mass = 0;
-        int m = 0;
-        for (int i = 0; i < vocab; i++)
-            if (c[i].p >= cut) {
-                cand t = c[m]; c[m] = c[i]; c[i] = t;
-                mass += c[m++].p;
-            }
-        if (mass >= need) { n = m; break; }
-    }
-    qsort(c, (size_t)n, sizeof *c, cmp_cand);
-
+/* c[0..n) sorted by probability: the shortest prefix whose mass reaches `need` is the nucleus;
+ * one uniform draw picks a token from it in proportion to its probability. */
+static int draw_nucleus(const cand *c, int n, double need, rng_state *r) {
     int keep = 0;
     double mass = 0;
     while (keep < n) {
@@ -105,6 +86,45 @@ int sample_token(const float *logits, int vocab, float temperature, float top_p,
         if (u < acc) return c[i].id;
     }
     return c[keep - 1].id;
+}
+
+int sample_token(const float *logits, int vocab, float temperature, float top_p,
+                 rng_state *r, void *scratch, const uint64_t *allow) {
+    if (vocab <= 1) return ALLOWED(allow, 0) ? 0 : -1;
+    int best = argmax(logits, vocab, allow);
+    if (best < 0 || !(temperature > 0.0f)) return best;
+
+    cand *c = scratch;
+    double total = 0;
+    int vc = candidates(logits, vocab, temperature, best, allow, c, &total);
+
+    if (!(top_p < 1.0f)) {               /* no nucleus cut: sample over everything */
+        double u = rng_uniform(r) * total, acc = 0;
+        for (int i = 0; i < vc; i++) {
+            acc += c[i].p;
+            if (u < acc) return c[i].id;
+        }
+        return best;
+    }
+
+    /* The nucleus is a prefix of the candidates sorted by probability. Sorting only
+     * those above a threshold is exact as soon as their mass reaches top_p, so
+     * partition at falling thresholds (all candidates stay in the array) before
+     * falling back to sorting everything. */
+    double need = (double)top_p * total;
+    int n = vc;
+    for (float cut = 1e-3f; cut > 1e-12f; cut *= 1e-3f) {
+        double mass = 0;
+        int m = 0;
+        for (int i = 0; i < vc; i++)
+            if (c[i].p >= cut) {
+                cand t = c[m]; c[m] = c[i]; c[i] = t;
+                mass += c[m++].p;
+            }
+        if (mass >= need) { n = m; break; }
+    }
+    qsort(c, (size_t)n, sizeof *c, cmp_cand);
+    return draw_nucleus(c, n, need, r);
 }
 
 /* Moves the k most probable candidates to c[0..k), in any order (Hoare quickselect, O(n)
@@ -130,38 +150,36 @@ static void select_top(cand *c, int n, int k) {
 }
 
 int sample_token_k(const float *logits, int vocab, float temperature, float top_p, int top_k,
-                   rng_state *r, void *scratch) {
+                   rng_state *r, void *scratch, const uint64_t *allow) {
     if (top_k <= 0 || top_k >= vocab || !(temperature > 0.0f))
-        return sample_token(logits, vocab, temperature, top_p, r, scratch);
+        return sample_token(logits, vocab, temperature, top_p, r, scratch, allow);
+    int best = argmax(logits, vocab, allow);
+    if (best < 0) return -1;
     cand *c = scratch;
-    float mx = logits[argmax(logits, vocab)];
-    for (int i = 0; i < vocab; i++) {
-        c[i].p = expf((logits[i] - mx) / temperature);
-        c[i].id = i;
-    }
-    select_top(c, vocab, top_k);
+    double all = 0;
+    int vc = candidates(logits, vocab, temperature, best, allow, c, &all);
+    if (top_k > vc) top_k = vc;
+    select_top(c, vc, top_k);
     qsort(c, (size_t)top_k, sizeof *c, cmp_cand);   /* the nucleus is a prefix of these */
     double total = 0;
     for (int i = 0; i < top_k; i++) total += c[i].p;
-    double need = top_p < 1.0f ? (double)top_p * total : total;
-    int keep = 0;
-    double mass = 0;
-    while (keep < top_k) {
-        mass += c[keep++].p;
-        if (mass >= need) break;
-    }
-    double u = rng_uniform(r) * mass, acc = 0;
-    for (int i = 0; i < keep; i++) {
-        acc += c[i].p;
-        if (u < acc) return c[i].id;
-    }
-    return c[keep - 1].id;
+    return draw_nucleus(c, top_k, top_p < 1.0f ? (double)top_p * total : total, r);
 }
 
-void topk_logprobs(const float *logits, int vocab, int k, int *ids, float *logprobs) {
-    if (k <= 0) return;
+double logsumexp_allowed(const float *logits, int vocab, const uint64_t *allow) {
+    int best = argmax(logits, vocab, allow);
+    if (best < 0) return -INFINITY;
+    double mx = logits[best], sum = 0;
+    for (int i = 0; i < vocab; i++)
+        if (ALLOWED(allow, i)) sum += exp((double)logits[i] - mx);
+    return mx + log(sum);
+}
+
+int topk_logprobs(const float *logits, int vocab, int k, const uint64_t *allow, int *ids, float *logprobs) {
+    if (k <= 0) return 0;
     int n = 0;   /* ids[0..n) sorted by logit descending (id ascending on ties) */
     for (int i = 0; i < vocab; i++) {
+        if (!ALLOWED(allow, i)) continue;
         if (n == k && !(logits[i] > logits[ids[n - 1]])) continue;
         int j = n < k ? n++ : k - 1;
         while (j > 0 && logits[i] > logits[ids[j - 1]]) {
@@ -170,13 +188,11 @@ void topk_logprobs(const float *logits, int vocab, int k, int *ids, float *logpr
         }
         ids[j] = i;
     }
-    float mx = n ? logits[ids[0]] : 0;
-    double sum = 0;
-    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
-    double lse = mx + log(sum);
+    double lse = n ? logsumexp_allowed(logits, vocab, allow) : 0;
     for (int i = 0; i < n; i++) logprobs[i] = (float)(logits[ids[i]] - lse);
-    for (int i = n; i < k; i++) {        /* vocab < k: pad */
+    for (int i = n; i < k; i++) {        /* fewer candidates than k: pad */
         ids[i] = -1;
         logprobs[i] = -INFINITY;
     }
+    return n;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grammar.h"
 #include "sampler.h"
 #include "telemetry.h"
 #include "utf8stream.h"
@@ -51,6 +52,8 @@ typedef struct {
                                  * does not reuse */
     int routes;                 /* routes=1: a ROUTES line after ENTROPY */
     int heat;                   /* heat=0: selections not added to the cumulative counts */
+    gram *g;                    /* grammar=1: the DFA the output must stay in, else NULL */
+    const uint64_t *allow;      /* the mask the last token was sampled under (NULL: none) */
     rng_state rng;
     utf8s u8;
     int next_tok;               /* sampled and sent, to be forwarded by the next step */
@@ -69,6 +72,7 @@ typedef struct {
     request *req;               /* one per slot: a slot runs at most one request */
     int vocab, rows, cols;
     void *scratch;              /* sampler scratch */
+    gram_vocab *gv;             /* the vocabulary's byte trie for grammar requests */
     fwd_row *fwd;               /* max(PREFILL_CHUNK, n_slots) rows */
     int *ids;                   /* ctx token ids for tokenizing a prompt */
     uint8_t *emap, *hits;
@@ -270,6 +274,8 @@ static void finish(server *S, request *r, int length_limited) {
     out_line("DONE %llu STAT %d %.2f %.1f %.2f %d %d", (unsigned long long)r->id, r->emitted,
              tok_s, hit, rss_peak_gb(), r->n_prompt, length_limited);
     r->active = 0;
+    gram_free(r->g);
+    r->g = NULL;
     save_slot(S, r->slot);
     fprintf(stderr, "[API] done id=%llu slot=%d emitted=%d prompt=%d %.2f tok/s%s\n",
             (unsigned long long)r->id, r->slot, r->emitted, r->n_prompt, tok_s,
@@ -303,18 +309,19 @@ static void emit_token(server *S, request *r, int tok, int last) {
     if (r->logprobs > 0) {
         int ids[MAX_LOGPROBS];
         float lps[MAX_LOGPROBS];
-        topk_logprobs(r->logits, S->vocab, r->logprobs, ids, lps);
-        double lse = (double)r->logits[ids[0]] - lps[0];
+        /* under a grammar: candidates and log-probabilities of the masked distribution */
+        int k = topk_logprobs(r->logits, S->vocab, r->logprobs, r->allow, ids, lps);
+        double lse = logsumexp_allowed(r->logits, S->vocab, r->allow);
         size_t hcap = 64 + (size_t)r->logprobs * 32 + (size_t)n + (r->lptext ? (size_t)(r->logprobs + 1) * 514 : 0);
         char *line = malloc(hcap);
         if (line) {
             size_t len = (size_t)snprintf(line, hcap, "DATA %llu %d %.4f %d",
                                           (unsigned long long)r->id, n,
-                                          (double)r->logits[tok] - lse, r->logprobs);
-            for (int i = 0; i < r->logprobs; i++)
+                                          (double)r->logits[tok] - lse, k);
+            for (int i = 0; i < k; i++)
                 len += (size_t)snprintf(line + len, hcap - len, " %d %.4f", ids[i], (double)lps[i]);
             if (r->lptext) {                    /* the sampled token's bytes, then each candidate's */
-                for (int i = -1; i < r->logprobs; i++) {
+                for (int i = -1; i < k; i++) {
                     int t = i < 0 ? tok : ids[i], tl = 0;
                     const char *tp = t >= 0 && !tok_is_control(S->tok, t) ? tok_piece(S->tok, t, &tl) : "";
                     if (tl > 256) tl = 256;
@@ -336,10 +343,11 @@ static void emit_token(server *S, request *r, int tok, int last) {
     if (S->o->serve_topk) {
         int ids[TOPK_N];
         float lps[TOPK_N];
-        topk_logprobs(r->logits, S->vocab, TOPK_N, ids, lps);
+        int k = r->allow ? topk_logprobs(r->logits, S->vocab, TOPK_N, r->allow, ids, lps)
+                         : (topk_logprobs(r->logits, S->vocab, TOPK_N, NULL, ids, lps), TOPK_N);
         char line[64 + TOPK_N * (24 + 2 * 256)];
-        size_t len = (size_t)snprintf(line, sizeof line, "TOPK %llu %d", (unsigned long long)r->id, TOPK_N);
-        for (int i = 0; i < TOPK_N; i++) {
+        size_t len = (size_t)snprintf(line, sizeof line, "TOPK %llu %d", (unsigned long long)r->id, k);
+        for (int i = 0; i < k; i++) {
             int tl = 0;
             const char *t = ids[i] >= 0 ? tok_piece(S->tok, ids[i], &tl) : "";
             if (tl > 256) tl = 256;
@@ -356,15 +364,33 @@ static void emit_token(server *S, request *r, int tok, int last) {
 /* Samples from r->logits and acts on the token: end of generation, or DATA and
  * either the end of the budget or a row in the next decode step. */
 static void take_token(server *S, request *r) {
-    int tok = sample_token_k(r->logits, S->vocab, r->temperature, r->top_p, r->top_k, &r->rng, S->scratch);
+    r->allow = NULL;
+    if (r->g && !(r->allow = gram_mask(r->g, r->max_tokens - r->emitted))) {
+        fprintf(stderr, "[API] out of memory for the grammar mask of id=%llu\n", (unsigned long long)r->id);
+        finish(S, r, 0);
+        return;
+    }
+    int tok = sample_token_k(r->logits, S->vocab, r->temperature, r->top_p, r->top_k, &r->rng, S->scratch, r->allow);
+    if (tok < 0) {                       /* the grammar allows nothing: cut, as by the budget */
+        finish(S, r, !gram_accepting(r->g));
+        return;
+    }
     if (tok_is_eog(S->tok, tok)) {
         finish(S, r, 0);
         return;
     }
+    if (r->g && gram_advance(r->g, tok) != 0) {   /* cannot happen: tok was in the mask */
+        fprintf(stderr, "[API] token %d left the grammar of id=%llu; ending it\n", tok, (unsigned long long)r->id);
+        finish(S, r, 1);
+        return;
+    }
     r->emitted++;
-    int last = r->emitted >= r->max_tokens;
+    /* A grammar's output is complete in a final state, and complete (not cut) when the budget
+     * ends in an accepting one. */
+    int complete = r->g && (gram_final(r->g) || (r->emitted >= r->max_tokens && gram_accepting(r->g)));
+    int last = complete || r->emitted >= r->max_tokens;
     emit_token(S, r, tok, last);
-    if (last) finish(S, r, 1);
+    if (last) finish(S, r, !complete);
     else r->next_tok = tok;
 }
 
@@ -478,6 +504,8 @@ static void cmd_stop_cancel(server *S, char *args, int cancel) {
         return;
     }
     r->active = 0;
+    gram_free(r->g);
+    r->g = NULL;
     save_slot(S, s);
     out_line("ERROR %llu CANCELLED", (unsigned long long)id);
     fprintf(stderr, "[API] cancelled id=%llu slot=%d after %d tokens\n", (unsigned long long)id, s,
@@ -489,6 +517,7 @@ typedef struct {
     double temperature, top_p;
     int have_seed, logprobs, have_logprobs, have_experts, have_top_k, lptext, have_lptext;
     int routes, have_routes, heat, have_heat;
+    int grammar;                /* grammar=1: the gbytes are a CGD1 DFA constraining sampling */
 } submit_hdr;
 
 /* Parses the SUBMIT fields. Returns 0 if valid. Independently of validity, sets
@@ -558,12 +587,28 @@ static int parse_submit(char *args, submit_hdr *h, long long *consume) {
             if (h->have_heat || val > 1) return -1;
             h->have_heat = 1;
             h->heat = (int)val;
+        } else if (!strcmp(k, "grammar")) {
+            if (h->grammar || val != 1) return -1;
+            h->grammar = 1;
         } else {
             return -1;
         }
     }
     if (h->max_tokens == 0 && h->logprobs == 0) return -1;
+    if (h->grammar && h->gbytes == 0) return -1;
     return 0;
+}
+
+/* The request's grammar=1 DFA, or NULL after answering ERROR <id> BAD_REQUEST (the stream is
+ * in sync: the bytes were consumed). */
+static gram *submit_grammar(server *S, unsigned long long id, const uint8_t *bytes, size_t n) {
+    char err[160] = "out of memory";
+    gram *g = S->gv ? gram_parse(bytes, n, S->gv, err, sizeof err) : NULL;
+    if (!g) {
+        fprintf(stderr, "[API] grammar of id=%llu refused: %s\n", id, err);
+        out_line("ERROR %llu BAD_REQUEST", id);
+    }
+    return g;
 }
 
 /* SUBMIT, in the admission order of mux-protocol.md §5.1. */
@@ -617,9 +662,13 @@ static void cmd_submit(server *S, char *args) {
         out_line("ERROR %llu DUPLICATE_ID", id);
         return;
     }
-    /* Grammar bytes (h.gbytes) are accepted and ignored: colibri uses them for drafts only. */
+    /* Without grammar=1 the grammar bytes are accepted and ignored (colibri: drafts only). */
+    gram *g = NULL;
+    if (h.grammar && !(g = submit_grammar(S, id, (const uint8_t *)payload + h.bytes, (size_t)h.gbytes)))
+        return;
     int ctx = S->o->ctx;
     int n = tok_encode(S->tok, payload, (size_t)h.bytes, S->ids, ctx - 1);
+    if (n < 0 || n == 0 || n > ctx - 2) gram_free(g);
     if (n < 0) {
         fprintf(stderr, "[API] tokenizer out of memory for id=%llu\n", id);
         out_line("ERROR %llu BAD_REQUEST", id);
@@ -658,6 +707,7 @@ static void cmd_submit(server *S, char *args) {
     r->experts = experts;
     r->routes = h.routes;
     r->heat = h.heat;
+    r->g = g;
     rng_seed(&r->rng, h.have_seed ? h.seed : h.id);
     utf8s_init(&r->u8);
     memset(r->route, 0, (size_t)S->rows * S->cols * sizeof *r->route);
@@ -811,7 +861,8 @@ static void emit_model_line(server *S) {
     } else {
         len += (size_t)snprintf(b + len, cap - len, "null");
     }
-    len += (size_t)snprintf(b + len, cap - len, ",\"slots\":%d}", S->o->n_slots);
+    /* grammar: SUBMIT takes grammar=1 with a DFA of this format as its gbytes (grammar.h) */
+    len += (size_t)snprintf(b + len, cap - len, ",\"slots\":%d,\"grammar\":\"CGD1\"}", S->o->n_slots);
     out_raw_line(b, len);
     free(b);
 }
@@ -822,7 +873,10 @@ static void server_free(server *S) {
             free(S->req[s].route);
             free(S->req[s].logits);
         }
+    if (S->req)
+        for (int s = 0; s < S->o->n_slots; s++) gram_free(S->req[s].g);
     free(S->req);
+    gram_vocab_free(S->gv);
     free(S->scratch);
     free(S->fwd);
     free(S->ids);
@@ -881,7 +935,8 @@ int serve_mux(model *m, const serve_opts *o) {
     S->hits = malloc(ncells / 8 + 2);
     S->hex = malloc(2 * ncells + 3);
     S->line = malloc(MAX_LINE + 1);
-    ok = ok && S->req && S->scratch && S->fwd && S->ids && S->emap && S->hits && S->hex && S->line;
+    S->gv = gram_vocab_build(S->tok, S->vocab);
+    ok = ok && S->gv && S->req && S->scratch && S->fwd && S->ids && S->emap && S->hits && S->hex && S->line;
     for (int s = 0; ok && s < o->n_slots; s++) {
         S->req[s].route = calloc(ncells + 1, sizeof *S->req[s].route);
         S->req[s].logits = malloc((size_t)S->vocab * sizeof(float));

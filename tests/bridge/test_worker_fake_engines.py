@@ -112,3 +112,16 @@ async def test_an_engine_without_a_model_line_is_described_by_what_it_was_starte
             err = final(events)
             assert err["code"] == "BAD_REQUEST" and f"{next(iter(field))} is not supported" in err["message"], err
         assert final(await collect(GenerationRequest(prompt="hello", max_tokens=3)))["kind"] == "done"
+
+
+async def test_a_grammar_is_refused_for_an_engine_that_does_not_announce_it(redis_url):
+    """The real colibri binary takes gbytes for drafts only and would reject grammar=1: the
+    bridge answers a clean error instead of sending it there (or sending it unconstrained)."""
+    from engine_bridge.grammar import grammar_for_json_object
+
+    for env in ({"FAKE_NO_MODEL": "1"}, {}):  # colibri-like; a MODEL line without "grammar"
+        with bridge(redis_url, "mux_fake.py", **env):
+            err = final(await collect(GenerationRequest(prompt="hello", max_tokens=3,
+                                                        grammar=grammar_for_json_object())))
+            assert err["code"] == "BAD_REQUEST", err
+            assert "constrained decoding is not supported by this engine" in err["message"], err

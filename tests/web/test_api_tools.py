@@ -278,13 +278,9 @@ def test_malformed_tools_choices_and_results_are_400s_naming_the_field(fake_brid
 
 
 def test_forced_choices_are_refused_without_constrained_decoding(fake_bridge, alice_key):
-    """Until the engine offers a grammar (engine_bridge.grammar), required and a named tool are a
-    400 naming tool_choice, never unconstrained output passed off as a call."""
-    try:
-        import engine_bridge.grammar  # noqa: F401
-        pytest.skip("constrained decoding is present: test_constrained_choices_submit_a_grammar covers it")
-    except ImportError:
-        pass
+    """An engine that does not announce grammars (MODEL "grammar": "CGD1"; the real colibri binary,
+    this fixture's served model): required and a named tool are a 400 naming tool_choice, never
+    unconstrained output passed off as a call."""
     fake_bridge.script(*reply("ok"))
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         r = post(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG, "tools": CHAT_TOOLS,
@@ -297,10 +293,10 @@ def test_forced_choices_are_refused_without_constrained_decoding(fake_bridge, al
     assert not fake_bridge.requests
 
 
-def test_constrained_choices_submit_a_grammar(fake_bridge, alice_key):
-    """Needs engine_bridge.grammar (helper G): required and named submit a grammar; named finishes
-    `stop` with the call, required `tool_calls`."""
-    pytest.importorskip("engine_bridge.grammar")
+def test_constrained_choices_submit_a_grammar(fake_bridge, alice_key, served_up):
+    """On an engine that takes grammars, required and named submit one (engine_bridge.grammar);
+    named finishes `stop` with the call, required `tool_calls`."""
+    served_up["model"]["grammar"] = "CGD1"
     fake_bridge.script(*reply(*split('{"city": "Paris"}')))
     r = post(alice_key, "/v1/chat/completions", {"model": "tiny", "messages": MSG, "tools": CHAT_TOOLS,
                                                  "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})

@@ -5,8 +5,9 @@ Which engine: the tiny fixture model has random weights and would almost never w
 the wire tests run on the scripted mux engine (tests/bridge/fake_engines/mux_fake.py with
 FAKE_SCRIPT=1: the prompt's last `<<SAY>>…<</SAY>>` is the model's output, two bytes per DATA
 frame, so markers and arguments arrive split as tokens split them). The constrained choices
-(required / named) run on the real engine and fixture model (live_stack): refused with a 400
-naming tool_choice until the engine offers a grammar, then every call must parse."""
+(required / named) run on the real engine and fixture model (live_stack), constrained by the
+call's grammar: every call must parse (the refusal for an engine without grammars is in
+test_api_tools.py)."""
 import json
 import sys
 
@@ -217,30 +218,12 @@ def real_oai(live_stack, key):
     return openai.OpenAI(base_url=live_stack.url + "/v1", api_key=key, max_retries=0, timeout=60)
 
 
-def _has_grammar():
-    try:
-        import engine_bridge.grammar  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def test_real_engine_auto_tools_render_and_answer(real_oai):
     r = real_oai.chat.completions.create(model="colibri", messages=[{"role": "user", "content": "Weather in Paris?"}],
                                          tools=CHAT_TOOLS, max_tokens=16, temperature=0)
     assert r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 100
 
 
-@pytest.mark.skipif(_has_grammar(), reason="constrained decoding is present: the next test covers it")
-def test_real_engine_refuses_forced_choices_without_a_grammar(real_oai):
-    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        with pytest.raises(openai.BadRequestError) as exc:
-            real_oai.chat.completions.create(model="colibri", messages=[{"role": "user", "content": "hi"}],
-                                             tools=CHAT_TOOLS, tool_choice=choice, max_tokens=8)
-        assert exc.value.param == "tool_choice" and "constrained decoding" in exc.value.message
-
-
-@pytest.mark.skipif(not _has_grammar(), reason="needs engine_bridge.grammar (constrained decoding)")
 def test_real_engine_forced_calls_always_parse(real_oai):
     for choice, finish in (("required", "tool_calls"), ({"type": "function", "function": {"name": "get_weather"}}, "stop")):
         for temperature in (0, 1):
@@ -306,7 +289,6 @@ def test_openai_agents_sdk_runs_one_tool_loop(scripted_stack, key, api):
     assert seen == ["Paris"] and result.final_output == "It is sunny in Paris."
 
 
-@pytest.mark.skipif(not _has_grammar(), reason="needs engine_bridge.grammar (a forced tool call)")
 def test_langchain_with_structured_output_on_the_real_engine(live_stack, key):
     from langchain_openai import ChatOpenAI
 

@@ -1,0 +1,125 @@
+"""engine_bridge/grammar.py on its own: every string its DFAs accept is UTF-8 JSON that validates
+(random walks of each corpus schema's DFA, checked with jsonschema), values a schema allows are
+accepted in their usual spellings (so the constraint does not shut out what a model would
+write), and what cannot be compiled is refused naming the keyword and its path."""
+import json
+import random
+
+import jsonschema
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine_bridge.grammar import GrammarError, dfa_of, grammar_for_json_object, grammar_for_schema
+from tests.native.engine import ROOT
+
+CORPUS = json.loads((ROOT / "tests" / "data" / "structured_schemas.json").read_text())
+
+
+class Dfa:
+    def __init__(self, wire):
+        self.start, self.accept, self.trans = dfa_of(wire)
+        inf = float("inf")
+        self.dist = [0 if a else inf for a in self.accept]
+        changed = True
+        while changed:
+            changed = False
+            for q, out in enumerate(self.trans):
+                for _, _, t in out:
+                    if self.dist[t] + 1 < self.dist[q]:
+                        self.dist[q], changed = self.dist[t] + 1, True
+
+    def accepts(self, data: bytes) -> bool:
+        q = self.start
+        for b in data:
+            q = next((t for lo, hi, t in self.trans[q] if lo <= b <= hi), None)
+            if q is None:
+                return False
+        return self.accept[q]
+
+    def walk(self, rng, budget=300) -> bytes:
+        """A random accepted string (stops at acceptance with probability 0.2 per step)."""
+        q, out = self.start, bytearray()
+        while not (self.accept[q] and (not self.trans[q] or rng.random() < 0.2)):
+            opts = [e for e in self.trans[q] if self.dist[e[2]] <= budget - len(out) - 1]
+            lo, hi, q = rng.choice(opts)
+            out.append(rng.randint(lo, hi))
+        return bytes(out)
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[c["name"] for c in CORPUS])
+def test_every_accepted_string_validates(case):
+    dfa, rng = Dfa(grammar_for_schema(case["schema"])), random.Random(case["name"])
+    assert all(dfa.dist[q] < float("inf") for q in range(len(dfa.accept))), "dead states left in the DFA"
+    for _ in range(150):
+        text = dfa.walk(rng).decode("utf-8")  # raises on invalid UTF-8
+        jsonschema.validate(json.loads(text), case["schema"])
+
+
+def test_usual_spellings_are_accepted():
+    s = Dfa(grammar_for_schema({"type": "string"}))
+    for value in ("", "héllo \"x\" \\ \n\t ☃ 🙂 \u00e9", "/"):
+        assert s.accepts(json.dumps(value).encode()) and s.accepts(json.dumps(value, ensure_ascii=False).encode())
+    assert s.accepts(b'"\\ud83d\\ude42"') and not s.accepts(b'"\\ud83d"')
+    assert not s.accepts(b'"\\ud800"') and not s.accepts(b'"\x01"') and not s.accepts(b'"\xed\xa0\x80"')
+    n = Dfa(grammar_for_schema({"type": "number"}))
+    assert all(n.accepts(x) for x in (b"0", b"-1.5", b"12e3", b"3.25E-7")) and not n.accepts(b"01")
+    r = Dfa(grammar_for_schema({"type": "integer", "minimum": -40, "maximum": 1234}))
+    assert [v for v in range(-60, 1300) if r.accepts(str(v).encode())] == list(range(-40, 1235))
+    obj = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"]}
+    o = Dfa(grammar_for_schema(obj))
+    for value in ({"b": "x"}, {"a": 1, "b": "x"}):
+        assert o.accepts(json.dumps(value).encode()) and o.accepts(json.dumps(value, separators=(",", ":")).encode())
+    assert not o.accepts(b'{"a": 1}') and not o.accepts(b'{"b": "x",}') and not o.accepts(b'{"b":  "x"}')
+    j = Dfa(grammar_for_json_object())
+    assert j.accepts(b'{"a": [1, {"b": null}], "c": true}') and not j.accepts(b"[1]")
+    assert not j.accepts(b'{"a": [[[[1]]]]}')  # deeper than ANY_DEPTH
+
+
+@pytest.mark.parametrize("schema,field,word", [
+    ({"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}, "properties.xs.uniqueItems", "uniqueItems"),
+    ({"type": "number", "maximum": 3}, "maximum", "maximum"),
+    ({"type": "string", "format": "hostname"}, "format", "hostname"),
+    ({"type": "string", "pattern": "a(?=b)"}, "pattern", "pattern"),
+    ({"type": "string", "maxLength": 5000}, "maxLength", "maxLength"),
+    ({"$ref": "https://example.com/s.json"}, "$ref", "local"),
+    ({"$defs": {"A": {"type": "integer", "multipleOf": 2}}, "$ref": "#/$defs/A"}, "$defs.A.multipleOf", "multipleOf"),
+    ({"anyOf": []}, "anyOf", "non-empty"),
+    ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "properties", "allows no value"),
+])
+def test_refusals_name_the_keyword_and_path(schema, field, word):
+    with pytest.raises(GrammarError) as info:
+        grammar_for_schema(schema)
+    assert info.value.field == field and word in info.value.message, (info.value.field, info.value.message)
+
+
+def test_a_deeply_nested_schema_is_refused_not_a_crash():
+    schema = {"type": "integer"}
+    for _ in range(3000):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(GrammarError, match="nested too deeply|too large"):
+        grammar_for_schema(schema)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-5, 300) | st.floats(allow_nan=False, allow_infinity=False)
+                     | st.sampled_from(["string", "integer", "number", "object", "array", "boolean", "null", "#", "#/$defs/a"]),
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(
+                         ["type", "properties", "items", "required", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+                          "$defs", "a", "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
+                          "pattern", "format", "additionalProperties", "prefixItems"]), c, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_any_json_schema_compiles_or_is_refused_with_a_grammar_error(schema):
+    try:
+        wire = grammar_for_schema(schema)
+    except GrammarError as exc:
+        assert exc.message
+        return
+    dfa = Dfa(wire)
+    text = dfa.walk(random.Random(0)).decode("utf-8")
+    try:  # a schema the meta-schema rejects has no instances to check against
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError:
+        return
+    jsonschema.validate(json.loads(text), schema)
