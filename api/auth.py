@@ -3,7 +3,7 @@
 from rest_framework import authentication, exceptions
 
 from api.keycache import akey_lookup, key_lookup
-from colibri_site.lean import database_call
+from colibri_base.lean import database_call
 
 BAD_KEY = "Incorrect API key provided."
 

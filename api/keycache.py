@@ -4,7 +4,7 @@ Why: under ASGI every request's sync code runs in a fresh thread, so a key looku
 PostgreSQL connection per request (3-6 ms of the first token, issue 14's profile). A web process
 keeps what it resolved (the key row with its user and the user's limits) and asks Redis one
 question per request instead: has any key, user or limit changed since? Every save or delete of
-those rows bumps a generation counter in the shared cache (api/signals.py), so a revoked key, a
+those rows bumps a generation counter in the shared cache (api/keygen.py, from api/signals.py), so a revoked key, a
 deactivated user or a new limit takes effect on the next request in every process.
 A change that sends no signal (a queryset update() from an admin action or a script, a raw SQL
 write) cannot bump it, so an entry is also re-read from the database once it is MAX_AGE_S old:
@@ -18,51 +18,26 @@ is younger than MAX_AGE_S.
 import threading
 import time
 
-from django.core.cache import cache
-
+from api.keygen import ageneration, generation
 from api.models import ApiKey, hash_key
-from colibri_site.lean import database_call
+from colibri_base.lean import database_call
 
-GENERATION_KEY = "api:keys:generation"
 MAX_ENTRIES = 4096
 MAX_AGE_S = 1.0  # rows are re-read at least this often: the bound for changes no signal reports
 
-_entries = {}  # sha256(key) -> (generation, fetched monotonic, row)
+Entry = tuple[int, float, ApiKey]  # (generation, fetched monotonic, row)
+_entries: dict[str, Entry] = {}  # sha256(key) -> its entry
 _lock = threading.Lock()
 
 
-def _generation():
-    generation = cache.get(GENERATION_KEY)
-    if generation is None:  # a fresh or flushed Redis: start a generation nobody has cached under
-        cache.add(GENERATION_KEY, time.time_ns())
-        generation = cache.get(GENERATION_KEY)
-    return generation
-
-
-async def _ageneration():
-    generation = await cache.aget(GENERATION_KEY)
-    if generation is None:
-        await cache.aadd(GENERATION_KEY, time.time_ns())
-        generation = await cache.aget(GENERATION_KEY)
-    return generation
-
-
-def keys_changed():
-    """Called after a key, user or limit row changed: every process re-reads its keys."""
-    try:
-        cache.incr(GENERATION_KEY)
-    except ValueError:  # no counter yet: nothing can have been cached under one
-        cache.add(GENERATION_KEY, time.time_ns())
-
-
-def _cached(digest, generation):
+def _cached(digest: str, generation: int) -> Entry | None:
     entry = _entries.get(digest)
     if entry and entry[0] == generation and time.monotonic() - entry[1] < MAX_AGE_S:
         return entry
     return None
 
 
-def _remember(digest, generation, row):
+def _remember(digest: str, generation: int, row: ApiKey | None) -> ApiKey | None:
     if row is not None:
         with _lock:
             if len(_entries) >= MAX_ENTRIES:
@@ -71,18 +46,18 @@ def _remember(digest, generation, row):
     return row
 
 
-def key_lookup(full_key):
+def key_lookup(full_key: str) -> ApiKey | None:
     """ApiKey.lookup, answered from this process's memory while nothing changed."""
-    digest, generation = hash_key(full_key), _generation()
-    entry = _cached(digest, generation)
-    return entry[2] if entry else _remember(digest, generation, ApiKey.lookup(full_key))
+    digest, current = hash_key(full_key), generation()
+    entry = _cached(digest, current)
+    return entry[2] if entry else _remember(digest, current, ApiKey.lookup(full_key))
 
 
-async def akey_lookup(full_key):
+async def akey_lookup(full_key: str) -> ApiKey | None:
     """key_lookup for the event loop: the generation from Redis without a thread; a miss reads the
-    database in one (colibri_site.lean.database_call)."""
-    digest, generation = hash_key(full_key), await _ageneration()
-    entry = _cached(digest, generation)
+    database in one (colibri_base.lean.database_call)."""
+    digest, current = hash_key(full_key), await ageneration()
+    entry = _cached(digest, current)
     if entry:
         return entry[2]
-    return _remember(digest, generation, await database_call(ApiKey.lookup)(full_key))
+    return _remember(digest, current, await database_call(ApiKey.lookup)(full_key))

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.core.cache import cache
 from rest_framework.throttling import BaseThrottle
 
-from colibri_site.cache import async_client
+from colibri_base.cache import async_client
 
 WINDOW_S = 60
 

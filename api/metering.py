@@ -6,7 +6,7 @@ generation used, or with nothing (release()) when the engine never took it."""
 import time
 
 from api import limits
-from colibri_site import metrics
+from colibri_base import metrics
 
 
 class Meter:

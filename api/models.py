@@ -11,6 +11,8 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from api.keygen import keys_changed
+
 KEY_TAG = "col-"
 PREFIX_LEN = 8
 
@@ -23,11 +25,9 @@ class ApiKeyQuerySet(models.QuerySet):
     def active(self):
         return self.filter(revoked=False)
 
-    def revoke(self):
+    def revoke(self) -> int:
         """Revokes these keys in every web process from the next request (a bulk update sends no
         row signals, so the key cache is told here)."""
-        from api.keycache import keys_changed
-
         count = self.update(revoked=True)
         transaction.on_commit(keys_changed)
         return count

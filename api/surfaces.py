@@ -9,7 +9,7 @@ a surface keeps only what is truly its own (how its body becomes messages and a 
 
 Who reads it: api.urls (one route per row), api.views (one generation view per row: its parser,
 envelope, metrics label and OpenAPI description), api.openapi (request schemas are named in the
-row), colibri_site.metrics (the label set), and each row's `parse`, which gets its row and takes
+row), colibri_base.metrics (the label set, declared at the end), and each row's `parse`, which gets its row and takes
 `refused`, `stop`, `budget`, `prompt_param` and `projector` from it.
 
 Columns (every row fills every one; `None` where a surface has no such thing):
@@ -38,6 +38,7 @@ from typing import Callable
 from api import anthropic_messages, completions, openai_chat, openapi, responses
 from api.errors import ANTHROPIC, OPENAI
 from api.projectors import AnthropicProjector, CompletionProjector, OpenAIChatProjector, ResponsesProjector
+from colibri_base import metrics
 from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
 
 # Stream framings: how a surface's SSE stream is cut into records.
@@ -140,3 +141,4 @@ SURFACES = (
 )
 BY_NAME = {s.name: s for s in SURFACES}
 NAMES = tuple(s.name for s in SURFACES)
+metrics.declare_surfaces(NAMES)  # /metrics labels its series by these names (colibri_base imports no app)

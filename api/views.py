@@ -20,7 +20,7 @@ import contextlib
 import math
 import time
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework import serializers, status
@@ -28,6 +28,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -37,7 +38,8 @@ from api.errors import ANTHROPIC, OPENAI, ApiError, as_api_error, from_engine_er
 from api.loopview import LoopAPIView
 from api.metering import Meter
 from api.models import ApiKey
-from colibri_site import metrics
+from colibri_base import metrics
+from engine_bridge import telemetry
 from engine_bridge.client import GenerationRequest
 
 KEEPALIVE_S = 10
@@ -413,13 +415,13 @@ class StatsApi(V1Api):
     """GET /v1/stats: the figures of /metrics as JSON, for humans and scripts (any API key)."""
 
     @openapi.documented(summary="The /metrics figures as JSON", responses={200: openapi.OpenApiTypes.OBJECT})
-    def get(self, request):
-        return Response(metrics.stats())
+    def get(self, request: Request) -> Response:
+        return Response(metrics.stats(telemetry.get_state))
 
 
-def metrics_view(request):
+def metrics_view(request: HttpRequest) -> HttpResponse:
     """GET /metrics: Prometheus text (no key: scrapers run inside the deployment)."""
-    return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(metrics.exposition(telemetry.get_state), content_type=CONTENT_TYPE_LATEST)
 
 
 @extend_schema(exclude=True)  # the browser UI's session endpoint, not part of the API

@@ -16,7 +16,8 @@ import uuid
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from chat import frames, relay, services
+from chat import frames, relay, services, sweeper
+from chat.groups import group_for, user_group
 from engine_bridge.prompting import TemplateError
 
 log = logging.getLogger(__name__)
@@ -24,11 +25,6 @@ CLOSE_UNAUTHENTICATED = 4401
 MAX_FRAME_CHARS = 1 << 20  # a send frame carries at most frames.MAX_TEXT_CHARS of text; JSON escapes fit
 ACCESS_CHECK_S = 1.0  # an open socket re-reads its user and session this often
 GROUP_TIMEOUT_S = 1.0  # one group_add / group_discard's bound while Redis is out or frozen
-
-
-def user_group(user_id):
-    """Every socket of one user: closed together when the account is deactivated."""
-    return f"user-{user_id}"
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -58,9 +54,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             log.warning("joining group %s failed (%s); joining again once Redis is back", group, exc)
             self.groups_lost = True
 
-    async def _rejoin(self):
+    async def _rejoin(self) -> None:
         self.groups_lost = False
-        for group in (user_group(self.user.pk), *(relay.group_for(c) for c in self.watching)):
+        for group in (user_group(self.user.pk), *(group_for(c) for c in self.watching)):
             await self._join(group)
 
     # channels' AsyncConsumer assigns channel_receive (its channel-layer receive) and runs it
@@ -105,7 +101,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 await self.close(code=CLOSE_UNAUTHENTICATED)
                 return
 
-    async def disconnect(self, code):
+    async def disconnect(self, code: int) -> None:
         if not hasattr(self, "watching"):
             return
         watch = getattr(self, "access_watch", None)
@@ -119,7 +115,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             async with asyncio.timeout(GROUP_TIMEOUT_S):
                 await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
                 for conv_id in self.watching:
-                    await self.channel_layer.group_discard(relay.group_for(conv_id), self.channel_name)
+                    await self.channel_layer.group_discard(group_for(conv_id), self.channel_name)
         except Exception as exc:
             log.warning("leaving the groups of a closed socket failed (%s)", exc)
 
@@ -172,13 +168,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             frame["ref"] = ref
         await self.send_json(frame)
 
-    async def _watch(self, conv_id):
+    async def _watch(self, conv_id: int) -> None:
         if conv_id not in self.watching:
             relay.watch_locally(conv_id, self)
             self.watching.add(conv_id)
-            await self._join(relay.group_for(conv_id))
+            await self._join(group_for(conv_id))
 
-    async def _begin(self, turn, params):
+    async def _begin(self, turn: services.Turn, params: dict) -> None:
         conv = turn.conversation
         await self._watch(conv.pk)
         if turn.created_conversation:
@@ -188,6 +184,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         else:
             for msg in turn.new_messages:
                 await relay.publish(conv.pk, {"type": "message", "message": msg.as_dict()})
+        sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
         relay.start(turn, params)
 
     async def on_send(self, conversation, text, params):

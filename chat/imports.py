@@ -12,7 +12,7 @@ is all or nothing.
 from django.db import transaction
 
 from chat.models import Conversation, Message
-from chat.services import fallback_title
+from chat.text import fallback_title
 from engine_bridge import protocol
 
 MAX_MESSAGES = 2000

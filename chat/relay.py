@@ -24,6 +24,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from chat import services
+from chat.groups import group_for
 from chat.models import Message
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,6 @@ def unwatch_locally(conversation_id, socket):
         sockets.discard(socket)
         if not sockets:
             del _local[conversation_id]
-
-
-def group_for(conversation_id):
-    return f"conv-{conversation_id}"
 
 
 def _stop_key(conversation_id):
@@ -111,9 +108,8 @@ async def _resend(conversation_id, message):
 
 
 def start(turn: services.Turn, params: dict) -> asyncio.Task:
-    from chat import sweeper
-
-    sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
+    """Runs the turn's relay task. Its caller starts the orphan sweeper first (chat.sweeper:
+    the lease that tells other processes this turn's relay lives), which imports this module."""
     conv_id = turn.conversation.pk
     task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, turn.prompt, params), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task

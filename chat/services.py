@@ -16,10 +16,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from chat.models import Conversation, Message
+from chat.tasks import title_conversation
+from chat.text import fallback_title, storable
+from colibri_base.socket_access import socket_access_valid
 from engine_bridge import toolsyntax
 from engine_bridge.prompting import render_prompt, template_source
 
-TITLE_WORDS = 8
 # A streaming message not saved for this long belongs to a relay that died with its process
 # (the live relay saves at least every RELAY_SAVE_EVERY_S while text flows, and on every event).
 STALE_STREAMING = timedelta(seconds=90)
@@ -43,18 +45,10 @@ class Turn:
     deleted: list = None  # message ids removed (regenerate/edit)
 
 
-def fallback_title(text):
-    words = text.split()
-    title = " ".join(words[:TITLE_WORDS])
-    return (title + ("…" if len(words) > TITLE_WORDS else ""))[:200] or "New chat"
-
-
 def access_valid(user_id: int, session_key: str | None) -> bool:
     """Whether a chat socket authenticated at connect may still act: its user is active and its
-    session exists unexpired (colibri_site.socket_access, read from the database every time: a
+    session exists unexpired (colibri_base.socket_access, read from the database every time: a
     queryset update() or a session's expiry or deletion sends no signal; issue 24)."""
-    from colibri_site.socket_access import socket_access_valid
-
     return socket_access_valid(user_id, session_key)
 
 
@@ -233,13 +227,6 @@ def turn_edit(user, conversation_id, message_id, text, owner=""):
         return _start_assistant(conv, [msg], owner, deleted=deleted)
 
 
-def storable(text):
-    """A model may emit NUL (valid UTF-8): PostgreSQL text refuses it — the final save failed and
-    the reply hung on "Generating…" — and the engine refuses a prompt that contains it, so the
-    next turn would fail too. It is stored as U+FFFD, as the engine's decoder shows bad bytes."""
-    return text.replace("\x00", "\ufffd")
-
-
 def message_save_partial(message_id, text):
     Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=storable(text), updated=timezone.now())
 
@@ -268,11 +255,9 @@ def _is_first_exchange(conversation_id):
     return roles == [Message.Role.USER, Message.Role.ASSISTANT]
 
 
-def _enqueue_title(conversation_id):
+def _enqueue_title(conversation_id: int) -> None:
     if not getattr(settings, "CHAT_AUTO_TITLE", True):
         return
-    from chat.tasks import title_conversation
-
     # robust: a broker outage must not fail the turn (titles are cosmetic; the fallback stays).
     transaction.on_commit(lambda: title_conversation.delay(conversation_id), robust=True)
 

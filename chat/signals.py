@@ -6,16 +6,17 @@ missed the broadcast still refuses work)."""
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
+from chat.groups import user_group
+
 
 @receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="chat-close-deactivated")
-def close_sockets_of_deactivated(sender, instance, **kwargs):
+def close_sockets_of_deactivated(sender: type, instance: AbstractBaseUser, **kwargs: object) -> None:
     if instance.is_active:
         return
-    from chat.consumers import user_group
-
     group = user_group(instance.pk)
     transaction.on_commit(lambda: async_to_sync(get_channel_layer().group_send)(group, {"type": "user.revoked"}))

@@ -3,7 +3,8 @@
 Why: a relay (chat/relay.py) is a task in one web process; when that process dies (kill -9, OOM,
 a host lost) nothing finishes its message, and it used to stay `streaming` across restarts until
 someone opened the conversation. Every web process runs one sweeper task on its event loop
-(`ensure_started`, called by the ASGI entry point and by every relay start), which
+(`ensure_started`, called by the ASGI entry point and by the consumer before every relay start),
+which
 
 * renews the process's lease, `chat:relay:alive:<relay.PROCESS>` in the cache, every BEAT_S with
   a TTL of OWNER_TTL_S: the owner of the streaming messages it relays (Message.relay_owner);

@@ -13,12 +13,12 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
-def title_conversation(conversation_id):
+def title_conversation(conversation_id: int) -> None:
     titles.title_conversation(conversation_id)
 
 
 @shared_task(ignore_result=True)
-def export_conversations(user_id, fmt="json"):
+def export_conversations(user_id: int, fmt: str = "json") -> str:
     """Builds a large export off the request path into default storage; returns its path.
     GET /conversations/export runs export_content inline (fine for the sizes a chat UI makes)."""
     user = get_user_model().objects.get(pk=user_id)

@@ -5,23 +5,23 @@ import re
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from chat.groups import group_for
 from chat.models import Conversation, Message
+from chat.text import fallback_title, storable
 from engine_bridge.prompting import render_prompt
-from chat.relay import group_for
-from chat.services import fallback_title, storable
 
 log = logging.getLogger(__name__)
 TITLE_MAX_TOKENS = 16
 INSTRUCTION = "Write a short title (at most 6 words) for this conversation. Answer with the title only."
 
 
-def clean_title(text):
+def clean_title(text: str) -> str:
     line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
     line = re.sub(r"^(title\s*:\s*)", "", line.strip(), flags=re.I).strip(" \"'*#`.")
     return line[:80]
 
 
-async def _generate_text(prompt):
+async def _generate_text(prompt: str) -> str:
     from engine_bridge.client import GenerationRequest, generate
 
     req = GenerationRequest(prompt=prompt, max_tokens=TITLE_MAX_TOKENS, temperature=0.0, priority="background")
@@ -36,7 +36,7 @@ async def _generate_text(prompt):
     return "".join(parts)
 
 
-def title_conversation(conversation_id):
+def title_conversation(conversation_id: int) -> str | None:
     conv = Conversation.objects.filter(pk=conversation_id).first()
     if conv is None:
         return None

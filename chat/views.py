@@ -1,6 +1,7 @@
-"""JSON endpoints for the browser UI (session auth + CSRF) and the export download."""
+"""JSON endpoints for the browser UI (session auth + CSRF), the export download and, for the atlas
+page, a message's routing."""
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
@@ -13,6 +14,7 @@ from chat import services
 from chat.export import FORMATS, export_content
 from chat.imports import ImportRefused, import_conversation
 from chat.models import Conversation
+from colibri_base.access import staff_json
 from engine_bridge import protocol
 
 
@@ -100,3 +102,18 @@ def export_view(request):
     response = HttpResponse(body, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
+
+
+@require_GET
+@staff_json
+def message_routing(request: HttpRequest, pk: int) -> JsonResponse:
+    """Which experts answered one chat message (its request's ROUTES, kept by the chat): the
+    atlas page's ?message=<id> filter. Staff only, like every atlas route; no message text.
+    Served here, under the atlas's /atlas/api/ path, because the rows are the chat's: the experts
+    app reads them over HTTP (its page) and never imports chat/."""
+    routing = services.message_routing(pk)
+    if routing is None:
+        return JsonResponse({"error": "no such message"}, status=404)
+    if not routing["counts"]:
+        return JsonResponse({**routing, "error": "the engine reported no routing for this message"}, status=404)
+    return JsonResponse(routing)

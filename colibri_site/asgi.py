@@ -1,5 +1,5 @@
 """ASGI entry point: HTTP goes to Django (the API's generation and model routes through their own
-short middleware chain, colibri_site.lean); websockets pass the origin check and session auth."""
+short middleware chain, colibri_base.lean); websockets pass the origin check and session auth."""
 import functools
 import os
 import sys
@@ -16,7 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from colibri_site.lean import LeanASGIHandler, by_path  # noqa: E402
+from colibri_base.lean import LeanASGIHandler, by_path  # noqa: E402
 
 from chat import sweeper  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402

@@ -60,7 +60,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "colibri_site.keyauth.ApiKeyUserMiddleware",
+    "api.keyauth.ApiKeyUserMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -68,14 +68,14 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-# The API routes served with API_MIDDLEWARE instead (colibri_site/lean.py): API-key auth in DRF, no
+# The API routes served with API_MIDDLEWARE instead (colibri_base/lean.py): API-key auth in DRF, no
 # session, cookie or CSRF state, so the page chain's thread hops would only delay the first token.
 # All of /v1 (its unknown routes' 404 envelope too: an SDK pointed at a route we lack, such as
 # /v1/embeddings, paid ~6 ms of page middleware per call) except the staff stats page, which may be
 # served by session, and the OpenAPI document.
 # /health too: a probe must answer within a second under load and under every fault (issue 24).
 API_LEAN_PATHS = r"/v1/(?!stats$|openapi\.json$).+|/health"
-API_MIDDLEWARE = ["colibri_site.lean.InlineSecurityMiddleware"]
+API_MIDDLEWARE = ["colibri_base.lean.InlineSecurityMiddleware"]
 
 # JSON routes outside /v1 that also take an API key (as its owner; the route's own rule decides).
 API_KEY_PATHS = ["/experts"]
@@ -163,7 +163,7 @@ CHANNEL_LAYERS = {
 }
 CACHES = {
     "default": {
-        "BACKEND": "colibri_site.cache.SharedPoolRedisCache",
+        "BACKEND": "colibri_base.cache.SharedPoolRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": env("CACHE_PREFIX", "colibri"),
     }

@@ -12,13 +12,12 @@ import asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from colibri_site import socket_access
+from colibri_base import socket_access
 from engine_bridge import telemetry
 from experts import services
 from experts.atlas_format import parse_key
 
 FLUSH_S = 0.05
-BUILD_GROUP = "atlas-builds"
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 LATEST = ("up", "status", "model", "tiers", "emap", "entropy", "busy", "queue")
@@ -45,7 +44,7 @@ def _layers(rows, model):
 
 
 class AtlasConsumer(AsyncJsonWebsocketConsumer):
-    async def connect(self):
+    async def connect(self) -> None:
         user = self.scope.get("user")
         await self.accept()  # then close with a code the page can tell apart (as /ws/chat/ does)
         if user is None or not user.is_authenticated:
@@ -55,7 +54,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         self.pending, self.flush_handle, self.rows, self.model = {}, None, None, None
         self.access_watch = asyncio.create_task(self._watch_access(user.pk))
         await self.channel_layer.group_add(telemetry.GROUP, self.channel_name)
-        await self.channel_layer.group_add(BUILD_GROUP, self.channel_name)
+        await self.channel_layer.group_add(services.BUILD_GROUP, self.channel_name)
         state = await telemetry.aget_state()
         # No `repin`: the state's last REPINs happened before this page opened (they carry no
         # time), and the page's timeline lists only the changes it sees arrive.
@@ -77,7 +76,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
                 await self.close(code=CLOSE_UNAUTHENTICATED)
                 return
 
-    async def disconnect(self, code):
+    async def disconnect(self, code: int) -> None:
         if getattr(self, "pending", None) is None:
             return
         watch = getattr(self, "access_watch", None)
@@ -86,7 +85,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         if self.flush_handle is not None:
             self.flush_handle.cancel()
         await self.channel_layer.group_discard(telemetry.GROUP, self.channel_name)
-        await self.channel_layer.group_discard(BUILD_GROUP, self.channel_name)
+        await self.channel_layer.group_discard(services.BUILD_GROUP, self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         pass  # the page only listens

@@ -7,10 +7,13 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -20,6 +23,7 @@ from experts.models import Atlas, AtlasBuild
 
 log = logging.getLogger(__name__)
 STALE_BUILD_S = 600  # longer than any one probe can take (a probe may wait behind chats)
+BUILD_GROUP = "atlas-builds"  # every atlas page's socket (experts.consumers joins it): build progress
 
 
 def model_name_current(*, state=None):
@@ -76,21 +80,19 @@ def row_layers(*, rows: int, model: dict | None, atlas_layers=()):
 
 # --- the atlas builder (experts/builder.py measures; these functions own the rows) -------------
 
-def build_publish(*, build):
+def build_publish(*, build: AtlasBuild) -> None:
     """Pushes a build's progress to every atlas page (the /ws/atlas/ group)."""
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
-    from experts.consumers import BUILD_GROUP
-
     try:
         async_to_sync(get_channel_layer().group_send)(BUILD_GROUP, {"type": "atlas.build", "build": build.as_dict()})
     except Exception:  # progress is a courtesy; the row is the truth
         log.exception("publishing build %s failed", build.pk)
 
 
-def build_start(*, user=None, model_name: str | None = None, enqueue: bool = True) -> AtlasBuild:
-    """Creates a build of the current model's atlas and queues the Celery job after commit.
+def build_start(*, user: AbstractBaseUser | None = None, model_name: str | None = None,
+                enqueue: Callable[[int], object] | None = None) -> AtlasBuild:
+    """Creates a build of the current model's atlas; `enqueue(build id)` queues its job after
+    commit (the view hands in experts.tasks.build_atlas.delay: the task module imports this one,
+    so this one never imports it); without it the caller runs build_run itself.
     One build at a time: an unfinished build is returned instead of starting a second."""
     _fail_stale_builds()
     running = AtlasBuild.objects.exclude(status__in=AtlasBuild.FINAL).first()
@@ -99,10 +101,8 @@ def build_start(*, user=None, model_name: str | None = None, enqueue: bool = Tru
     probes, _, _ = builder.load_probes()
     build = AtlasBuild.objects.create(model_name=model_name or model_name_current(), total=len(probes),
                                       created_by=user)
-    if enqueue:
-        from experts.tasks import build_atlas
-
-        transaction.on_commit(lambda: build_atlas.delay(build.pk))
+    if enqueue is not None:
+        transaction.on_commit(lambda: enqueue(build.pk))
     build_publish(build=build)
     return build
 

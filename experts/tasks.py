@@ -5,5 +5,5 @@ from experts import services
 
 
 @shared_task(ignore_result=True)
-def build_atlas(build_id):
+def build_atlas(build_id: int) -> None:
     services.build_run(build_id=build_id)

@@ -13,5 +13,4 @@ urlpatterns = [
 urlpatterns += [
     path("atlas/api/builds", views.builds, name="atlas-builds"),
     path("atlas/api/builds/<int:pk>/cancel", views.build_cancel, name="atlas-build-cancel"),
-    path("atlas/api/messages/<int:pk>/routing", views.message_routing, name="atlas-message-routing"),
 ]

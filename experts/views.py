@@ -1,13 +1,13 @@
 """Thin views over experts.services: the telemetry JSON, the atlas page and its JSON endpoints.
-Every view is staff only (experts/access.py)."""
-from django.http import HttpResponse, JsonResponse
+Every view is staff only (colibri_base/access.py)."""
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from colibri_base.access import staff_json, staff_page
 from engine_bridge.telemetry import get_state
-from experts import services
-from experts.access import staff_json, staff_page
+from experts import services, tasks
 from experts.atlas_format import AtlasFormatError
 from experts.models import Atlas, AtlasBuild
 
@@ -97,10 +97,10 @@ def atlas_map(request, pk):
 
 @require_http_methods(["GET", "POST"])
 @staff_json
-def builds(request):
+def builds(request: HttpRequest) -> JsonResponse:
     """GET: recent builds. POST: start a build of the current model's atlas (one at a time)."""
     if request.method == "POST":
-        build = services.build_start(user=request.user)
+        build = services.build_start(user=request.user, enqueue=tasks.build_atlas.delay)
         return JsonResponse({"build": build.as_dict()}, status=202)
     return JsonResponse({"builds": [b.as_dict() for b in AtlasBuild.objects.all()[:10]]})
 
@@ -111,17 +111,3 @@ def build_cancel(request, pk):
     build = services.build_cancel(build=get_object_or_404(AtlasBuild, pk=pk))
     return JsonResponse({"build": build.as_dict()})
 
-
-@require_GET
-@staff_json
-def message_routing(request, pk):
-    """Which experts answered one chat message (its request's ROUTES, kept by the chat): the
-    atlas page's ?message=<id> filter. Staff only, like every atlas route; no message text."""
-    from chat.services import message_routing as read
-
-    routing = read(pk)
-    if routing is None:
-        return JsonResponse({"error": "no such message"}, status=404)
-    if not routing["counts"]:
-        return JsonResponse({**routing, "error": "the engine reported no routing for this message"}, status=404)
-    return JsonResponse(routing)

@@ -55,24 +55,48 @@ static int cmp_cand(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* c[0..) := the allowed tokens (all of them without a mask) with unnormalised probabilities
+ * exp((logit - max) / temperature), max = 1; *total their sum. Returns their count. */
+static int candidates(const float *logits, int vocab, float temperature, int best, const uint64_t *allow,
+                      cand *c, double *total) {
+    float mx = logits[best];
+    int vc = 0;
+    *total = 0;
+    for (int i = 0; i < vocab; i++) {
+        if (!ALLOWED(allow, i)) continue;
+        c[vc].p = expf((logits[i] - mx) / temperature);
+        c[vc].id = i;
+        *total += c[vc++].p;
+    }
+    return vc;
+}
+
+/* c[0..n) sorted by probability: the shortest prefix whose mass reaches `need` is the nucleus;
+ * one uniform draw picks a token from it in proportion to its probability. */
+static int draw_nucleus(const cand *c, int n, double need, rng_state *r) {
+    int keep = 0;
+    double mass = 0;
+    while (keep < n) {
+        mass += c[keep++].p;
+        if (mass >= need) break;
+    }
+    double u = rng_uniform(r) * mass, acc = 0;
+    for (int i = 0; i < keep; i++) {
+        acc += c[i].p;
+        if (u < acc) return c[i].id;
+    }
+    return c[keep - 1].id;
+}
+
 int sample_token(const float *logits, int vocab, float temperature, float top_p,
                  rng_state *r, void *scratch, const uint64_t *allow) {
     if (vocab <= 1) return ALLOWED(allow, 0) ? 0 : -1;
     int best = argmax(logits, vocab, allow);
     if (best < 0 || !(temperature > 0.0f)) return best;
 
-    /* c[0..vocab) holds only the allowed tokens (all of them without a mask): unnormalised
-     * probabilities, max = 1. */
     cand *c = scratch;
-    float mx = logits[best];
     double total = 0;
-    int vc = 0;
-    for (int i = 0; i < vocab; i++) {
-        if (!ALLOWED(allow, i)) continue;
-        c[vc].p = expf((logits[i] - mx) / temperature);
-        c[vc].id = i;
-        total += c[vc++].p;
-    }
+    int vc = candidates(logits, vocab, temperature, best, allow, c, &total);
 
     if (!(top_p < 1.0f)) {               /* no nucleus cut: sample over everything */
         double u = rng_uniform(r) * total, acc = 0;
@@ -100,19 +124,7 @@ int sample_token(const float *logits, int vocab, float temperature, float top_p,
         if (mass >= need) { n = m; break; }
     }
     qsort(c, (size_t)n, sizeof *c, cmp_cand);
-
-    int keep = 0;
-    double mass = 0;
-    while (keep < n) {
-        mass += c[keep++].p;
-        if (mass >= need) break;
-    }
-    double u = rng_uniform(r) * mass, acc = 0;
-    for (int i = 0; i < keep; i++) {
-        acc += c[i].p;
-        if (u < acc) return c[i].id;
-    }
-    return c[keep - 1].id;
+    return draw_nucleus(c, n, need, r);
 }
 
 /* Moves the k most probable candidates to c[0..k), in any order (Hoare quickselect, O(n)
@@ -143,32 +155,15 @@ int sample_token_k(const float *logits, int vocab, float temperature, float top_
         return sample_token(logits, vocab, temperature, top_p, r, scratch, allow);
     int best = argmax(logits, vocab, allow);
     if (best < 0) return -1;
-    cand *c = scratch;      /* only the allowed tokens, as in sample_token */
-    float mx = logits[best];
-    int vc = 0;
-    for (int i = 0; i < vocab; i++) {
-        if (!ALLOWED(allow, i)) continue;
-        c[vc].p = expf((logits[i] - mx) / temperature);
-        c[vc++].id = i;
-    }
+    cand *c = scratch;
+    double all = 0;
+    int vc = candidates(logits, vocab, temperature, best, allow, c, &all);
     if (top_k > vc) top_k = vc;
     select_top(c, vc, top_k);
     qsort(c, (size_t)top_k, sizeof *c, cmp_cand);   /* the nucleus is a prefix of these */
     double total = 0;
     for (int i = 0; i < top_k; i++) total += c[i].p;
-    double need = top_p < 1.0f ? (double)top_p * total : total;
-    int keep = 0;
-    double mass = 0;
-    while (keep < top_k) {
-        mass += c[keep++].p;
-        if (mass >= need) break;
-    }
-    double u = rng_uniform(r) * mass, acc = 0;
-    for (int i = 0; i < keep; i++) {
-        acc += c[i].p;
-        if (u < acc) return c[i].id;
-    }
-    return c[keep - 1].id;
+    return draw_nucleus(c, top_k, top_p < 1.0f ? (double)top_p * total : total, r);
 }
 
 double logsumexp_allowed(const float *logits, int vocab, const uint64_t *allow) {

@@ -93,7 +93,7 @@ async def test_an_open_atlas_socket_closes_when_its_session_ends_or_staff_is_rev
     """Issue 24: no signal needed (a queryset update(), a deleted session)."""
     from django.contrib.sessions.models import Session
 
-    from colibri_site.socket_access import CHECK_S
+    from colibri_base.socket_access import CHECK_S
 
     ws = await connect(staff)
     assert (await ws.receive_json_from(timeout=2))["type"] == "snapshot"

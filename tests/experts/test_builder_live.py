@@ -48,7 +48,7 @@ def bridge(engine_binary, tiny_model):
 
 def build_once(retries=None):
     seen = []
-    build = services.build_start(enqueue=False)
+    build = services.build_start()
     build = services.build_run(build_id=build.pk, on_probe=lambda done, total, probe: seen.append((done, total)),
                                on_retry=lambda probe, attempt: retries.append(probe) if retries is not None else None)
     return build, seen

@@ -76,7 +76,7 @@ def test_no_limit_set_means_unlimited_and_no_headers(fake_bridge, alice_key):
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("backend", ["colibri_site.cache.SharedPoolRedisCache",  # on the loop
+@pytest.mark.parametrize("backend", ["colibri_base.cache.SharedPoolRedisCache",  # on the loop
                                      "django.core.cache.backends.redis.RedisCache"])  # in threads
 async def test_concurrent_requests_cannot_pass_a_request_limit_together(settings, backend):
     """The request log is read and written by one atomic script: 12 requests at once on a limit

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import procs
 
-SETUP = ("import django; django.setup(); from colibri_site import metrics; "
+SETUP = ("import django; django.setup(); from colibri_base import metrics; "
          "from engine_bridge import telemetry; telemetry.get_state = lambda: {'updated': None}; ")
 
 
@@ -22,7 +22,7 @@ def test_counters_from_several_processes_are_summed(tmp_path):
            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     for n in (2, 3):
         run(f"metrics.REQUESTS.labels('openai_chat', '200').inc({n})", env)
-    text = run("import sys; sys.stdout.write(metrics.exposition().decode())", env)
+    text = run("import sys; sys.stdout.write(metrics.exposition(telemetry.get_state).decode())", env)
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value
               for family in text_string_to_metric_families(text) for s in family.samples}
     assert values[("colibri_api_requests_total", (("status", "200"), ("surface", "openai_chat")))] == 5

@@ -33,7 +33,7 @@ def test_every_row_is_routed_to_a_view_reading_it():
 
 
 def test_metrics_and_openapi_follow_the_table():
-    from colibri_site import metrics
+    from colibri_base import metrics
 
     assert tuple(metrics.SURFACES) == surfaces.NAMES
     paths = Client().get("/v1/openapi.json").json()["paths"]

@@ -1,4 +1,4 @@
-"""The cache backend shares one Redis pool across threads (colibri_site/cache.py): under ASGI each
+"""The cache backend shares one Redis pool across threads (colibri_base/cache.py): under ASGI each
 request runs its sync code in a new thread, and a pool per thread meant a connect per request."""
 import threading
 

@@ -1,4 +1,4 @@
-"""The API's generation and model routes take the short middleware chain (colibri_site/lean.py);
+"""The API's generation and model routes take the short middleware chain (colibri_base/lean.py);
 pages keep theirs. Through the real ASGI application, as Daphne calls it."""
 import pytest
 from channels.testing import HttpCommunicator

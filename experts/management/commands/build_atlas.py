@@ -13,7 +13,7 @@ class Command(BaseCommand):
                             help="routed experts per token for the probes (default: probes.json's choice)")
 
     def handle(self, *args, **options):
-        build = services.build_start(enqueue=False)
+        build = services.build_start()  # run here, not queued
         if build.status != AtlasBuild.QUEUED:
             raise CommandError(f"build {build.pk} is already {build.status}; cancel it on the atlas page first")
 

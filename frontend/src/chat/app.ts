@@ -4,6 +4,7 @@
 import { ChatSocket, Http, type Message, type ServerEvent } from "../api";
 import { Composer } from "./composer";
 import { byId } from "./dom";
+import { Drawer, trackViewport } from "./drawer";
 import { errorMessage } from "./format";
 import { KeysDialog } from "./keys";
 import { MessagePane } from "./pane";
@@ -24,6 +25,7 @@ export class ChatApp {
   private composer: Composer;
   private status: StatusBar;
   private keys: KeysDialog;
+  private drawer: Drawer;
   private current: number | null = null;
   private awaitingNew = false; // a "send" with conversation null is on its way
   private titles = new Map<number, string>();
@@ -34,9 +36,16 @@ export class ChatApp {
       this.composer?.setExpertRange(health.experts);
       if (health.sampling) this.composer?.setSamplingDefaults(health.sampling);
     });
+    this.drawer = new Drawer(byId("sidebar"), byId("menu-toggle"), byId("drawer-scrim"), byId("chat-main"));
     this.sidebar = new Sidebar(byId("conv-nav"), {
-      select: (id) => this.select(id),
-      create: () => this.select(null),
+      select: (id) => {
+        this.drawer.close(false);
+        this.select(id);
+      },
+      create: () => {
+        this.drawer.close(false);
+        this.select(null);
+      },
       importFile: (file) => void this.importFile(file),
       rename: (id, title) => this.rename(id, title),
       remove: (id) => this.remove(id),
@@ -54,11 +63,25 @@ export class ChatApp {
     });
     this.keys = new KeysDialog(this.http);
 
-    byId("keys-open").addEventListener("click", () => void this.keys.show());
+    byId("keys-open").addEventListener("click", () => {
+      // Focus first to the menu button: the dialog hands focus back to it when it closes (the
+      // keys button itself is hidden with the drawer by then).
+      this.drawer.close();
+      void this.keys.show();
+    });
     const settings = byId("settings");
-    byId("settings-toggle").addEventListener("click", (e) => {
-      settings.hidden = !settings.hidden;
-      (e.currentTarget as HTMLElement).setAttribute("aria-expanded", String(!settings.hidden));
+    const settingsToggle = byId("settings-toggle");
+    const showSettings = (show: boolean) => {
+      settings.hidden = !show;
+      settingsToggle.setAttribute("aria-expanded", String(show));
+    };
+    settingsToggle.addEventListener("click", () => showSettings(settings.hidden));
+    // Escape folds the settings away, unless the drawer's handler (registered first) took it or a
+    // dialog is open (its Escape is its own).
+    document.addEventListener("keydown", (e) => {
+      if (e.key !== "Escape" || e.defaultPrevented || settings.hidden || document.querySelector("dialog[open]")) return;
+      showSettings(false);
+      settingsToggle.focus();
     });
     window.addEventListener("hashchange", () => this.select(this.idFromHash(), false));
 
@@ -78,7 +101,10 @@ export class ChatApp {
   }
 
   private select(id: number | null, pushHash = true): void {
-    if (id === this.current && id !== null) return;
+    if (id === this.current && id !== null) {
+      this.composer.focus(); // the drawer that offered it is closed: focus must land somewhere
+      return;
+    }
     this.current = id;
     this.awaitingNew = false;
     this.pane.clear();
@@ -238,5 +264,6 @@ export class ChatApp {
 export function mount(): void {
   const boot = JSON.parse(byId("colibri-boot").textContent || "{}") as Boot;
   byId("user-name").textContent = boot.username;
+  trackViewport();
   new ChatApp(boot);
 }

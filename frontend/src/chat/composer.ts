@@ -40,7 +40,7 @@ export class Composer {
   constructor(root: HTMLElement, settingsRoot: HTMLElement, private handlers: ComposerHandlers) {
     this.area = h("textarea", {
       class: "composer-input",
-      attrs: { rows: "1", placeholder: "Message colibri…  (Enter to send, Shift+Enter for a new line)", "aria-label": "Message" },
+      attrs: { rows: "1", placeholder: "Message colibri…  (Enter to send, Shift+Enter for a new line)", "aria-label": "Message", enterkeyhint: "send" },
       on: {
         input: () => this.autosize(),
         keydown: (e) => {

@@ -113,7 +113,10 @@ export class Sidebar {
       };
       input.addEventListener("keydown", (e) => {
         if (e.key === "Enter") void finish(true);
-        if (e.key === "Escape") void finish(false);
+        if (e.key === "Escape") {
+          e.preventDefault(); // the rename is cancelled, not the drawer it sits in
+          void finish(false);
+        }
       });
       input.addEventListener("blur", () => void finish(true));
       window.setTimeout(() => input.select(), 0);

@@ -68,5 +68,6 @@ export class StatusBar {
     const up = this.health.ok && this.conn === "open";
     this.badge.className = `engine-badge ${up ? "engine-up" : this.conn === "open" ? "engine-down" : "engine-wait"}`;
     this.badge.textContent = up ? "engine ready" : !this.health.ok ? `engine ${this.health.state}` : "connecting";
+    this.badge.title = this.badge.textContent; // on a phone only the dot shows (styles/app.css)
   }
 }

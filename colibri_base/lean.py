@@ -22,6 +22,8 @@ cancelled task).
 import asyncio
 import contextlib
 import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -30,14 +32,18 @@ from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.db import connections
 from django.urls import set_script_prefix
+from django.http import HttpRequest, HttpResponseBase
 from django.middleware.security import SecurityMiddleware
 
+T = TypeVar("T")
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
-def database_call(fn):
+
+def database_call(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """fn as a coroutine function that runs in a worker thread with a usable connection. A
     connection inside a transaction (a test's) is its owner's to close, not ours."""
 
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> T:
         for conn in connections.all(initialized_only=True):
             if not conn.in_atomic_block:
                 conn.close_if_unusable_or_obsolete()
@@ -53,7 +59,7 @@ class InlineSecurityMiddleware(SecurityMiddleware):
     sync_capable = False
     async_capable = True
 
-    async def __acall__(self, request):
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         response = self.process_request(request)
         if response is None:
             response = await self.get_response(request)
@@ -63,7 +69,7 @@ class InlineSecurityMiddleware(SecurityMiddleware):
 class LeanASGIHandler(ASGIHandler):
     """Django's ASGI handler with settings.API_MIDDLEWARE as its chain."""
 
-    def load_middleware(self, is_async=False):
+    def load_middleware(self, is_async: bool = False) -> None:
         # Django builds the chain from settings.MIDDLEWARE; lend it the API's list for the build.
         pages = settings.MIDDLEWARE
         settings.MIDDLEWARE = settings.API_MIDDLEWARE
@@ -72,10 +78,10 @@ class LeanASGIHandler(ASGIHandler):
         finally:
             settings.MIDDLEWARE = pages
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         await self.handle(scope, receive, send)  # no ThreadSensitiveContext: nothing here needs one
 
-    async def handle(self, scope, receive, send):
+    async def handle(self, scope: dict, receive: Callable, send: Callable) -> None:
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
@@ -96,11 +102,11 @@ class LeanASGIHandler(ASGIHandler):
         finally:
             body_file.close()
 
-    async def serve(self, request, receive, send):
+    async def serve(self, request: HttpRequest, receive: Callable, send: Callable) -> HttpResponseBase | None:
         """The response sent, or None when the client disconnected first: a disconnect cancels
         the view (a stream's generator closes, and the bridge cancels its job)."""
 
-        async def respond():
+        async def respond() -> HttpResponseBase:
             response = await self.run_get_response(request)
             with contextlib.suppress(asyncio.CancelledError):  # disconnected while sending
                 await self.send_response(response, send)
@@ -117,11 +123,11 @@ class LeanASGIHandler(ASGIHandler):
         return None if work.cancelled() else work.result()
 
 
-def by_path(lean_app, page_app):
+def by_path(lean_app: ASGIApp, page_app: ASGIApp) -> ASGIApp:
     """An ASGI app that sends API_LEAN_PATHS to lean_app and everything else to page_app."""
     lean = re.compile(settings.API_LEAN_PATHS)
 
-    async def route(scope, receive, send):
+    async def route(scope: dict, receive: Callable, send: Callable) -> None:
         app = lean_app if lean.fullmatch(scope.get("path", "")) else page_app
         return await app(scope, receive, send)
 

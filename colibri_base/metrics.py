@@ -9,17 +9,23 @@ restarts, the last turn's expert I/O from our engine's IOSTAT) live in the bridg
 Redis and are read at scrape time by BridgeCollector,
 so every web process reports the same values without the bridge exporting anything.
 
+Layering: this module imports neither api/ nor engine_bridge/ (colibri_base's rule). The surface
+labels are the API's (api.surfaces declares them with declare_surfaces at import), and the bridge's
+state is read by a function the caller hands in (stats / exposition / registry take
+engine_bridge.telemetry.get_state from api.views and ops.views).
+
 Multiprocess: with PROMETHEUS_MULTIPROC_DIR set (several Daphne workers), each process writes
 its samples there and a scrape aggregates them (prometheus_client.multiprocess); without it, the
 process's own registry is served. Names: underscores only, counters end in _total, the label
 sets are fixed (every surface pre-created, so a series exists from the first scrape).
 """
 import os
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from api.surfaces import NAMES as SURFACES  # the wire surfaces' labels: one per api.surfaces row
+BridgeState = Callable[[], dict]  # engine_bridge.telemetry.get_state: the bridge's telemetry dict
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_GAP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -39,17 +45,26 @@ PREFIX_REUSE = Counter("colibri_api_prefix_reuse_tokens", "Prompt tokens the eng
 EXPERT_HIT = Histogram("colibri_api_expert_hit_percent", "Per generation: % of routed experts already resident",
                        ["surface"], buckets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100))
 
-for _surface in SURFACES:
-    REQUESTS.labels(_surface, "200")
-    for _outcome in ("completed", "length", "failed", "cancelled"):
-        OUTCOMES.labels(_surface, _outcome)
-    for _direction in ("in", "out"):
-        TOKENS.labels(_surface, _direction)
-    TTFT.labels(_surface)
-    INTER_TOKEN.labels(_surface)
-    QUEUE_WAIT.labels(_surface)
-    PREFIX_REUSE.labels(_surface)
-    EXPERT_HIT.labels(_surface)
+SURFACES: list[str] = []  # the wire surfaces' labels, one per api.surfaces row (declare_surfaces)
+
+
+def declare_surfaces(names: Iterable[str]) -> None:
+    """Adds the surfaces' labels and pre-creates each one's series, so that a series exists from
+    the first scrape. Idempotent: a name declared twice is kept once."""
+    for surface in names:
+        if surface in SURFACES:
+            continue
+        SURFACES.append(surface)
+        REQUESTS.labels(surface, "200")
+        for outcome in ("completed", "length", "failed", "cancelled"):
+            OUTCOMES.labels(surface, outcome)
+        for direction in ("in", "out"):
+            TOKENS.labels(surface, direction)
+        TTFT.labels(surface)
+        INTER_TOKEN.labels(surface)
+        QUEUE_WAIT.labels(surface)
+        PREFIX_REUSE.labels(surface)
+        EXPERT_HIT.labels(surface)
 
 
 IO_GAUGES = (("tokens", "tokens"), ("disk_bytes", "disk_bytes"), ("ideal_bytes", "ideal_bytes"),
@@ -58,16 +73,18 @@ IO_GAUGES = (("tokens", "tokens"), ("disk_bytes", "disk_bytes"), ("ideal_bytes",
 
 
 class BridgeCollector:
-    """The bridge's telemetry (engine_bridge.telemetry.get_state()) as metrics, read per scrape;
-    `state` keeps what the last scrape read (stats() takes the last turn's I/O figures from it)."""
+    """The bridge's telemetry (read_state(): engine_bridge.telemetry.get_state) as metrics, read
+    per scrape; `state` keeps what the last scrape read (stats() takes the last turn's I/O figures
+    from it)."""
 
-    state = None
+    state: dict | None = None
 
-    def collect(self):
-        from engine_bridge import telemetry
+    def __init__(self, read_state: BridgeState) -> None:
+        self.read_state = read_state
 
+    def collect(self) -> Iterator[Metric]:
         try:
-            state = telemetry.get_state()
+            state = self.read_state()
         except Exception:  # Redis down: report the engine as not up, nothing else
             state = {"updated": None}
         self.state = state
@@ -95,8 +112,9 @@ class BridgeCollector:
                 yield g
 
 
-def registry(bridge=None):
-    """The registry a scrape reads: every process's samples (multiprocess) or this process's."""
+def registry(bridge: BridgeCollector) -> CollectorRegistry:
+    """The registry a scrape reads: every process's samples (multiprocess) or this process's, and
+    the bridge's figures."""
     reg = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
@@ -104,23 +122,26 @@ def registry(bridge=None):
         multiprocess.MultiProcessCollector(reg)
     else:
         reg.register(_Local())
-    reg.register(bridge or BridgeCollector())
+    reg.register(bridge)
     return reg
 
 
 class _Local:
-    def collect(self):
+    def collect(self) -> Iterable[Metric]:
         return REGISTRY.collect()
 
 
-def exposition():
-    return generate_latest(registry())
+def exposition(read_bridge_state: BridgeState) -> bytes:
+    """/metrics: Prometheus text of registry()."""
+    return generate_latest(registry(BridgeCollector(read_bridge_state)))
 
 
-def stats():
+def stats(read_bridge_state: BridgeState) -> dict:
     """/v1/stats: a summary per surface and of the engine for humans, then every sample of
     /metrics for scripts ({family: [{name, labels, value}]}; histograms as _count / _sum)."""
-    families, samples, bridge = {}, {}, BridgeCollector()
+    families: dict[str, list[dict]] = {}
+    samples: dict[tuple[str, tuple], float] = {}
+    bridge = BridgeCollector(read_bridge_state)
     for family in registry(bridge).collect():
         if family.name.startswith(("python_", "process_")):
             continue
@@ -140,12 +161,12 @@ def stats():
             "metrics": families}
 
 
-def _surface_summary(samples, surface):
-    def total(name, **match):
+def _surface_summary(samples: dict[tuple[str, tuple], float], surface: str) -> dict:
+    def total(name: str, **match: str) -> float:
         return sum(v for (n, labels), v in samples.items() if n == name and ("surface", surface) in labels
                    and all((k, val) in labels for k, val in match.items()))
 
-    def mean(name):
+    def mean(name: str) -> float | None:
         count = total(f"{name}_count")
         return round(total(f"{name}_sum") / count, 4) if count else None
 

@@ -4,7 +4,7 @@ staff, where the socket needs it) and its session still exists unexpired.
 Why here: a socket's user is resolved once, at connect; a queryset update() (an admin action, a
 script), a session's expiry or its deletion (log-out elsewhere) sends no signal a consumer could
 hear, so each consumer re-reads this from the database — on every frame and every second while it
-is open. The project wires it for both socket apps (chat, experts), which never import each other.
+is open. Both socket apps (chat, experts) use it from here: they never import each other.
 """
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session

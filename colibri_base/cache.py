@@ -15,19 +15,20 @@ the same keys and the same serializer as the sync methods, so both sides read ea
 import asyncio
 import threading
 import weakref
+from typing import Any
 
-from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.core.cache.backends.redis import RedisCache
 from redis import asyncio as redis_asyncio
 
-_clients = {}
+_clients: dict[tuple, Any] = {}  # (servers, options) -> the process's redis-py client
 _lock = threading.Lock()
-_loop_clients = weakref.WeakKeyDictionary()  # event loop -> {server: redis.asyncio.Redis}
+_loop_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {server: redis.asyncio.Redis}
 
 
 class SharedPoolRedisCache(RedisCache):
     @property
-    def _cache(self):
+    def _cache(self) -> Any:
         key = (tuple(self._servers), repr(sorted(self._options.items())))
         client = _clients.get(key)
         if client is None:
@@ -35,7 +36,7 @@ class SharedPoolRedisCache(RedisCache):
                 client = _clients.setdefault(key, self._class(self._servers, **self._options))
         return client
 
-    def aclient(self):
+    def aclient(self) -> redis_asyncio.Redis:
         """This loop's asyncio client of the write server (the first in LOCATION). A client's
         pool belongs to the loop that made it, hence one per loop."""
         per_loop = _loop_clients.setdefault(asyncio.get_running_loop(), {})
@@ -44,11 +45,11 @@ class SharedPoolRedisCache(RedisCache):
             per_loop[server] = redis_asyncio.Redis.from_url(server, socket_connect_timeout=2)
         return per_loop[server]
 
-    async def aget(self, key, default=None, version=None):
+    async def aget(self, key: str, default: Any = None, version: int | None = None) -> Any:
         value = await self.aclient().get(self.make_and_validate_key(key, version=version))
         return default if value is None else self._cache._serializer.loads(value)
 
-    async def aset(self, key, value, timeout=DEFAULT_TIMEOUT, version=None):
+    async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> None:
         key = self.make_and_validate_key(key, version=version)
         timeout = self.get_backend_timeout(timeout)
         if timeout == 0:
@@ -56,7 +57,7 @@ class SharedPoolRedisCache(RedisCache):
         else:
             await self.aclient().set(key, self._cache._serializer.dumps(value), ex=timeout)
 
-    async def aadd(self, key, value, timeout=DEFAULT_TIMEOUT, version=None):
+    async def aadd(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
         timeout = self.get_backend_timeout(timeout)
         client, value = self.aclient(), self._cache._serializer.dumps(value)
@@ -67,7 +68,7 @@ class SharedPoolRedisCache(RedisCache):
             return added
         return bool(await client.set(key, value, ex=timeout, nx=True))
 
-    async def aincr(self, key, delta=1, version=None):
+    async def aincr(self, key: str, delta: int = 1, version: int | None = None) -> int:
         key = self.make_and_validate_key(key, version=version)
         client = self.aclient()
         if not await client.exists(key):
@@ -75,7 +76,7 @@ class SharedPoolRedisCache(RedisCache):
         return await client.incr(key, delta)
 
 
-def async_client(cache):
+def async_client(cache: BaseCache) -> redis_asyncio.Redis | None:
     """The asyncio Redis client of `cache` on this loop, or None for a backend that has none."""
     aclient = getattr(cache, "aclient", None)
     return aclient() if aclient is not None else None
