@@ -158,7 +158,7 @@ class _Stream:
         """The next events in order (None: a tick passed); a final event, if any, comes last."""
         if self.resumed == "events" and self.tick:
             self.tick_at = self.loop.time() + self.tick()
-        elif self.resumed == "tick":
+        elif self.resumed == "tick" and self.tick:
             self.tick_at = self.loop.time() + self.tick()
             failure = await self._check()
             if failure is not None:
@@ -170,7 +170,8 @@ class _Stream:
                 self.resumed = "events"
                 return self._take([message, *_drain(self.inbox)])
             if self.pending:
-                return [self._fail(_error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {self.expected})."))]
+                lost = _error("ENGINE_ERROR", f"Lost events from the engine bridge (seq {self.expected}).")
+                return [self._fail(lost)]
             if self.tick_at is not None and self.loop.time() >= self.tick_at:
                 self.resumed = "tick"
                 return [None]
