@@ -8,7 +8,6 @@ import json
 from datetime import datetime
 
 import jinja2
-from django.conf import settings
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 CHATML_TEMPLATE = (

@@ -6,11 +6,14 @@ ensure_venv test
 redis_up
 postgres_up
 chromium_up
+export WERROR=1   # native/Makefile: -Werror for every C build the tests use
 build_native
 build_frontend
 export DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/colibri}"
 export COLIBRI_DEV=1
 "$PY" manage.py collectstatic --noinput -v 0
+say "lint (ruff)"
+"$VENV/bin/ruff" check .
 say "native unit tests"
 make -s -C native check
 say "native protocol suite under AddressSanitizer/UBSan"

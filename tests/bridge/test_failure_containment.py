@@ -9,9 +9,6 @@ import signal
 import subprocess
 import time
 
-import pytest
-from channels.layers import channel_layers
-from django.test.utils import override_settings
 
 from engine_bridge import liveness
 from engine_bridge import transport

@@ -4,7 +4,6 @@ While every KV slot is busy and more API requests wait in the bridge's queue (th
 awaiting ACCEPT), other pages and API calls of the same Daphne process still answer at once.
 """
 import asyncio
-import json
 import time
 
 import httpx
