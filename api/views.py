@@ -175,7 +175,9 @@ class GenerationApi(LoopV1Api):
     async def post(self, request):
         body = intake.body_read(request._request)
         facts = await self.served_read
-        call = self.surface.parse(body, served=facts, surface=self.surface)
+        # In a worker thread: the parse renders the template and may compile a grammar (a new
+        # schema can take a second), which must not stall the event loop every stream shares.
+        call = await asyncio.to_thread(self.surface.parse, body, served=facts, surface=self.surface)
         # Tokens per minute: the prompt's estimate plus the output budget, charged before the
         # engine sees the request, settled against its usage when it ends (api.limits).
         reservation = await _tokens_admit(request, call)

@@ -470,6 +470,8 @@ def _digits_range(a: str, b: str):
     """Same-length decimal strings a <= b -> the AST of every digit string between them."""
     if not a:
         return EPS
+    if a.strip("0") == "" and b.strip("9") == "":  # every string of this length: one node, not a
+        return ("rep", DIGIT, len(a), len(a))     # split per digit (that doubled per digit: 2^n)
     if a[0] == b[0]:
         return seq(lit(a[0]), _digits_range(a[1:], b[1:]))
     n = len(a) - 1
@@ -497,6 +499,9 @@ def _nonneg_range(lo: int, hi: int | None):
         parts.append(_digits_range(str(lo), str(top)))
         lo, length = top + 1, length + 1
     return alt(*parts)
+
+
+MAX_BOUND = 2**63  # integer bounds past int64 are refused: their digit automata grow with the digits
 
 
 def int_range(lo: int | None, hi: int | None):
@@ -740,6 +745,8 @@ class _Compiler:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise GrammarError(f"{key} must be a number", _join(path, key))
+        if abs(v) > MAX_BOUND:  # a 142-digit bound took minutes to compile (found by hypothesis)
+            raise GrammarError(f"{key} must be within ±2^63", _join(path, key))
         return v
 
     def t_integer(self, schema, path: str):
