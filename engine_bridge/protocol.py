@@ -565,7 +565,7 @@ def has_nul(text):
     """True when a client's text holds U+0000: PostgreSQL text and jsonb cannot store it and the
     engine refuses it in a prompt, so every surface refuses it up front with NUL_REFUSAL naming the
     field (one rule everywhere: websocket frames, every /v1 body, titles and key names), never a
-    server error later. Model output is not client text: chat.services.storable replaces it."""
+    server error later. Model output is not client text: chat.text.storable replaces it."""
     return isinstance(text, str) and "\x00" in text
 
 
