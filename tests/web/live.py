@@ -130,6 +130,7 @@ def start_stack(django_db_blocker, tmp_path_factory, engine_env):
         "CSRF_TRUSTED_ORIGINS": url,
         "WEBSOCKET_ALLOWED_ORIGINS": "127.0.0.1,localhost",
         "PYTHONUNBUFFERED": "1",
+        "PGAPPNAME": SERVER_APP,
         **engine_env,
     }
     logdir = tmp_path_factory.mktemp("live")
@@ -159,21 +160,33 @@ def start_stack(django_db_blocker, tmp_path_factory, engine_env):
         bridge_log.close()
         daphne_log.close()
         with django_db_blocker.unblock():
-            _close_other_sessions()
+            _close_other_sessions(SERVER_APP)
 
 
-def _close_other_sessions():
+# libpq's application name of every server process a test starts (PGAPPNAME in their env), so
+# that stopping them closes their sessions only: a test's own sessions (database_sync_to_async
+# threads of a later test in the same run) must survive another stack's teardown.
+SERVER_APP = "colibri-test-server"
+
+
+def _close_other_sessions(application_name: str | None = None) -> None:
     """PostgreSQL may still hold the stopped servers' sessions for a moment; pytest-django could
-    then not drop the test database at the end of the run."""
+    then not drop the test database at the end of the run. `application_name`: only the sessions
+    of that name (a stopped stack's); None: every other session (the end of the run)."""
     from django.db import OperationalError, connection
 
     if connection.vendor != "postgresql":
         return
+    sql = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    params: list = []
+    if application_name is not None:
+        sql += " AND application_name = %s"
+        params.append(application_name)
     for attempt in range(2):  # this thread's own connection may be one an earlier call terminated
         try:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                cursor.execute(sql, params)
             return
         except OperationalError:
             connection.close()

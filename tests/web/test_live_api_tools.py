@@ -8,6 +8,7 @@ frame, so markers and arguments arrive split as tokens split them). The constrai
 (required / named) run on the real engine and fixture model (live_stack), constrained by the
 call's grammar: every call must parse (the refusal for an engine without grammars is in
 test_api_tools.py)."""
+import asyncio
 import json
 import sys
 
@@ -285,7 +286,9 @@ def test_openai_agents_sdk_runs_one_tool_loop(scripted_stack, key, api):
 
     agent = agents.Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather],
                          model=model_cls(model="colibri", openai_client=client))
-    result = agents.Runner.run_sync(agent, say(ONE_CALL, "Weather in Paris?"), max_turns=3)
+    # asyncio.run, not Runner.run_sync: run_sync uses the thread's current loop, which an earlier
+    # async test of the run may have closed ("There is no current event loop")
+    result = asyncio.run(agents.Runner.run(agent, say(ONE_CALL, "Weather in Paris?"), max_turns=3))
     assert seen == ["Paris"] and result.final_output == "It is sunny in Paris."
 
 

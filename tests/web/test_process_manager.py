@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.support import procs
-from tests.web.live import _close_other_sessions, _database_url
+from tests.web.live import SERVER_APP, _close_other_sessions, _database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +50,7 @@ def supervised_site(engine_binary, tiny_model, tmp_path, django_db_blocker):
            "COLIBRI_DEV": "1", "DATABASE_URL": database_url, "REDIS_URL": redis_url,
            "CELERY_BROKER_URL": redis_url, "CACHE_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
            "ENGINE_BINARY": str(engine_binary), "ENGINE_MODEL": str(tiny_model), "KV_SLOTS": "2", "CTX": "512",
-           "ENGINE_ENV": "KVSAVE=0,USAGE_SAVE=0", "PYTHONUNBUFFERED": "1"}
+           "ENGINE_ENV": "KVSAVE=0,USAGE_SAVE=0", "PYTHONUNBUFFERED": "1", "PGAPPNAME": SERVER_APP}
     log = open(tmp_path / "site.log", "wb")
     proc = subprocess.Popen([f"{venv}/bin/supervisord", "-c", "deploy/supervisord.conf"], cwd=procs.ROOT,
                             env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -71,7 +71,7 @@ def supervised_site(engine_binary, tiny_model, tmp_path, django_db_blocker):
         log.close()
         procs.release_redis_db(redis_url)
         with django_db_blocker.unblock():
-            _close_other_sessions()
+            _close_other_sessions(SERVER_APP)
 
 
 def test_it_restarts_a_crashed_bridge_and_web_process(supervised_site):
