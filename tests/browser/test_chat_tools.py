@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from chat.models import Conversation
+from chat.models import Conversation, Message
 from tests.browser.conftest import PASSWORD, log_in, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -83,7 +83,11 @@ def test_an_imported_api_conversation_shows_its_tool_calls(live_stack, page_and_
     page.wait_for_function("() => { const r = document.querySelectorAll('.msg-assistant[data-id]')[1];"
                            " return r && r.dataset.status && r.dataset.status !== 'streaming'; }", timeout=60000)
     assert reply.get_attribute("data-status") == "complete"
-    assert reply.locator(".msg-body").inner_text().strip()
+    # The random fixture model may end at once (an empty reply is an honest answer from it), so
+    # the check is what it was given: the whole imported history, calls and results rendered in
+    # the generic tool form, hundreds of tokens (the two user lines alone are ~20).
+    stored = Message.objects.filter(conversation=conv, role="assistant").order_by("pk").last()
+    assert stored.status == "complete" and (stored.stats.get("prompt_tokens") or 0) > 150, stored.stats
     assert page.locator(".msg-tool >> text=Continue").count() == 0  # the reply is the last turn now
 
     # A reload shows the same conversation from the server.
