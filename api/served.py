@@ -31,14 +31,12 @@ def render(served, messages, tools=()):
     """Neutral messages (and the tools to offer) -> the prompt, in the served model's template and
     tool syntax (engine_bridge.toolsyntax)."""
     from engine_bridge import toolsyntax
-    from engine_bridge.prompting import TemplateError, render_prompt
+    from engine_bridge.prompting import TemplateError
 
     from api.errors import bad_param
 
-    messages, extra = toolsyntax.prepare(messages, tools, toolsyntax.syntax_for(served.template))
     try:
-        return render_prompt(messages, template=served.template, bos_token=served.bos_token,
-                             eos_token=served.eos_token, extra=extra)
+        return toolsyntax.render(messages, tools, served)
     except TemplateError as exc:
         raise bad_param("messages", str(exc))
 

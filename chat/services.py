@@ -20,7 +20,7 @@ from chat.tasks import title_conversation
 from chat.text import fallback_title, storable
 from colibri_base.socket_access import socket_access_valid
 from engine_bridge import toolsyntax
-from engine_bridge.prompting import render_prompt, template_source
+from engine_bridge.served import served_model_get
 
 # A streaming message not saved for this long belongs to a relay that died with its process
 # (the live relay saves at least every RELAY_SAVE_EVERY_S while text flows, and on every event).
@@ -173,9 +173,7 @@ def _render(messages):
     """The history in the served model's own tool syntax (engine_bridge.toolsyntax: native
     tool_calls / tool turns for a template that reads them, the generic JSON form otherwise),
     then its chat template. A history without tool messages renders as plain messages."""
-    template, bos, eos = template_source()
-    prepared, extra = toolsyntax.prepare(messages, (), toolsyntax.syntax_for(template))
-    return render_prompt(prepared, template=template, bos_token=bos, eos_token=eos, extra=extra)
+    return toolsyntax.render(messages, (), served_model_get())
 
 
 def _start_assistant(conv, new_messages, owner="", **turn_kw):

@@ -108,6 +108,17 @@ def prepare(messages, tools, syntax):
     return out, ({"tools": [t.openai() for t in tools]} if tools else {})
 
 
+def render(messages, tools, served) -> str:
+    """Neutral messages (and the tools to offer) -> the prompt in the served model's template and
+    tool syntax (served: engine_bridge.served.ServedModel). The one composition of prepare and the
+    template, for the API surfaces and the chat page alike. Raises prompting.TemplateError."""
+    from engine_bridge.prompting import render_prompt
+
+    prepared, extra = prepare(messages, tools, syntax_for(served.template))
+    return render_prompt(prepared, template=served.template, bos_token=served.bos_token,
+                         eos_token=served.eos_token, extra=extra)
+
+
 def _prepare_generic(messages, tools):
     out = []
     for m in messages:

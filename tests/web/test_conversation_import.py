@@ -77,10 +77,11 @@ def test_the_chat_turn_prompt_carries_the_calls_in_the_models_tool_syntax(client
     """The chat page's next turn (services._render): on a template without tools (ChatML, the
     default SmolLM2 model's) past calls become the generic <tool_call> JSON form and the results
     <tool_response> blocks, as the API renders them, not only the results' text."""
-    from engine_bridge import prompting
+    from engine_bridge.served import served_model_from
 
-    monkeypatch.setattr(prompting, "template_source", lambda: (CHATML_TEMPLATE, "", ""))
-    monkeypatch.setattr(services, "template_source", lambda: (CHATML_TEMPLATE, "", ""))
+    served = served_model_from({"status": "up", "updated": 1.0,
+                                "model": {"name": "tiny", "arch": "llama", "chat_template": CHATML_TEMPLATE}})
+    monkeypatch.setattr(services, "served_model_get", lambda: served)
     conv = Conversation.objects.get(pk=post(client, {"messages": MESSAGES[:5]}).json()["id"])
     prompt = services._render(services.prompt_messages(conv))
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>' in prompt
