@@ -9,33 +9,14 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine_bridge.grammar import GrammarError, dfa_of, grammar_for_json_object, grammar_for_schema
+from engine_bridge.grammar import GrammarError, grammar_for_json_object, grammar_for_schema
+from tests.support.dfa import RefDfa
 from tests.native.engine import ROOT
 
 CORPUS = json.loads((ROOT / "tests" / "data" / "structured_schemas.json").read_text())
 
 
-class Dfa:
-    def __init__(self, wire):
-        self.start, self.accept, self.trans = dfa_of(wire)
-        inf = float("inf")
-        self.dist = [0 if a else inf for a in self.accept]
-        changed = True
-        while changed:
-            changed = False
-            for q, out in enumerate(self.trans):
-                for _, _, t in out:
-                    if self.dist[t] + 1 < self.dist[q]:
-                        self.dist[q], changed = self.dist[t] + 1, True
-
-    def accepts(self, data: bytes) -> bool:
-        q = self.start
-        for b in data:
-            q = next((t for lo, hi, t in self.trans[q] if lo <= b <= hi), None)
-            if q is None:
-                return False
-        return self.accept[q]
-
+class Dfa(RefDfa):
     def walk(self, rng, budget=300) -> bytes:
         """A random accepted string (stops at acceptance with probability 0.2 per step)."""
         q, out = self.start, bytearray()

@@ -12,7 +12,8 @@ import struct
 
 import pytest
 
-from engine_bridge.grammar import compile_node, dfa_of, grammar_for_schema, lit, seq
+from engine_bridge.grammar import compile_node, grammar_for_schema, lit, seq
+from tests.support.dfa import RefDfa
 from tests.native.engine import SCALE, chatml, parse_model_line
 
 pytestmark = pytest.mark.timeout(int(120 * SCALE))
@@ -79,26 +80,7 @@ def fixture_vocab(path):
     return pieces, eog
 
 
-class RefDFA:
-    def __init__(self, wire: bytes):
-        self.start, self.accept, self.trans = dfa_of(wire)
-        inf = float("inf")
-        self.dist = [0 if a else inf for a in self.accept]
-        changed = True
-        while changed:
-            changed = False
-            for q, out in enumerate(self.trans):
-                for _, _, t in out:
-                    if self.dist[t] + 1 < self.dist[q]:
-                        self.dist[q], changed = self.dist[t] + 1, True
-
-    def run(self, q, data: bytes):
-        for b in data:
-            q = next((t for lo, hi, t in self.trans[q] if lo <= b <= hi), None)
-            if q is None:
-                return None
-        return q
-
+class RefDFA(RefDfa):
     def mask(self, q, left, pieces, eog):
         """native/src/grammar.h's rule: live targets within max(left - 1, the closest one), once
         q's own distance is within the budget; every live target before."""
