@@ -49,3 +49,26 @@ def alice_key(alice):
     from api.models import ApiKey
 
     return ApiKey.issue(user=alice, name="test")[1]
+
+
+# The official SDKs against the live stack, with the key of the test file's own `key` fixture;
+# strict response validation, so a field of the wrong type fails the test.
+@pytest.fixture
+def oai(live_stack, key):  # noqa: F811  (the re-exported fixture, requested)
+    import openai
+
+    return openai.OpenAI(base_url=live_stack.url + "/v1", api_key=key, max_retries=0, timeout=60,
+                         _strict_response_validation=True)
+
+
+@pytest.fixture
+def ant(live_stack, key):  # noqa: F811
+    import anthropic
+
+    return anthropic.Anthropic(base_url=live_stack.url, api_key=key, max_retries=0, timeout=60,
+                               _strict_response_validation=True)
+
+
+@pytest.fixture
+def model(oai):
+    return oai.models.list().data[0].id

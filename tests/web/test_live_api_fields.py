@@ -2,8 +2,6 @@
 fixture model, the official SDKs unmodified with strict response validation: Chat `logprobs` /
 `top_logprobs` and `n`, streamed and buffered, Completions' integer `logprobs`, Anthropic
 `top_k` and `messages.count_tokens`. Unit level: test_api_fields.py."""
-import anthropic
-import openai
 import pytest
 
 from api.models import ApiKey
@@ -15,23 +13,6 @@ MESSAGES = [{"role": "user", "content": "Tell me about the sea."}]
 @pytest.fixture
 def key(alice):
     return ApiKey.issue(user=alice, name="fields")[1]
-
-
-@pytest.fixture
-def oai(live_stack, key):
-    return openai.OpenAI(base_url=live_stack.url + "/v1", api_key=key, max_retries=0, timeout=60,
-                         _strict_response_validation=True)
-
-
-@pytest.fixture
-def ant(live_stack, key):
-    return anthropic.Anthropic(base_url=live_stack.url, api_key=key, max_retries=0, timeout=60,
-                               _strict_response_validation=True)
-
-
-@pytest.fixture
-def model(oai):
-    return oai.models.list().data[0].id
 
 
 def check_entries(content, k, *, greedy):

@@ -20,23 +20,6 @@ def key(alice):
     return ApiKey.issue(user=alice, name="surfaces")[1]
 
 
-@pytest.fixture
-def oai(live_stack, key):
-    return openai.OpenAI(base_url=live_stack.url + "/v1", api_key=key, max_retries=0, timeout=60,
-                         _strict_response_validation=True)
-
-
-@pytest.fixture
-def ant(live_stack, key):
-    return anthropic.Anthropic(base_url=live_stack.url, api_key=key, max_retries=0, timeout=60,
-                               _strict_response_validation=True)
-
-
-@pytest.fixture
-def model(oai):
-    return oai.models.list().data[0].id
-
-
 def raw_stream(live_stack, key, route, body):
     with httpx.stream("POST", live_stack.url + route, json={**body, "stream": True}, timeout=60,
                       headers={"Authorization": f"Bearer {key}", "Accept": "application/json"}) as r:
