@@ -13,7 +13,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     exclude = ("hashed_secret",)
     readonly_fields = ("prefix", "created", "last_used")
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request) -> bool:
         return False  # keys are issued through POST /api/keys, which shows the secret once
 
 

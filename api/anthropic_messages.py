@@ -24,7 +24,7 @@ def _render(served, system, messages, plan):
                              plan.tools if plan.active else ())
 
 
-def _refuse_formats(body):
+def _refuse_formats(body) -> None:
     intake.refuse_format(body.get("output_format"), "output_format")
     config = intake.field_object(body, "output_config")
     intake.refuse_format(config.get("format"), "output_config.format")

@@ -37,5 +37,5 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             await database_call(row.touch)()
         return row.user, row
 
-    def authenticate_header(self, request):
+    def authenticate_header(self, request) -> str:
         return "Bearer"  # makes DRF answer 401, not 403

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status, message, *, type="invalid_request_error", param=None, code=None, headers=None, extra=None):
+    def __init__(self, status, message, *, type="invalid_request_error", param=None, code=None, headers=None, extra=None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers or {}

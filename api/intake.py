@@ -373,6 +373,6 @@ class Call:
     prompt_param: str        # the field a context overflow names (messages / prompt / input)
     requests: list = None    # n > 1: one request per choice (the projector is then a Choices)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.requests is None:
             self.requests = [self.request]

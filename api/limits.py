@@ -61,7 +61,7 @@ class _PerMinute(BaseThrottle):
 
     scope_name = None
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.wait_s = None
 
     async def allow_request(self, request, view):
@@ -195,11 +195,11 @@ def _refill_s(limit, level):
 class Reservation:
     """The tokens a request was charged at admission, settled once against what it used."""
 
-    def __init__(self, accounts=(), charges=(), levels=()):
+    def __init__(self, accounts=(), charges=(), levels=()) -> None:
         self.accounts, self.charges, self.levels = list(accounts), list(charges), list(levels)
         self.settled = False
 
-    def settle(self, used, now=None):
+    def settle(self, used, now=None) -> None:
         if self.settled or not self.accounts:
             return
         self.settled = True
@@ -215,7 +215,7 @@ class Reservation:
 
 
 class TokenLimitExceeded(Exception):
-    def __init__(self, wait, info):
+    def __init__(self, wait, info) -> None:
         super().__init__(f"token limit: retry in {wait:.1f} s")
         self.wait, self.info = wait, info  # info: (limit, remaining, seconds until full)
 

@@ -37,7 +37,7 @@ class LoopAPIView(AsyncAPIView):
         self.response = self.finalize_response(request, response, *args, **kwargs)
         return rendered_on_loop(self.response)
 
-    async def ainitial(self, request, *args, **kwargs):
+    async def ainitial(self, request, *args, **kwargs) -> None:
         """DRF's APIView.initial, awaiting what can wait."""
         self.format_kwarg = self.get_format_suffix(**kwargs)
         request.accepted_renderer, request.accepted_media_type = self.perform_content_negotiation(request)
@@ -63,7 +63,7 @@ class LoopAPIView(AsyncAPIView):
                 return
         request._not_authenticated()
 
-    async def acheck_throttles(self, request):
+    async def acheck_throttles(self, request) -> None:
         durations = []
         for throttle in self.get_throttles():
             allowed = throttle.allow_request(request, self)

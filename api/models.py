@@ -50,7 +50,7 @@ class ApiKey(models.Model):
     class Meta:
         ordering = ["-created"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name or 'key'} ({KEY_TAG}{self.prefix}…)"
 
     @classmethod
@@ -82,7 +82,7 @@ class ApiKey(models.Model):
         # At most one write a minute per key: last_used is for humans, not accounting.
         return self.last_used is None or (timezone.now() - self.last_used).total_seconds() > 60
 
-    def touch(self):
+    def touch(self) -> None:
         if self.touch_due():
             now = timezone.now()
             ApiKey.objects.filter(pk=self.pk).update(last_used=now)
@@ -97,5 +97,5 @@ class UserApiLimit(models.Model):
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"API limits of {self.user}"

@@ -39,7 +39,7 @@ from engine_bridge import toolsyntax
 KEEPALIVE = ": keepalive\n\n"  # an SSE comment: SDKs ignore it (never an empty data: line)
 
 
-def queued_comment(position):
+def queued_comment(position) -> str:
     return f": queued position={int(position or 0)}\n\n"
 
 
@@ -58,7 +58,7 @@ class Projector:
     keepalive = KEEPALIVE
 
     def __init__(self, *, model, discard_text=False, stop=(), routing=False, logprobs=None, index=0, tools=None,
-                 calls=None):
+                 calls=None) -> None:
         self.model = model
         self.index = index  # the choice this projector writes (n > 1: one projector per choice)
         self.want_logprobs = logprobs  # None: off; k: each token's logprob and its k best candidates
@@ -87,7 +87,7 @@ class Projector:
         return "".join(self.parts)
 
     @property
-    def finished(self):
+    def finished(self) -> bool:
         return self.done is not None or self.error is not None
 
     @property
@@ -178,7 +178,7 @@ class Projector:
         """A complete call ended the turn (a budget stop never counts: it stays `length`)."""
         return bool(self.tool_calls) and self.finish_reason == "stop" and not self.stop_sequence
 
-    def _take_logprobs(self, event):
+    def _take_logprobs(self, event) -> None:
         self.new_logprobs = list(event.get("logprobs") or ()) if self.want_logprobs is not None else []
         self.logprob_entries.extend(self.new_logprobs)
 
@@ -229,7 +229,7 @@ def completion_logprobs(entries, k, offset=0):
 
 
 class OpenAIChatProjector(Projector):
-    def __init__(self, *, include_usage=False, **kw):
+    def __init__(self, *, include_usage=False, **kw) -> None:
         super().__init__(**kw)
         self.id = _id("chatcmpl-")
         self.include_usage = include_usage
@@ -325,7 +325,7 @@ class OpenAIChatProjector(Projector):
 class CompletionProjector(OpenAIChatProjector):
     """Legacy Completions: every chunk a full text_completion object (never a delta)."""
 
-    def __init__(self, **kw):
+    def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.id = _id("cmpl-")
         self.lp_offset = 0  # text_offset of the next streamed token
@@ -383,7 +383,7 @@ class AnthropicProjector(Projector):
 
     keepalive = sse({"type": "ping"}, "ping")
 
-    def __init__(self, **kw):
+    def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.id = _id("msg_")
         self.blocks = []      # the content, in start order ({"type": "text"|"tool_use", ...})
@@ -487,7 +487,7 @@ class ResponsesProjector(Projector):
     order: messages (`msg_` ids) and, with tools, `function_call` items (item id `fc_`, the
     call_id `call_` the client echoes back in function_call_output)."""
 
-    def __init__(self, *, echo=None, **kw):
+    def __init__(self, *, echo=None, **kw) -> None:
         super().__init__(**kw)
         self.id = _id("resp_")
         self.item_id = _id("msg_")  # the first message item's id
@@ -540,7 +540,7 @@ class ResponsesProjector(Projector):
         first = next((i for i in self.items if i["type"] == "message"), {"type": "message", "id": self.item_id, "text": ""})
         return self._wire_item(first, status)
 
-    def _error_code(self):
+    def _error_code(self) -> str:
         err = self.api_error
         if err is not None and err.status == 429:
             return "rate_limit_exceeded"
@@ -666,7 +666,7 @@ class Choices:
     tokens once, as OpenAI counts them; completion tokens summed) and [DONE] after the last choice.
     Buffered: one object, every choice in index order. It has the Projector interface the views use."""
 
-    def __init__(self, projectors):
+    def __init__(self, projectors) -> None:
         self.choices = projectors
         first = projectors[0]
         for i, p in enumerate(projectors):
@@ -689,7 +689,7 @@ class Choices:
         return next((p.error for p in self.choices if p.error is not None), None)
 
     @property
-    def finished(self):
+    def finished(self) -> bool:
         return self.done is not None or self.error is not None
 
     @property

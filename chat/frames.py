@@ -25,7 +25,7 @@ PARAM_RULES = {
 
 
 class FrameError(ValueError):
-    def __init__(self, field, detail):
+    def __init__(self, field, detail) -> None:
         super().__init__(detail)
         self.field, self.detail = field, detail
 

@@ -25,7 +25,7 @@ ROLES = {"system": Message.Role.SYSTEM, "developer": Message.Role.SYSTEM, "user"
 class ImportRefused(ValueError):
     """Bad input: `field` is the JSON path of the offending value, `detail` says what is wrong."""
 
-    def __init__(self, field: str, detail: str):
+    def __init__(self, field: str, detail: str) -> None:
         super().__init__(f"{field}: {detail}")
         self.field, self.detail = field, detail
 

@@ -37,11 +37,11 @@ PROCESS = uuid.uuid4().hex  # tags group copies of frames this process delivered
 _local: dict[int, set] = {}  # conversation id -> sockets of this process watching it
 
 
-def watch_locally(conversation_id, socket):
+def watch_locally(conversation_id, socket) -> None:
     _local.setdefault(conversation_id, set()).add(socket)
 
 
-def unwatch_locally(conversation_id, socket):
+def unwatch_locally(conversation_id, socket) -> None:
     sockets = _local.get(conversation_id)
     if sockets is not None:
         sockets.discard(socket)
@@ -49,7 +49,7 @@ def unwatch_locally(conversation_id, socket):
             del _local[conversation_id]
 
 
-def _stop_key(conversation_id):
+def _stop_key(conversation_id) -> str:
     return f"chat:stop:{conversation_id}"
 
 
@@ -60,7 +60,7 @@ _group_down_until = 0.0
 _retries: set = set()       # background re-sends of frames other processes must not miss
 
 
-async def publish(conversation_id, frame):
+async def publish(conversation_id, frame) -> None:
     """Sends one client frame to every socket watching the conversation: this process's directly,
     the others' through the group. A Redis outage costs only the group copies (issue 24): a delta
     is dropped (the final `done` carries the whole text), any other frame is re-sent in the
@@ -89,7 +89,7 @@ async def publish(conversation_id, frame):
         task.add_done_callback(_retries.discard)
 
 
-async def _group_send(conversation_id, message):
+async def _group_send(conversation_id, message) -> None:
     async with asyncio.timeout(GROUP_SEND_TIMEOUT_S):
         await get_channel_layer().group_send(group_for(conversation_id), message)
 
@@ -208,7 +208,7 @@ async def _pump(request, queue):
     await queue.put(None)
 
 
-async def _wait_stop(conversation_id, event):
+async def _wait_stop(conversation_id, event) -> None:
     """Returns on this process's Stop, or another process's flag. A flag that cannot be read
     (Redis out or frozen) is no Stop: the turn goes on."""
     while True:
@@ -224,7 +224,7 @@ async def _wait_stop(conversation_id, event):
                 log.debug("reading the stop flag of conversation %s failed", conversation_id, exc_info=True)
 
 
-async def _reap(*tasks):
+async def _reap(*tasks) -> None:
     """Cancels the tasks until they have ended. One cancel is not enough on Python 3.11: its
     asyncio.wait_for swallows a cancellation that arrives as the inner future completes
     (CPython gh-86296), and the bridge client's wait_for(inbox.get()) completes constantly while
@@ -237,7 +237,7 @@ async def _reap(*tasks):
 
 
 class _State:
-    def __init__(self):
+    def __init__(self) -> None:
         self.text = ""
         self.stats = {}
         self.error = None  # error event
@@ -274,7 +274,7 @@ async def _relay(conv_id, msg_id, prompt, params):
         await asyncio.shield(_finish(conv_id, msg_id, state))
 
 
-async def _consume(conv_id, msg_id, queue, stopper, state):
+async def _consume(conv_id, msg_id, queue, stopper, state) -> None:
     last_save = time.monotonic()
     saved_len = 0
     while state.outcome is None:
@@ -314,14 +314,14 @@ async def _consume(conv_id, msg_id, queue, stopper, state):
             last_save, saved_len = now, len(state.text)
 
 
-async def _publish_delta(conv_id, msg_id, state, offset, pieces):
+async def _publish_delta(conv_id, msg_id, state, offset, pieces) -> None:
     text = "".join(pieces)
     state.text += text
     # offset counts Unicode code points of the message text before this delta.
     await publish(conv_id, {"type": "delta", "message": msg_id, "offset": offset, "text": text})
 
 
-async def _handle(conv_id, msg_id, event, state):
+async def _handle(conv_id, msg_id, event, state) -> None:
     kind = event.get("kind")
     if kind == "queued":
         await publish(conv_id, {"type": "queued", "message": msg_id, "position": event.get("position")})
@@ -382,7 +382,7 @@ async def _store_final(conv_id, msg_id, state, status, stats):
     return _UNSAVED
 
 
-async def _finish(conv_id, msg_id, state):
+async def _finish(conv_id, msg_id, state) -> None:
     """Stores the final message, then (after commit) publishes `error` and `done`."""
     outcome = state.outcome or "interrupted"
     stats = {k: v for k, v in state.stats.items() if v is not None}

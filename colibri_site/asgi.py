@@ -50,7 +50,7 @@ if not getattr(WebRequest.process, "nagle_off", False):
     WebRequest.process = _without_nagle(WebRequest.process)
 
 
-def _no_twisted_access_line(self, request):
+def _no_twisted_access_line(self, request) -> None:
     """Twisted formats a Combined Log Format line for every request and hands it to its own log,
     which Daphne discards at its default verbosity (at -v 2 it repeats Daphne's own access-log
     line): about 0.1 ms of CPU per request for nothing (issue 14's profile of GET /v1/models).
@@ -75,7 +75,7 @@ def _with_sweeper(app):
     return call
 
 
-def _sweep_at_start_up():
+def _sweep_at_start_up() -> None:
     """Daphne sends no lifespan events: the sweeper starts on its loop when the server starts,
     not at the first request (under another server, the first call starts it)."""
     server = sys.modules.get("daphne.server")

@@ -31,7 +31,7 @@ def _head_answer(status, reason, message, code):
             b"Connection: close\r\n\r\n" % (status, reason, len(body))) + body
 
 
-def refuse_head(channel, answer):
+def refuse_head(channel, answer) -> None:
     """Answers `answer` (URI_TOO_LONG / HEADERS_TOO_LARGE) and ends the connection politely."""
     transport = channel.transport
     channel.dataReceived = lambda data: None  # nothing more is parsed on this connection
@@ -53,7 +53,7 @@ def _on_first_line(channel):
     return bool(getattr(channel, "_HTTPChannel__first_line", 0))
 
 
-def _line_length_exceeded(self, line):
+def _line_length_exceeded(self, line) -> None:
     refuse_head(self, URI_TOO_LONG if _on_first_line(self) else HEADERS_TOO_LARGE)
 
 
@@ -77,7 +77,7 @@ def _bounded_header(header_received):
     return headerReceived
 
 
-def install():
+def install() -> None:
     """Idempotent: patches twisted.web.http.HTTPChannel (Daphne's parser) once."""
     channel = twisted_http.HTTPChannel
     if getattr(channel.lineReceived, "head_bounds", False):

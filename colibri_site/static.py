@@ -14,7 +14,7 @@ class AsyncWhiteNoiseMiddleware(WhiteNoiseMiddleware):
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response=None, **kwargs):
+    def __init__(self, get_response=None, **kwargs) -> None:
         super().__init__(get_response, **kwargs)
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:

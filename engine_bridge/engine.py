@@ -62,7 +62,7 @@ class EngineFailed(Exception):
 
 
 class Engine:
-    def __init__(self, argv, env, on_event, slots, read_pause=None):
+    def __init__(self, argv, env, on_event, slots, read_pause=None) -> None:
         self.argv, self.env, self.on_event, self.slots = argv, env, on_event, slots
         # Seconds to wait before the next read of stdout, given how many events the last read
         # held and the seconds since the read before (the owner's pacing; 0 = read at once).
@@ -107,7 +107,7 @@ class Engine:
         await self.kill()
         raise EngineFailed(reason)
 
-    async def _read(self):
+    async def _read(self) -> None:
         parser = protocol.Parser()
         reason, kill_now = "engine closed stdout", True
         try:
@@ -169,7 +169,7 @@ class Engine:
             finally:
                 loop.remove_reader(self.stdout_fd)
 
-    async def _pause(self, seconds):
+    async def _pause(self, seconds) -> None:
         """Waits `seconds`, or not at all or less when a command was written since the last pause
         (its answer may be due; the read after it may not have held it yet)."""
         with contextlib.suppress(TimeoutError):
@@ -177,7 +177,7 @@ class Engine:
                 await self.wake.wait()
         self.wake.clear()
 
-    def _dispatch(self, event):
+    def _dispatch(self, event) -> None:
         if isinstance(event, protocol.Banner):
             log.info("engine banner: %s", event.text)
             return
@@ -193,7 +193,7 @@ class Engine:
             self.broken = f"engine error {event.id} {event.message}"
         self.on_event(event)
 
-    async def _stderr(self):
+    async def _stderr(self) -> None:
         while True:
             line = await self.proc.stderr.readline()
             if not line:
@@ -215,7 +215,7 @@ class Engine:
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc
 
-    async def submit(self, req_id, slot, job):
+    async def submit(self, req_id, slot, job) -> None:
         # key=value extensions (seed=, experts=, routes=, heat=) go only to our engine (it sends a
         # MODEL line); the bridge refuses such a request for any other engine before it gets here.
         await self.write(protocol.format_submit(
@@ -223,13 +223,13 @@ class Engine:
             seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat, top_k=job.top_k,
             logprobs=job.logprobs, grammar=job.grammar))
 
-    async def stop(self, req_id):
+    async def stop(self, req_id) -> None:
         await self.write(protocol.format_stop(req_id))
 
-    async def cancel(self, req_id):
+    async def cancel(self, req_id) -> None:
         await self.write(protocol.format_cancel(req_id))
 
-    def stopped(self):
+    def stopped(self) -> bool:
         """True while the engine process is stopped (SIGSTOP, a debugger): /proc says so at once,
         where an unanswered ping would take a while."""
         try:
@@ -238,20 +238,20 @@ class Engine:
         except (OSError, IndexError, TypeError):
             return False
 
-    def _signal(self, sig):
+    def _signal(self, sig) -> None:
         if self.proc and self.proc.returncode is None:
             try:
                 self.proc.send_signal(sig)  # by PID: the engine may re-exec itself as "exe"
             except ProcessLookupError:
                 pass
 
-    async def kill(self):
+    async def kill(self) -> None:
         self._signal(signal.SIGKILL)
         if self.proc:
             await self.proc.wait()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def shutdown(self, drain_timeout):
+    async def shutdown(self, drain_timeout) -> None:
         """Close stdin (in-flight requests finish with DONE), then SIGTERM, 5 s, SIGKILL."""
         if self.proc is None:
             return
@@ -272,7 +272,7 @@ class Supervisor:
     """Keeps one engine running. hooks: on_status(str), on_ready(engine), on_event(event),
     on_down(reason) — on_down is where in-flight requests get ENGINE_DIED."""
 
-    def __init__(self, hooks, command=None, ready_timeout=None):
+    def __init__(self, hooks, command=None, ready_timeout=None) -> None:
         self.hooks = hooks
         self.command = command or engine_command()
         self.ready_timeout = ready_timeout or settings.ENGINE_READY_TIMEOUT
@@ -288,11 +288,11 @@ class Supervisor:
         wait = max(0.0, self.next_attempt - time.monotonic()) + self.last_start_s
         return max(1, int(wait + 0.999))
 
-    def _status(self, status):
+    def _status(self, status) -> None:
         self.status = status
         self.hooks.on_status(status)
 
-    async def run(self):
+    async def run(self) -> None:
         delay = BACKOFF_FIRST
         first = True
         while not self.stopping:
@@ -331,7 +331,7 @@ class Supervisor:
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
-    async def shutdown(self, drain_timeout=30.0):
+    async def shutdown(self, drain_timeout=30.0) -> None:
         self.stopping = True
         if self.engine is not None:
             await self.engine.shutdown(drain_timeout)

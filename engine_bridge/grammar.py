@@ -67,7 +67,7 @@ class GrammarError(ValueError):
     """A schema the compiler cannot turn into a grammar; .field names where (a dotted schema
     path, None for the whole schema) and the message names the keyword."""
 
-    def __init__(self, message: str, field: str | None = None):
+    def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
@@ -189,7 +189,7 @@ def json_chars(ranges) -> tuple:
 # --- NFA, DFA, minimisation, wire ---------------------------------------------------------------
 
 class _NFA:
-    def __init__(self):
+    def __init__(self) -> None:
         self.edges: list[list[tuple[int, int, int]]] = []
         self.eps: list[list[int]] = []
 
@@ -631,7 +631,7 @@ def _join(path: str, key) -> str:
 
 
 class _Compiler:
-    def __init__(self, root: dict):
+    def __init__(self, root: dict) -> None:
         self.root = root
         self.active: dict[str, int] = {}   # $ref -> expansions on the current path
 

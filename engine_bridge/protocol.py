@@ -496,7 +496,7 @@ def _frame_header(toks):
 class Parser:
     """Push parser: feed() raw stdout bytes in chunks of any size, get complete events back."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buf = bytearray()
         self.ready = False
         self.pending = None  # (event, byte count) while a frame payload is incomplete
@@ -548,7 +548,7 @@ class Parser:
 
 # --- commands ----------------------------------------------------------------------------------
 
-def encodable(text):
+def encodable(text) -> bool:
     """True when text can go on the wire as UTF-8: a str without lone surrogates (JSON parsers
     accept those; the engine, the database and every encoder after them do not)."""
     try:

@@ -25,7 +25,7 @@ WIRE_STEP = 10.0 ** -WIRE_DECIMALS
 class SamplingError(ValueError):
     """A client value the engine cannot take; `field` is the name the client used."""
 
-    def __init__(self, field, message):
+    def __init__(self, field, message) -> None:
         super().__init__(message)
         self.field, self.message = field, message
 

@@ -45,7 +45,7 @@ def common_prefix(a, b):
 
 
 class Scheduler:
-    def __init__(self, slots, queue_limit):
+    def __init__(self, slots, queue_limit) -> None:
         self.slots = [Slot(i) for i in range(slots)]
         self.queue_limit = queue_limit
         self.queue = []
@@ -109,7 +109,7 @@ class Scheduler:
                 slot.busy, slot.text, slot.used = None, text, self.clock
         return self.dispatch()
 
-    def remove(self, req):
+    def remove(self, req) -> bool:
         """Drop a waiting job (cancelled before it started). True if it was waiting."""
         for job in self.queue:
             if job.req == req:
@@ -127,7 +127,7 @@ class Scheduler:
                 return slot.index
         return None
 
-    def reset(self):
+    def reset(self) -> None:
         """The engine restarted: its KV is gone, nothing runs. Waiting jobs stay queued."""
         self.slots = [Slot(i) for i in range(len(self.slots))]
 

@@ -24,7 +24,7 @@ MAX_STOP_CHARS = 256    # characters per stop string
 
 
 class StopMatcher:
-    def __init__(self, stops):
+    def __init__(self, stops) -> None:
         self.stops = list(stops)
         self.goto = [{}]       # node -> {char: node}
         self.fail = [0]
@@ -37,7 +37,7 @@ class StopMatcher:
         self.node = 0
         self.pos = 0           # characters fed so far
 
-    def _add(self, stop):
+    def _add(self, stop) -> None:
         node = 0
         for ch in stop:
             nxt = self.goto[node].get(ch)
@@ -53,7 +53,7 @@ class StopMatcher:
         if stop:
             self.word[node] = stop
 
-    def _links(self):
+    def _links(self) -> None:
         queue = deque()
         for child in self.goto[0].values():
             queue.append(child)

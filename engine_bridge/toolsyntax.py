@@ -42,7 +42,7 @@ WS = " \t\r\n"
 ARG_KEYS = ("arguments", "parameters")  # some models write the schema's word
 
 
-def syntax_for(template):
+def syntax_for(template) -> str:
     """'glm45' | 'hermes' | 'generic' from the chat template's source."""
     template = template or ""
     if ARG_KEY in template and CALL_OPEN in template:
@@ -164,7 +164,7 @@ class JsonScan:
     character that no valid JSON continues. `done` once the top value is complete (a top-level
     atom: after close())."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.stack = []
         self.state = _VALUE
         self.atom = ""
@@ -254,7 +254,7 @@ class JsonScan:
                 raise BadJson(ch)
         return ev
 
-    def _after(self, ev):
+    def _after(self, ev) -> None:
         ev.append(("vend", len(self.stack), None))
         self.state = _AFTER
         if not self.stack:
@@ -326,7 +326,7 @@ class _CallObject:
     """Tracks one {"name": ..., "arguments": {...}} object inside a JsonScan, the object's own
     value at depth `base`: its name, and where its arguments' text begins and ends in raw."""
 
-    def __init__(self, base, start=0):
+    def __init__(self, base, start=0) -> None:
         self.base = base
         self.start = start      # offset of the object's "{" in raw
         self.key = None
@@ -336,7 +336,7 @@ class _CallObject:
         self.args_end = None
         self.args_object = False
 
-    def on(self, events, pos, raw):
+    def on(self, events, pos, raw) -> None:
         """events: what the character at raw[pos] produced."""
         inner = self.base + 1
         for kind, depth, key in events:
@@ -370,7 +370,7 @@ class ToolCallParser:
     `calls` (every started call; `ok_calls` the complete ones) and `cut` (the output ended inside
     a call)."""
 
-    def __init__(self, tools, *, syntax="generic", mode="auto", forced=None, max_calls=None, new_id=default_id):
+    def __init__(self, tools, *, syntax="generic", mode="auto", forced=None, max_calls=None, new_id=default_id) -> None:
         self.tools = dict(tools)
         self.syntax = syntax
         self.mode = mode
@@ -433,7 +433,7 @@ class ToolCallParser:
 
     # -- text
 
-    def _text(self, text, out):
+    def _text(self, text, out) -> None:
         if text:
             self.parts.append(text)
             if out and isinstance(out[-1], Text):
@@ -444,7 +444,7 @@ class ToolCallParser:
     def _can_call(self):
         return self.max_calls is None or len(self.ok_calls) < self.max_calls
 
-    def _marker_feed(self, delta, out):
+    def _marker_feed(self, delta, out) -> None:
         buf = self.pending + delta
         self.pending = ""
         while buf:
@@ -476,7 +476,7 @@ class ToolCallParser:
                 else:
                     self.state, buf = "text", rest
 
-    def _open_call(self):
+    def _open_call(self) -> None:
         self.state = "call"
         self.raw = ""
         self.began = False
@@ -517,20 +517,20 @@ class ToolCallParser:
         self._flush_args(out)
         return ""
 
-    def _maybe_commit(self, out):
+    def _maybe_commit(self, out) -> None:
         obj = self.obj
         if self.call is None and obj.args_start is not None and obj.args_object and obj.name is not None:
             if obj.name in self.tools and self._can_call():
                 self._start(obj.name, out)
                 self.sent = obj.args_start
 
-    def _start(self, name, out):
+    def _start(self, name, out) -> None:
         index = len(self.calls)
         self.call = Call(index=index, id=self.new_id(index), name=name)
         self.calls.append(self.call)
         out.append(CallStart(index, self.call.id, name))
 
-    def _flush_args(self, out):
+    def _flush_args(self, out) -> None:
         """Sends the arguments' text the scan has passed since the last flush."""
         call, obj = self.call, self.obj
         if call is None or obj is None or obj.args_start is None:
@@ -540,14 +540,14 @@ class ToolCallParser:
             self._args(self.raw[self.sent:end], out)
             self.sent = end
 
-    def _args(self, fragment, out):
+    def _args(self, fragment, out) -> None:
         self.call.arguments += fragment
         if out and isinstance(out[-1], CallArgs) and out[-1].index == self.call.index:
             out[-1].delta += fragment
         else:
             out.append(CallArgs(self.call.index, fragment))
 
-    def _end_object(self, obj_raw, as_text, out):
+    def _end_object(self, obj_raw, as_text, out) -> None:
         """A complete call object: end the committed call, or parse it whole (arguments before
         the name, or as a string); what is not a call of a known tool is text."""
         if self.call is not None:
@@ -565,13 +565,13 @@ class ToolCallParser:
         else:
             self._text(as_text, out)
 
-    def _end(self, out):
+    def _end(self, out) -> None:
         call = self.call
         call.ok = call.done = True
         out.append(CallEnd(call.index, call.arguments))
         self.call = None
 
-    def _break(self, raw, out):
+    def _break(self, raw, out) -> None:
         """The current call cannot be parsed: CallEnd(ok=False) if it had started, and its raw
         text as content."""
         if self.call is not None:
@@ -593,7 +593,7 @@ class ToolCallParser:
         def consumed(rest):  # the call's text up to where `rest` begins
             return CALL_OPEN + self.raw[:len(self.raw) - len(rest)]
 
-        def wait(rest):
+        def wait(rest) -> str:
             g["data"] = rest
             return ""
 
@@ -668,7 +668,7 @@ class ToolCallParser:
                 data = data[end + len(ARG_VALUE_END):]
                 g["stage"] = "pairs"
 
-    def _glm_value(self, text, out):
+    def _glm_value(self, text, out) -> None:
         g = self.glm
         if text and g["string"]:
             self._args(json.dumps(text, ensure_ascii=False)[1:-1], out)
@@ -735,7 +735,7 @@ class ToolCallParser:
             self._end_object(text, text, out)
             self.obj = None
 
-    def _json_break(self, out):
+    def _json_break(self, out) -> None:
         """JSON output that cannot be parsed (or was cut): the part that is no complete call
         comes back as text (args mode: all of it; calls mode: the open call object)."""
         if self.mode == "calls":

@@ -253,7 +253,7 @@ class RoutesRunner:
 
     method = "routes"
 
-    def __init__(self, *, key, experts=None):
+    def __init__(self, *, key, experts=None) -> None:
         self.key = key
         self.experts = experts
 
@@ -285,7 +285,7 @@ class ProbeRunner:
 
     method = "hits"
 
-    def __init__(self, *, key, chunk_words, experts=None):
+    def __init__(self, *, key, chunk_words, experts=None) -> None:
         self.key = key
         self.chunk_words = chunk_words
         self.experts = experts  # routed experts per token for the probes (None: the model's own)
@@ -303,12 +303,12 @@ class ProbeRunner:
         await asyncio.sleep(telemetry.WATCH_CHECK_S + telemetry.PUSH_MIN_INTERVAL)
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc) -> None:
         self.receiver.cancel()  # nothing after the build matters, so a lost message is harmless
         await asyncio.gather(self.receiver, return_exceptions=True)
         await self.layer.group_discard(telemetry.GROUP, self.channel)
 
-    async def _pump(self):
+    async def _pump(self) -> None:
         while True:
             message = await self.layer.receive(self.channel)
             for item in message.get("items", ()):
@@ -319,7 +319,7 @@ class ProbeRunner:
             prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=SEED,
             conversation_key=self.key, priority="background", experts=self.experts))
 
-    def drain(self):
+    def drain(self) -> None:
         """Forget items that arrived before the next request (called before each probe)."""
         while not self.inbox.empty():
             boot, item = self.inbox.get_nowait()

@@ -107,7 +107,7 @@ def build_start(*, user: AbstractBaseUser | None = None, model_name: str | None 
     return build
 
 
-def _fail_stale_builds():
+def _fail_stale_builds() -> None:
     """A running build whose job died (worker killed) would block every later build: one that
     saved no progress for STALE_BUILD_S is marked failed."""
     cutoff = timezone.now() - timedelta(seconds=STALE_BUILD_S)
@@ -126,7 +126,7 @@ def build_cancel(*, build: AtlasBuild) -> AtlasBuild:
     return build
 
 
-def _progress(build, **fields):
+def _progress(build, **fields) -> None:
     for k, v in fields.items():
         setattr(build, k, v)
     build.save(update_fields=[*fields, "updated"])
@@ -210,5 +210,5 @@ def _cancel_requested(build_id):
 
 
 @database_sync_to_async
-def _save_progress(build, done):
+def _save_progress(build, done) -> None:
     _progress(build, done=done)

@@ -8,10 +8,10 @@ from django.core.management.base import BaseCommand
 class Command(BaseCommand):
     help = "Create an 'admin' superuser with a random password if no superuser exists yet."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser) -> None:
         parser.add_argument("--username", default="admin")
 
-    def handle(self, *args, username, **options):
+    def handle(self, *args, username, **options) -> None:
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists():
             self.stdout.write("An admin account already exists; its password was shown when it was created.")

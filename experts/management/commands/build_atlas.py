@@ -8,7 +8,7 @@ from experts.models import AtlasBuild
 class Command(BaseCommand):
     help = "Measure experts.json for the engine's current model with the shipped probe prompts."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser) -> None:
         parser.add_argument("--experts", type=int, default=None,
                             help="routed experts per token for the probes (default: probes.json's choice)")
 
@@ -17,7 +17,7 @@ class Command(BaseCommand):
         if build.status != AtlasBuild.QUEUED:
             raise CommandError(f"build {build.pk} is already {build.status}; cancel it on the atlas page first")
 
-        def on_probe(done, total, probe):
+        def on_probe(done, total, probe) -> None:
             self.stdout.write(f"{done}/{total} {probe.category}#{probe.index}")
 
         build = services.build_run(build_id=build.pk, on_probe=on_probe, experts=options["experts"])

@@ -10,7 +10,7 @@ from experts.atlas_format import AtlasFormatError
 class Command(BaseCommand):
     help = "Import a colibri-format experts.json (kept byte for byte; older atlases stay)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser) -> None:
         parser.add_argument("file")
         parser.add_argument("--model", help="model name (default: the engine's current model)")
 
