@@ -14,7 +14,7 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field
 
 from engine_bridge import liveness, protocol, transport
@@ -73,7 +73,8 @@ def _broker_down(exc: object) -> dict:
 
 async def generate(request: GenerationRequest, req_id: str | None = None, *, boot: str | None = None,
                    idle_timeout: float = IDLE_TIMEOUT,
-                   tick: Callable[[], float] | None = None) -> AsyncIterator[dict | None]:
+                   tick: Callable[[], float] | None = None) -> AsyncGenerator[dict | None, None]:
+
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}.
 
     `boot`: the running bridge's boot id as the caller just read it (liveness.aget_boot's answer,
