@@ -33,7 +33,6 @@ class SharedPoolRedisCache(RedisCache):
     _class: type
 
     @property
-
     def _cache(self) -> Any:
         key = (tuple(self._servers), repr(sorted(self._options.items())))
         client = _clients.get(key)

@@ -68,7 +68,6 @@ class InlineSecurityMiddleware(SecurityMiddleware):
         return self.process_response(request, response)  # type: ignore[arg-type]
 
 
-
 class LeanASGIHandler(ASGIHandler):
     """Django's ASGI handler with settings.API_MIDDLEWARE as its chain."""
 
@@ -96,7 +95,6 @@ class LeanASGIHandler(ASGIHandler):
             if request is None:
                 assert error_response is not None  # create_request returns one of the two
                 await self.send_response(error_response, send)
-
                 error_response.close()
                 return
             response = await self.serve(request, receive, send)

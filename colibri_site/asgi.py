@@ -40,7 +40,6 @@ def _without_nagle(process: Callable[[WebRequest], Any]) -> Callable[[WebRequest
     @functools.wraps(process)
     def process_without_nagle(self: WebRequest) -> Any:
         transport: Any = getattr(self.channel, "transport", None)
-
         if hasattr(transport, "setTcpNoDelay"):
             transport.setTcpNoDelay(True)
         return process(self)
@@ -95,7 +94,6 @@ application = _with_sweeper(ProtocolTypeRouter(
         "websocket": OriginValidator(
             # types-channels asks a list[URLPattern | URLRouter]; a list of path()s is one.
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns + experts_websockets)),  # type: ignore[arg-type]
-
             settings.WEBSOCKET_ALLOWED_ORIGINS,
         ),
     }

@@ -38,7 +38,6 @@ def _head_answer(status: int, reason: bytes, message: str, code: str) -> bytes:
 def refuse_head(channel: twisted_http.HTTPChannel, answer: HeadAnswer) -> None:
     """Answers `answer` (URI_TOO_LONG / HEADERS_TOO_LARGE) and ends the connection politely."""
     transport: Any = channel.transport  # an ITransport: mypy reads zope interfaces' methods unbound
-
     setattr(channel, "dataReceived", lambda data: None)  # nothing more is parsed on this connection
     setattr(channel, "lineReceived", lambda line: None)
     if transport is None:
@@ -94,4 +93,3 @@ def install() -> None:
     setattr(channel, "lineReceived", _bounded_line(channel.lineReceived))
     setattr(channel, "headerReceived", _bounded_header(channel.headerReceived))
     setattr(channel, "lineLengthExceeded", _line_length_exceeded)
-

@@ -33,7 +33,6 @@ class AsyncWhiteNoiseMiddleware(WhiteNoiseMiddleware):
         return super().__call__(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-
         static_file = self._static_file(request)
         if static_file is not None:
             return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)

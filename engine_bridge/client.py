@@ -74,7 +74,6 @@ def _broker_down(exc: object) -> dict:
 async def generate(request: GenerationRequest, req_id: str | None = None, *, boot: str | None = None,
                    idle_timeout: float = IDLE_TIMEOUT,
                    tick: Callable[[], float] | None = None) -> AsyncGenerator[dict | None, None]:
-
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}.
 
     `boot`: the running bridge's boot id as the caller just read it (liveness.aget_boot's answer,

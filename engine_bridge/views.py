@@ -9,7 +9,7 @@ most liveness.STALE_S old (the key itself lingers TTL seconds after a kill), the
 the bridge says so and does not find it stopped or silent (telemetry `hung`). Each failing part is
 named: `redis`, `bridge` or `engine` is not "up", and the answer is 503 with Retry-After.
 """
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
 from engine_bridge import liveness
@@ -18,11 +18,12 @@ from engine_bridge.telemetry import decode_state
 
 
 @require_GET
-async def health(request):
+async def health(request: HttpRequest) -> JsonResponse:
     """200 when Redis, the bridge and the engine are up; 503 (with Retry-After) otherwise."""
     facts = await liveness.ahealth_facts()
     if facts is None:
-        body = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
+        body: dict[str, object] = {"engine": "unknown",
+ "bridge": "unknown", "redis": "down", "model": None,
                 "slots": None, "queue": None, "restarts": None, "experts": None, "sampling": None}
         return _answer(body, up=False)
     state = decode_state(facts.state_raw)
@@ -49,7 +50,7 @@ async def health(request):
     return _answer(body, up=bool(state["up"] and beating and status == "up"))
 
 
-def _answer(body, *, up):
+def _answer(body: dict[str, object], *, up: bool) -> JsonResponse:
     response = JsonResponse(body, status=200 if up else 503)
     if not up:
         response["Retry-After"] = "5"

@@ -402,7 +402,6 @@ class ProbeRunner:
         await self._request(RESET_PROMPT, 1)
         bitmaps: list[tuple[int, int, str]] = []
         previous = None
-
         for prefix in chunks(probe.text, self.chunk_words):
             hexes, clean, accepted = await self._request(prefix, 1)
             reused = accepted.get("reused") or 0

@@ -185,7 +185,6 @@ async def _measure(build: AtlasBuild, on_probe: OnProbe | None, on_retry: OnRetr
     async with runner:
         if isinstance(runner, builder.ProbeRunner):
             runner.drain()
-
         for i, probe in enumerate(probes):
             for attempt in range(builder.MAX_ATTEMPTS):
                 if await _cancel_requested(build.pk):

@@ -1,6 +1,7 @@
 """manage.py run_bridge — the long-running bridge worker; the only owner of the engine process."""
 import asyncio
 import signal
+from typing import Any
 
 from django.core.management.base import BaseCommand
 
@@ -10,7 +11,7 @@ from engine_bridge.worker import Bridge
 class Command(BaseCommand):
     help = "Run the engine bridge worker (spawns and supervises the engine)."
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         asyncio.run(serve())
 
 

@@ -29,7 +29,6 @@ class Command(BaseCommand):
         atlas = build.atlas
         assert atlas is not None  # a done build has its atlas
         v = atlas.validation or {}
-
         self.stdout.write(f"atlas {atlas.pk} for {atlas.model_name}: {atlas.entries} experts, "
                           f"{atlas.specialists} specialists, leave-one-prompt-out {v['correct']}/{v['total']}, "
                           f"method {v.get('method')}, experts {v.get('experts') or v.get('top_k')}, "
