@@ -590,7 +590,8 @@ def format_number(value: float) -> str:
 MAX_LOGPROBS = 32  # the engine's logprobs=k bound
 
 
-def format_submit(req_id: int, slot: int, payload: str | bytes, max_tokens: int, temperature: float, top_p: float, *,
+def format_submit(req_id: int, slot: int, payload: str | bytes, max_tokens: int, temperature: float | None,
+                  top_p: float | None, *,
                   slots: int, seed: int | None = None, experts: int | None = None, routes: bool = False,
                   heat: bool = True, top_k: int | None = None, logprobs: int = 0,
                   grammar: bytes | None = None) -> bytes:
