@@ -6,15 +6,16 @@ generation used, or with nothing (release()) when the engine never took it."""
 import time
 
 from api import limits
+from api.projectors import Choices, Projector
 from colibri_base import metrics
 
 
 class Meter:
-    def __init__(self, surface, *, reservation=None) -> None:
+    def __init__(self, surface: str, *, reservation: limits.Reservation | None = None) -> None:
         self.surface = surface
         self.reservation = reservation or limits.Reservation()  # tokens charged at admission
         self.t0 = time.monotonic()
-        self.last = None
+        self.last: float | None = None
         self.ended = False
 
     def accepted(self) -> None:
@@ -28,7 +29,7 @@ class Meter:
             metrics.INTER_TOKEN.labels(self.surface).observe(now - self.last)
         self.last = now
 
-    def end(self, projector=None, *, outcome=None) -> None:
+    def end(self, projector: Projector | Choices | None = None, *, outcome: str | None = None) -> None:
         if self.ended:
             return
         self.ended = True
@@ -51,7 +52,7 @@ class Meter:
         if not self.ended:
             self.reservation.settle(0)
 
-    def observe(self, event) -> None:
+    def observe(self, event: dict) -> None:
         kind = event.get("kind")
         if kind == "accepted":
             self.accepted()

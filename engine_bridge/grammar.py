@@ -845,7 +845,7 @@ class _Compiler:
         return _container("array", item, lo, hi)
 
 
-def grammar_for_schema(schema: dict) -> bytes:
+def grammar_for_schema(schema: dict | bool) -> bytes:
     """A JSON Schema -> CGD1 wire bytes; GrammarError names the keyword and where it is.
     Clients send the same schema again and again: the last SCHEMA_CACHE compilations are kept."""
     if not isinstance(schema, (dict, bool)):
