@@ -18,7 +18,6 @@ import time
 import uuid
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
@@ -26,6 +25,7 @@ from django.utils import timezone
 from chat import services
 from chat.groups import group_for
 from chat.models import Message
+from colibri_base.layers import channel_layer
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ async def publish(conversation_id, frame) -> None:
 
 async def _group_send(conversation_id, message) -> None:
     async with asyncio.timeout(GROUP_SEND_TIMEOUT_S):
-        await get_channel_layer().group_send(group_for(conversation_id), message)
+        await channel_layer().group_send(group_for(conversation_id), message)
 
 
 async def _resend(conversation_id, message):

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from channels.layers import get_channel_layer
 
+from colibri_base.layers import channel_layer
 from engine_bridge import client as bridge_client
 from engine_bridge import telemetry
 
@@ -299,9 +299,7 @@ class ProbeRunner:
         self.key = key
         self.chunk_words = chunk_words
         self.experts = experts  # routed experts per token for the probes (None: the model's own)
-        layer = get_channel_layer()
-        assert layer is not None, "CHANNEL_LAYERS has no default layer"
-        self.layer = layer
+        self.layer = channel_layer()
         self.channel = f"atlas-probe.{uuid.uuid4().hex}"  # a plain channel: its own BZPOPMIN key
         self.inbox: asyncio.Queue[tuple[str | None, dict]] = asyncio.Queue()
         self.receiver: asyncio.Task[None] | None = None

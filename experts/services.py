@@ -12,14 +12,13 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from colibri_base.layers import channel_layer
 from engine_bridge.served import aserved_model_get, served_model_from, served_model_get
 from experts import atlas_format, builder
 from experts.models import Atlas, AtlasBuild
@@ -88,9 +87,7 @@ def row_layers(*, rows: int, model: dict | None, atlas_layers: Iterable[int] = (
 def build_publish(*, build: AtlasBuild) -> None:
     """Pushes a build's progress to every atlas page (the /ws/atlas/ group)."""
     try:
-        layer = get_channel_layer()
-        assert layer is not None, "CHANNEL_LAYERS has no default layer"
-        async_to_sync(layer.group_send)(BUILD_GROUP, {"type": "atlas.build", "build": build.as_dict()})
+        async_to_sync(channel_layer().group_send)(BUILD_GROUP, {"type": "atlas.build", "build": build.as_dict()})
     except Exception:  # progress is a courtesy; the row is the truth
         log.exception("publishing build %s failed", build.pk)
 
