@@ -125,23 +125,27 @@ class LoopV1Api(V1Api, LoopAPIView):
 
 class ModelListApi(ByClientEnvelope, LoopV1Api):
     """One list in both styles (the union of the item fields; `has_more` is always false, or the
-    Anthropic SDK's pager loops)."""
+    Anthropic SDK's pager loops): every model a live bridge serves (api.served.listed)."""
 
     @openapi.models_list
-    async def get(self, request):
-        m = await served.aserved_model_get()
-        item = {**served.openai_entry(m), **served.anthropic_entry(m)}
+    async def get(self, request: Request) -> Response:
+        models = await asyncio.to_thread(served.served_models_get)
+        default = None if models else await served.aserved_model_get(with_boot=False)
+        data = served.listed(models, default)
         after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
-        data = [] if m.id in (after, before) else [item]
+        if after in {m["id"] for m in data}:
+            data = [m for m in data if m["id"] > after]
+        if before in {m["id"] for m in data}:
+            data = [m for m in data if m["id"] < before]
         return Response({"object": "list", "data": data, "has_more": False,
                          "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
 
 
 class ModelDetailApi(ByClientEnvelope, LoopV1Api):
     @openapi.model_detail
-    async def get(self, request, model_id):
-        m = await served.aserved_model_get()
-        if model_id not in m.aliases:
+    async def get(self, request: Request, model_id: str) -> Response:
+        m = await served.aserved_model_get(model_id, with_boot=False)
+        if m is None or model_id not in m.aliases:
             raise ApiError(404, f"The model {model_id!r} does not exist", param="model", code="model_not_found")
         return Response({**served.openai_entry(m), **served.anthropic_entry(m)})
 
@@ -166,15 +170,15 @@ class GenerationApi(LoopV1Api):
     async def ainitial(self, request, *args, **kwargs):
         if self.is_preflight(request):
             return
-        # The served model's facts (and the bridge boot) are read while the key is checked: one
-        # wait on Redis before the submit instead of two, and on a busy loop each wait lets the
-        # other requests' work go first (issue 14).
-        self.served_read = asyncio.ensure_future(served.aserved_model_get())
+        # The body and the facts of the model it names (and the bridge boot) are read while the
+        # key is checked: one wait on Redis before the submit instead of two, and on a busy loop
+        # each wait lets the other requests' work go first (issue 14).
+        self.served_read = asyncio.ensure_future(_body_and_model(request._request))
+        self.served_read.add_done_callback(_retrieved)  # a refused key leaves it unawaited
         await super().ainitial(request, *args, **kwargs)
 
     async def post(self, request):
-        body = intake.body_read(request._request)
-        facts = await self.served_read
+        body, facts = await self.served_read
         # In a worker thread: the parse renders the template and may compile a grammar (a new
         # schema can take a second), which must not stall the event loop every stream shares.
         call = await asyncio.to_thread(self.surface.parse, body, served=facts, surface=self.surface)
@@ -210,6 +214,19 @@ class GenerationApi(LoopV1Api):
                                              anthropic=self.envelope is ANTHROPIC).items():
             response[name] = value
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def _body_and_model(django_request: HttpRequest) -> tuple[dict, served.ServedModel | None]:
+    """The request's JSON body and the ServedModel its `model` field names (engine_bridge.served:
+    None for a name no live bridge serves). A body that does not parse is raised by the await,
+    after authentication (a missing key is a 401 whatever the body)."""
+    body = intake.body_read(django_request)
+    return body, await served.aserved_model_get(served.model_of(body))
 
 
 async def _tokens_admit(request, call):
@@ -275,10 +292,9 @@ class MessagesCountTokensApi(LoopV1Api):
                         responses={200: openapi.COUNT_TOKENS_RESPONSE, 400: openapi.ANTHROPIC_ERROR,
                                    529: openapi.ANTHROPIC_ERROR})
     async def post(self, request):
-        body = intake.body_read(request._request)
-        facts = await served.aserved_model_get()
-        _, prompt = anthropic_messages.count_prompt(body, served=facts)
-        job = GenerationRequest(prompt=prompt, max_tokens=1, temperature=0.0, top_p=1.0)
+        body, facts = await _body_and_model(request._request)
+        model, prompt = await asyncio.to_thread(anthropic_messages.count_prompt, body, served=facts)
+        job = GenerationRequest(prompt=prompt, max_tokens=1, temperature=0.0, top_p=1.0, model=model)
         accepted, events = await engine.open_generation(job, prompt_param="messages", boot=facts.boot)
         await events.aclose()  # cancels the job: only its count was wanted
         return Response({"input_tokens": int(accepted.get("prompt_tokens") or 0)})

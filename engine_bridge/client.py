@@ -48,6 +48,7 @@ class GenerationRequest:
     logprobs: int = 0                # k > 0: each text event carries its tokens' logprobs and k candidates
     grammar: bytes | None = None     # CGD1 DFA (engine_bridge.grammar) the output must stay in; only
                                      # for an engine that announces it (MODEL "grammar"), else refused
+    model: str | None = None         # a served model id; None: the default model (TEMPORARY shim: h_reg's wins)
 
 
 def job_message(request: GenerationRequest) -> dict:

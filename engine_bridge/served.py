@@ -11,7 +11,7 @@ Ids: `id` is a stable slug people can type (the model file's stem, e.g. `smollm2
 the display name and the generic aliases `colibri` and `default` are accepted too.
 """
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.conf import settings
@@ -86,6 +86,7 @@ class ServedModel:
     sampling_defaults: tuple = (sampling.DEFAULT_TEMPERATURE, sampling.DEFAULT_TOP_P)  # for unnamed values
     boot: str | None = None  # the bridge boot alive when these facts were read ("" none; None unknown)
     info: dict = field(default_factory=dict, compare=False, hash=False)  # the raw MODEL dict, for engine details
+    bridges: tuple = ()  # ids of the live bridges serving it (TEMPORARY shim until h_reg: the one bridge)
 
     @property
     def up(self):
@@ -126,14 +127,34 @@ def served_model_from(state, *, boot=None):
     )
 
 
-def served_model_get():
-    return served_model_from(_read_state())
+def _one_bridge(state, *, boot=None):
+    """TEMPORARY shim of the multi-bridge interface (h_reg's version replaces it): the one bridge
+    as "main" while its state is fresh."""
+    served = served_model_from(state, boot=boot)
+    return replace(served, bridges=("main",) if (state or {}).get("updated") else ())
 
 
-async def aserved_model_get(*, with_boot=True):
+def _pick(served, model):
+    """The interface's rule on one bridge: the default for None, the model for one of its names,
+    None for a name it does not serve (while no bridge is live: the down model, so 503)."""
+    if model is None or model in served.aliases or not served.bridges:
+        return served
+    return None
+
+
+def served_models_get():
+    served = _one_bridge(_read_state())
+    return [served] if served.bridges else []
+
+
+def served_model_get(model=None):
+    return _pick(_one_bridge(_read_state()), model)
+
+
+async def aserved_model_get(model=None, *, with_boot=True):
     """served_model_get on the event loop (no thread hop before a generation's first token), with
     the running bridge's boot read in the same round trip (a generation submits to it)."""
     if not with_boot:
-        return served_model_from(await _aread_state())
+        return _pick(_one_bridge(await _aread_state()), model)
     state, boot = await _aread_state_and_boot()
-    return served_model_from(state, boot=boot)
+    return _pick(_one_bridge(state, boot=boot), model)
