@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -26,6 +27,9 @@ from django.utils import timezone
 from chat import services
 from chat.groups import group_for
 from chat.models import Message
+
+if TYPE_CHECKING:
+    from engine_bridge.client import GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,8 @@ def start(turn: services.Turn, params: dict) -> asyncio.Task:
     """Runs the turn's relay task. Its caller starts the orphan sweeper first (chat.sweeper:
     the lease that tells other processes this turn's relay lives), which imports this module."""
     conv_id = turn.conversation.pk
-    task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, turn.prompt, params), name=f"relay-conv-{conv_id}")
+    request = _generation_request(conv_id, turn.prompt, params, routes=turn.routes, model=turn.model)
+    task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, request), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task
     task.add_done_callback(lambda t: _running.pop(conv_id, None) if _running.get(conv_id) is t else None)
     return task
@@ -141,20 +146,6 @@ def engine_reports_routes(model):
     return served_model_from({"model": model if isinstance(model, dict) else None}).extensions
 
 
-_routes_cache = {"at": -1e9, "value": False}
-ROUTES_CACHE_S = 2.0  # one Redis read per few seconds, not one per turn
-
-
-async def _routes_wanted():
-    now = time.monotonic()
-    if now - _routes_cache["at"] > ROUTES_CACHE_S:
-        from engine_bridge.served import aserved_model_get
-
-        # Redis trouble: the model last read (the turn itself will report the outage)
-        _routes_cache.update(at=now, value=(await aserved_model_get(with_boot=False)).extensions)
-    return _routes_cache["value"]
-
-
 def routing_summary(routing):
     """The done event's routing ({"rows", "cols", "counts": [[row, expert, n], ...]}, see
     docs/contracts.md) when it names any expert, else None (services.message_finish packs it)."""
@@ -163,10 +154,14 @@ def routing_summary(routing):
     return routing
 
 
-def _generation_request(conv_id, prompt, params, routes=False):
+def _generation_request(conv_id: int, prompt: str, params: dict, routes: bool = False,
+                        model: str | None = None) -> "GenerationRequest":
+    """The turn's job: `model` the conversation's served model (the bridge serving it takes the
+    turn), `routes` whether its engine reports which experts answered (services.Turn.routes)."""
     from engine_bridge.client import GenerationRequest
 
     return GenerationRequest(
+        model=model,
         prompt=prompt,
         max_tokens=params.get("max_tokens") or settings.DEFAULT_MAX_TOKENS,
         temperature=params.get("temperature"),  # absent: the served model's default (the bridge decides)
@@ -247,7 +242,7 @@ class _State:
         self.started = time.monotonic()
 
 
-async def _relay(conv_id, msg_id, prompt, params):
+async def _relay(conv_id, msg_id, request):
     try:  # an old flag of this conversation; Redis out: there is none to fear
         async with asyncio.timeout(1.0):
             await cache.adelete(_stop_key(conv_id))
@@ -256,7 +251,6 @@ async def _relay(conv_id, msg_id, prompt, params):
     stop_event = _stop_events[conv_id] = asyncio.Event()
     queue = asyncio.Queue()
     state = _State()
-    request = _generation_request(conv_id, prompt, params, routes=await _routes_wanted())
     pump = asyncio.create_task(_pump(request, queue))
     stopper = asyncio.create_task(_wait_stop(conv_id, stop_event))
     try:
