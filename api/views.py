@@ -39,7 +39,7 @@ from api.loopview import LoopAPIView
 from api.metering import Meter
 from api.models import ApiKey
 from colibri_base import metrics
-from engine_bridge import telemetry
+from engine_bridge import fleet, telemetry
 from engine_bridge.client import GenerationRequest
 
 KEEPALIVE_S = 10
@@ -432,9 +432,15 @@ class KeyCreateInput(serializers.Serializer):
 class StatsApi(V1Api):
     """GET /v1/stats: the figures of /metrics as JSON, for humans and scripts (any API key)."""
 
-    @openapi.documented(summary="The /metrics figures as JSON", responses={200: openapi.OpenApiTypes.OBJECT})
+    @openapi.documented(summary="The /metrics figures as JSON, per bridge and per model",
+                        responses={200: openapi.OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Response:
-        return Response(metrics.stats(telemetry.get_state))
+        """`engine` is one bridge's (`?bridge=<id>`, else the default one); `bridges` and `models`
+        list every live bridge (id, host, model, status, slots, busy, queued) and model."""
+        try:
+            return Response(fleet.stats(request.query_params.get("bridge")))
+        except fleet.UnknownBridge as exc:
+            raise ApiError(404, exc.detail, param="bridge", code="bridge_not_found")
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
