@@ -44,6 +44,7 @@ from engine_bridge.client import GenerationRequest
 
 KEEPALIVE_S = 10
 QUEUE_POSITION_HEADER = "x-colibri-queue-position"
+BRIDGE_HEADER = "x-colibri-bridge"  # the engine host (bridge id) that answered a generation
 # What the openai and anthropic SDKs send (api-surfaces §1.2).
 CORS_ALLOW_HEADERS = ", ".join([
     "Authorization", "Content-Type", "x-api-key", "anthropic-version", "anthropic-beta",
@@ -98,7 +99,7 @@ class V1Api(APIView):
         # wildcard never covers Authorization in Allow-Headers, hence the explicit list).
         response["Access-Control-Allow-Origin"] = "*"
         response["Access-Control-Expose-Headers"] = ", ".join([
-            "Retry-After", "retry-after-ms", QUEUE_POSITION_HEADER, *(f"x-ratelimit-{a}-{k}" for a in (
+            "Retry-After", "retry-after-ms", QUEUE_POSITION_HEADER, BRIDGE_HEADER, *(f"x-ratelimit-{a}-{k}" for a in (
                 "limit", "remaining", "reset") for k in ("requests", "tokens")), *(f"anthropic-ratelimit-{k}-{a}" for k in (
                 "requests", "tokens") for a in ("limit", "remaining", "reset"))])
         return super().finalize_response(request, response, *args, **kwargs)
@@ -188,7 +189,8 @@ class GenerationApi(LoopV1Api):
         meter = Meter(self.surface.name, reservation=reservation)
         try:
             if not call.stream:
-                return Response(await _buffered(call, meter, boot=facts.boot))
+                answer, bridge = await _buffered(call, meter, boot=facts.boot)
+                return _from_bridge(Response(answer), bridge)
             # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was
             # admitted: its client learns its position while it waits); the wait stays bounded.
             deadline = engine.queue_deadline()
@@ -206,7 +208,7 @@ class GenerationApi(LoopV1Api):
         response["X-Accel-Buffering"] = "no"
         if first.get("kind") == "queued":
             response[QUEUE_POSITION_HEADER] = str(first.get("position") or 0)
-        return response
+        return _from_bridge(response, first.get("bridge"))
 
     def finalize_response(self, request, response, *args, **kwargs):
         metrics.REQUESTS.labels(self.surface.name, str(response.status_code)).inc()
@@ -297,7 +299,7 @@ class MessagesCountTokensApi(LoopV1Api):
         job = GenerationRequest(prompt=prompt, max_tokens=1, temperature=0.0, top_p=1.0, model=model)
         accepted, events = await engine.open_generation(job, prompt_param="messages", boot=facts.boot)
         await events.aclose()  # cancels the job: only its count was wanted
-        return Response({"input_tokens": int(accepted.get("prompt_tokens") or 0)})
+        return _from_bridge(Response({"input_tokens": int(accepted.get("prompt_tokens") or 0)}), accepted.get("bridge"))
 
 
 def generation_view(surface):
@@ -342,9 +344,18 @@ async def _choice_events(call, events, *, boot=None, tick=None):
                 yield _tagged(event, i)
 
 
-async def _buffered(call, meter, *, boot=None):
+def _from_bridge(response: HttpResponse, bridge: str | None) -> HttpResponse:
+    """Names the engine host that answered (BRIDGE_HEADER), when the router said."""
+    if bridge:
+        response[BRIDGE_HEADER] = bridge
+    return response
+
+
+async def _buffered(call, meter, *, boot=None) -> tuple[dict, str | None]:
+    """The answer object of a buffered generation, and the bridge that made it."""
     projector = call.projector
     accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param, boot=boot)
+    bridge = accepted.get("bridge")
     if len(call.requests) > 1:
         accepted, events = _tagged(accepted, 0), _choice_events(call, events, boot=boot)
     meter.observe(accepted)
@@ -365,7 +376,7 @@ async def _buffered(call, meter, *, boot=None):
         raise refused or ApiError(500, projector.error_message, type="server_error", code="engine_error")
     if not projector.done:
         raise ApiError(500, "The engine ended the request without finishing it.", type="server_error", code="engine_error")
-    return projector.response()
+    return projector.response(), bridge
 
 
 def _queue_deadline(projector, deadline):

@@ -76,7 +76,7 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     # Tool only: the id of the call (in an earlier assistant message) this is the result of.
     tool_call_id = models.CharField(max_length=128, blank=True, default="")
-    # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error
+    # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error, bridge (the engine host)
     stats = models.JSONField(default=dict, blank=True)
     # Which experts answered this message (the engine's ROUTES for its request, asked with
     # routes=True), packed by chat.services.routing_pack: {"rows", "cols", "experts",

@@ -317,7 +317,9 @@ async def _publish_delta(conv_id, msg_id, state, offset, pieces):
 
 async def _handle(conv_id, msg_id, event, state):
     kind = event.get("kind")
-    if kind == "queued":
+    if kind == "routed":  # the engine host that takes the turn, kept with the reply's stats
+        state.stats["bridge"] = event.get("bridge")
+    elif kind == "queued":
         await publish(conv_id, {"type": "queued", "message": msg_id, "position": event.get("position")})
     elif kind == "accepted":
         state.stats["prompt_tokens"] = event.get("prompt_tokens")
@@ -343,7 +345,7 @@ async def _handle(conv_id, msg_id, event, state):
     elif kind == "error":
         state.error = {"code": event.get("code", "ENGINE_ERROR"), "message": event.get("message", "")}
         state.outcome = "interrupted" if event.get("code") == "CANCELLED" else "error"
-    # topk and unknown kinds: not shown in chat
+    # submitted, topk and unknown kinds: not shown in chat
 
 
 ERROR_DETAIL = {

@@ -9,6 +9,7 @@ export interface Stats {
   prompt_tokens?: number | null;
   completion_tokens?: number | null;
   ttft_s?: number | null;
+  bridge?: string | null; // the engine host (bridge id) that answered
   tok_s?: number | null;
   hit_pct?: number | null;
   finish_reason?: string | null;
