@@ -49,7 +49,7 @@ def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> inta
     budget = intake.budget(body, surface.budget)
     prompt = _render(served, system, messages, plan)
     ext = intake.colibri_extension(body, served=served)
-    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
+    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served), model=model,
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
                                 routes=ext.routing, top_k=intake.top_k(body, served=served))
     tools_mod.constrain(plan, request, served)

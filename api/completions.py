@@ -37,7 +37,7 @@ def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> inta
     ext = intake.colibri_extension(body, served=served)
     n = intake.choices_count(body)
     logprobs = intake.completion_logprobs(body, served=served)
-    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
+    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served), model=model,
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
                                 routes=ext.routing, top_k=intake.top_k(body, served=served),
                                 logprobs=intake.engine_logprobs(logprobs))

@@ -40,12 +40,14 @@ async def open_generation(request: GenerationRequest, *, prompt_param: str = "me
     """-> (accepted event — or, with admit_queued, the first queued event —, async iterator of the
     remaining events). Raises ApiError; a context overflow names `prompt_param` (the surface's own
     field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s(). `tick`, `boot`:
-    see client.generate (the iterator then yields None when that long passes without an event)."""
+    see client.generate (the iterator then yields None when that long passes without an event).
+    The returned event names the bridge that took the job (`bridge`, from its `routed` event)."""
     from engine_bridge import client
 
     agen = client.generate(request, tick=tick, boot=boot)
     if deadline is None:
         deadline = queue_deadline()
+    bridge = None  # the bridge the router chose (its `routed` event), told to the caller with `first`
     while True:
         try:
             # A timeout cancels __anext__, which ends generate() and sends gen.cancel. (A timeout
@@ -59,8 +61,10 @@ async def open_generation(request: GenerationRequest, *, prompt_param: str = "me
         if event is None:  # a tick while waiting for ACCEPT: the deadline above bounds the wait
             continue
         kind = event.get("kind")
+        if kind == "routed":
+            bridge = event.get("bridge")
         if kind == "accepted" or (kind == "queued" and admit_queued):
-            return event, agen
+            return ({**event, "bridge": bridge} if bridge else event), agen
         if kind == "error":
             await agen.aclose()
             raise from_engine_error(event, prompt_param=prompt_param)

@@ -32,6 +32,7 @@ def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> inta
         prompt=served_mod.render(served, messages, plan.tools if plan.active else ()), max_tokens=intake.engine_budget(budget, served),
         temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
+        model=model,  # the bridge serving it (engine_bridge routing)
         priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing,
         top_k=intake.top_k(body, served=served), logprobs=intake.engine_logprobs(logprobs), grammar=grammar,
     )

@@ -38,7 +38,7 @@ def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> inta
     prompt = served_mod.render(served, ([{"role": "system", "content": instructions}] if instructions else []) + messages,
                                plan.tools if plan.active else ())
     ext = intake.colibri_extension(body, served=served)
-    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
+    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served), model=model,
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
                                 routes=ext.routing, top_k=intake.top_k(body, served=served), grammar=grammar)
     tools_mod.constrain(plan, request, served)

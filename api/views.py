@@ -39,11 +39,12 @@ from api.loopview import LoopAPIView
 from api.metering import Meter
 from api.models import ApiKey
 from colibri_base import metrics
-from engine_bridge import telemetry
+from engine_bridge import fleet, telemetry
 from engine_bridge.client import GenerationRequest
 
 KEEPALIVE_S = 10
 QUEUE_POSITION_HEADER = "x-colibri-queue-position"
+BRIDGE_HEADER = "x-colibri-bridge"  # the engine host (bridge id) that answered a generation
 # What the openai and anthropic SDKs send (api-surfaces §1.2).
 CORS_ALLOW_HEADERS = ", ".join([
     "Authorization", "Content-Type", "x-api-key", "anthropic-version", "anthropic-beta",
@@ -98,7 +99,7 @@ class V1Api(APIView):
         # wildcard never covers Authorization in Allow-Headers, hence the explicit list).
         response["Access-Control-Allow-Origin"] = "*"
         response["Access-Control-Expose-Headers"] = ", ".join([
-            "Retry-After", "retry-after-ms", QUEUE_POSITION_HEADER, *(f"x-ratelimit-{a}-{k}" for a in (
+            "Retry-After", "retry-after-ms", QUEUE_POSITION_HEADER, BRIDGE_HEADER, *(f"x-ratelimit-{a}-{k}" for a in (
                 "limit", "remaining", "reset") for k in ("requests", "tokens")), *(f"anthropic-ratelimit-{k}-{a}" for k in (
                 "requests", "tokens") for a in ("limit", "remaining", "reset"))])
         return super().finalize_response(request, response, *args, **kwargs)
@@ -125,23 +126,27 @@ class LoopV1Api(V1Api, LoopAPIView):
 
 class ModelListApi(ByClientEnvelope, LoopV1Api):
     """One list in both styles (the union of the item fields; `has_more` is always false, or the
-    Anthropic SDK's pager loops)."""
+    Anthropic SDK's pager loops): every model a live bridge serves (api.served.listed)."""
 
     @openapi.models_list
-    async def get(self, request):
-        m = await served.aserved_model_get()
-        item = {**served.openai_entry(m), **served.anthropic_entry(m)}
+    async def get(self, request: Request) -> Response:
+        models = await asyncio.to_thread(served.served_models_get)
+        default = None if models else await served.aserved_model_get(with_boot=False)
+        data = served.listed(models, default)
         after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
-        data = [] if m.id in (after, before) else [item]
+        if after in {m["id"] for m in data}:
+            data = [m for m in data if m["id"] > after]
+        if before in {m["id"] for m in data}:
+            data = [m for m in data if m["id"] < before]
         return Response({"object": "list", "data": data, "has_more": False,
                          "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
 
 
 class ModelDetailApi(ByClientEnvelope, LoopV1Api):
     @openapi.model_detail
-    async def get(self, request, model_id):
-        m = await served.aserved_model_get()
-        if model_id not in m.aliases:
+    async def get(self, request: Request, model_id: str) -> Response:
+        m = await served.aserved_model_get(model_id, with_boot=False)
+        if m is None or model_id not in m.aliases:
             raise ApiError(404, f"The model {model_id!r} does not exist", param="model", code="model_not_found")
         return Response({**served.openai_entry(m), **served.anthropic_entry(m)})
 
@@ -166,15 +171,15 @@ class GenerationApi(LoopV1Api):
     async def ainitial(self, request, *args, **kwargs):
         if self.is_preflight(request):
             return
-        # The served model's facts (and the bridge boot) are read while the key is checked: one
-        # wait on Redis before the submit instead of two, and on a busy loop each wait lets the
-        # other requests' work go first (issue 14).
-        self.served_read = asyncio.ensure_future(served.aserved_model_get())
+        # The body and the facts of the model it names (and the bridge boot) are read while the
+        # key is checked: one wait on Redis before the submit instead of two, and on a busy loop
+        # each wait lets the other requests' work go first (issue 14).
+        self.served_read = asyncio.ensure_future(_body_and_model(request._request))
+        self.served_read.add_done_callback(_retrieved)  # a refused key leaves it unawaited
         await super().ainitial(request, *args, **kwargs)
 
     async def post(self, request):
-        body = intake.body_read(request._request)
-        facts = await self.served_read
+        body, facts = await self.served_read
         # In a worker thread: the parse renders the template and may compile a grammar (a new
         # schema can take a second), which must not stall the event loop every stream shares.
         call = await asyncio.to_thread(self.surface.parse, body, served=facts, surface=self.surface)
@@ -184,7 +189,8 @@ class GenerationApi(LoopV1Api):
         meter = Meter(self.surface.name, reservation=reservation)
         try:
             if not call.stream:
-                return Response(await _buffered(call, meter, boot=facts.boot))
+                answer, bridge = await _buffered(call, meter, boot=facts.boot)
+                return _from_bridge(Response(answer), bridge)
             # The 200 starts at ACCEPT, or earlier at the first `queued` event (the job was
             # admitted: its client learns its position while it waits); the wait stays bounded.
             deadline = engine.queue_deadline()
@@ -202,7 +208,7 @@ class GenerationApi(LoopV1Api):
         response["X-Accel-Buffering"] = "no"
         if first.get("kind") == "queued":
             response[QUEUE_POSITION_HEADER] = str(first.get("position") or 0)
-        return response
+        return _from_bridge(response, first.get("bridge"))
 
     def finalize_response(self, request, response, *args, **kwargs):
         metrics.REQUESTS.labels(self.surface.name, str(response.status_code)).inc()
@@ -210,6 +216,19 @@ class GenerationApi(LoopV1Api):
                                              anthropic=self.envelope is ANTHROPIC).items():
             response[name] = value
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def _body_and_model(django_request: HttpRequest) -> tuple[dict, served.ServedModel | None]:
+    """The request's JSON body and the ServedModel its `model` field names (engine_bridge.served:
+    None for a name no live bridge serves). A body that does not parse is raised by the await,
+    after authentication (a missing key is a 401 whatever the body)."""
+    body = intake.body_read(django_request)
+    return body, await served.aserved_model_get(served.model_of(body))
 
 
 async def _tokens_admit(request, call):
@@ -275,13 +294,12 @@ class MessagesCountTokensApi(LoopV1Api):
                         responses={200: openapi.COUNT_TOKENS_RESPONSE, 400: openapi.ANTHROPIC_ERROR,
                                    529: openapi.ANTHROPIC_ERROR})
     async def post(self, request):
-        body = intake.body_read(request._request)
-        facts = await served.aserved_model_get()
-        _, prompt = anthropic_messages.count_prompt(body, served=facts)
-        job = GenerationRequest(prompt=prompt, max_tokens=1, temperature=0.0, top_p=1.0)
+        body, facts = await _body_and_model(request._request)
+        model, prompt = await asyncio.to_thread(anthropic_messages.count_prompt, body, served=facts)
+        job = GenerationRequest(prompt=prompt, max_tokens=1, temperature=0.0, top_p=1.0, model=model)
         accepted, events = await engine.open_generation(job, prompt_param="messages", boot=facts.boot)
         await events.aclose()  # cancels the job: only its count was wanted
-        return Response({"input_tokens": int(accepted.get("prompt_tokens") or 0)})
+        return _from_bridge(Response({"input_tokens": int(accepted.get("prompt_tokens") or 0)}), accepted.get("bridge"))
 
 
 def generation_view(surface):
@@ -326,9 +344,18 @@ async def _choice_events(call, events, *, boot=None, tick=None):
                 yield _tagged(event, i)
 
 
-async def _buffered(call, meter, *, boot=None):
+def _from_bridge(response: HttpResponse, bridge: str | None) -> HttpResponse:
+    """Names the engine host that answered (BRIDGE_HEADER), when the router said."""
+    if bridge:
+        response[BRIDGE_HEADER] = bridge
+    return response
+
+
+async def _buffered(call, meter, *, boot=None) -> tuple[dict, str | None]:
+    """The answer object of a buffered generation, and the bridge that made it."""
     projector = call.projector
     accepted, events = await engine.open_generation(call.request, prompt_param=call.prompt_param, boot=boot)
+    bridge = accepted.get("bridge")
     if len(call.requests) > 1:
         accepted, events = _tagged(accepted, 0), _choice_events(call, events, boot=boot)
     meter.observe(accepted)
@@ -349,7 +376,7 @@ async def _buffered(call, meter, *, boot=None):
         raise refused or ApiError(500, projector.error_message, type="server_error", code="engine_error")
     if not projector.done:
         raise ApiError(500, "The engine ended the request without finishing it.", type="server_error", code="engine_error")
-    return projector.response()
+    return projector.response(), bridge
 
 
 def _queue_deadline(projector, deadline):
@@ -416,9 +443,15 @@ class KeyCreateInput(serializers.Serializer):
 class StatsApi(V1Api):
     """GET /v1/stats: the figures of /metrics as JSON, for humans and scripts (any API key)."""
 
-    @openapi.documented(summary="The /metrics figures as JSON", responses={200: openapi.OpenApiTypes.OBJECT})
+    @openapi.documented(summary="The /metrics figures as JSON, per bridge and per model",
+                        responses={200: openapi.OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Response:
-        return Response(metrics.stats(telemetry.get_state))
+        """`engine` is one bridge's (`?bridge=<id>`, else the default one); `bridges` and `models`
+        list every live bridge (id, host, model, status, slots, busy, queued) and model."""
+        try:
+            return Response(fleet.stats(request.query_params.get("bridge")))
+        except fleet.UnknownBridge as exc:
+            raise ApiError(404, exc.detail, param="bridge", code="bridge_not_found")
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

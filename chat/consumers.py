@@ -187,8 +187,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
         relay.start(turn, params)
 
-    async def on_send(self, conversation, text, params):
-        await self._begin(await database_sync_to_async(services.turn_send)(self.user, conversation, text, relay.PROCESS), params)
+    async def on_send(self, conversation, text, params, model=None, system_prompt=None):
+        turn = await database_sync_to_async(services.turn_send)(self.user, conversation, text, relay.PROCESS,
+                                                                model=model, system_prompt=system_prompt)
+        await self._begin(turn, params)
 
     async def on_regenerate(self, conversation, params):
         await self._begin(await database_sync_to_async(services.turn_regenerate)(self.user, conversation, relay.PROCESS), params)

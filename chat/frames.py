@@ -11,7 +11,10 @@ from engine_bridge import protocol, sampling
 
 MAX_TEXT_CHARS = 100_000
 FRAME_FIELDS = {
-    "send": {"conversation": "id_or_null", "text": "text", "params": "params"},
+    # model / system_prompt (optional): the conversation's own, set before the turn (a New chat's
+    # picker choice travels with its first message); absent or null: unchanged.
+    "send": {"conversation": "id_or_null", "text": "text", "params": "params", "model": "string_or_null",
+             "system_prompt": "string_or_null"},
     "stop": {"conversation": "id"},
     "regenerate": {"conversation": "id", "params": "params"},
     "edit": {"conversation": "id", "message": "id", "text": "text", "params": "params"},
@@ -100,5 +103,7 @@ def parse(frame: object) -> tuple[str, dict[str, Any]]:
                 raise FrameError(name, f"{name} is longer than {MAX_TEXT_CHARS} characters")
         if rule == "params":
             value = _check_params(value)
+        if rule == "string_or_null" and value is not None and not isinstance(value, str):
+            raise FrameError(name, f"{name} must be a string or null")
         out[name] = value
     return kind, out

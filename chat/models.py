@@ -11,6 +11,9 @@ make calls itself; they come from an imported API conversation (chat/imports.py)
 from django.conf import settings
 from django.db import models
 
+MODEL_ID_CHARS = 64  # engine_bridge.served.slugify's bound
+SYSTEM_PROMPT_CHARS = 20_000
+
 
 class Conversation(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
@@ -18,6 +21,11 @@ class Conversation(models.Model):
     # The engine KV slot this conversation last used (informational; the bridge owns slot
     # affinity through conversation_key "conv:<id>").
     kv_slot = models.IntegerField(null=True, blank=True)
+    # The served model this conversation's turns go to (its ServedModel id; "" = the default
+    # model), chosen with the chat page's model picker (issue 26 item 3).
+    model = models.CharField(max_length=MODEL_ID_CHARS, blank=True, default="")
+    # Rendered as the first (system) message of every turn's prompt; "" = none.
+    system_prompt = models.TextField(blank=True, default="", max_length=SYSTEM_PROMPT_CHARS)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -36,6 +44,8 @@ class Conversation(models.Model):
         return {
             "id": self.pk,
             "title": self.title,
+            "model": self.model,
+            "system_prompt": self.system_prompt,
             "created": self.created.isoformat(),
             "updated": self.updated.isoformat(),
         }
@@ -66,7 +76,7 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     # Tool only: the id of the call (in an earlier assistant message) this is the result of.
     tool_call_id = models.CharField(max_length=128, blank=True, default="")
-    # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error
+    # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error, bridge (the engine host)
     stats = models.JSONField(default=dict, blank=True)
     # Which experts answered this message (the engine's ROUTES for its request, asked with
     # routes=True), packed by chat.services.routing_pack: {"rows", "cols", "experts",

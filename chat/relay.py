@@ -16,7 +16,11 @@ import contextlib
 import logging
 import time
 import uuid
+<<<<<<< HEAD
 from typing import TYPE_CHECKING, Any, Protocol
+=======
+from typing import TYPE_CHECKING
+>>>>>>> h_models
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -27,6 +31,9 @@ from chat import services
 from chat.groups import group_for
 from chat.models import Message
 from colibri_base.layers import channel_layer
+
+if TYPE_CHECKING:
+    from engine_bridge.client import GenerationRequest
 
 if TYPE_CHECKING:
     from engine_bridge.client import GenerationRequest
@@ -124,7 +131,8 @@ def start(turn: services.Turn, params: dict) -> asyncio.Task:
     """Runs the turn's relay task. Its caller starts the orphan sweeper first (chat.sweeper:
     the lease that tells other processes this turn's relay lives), which imports this module."""
     conv_id = turn.conversation.pk
-    task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, turn.prompt, params), name=f"relay-conv-{conv_id}")
+    request = _generation_request(conv_id, turn.prompt, params, routes=turn.routes, model=turn.model)
+    task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, request), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task
     task.add_done_callback(lambda t: _running.pop(conv_id, None) if _running.get(conv_id) is t else None)
     return task
@@ -154,6 +162,7 @@ def engine_reports_routes(model: object) -> bool:
     return served_model_from({"model": model if isinstance(model, dict) else None}).extensions
 
 
+<<<<<<< HEAD
 _routes_cache: dict[str, Any] = {"at": -1e9, "value": False}
 ROUTES_CACHE_S = 2.0  # one Redis read per few seconds, not one per turn
 
@@ -169,6 +178,9 @@ async def _routes_wanted() -> bool:
 
 
 def routing_summary(routing: object) -> dict | None:
+=======
+def routing_summary(routing):
+>>>>>>> h_models
     """The done event's routing ({"rows", "cols", "counts": [[row, expert, n], ...]}, see
     docs/contracts.md) when it names any expert, else None (services.message_finish packs it)."""
     if not isinstance(routing, dict) or not routing.get("counts") or not routing.get("cols"):
@@ -176,10 +188,18 @@ def routing_summary(routing: object) -> dict | None:
     return routing
 
 
+<<<<<<< HEAD
 def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], routes: bool = False) -> "GenerationRequest":
+=======
+def _generation_request(conv_id: int, prompt: str, params: dict, routes: bool = False,
+                        model: str | None = None) -> "GenerationRequest":
+    """The turn's job: `model` the conversation's served model (the bridge serving it takes the
+    turn), `routes` whether its engine reports which experts answered (services.Turn.routes)."""
+>>>>>>> h_models
     from engine_bridge.client import GenerationRequest
 
     return GenerationRequest(
+        model=model,
         prompt=prompt,
         max_tokens=params.get("max_tokens") or settings.DEFAULT_MAX_TOKENS,
         temperature=params.get("temperature"),  # absent: the served model's default (the bridge decides)
@@ -262,7 +282,11 @@ class _State:
         self.started = time.monotonic()
 
 
+<<<<<<< HEAD
 async def _relay(conv_id: int, msg_id: int, prompt: str, params: dict[str, Any]) -> None:
+=======
+async def _relay(conv_id, msg_id, request):
+>>>>>>> h_models
     try:  # an old flag of this conversation; Redis out: there is none to fear
         async with asyncio.timeout(1.0):
             await cache.adelete(_stop_key(conv_id))
@@ -271,7 +295,6 @@ async def _relay(conv_id: int, msg_id: int, prompt: str, params: dict[str, Any])
     stop_event = _stop_events[conv_id] = asyncio.Event()
     queue: EventQueue = asyncio.Queue()
     state = _State()
-    request = _generation_request(conv_id, prompt, params, routes=await _routes_wanted())
     pump = asyncio.create_task(_pump(request, queue))
     stopper = asyncio.create_task(_wait_stop(conv_id, stop_event))
     try:
@@ -338,7 +361,9 @@ async def _publish_delta(conv_id: int, msg_id: int, state: _State, offset: int, 
 
 async def _handle(conv_id: int, msg_id: int, event: dict, state: _State) -> None:
     kind = event.get("kind")
-    if kind == "queued":
+    if kind == "routed":  # the engine host that takes the turn, kept with the reply's stats
+        state.stats["bridge"] = event.get("bridge")
+    elif kind == "queued":
         await publish(conv_id, {"type": "queued", "message": msg_id, "position": event.get("position")})
     elif kind == "accepted":
         state.stats["prompt_tokens"] = event.get("prompt_tokens")
@@ -364,7 +389,7 @@ async def _handle(conv_id: int, msg_id: int, event: dict, state: _State) -> None
     elif kind == "error":
         state.error = {"code": event.get("code", "ENGINE_ERROR"), "message": event.get("message", "")}
         state.outcome = "interrupted" if event.get("code") == "CANCELLED" else "error"
-    # topk and unknown kinds: not shown in chat
+    # submitted, topk and unknown kinds: not shown in chat
 
 
 ERROR_DETAIL = {

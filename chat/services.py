@@ -15,12 +15,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from chat.models import Conversation, Message
+from chat.models import SYSTEM_PROMPT_CHARS, Conversation, Message
 from chat.tasks import title_conversation
 from chat.text import fallback_title, storable
 from colibri_base.socket_access import socket_access_valid
-from engine_bridge import toolsyntax
-from engine_bridge.served import served_model_get
+from engine_bridge import protocol, toolsyntax
+from engine_bridge.served import ServedModel, served_model_get, served_models_get
 
 # A streaming message not saved for this long belongs to a relay that died with its process
 # (the live relay saves at least every RELAY_SAVE_EVERY_S while text flows, and on every event).
@@ -43,6 +43,8 @@ class Turn:
     new_messages: list  # messages created/changed by this action, for the `message` frames
     created_conversation: bool = False
     deleted: list = None  # message ids removed (regenerate/edit)
+    model: str | None = None  # the served model id the turn goes to (GenerationRequest.model)
+    routes: bool = False  # that model's engine reports routing (engine_bridge.served `extensions`)
 
 
 def access_valid(user_id: int, session_key: str | None) -> bool:
@@ -74,6 +76,47 @@ def conversation_rename(user, conversation_id, title):
     conv = conversation_for(user, conversation_id)
     conv.title = title[:200]
     conv.save(update_fields=["title", "updated"])
+    return conv
+
+
+def model_choice(name: str) -> str:
+    """A conversation's model as stored: "" (the default) or the id of a model a live bridge
+    serves now (any of its names accepted); ChatError unknown_model naming the field otherwise."""
+    if name == "":
+        return ""
+    served = served_model_get(name)
+    if served is None or name not in served.aliases:
+        ids = ", ".join(m.id for m in served_models_get()) or "none while no engine runs"
+        raise ChatError("unknown_model", f"the model {name[:80]!r} is not served here (served: {ids})", "model")
+    return served.id
+
+
+def system_prompt_check(text: str) -> str:
+    """A conversation's system prompt as stored, or ChatError bad_system_prompt naming the field."""
+    if len(text) > SYSTEM_PROMPT_CHARS:
+        raise ChatError("bad_system_prompt", f"system_prompt is longer than {SYSTEM_PROMPT_CHARS} characters",
+                        "system_prompt")
+    if protocol.has_nul(text):
+        raise ChatError("bad_system_prompt", f"system_prompt {protocol.NUL_REFUSAL}", "system_prompt")
+    if not protocol.encodable(text):
+        raise ChatError("bad_system_prompt", "system_prompt is not valid Unicode (it contains a lone surrogate)",
+                        "system_prompt")
+    return text
+
+
+def conversation_configure(conv: Conversation, *, model: str | None = None,
+                           system_prompt: str | None = None) -> Conversation:
+    """Sets the conversation's model and / or system prompt (None: unchanged), checked first, so a
+    refused value changes nothing; the next turn renders with them."""
+    fields = []
+    if model is not None:
+        conv.model = model_choice(model)
+        fields.append("model")
+    if system_prompt is not None:
+        conv.system_prompt = system_prompt_check(system_prompt)
+        fields.append("system_prompt")
+    if fields:
+        conv.save(update_fields=[*fields, "updated"])
     return conv
 
 
@@ -169,29 +212,58 @@ def _arguments(text):
     return value if isinstance(value, dict) else text
 
 
-def _render(messages):
+def conversation_served(conv: Conversation) -> ServedModel:
+    """The ServedModel the conversation's turns go to: its chosen model, or the default one.
+    ChatError model_unavailable when no live bridge serves the chosen model any more."""
+    served = served_model_get(conv.model or None)
+    if served is None:
+        raise ChatError("model_unavailable", f"the model {conv.model!r} of this conversation is not served now; "
+                        "choose another one in the model picker", "model")
+    return served
+
+
+def with_system_prompt(system_prompt: str, messages: list[dict]) -> list[dict]:
+    """The history with the conversation's system prompt first: its own system message, or joined
+    to a leading one (an imported conversation's), since many templates take only one, first."""
+    if not system_prompt:
+        return messages
+    if messages and messages[0]["role"] == Message.Role.SYSTEM:
+        return [{**messages[0], "content": f"{system_prompt}\n\n{messages[0]['content']}"}, *messages[1:]]
+    return [{"role": Message.Role.SYSTEM, "content": system_prompt}, *messages]
+
+
+def _render(messages: list[dict], served: ServedModel) -> str:
     """The history in the served model's own tool syntax (engine_bridge.toolsyntax: native
     tool_calls / tool turns for a template that reads them, the generic JSON form otherwise),
     then its chat template. A history without tool messages renders as plain messages."""
-    return toolsyntax.render(messages, (), served_model_get())
+    return toolsyntax.render(messages, (), served)
 
 
 def _start_assistant(conv, new_messages, owner="", **turn_kw):
+    served = conversation_served(conv)  # before any write: a refusal leaves the turn undone
     conv.save(update_fields=["updated"])
     assistant = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="",
                                        status=Message.Status.STREAMING, relay_owner=owner)
-    prompt = _render(prompt_messages(conv, before_id=assistant.pk))
-    return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant], **turn_kw)
+    history = with_system_prompt(conv.system_prompt, prompt_messages(conv, before_id=assistant.pk))
+    prompt = _render(history, served)
+    return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant],
+                model=served.id, routes=served.extensions, **turn_kw)
 
 
-def turn_send(user, conversation_id, text, owner=""):
+def turn_send(user, conversation_id, text, owner="", *, model=None, system_prompt=None):
+    """A user message and the reply's start. `model` / `system_prompt` (None: unchanged) set the
+    conversation's own first: a New chat is created with the picker's choice."""
     with transaction.atomic():
         created = conversation_id is None
         if created:
-            conv = Conversation.objects.create(owner=user, title=fallback_title(text))
+            conv = Conversation(owner=user, title=fallback_title(text))
+            conv.model = model_choice(model) if model is not None else ""
+            conv.system_prompt = system_prompt_check(system_prompt) if system_prompt is not None else ""
+            conv.save()
         else:
             conv = conversation_for(user, conversation_id, lock=True)
             _ensure_idle(conv)
+            conversation_configure(conv, model=model, system_prompt=system_prompt)
         user_msg = Message.objects.create(conversation=conv, role=Message.Role.USER, text=text)
         return _start_assistant(conv, [user_msg], owner, created_conversation=created)
 

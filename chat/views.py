@@ -7,15 +7,17 @@ from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chat import services
 from chat.export import FORMATS, export_content
 from chat.imports import ImportRefused, import_conversation
-from chat.models import Conversation
+from chat.models import MODEL_ID_CHARS, SYSTEM_PROMPT_CHARS, Conversation
 from colibri_base.access import staff_json
 from engine_bridge import protocol
+from engine_bridge.served import served_model_get, served_models_get
 
 
 class SessionApi(APIView):
@@ -64,23 +66,53 @@ class ConversationImportApi(SessionApi):
         return Response(conv.as_dict(), status=status.HTTP_201_CREATED)
 
 
-class RenameInput(serializers.Serializer):
-    title = serializers.CharField(max_length=200, allow_blank=False)
+class ConversationUpdateInput(serializers.Serializer):
+    """PATCH: any of the title, the model (a served model's id or name; "" = the default) and the
+    system prompt; at least one."""
+    title = serializers.CharField(max_length=200, allow_blank=False, required=False)
+    model = serializers.CharField(max_length=MODEL_ID_CHARS, allow_blank=True, required=False)
+    system_prompt = serializers.CharField(max_length=SYSTEM_PROMPT_CHARS, allow_blank=True, required=False,
+                                          trim_whitespace=False)
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise ValidationError({"title": ["give a title, model or system_prompt to change"]})
+        return attrs
 
 
 class ConversationDetailApi(SessionApi):
     def get(self, request, pk):
         return Response(self.conversation(pk).as_dict())
 
-    def patch(self, request, pk):
-        self.conversation(pk)
-        data = RenameInput(data=request.data)
+    def patch(self, request: Request, pk: int) -> Response:
+        conv = self.conversation(pk)
+        data = ConversationUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        return Response(services.conversation_rename(request.user, pk, data.validated_data["title"]).as_dict())
+        fields = data.validated_data
+        try:
+            services.conversation_configure(conv, model=fields.get("model"), system_prompt=fields.get("system_prompt"))
+        except services.ChatError as exc:
+            raise ValidationError({exc.field: [exc.detail]})
+        if "title" in fields:
+            conv = services.conversation_rename(request.user, pk, fields["title"])
+        return Response(conv.as_dict())
 
     def delete(self, request, pk):
         self.conversation(pk).delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ModelListApi(SessionApi):
+    """GET /api/models: what the chat page's model picker offers — every model a live bridge
+    serves ({"id", "display_name", "context_length", "status", "bridges"}), and the default's id
+    (what a conversation with no model of its own uses; null while no engine runs)."""
+
+    def get(self, request: Request) -> Response:
+        models = served_models_get()
+        default = served_model_get() if models else None
+        return Response({"default": default.id if default is not None else None, "models": [
+            {"id": m.id, "display_name": m.display_name, "context_length": m.context_length, "status": m.status,
+             "bridges": list(m.bridges)} for m in models]})
 
 
 class ConversationMessagesApi(SessionApi):

@@ -9,7 +9,7 @@ seconds; the worker deletes it when it stops.
 A missing key means no bridge is running: get_state() then reports up=False and updated=None.
 
 Pushed too: every update of the fields in PUSHED (and every REPIN) also goes, numbered, to the
-Channels group GROUP as {"type": "telemetry.batch", "boot", "items": [{"n", ...}]} so pages (the
+Channels group GROUP as {"type": "telemetry.batch", "boot", "bridge", "items": [{"n", ...}]} so pages (the
 expert atlas) see every HITS window without polling, and a reader can tell a lost item by a gap in
 `n` (per `boot`, i.e. per bridge process). Items are never merged or dropped for speed, but they
 leave at most every PUSH_MIN_INTERVAL as one batch: the engine writes HITS every 6 tokens, ~100 a
@@ -114,6 +114,7 @@ class Publisher:
 
     def __init__(self, bridge: str | None = None) -> None:
         self.key = state_key(bridge)
+        self.bridge = bridge or transport.bridge_id()  # named in every push: pages show one bridge
         self.state = empty_state()
         self.dirty = asyncio.Event()
         self.client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
@@ -160,7 +161,8 @@ class Publisher:
             if not await self._watched(layer):
                 continue
             try:
-                await layer.group_send(GROUP, {"type": "telemetry.batch", "boot": self.boot, "items": items})
+                await layer.group_send(GROUP, {"type": "telemetry.batch", "boot": self.boot, "bridge": self.bridge,
+                                               "items": items})
                 failing = False
                 await asyncio.sleep(PUSH_MIN_INTERVAL)  # what arrives meanwhile leaves as the next batch
             except Exception as exc:  # Redis outage: once per outage in the log, and a breath

@@ -6,20 +6,26 @@ connection coalesces what arrives within FLUSH_S — HITS bitmaps OR-ed together
 EMAP/TIERS/ENTROPY kept, REPINs (and `turn` items, a finished turn's DONE figures, if the bridge
 sends them) appended — and sends one frame. The `windows` count says how many HITS windows a frame
 merges, so the page's rates stay honest.
+
+One engine host at a time (issue 26 item 3): `/ws/atlas/?bridge=<id>` shows that bridge (the
+page's host picker, fed by the snapshot's `bridges`), no query the default one; a bridge that is
+not live closes the socket with CLOSE_UNKNOWN_BRIDGE. Pushes of other bridges are dropped.
 """
 import asyncio
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from colibri_base import socket_access
-from engine_bridge import telemetry
+from engine_bridge import fleet, registry, telemetry
 from experts import services
 from experts.atlas_format import parse_key
 
 FLUSH_S = 0.05
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+CLOSE_UNKNOWN_BRIDGE = 4404
 LATEST = ("up", "status", "model", "tiers", "emap", "entropy", "busy", "queue")
 
 
@@ -43,6 +49,12 @@ def _layers(rows, model):
     return services.row_layers(rows=rows, model=model, atlas_layers=atlas_layers)
 
 
+def _asked_bridge(scope: dict) -> str | None:
+    """The `bridge` of the socket's query string, if any."""
+    query = parse_qs((scope.get("query_string") or b"").decode("latin-1"))
+    return (query.get("bridge") or [None])[0]
+
+
 class AtlasConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -51,16 +63,23 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
             return await self.close(code=CLOSE_UNAUTHENTICATED)
         if not user.is_staff:
             return await self.close(code=CLOSE_FORBIDDEN)
+        bridges = await registry.asafe_bridges_get()
+        try:
+            self.bridge = fleet.bridge_choice(_asked_bridge(self.scope), bridges)
+        except fleet.UnknownBridge as exc:
+            await self.send_json({"type": "error", "field": "bridge", "detail": exc.detail})
+            return await self.close(code=CLOSE_UNKNOWN_BRIDGE)
         self.pending, self.flush_handle, self.rows, self.model = {}, None, None, None
         self.access_watch = asyncio.create_task(self._watch_access(user.pk))
         await self.channel_layer.group_add(telemetry.GROUP, self.channel_name)
         await self.channel_layer.group_add(services.BUILD_GROUP, self.channel_name)
-        state = await telemetry.aget_state()
+        state = await telemetry.aget_state(self.bridge)
         # No `repin`: the state's last REPINs happened before this page opened (they carry no
         # time), and the page's timeline lists only the changes it sees arrive.
         snapshot = {k: state.get(k) for k in LATEST + ("hits", "seq", "updated")}
         snapshot.update(await self._layer_fields(state.get("emap"), state.get("model")))
-        await self.send_json({"type": "snapshot", **snapshot})
+        report = fleet.fleet_report(bridges)
+        await self.send_json({"type": "snapshot", **snapshot, "bridge": self.bridge, "bridges": report["bridges"]})
 
     async def _watch_access(self, user_id):
         """Closes the socket (4401) once its user is no longer active staff or its session expired
@@ -101,6 +120,8 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         return {"layers": layers, "layer_source": source}
 
     async def telemetry_batch(self, event):
+        if event.get("bridge", self.bridge) != self.bridge:
+            return  # another engine host's telemetry
         p = self.pending
         for item in event["items"]:
             if "hits" in item and item["hits"]:
