@@ -16,11 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-<<<<<<< HEAD
 from typing import TYPE_CHECKING, Any, Protocol
-=======
-from typing import TYPE_CHECKING
->>>>>>> h_models
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -31,9 +27,6 @@ from chat import services
 from chat.groups import group_for
 from chat.models import Message
 from colibri_base.layers import channel_layer
-
-if TYPE_CHECKING:
-    from engine_bridge.client import GenerationRequest
 
 if TYPE_CHECKING:
     from engine_bridge.client import GenerationRequest
@@ -162,25 +155,7 @@ def engine_reports_routes(model: object) -> bool:
     return served_model_from({"model": model if isinstance(model, dict) else None}).extensions
 
 
-<<<<<<< HEAD
-_routes_cache: dict[str, Any] = {"at": -1e9, "value": False}
-ROUTES_CACHE_S = 2.0  # one Redis read per few seconds, not one per turn
-
-
-async def _routes_wanted() -> bool:
-    now = time.monotonic()
-    if now - _routes_cache["at"] > ROUTES_CACHE_S:
-        from engine_bridge.served import aserved_model_get
-
-        # Redis trouble: the model last read (the turn itself will report the outage)
-        _routes_cache.update(at=now, value=(await aserved_model_get(with_boot=False)).extensions)
-    return _routes_cache["value"]
-
-
 def routing_summary(routing: object) -> dict | None:
-=======
-def routing_summary(routing):
->>>>>>> h_models
     """The done event's routing ({"rows", "cols", "counts": [[row, expert, n], ...]}, see
     docs/contracts.md) when it names any expert, else None (services.message_finish packs it)."""
     if not isinstance(routing, dict) or not routing.get("counts") or not routing.get("cols"):
@@ -188,14 +163,10 @@ def routing_summary(routing):
     return routing
 
 
-<<<<<<< HEAD
-def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], routes: bool = False) -> "GenerationRequest":
-=======
-def _generation_request(conv_id: int, prompt: str, params: dict, routes: bool = False,
+def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], routes: bool = False,
                         model: str | None = None) -> "GenerationRequest":
     """The turn's job: `model` the conversation's served model (the bridge serving it takes the
     turn), `routes` whether its engine reports which experts answered (services.Turn.routes)."""
->>>>>>> h_models
     from engine_bridge.client import GenerationRequest
 
     return GenerationRequest(
@@ -282,11 +253,7 @@ class _State:
         self.started = time.monotonic()
 
 
-<<<<<<< HEAD
-async def _relay(conv_id: int, msg_id: int, prompt: str, params: dict[str, Any]) -> None:
-=======
-async def _relay(conv_id, msg_id, request):
->>>>>>> h_models
+async def _relay(conv_id: int, msg_id: int, request: "GenerationRequest") -> None:
     try:  # an old flag of this conversation; Redis out: there is none to fear
         async with asyncio.timeout(1.0):
             await cache.adelete(_stop_key(conv_id))

@@ -146,8 +146,7 @@ def stats(read_bridge_state: BridgeState) -> dict:
     for family in registry(bridge).collect():
         if family.name.startswith(("python_", "process_")):
             continue
-        rows: list[dict[str, Any]] = [{"name": x.name,
- "labels": x.labels, "value": x.value} for x in family.samples
+        rows: list[dict[str, Any]] = [{"name": x.name, "labels": x.labels, "value": x.value} for x in family.samples
                 if not x.name.endswith(("_bucket", "_created"))]
         if rows:
             families[family.name] = rows

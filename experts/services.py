@@ -207,8 +207,7 @@ async def _measure(build: AtlasBuild, on_probe: OnProbe | None, on_retry: OnRetr
         raise builder.BuildError("probes.json lists no probes")
     model = (await aserved_model_get(with_boot=False)).info or model or {}
     layers, _ = row_layers(rows=shape[0], model=model)
-    method: dict[str, Any] = {"method":
- runner.method, "experts": experts, "top_k": model.get("top_k"),
+    method: dict[str, Any] = {"method": runner.method, "experts": experts, "top_k": model.get("top_k"),
               "n_experts": shape[1], "probes_sha256": digest}
     if runner.method == "hits":
         method["chunk_words"] = chunk_words

@@ -4,7 +4,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-
 from experts import services
 from experts.atlas_format import AtlasFormatError
 
