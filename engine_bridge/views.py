@@ -42,6 +42,7 @@ async def health(request: HttpRequest) -> JsonResponse:
                                    "slots": None, "queue": None, "restarts": None, "experts": None,
                                    "sampling": None, "bridge_id": None, "bridges": [], "models": []}
         return _answer(body, up=False)
+    assert bridges is not None  # facts were read from them
     state = decode_state(facts.state_raw)
     beating = facts.bridge_beating
     status = state["status"] if state["updated"] is not None and beating else "down"
