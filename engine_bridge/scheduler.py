@@ -21,7 +21,7 @@ class QueueFull(Exception):
 @dataclass
 class Slot:
     index: int
-    busy: object = None      # the req of the job running on it
+    busy: str | None = None  # the req of the job running on it
     key: str | None = None   # the conversation that owns it
     text: str = ""           # last prompt + output (approximates the engine's KV contents)
     used: int = 0            # logical clock of the last release (0 = never used)
@@ -29,7 +29,7 @@ class Slot:
 
 @dataclass
 class Job:
-    req: object
+    req: str
     prompt: str
     key: str | None = None
     priority: str = "interactive"
@@ -102,7 +102,7 @@ class Scheduler:
             return fresh[0]
         return min(idle, key=lambda s: s.used)
 
-    def release(self, req: object, text: str = "") -> list[tuple[Job, int]]:
+    def release(self, req: str, text: str = "") -> list[tuple[Job, int]]:
         """The job `req` finished (DONE, CANCELLED or engine death). Returns newly started jobs."""
         for slot in self.slots:
             if slot.busy == req:
@@ -110,7 +110,7 @@ class Scheduler:
                 slot.busy, slot.text, slot.used = None, text, self.clock
         return self.dispatch()
 
-    def remove(self, req: object) -> bool:
+    def remove(self, req: str) -> bool:
         """Drop a waiting job (cancelled before it started). True if it was waiting."""
         for job in self.queue:
             if job.req == req:
@@ -118,11 +118,11 @@ class Scheduler:
                 return True
         return False
 
-    def positions(self) -> dict[object, int]:
+    def positions(self) -> dict[str, int]:
         """{req: position} of waiting jobs, 1 = next."""
         return {job.req: i + 1 for i, job in enumerate(self.queue)}
 
-    def slot_of(self, req: object) -> int | None:
+    def slot_of(self, req: str) -> int | None:
         for slot in self.slots:
             if slot.busy == req:
                 return slot.index
