@@ -17,10 +17,11 @@ def _system(body: intake.Body) -> str:
     return intake.text_parts(system, "system")
 
 
-def count_prompt(body: intake.Body, *, served: ServedModel) -> tuple[str, str]:
+def count_prompt(body: intake.Body, *, served: ServedModel | None) -> tuple[str, str]:
     """(model id to echo, the rendered prompt) of a count_tokens body: system + tools + messages,
     the tools rendered as a create offers them (the served model's tool syntax, api.tools)."""
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     plan = tools_mod.anthropic_plan(body)
     return model, _render(served, _system(body), tools_mod.anthropic_messages(body), plan)
 
@@ -36,8 +37,9 @@ def _refuse_formats(body: intake.Body) -> None:
     intake.refuse_format(config.get("format"), "output_config.format")
 
 
-def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> intake.Call:
+def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") -> intake.Call:
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     system = _system(body)
     messages = tools_mod.anthropic_messages(body)
     stream = intake.field_bool(body, "stream")

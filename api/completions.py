@@ -23,8 +23,9 @@ def _prompt(body: intake.Body) -> str:
     return prompt
 
 
-def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> intake.Call:
+def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") -> intake.Call:
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     prompt = _prompt(body)
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")

@@ -13,9 +13,10 @@ if TYPE_CHECKING:
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
-def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> intake.Call:
+def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") -> intake.Call:
     """`surface`: this surface's row (api.surfaces)."""
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     messages = tools_mod.chat_messages(body, roles=ROLES, text_types=("text", "input_text"), rename={"developer": "system"})
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")

@@ -219,6 +219,10 @@ class Projector:
     def end(self) -> Frames:
         return []
 
+    def response(self) -> Json:
+        """The buffered answer object (every surface's projector has its own)."""
+        raise NotImplementedError
+
 
 def chat_logprobs(entries: Iterable[dict], k: int) -> Json:
     """Bridge entries -> Chat's choices[].logprobs ({content: [{token, logprob, bytes, top_logprobs}]})."""

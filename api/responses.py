@@ -21,8 +21,9 @@ def _durable(body: intake.Body) -> None:
             raise bad_param(name, f"{name} is not supported; replay full input instead")
 
 
-def parse(body: intake.Body, *, served: ServedModel, surface: "Surface") -> intake.Call:
+def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") -> intake.Call:
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     _durable(body)
     messages = tools_mod.responses_items(body, roles=ROLES, text_types=TEXT_TYPES)
     instructions = body.get("instructions")

@@ -28,7 +28,7 @@ GROUP_TIMEOUT_S = 1.0  # one group_add / group_discard's bound while Redis is ou
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
-    async def connect(self):
+    async def connect(self) -> None:
         self.user = self.scope.get("user")
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             # Accept, then close: a close before accept becomes a bare HTTP 403 handshake
@@ -43,7 +43,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         self.access_watch = asyncio.create_task(self._watch_access())
 
-    async def _join(self, group):
+    async def _join(self, group) -> None:
         """group_add that rides out a Redis outage: the socket works meanwhile (its own process's
         frames reach it directly, chat.relay.publish); the group is joined again once Redis is
         back (_rejoin, from the access check and the channel receive)."""
@@ -67,7 +67,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         return self._receive_riding_out
 
     @channel_receive.setter
-    def channel_receive(self, receive):
+    def channel_receive(self, receive) -> None:
         self._layer_receive = receive
 
     async def _receive_riding_out(self):
@@ -85,7 +85,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 if hasattr(self, "watching"):
                     await self._rejoin()
 
-    async def _watch_access(self):
+    async def _watch_access(self) -> None:
         """Closes the socket once its user or session is no longer valid (see the module doc);
         joins groups again that a Redis outage lost."""
         while True:
@@ -140,7 +140,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
             return _BAD_JSON
 
-    async def user_revoked(self, event):
+    async def user_revoked(self, event) -> None:
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def receive_json(self, content, **kwargs):
@@ -160,7 +160,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._error(None, "template_error", f"the model's chat template could not render this "
                               f"conversation (ref {ref})", None, ref=ref)
 
-    async def _error(self, message_id, code, detail, field, ref=None):
+    async def _error(self, message_id, code, detail, field, ref=None) -> None:
         frame = {"type": "error", "message": message_id, "code": code, "detail": detail}
         if field:
             frame["field"] = field
@@ -187,23 +187,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
         relay.start(turn, params)
 
-    async def on_send(self, conversation, text, params, model=None, system_prompt=None):
+    async def on_send(self, conversation, text, params, model=None, system_prompt=None) -> None:
         turn = await database_sync_to_async(services.turn_send)(self.user, conversation, text, relay.PROCESS,
                                                                 model=model, system_prompt=system_prompt)
         await self._begin(turn, params)
 
-    async def on_regenerate(self, conversation, params):
+    async def on_regenerate(self, conversation, params) -> None:
         await self._begin(await database_sync_to_async(services.turn_regenerate)(self.user, conversation, relay.PROCESS), params)
 
-    async def on_edit(self, conversation, message, text, params):
+    async def on_edit(self, conversation, message, text, params) -> None:
         await self._begin(await database_sync_to_async(services.turn_edit)(self.user, conversation, message, text, relay.PROCESS),
                           params)
 
-    async def on_stop(self, conversation):
+    async def on_stop(self, conversation) -> None:
         await database_sync_to_async(services.conversation_for)(self.user, conversation)
         await relay.request_stop(conversation)
 
-    async def on_open(self, conversation):
+    async def on_open(self, conversation) -> None:
         # Ownership first (ChatError not_found for another user's id), then join the group, then
         # read the snapshot: a delta published between join and read is seen twice rather than
         # lost; the client ignores deltas whose offset it already has.
@@ -212,7 +212,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         messages = await _messages(self.user, conversation)
         await self.send_json({"type": "snapshot", "conversation": conversation, "messages": messages})
 
-    async def chat_frame(self, event):
+    async def chat_frame(self, event) -> None:
         if event.get("origin") == relay.PROCESS:
             return  # this process delivered it to us directly
         await self.send_json(event["frame"])

@@ -8,6 +8,8 @@ Tool calls (issue 25 item 7): an assistant message may carry the calls it made (
 `tool` message holds one call's result (`tool_call_id` names the call). The chat page does not
 make calls itself; they come from an imported API conversation (chat/imports.py).
 """
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -33,14 +35,14 @@ class Conversation(models.Model):
         ordering = ["-updated"]
         indexes = [models.Index(fields=["owner", "-updated"], name="conv_owner_updated")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
 
     @property
-    def group_name(self):
+    def group_name(self) -> str:
         return f"conv-{self.pk}"
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.pk,
             "title": self.title,
@@ -97,10 +99,10 @@ class Message(models.Model):
         ordering = ["id"]
         indexes = [models.Index(fields=["conversation", "id"], name="msg_conv_id")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.role} #{self.pk}"
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.pk,
             "conversation": self.conversation_id,

@@ -30,7 +30,7 @@ STALE_STREAMING = timedelta(seconds=90)
 class ChatError(Exception):
     """A refused chat action; code and detail go to the client's `error` frame."""
 
-    def __init__(self, code, detail, field=None):
+    def __init__(self, code, detail, field=None) -> None:
         super().__init__(detail)
         self.code, self.detail, self.field = code, detail, field
 
@@ -130,7 +130,7 @@ LOST_ERROR = "generation lost (server restarted)"
 ORPHAN_MIN_AGE = timedelta(seconds=5)  # younger streaming rows are never swept (a turn just begun)
 
 
-def expire_stale_streaming(conv):
+def expire_stale_streaming(conv) -> None:
     """A fallback at open for rows the sweep cannot judge (Redis out): streaming rows unsaved for
     STALE_STREAMING. The sweep (messages_interrupt_orphans) is what normally ends them."""
     cutoff = timezone.now() - STALE_STREAMING
@@ -138,7 +138,7 @@ def expire_stale_streaming(conv):
         _interrupt(msg)
 
 
-def _interrupt(msg):
+def _interrupt(msg) -> None:
     """Marks a cut-off reply: `interrupted` with its partial text kept (`error` when it has none)."""
     msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
     msg.stats = {**msg.stats, "error": LOST_ERROR}
@@ -297,7 +297,7 @@ def turn_edit(user, conversation_id, message_id, text, owner=""):
         return _start_assistant(conv, [msg], owner, deleted=deleted)
 
 
-def message_save_partial(message_id, text):
+def message_save_partial(message_id, text) -> None:
     Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=storable(text), updated=timezone.now())
 
 
@@ -316,7 +316,7 @@ def message_finish(message_id, *, text, status, stats, routing=None):
     return msg
 
 
-def conversation_set_slot(conversation_id, slot):
+def conversation_set_slot(conversation_id, slot) -> None:
     Conversation.objects.filter(pk=conversation_id).update(kv_slot=slot)
 
 

@@ -81,7 +81,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         report = fleet.fleet_report(bridges)
         await self.send_json({"type": "snapshot", **snapshot, "bridge": self.bridge, "bridges": report["bridges"]})
 
-    async def _watch_access(self, user_id):
+    async def _watch_access(self, user_id) -> None:
         """Closes the socket (4401) once its user is no longer active staff or its session expired
         or was deleted: it is checked every socket_access.CHECK_S (issue 24)."""
         session_key = getattr(self.scope.get("session"), "session_key", None)
@@ -106,7 +106,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_discard(telemetry.GROUP, self.channel_name)
         await self.channel_layer.group_discard(services.BUILD_GROUP, self.channel_name)
 
-    async def receive_json(self, content, **kwargs):
+    async def receive_json(self, content, **kwargs) -> None:
         pass  # the page only listens
 
     async def _layer_fields(self, emap, model):
@@ -119,7 +119,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         layers, source = await _layers(rows, self.model)
         return {"layers": layers, "layer_source": source}
 
-    async def telemetry_batch(self, event):
+    async def telemetry_batch(self, event) -> None:
         if event.get("bridge", self.bridge) != self.bridge:
             return  # another engine host's telemetry
         p = self.pending
@@ -140,7 +140,7 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
             self.flush_handle = asyncio.get_running_loop().call_later(
                 FLUSH_S, lambda: asyncio.ensure_future(self._flush()))
 
-    async def _flush(self):
+    async def _flush(self) -> None:
         self.flush_handle = None
         frame, self.pending = self.pending, {}
         if not frame:
@@ -148,8 +148,8 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         frame.update(await self._layer_fields(frame.get("emap"), frame.get("model")))
         await self.send_json({"type": "telemetry", **frame})
 
-    async def atlas_build(self, event):
+    async def atlas_build(self, event) -> None:
         await self.send_json({"type": "build", "build": event["build"]})
 
-    async def atlas_saved(self, event):
+    async def atlas_saved(self, event) -> None:
         await self.send_json({"type": "atlas", "atlas": event["atlas"]})
