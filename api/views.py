@@ -20,9 +20,8 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncGenerator, Callable
-from typing import Any, NoReturn, cast, overload
+from typing import Any, NoReturn, overload
 
-from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -43,6 +42,7 @@ from api.metering import Meter
 from api.models import ApiKey
 from api.projectors import Choices, Projector
 from colibri_base import metrics
+from colibri_base.access import signed_in_user
 from engine_bridge import fleet, telemetry
 from engine_bridge.client import GenerationRequest
 
@@ -486,25 +486,20 @@ class ApiKeysApi(APIView):
     schema = openapi.V1Schema()
 
     def get(self, request: Request) -> Response:
-        keys = ApiKey.objects.filter(user=_user(request))
+        keys = ApiKey.objects.filter(user=signed_in_user(request))
         return Response({"keys": [_key_dict(k) for k in keys], **_where(request)})
 
     def post(self, request: Request) -> Response:
         data = KeyCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        row, full_key = ApiKey.issue(user=_user(request), name=data.validated_data["name"])
+        row, full_key = ApiKey.issue(user=signed_in_user(request), name=data.validated_data["name"])
         return Response({**_key_dict(row), "key": full_key, **_where(request)}, status=status.HTTP_201_CREATED)
 
 
 class ApiKeyRevokeApi(ApiKeysApi):
     def delete(self, request: Request, pk: int) -> Response:
-        ApiKey.objects.filter(user=_user(request), pk=pk).revoke()
+        ApiKey.objects.filter(user=signed_in_user(request), pk=pk).revoke()
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-def _user(request: Request) -> User:
-    """The signed-in user of a session view (IsAuthenticated let it through)."""
-    return cast(User, request.user)
 
 
 def _where(request: Request) -> dict[str, str]:
