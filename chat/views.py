@@ -92,7 +92,7 @@ class ConversationDetailApi(SessionApi):
         try:
             services.conversation_configure(conv, model=fields.get("model"), system_prompt=fields.get("system_prompt"))
         except services.ChatError as exc:
-            raise ValidationError({exc.field: [exc.detail]})
+            raise ValidationError({exc.field or "conversation": [exc.detail]})
         if "title" in fields:
             conv = services.conversation_rename(signed_in_user(request), pk, fields["title"])
         return Response(conv.as_dict())
