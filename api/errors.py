@@ -32,7 +32,8 @@ def bad_param(param: str | None, message: str) -> ApiError:
     return ApiError(400, message, param=param)
 
 
-def unavailable(message: str = "The engine is starting or restarting; retry shortly.", retry_after: int = 5) -> ApiError:
+def unavailable(message: str = "The engine is starting or restarting; retry shortly.",
+                retry_after: int = 5) -> ApiError:
     return ApiError(503, message, type="server_error", code="engine_unavailable",
                     headers={"Retry-After": str(retry_after)})
 

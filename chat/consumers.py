@@ -173,7 +173,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._error(None, "template_error", f"the model's chat template could not render this "
                               f"conversation (ref {ref})", None, ref=ref)
 
-    async def _error(self, message_id: int | None, code: str, detail: str, field: str | None, ref: str | None = None) -> None:
+    async def _error(self, message_id: int | None, code: str, detail: str, field: str | None,
+                     ref: str | None = None) -> None:
         frame = {"type": "error", "message": message_id, "code": code, "detail": detail}
         if field:
             frame["field"] = field

@@ -373,7 +373,8 @@ SAVE_FAILED_DETAIL = ("This reply could not be saved (the database did not answe
 _UNSAVED = object()
 
 
-async def _store_final(conv_id: int, msg_id: int, state: _State, status: str, stats: dict[str, Any]) -> Message | None | object:
+async def _store_final(conv_id: int, msg_id: int, state: _State, status: str,
+                       stats: dict[str, Any]) -> Message | None | object:
     """The stored final message, None if it was deleted meanwhile, or _UNSAVED when the database
     refused every attempt (storing is idempotent, so a retry after a half-done attempt is safe)."""
     for delay in (0.0, *SAVE_RETRY_DELAYS):

@@ -70,7 +70,8 @@ class Admission:
         try:
             job = parse_job(raw_job, engine.model_info if engine else None)
         except (TypeError, ValueError) as exc:
-            self.finish(Request(req, UNREAD_JOB, reply_to), {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
+            self.finish(Request(req, UNREAD_JOB, reply_to),
+                        {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
         r = Request(req, job, reply_to, leased=leased and reply_to != req)
         if engine is None:

@@ -506,7 +506,8 @@ class Parser:
     def __init__(self) -> None:
         self.buf = bytearray()
         self.ready = False
-        self.pending: tuple[Data | Tool | Echo, int] | None = None  # (event, byte count) while a frame payload is incomplete
+        # (event, byte count) while a frame payload is incomplete
+        self.pending: tuple[Data | Tool | Echo, int] | None = None
 
     def feed(self, chunk: bytes) -> list[Event]:
         self.buf += chunk

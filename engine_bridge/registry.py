@@ -208,7 +208,8 @@ def _remember(bridges: list[BridgeInfo]) -> list[BridgeInfo]:
 def bridges_get() -> list[BridgeInfo]:
     """The live bridges (fresh heartbeat), sorted by id; raises redis errors (callers decide)."""
     client = transport.process_client("registry", socket_timeout=2)
-    rows = cast(list, client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix()))  # redis-py: `Awaitable | str`
+    # redis-py annotates eval as `Awaitable | str` (engine_bridge.transport says more)
+    rows = cast(list, client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix()))
     return _remember(_decode_rows(rows))
 
 

@@ -383,8 +383,8 @@ class ToolCallParser:
     `calls` (every started call; `ok_calls` the complete ones) and `cut` (the output ended inside
     a call)."""
 
-    def __init__(self, tools: Mapping[str, Any] | Iterable[tuple[str, Any]], *, syntax: str = "generic", mode: str = "auto",
-                 forced: str | None = None, max_calls: int | None = None,
+    def __init__(self, tools: Mapping[str, Any] | Iterable[tuple[str, Any]], *, syntax: str = "generic",
+                 mode: str = "auto", forced: str | None = None, max_calls: int | None = None,
                  new_id: Callable[[int], str] = default_id) -> None:
         self.tools = dict(tools)
         self.syntax = syntax
