@@ -105,15 +105,22 @@ async def _has(ids: tuple[str, ...]) -> bool:
     return set(ids) <= live
 
 
-async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-affinity", 3)
+@pytest.mark.parametrize("keyed", [True, False], ids=["by-conversation", "by-prefix"])
+async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(
+        redis_url: str, engine_binary: Path, model_dir: Path, keyed: bool) -> None:
+    """Keyed: the chat's conversation_key finds its slot's bridge. Unkeyed (a stateless API
+    client resending the history): the prompt's prefix chain does, its history being longer than
+    routing.MIN_PREFIX_BLOCKS blocks."""
+    name = f"tiny-affinity-{keyed}".lower()
+    model = _model(model_dir, name, 3)
     with _bridges(redis_url, engine_binary, [("fa", model), ("fb", model)]):
         await _until(lambda: _has(("fa", "fb")), 5, "both registrations")
         homes: dict[str, set] = {}
         for n in range(6):
-            key, prompt = f"conv:{n}", CHATML.format(f"conversation {n} begins with a question")
+            key = f"conv:{n}"
+            prompt = CHATML.format(f"conversation {n} begins with a question. " + "Some context. " * 50)
             for _turn_no in range(3):
-                events = await collect(_turn("tiny-affinity", prompt, key))
+                events = await collect(_turn(name, prompt, key if keyed else None))
                 homes.setdefault(key, set()).add(_routed(events))
                 accepted = next(e for e in events if e["kind"] == "accepted")
                 if _turn_no:
@@ -139,6 +146,8 @@ async def test_a_bridge_killed_mid_stream_ends_only_its_streams_and_the_next_tur
         procs_by_id[home].send_signal(signal.SIGKILL)
         procs_by_id[home].wait()
         t0 = time.monotonic()
+        await _until(lambda: _gone(home), 3, "the killed bridge to leave the rotation")
+        assert time.monotonic() - t0 < 2.5  # its last beat was at most liveness.STALE_S old
         async with contextlib.aclosing(doomed):
             ended = [e async for e in doomed]
         error = final(ended)
@@ -160,6 +169,10 @@ async def _texts(agen: AsyncIterator, wanted: int) -> int:
         if seen == wanted:
             break
     return seen
+
+
+async def _gone(bridge: str) -> bool:
+    return bridge not in {i.id for i in await registry.abridges_get()}
 
 
 async def _busy(bridge: str) -> bool:
