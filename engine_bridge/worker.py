@@ -58,7 +58,7 @@ class Bridge:
         self.heart = Heart(self.id, self.registration)
         self.host, self.fingerprint = registry.host_name(), registry.model_fingerprint(str(settings.ENGINE_MODEL))
         self.chains = registry.SlotChains()
-        self.described: tuple[object, str, str] = (None, "", "")  # (model info, its id, its rev)
+        self.described: tuple[object, str, str] = (object(), "", "")  # (model info, its id, its rev); none yet
         running: dict[int, Request] = {}  # engine id -> Request: admission writes it, the pacer reads it
         self.pacer = Pacer(running)
         self.admission = Admission(self.scheduler, self.supervisor, self.pacer, self.publisher, self.heart, running)

@@ -30,9 +30,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("several-models")
 
 
-def _model(model_dir: Path, name: str, seed: int) -> Path:
+def _model(model_dir: Path, name: str, seed: int, *extra: str) -> Path:
     path = model_dir / f"{name}.gguf"
-    return path if path.exists() else procs.make_tiny_model(path, "--seed", str(seed))
+    return path if path.exists() else procs.make_tiny_model(path, "--seed", str(seed), *extra)
 
 
 def _start(redis_url: str, engine_binary: Path, model: Path, bridge: str) -> subprocess.Popen:
@@ -131,7 +131,7 @@ async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(
 
 async def test_a_bridge_killed_mid_stream_ends_only_its_streams_and_the_next_turn_lands_elsewhere(
         redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-failover", 4)
+    model = _model(model_dir, "tiny-failover", 4, "--mute-eos")  # long turns end only when told
     with _bridges(redis_url, engine_binary, [("ka", model), ("kb", model)]) as procs_by_id:
         await _until(lambda: _has(("ka", "kb")), 5, "both registrations")
         first = await collect(_turn("tiny-failover", CHATML.format("remember me"), "conv:kill"))
@@ -171,6 +171,10 @@ async def _texts(agen: AsyncIterator, wanted: int) -> int:
     return seen
 
 
+async def _up(bridge: str) -> bool:
+    return any(i.id == bridge and i.status == "up" for i in await registry.abridges_get())
+
+
 async def _gone(bridge: str) -> bool:
     return bridge not in {i.id for i in await registry.abridges_get()}
 
@@ -180,13 +184,17 @@ async def _busy(bridge: str) -> bool:
 
 
 async def test_a_bridge_started_live_joins_the_rotation(redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-join", 5)
+    model = _model(model_dir, "tiny-join", 5, "--mute-eos")
     with _bridges(redis_url, engine_binary, [("ja", model)]) as started:
         busy = generate(_turn("tiny-join", CHATML.format("a long story"), None, LONG))
         assert _routed(await _first_text(busy)) == "ja"
-        started["jb"] = _start(redis_url, engine_binary, model, "jb")
-        await _until(lambda: _has(("jb",)), 5, "the new bridge's registration")
+        await _until(lambda: _busy("ja"), 3, "the long turn to be published")
+        # in a thread: the loop must go on renewing its lease, or ja cancels the busy stream
+        started["jb"] = await asyncio.to_thread(_start, redis_url, engine_binary, model, "jb")
+        await _until(lambda: _up("jb"), 5, "the new bridge's registration, its engine up")
         assert await _serving("tiny-join") == ("ja", "jb")
+        snapshot = await registry.abridges_get()
         events = await collect(_turn("tiny-join", CHATML.format("hello newcomer")))
-        assert _routed(events) == "jb" and final(events)["kind"] == "done"  # the idle newcomer took it
+        assert _routed(events) == "jb", [(b.id, b.status, b.busy, b.queued) for b in snapshot]  # the idle one
+        assert final(events)["kind"] == "done"
         await busy.aclose()
