@@ -141,7 +141,7 @@ async def _admissible(request: GenerationRequest, boot: str | None) -> tuple[Tar
     if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
         return None, _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
     try:
-        bridges = await registry.abridges_get(registry.SNAPSHOT_REUSE_S)
+        bridges = await registry.abridges_get()  # fresh: a turn that just ended is in it
     except Exception as exc:
         return None, _broker_down(exc)
     if not bridges:
@@ -281,7 +281,7 @@ def _gone_message(target: Target, *, restarted: bool) -> str:
     where = f"bridge {target.bridge}" + (f" on {target.host}" if target.host else "")
     if restarted:
         return f"The engine bridge stopped while handling this request and was restarted ({where})."
-    return f"The engine host went away while handling this request ({where}); the next request goes to another."
+    return f"The engine bridge stopped while handling this request: its engine host went away ({where})."
 
 
 def _drain(queue: asyncio.Queue) -> list:

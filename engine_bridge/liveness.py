@@ -35,7 +35,7 @@ BEAT = 0.5
 TTL = 3
 STALE_S = 1.5          # a beat older than this: the bridge is not beating (3 beats missed)
 HEALTH_TIMEOUT_S = 0.4  # /health's bound on each Redis read: it must answer while Redis hangs
-EARLY_BEAT_GAP_S = 0.05  # a woken heart beats at most this often (slot changes come in bursts)
+EARLY_BEAT_GAP_S = 0.02  # a woken heart beats at most this often (slot changes come in bursts)
 
 
 def alive_key(bridge: str | None = None) -> str:

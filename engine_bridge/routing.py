@@ -10,8 +10,8 @@ skips that prefill; everything else should spread):
 3. else the longest exact shared prefix (registry prefix chains), at least MIN_PREFIX_BLOCKS;
 4. else the less loaded of two picked at random (power of two choices: near-best balance without
    every router piling onto the one bridge its last snapshot called idlest).
-The imbalance guard: affinity (2, 3) is dropped when its bridge's load exceeds the least loaded
-candidate's by more than IMBALANCE_MARGIN (requests per slot), so no conversation mix piles
+The imbalance guard: affinity (2, 3) only counts among the bridges whose load is within
+IMBALANCE_MARGIN (requests per slot) of the least loaded candidate's, so no conversation mix piles
 everything on one host while another idles.
 
 The queue bound stays global in this sense: each bridge keeps its own BRIDGE_QUEUE_LIMIT, and a
@@ -73,8 +73,8 @@ def route(bridges: list[BridgeInfo], model: str, *, conversation_key: str | None
     if len(pool) <= 1:
         return Route(pool[0], "only") if pool else None
     least = min(b.load for b in pool)
-    affine = _affine(pool, conversation_key, prompt_chain)
-    if affine is not None and affine.bridge.load <= least + IMBALANCE_MARGIN:
+    affine = _affine([b for b in pool if b.load <= least + IMBALANCE_MARGIN], conversation_key, prompt_chain)
+    if affine is not None:
         return affine
     first, second = (rng or random).sample(pool, 2)
     return Route(second if second.load < first.load else first, "load")
