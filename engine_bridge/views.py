@@ -37,8 +37,8 @@ async def health(request: HttpRequest) -> JsonResponse:
     queued) and model; the top-level fields are the default bridge's (`bridge_id`)."""
     bridges = await _live_bridges()
     facts = None if bridges is None else await liveness.ahealth_facts(registry.default_bridge(bridges))
-    if facts is None:
-        body = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
+    if bridges is None or facts is None:
+        body: dict[str, object] = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
                 "slots": None, "queue": None, "restarts": None, "experts": None, "sampling": None,
                 "bridge_id": None, "bridges": [], "models": []}
         return _answer(body, up=False)

@@ -12,6 +12,7 @@ page's host picker, fed by the snapshot's `bridges`), no query the default one; 
 not live closes the socket with CLOSE_UNKNOWN_BRIDGE. Pushes of other bridges are dropped.
 """
 import asyncio
+from collections.abc import Mapping
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -49,9 +50,10 @@ def _layers(rows, model):
     return services.row_layers(rows=rows, model=model, atlas_layers=atlas_layers)
 
 
-def _asked_bridge(scope: dict) -> str | None:
+def _asked_bridge(scope: Mapping[str, object]) -> str | None:
     """The `bridge` of the socket's query string, if any."""
-    query = parse_qs((scope.get("query_string") or b"").decode("latin-1"))
+    raw = scope.get("query_string")
+    query = parse_qs(raw.decode("latin-1") if isinstance(raw, bytes) else "")
     return (query.get("bridge") or [None])[0]
 
 
