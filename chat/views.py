@@ -82,7 +82,7 @@ class ConversationUpdateInput(serializers.Serializer):
 
 class ConversationDetailApi(SessionApi):
     def get(self, request, pk):
-        return Response(self.conversation(pk).as_dict())
+        return Response(self.conversation(pk).as_dict(detail=True))
 
     def patch(self, request: Request, pk: int) -> Response:
         conv = self.conversation(pk)
@@ -95,7 +95,7 @@ class ConversationDetailApi(SessionApi):
             raise ValidationError({exc.field: [exc.detail]})
         if "title" in fields:
             conv = services.conversation_rename(request.user, pk, fields["title"])
-        return Response(conv.as_dict())
+        return Response(conv.as_dict(detail=True))
 
     def delete(self, request, pk):
         self.conversation(pk).delete()

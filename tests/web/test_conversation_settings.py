@@ -45,6 +45,8 @@ def test_patch_stores_a_served_models_id_and_the_system_prompt(client, conv, ser
     conv.refresh_from_db()
     assert (conv.model, conv.system_prompt, conv.title) == (served.id, "  Answer in French.\n", "Sea")
     assert client.get(f"/api/conversations/{conv.pk}").json()["model"] == served.id
+    listed = client.get("/api/conversations").json()["conversations"][0]
+    assert listed["model"] == served.id and "system_prompt" not in listed  # the list stays small
     assert patch(client, conv, {"model": ""}).json()["model"] == ""  # back to the default
 
 
@@ -101,7 +103,9 @@ async def test_a_new_chats_first_message_carries_the_picker_choice(alice, fake_b
                              "model": "tiny", "system_prompt": "Answer in French."})
     frames = await frames_until(comm, "done")
     created = frames[0]["conversation"]
-    assert created["model"] == served.id and created["system_prompt"] == "Answer in French."
+    assert created["model"] == served.id and "system_prompt" not in created  # kept out of frames
+    stored = await sync_to_async(Conversation.objects.get)(pk=created["id"])
+    assert stored.system_prompt == "Answer in French."
     request = fake_bridge.requests[0]
     assert request.model == served.id and "Answer in French." in request.prompt
     await comm.disconnect()
