@@ -12,28 +12,31 @@ a context overflow found when the job reaches a slot) then goes in-band, in the 
 error event; a job that never waits still gets its clean 4xx.
 """
 import asyncio
+from collections.abc import AsyncGenerator, Callable
 
 from django.conf import settings
 
 from api.errors import ApiError, from_engine_error
+from engine_bridge.client import GenerationRequest
 
 
-def queue_timeout_s():
+def queue_timeout_s() -> float:
     # Well inside the SDKs' 600 s read timeout (colibri uses 300 s).
     return float(getattr(settings, "API_QUEUE_TIMEOUT", 300))
 
 
-def queue_deadline():
+def queue_deadline() -> float:
     return asyncio.get_running_loop().time() + queue_timeout_s()
 
 
-def queue_timeout_error():
+def queue_timeout_error() -> ApiError:
     return ApiError(429, "Timed out waiting in the generation queue; retry shortly.", type="rate_limit_error",
                     code="queue_timeout", headers={"Retry-After": "1"})
 
 
-async def open_generation(request, *, prompt_param="messages", admit_queued=False, deadline=None, tick=None,
-                          boot=None):
+async def open_generation(request: GenerationRequest, *, prompt_param: str = "messages", admit_queued: bool = False,
+                          deadline: float | None = None, tick: Callable[[], float] | None = None,
+                          boot: str | None = None) -> tuple[dict, AsyncGenerator[dict | None, None]]:
     """-> (accepted event — or, with admit_queued, the first queued event —, async iterator of the
     remaining events). Raises ApiError; a context overflow names `prompt_param` (the surface's own
     field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s(). `tick`, `boot`:

@@ -8,6 +8,8 @@ Tool calls (issue 25 item 7): an assistant message may carry the calls it made (
 `tool` message holds one call's result (`tool_call_id` names the call). The chat page does not
 make calls itself; they come from an imported API conversation (chat/imports.py).
 """
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -33,17 +35,17 @@ class Conversation(models.Model):
         ordering = ["-updated"]
         indexes = [models.Index(fields=["owner", "-updated"], name="conv_owner_updated")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
 
     @property
-    def group_name(self):
+    def group_name(self) -> str:
         return f"conv-{self.pk}"
 
-    def as_dict(self, *, detail=False):
+    def as_dict(self, *, detail: bool = False) -> dict[str, Any]:
         """The conversation for the page; `detail` adds the system prompt (up to 20,000 characters,
         kept out of the list and the socket's frames, read when a conversation opens)."""
-        out = {
+        out: dict[str, Any] = {
             "id": self.pk,
             "title": self.title,
             "model": self.model,
@@ -101,10 +103,10 @@ class Message(models.Model):
         ordering = ["id"]
         indexes = [models.Index(fields=["conversation", "id"], name="msg_conv_id")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.role} #{self.pk}"
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.pk,
             "conversation": self.conversation_id,

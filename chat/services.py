@@ -8,11 +8,15 @@ import array
 import base64
 import json
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from chat.models import SYSTEM_PROMPT_CHARS, Conversation, Message
@@ -30,7 +34,7 @@ STALE_STREAMING = timedelta(seconds=90)
 class ChatError(Exception):
     """A refused chat action; code and detail go to the client's `error` frame."""
 
-    def __init__(self, code, detail, field=None):
+    def __init__(self, code: str, detail: str, field: str | None = None) -> None:
         super().__init__(detail)
         self.code, self.detail, self.field = code, detail, field
 
@@ -40,9 +44,9 @@ class Turn:
     conversation: Conversation
     assistant: Message
     prompt: str
-    new_messages: list  # messages created/changed by this action, for the `message` frames
+    new_messages: list[Message]  # messages created/changed by this action, for the `message` frames
     created_conversation: bool = False
-    deleted: list = None  # message ids removed (regenerate/edit)
+    deleted: list[int] = field(default_factory=list)  # message ids removed (regenerate/edit)
     model: str | None = None  # the served model id the turn goes to (GenerationRequest.model)
     routes: bool = False  # that model's engine reports routing (engine_bridge.served `extensions`)
 
@@ -54,7 +58,7 @@ def access_valid(user_id: int, session_key: str | None) -> bool:
     return socket_access_valid(user_id, session_key)
 
 
-def conversation_for(user, conversation_id, *, lock=False):
+def conversation_for(user: User, conversation_id: int, *, lock: bool = False) -> Conversation:
     """The user's conversation or ChatError not_found (also for other users' ids: no oracle)."""
     qs = Conversation.objects.filter(owner=user, pk=conversation_id)
     if lock:
@@ -65,14 +69,14 @@ def conversation_for(user, conversation_id, *, lock=False):
     return conv
 
 
-def conversation_search(user, q=""):
+def conversation_search(user: User, q: str = "") -> QuerySet[Conversation]:
     qs = Conversation.objects.filter(owner=user)
     if q:
         qs = qs.filter(title__icontains=q)
     return qs.order_by("-updated")
 
 
-def conversation_rename(user, conversation_id, title):
+def conversation_rename(user: User, conversation_id: int, title: str) -> Conversation:
     conv = conversation_for(user, conversation_id)
     conv.title = title[:200]
     conv.save(update_fields=["title", "updated"])
@@ -120,7 +124,7 @@ def conversation_configure(conv: Conversation, *, model: str | None = None,
     return conv
 
 
-def conversation_snapshot(user, conversation_id):
+def conversation_snapshot(user: User, conversation_id: int) -> tuple[Conversation, list[dict[str, Any]]]:
     conv = conversation_for(user, conversation_id)
     expire_stale_streaming(conv)
     return conv, [m.as_dict() for m in conv.messages.all()]
@@ -130,7 +134,7 @@ LOST_ERROR = "generation lost (server restarted)"
 ORPHAN_MIN_AGE = timedelta(seconds=5)  # younger streaming rows are never swept (a turn just begun)
 
 
-def expire_stale_streaming(conv):
+def expire_stale_streaming(conv: Conversation) -> None:
     """A fallback at open for rows the sweep cannot judge (Redis out): streaming rows unsaved for
     STALE_STREAMING. The sweep (messages_interrupt_orphans) is what normally ends them."""
     cutoff = timezone.now() - STALE_STREAMING
@@ -138,14 +142,14 @@ def expire_stale_streaming(conv):
         _interrupt(msg)
 
 
-def _interrupt(msg):
+def _interrupt(msg: Message) -> None:
     """Marks a cut-off reply: `interrupted` with its partial text kept (`error` when it has none)."""
     msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
     msg.stats = {**msg.stats, "error": LOST_ERROR}
     msg.save(update_fields=["status", "stats", "updated"])
 
 
-def messages_interrupt_orphans(owners_alive) -> list[Message]:
+def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool]]) -> list[Message]:
     """Interrupts every streaming message whose relay is gone, whatever the crash (issue 24): its
     web process (relay_owner) no longer renews its lease — `owners_alive(set of owners)` answers
     {owner: bool} and raises when it cannot tell, which sweeps nothing — or, for a row without an
@@ -159,7 +163,7 @@ def messages_interrupt_orphans(owners_alive) -> list[Message]:
     alive = owners_alive({owner for _, owner, _ in rows if owner})
     orphans = [pk for pk, owner, updated in rows
                if (not alive.get(owner, False) if owner else updated < now - STALE_STREAMING)]
-    ended = []
+    ended: list[Message] = []
     for pk in orphans:
         with transaction.atomic():
             msg = Message.objects.select_for_update().filter(pk=pk, status=Message.Status.STREAMING).first()
@@ -169,23 +173,23 @@ def messages_interrupt_orphans(owners_alive) -> list[Message]:
     return ended
 
 
-def _ensure_idle(conv):
+def _ensure_idle(conv: Conversation) -> None:
     expire_stale_streaming(conv)
     if conv.messages.filter(status=Message.Status.STREAMING).exists():
         raise ChatError("busy", "a reply is still being generated; stop it first", "conversation")
 
 
-def prompt_messages(conv, *, before_id=None):
+def prompt_messages(conv: Conversation, *, before_id: int | None = None) -> list[dict[str, Any]]:
     """The history as template messages. Assistant text goes back exactly as emitted (partial
     text of interrupted replies included); failed replies with no text are left out. Tool calls
     and results (imported API conversations) take engine_bridge.toolsyntax's neutral form:
     assistant "tool_calls": [{"id", "name", "arguments"}], {"role": "tool", "tool_call_id",
     "name", "content"}; a template that knows no tools shows the results' text only."""
     qs = conv.messages.all()
-    names = {}  # call id -> function name, for the results
+    names: dict[str, str] = {}  # call id -> function name, for the results
     if before_id is not None:
         qs = qs.filter(pk__lt=before_id)
-    out = []
+    out: list[dict[str, Any]] = []
     for m in qs:
         if m.role == Message.Role.ASSISTANT and m.status in (Message.Status.ERROR, Message.Status.STREAMING) and not m.text:
             continue
@@ -202,7 +206,7 @@ def prompt_messages(conv, *, before_id=None):
     return out
 
 
-def _arguments(text):
+def _arguments(text: str) -> dict | str:
     """A stored call's arguments for the template: the object its JSON text holds, or the text
     itself when it is not a JSON object (a model may have written anything)."""
     try:
@@ -239,7 +243,7 @@ def _render(messages: list[dict], served: ServedModel) -> str:
     return toolsyntax.render(messages, (), served)
 
 
-def _start_assistant(conv, new_messages, owner="", **turn_kw):
+def _start_assistant(conv: Conversation, new_messages: list[Message], owner: str = "", **turn_kw: Any) -> Turn:
     served = conversation_served(conv)  # before any write: a refusal leaves the turn undone
     conv.save(update_fields=["updated"])
     assistant = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="",
@@ -250,12 +254,13 @@ def _start_assistant(conv, new_messages, owner="", **turn_kw):
                 model=served.id, routes=served.extensions, **turn_kw)
 
 
-def turn_send(user, conversation_id, text, owner="", *, model=None, system_prompt=None):
+def turn_send(user: User, conversation_id: int | None, text: str, owner: str = "", *, model: str | None = None,
+              system_prompt: str | None = None) -> Turn:
     """A user message and the reply's start. `model` / `system_prompt` (None: unchanged) set the
     conversation's own first: a New chat is created with the picker's choice."""
     with transaction.atomic():
         created = conversation_id is None
-        if created:
+        if conversation_id is None:
             conv = Conversation(owner=user, title=fallback_title(text))
             conv.model = model_choice(model) if model is not None else ""
             conv.system_prompt = system_prompt_check(system_prompt) if system_prompt is not None else ""
@@ -268,21 +273,21 @@ def turn_send(user, conversation_id, text, owner="", *, model=None, system_promp
         return _start_assistant(conv, [user_msg], owner, created_conversation=created)
 
 
-def turn_regenerate(user, conversation_id, owner=""):
+def turn_regenerate(user: User, conversation_id: int, owner: str = "") -> Turn:
     with transaction.atomic():
         conv = conversation_for(user, conversation_id, lock=True)
         _ensure_idle(conv)
         last = conv.messages.order_by("-id").first()
         if last is None:
             raise ChatError("empty", "nothing to regenerate", "conversation")
-        deleted = []
+        deleted: list[int] = []
         if last.role == Message.Role.ASSISTANT:
             deleted.append(last.pk)
             last.delete()
         return _start_assistant(conv, [], owner, deleted=deleted)
 
 
-def turn_edit(user, conversation_id, message_id, text, owner=""):
+def turn_edit(user: User, conversation_id: int, message_id: int, text: str, owner: str = "") -> Turn:
     with transaction.atomic():
         conv = conversation_for(user, conversation_id, lock=True)
         _ensure_idle(conv)
@@ -297,11 +302,12 @@ def turn_edit(user, conversation_id, message_id, text, owner=""):
         return _start_assistant(conv, [msg], owner, deleted=deleted)
 
 
-def message_save_partial(message_id, text):
+def message_save_partial(message_id: int, text: str) -> None:
     Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=storable(text), updated=timezone.now())
 
 
-def message_finish(message_id, *, text, status, stats, routing=None):
+def message_finish(message_id: int, *, text: str, status: str, stats: dict[str, Any],
+                   routing: dict | None = None) -> Message | None:
     """Stores the final state of an assistant message; returns it (None if it was deleted).
     `routing`: which experts answered it, the bridge's done.routing ({"rows", "cols", "counts":
     [[row, expert, n], ...]}), or None; stored packed (routing_pack)."""
@@ -316,11 +322,11 @@ def message_finish(message_id, *, text, status, stats, routing=None):
     return msg
 
 
-def conversation_set_slot(conversation_id, slot):
+def conversation_set_slot(conversation_id: int, slot: int | None) -> None:
     Conversation.objects.filter(pk=conversation_id).update(kv_slot=slot)
 
 
-def _is_first_exchange(conversation_id):
+def _is_first_exchange(conversation_id: int) -> bool:
     roles = list(Message.objects.filter(conversation_id=conversation_id).values_list("role", flat=True)[:3])
     return roles == [Message.Role.USER, Message.Role.ASSISTANT]
 
@@ -332,7 +338,7 @@ def _enqueue_title(conversation_id: int) -> None:
     transaction.on_commit(lambda: title_conversation.delay(conversation_id), robust=True)
 
 
-def routing_pack(routing):
+def routing_pack(routing: object) -> dict[str, Any] | None:
     """A request's routing as a message keeps it: every cell's count, row-major, as little-endian
     u16 (u32 when a count needs it) in base64, with rows, cols and the totals. Measured on a
     synthetic GLM-5-size turn (78 x 256, ~700 positions at top-8): 53 KB of JSON, 26 KB stored
@@ -352,7 +358,7 @@ def routing_pack(routing):
             "dtype": dtype, "counts_b64": base64.b64encode(cells.tobytes()).decode("ascii")}
 
 
-def routing_unpack(packed):
+def routing_unpack(packed: dict[str, Any]) -> list[list[int]]:
     """routing_pack's inverse: the nonzero [row, expert, n] triples, by row then expert."""
     cells = array.array("H" if packed["dtype"] == "u16" else "I")
     cells.frombytes(base64.b64decode(packed["counts_b64"]))
@@ -362,7 +368,7 @@ def routing_unpack(packed):
     return [[i // cols, i % cols, n] for i, n in enumerate(cells) if n]
 
 
-def message_routing(message_id):
+def message_routing(message_id: int) -> dict[str, Any] | None:
     """Which experts answered an assistant message: {"message", "conversation", "role", "rows",
     "cols", "counts": [[row, expert, selections], ...], "experts", "selections", "io"}; None when
     the message does not exist, counts None when no routing was recorded for it; io = its turn's

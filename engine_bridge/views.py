@@ -37,11 +37,12 @@ async def health(request: HttpRequest) -> JsonResponse:
     queued) and model; the top-level fields are the default bridge's (`bridge_id`)."""
     bridges = await _live_bridges()
     facts = None if bridges is None else await liveness.ahealth_facts(registry.default_bridge(bridges))
-    if bridges is None or facts is None:
+    if facts is None:
         body: dict[str, object] = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
-                "slots": None, "queue": None, "restarts": None, "experts": None, "sampling": None,
-                "bridge_id": None, "bridges": [], "models": []}
+                                   "slots": None, "queue": None, "restarts": None, "experts": None,
+                                   "sampling": None, "bridge_id": None, "bridges": [], "models": []}
         return _answer(body, up=False)
+    assert bridges is not None  # facts were read from them
     state = decode_state(facts.state_raw)
     beating = facts.bridge_beating
     status = state["status"] if state["updated"] is not None and beating else "down"
@@ -71,7 +72,7 @@ def _fleet(report: dict) -> dict:
     return {"bridge_id": report["default_bridge"], "bridges": report["bridges"], "models": report["models"]}
 
 
-def _answer(body, *, up):
+def _answer(body: dict[str, object], *, up: bool) -> JsonResponse:
     response = JsonResponse(body, status=200 if up else 503)
     if not up:
         response["Retry-After"] = "5"
