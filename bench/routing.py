@@ -12,10 +12,13 @@ round by round, in one process and one event loop:
   in one round trip (a Lua script over every bridge's registration and heartbeat), the prompt's
   prefix chain, routing.route;
 * legacy: what it did before the registry (liveness.aget_boot: one GET of the heartbeat);
-* chain / decide: the pure parts alone (the prompt's chain; route() over the snapshot).
+* chain / decide: the pure parts alone (the prompt's chain; route() over the snapshot);
+* served / served-legacy: the served model's facts an API request reads first, now
+  (served.aserved_model_get(model): the registry, then that model's bridge's state) and before
+  (telemetry.aget_state_and_boot: one MGET of the state and the heartbeat).
 
-Prints the median and p90 of each in ms, and `added` = route − legacy: the first-token time that
-routing adds (target ≤ 2 ms). Then the end-to-end first text of generate() (submit → first text
+Prints the median and p90 of each in ms, `added` = route − legacy: the first-token time that
+routing adds to generate() (target ≤ 2 ms), and `added (API)` with the served read too. Then the end-to-end first text of generate() (submit → first text
 event), for scale.
 """
 from __future__ import annotations
@@ -68,11 +71,12 @@ async def _warm(args: argparse.Namespace, model_id: str) -> list[tuple[str, str]
 
 
 async def _measure(args: argparse.Namespace, model_id: str) -> None:
-    from engine_bridge import client, liveness, registry, routing
+    from engine_bridge import client, liveness, registry, routing, served, telemetry
     from engine_bridge.client import GenerationRequest, generate
 
     conversations = await _warm(args, model_id)
-    samples: dict[str, list[float]] = {"route": [], "legacy": [], "chain": [], "decide": []}
+    samples: dict[str, list[float]] = {"route": [], "legacy": [], "chain": [], "decide": [],
+                                       "served": [], "served-legacy": []}
     for n in range(args.rounds):
         key, prompt = conversations[n % len(conversations)]
         request = GenerationRequest(prompt=prompt + "more<|im_end|>\n", max_tokens=1, model=model_id,
@@ -93,12 +97,22 @@ async def _measure(args: argparse.Namespace, model_id: str) -> None:
         t5 = time.perf_counter()
         samples["chain"].append(t4 - t3)
         samples["decide"].append(t5 - t4)
+        await served.aserved_model_get(model_id)
+        t6 = time.perf_counter()
+        await telemetry.aget_state_and_boot("bench0")
+        t7 = time.perf_counter()
+        samples["served"].append(t6 - t5)
+        samples["served-legacy"].append(t7 - t6)
     added = [r - legacy for r, legacy in zip(samples["route"], samples["legacy"])]
+    added_api = [r - legacy + m - old for r, legacy, m, old in
+                 zip(samples["route"], samples["legacy"], samples["served"], samples["served-legacy"])]
     print(f"{args.bridges} bridges, {len(conversations)} warm conversations of ~{args.prompt_chars} chars, "
           f"{args.rounds} rounds (interleaved)")
-    for name in ("legacy", "route", "chain", "decide"):
-        print(f"  {name:7s} {_ms(samples[name])}")
-    print(f"  added   {_ms(added)}   (route - legacy, per round; target <= 2 ms)")
+    for name in ("legacy", "route", "chain", "decide", "served-legacy", "served"):
+        print(f"  {name:13s} {_ms(samples[name])}")
+    print(f"  added         {_ms(added)}   (generate: route - legacy, per round; target <= 2 ms)")
+    print(f"  added (API)   {_ms(added_api)}   (with the served model's facts read before it: "
+          "served + route - served-legacy - legacy)")
     ttft = []
     for n in range(min(args.rounds, 60)):
         key, prompt = conversations[n % len(conversations)]

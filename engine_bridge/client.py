@@ -111,6 +111,7 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
         yield refusal
         return
     yield {"kind": "routed", "bridge": target.bridge}
+    _routed[req] = target.bridge  # stop(req) / cancel(req) find it
     listener = loop_listener()
     inbox = listener.register(req)  # before the submit: no reply may come unheard
     finished = False
@@ -130,6 +131,7 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
                 yield event
     finally:
         listener.unregister(req)  # what still comes for req (its CANCELLED) is dropped by the listener
+        _routed.pop(req, None)
         if not finished:
             await asyncio.shield(cancel(req, target.bridge))
 
@@ -305,11 +307,16 @@ def _merge_text(events: list[dict]) -> list[dict]:
     return out
 
 
+_routed: dict[str, str] = {}  # req -> the bridge it went to, while its generate() runs in this process
+
+
 async def cancel(req_id: str, bridge: str | None = None) -> None:
-    """gen.cancel to `bridge` (the `routed` event's id; None: this process's bridge id)."""
-    await transport.to_bridge({"type": "gen.cancel", "req": req_id}, bridge)
+    """gen.cancel to `bridge` (None: the bridge this process routed req_id to, else this
+    process's bridge id)."""
+    await transport.to_bridge({"type": "gen.cancel", "req": req_id}, bridge or _routed.get(req_id))
 
 
 async def stop(req_id: str, bridge: str | None = None) -> None:
-    """gen.stop to `bridge` (the `routed` event's id; None: this process's bridge id)."""
-    await transport.to_bridge({"type": "gen.stop", "req": req_id}, bridge)
+    """gen.stop to `bridge` (None: the bridge this process routed req_id to, else this process's
+    bridge id)."""
+    await transport.to_bridge({"type": "gen.stop", "req": req_id}, bridge or _routed.get(req_id))

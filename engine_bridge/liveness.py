@@ -120,6 +120,7 @@ class Heart:
         self.describe = describe
         self.client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
         self.failing = False
+        self.beats = 0  # beats written (the first may overwrite a dead predecessor's key: no alarm)
         self.woken = asyncio.Event()
 
     def wake(self) -> None:
@@ -127,11 +128,16 @@ class Heart:
 
     async def beat(self) -> None:
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.set(alive_key(self.bridge), self.boot, ex=TTL)
+            pipe.set(alive_key(self.bridge), self.boot, ex=TTL, get=True)
             if self.describe is not None:
                 pipe.set(transport.bridge_key(self.bridge, "reg"), json.dumps(self.describe()), ex=TTL)
                 pipe.sadd(transport.bridges_key(), self.bridge)
-            await pipe.execute()
+            before = (await pipe.execute())[0]
+        if before and before.decode() != self.boot and self.beats:  # another process beat under our id
+            log.error("another bridge runs with id %r (boot %s): two bridges of one id share an inbox "
+                      "and each ignores the other's submits; give each its own BRIDGE_ID", self.bridge,
+                      before.decode())
+        self.beats += 1
 
     async def run(self) -> None:
         while True:

@@ -35,7 +35,7 @@ from engine_bridge.engine import Engine, Supervisor, next_id
 from engine_bridge.jobs import Request, extension_refusal, parse_job, started_facts  # noqa: F401 (public names)
 from engine_bridge.liveness import Heart
 from engine_bridge.pacing import REDIS_RETRY_FIRST, REDIS_RETRY_MAX, Pacer
-from engine_bridge.scheduler import Scheduler
+from engine_bridge.scheduler import Scheduler, Slot
 from engine_bridge.streams import Streams
 from engine_bridge.telemetry import Publisher
 from engine_bridge.telemetry_events import EngineTelemetry
@@ -59,7 +59,7 @@ class Bridge:
         self.heart = Heart(self.id, self.registration)
         self.host, self.fingerprint = registry.host_name(), registry.model_fingerprint(str(settings.ENGINE_MODEL))
         self.chains = registry.SlotChains()
-        self.described: tuple[object, str, str] = (None, "", "")  # (model info, its id, its rev)
+        self.described: tuple[object, str, str] = (object(), "", "")  # (model info, its id, its rev); none yet
         running: dict[int, Request] = {}  # engine id -> Request: admission writes it, the pacer reads it
         self.pacer = Pacer(running)
         self.admission = Admission(self.scheduler, self.supervisor, self.pacer, self.publisher, self.heart, running)
@@ -107,7 +107,13 @@ class Bridge:
             busy=sum(1 for s in slots if s.busy is not None), queued=len(self.scheduler.queue),
             beat_age_s=0.0, status=str(state.get("status") or "down"), queue_limit=self.scheduler.queue_limit,
             model_rev=self.described[2],
-            held=tuple(registry.SlotHeld(s.key, self.chains.chain(s.index, s.text)) for s in slots)))
+            held=tuple(registry.SlotHeld(s.key, self.chains.chain(s.index, self.slot_text(s))) for s in slots)))
+
+    def slot_text(self, slot: Slot) -> str:
+        """What a slot's cache holds, for routers: a running request's prompt (prefilled as it
+        starts, so its next turn finds it even before it ends), else its last prompt + output."""
+        r = self.admission.requests.get(slot.busy) if slot.busy is not None else None
+        return r.job.prompt if r is not None and r.job is not None else slot.text
 
     async def watch_engine(self) -> None:
         """Keeps telemetry `hung` true while the running engine is stopped (SIGSTOP: /proc says

@@ -30,9 +30,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("several-models")
 
 
-def _model(model_dir: Path, name: str, seed: int) -> Path:
+def _model(model_dir: Path, name: str, seed: int, *extra: str) -> Path:
     path = model_dir / f"{name}.gguf"
-    return path if path.exists() else procs.make_tiny_model(path, "--seed", str(seed))
+    return path if path.exists() else procs.make_tiny_model(path, "--seed", str(seed), *extra)
 
 
 def _start(redis_url: str, engine_binary: Path, model: Path, bridge: str) -> subprocess.Popen:
@@ -105,15 +105,22 @@ async def _has(ids: tuple[str, ...]) -> bool:
     return set(ids) <= live
 
 
-async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-affinity", 3)
+@pytest.mark.parametrize("keyed", [True, False], ids=["by-conversation", "by-prefix"])
+async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(
+        redis_url: str, engine_binary: Path, model_dir: Path, keyed: bool) -> None:
+    """Keyed: the chat's conversation_key finds its slot's bridge. Unkeyed (a stateless API
+    client resending the history): the prompt's prefix chain does, its history being longer than
+    routing.MIN_PREFIX_BLOCKS blocks."""
+    name = f"tiny-affinity-{keyed}".lower()
+    model = _model(model_dir, name, 3)
     with _bridges(redis_url, engine_binary, [("fa", model), ("fb", model)]):
         await _until(lambda: _has(("fa", "fb")), 5, "both registrations")
         homes: dict[str, set] = {}
         for n in range(6):
-            key, prompt = f"conv:{n}", CHATML.format(f"conversation {n} begins with a question")
+            key = f"conv:{n}"
+            prompt = CHATML.format(f"conversation {n} begins with a question. " + "Some context. " * 50)
             for _turn_no in range(3):
-                events = await collect(_turn("tiny-affinity", prompt, key))
+                events = await collect(_turn(name, prompt, key if keyed else None))
                 homes.setdefault(key, set()).add(_routed(events))
                 accepted = next(e for e in events if e["kind"] == "accepted")
                 if _turn_no:
@@ -124,7 +131,7 @@ async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(
 
 async def test_a_bridge_killed_mid_stream_ends_only_its_streams_and_the_next_turn_lands_elsewhere(
         redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-failover", 4)
+    model = _model(model_dir, "tiny-failover", 4, "--mute-eos")  # long turns end only when told
     with _bridges(redis_url, engine_binary, [("ka", model), ("kb", model)]) as procs_by_id:
         await _until(lambda: _has(("ka", "kb")), 5, "both registrations")
         first = await collect(_turn("tiny-failover", CHATML.format("remember me"), "conv:kill"))
@@ -139,6 +146,8 @@ async def test_a_bridge_killed_mid_stream_ends_only_its_streams_and_the_next_tur
         procs_by_id[home].send_signal(signal.SIGKILL)
         procs_by_id[home].wait()
         t0 = time.monotonic()
+        await _until(lambda: _gone(home), 3, "the killed bridge to leave the rotation")
+        assert time.monotonic() - t0 < 2.5  # its last beat was at most liveness.STALE_S old
         async with contextlib.aclosing(doomed):
             ended = [e async for e in doomed]
         error = final(ended)
@@ -162,18 +171,30 @@ async def _texts(agen: AsyncIterator, wanted: int) -> int:
     return seen
 
 
+async def _up(bridge: str) -> bool:
+    return any(i.id == bridge and i.status == "up" for i in await registry.abridges_get())
+
+
+async def _gone(bridge: str) -> bool:
+    return bridge not in {i.id for i in await registry.abridges_get()}
+
+
 async def _busy(bridge: str) -> bool:
     return any(i.id == bridge and i.busy for i in await registry.abridges_get())
 
 
 async def test_a_bridge_started_live_joins_the_rotation(redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-join", 5)
+    model = _model(model_dir, "tiny-join", 5, "--mute-eos")
     with _bridges(redis_url, engine_binary, [("ja", model)]) as started:
         busy = generate(_turn("tiny-join", CHATML.format("a long story"), None, LONG))
         assert _routed(await _first_text(busy)) == "ja"
-        started["jb"] = _start(redis_url, engine_binary, model, "jb")
-        await _until(lambda: _has(("jb",)), 5, "the new bridge's registration")
+        await _until(lambda: _busy("ja"), 3, "the long turn to be published")
+        # in a thread: the loop must go on renewing its lease, or ja cancels the busy stream
+        started["jb"] = await asyncio.to_thread(_start, redis_url, engine_binary, model, "jb")
+        await _until(lambda: _up("jb"), 5, "the new bridge's registration, its engine up")
         assert await _serving("tiny-join") == ("ja", "jb")
+        snapshot = await registry.abridges_get()
         events = await collect(_turn("tiny-join", CHATML.format("hello newcomer")))
-        assert _routed(events) == "jb" and final(events)["kind"] == "done"  # the idle newcomer took it
+        assert _routed(events) == "jb", [(b.id, b.status, b.busy, b.queued) for b in snapshot]  # the idle one
+        assert final(events)["kind"] == "done"
         await busy.aclose()
