@@ -33,14 +33,17 @@ def model_check(served: ServedModel | None, name: str) -> str:
     (no engine ready that might serve it) / 404 model_not_found naming the ids served."""
     if served is not None and name in served.aliases:
         return served.id
-    if served is not None and not served.up:
-        raise unavailable(retry_after=RETRY_AFTER_S)  # no live bridge at all
-    models = served_models_get()
-    if not models or not all(m.up for m in models):
-        raise unavailable(retry_after=RETRY_AFTER_S)  # a bridge still starting may serve it
-    ids = ", ".join(repr(m.id) for m in models)
-    raise ApiError(404, f"The model {name!r} does not exist; this server serves {ids} (GET /v1/models)",
-                   param="model", code="model_not_found")
+    if served is not None:  # the facts of the one bridge there is (or was): it does not serve `name`
+        if not served.up:
+            raise unavailable(retry_after=RETRY_AFTER_S)
+        ids = [served.id]
+    else:  # live bridges run, none serving `name`
+        models = served_models_get()
+        if not models or not all(m.up for m in models):
+            raise unavailable(retry_after=RETRY_AFTER_S)  # a bridge still starting may serve it
+        ids = [m.id for m in models]
+    raise ApiError(404, f"The model {name!r} does not exist; this server serves "
+                   f"{', '.join(repr(i) for i in ids)} (GET /v1/models)", param="model", code="model_not_found")
 
 
 def render(served: ServedModel, messages: list[dict], tools: tuple | list = ()) -> str:

@@ -42,15 +42,19 @@ class Conversation(models.Model):
     def group_name(self) -> str:
         return f"conv-{self.pk}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
+    def as_dict(self, *, detail: bool = False) -> dict[str, Any]:
+        """The conversation for the page; `detail` adds the system prompt (up to 20,000 characters,
+        kept out of the list and the socket's frames, read when a conversation opens)."""
+        out: dict[str, Any] = {
             "id": self.pk,
             "title": self.title,
             "model": self.model,
-            "system_prompt": self.system_prompt,
             "created": self.created.isoformat(),
             "updated": self.updated.isoformat(),
         }
+        if detail:
+            out["system_prompt"] = self.system_prompt
+        return out
 
 
 class Message(models.Model):

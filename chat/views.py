@@ -82,7 +82,7 @@ class ConversationUpdateInput(serializers.Serializer):
 
 class ConversationDetailApi(SessionApi):
     def get(self, request: Request, pk: int) -> Response:
-        return Response(self.conversation(pk).as_dict())
+        return Response(self.conversation(pk).as_dict(detail=True))
 
     def patch(self, request: Request, pk: int) -> Response:
         conv = self.conversation(pk)
@@ -95,7 +95,7 @@ class ConversationDetailApi(SessionApi):
             raise ValidationError({exc.field or "conversation": [exc.detail]})
         if "title" in fields:
             conv = services.conversation_rename(signed_in_user(request), pk, fields["title"])
-        return Response(conv.as_dict())
+        return Response(conv.as_dict(detail=True))
 
     def delete(self, request: Request, pk: int) -> Response:
         self.conversation(pk).delete()

@@ -51,10 +51,11 @@ def _layers(rows: int, model: dict | None) -> tuple[list[int], str]:
     return services.row_layers(rows=rows, model=model, atlas_layers=atlas_layers)
 
 
-def _asked_bridge(scope: Mapping[str, Any]) -> str | None:
+def _asked_bridge(scope: Mapping[str, object]) -> str | None:
     """The `bridge` of the socket's query string, if any."""
-    query = parse_qs((scope.get("query_string") or b"").decode("latin-1"))
-    return (query.get("bridge") or [None])[0]
+    raw = scope.get("query_string")
+    query = parse_qs(raw.decode("latin-1") if isinstance(raw, bytes) else "")
+    return next(iter(query.get("bridge", [])), None)
 
 
 class AtlasConsumer(AsyncJsonWebsocketConsumer):

@@ -30,7 +30,8 @@ export class HostPicker {
   private select: HTMLSelectElement;
   private shown = "";
 
-  constructor(slot: HTMLElement) {
+  constructor(private slot: HTMLElement) {
+    slot.hidden = true; // until the server names the bridges
     this.select = document.createElement("select");
     this.select.name = "bridge";
     this.select.className = "host-picker";
@@ -44,6 +45,7 @@ export class HostPicker {
     const key = JSON.stringify([bridges.map((b) => [b.id, b.host, b.model, b.status]), current]);
     if (key === this.shown) return;
     this.shown = key;
+    this.slot.hidden = false;
     const options = bridges.map((b) => {
       const o = document.createElement("option");
       o.value = b.id;
