@@ -219,6 +219,12 @@ ENGINE_CTX = int(env("CTX", "4096"))
 KV_SLOTS = int(env("KV_SLOTS", "4"))
 ENGINE_READY_TIMEOUT = float(env("ENGINE_READY_TIMEOUT", "120"))
 BRIDGE_QUEUE_LIMIT = int(env("BRIDGE_QUEUE_LIMIT", "32"))
+# Several bridges on one Redis (engine_bridge.registry): this bridge's id (its inbox, heartbeat,
+# state and registration keys), the host name it reports, and the model a request naming none
+# gets (a served model id; empty: the first model by bridge id).
+BRIDGE_ID = env("BRIDGE_ID", "main")
+BRIDGE_HOST = env("BRIDGE_HOST", "")
+DEFAULT_MODEL = env("DEFAULT_MODEL", "")
 # Text batches per second the bridge sends over all running requests together (the first token of
 # each never waits): each costs the web path ~0.5 ms of CPU; a larger host can afford more.
 BRIDGE_TEXT_BATCHES_PER_S = float(env("BRIDGE_TEXT_BATCHES_PER_S", "100"))

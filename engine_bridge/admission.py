@@ -105,6 +105,7 @@ class Admission:
                 self.pacer.emit(r, {"kind": "queued", "position": position})
         self.publisher.update(queue=len(self.scheduler.queue),
                               busy=sum(1 for s in self.scheduler.slots if s.busy is not None))
+        self.heart.wake()  # routers see the slot's new owner and text before its next turn
 
     def start(self, r: Request, slot: int) -> None:
         r.eng_id, r.slot, r.position = next_id(), slot, None

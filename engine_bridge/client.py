@@ -2,13 +2,17 @@
 
     async with contextlib.aclosing(generate(GenerationRequest(prompt=..., max_tokens=64))) as events:
         async for event in events:
-            ...   # first {"kind": "submitted", "req": <id>}, then the bridge's events (docs/contracts.md)
+            ...   # first {"kind": "submitted", "req": <id>}, then {"kind": "routed", "bridge": <id>},
+                  # then the bridge's events (docs/contracts.md)
 
-Leaving the iterator early (break + aclose, exception, task cancelled) sends gen.cancel.
+Leaving the iterator early (break + aclose, exception, task cancelled) sends gen.cancel to the
+bridge that took the request.
 
-generate reads as its three steps: what may be submitted at all (_admissible), the submit
-(_submit), and the listening (_Stream: a request's batches in `seq` order, the gap, liveness and
-idle rules); engine_bridge.listener is the one reader of a web process's reply list.
+generate reads as its three steps: what may be submitted at all and where (_admissible: the
+registry snapshot and engine_bridge.routing), the submit (_submit, to that bridge's inbox), and
+the listening (_Stream: a request's batches in `seq` order, the gap, liveness and idle rules,
+its liveness that of the bridge it went to); engine_bridge.listener is the one reader of a web
+process's reply list.
 """
 import asyncio
 import base64
@@ -17,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 
-from engine_bridge import liveness, protocol, transport
+from engine_bridge import liveness, protocol, registry, routing, transport
 from engine_bridge.listener import loop_listener
 
 log = logging.getLogger(__name__)
@@ -48,11 +52,23 @@ class GenerationRequest:
     logprobs: int = 0                # k > 0: each text event carries its tokens' logprobs and k candidates
     grammar: bytes | None = None     # CGD1 DFA (engine_bridge.grammar) the output must stay in; only
                                      # for an engine that announces it (MODEL "grammar"), else refused
+    model: str | None = None         # a served model id (ServedModel.id; "default"/"colibri" too);
+                                     # None: the default model. The router picks its bridge.
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a request went: the bridge's id, the boot it was meant for, the host it runs on."""
+    bridge: str
+    boot: str
+    host: str = ""
 
 
 def job_message(request: GenerationRequest) -> dict:
-    """The job as JSON-able data: the grammar's bytes travel as base64 (jobs.parse_job decodes)."""
+    """The job as JSON-able data: the grammar's bytes travel as base64 (jobs.parse_job decodes);
+    `model` stays here (it chose the bridge, which serves one)."""
     job = asdict(request)
+    job.pop("model", None)
     if job.get("grammar") is not None:
         job["grammar"] = base64.b64encode(bytes(job["grammar"])).decode("ascii")
     return job
@@ -74,33 +90,38 @@ def _broker_down(exc: object) -> dict:
 async def generate(request: GenerationRequest, req_id: str | None = None, *, boot: str | None = None,
                    idle_timeout: float = IDLE_TIMEOUT,
                    tick: Callable[[], float] | None = None) -> AsyncIterator[dict | None]:
-    """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"}.
+    """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"},
+    the second (unless the request is refused before any submit) {"kind": "routed", "bridge"}.
 
-    `boot`: the running bridge's boot id as the caller just read it (liveness.aget_boot's answer,
-    e.g. with the served model's facts); None: read it here.
+    `boot`: read by earlier releases' callers with the served model (kept for them); the router's
+    registry snapshot names the chosen bridge's boot, and only with no bridge registered does
+    this one count.
 
     `tick` (a function returning seconds, asked after every yield): a None is yielded whenever that
     long passes without an event — a surface's keepalive or deadline check, kept here so that a
     stream pays no task per event for it.
 
     Invariant: unless the bridge's own final event (done / error) was yielded, leaving sends
-    gen.cancel, so no engine slot keeps generating for a consumer that is gone."""
+    gen.cancel to the bridge that took it, so no engine slot keeps generating for a consumer that
+    is gone."""
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
-    boot, refusal = await _admissible(request, boot)
-    if refusal is not None:
+    target, refusal = await _admissible(request, boot)
+    if target is None:
         yield refusal
         return
+    yield {"kind": "routed", "bridge": target.bridge}
+    _routed[req] = target.bridge  # stop(req) / cancel(req) find it
     listener = loop_listener()
     inbox = listener.register(req)  # before the submit: no reply may come unheard
     finished = False
     try:
-        refusal = await _submit(req, boot, listener.id, request)
+        refusal = await _submit(req, target, listener.id, request)
         if refusal is not None:  # nothing reached the bridge: nothing to cancel
             finished = True
             yield refusal
             return
-        stream = _Stream(inbox, boot, idle_timeout, tick)  # its clocks start at the submit
+        stream = _Stream(inbox, target, idle_timeout, tick)  # its clocks start at the submit
         while True:
             for event in await stream.next_events():
                 if event is not None and event["kind"] in FINAL_KINDS:
@@ -110,30 +131,59 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
                 yield event
     finally:
         listener.unregister(req)  # what still comes for req (its CANCELLED) is dropped by the listener
+        _routed.pop(req, None)
         if not finished:
-            await asyncio.shield(cancel(req))
+            await asyncio.shield(cancel(req, target.bridge))
 
 
-async def _admissible(request: GenerationRequest, boot: str | None) -> tuple[str | None, dict | None]:
-    """(the bridge boot to submit to, None), or (None, the error that ends the stream before any
-    submit): text the engine cannot take, Redis not answering, no bridge running."""
+async def _admissible(request: GenerationRequest, boot: str | None) -> tuple[Target | None, dict]:
+    """(where to submit, {}), or (None, the error that ends the stream before any submit): text
+    the engine cannot take, Redis not answering, no bridge running or none serving the model."""
     texts = (request.prompt, *request.stop) if isinstance(request.stop, (list, tuple)) else (None,)
     if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
         return None, _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
+    try:
+        bridges = await registry.abridges_get()  # fresh: a turn that just ended is in it
+    except Exception as exc:
+        return None, _broker_down(exc)
+    if not bridges:
+        return await _unregistered(boot)
+    model = registry.default_model(bridges) if request.model in (None, "default", "colibri") else request.model
+    chosen = routing.route(bridges, str(model), conversation_key=request.conversation_key,
+                           prompt_chain=_prompt_chain(request.prompt, bridges, str(model)))
+    if chosen is None:
+        return None, _error("ENGINE_UNAVAILABLE", f"No engine serves the model {model!r} right now.", retry_after=5)
+    return Target(chosen.bridge.id, chosen.bridge.boot, chosen.bridge.host), {}
+
+
+async def _unregistered(boot: str | None) -> tuple[Target | None, dict]:
+    """No bridge registered: the default bridge by its heartbeat alone (one played by hand in
+    tests, or of a release before the registry)."""
     if boot is None:
         boot = await liveness.aget_boot()
     if boot is None:
         return None, _broker_down("no answer")
     if not boot:
         return None, _error("ENGINE_UNAVAILABLE", "The engine bridge is not running.", retry_after=5)
-    return boot, None
+    return Target(transport.bridge_id(), boot), {}
 
 
-async def _submit(req: str, boot: str, reply: str, request: GenerationRequest) -> dict | None:
-    """Sends gen.submit; the error to end the stream with when Redis refused it, else None."""
+def _prompt_chain(prompt: str, bridges: list[registry.BridgeInfo], model: str) -> str:
+    """The prompt's prefix chain, as far as any candidate's slot reaches; "" when one bridge (or
+    none) serves the model and there is nothing to choose."""
+    serving = [b for b in bridges if b.model == model]
+    if len(serving) < 2:
+        return ""
+    reach = max((len(h.chain) for b in serving for h in b.held), default=0) // registry.DIGEST_CHARS
+    return registry.prefix_chain(prompt, reach) if reach else ""
+
+
+async def _submit(req: str, target: Target, reply: str, request: GenerationRequest) -> dict | None:
+    """Sends gen.submit to the target's inbox; the error to end the stream with when Redis
+    refused it, else None."""
     try:
-        await transport.to_bridge({"type": "gen.submit", "req": req, "boot": boot, "reply": reply,
-                                   "lease": True, "job": job_message(request)})
+        await transport.to_bridge({"type": "gen.submit", "req": req, "boot": target.boot, "reply": reply,
+                                   "lease": True, "job": job_message(request)}, target.bridge)
     except Exception as exc:  # Redis refused the submit: nothing reached the bridge
         return _broker_down(exc)
     return None
@@ -145,9 +195,9 @@ class _Stream:
     or gone, nothing for idle_timeout while not queued). `broken`: the last event next_events
     returned is such a client-side error (the bridge never ended the request: cancel it)."""
 
-    def __init__(self, inbox: asyncio.Queue, boot: str, idle_timeout: float,
+    def __init__(self, inbox: asyncio.Queue, target: Target, idle_timeout: float,
                  tick: Callable[[], float] | None) -> None:
-        self.inbox, self.boot, self.idle_timeout, self.tick = inbox, boot, idle_timeout, tick
+        self.inbox, self.target, self.idle_timeout, self.tick = inbox, target, idle_timeout, tick
         self.loop = asyncio.get_running_loop()
         self.expected, self.pending, self.queued, self.broken = 0, {}, False, False
         self.idle_deadline = self.loop.time() + idle_timeout
@@ -196,10 +246,10 @@ class _Stream:
     async def _check(self) -> dict | None:
         """After a quiet spell: the error that ends the stream (its bridge restarted or gone, or no
         answer in time while not queued), or None to wait on."""
-        now_boot = await liveness.aget_boot()
-        if now_boot is not None and now_boot != self.boot:
-            return self._fail(_error("ENGINE_UNAVAILABLE", "The engine bridge stopped while handling this request"
-                                     + (" and was restarted." if now_boot else "."), retry_after=5))
+        now_boot = await liveness.aget_boot(self.target.bridge)
+        if now_boot is not None and now_boot != self.target.boot:
+            return self._fail(_error("ENGINE_UNAVAILABLE", _gone_message(self.target, restarted=bool(now_boot)),
+                                     retry_after=5, bridge=self.target.bridge))
         if self.queued or self.loop.time() < self.idle_deadline:
             return None  # waiting our turn, or still within the idle limit, and the bridge lives
         return self._fail(_error("ENGINE_UNAVAILABLE", "The engine did not answer in time."))
@@ -227,6 +277,15 @@ class _Stream:
         return merged
 
 
+def _gone_message(target: Target, *, restarted: bool) -> str:
+    """What a stream's end says when its bridge stopped beating (killed, its host gone) or came back
+    as a new boot, which knows nothing of the old one's requests."""
+    where = f"bridge {target.bridge}" + (f" on {target.host}" if target.host else "")
+    if restarted:
+        return f"The engine bridge stopped while handling this request and was restarted ({where})."
+    return f"The engine bridge stopped while handling this request: its engine host went away ({where})."
+
+
 def _drain(queue: asyncio.Queue) -> list:
     items = []
     while not queue.empty():
@@ -247,9 +306,16 @@ def _merge_text(events: list[dict]) -> list[dict]:
     return out
 
 
-async def cancel(req_id: str) -> None:
-    await transport.to_bridge({"type": "gen.cancel", "req": req_id})
+_routed: dict[str, str] = {}  # req -> the bridge it went to, while its generate() runs in this process
 
 
-async def stop(req_id: str) -> None:
-    await transport.to_bridge({"type": "gen.stop", "req": req_id})
+async def cancel(req_id: str, bridge: str | None = None) -> None:
+    """gen.cancel to `bridge` (None: the bridge this process routed req_id to, else this
+    process's bridge id)."""
+    await transport.to_bridge({"type": "gen.cancel", "req": req_id}, bridge or _routed.get(req_id))
+
+
+async def stop(req_id: str, bridge: str | None = None) -> None:
+    """gen.stop to `bridge` (None: the bridge this process routed req_id to, else this process's
+    bridge id)."""
+    await transport.to_bridge({"type": "gen.stop", "req": req_id}, bridge or _routed.get(req_id))

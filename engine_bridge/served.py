@@ -9,14 +9,22 @@ does not say `extensions: false`): only such an engine takes key=value SUBMIT fi
 outage does not change the template: the last model read is kept and served with status down.
 Ids: `id` is a stable slug people can type (the model file's stem, e.g. `smollm2-135m-moe16`);
 the display name and the generic aliases `colibri` and `default` are accepted too.
+
+Several bridges (engine_bridge.registry): one ServedModel per distinct model id among the live
+bridges, its facts read from the state of one bridge serving it (an engine that is up first),
+`bridges` naming all of them. The generic aliases and None mean the default model
+(settings.DEFAULT_MODEL when served, else the first by bridge id). With no live bridge at all
+the default bridge's last state answers, status down, whatever model was asked for: the surfaces
+then say 503 (come back later), not 404 (no such model).
 """
+import asyncio
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 
-from engine_bridge import sampling
+from engine_bridge import registry, sampling
 from engine_bridge.prompting import CHATML_TEMPLATE, CHATML_TOKENS
 
 ALIASES = ("colibri", "default")
@@ -85,6 +93,7 @@ class ServedModel:
     experts_default: int | None = None  # the model's own routed experts per token (top_k)
     sampling_defaults: tuple = (sampling.DEFAULT_TEMPERATURE, sampling.DEFAULT_TOP_P)  # for unnamed values
     boot: str | None = None  # the bridge boot alive when these facts were read ("" none; None unknown)
+    bridges: tuple = ()      # ids of the live bridges serving it (engine_bridge.registry)
     info: dict = field(default_factory=dict, compare=False, hash=False)  # the raw MODEL dict, for engine details
 
     @property
@@ -98,7 +107,7 @@ def _extensions(info):
     return bool(info) and info.get("extensions", True) is not False
 
 
-def served_model_from(state, *, boot=None):
+def served_model_from(state: dict | None, *, boot: str | None = None, bridges: tuple = ()) -> ServedModel:
     state = state or {}
     info = state.get("model") or {}
     status = (state.get("status") or ("up" if state.get("up") else "down")) if state.get("updated") else "down"
@@ -122,18 +131,82 @@ def served_model_from(state, *, boot=None):
         experts_range=(int(info.get("experts_min") or 1), int(info["experts_max"])) if info.get("experts_max") else None,
         experts_default=info.get("top_k"),
         sampling_defaults=sampling.model_defaults(info),
-        boot=boot, info=dict(info),
+        boot=boot, bridges=tuple(bridges), info=dict(info),
     )
 
 
-def served_model_get():
-    return served_model_from(_read_state())
+def _serving(bridges: list, model: str | None) -> tuple[list, bool]:
+    """(the live bridges serving `model` by id — None and the generic aliases: the default model
+    —, best first: an engine that is up, then by id; whether an exact id or generic name decided
+    it: False means `model` may still be another alias, such as a display name)."""
+    exact = model is None or model in ALIASES
+    wanted = registry.default_model(bridges) if exact else model
+    serving = sorted((b for b in bridges if b.model == wanted), key=lambda b: (b.status != "up", b.id))
+    return serving, exact or bool(serving)
 
 
-async def aserved_model_get(*, with_boot=True):
+def _from_bridge(state: dict, serving: list, boot: str | None = None) -> ServedModel:
+    return served_model_from(_remember(state), boot=boot, bridges=tuple(b.id for b in serving))
+
+
+def _by_alias(models: list[ServedModel], model: str) -> ServedModel | None:
+    return next((m for m in models if model == m.id), None) or next((m for m in models if model in m.aliases), None)
+
+
+def served_models_get() -> list[ServedModel]:
+    """One per distinct model id among the live bridges, sorted by id ([] when none lives)."""
+    from engine_bridge import telemetry
+
+    try:
+        bridges = registry.bridges_get()
+        models = []
+        for model in sorted({b.model for b in bridges}):
+            serving = _serving(bridges, model)[0]
+            models.append(_from_bridge(telemetry.get_state(serving[0].id), serving, serving[0].boot))
+        return models
+    except Exception:  # Redis down: no bridge we can see
+        return []
+
+
+def served_model_get(model: str | None = None) -> ServedModel | None:
+    """The served model named `model` (an id or alias; None: the default model), None when live
+    bridges run but none serves it; with no live bridge, the default bridge's facts, status down."""
+    from engine_bridge import telemetry
+
+    try:
+        bridges = registry.bridges_get()
+    except Exception:
+        return served_model_from(_outage_state())
+    if not bridges:
+        return served_model_from(_read_state())
+    serving, decided = _serving(bridges, model)
+    if serving:
+        try:
+            return _from_bridge(telemetry.get_state(serving[0].id), serving)
+        except Exception:
+            return served_model_from(_outage_state())
+    return None if decided else _by_alias(served_models_get(), str(model))
+
+
+async def aserved_model_get(model: str | None = None, *, with_boot: bool = True) -> ServedModel | None:
     """served_model_get on the event loop (no thread hop before a generation's first token), with
-    the running bridge's boot read in the same round trip (a generation submits to it)."""
-    if not with_boot:
-        return served_model_from(await _aread_state())
-    state, boot = await _aread_state_and_boot()
-    return served_model_from(state, boot=boot)
+    the boot of the bridge its facts came from read in the same round trip (`boot`)."""
+    from engine_bridge import telemetry
+
+    try:
+        bridges = await registry.abridges_get()
+    except Exception:
+        return served_model_from(_outage_state())
+    if not bridges:
+        if not with_boot:
+            return served_model_from(await _aread_state())
+        state, boot = await _aread_state_and_boot()
+        return served_model_from(state, boot=boot)
+    serving, decided = _serving(bridges, model)
+    if not serving:
+        return None if decided else _by_alias(await asyncio.to_thread(served_models_get), str(model))
+    try:
+        state = await telemetry.aget_state(serving[0].id)
+    except Exception:
+        return served_model_from(_outage_state())
+    return _from_bridge(state, serving, serving[0].boot)

@@ -1,7 +1,8 @@
 """Latest engine telemetry, kept in Redis by the bridge worker so every web process can read it.
 
-Key: "<CACHES.default.KEY_PREFIX>:bridge:state" (default "colibri:bridge:state") in the Redis
-database of settings.REDIS_URL: one JSON object, written at once when a field readers act on
+Key: "<CACHES.default.KEY_PREFIX>:bridge:<id>:state" (default "colibri:bridge:main:state"; one
+per bridge, <id> its settings.BRIDGE_ID) in the Redis database of settings.REDIS_URL: one JSON
+object, written at once when a field readers act on
 changes (URGENT: status, model, ...), otherwise at most every MIN_INTERVAL (the HITS/EMAP figures,
 which pages get pushed anyway) and at least every HEARTBEAT seconds, with a TTL of STALE_AFTER
 seconds; the worker deletes it when it stops.
@@ -45,8 +46,27 @@ PUSH_KEEP = 5000  # items held while the channel layer is slow; older ones are d
 PUSH_MIN_INTERVAL = 0.05  # seconds between two group sends (20 a second: smooth flashes on the atlas)
 
 
-def state_key():
-    return f"{transport.key_prefix()}:bridge:state"
+def state_key(bridge: str | None = None) -> str:
+    """One bridge's state key; None: this process's own bridge id (transport.bridge_id)."""
+    return transport.bridge_key(bridge, "state")
+
+
+def _reader_bridge(bridge: str | None) -> str:
+    """The bridge a reader means: the one named, else the registry's default (the first live
+    bridge serving the default model), else this process's bridge id."""
+    if bridge:
+        return bridge
+    from engine_bridge import registry
+
+    return registry.default_bridge(registry.safe_bridges_get())
+
+
+async def _areader_bridge(bridge: str | None) -> str:
+    if bridge:
+        return bridge
+    from engine_bridge import registry
+
+    return registry.default_bridge(await registry.asafe_bridges_get(registry.SNAPSHOT_REUSE_S))
 
 
 def empty_state():
@@ -66,33 +86,34 @@ def decode_state(raw):
     return state
 
 
-def get_state():
-    """The latest telemetry (see docs/contracts.md); up=False when no bridge/engine is running."""
-    return decode_state(transport.process_client("telemetry", socket_timeout=5).get(state_key()))
+def get_state(bridge: str | None = None) -> dict:
+    """One bridge's latest telemetry (see docs/contracts.md; None: the default bridge,
+    _reader_bridge); up=False when no bridge/engine is running."""
+    return decode_state(transport.process_client("telemetry", socket_timeout=5).get(state_key(_reader_bridge(bridge))))
 
 
 def _aclient():
     return transport.loop_client("telemetry", socket_timeout=5)
 
 
-async def aget_state():
-    return decode_state(await _aclient().get(state_key()))
+async def aget_state(bridge: str | None = None) -> dict:
+    return decode_state(await _aclient().get(state_key(await _areader_bridge(bridge))))
 
 
-async def aget_state_and_boot():
-    """(aget_state(), liveness.aget_boot()'s answer) in one round trip: a generation request reads
-    the served model's facts and then submits to the running bridge boot, and on a busy event loop
-    every round trip before the submit lets the other requests' work go first."""
+async def aget_state_and_boot(bridge: str | None = None) -> tuple[dict, str]:
+    """(aget_state(bridge), liveness.aget_boot(bridge)'s answer) in one round trip."""
     from engine_bridge.liveness import alive_key, boot_from
 
-    raw, boot = await _aclient().mget(state_key(), alive_key())
+    bridge = await _areader_bridge(bridge)
+    raw, boot = await _aclient().mget(state_key(bridge), alive_key(bridge))
     return decode_state(raw), boot_from(boot)
 
 
 class Publisher:
-    """The worker's side: holds the state in memory, writes it throttled."""
+    """The worker's side: holds the state in memory, writes it throttled (to its bridge's key)."""
 
-    def __init__(self):
+    def __init__(self, bridge: str | None = None) -> None:
+        self.key = state_key(bridge)
         self.state = empty_state()
         self.dirty = asyncio.Event()
         self.client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
@@ -167,7 +188,7 @@ class Publisher:
 
     async def write(self):
         self.state["updated"] = time.time()
-        await self.client.set(state_key(), json.dumps(self.state), ex=STALE_AFTER)
+        await self.client.set(self.key, json.dumps(self.state), ex=STALE_AFTER)
 
     async def run(self):
         pusher = asyncio.create_task(self.push_loop())
@@ -196,7 +217,7 @@ class Publisher:
     async def close(self):
         """Delete the state, so readers see at once that no bridge is running."""
         try:
-            await self.client.delete(state_key())
+            await self.client.delete(self.key)
         except (redis.RedisError, OSError):
             pass
         finally:

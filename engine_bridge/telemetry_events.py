@@ -10,6 +10,8 @@ new one; an engine's death drops it), so no turn gets another turn's figures.
 """
 from collections.abc import Callable
 
+from django.conf import settings
+
 from engine_bridge import protocol as p
 from engine_bridge.jobs import started_facts
 from engine_bridge.telemetry import Publisher
@@ -49,7 +51,9 @@ class EngineTelemetry:
         return figures
 
     def model(self, ev: p.Model) -> None:
-        self.publisher.update(model=ev.info)
+        """The MODEL line, with the model file it came from (`file`, unless the engine named one):
+        the served id is that file's stem on every reader, not the reader's own ENGINE_MODEL."""
+        self.publisher.update(model={**ev.info, "file": ev.info.get("file") or str(settings.ENGINE_MODEL)})
 
     def hwinfo(self, ev: p.HwInfo) -> None:
         self.block["hwinfo"] = ev.__dict__

@@ -1,8 +1,8 @@
 """The generation data path between web processes and the bridge: two kinds of plain Redis lists.
 
-* `<prefix>:bridge:inbox` — gen.submit / gen.cancel / gen.stop messages; RPUSH by any web process
-  or worker, popped by the bridge (exactly one bridge per Redis database and prefix), a burst at
-  a time.
+* `<prefix>:bridge:<id>:inbox` — gen.submit / gen.cancel / gen.stop messages for bridge <id>
+  (settings.BRIDGE_ID, "main" by default; engine_bridge.routing picks it); RPUSH by any web
+  process or worker, popped by that bridge (one process per id), a burst at a time.
 * `<prefix>:bridge:reply:<listener>` — the numbered event batches of every request of one client
   event loop (a web process), named by the submit's `reply`; RPUSH by the bridge, several batches
   in one command when they are ready together (with an expiry, so an abandoned list disappears),
@@ -37,12 +37,28 @@ POP_BATCH = 512          # batches taken in one round trip once the first has ar
 BLOCK_S = 1.0            # one blocking pop's wait; callers loop (and notice cancellation)
 
 
-def key_prefix():
+def key_prefix() -> str:
     return settings.CACHES.get("default", {}).get("KEY_PREFIX") or "colibri"
 
 
-def inbox_key():
-    return f"{key_prefix()}:bridge:inbox"
+def bridge_id() -> str:
+    """This process's bridge id (env BRIDGE_ID): what run_bridge serves as, and the bridge a
+    reader means when it names none and the registry has no better answer."""
+    return str(getattr(settings, "BRIDGE_ID", "") or "main")
+
+
+def bridge_key(bridge: str | None, part: str) -> str:
+    """`<prefix>:bridge:<id>:<part>`, the keys one bridge owns (inbox, alive, state, reg)."""
+    return f"{key_prefix()}:bridge:{bridge or bridge_id()}:{part}"
+
+
+def bridges_key() -> str:
+    """`<prefix>:bridges`: the ids of the registered bridges (engine_bridge.registry)."""
+    return f"{key_prefix()}:bridges"
+
+
+def inbox_key(bridge: str | None = None) -> str:
+    return bridge_key(bridge, "inbox")
 
 
 def reply_key(listener):
@@ -88,14 +104,14 @@ def _client():
     return loop_client("transport", socket_timeout=BLOCK_S + 5, health_check_interval=30)
 
 
-async def to_bridge(message):
-    await _client().rpush(inbox_key(), json.dumps(message))
+async def to_bridge(message: dict, bridge: str | None = None) -> None:
+    await _client().rpush(inbox_key(bridge), json.dumps(message))
 
 
-async def bridge_next():
+async def bridge_next(bridge: str | None = None) -> list[dict]:
     """The bridge's waiting inbox messages in order (at least one), or [] after BLOCK_S without
     any: one BLMPOP takes a burst of submits (8 clients at once) in one round trip."""
-    popped = await _client().blmpop(BLOCK_S, 1, inbox_key(), direction="LEFT", count=POP_BATCH)
+    popped = await _client().blmpop(BLOCK_S, 1, inbox_key(bridge), direction="LEFT", count=POP_BATCH)
     return [message for raw in (popped[1] if popped else []) if (message := _inbox_message(raw)) is not None]
 
 

@@ -13,6 +13,10 @@ readable whole:
 * engine_bridge.engine — the engine process and its pipe (Supervisor), with this class as the
   supervisor's hooks.
 
+Several bridges share one Redis, each under its own id (settings.BRIDGE_ID): its own inbox,
+heartbeat and state keys, and a registration (engine_bridge.registry: model, load, what each slot
+holds) written with every beat, which the web side routes by (engine_bridge.routing).
+
 Failure containment: a Redis outage never ends the worker (receives and sends retry with a
 backoff; the engine and its slots live on); a heartbeat (engine_bridge.liveness) lets waiting
 clients notice a dead bridge; an engine that stops answering is reported (watch_engine), not
@@ -25,13 +29,13 @@ from collections.abc import Callable
 
 from django.conf import settings
 
-from engine_bridge import transport
+from engine_bridge import registry, transport
 from engine_bridge.admission import Admission, send_command
 from engine_bridge.engine import Engine, Supervisor, next_id
 from engine_bridge.jobs import Request, extension_refusal, parse_job, started_facts  # noqa: F401 (public names)
 from engine_bridge.liveness import Heart
 from engine_bridge.pacing import REDIS_RETRY_FIRST, REDIS_RETRY_MAX, Pacer
-from engine_bridge.scheduler import Scheduler
+from engine_bridge.scheduler import Scheduler, Slot
 from engine_bridge.streams import Streams
 from engine_bridge.telemetry import Publisher
 from engine_bridge.telemetry_events import EngineTelemetry
@@ -48,9 +52,13 @@ class Bridge:
         self.scheduler = Scheduler(settings.KV_SLOTS, settings.BRIDGE_QUEUE_LIMIT)
         self.scheduler.paused = True
         self.supervisor = Supervisor(self, command, ready_timeout)
-        self.publisher = Publisher()
+        self.id = transport.bridge_id()
+        self.publisher = Publisher(self.id)
         self.publisher.update(slots=settings.KV_SLOTS)
-        self.heart = Heart()
+        self.heart = Heart(self.id, self.registration)
+        self.host, self.fingerprint = registry.host_name(), registry.model_fingerprint(str(settings.ENGINE_MODEL))
+        self.chains = registry.SlotChains()
+        self.described: tuple[object, str, str] = (object(), "", "")  # (model info, its id, its rev); none yet
         running: dict[int, Request] = {}  # engine id -> Request: admission writes it, the pacer reads it
         self.pacer = Pacer(running)
         self.admission = Admission(self.scheduler, self.supervisor, self.pacer, self.publisher, self.heart, running)
@@ -64,7 +72,7 @@ class Bridge:
                  asyncio.create_task(self.admission.watch_leases())]
         try:
             while True:
-                for message in await receive():
+                for message in await receive(self.id):
                     try:
                         self.handle(message)
                     except Exception:
@@ -82,6 +90,29 @@ class Bridge:
             admission.cancel(admission.requests[req])
         elif kind == "gen.stop" and req in admission.requests:
             admission.stop(admission.requests[req])
+
+    def registration(self) -> dict:
+        """What the heartbeat registers (engine_bridge.registry.BridgeInfo's fields): read from
+        the scheduler and the published state at each beat, the slot chains computed once per text."""
+        state, slots = self.publisher.state, self.scheduler.slots
+        info = state.get("model")
+        if info is not self.described[0]:  # the model facts changed (MODEL line): its id and rev once
+            from engine_bridge.served import served_model_from
+
+            self.described = (info, served_model_from({"model": info}).id, registry.model_rev(info))
+        return registry.registration_dict(registry.BridgeInfo(
+            id=self.id, host=self.host, boot=self.heart.boot, model=self.described[1], fingerprint=self.fingerprint,
+            context=int((info or {}).get("ctx") or settings.ENGINE_CTX), slots=len(slots),
+            busy=sum(1 for s in slots if s.busy is not None), queued=len(self.scheduler.queue),
+            beat_age_s=0.0, status=str(state.get("status") or "down"), queue_limit=self.scheduler.queue_limit,
+            model_rev=self.described[2],
+            held=tuple(registry.SlotHeld(s.key, self.chains.chain(s.index, self.slot_text(s))) for s in slots)))
+
+    def slot_text(self, slot: Slot) -> str:
+        """What a slot's cache holds, for routers: a running request's prompt (prefilled as it
+        starts, so its next turn finds it even before it ends), else its last prompt + output."""
+        r = self.admission.requests.get(slot.busy) if slot.busy is not None else None
+        return r.job.prompt if r is not None and r.job is not None else slot.text
 
     async def watch_engine(self) -> None:
         """Keeps telemetry `hung` true while the running engine is stopped (SIGSTOP: /proc says
@@ -126,6 +157,7 @@ class Bridge:
 
     def on_status(self, status: str) -> None:
         self.publisher.update(status=status, up=status == "up", restarts=self.supervisor.restarts)
+        self.heart.wake()
 
     def on_ready(self, engine: Engine) -> None:
         self.telemetry.ready(engine.model_info)
@@ -152,12 +184,12 @@ class Bridge:
         return self.pacer.read_pause(events, cycle)
 
 
-async def receive() -> list[dict]:
+async def receive(bridge: str) -> list[dict]:
     """The next messages of the bridge's inbox (a burst at once), riding out a Redis outage."""
     delay = REDIS_RETRY_FIRST
     while True:
         try:
-            messages = await transport.bridge_next()
+            messages = await transport.bridge_next(bridge)
             if messages:
                 return messages
         except (asyncio.CancelledError, KeyboardInterrupt):

@@ -3,6 +3,11 @@
 source "$(dirname "$0")/common.sh"
 ensure_venv run
 build_native
+source "$(dirname "$0")/bridges_conf.sh"
+# ENGINE_MODELS="a.gguf,b.gguf": one bridge per file on this machine; the first is the main bridge
+# (ENGINE_MODEL), each further one a supervisord program of its own (write_bridges_conf).
+IFS=',' read -ra MODELS <<< "${ENGINE_MODELS:-}"
+if [ "${#MODELS[@]}" -gt 0 ]; then ENGINE_MODEL="${MODELS[0]}"; fi
 MODEL="${ENGINE_MODEL:-$ROOT/models/smollm2-135m-moe16.gguf}"
 if [ -x scripts/build_model.sh ]; then
     scripts/build_model.sh "$MODEL" || true
@@ -22,4 +27,5 @@ redis_up
 say "starting web (http://127.0.0.1:${PORT:-8000}/), bridge and worker under supervisord (each restarted if it exits)"
 export PORT="${PORT:-8000}" ROOT VENV RUN_DIR="${RUN_DIR:-$ROOT/.run}"
 mkdir -p "$RUN_DIR"
+write_bridges_conf "$RUN_DIR" "${MODELS[@]:1}"
 exec "$VENV/bin/supervisord" -c deploy/supervisord.conf

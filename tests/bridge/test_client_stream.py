@@ -54,8 +54,9 @@ async def test_batches_arrive_in_seq_order_merged_and_a_done_sends_no_cancel():
     task = asyncio.create_task(bridge())
     events = await _consume(client.generate(GenerationRequest(prompt="p", max_tokens=4)))
     await task
-    assert [e["kind"] for e in events] == ["submitted", "text", "done"]
-    assert events[1]["text"] == "ab"           # seq 1 waited for seq 0; both left as one delta
+    assert [e["kind"] for e in events] == ["submitted", "routed", "text", "done"]
+    assert events[1] == {"kind": "routed", "bridge": "main"}  # no registry: the default bridge
+    assert events[2]["text"] == "ab"           # seq 1 waited for seq 0; both left as one delta
     assert await _inbox_types() == []          # the bridge ended it: nothing to cancel
     await r.aclose()
 
@@ -72,7 +73,7 @@ async def test_a_gap_not_filled_ends_the_stream_and_cancels(monkeypatch):
     task = asyncio.create_task(bridge())
     events = await _consume(client.generate(GenerationRequest(prompt="p", max_tokens=4)))
     await task
-    assert [e["kind"] for e in events] == ["submitted", "error"]
+    assert [e["kind"] for e in events] == ["submitted", "routed", "error"]
     assert events[-1]["code"] == "ENGINE_ERROR" and "seq 0" in events[-1]["message"]
     assert await _inbox_types() == ["gen.cancel"]
     await r.aclose()
@@ -91,10 +92,10 @@ async def test_ticks_come_while_nothing_arrives_and_a_restart_seen_after_one_end
 
     request = GenerationRequest(prompt="p", max_tokens=4)
     events = await _consume(client.generate(request, tick=lambda: 0.4), on_event)
-    assert events[0]["kind"] == "submitted" and events[1:3] == [None, None]
-    assert len(events) == 4 and events[3]["code"] == "ENGINE_UNAVAILABLE"
+    assert events[0]["kind"] == "submitted" and events[2:4] == [None, None]
+    assert len(events) == 5 and events[4]["code"] == "ENGINE_UNAVAILABLE"
     # liveness is asked as soon as the caller took the tick, not a tick later
     assert loop.time() - resumed[0] < 0.2
-    assert "restarted" in events[3]["message"]
+    assert "restarted" in events[4]["message"]
     assert await _inbox_types() == ["gen.submit", "gen.cancel"]
     await r.aclose()

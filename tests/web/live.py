@@ -51,7 +51,7 @@ class LiveStack:
     def bridge_state(self):
         client = redis.Redis.from_url(self.redis_url)
         try:
-            raw = client.get(f"{self.cache_prefix}:bridge:state")
+            raw = client.get(f"{self.cache_prefix}:bridge:main:state")
         finally:
             client.close()
         return json.loads(raw) if raw else {}

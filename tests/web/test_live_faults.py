@@ -90,7 +90,7 @@ class FaultStack:
 
     def state(self):
         try:
-            raw = self.client().get(f"{self.prefix}:bridge:state")
+            raw = self.client().get(f"{self.prefix}:bridge:main:state")
         except redis.RedisError:
             return {}
         return json.loads(raw) if raw else {}

@@ -1,0 +1,116 @@
+"""engine_bridge.registry against real Redis, the test playing the bridges' hearts: a
+registration written with the heartbeat reads back as BridgeInfo in one snapshot; a bridge that
+stops beating leaves the snapshot within liveness.STALE_S and its id the set once its keys
+expire; a clean stop removes it at once; a second process beating under one id is logged."""
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import redis.asyncio
+from django.conf import settings
+
+from engine_bridge import liveness, registry, transport
+from engine_bridge.registry import BridgeInfo, SlotHeld
+
+
+def _describe(bridge: str, heart: liveness.Heart, busy: int = 0) -> dict:
+    return registry.registration_dict(BridgeInfo(
+        id=bridge, host="host-" + bridge, boot=heart.boot, model="tiny", fingerprint="1-abc", context=256, slots=2,
+        busy=busy, queued=0, beat_age_s=0.0, status="up", queue_limit=4,
+        held=(SlotHeld("conv:1", registry.prefix_chain("x" * 600)), SlotHeld(None, ""))))
+
+
+async def _live_ids() -> list[str]:
+    return [b.id for b in await registry.abridges_get()]
+
+
+async def _until(predicate: Callable[[], Awaitable[bool]], timeout: float) -> float:
+    """Seconds until `predicate()` (a coroutine function) is true; fails after `timeout`."""
+    t0 = time.monotonic()
+    while not await predicate():
+        assert time.monotonic() - t0 < timeout, "timed out"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - t0
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[redis.asyncio.Redis]:
+    r = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+    await r.delete(transport.bridges_key())
+    yield r
+    await r.aclose()
+
+
+async def test_a_registration_reads_back_whole_and_leaves_at_a_clean_stop(client: redis.asyncio.Redis) -> None:
+    heart = liveness.Heart("reg-a")
+    heart.describe = lambda: _describe("reg-a", heart, busy=1)
+    task = asyncio.create_task(heart.run())
+    try:
+        await _until(lambda: _has("reg-a"), 2)
+        (info,) = [b for b in await registry.abridges_get() if b.id == "reg-a"]
+        assert (info.host, info.boot, info.model, info.slots, info.busy, info.load) == (
+            "host-reg-a", heart.boot, "tiny", 2, 1, 0.5)
+        assert info.held[0].conversation == "conv:1" and len(info.held[0].chain) == 2 * registry.DIGEST_CHARS
+        assert 0 <= info.beat_age_s <= liveness.STALE_S
+        assert [b.id for b in registry.bridges_get()] == await _live_ids()  # the sync reader agrees
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await heart.close()
+    assert "reg-a" not in await _live_ids() and not await client.sismember(transport.bridges_key(), "reg-a")
+
+
+async def _has(bridge: str) -> bool:
+    return bridge in await _live_ids()
+
+
+async def test_a_bridge_that_stops_beating_leaves_the_rotation_within_the_stale_bound(
+        client: redis.asyncio.Redis) -> None:
+    hearts = {name: liveness.Heart(name) for name in ("reg-b", "reg-c")}
+    tasks = {}
+    for name, heart in hearts.items():
+        heart.describe = (lambda n, h: lambda: _describe(n, h))(name, heart)
+        tasks[name] = asyncio.create_task(heart.run())
+    try:
+        await _until(lambda: _has("reg-b"), 2)
+        await _until(lambda: _has("reg-c"), 2)
+        tasks["reg-b"].cancel()  # killed: no clean stop, its keys linger until their TTL
+        gone_after = await _until(lambda: _gone("reg-b"), 3)
+        assert gone_after <= liveness.STALE_S + 0.3 and await _has("reg-c")
+        await _until(lambda: _unlisted(client, "reg-b"), liveness.TTL + 1)  # the reader dropped its id
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        for heart in hearts.values():
+            await heart.close()
+
+
+async def _gone(bridge: str) -> bool:
+    return not await _has(bridge)
+
+
+async def _unlisted(client: redis.asyncio.Redis, bridge: str) -> bool:
+    await registry.abridges_get()
+    return not await client.sismember(transport.bridges_key(), bridge)
+
+
+async def test_a_registration_of_another_boot_is_not_live_and_two_hearts_of_one_id_are_logged(
+        client: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    first, second = liveness.Heart("reg-d"), liveness.Heart("reg-d")
+    first.describe = lambda: _describe("reg-d", first)
+    await first.beat()
+    assert await _has("reg-d")
+    await client.set(liveness.alive_key("reg-d"), "someone-else", ex=liveness.TTL)  # the beat is not its boot's
+    assert not await _has("reg-d")
+    await first.beat()  # (it says so: the key held another boot)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="engine_bridge.liveness"):
+        await second.beat()  # its first beat: a dead predecessor's key may be there, no alarm
+        assert not caplog.records
+        await first.beat()   # the key holds the second heart's boot
+    assert any("another bridge runs with id 'reg-d'" in r.getMessage() for r in caplog.records)
+    await first.close()
+    await second.close()
