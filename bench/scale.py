@@ -158,6 +158,12 @@ class Cgroup:
     def oomed(self):
         return self.oom_kills() > self.oom0
 
+    def stat(self):
+        """memory.stat's total_rss / total_cache / total_mapped_file now (bytes): where the peak goes."""
+        want = ("total_rss", "total_cache", "total_mapped_file")
+        return {k: int(v) for k, v in (ln.split() for ln in (self.dir / "memory.stat").read_text().splitlines())
+                if k in want}
+
     def remove(self):
         for _ in range(50):
             try:
@@ -165,6 +171,17 @@ class Cgroup:
                 return
             except OSError:
                 time.sleep(0.1)
+
+
+def smaps_field(pid, name):
+    """A /proc/<pid>/smaps_rollup field in bytes (AnonHugePages: memory backed by huge pages)."""
+    try:
+        for ln in open(f"/proc/{pid}/smaps_rollup"):
+            if ln.startswith(name + ":"):
+                return int(ln.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def read_bytes(pid):
@@ -268,6 +285,8 @@ def run_ours(a, path, facts, cap_gb, prompt, label, usage=None):
             tiers = m.lines.get(0, {}).get("TIERS")
             if tiers:
                 out["ram_experts"] = int(tiers[2])
+            out["mem_after_decode"] = cg.stat()
+            out["anon_huge"] = smaps_field(m.p.pid, "AnonHugePages")
         else:
             out["result"] = "failed: " + (" ".join(done[1]) if done else "no DONE")
     except Exception as e:  # noqa: BLE001
