@@ -5,8 +5,8 @@ cold page cache before every run, under no cap and under cgroup v1 memory caps.
 
     bench/scale.py --file /work/big/q30b-L48.gguf [--file skew=/work/big/q30b-L48-skew.gguf]
                    [--caps none,8,4,3] [--engines ours,llama] [--runs 3] [--tokens 32]
-                   [--prompt-tokens 100] [--slots8] [--disk] [--expert-ram 4=2560,3=1536]
-                   [--llama-python bench/.venv-llama/bin/python] [--threads 2]
+                   [--prompt-tokens 100] [--slots8] [--warm] [--disk] [--expert-ram 4=2560,3=1536]
+                   [--llama-python bench/.venv-llama/bin/python] [--threads 2] [--engine BIN]
 
 Per (file, engine, cap) the median of --runs runs (spread min–max for decode), each run a fresh
 process after `sync; echo 3 > /proc/sys/vm/drop_caches` (if that file cannot be written the script
@@ -33,9 +33,14 @@ Columns:
 * ours under a cap runs with EXPERT_RAM_MB = the --expert-ram value for that cap, else cap − the
   file's non-expert bytes − 768 MB (PIN_MB = EXPERT_RAM_MB, the engine's default).
 
+--warm: under each cap, a row "ours, warm start": a priming run on another text writes a usage file
+(the engine saves one at exit by default), then --runs runs of the same prompt load it (pinned from
+the start), each from a cold page cache. The cold rows read no usage file (USAGE_FILE=/dev/null).
 --slots8: 8 concurrent conversations at full RAM (ours, KV_SLOTS=8, 8 SUBMITs at once to 8 slots,
 aggregate tok/s between the moment every stream has started and the first DONE).
---disk: expert-sized (one Q4_K 768 × 2048 slice, 884,736 B) O_DIRECT random reads over the file's
+--disk: per capped row of ours, the disk bound as measured right after that cap's runs (4 lanes,
+3 s; the last column: bound tok/s at that bandwidth and the share of it the row's decode reached); and
+at the end expert-sized (one Q4_K 768 × 2048 slice, 884,736 B) O_DIRECT random reads over the file's
 expert tensors with 1, 2 and 4 lanes (threads; 4 = the engine's IO_LANES default), and the decode bound they imply (bandwidth ÷ routed
 bytes per token, nothing cached; and with the hit rate measured in the runs); and the DRAM bound
 (bandwidth of a numpy float32 sum over a 2 GiB buffer, --threads threads, best of 3 ÷ the bytes a token reads: every non-expert
@@ -153,6 +158,12 @@ class Cgroup:
     def oomed(self):
         return self.oom_kills() > self.oom0
 
+    def stat(self):
+        """memory.stat's total_rss / total_cache / total_mapped_file now (bytes): where the peak goes."""
+        want = ("total_rss", "total_cache", "total_mapped_file")
+        return {k: int(v) for k, v in (ln.split() for ln in (self.dir / "memory.stat").read_text().splitlines())
+                if k in want}
+
     def remove(self):
         for _ in range(50):
             try:
@@ -160,6 +171,17 @@ class Cgroup:
                 return
             except OSError:
                 time.sleep(0.1)
+
+
+def smaps_field(pid, name):
+    """A /proc/<pid>/smaps_rollup field in bytes (AnonHugePages: memory backed by huge pages)."""
+    try:
+        for ln in open(f"/proc/{pid}/smaps_rollup"):
+            if ln.startswith(name + ":"):
+                return int(ln.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def read_bytes(pid):
@@ -222,9 +244,15 @@ def top_quarter(routes, n_exp):
     return float((s[ok, : n_exp // 4].sum(axis=1) / tot[ok]).mean()) if ok.any() else None
 
 
-def run_ours(a, path, facts, cap_gb, prompt, label):
+def run_ours(a, path, facts, cap_gb, prompt, label, usage=None):
+    """One greedy request on a fresh engine. usage: (USAGE_FILE, save?) — the warm-start rows load
+    the usage file an earlier run wrote (the engine's default: <model>.coli_usage, saved at exit);
+    otherwise no history is read or written."""
     env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(path), KV_SLOTS="1", CTX="2048",
                USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads))
+    env["USAGE_FILE"] = usage[0] if usage else os.devnull
+    if usage and usage[1]:
+        env["USAGE_SAVE"] = "1"
     env.pop("EXPERT_RAM_MB", None)
     ram_mb = None
     if cap_gb:
@@ -257,6 +285,8 @@ def run_ours(a, path, facts, cap_gb, prompt, label):
             tiers = m.lines.get(0, {}).get("TIERS")
             if tiers:
                 out["ram_experts"] = int(tiers[2])
+            out["mem_after_decode"] = cg.stat()
+            out["anon_huge"] = smaps_field(m.p.pid, "AnonHugePages")
         else:
             out["result"] = "failed: " + (" ".join(done[1]) if done else "no DONE")
     except Exception as e:  # noqa: BLE001
@@ -302,6 +332,46 @@ def run_ours_slots(a, path, prompts, label):
             out["result"] = "OOM (killed)"
         cg.remove()
     return out
+
+
+def row_bound(a, path, facts, s, bw_now):
+    """The disk bound of a capped row of ours, from the disk as it is now: the VM's disk drifts
+    (1.8–2.7 GB/s within one sitting), so one measurement per sitting made the ratio swing. The
+    reads (IO_LANES lanes, the engine's default 4) are measured after the row's runs, once per cap;
+    bound = bandwidth ÷ (routed bytes per token × (1 − hit)), what an engine that overlaps every
+    read with compute and reads nothing it does not use would reach."""
+    if not a.disk or s.get("engine", "").startswith("llama"):
+        return
+    if "bw" not in bw_now:
+        bw_now["bw"] = disk_bw(str(path), facts["exp_lo"], facts["exp_hi"], 4, seconds=3.0)
+    miss = facts["routed_per_tok"] * (1 - s["hit"] / 100)
+    s["disk_bw"] = bw_now["bw"]
+    s["bound"] = bw_now["bw"] / miss if miss > 0 else None
+
+
+def warm_rows(a, path, facts, cap_gb, prompt, label, rec):
+    """The warm-start row: what a returning user gets. One priming run on another text writes the
+    usage file (as every engine run does by default at exit), then --runs runs measure the same
+    prompt as the cold rows with that history loaded (pinned at start), each from a cold page cache."""
+    usage = Path(f"/tmp/colibri-scale-{label}.coli_usage")
+    usage.unlink(missing_ok=True)
+    prime = run_ours(a, path, facts, cap_gb, prompt_text(a.prompt_tokens, 60000), f"{label}-prime", usage=(str(usage), True))
+    print(f"#   {label}-prime: result {prime.get('result')}, usage file {usage.stat().st_size if usage.exists() else 0} B",
+          file=sys.stderr, flush=True)
+    rows = []
+    for i in range(a.runs):
+        r = run_ours(a, path, facts, cap_gb, prompt, f"{label}-{i}", usage=(str(usage), False))
+        r.update(file=label, path=str(path), run=i, warm=True)
+        print(f"#   {label}-{i}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                               for k, v in r.items() if k != "stderr_tail"}), file=sys.stderr, flush=True)
+        if rec:
+            rec.write(json.dumps(r) + "\n")
+            rec.flush()
+        rows.append(r)
+    usage.unlink(missing_ok=True)
+    s = summarize(rows)
+    s["n"] = len(rows)
+    return s
 
 
 # ------------------------------------------------------------------ llama.cpp
@@ -414,6 +484,12 @@ def prompt_text(n_tokens, offset=0):
     return text[offset:offset + n]
 
 
+def bound_cell(s):
+    if s.get("bound") is None or s.get("decode") is None:
+        return "–"
+    return f"{s['bound']:.2f} at {s['disk_bw'] / 1e9:.2f} GB/s ({s['decode'] / s['bound']:.2f}×)"
+
+
 def fmt(v, spec=".2f"):
     return "n/a" if v is None else format(v, spec)
 
@@ -445,10 +521,13 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--expert-ram", default="", help="cap=MB,... EXPERT_RAM_MB for ours under a cap")
     ap.add_argument("--slots8", action="store_true", help="8 concurrent conversations at full RAM (ours)")
+    ap.add_argument("--warm", action="store_true", help="under each cap, a warm-start row for ours (usage file of a priming run)")
     ap.add_argument("--disk", action="store_true", help="measure O_DIRECT expert reads and DRAM bandwidth")
     ap.add_argument("--llama-python", default=str(ROOT / "bench" / ".venv-llama" / "bin" / "python"))
     ap.add_argument("--json", help="append every run's record to this file (JSON lines)")
+    ap.add_argument("--engine", default=str(engine.ENGINE), help="our engine's binary (an A/B of two builds)")
     a = ap.parse_args(argv)
+    engine.ENGINE = Path(a.engine)
     a.expert_ram = {float(k): int(v) for k, v in (kv.split("=") for kv in a.expert_ram.split(",") if kv)}
     caps = [None if c == "none" else float(c) for c in a.caps.split(",") if c]
     engines = a.engines.split(",")
@@ -475,6 +554,7 @@ def main(argv=None):
               f"{facts['routed_per_tok'] / 1e6:.1f} MB/token, a token reads {(facts['routed_per_tok'] + facts['dense_per_tok']) / 1e6:.1f} MB, "
               f"non-expert {facts['nonexpert'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
         for cap in caps:
+            bw_now = {}
             for eng in engines:
                 rows = []
                 for i in range(a.runs):
@@ -496,7 +576,15 @@ def main(argv=None):
                 s.update(file=label, engine="llama.cpp" if eng == "llama" else eng, cap=cap, facts=facts, n=len(rows))
                 if s.get("hit") is not None and cap:
                     hits.append(s["hit"])
+                    row_bound(a, path, facts, s, bw_now)
                 table.append(s)
+                if a.warm and eng == "ours" and cap:
+                    s = warm_rows(a, path, facts, cap, prompt, f"{label}-warm-{cap}".replace(".", "_"), rec)
+                    s.update(file=label, engine="ours, warm start", cap=cap, facts=facts)
+                    if s.get("hit") is not None:
+                        hits.append(s["hit"])
+                        row_bound(a, path, facts, s, bw_now)
+                    table.append(s)
         if a.slots8 and "ours" in engines:
             prompts = [prompt_text(a.prompt_tokens, 20000 * (k + 1)) for k in range(8)]
             rows = []
@@ -512,8 +600,8 @@ def main(argv=None):
 
     print()
     print("| file | engine | cap | EXPERT_RAM_MB | result | decode tok/s (median; min–max) | prefill tok/s | TTFT s | "
-          "load s | peak GiB (cgroup) | disk MB/tok | ideal MB/tok | hit % | top-¼ share |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "load s | peak GiB (cgroup) | disk MB/tok | ideal MB/tok | hit % | top-¼ share | disk bound tok/s (× reached) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in table:
         f = s["facts"]
         dec = "–" if s.get("decode") is None else f"{s['decode']:.2f} ({s['dmin']:.2f}–{s['dmax']:.2f}; n={s['n']})"
@@ -524,7 +612,8 @@ def main(argv=None):
               f"{ram if ram is not None else ('all' if s['engine'].startswith('ours') else '–')} | {s['result']} | {dec} | "
               f"{fmt(s.get('prefill'))} | {fmt(s.get('ttft'))} | {fmt(s.get('load'), '.1f')} | {s['peak'] / 2**30:.2f} | "
               f"{fmt(None if s.get('disk') is None else s['disk'] / 1e6, '.1f')} | "
-              f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} |")
+              f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} | "
+              f"{bound_cell(s)} |")
     if a.disk:
         f = facts_of[files[0][1]]
         path = files[0][1]

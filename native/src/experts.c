@@ -26,6 +26,7 @@
 #include "experts.h"
 
 #include "io.h"
+#include "mem.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -240,7 +241,7 @@ static int make_room(expert_store *s, size_t need, uint64_t cand) {
 /* A scratch buffer for an expert read that does not stay resident: a pooled one (the most
  * recently returned, likely still in cache), else a new one of the largest expert's size. */
 static uint8_t *scratch_take(expert_store *s) {
-    return s->pool_n > 0 ? s->pool[--s->pool_n] : malloc(s->max_bytes ? s->max_bytes : 1);
+    return s->pool_n > 0 ? s->pool[--s->pool_n] : weights_alloc(s->max_bytes ? s->max_bytes : 1);
 }
 
 /* ---- usage file ---- */
@@ -574,7 +575,7 @@ static void read_task(void *vctx, int t) {
 static uint8_t *reserve_resident(expert_store *s, int r, int i, uint64_t cand) {
     const size_t bytes = s->row[r].bytes;
     uint8_t *b = NULL;
-    if (make_room(s, bytes, cand) != 0 || !(b = malloc(bytes ? bytes : 1))) return NULL;
+    if (make_room(s, bytes, cand) != 0 || !(b = weights_alloc(bytes ? bytes : 1))) return NULL;
     s->ram_used += bytes;
     s->n_resident++;
     s->ent[i].buf = b;

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "arch.h"
+#include "mem.h"
 
 /* ---------------------------------------------------------------- architectures */
 
@@ -194,6 +195,33 @@ int ld_vec(model *m, const char *name, int n, int optional, const float **out, c
     return 0;
 }
 
+/* The file pages of [p, p + n) released from this process and the page cache (the whole pages
+ * inside the range; they are re-read from the file if touched again). */
+static void drop_mapped(model *m, const uint8_t *p, size_t n) {
+    uintptr_t a0 = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    uintptr_t a1 = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (a1 > a0) madvise((void *)a0, a1 - a0, MADV_DONTNEED);
+    gguf_drop_cache(m->g.fd, (uint64_t)(p - m->g.map), n);
+}
+
+#define PACK_SLAB_BYTES ((size_t)16 << 20)
+
+/* w's packed layout into b, a 16 MB slab of file rows at a time; drop: each slab's file pages
+ * are released as soon as it is packed, so the file's copy and the packed copy of a big matrix
+ * (a 151,936-row head: 250 MB) are never both in memory, only one slab of them. */
+static void pack_slabs(model *m, const qmat *w, uint8_t *b, int drop) {
+    size_t per = PACK_SLAB_BYTES / (w->row_bytes ? w->row_bytes : 1);
+    const int slab = per < 8 ? 8 : (int)(per & ~(size_t)7);
+    for (int r = 0; r < w->rows; r += slab) {
+        if (qpack_rows(w, r, slab, b) != 0) {
+            qpack(w, b);
+            return;
+        }
+        const int n = slab < w->rows - r ? slab : w->rows - r;
+        if (drop) drop_mapped(m, w->data + (size_t)r * w->row_bytes, (size_t)n * w->row_bytes);
+    }
+}
+
 /* Replaces a mapped matrix by an owned copy, packed when packable (a row-major copy
  * otherwise: the F32 router). drop: the original's file pages are released from this process
  * (re-read from the file if touched). */
@@ -201,19 +229,14 @@ static int pack_mat(model *m, qmat *w, int drop) {
     if (m->exact || w->rows <= 0 || w->packed) return 0;
     const int pk = qpack_ok(w->type, w->rows, w->cols);
     size_t bytes = pk ? qpack_bytes(w->type, w->rows, w->cols) : (size_t)w->rows * w->row_bytes;
-    uint8_t *b = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    uint8_t *b = weights_alloc(bytes);
     if (!b || own(m->priv, (float *)(void *)b) != 0) {
         free(b);
         return -1;
     }
-    if (pk) qpack(w, b);
+    if (pk) pack_slabs(m, w, b, drop);
     else if (read_mapped(&m->g, w->data, bytes, b) != 0) return -1;
-    if (drop) {
-        uintptr_t a0 = ((uintptr_t)w->data + 4095) & ~(uintptr_t)4095;
-        uintptr_t a1 = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~(uintptr_t)4095;
-        if (a1 > a0) madvise((void *)a0, a1 - a0, MADV_DONTNEED);
-        gguf_drop_cache(m->g.fd, (uint64_t)(w->data - m->g.map), (size_t)w->rows * w->row_bytes);
-    }
+    if (drop) drop_mapped(m, w->data, (size_t)w->rows * w->row_bytes);  /* the slabs' edge pages too */
     w->data = b;
     w->packed = pk;
     return 0;
@@ -529,6 +552,17 @@ out:
     return rc;
 }
 
+/* The file pages the kernel read ahead around the dense tensors'
+ * reads, which no drop covered (on the 48-layer 30B-shaped file the first 9 MB of every layer's
+ * gate experts after its router and the last 4 MB of its downs before the next attention: 0.66 GB
+ * of page cache charged to the engine's cgroup, with or without a budget). The weights' one copy
+ * is the engine's own; pages still mapped (the untied embedding's rows) stay. EXACT reads the
+ * mapping in place: its pages are the weights. Called per layer while packing (so they never pile
+ * up: they were the load's peak) and once at the end of the load. */
+static void drop_readahead(model *m) {
+    if (!m->exact) gguf_drop_cache(m->g.fd, 0, m->g.size);
+}
+
 /* Dense matrices into the interleaved layout of the matmul kernels (owned copies; the file
  * pages of the originals are dropped). A tied head also serves the embedding rows (qmat_row
  * reads the packed layout), so token_embd's pages are not kept either. */
@@ -550,6 +584,7 @@ static int pack_all(model *m, char *err, size_t errlen) {
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
             if (pack_mat(m, ms[i], 1) != 0)
                 return model_fail(err, errlen, "blk.%d: out of memory or unreadable tensor data", l);
+        drop_readahead(m);   /* per layer: the read-ahead pages never pile up (the load's peak) */
     }
     return 0;
 }
@@ -622,6 +657,7 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     m->c.vocab = tok_n_vocab(m->tok);
     if (m->c.vocab < 1) return model_fail(err, errlen, "tokenizer has no tokens");
     if (load_io(m, err, errlen) || load_blocks(m, ops, eo, err, errlen) || pack_all(m, err, errlen)) return -1;
+    drop_readahead(m);
     return load_finish(m, path, err, errlen);
 }
 

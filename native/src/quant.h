@@ -24,6 +24,10 @@ void dequant_row(uint32_t type, const void *row, float *out, int n);
 int qpack_ok(uint32_t type, int rows, int cols);
 size_t qpack_bytes(uint32_t type, int rows, int cols);
 void qpack(const qmat *w, uint8_t *dst);
+/* qpack a slab at a time: rows r0 .. r0 + n - 1 (r0 a multiple of 8; clipped to the matrix) into
+ * their place in the packed layout at dst, the whole matrix's buffer. -1 for a layout that is not
+ * grouped by rows (small F16 matrices are transposed whole): qpack those. */
+int qpack_rows(const qmat *w, int r0, int n, uint8_t *dst);
 
 /* Row r of w dequantized (the values dequant_row gives), from either layout. */
 void qmat_row(const qmat *w, int r, float *out);

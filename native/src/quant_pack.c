@@ -344,9 +344,17 @@ void qpack(const qmat *w, uint8_t *dst)
         tp_transpose(w->data, w->row_bytes, w->rows, w->cols, dst);
         return;
     }
+    qpack_rows(w, 0, w->rows, dst);
+}
+
+int qpack_rows(const qmat *w, int r0, int n, uint8_t *dst)
+{
+    if (tp_shape(w->type, w->rows, w->cols) || r0 < 0 || r0 % PK_ROWS) return -1;
     const size_t gb = pk_group_bytes(w->type, w->cols);
-    for (int r = 0; r < w->rows; r += PK_ROWS)
+    const int end = n > w->rows - r0 ? w->rows : r0 + n;
+    for (int r = r0; r < end; r += PK_ROWS)
         pk_group(w->type, w->cols, w->row_bytes, w->data, r, w->rows, dst + (size_t)(r / PK_ROWS) * gb);
+    return 0;
 }
 
 /* ---- one row back from a packed group (the inverse of pk_group, dequant_row's arithmetic) ---- */

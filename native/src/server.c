@@ -27,6 +27,9 @@
 #define MAX_LOGPROBS  32
 #define PREFILL_CHUNK 256
 #define HITS_EVERY    6             /* a HITS line every 6 decoded tokens, engine-wide */
+#define LIVE_EVERY_S  1.0           /* while decoding, HITS and TIERS + EMAP at least this often: a
+                                     * big model under a budget decodes ~1 token/s, and a turn-end
+                                     * block alone left the atlas still for minutes */
 #define TOPK_N        5
 #define INPUT_ROUNDS  4             /* reads of newly arrived commands before a decode step */
 
@@ -78,6 +81,7 @@ typedef struct {
     uint8_t *emap, *hits;
     char *hex;
     long decoded;               /* tokens sent, engine-wide (HITS cadence) */
+    double t_hits, t_emap;      /* when the last HITS / EMAP went out (LIVE_EVERY_S) */
     /* input */
     char *in;
     size_t in_len, in_off, in_cap;
@@ -156,6 +160,22 @@ static void emit_tiers(server *S) {
     double vgb = 0, rgb = 0;
     if (S->m->es) es_tiers(S->m->es, &v, &r, &d, &vgb, &rgb);
     out_line("TIERS %d %d %d %.2f %.2f", v, r, d, vgb, rgb);
+}
+
+/* The live telemetry of a decode step: HITS every HITS_EVERY tokens or LIVE_EVERY_S, and the
+ * tiers with their heat (TIERS, EMAP) every LIVE_EVERY_S, so that pages watching the experts
+ * move as tokens flow; the turn-end block still carries all of them (mux-protocol.md). */
+static void emit_live(server *S) {
+    const double t = now_s();
+    if (++S->decoded % HITS_EVERY == 0 || t - S->t_hits >= LIVE_EVERY_S) {
+        emit_hits(S);
+        S->t_hits = t;
+    }
+    if (t - S->t_emap >= LIVE_EVERY_S) {
+        emit_tiers(S);
+        emit_emap(S);
+        S->t_emap = t;
+    }
 }
 
 static void emit_hwinfo(void) {
@@ -358,7 +378,7 @@ static void emit_token(server *S, request *r, int tok, int last) {
         }
         out_raw_line(line, len);
     }
-    if (++S->decoded % HITS_EVERY == 0) emit_hits(S);
+    emit_live(S);
 }
 
 /* Samples from r->logits and acts on the token: end of generation, or DATA and

@@ -14,8 +14,10 @@ from engine_bridge.client import GenerationRequest
 
 
 async def _bridge_by_hand(boot: str) -> redis.asyncio.Redis:
+    """The test is the one bridge: registrations a previous file's real bridges left in this
+    Redis database (alive up to their 3 s expiry) are forgotten, so the router takes "main"."""
     r = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-    await r.delete(transport.inbox_key())
+    await r.delete(transport.inbox_key(), transport.bridges_key())
     await r.set(liveness.alive_key(), boot)
     return r
 

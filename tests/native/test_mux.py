@@ -4,6 +4,7 @@ Each test uses its own slots, so the tests stay independent of each other's KV s
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -210,6 +211,30 @@ def test_it_stop_gives_done(spawn):
     eng.stop(rid)
     eng.wait(lambda: r.errors, what="NOT_FOUND for a second STOP")
     assert r.codes == ["NOT_FOUND"]
+
+
+def test_a_long_decode_sends_the_expert_tiers_and_heat_while_it_runs(spawn):
+    """LIVE_EVERY_S (server.c): a decode that lasts seconds sends TIERS + EMAP and HITS at least
+    once a second between its DATA frames, not only in the turn-end block, so that the atlas moves
+    while a slow big model decodes. Each live EMAP agrees with the TIERS line sent with it."""
+    eng = spawn(model="endless", slots=1, ctx=LONG_CTX, EXPERT_RAM_MB="1")
+    rid, r = _long_request(eng, 0, LONG)
+    t0 = time.monotonic()
+    eng.wait(lambda: r.finished or time.monotonic() - t0 > 3.5, timeout=10 * SCALE, what="3.5 s of decoding")
+    eng.stop(rid)
+    eng.result(rid)
+    with eng.cond:
+        during = [(k, p) for k, p, _ in eng.events[r.first_event:r.last_event] if k in ("EMAP", "TIERS", "HITS")]
+    emaps = [p for k, p in during if k == "EMAP"]
+    assert len(emaps) >= 3, f"{len(emaps)} EMAP lines during a 3.5 s decode (expected one a second)"
+    assert sum(k == "HITS" for k, _ in during) >= 3
+    for i, (k, p) in enumerate(during):
+        if k == "EMAP":
+            tiers = [q for kk, q in during[:i] if kk == "TIERS"]
+            assert tiers, "an EMAP during the decode without the TIERS line before it"
+            vram, ram, disk = map(int, tiers[-1][1:4])
+            c = tier_counts(bytes.fromhex(p[3]))
+            assert (c[2], c[1], c[0]) == (vram, ram, disk), f"live TIERS {tiers[-1]} vs EMAP tiers {c}"
 
 
 def test_it_slot_busy(spawn):
