@@ -12,6 +12,7 @@ LAN and `cnv<pid><host>` for a cable), so concurrent test sessions never touch e
 Invariant: after `close()` (called however the tests ended) no namespace, link, process or
 Redis of this lab is left.
 """
+import contextlib
 import os
 import re
 import shutil
@@ -54,10 +55,8 @@ def _pid_runs(pid: int) -> bool:
 def _kill_namespace(ns: str) -> None:
     """SIGKILLs every process in `ns`, then deletes it."""
     for pid in ip("netns", "pids", ns, check=False).split():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     ip("netns", "del", ns, check=False)
 
 
@@ -72,7 +71,21 @@ def sweep_leftovers() -> None:
         name = line.split(":")[1].strip().split("@")[0]
         owner = _OWNED.match(name)
         if owner and not _pid_runs(int(owner.group(1))):
+            for address in re.findall(r"inet ([\d.]+)/", ip("-o", "-4", "addr", "show", "dev", name, check=False)):
+                _kill_redis_on(address)
             ip("link", "del", name, check=False)
+
+
+def _kill_redis_on(address: str) -> None:
+    """SIGKILLs the redis-server listening on `address` (its process title: `redis-server ADDR:PORT`)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            title = cmdline.read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith(f"redis-server {address}:"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(cmdline.parent.name), signal.SIGKILL)
 
 
 def _free_subnet() -> str:
