@@ -14,6 +14,7 @@ answered by another host. The cable test runs last: it leaves its host powered o
 """
 import asyncio
 import contextlib
+import json
 import subprocess
 import time
 from collections import Counter
@@ -84,6 +85,39 @@ def hosts(lab: Lab, engine_binary: Path, models: dict[str, Path]) -> Iterator[di
     finally:
         for proc in started.values():
             procs.stop(proc)
+
+
+def test_without_ip_the_lab_refuses_naming_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No `ip` on PATH: a clear failure naming iproute2, never a skip (CI runs these as root)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="iproute2"):
+        Lab(tmp_path).open()
+
+
+_PROBE = """
+import json, socket, sys
+def reach(host, port):
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+        return "open"
+    except OSError as exc:
+        return type(exc).__name__
+print(json.dumps({f"{h}:{p}": reach(h, p) for h, p in (a.rsplit(":", 1) for a in sys.argv[1:])}))
+"""
+
+
+def test_a_host_reaches_the_lans_redis_and_nothing_of_the_machine(lab: Lab, hosts: dict) -> None:
+    """What makes the namespaces hosts: from h1 the LAN's Redis answers, while this machine's
+    loopback services (its PostgreSQL, its system Redis) and its own address are out of reach,
+    so the bridges are proven to run on Redis alone, as an engine host does."""
+    redis_at = lab.redis_url.removeprefix("redis://").rsplit("/", 1)[0]
+    targets = [redis_at, "127.0.0.1:5432", "127.0.0.1:6379", f"{lab.hosts['h2'].address}:1"]
+    out = subprocess.run([*lab.hosts["h1"].exec_prefix(), procs.PYTHON, "-c", _PROBE, *targets],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    seen = json.loads(out)
+    assert seen[redis_at] == "open", seen
+    assert seen["127.0.0.1:5432"] != "open" and seen["127.0.0.1:6379"] != "open", seen
+    assert seen[targets[3]] == "ConnectionRefusedError", seen  # h2 is on the LAN (nothing listens on port 1)
 
 
 async def _ready() -> None:
