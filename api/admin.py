@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from api.models import ApiKey, UserApiLimit
 
@@ -13,7 +14,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     exclude = ("hashed_secret",)
     readonly_fields = ("prefix", "created", "last_used")
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # keys are issued through POST /api/keys, which shows the secret once
 
 

@@ -4,7 +4,7 @@ from django.apps import AppConfig
 class ApiConfig(AppConfig):
     name = "api"
 
-    def ready(self):
+    def ready(self) -> None:
         from api import signals
 
         signals.connect()

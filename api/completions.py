@@ -1,12 +1,18 @@
 """Legacy Completions body -> Call. The prompt goes to the engine raw (no chat template), so there is
 no template to render tools into: `tools` / `functions` are refused (its row in api.surfaces), as
 is a tool_choice that needs tools."""
+from typing import TYPE_CHECKING
+
 from api import intake, served as served_mod
 from api.errors import bad_param
 from api.projectors import Choices
 from engine_bridge.client import GenerationRequest
+from engine_bridge.served import ServedModel
 
-def _prompt(body):
+if TYPE_CHECKING:
+    from api.surfaces import Surface
+
+def _prompt(body: intake.Body) -> str:
     if "prompt" not in body or body["prompt"] is None:
         raise bad_param("prompt", "missing prompt")
     prompt = body["prompt"]
@@ -17,8 +23,9 @@ def _prompt(body):
     return prompt
 
 
-def parse(body, *, served, surface):
+def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") -> intake.Call:
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     prompt = _prompt(body)
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")
@@ -31,7 +38,7 @@ def parse(body, *, served, surface):
     ext = intake.colibri_extension(body, served=served)
     n = intake.choices_count(body)
     logprobs = intake.completion_logprobs(body, served=served)
-    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
+    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served), model=model,
                                 temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
                                 routes=ext.routing, top_k=intake.top_k(body, served=served),
                                 logprobs=intake.engine_logprobs(logprobs))

@@ -12,37 +12,42 @@ a context overflow found when the job reaches a slot) then goes in-band, in the 
 error event; a job that never waits still gets its clean 4xx.
 """
 import asyncio
+from collections.abc import AsyncGenerator, Callable
 
 from django.conf import settings
 
 from api.errors import ApiError, from_engine_error
+from engine_bridge.client import GenerationRequest
 
 
-def queue_timeout_s():
+def queue_timeout_s() -> float:
     # Well inside the SDKs' 600 s read timeout (colibri uses 300 s).
     return float(getattr(settings, "API_QUEUE_TIMEOUT", 300))
 
 
-def queue_deadline():
+def queue_deadline() -> float:
     return asyncio.get_running_loop().time() + queue_timeout_s()
 
 
-def queue_timeout_error():
+def queue_timeout_error() -> ApiError:
     return ApiError(429, "Timed out waiting in the generation queue; retry shortly.", type="rate_limit_error",
                     code="queue_timeout", headers={"Retry-After": "1"})
 
 
-async def open_generation(request, *, prompt_param="messages", admit_queued=False, deadline=None, tick=None,
-                          boot=None):
+async def open_generation(request: GenerationRequest, *, prompt_param: str = "messages", admit_queued: bool = False,
+                          deadline: float | None = None, tick: Callable[[], float] | None = None,
+                          boot: str | None = None) -> tuple[dict, AsyncGenerator[dict | None, None]]:
     """-> (accepted event — or, with admit_queued, the first queued event —, async iterator of the
     remaining events). Raises ApiError; a context overflow names `prompt_param` (the surface's own
     field). `deadline` (loop time) bounds the wait; default now + queue_timeout_s(). `tick`, `boot`:
-    see client.generate (the iterator then yields None when that long passes without an event)."""
+    see client.generate (the iterator then yields None when that long passes without an event).
+    The returned event names the bridge that took the job (`bridge`, from its `routed` event)."""
     from engine_bridge import client
 
     agen = client.generate(request, tick=tick, boot=boot)
     if deadline is None:
         deadline = queue_deadline()
+    bridge = None  # the bridge the router chose (its `routed` event), told to the caller with `first`
     while True:
         try:
             # A timeout cancels __anext__, which ends generate() and sends gen.cancel. (A timeout
@@ -56,8 +61,10 @@ async def open_generation(request, *, prompt_param="messages", admit_queued=Fals
         if event is None:  # a tick while waiting for ACCEPT: the deadline above bounds the wait
             continue
         kind = event.get("kind")
+        if kind == "routed":
+            bridge = event.get("bridge")
         if kind == "accepted" or (kind == "queued" and admit_queued):
-            return event, agen
+            return ({**event, "bridge": bridge} if bridge else event), agen
         if kind == "error":
             await agen.aclose()
             raise from_engine_error(event, prompt_param=prompt_param)

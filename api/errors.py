@@ -8,6 +8,7 @@ never Django's HTML page. Messages are written for API clients: the bridge's cha
 is never passed through (api_engine_message).
 """
 import logging
+from typing import Any
 
 from django.http import Http404
 from rest_framework import exceptions
@@ -17,7 +18,9 @@ log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status, message, *, type="invalid_request_error", param=None, code=None, headers=None, extra=None):
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers or {}
@@ -25,11 +28,12 @@ class ApiError(Exception):
 
 
 
-def bad_param(param, message):
+def bad_param(param: str | None, message: str) -> ApiError:
     return ApiError(400, message, param=param)
 
 
-def unavailable(message="The engine is starting or restarting; retry shortly.", retry_after=5):
+def unavailable(message: str = "The engine is starting or restarting; retry shortly.",
+                retry_after: int = 5) -> ApiError:
     return ApiError(503, message, type="server_error", code="engine_unavailable",
                     headers={"Retry-After": str(retry_after)})
 
@@ -45,12 +49,12 @@ _ENGINE_TEXT = {
 }
 
 
-def api_engine_message(event):
+def api_engine_message(event: dict) -> str:
     code = event.get("code") or "ENGINE_ERROR"
     return _ENGINE_TEXT.get(code) or f"The engine refused the request ({code})."
 
 
-def from_engine_error(event, *, prompt_param="messages"):
+def from_engine_error(event: dict, *, prompt_param: str = "messages") -> ApiError:
     """Maps a bridge `error` event seen before the stream started to an HTTP error."""
     code = event.get("code") or "ENGINE_ERROR"
     if code == "CONTEXT_EXCEEDED":
@@ -76,13 +80,13 @@ def from_engine_error(event, *, prompt_param="messages"):
 class OpenAIEnvelope:
     """Chat, Completions, Responses, Models."""
 
-    def status(self, err):
+    def status(self, err: ApiError) -> int:
         return err.status
 
-    def body(self, err):
+    def body(self, err: ApiError) -> dict[str, Any]:
         return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code, **err.extra}}
 
-    def stream_error(self, message, err=None):
+    def stream_error(self, message: str, err: ApiError | None = None) -> dict[str, Any]:
         if err is not None:  # an error found before ACCEPT, after the stream started (queued jobs)
             return {"error": {"message": message, "type": err.type, "param": err.param, "code": err.code}}
         return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
@@ -96,23 +100,24 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 4
 class AnthropicEnvelope:
     """Messages. Engine-not-ready is the family's 529 overloaded_error (both retried by the SDK)."""
 
-    def status(self, err):
+    def status(self, err: ApiError) -> int:
         return 529 if err.status == 503 else err.status
 
-    def body(self, err):
+    def body(self, err: ApiError) -> dict[str, Any]:
         status = self.status(err)
         kind = _ANTHROPIC_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": kind, "message": err.message}}
 
-    def stream_error(self, message, kind="api_error"):
+    def stream_error(self, message: str, kind: str = "api_error") -> dict[str, Any]:
         return {"type": "error", "error": {"type": kind, "message": message}}
 
 
+Envelope = OpenAIEnvelope | AnthropicEnvelope
 OPENAI = OpenAIEnvelope()
 ANTHROPIC = AnthropicEnvelope()
 
 
-_DRF_MAP = {
+_DRF_MAP: dict[type[exceptions.APIException], tuple[int, str, str | None]] = {
     exceptions.NotAuthenticated: (401, "authentication_error", "invalid_api_key"),
     exceptions.AuthenticationFailed: (401, "authentication_error", "invalid_api_key"),
     exceptions.PermissionDenied: (403, "permission_error", None),
@@ -123,15 +128,16 @@ _DRF_MAP = {
 }
 
 
-def as_api_error(exc):
+def as_api_error(exc: BaseException) -> ApiError:
     """Any exception a /v1 view raised -> ApiError (unexpected ones logged, as a 500)."""
     if isinstance(exc, ApiError):
         return exc
     for cls, (status, type_, code) in _DRF_MAP.items():
         if isinstance(exc, cls):
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
-            if status == 429 and getattr(exc, "wait", None):
-                headers["Retry-After"] = str(max(1, int(exc.wait)))
+            wait = getattr(exc, "wait", None)  # Throttled's
+            if status == 429 and wait:
+                headers["Retry-After"] = str(max(1, int(wait)))
             return ApiError(status, str(exc.detail), type=type_, code=code, headers=headers)
     if isinstance(exc, exceptions.APIException):
         return ApiError(exc.status_code, str(exc.detail))
@@ -141,7 +147,7 @@ def as_api_error(exc):
     return ApiError(500, "Internal server error.", type="server_error", code="internal_error")
 
 
-def render(envelope, err):
+def render(envelope: "Envelope", err: ApiError) -> Response:
     headers = dict(err.headers)
     retry = headers.get("Retry-After")
     if retry and retry.isdigit():

@@ -10,13 +10,24 @@ NUL (engine_bridge.protocol.has_nul: refused naming the field, as on the chat so
 Sampling values go through engine_bridge.sampling, the one owner of defaults and ranges.
 """
 import json
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
 
 from api.errors import ApiError, bad_param
+from api.projectors import Choices, Projector
+from engine_bridge.client import GenerationRequest
 from engine_bridge.protocol import NUL_REFUSAL, has_nul
 from engine_bridge.sampling import SamplingError, sampling_validate
+from engine_bridge.served import ServedModel
+
+if TYPE_CHECKING:
+    from api.surfaces import StopRule
+
+Body = dict[str, Any]  # a request's JSON object, as body_read checked it
 
 MAX_DEPTH = 64
 MAX_BUDGET = (1 << 31) - 1
@@ -25,19 +36,19 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's bound for top_logprobs (and ours for Completio
 MAX_TOP_K = (1 << 31) - 1
 
 
-def _refuse_constant(name):
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _path(parent, key):
+def _path(parent: str, key: object) -> str:
     if isinstance(key, int):
         return f"{parent}[{key}]"
     return f"{parent}.{key}" if parent else str(key)
 
 
-def _check_tree(body):
+def _check_tree(body: Body) -> None:
     """Depth and UTF-8 check without recursion (the walk is bounded by the body size)."""
-    stack = [(body, "", 1)]
+    stack: list[tuple[object, str, int]] = [(body, "", 1)]
     while stack:
         value, path, depth = stack.pop()
         if depth > MAX_DEPTH:
@@ -52,7 +63,7 @@ def _check_tree(body):
             stack.extend((item, _path(path, i), depth + 1) for i, item in enumerate(value))
 
 
-def _utf8(text, path):
+def _utf8(text: str, path: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -61,7 +72,7 @@ def _utf8(text, path):
         raise bad_param(path or None, f"{path or 'the body'} {NUL_REFUSAL}")
 
 
-def body_parse(raw):
+def body_parse(raw: bytes | None) -> Body:
     """bytes -> dict, or ApiError(400)."""
     try:
         body = json.loads(raw or b"", parse_constant=_refuse_constant)
@@ -76,7 +87,7 @@ def body_parse(raw):
     return body
 
 
-def body_read(django_request):
+def body_read(django_request: HttpRequest) -> Body:
     """The request's JSON object whatever the Content-Type (curl -d sends a form type), chunked
     bodies included (Daphne gives Django the whole body). Too large -> 413."""
     try:
@@ -88,7 +99,7 @@ def body_read(django_request):
 
 # --- fields -------------------------------------------------------------------------------------
 
-def field_bool(body, name, default=False):
+def field_bool(body: Body, name: str, default: bool = False) -> bool:
     value = body.get(name)
     if value is None:
         return default
@@ -97,7 +108,7 @@ def field_bool(body, name, default=False):
     return value
 
 
-def field_object(body, name):
+def field_object(body: Body, name: str) -> dict[str, Any]:
     value = body.get(name)
     if value is None:
         return {}
@@ -106,7 +117,7 @@ def field_object(body, name):
     return value
 
 
-def budget(body, names):
+def budget(body: Body, names: Iterable[str]) -> int | None:
     """The output budget from the first present field of `names` (the client's own spelling):
     None when omitted, else an int in [0, 2^31-1]. Fractions truncate, huge values clamp."""
     for name in names:
@@ -123,14 +134,14 @@ def budget(body, names):
     return None
 
 
-def engine_budget(requested, served):
+def engine_budget(requested: int | None, served: ServedModel) -> int:
     """What SUBMIT gets: >= 1 (an explicit 0 submits 1 and the projector drops it, which still
     prewarms the KV prefix), at most the served context."""
     ceiling = served.context_length
     return max(1, ceiling if requested is None else min(requested, ceiling))
 
 
-def stop_list(body, rule):
+def stop_list(body: Body, rule: "StopRule | None") -> list[str]:
     """The stop strings under rule.field (an api.surfaces.StopRule; None: the surface takes
     none -> []): a string or a list of non-empty strings, within the rule's bounds."""
     if rule is None:
@@ -153,7 +164,8 @@ def stop_list(body, rule):
     return stop
 
 
-def sampling(body, *, served, names=None):
+def sampling(body: Body, *, served: ServedModel,
+             names: dict[str, str] | None = None) -> tuple[float, float, int | None]:
     """(temperature, top_p, seed) for the wire, validated by engine_bridge.sampling.
     A seed needs an engine with our extensions (it announces itself with a MODEL line)."""
     names = names or {}
@@ -172,24 +184,24 @@ def sampling(body, *, served, names=None):
         raise bad_param(exc.field, exc.message)
 
 
-def _int_field(body, name, low, high):
+def _int_field(body: Body, name: str, low: int, high: int) -> int:
     value = body.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise bad_param(name, f"{name} must be an integer in [{low}, {high}]")
     return value
 
 
-def _needs_extensions(served, name):
+def _needs_extensions(served: ServedModel, name: str) -> None:
     if not served.extensions:
         raise bad_param(name, f"{name} is not supported by the engine this server runs")
 
 
-def choices_count(body, name="n"):
+def choices_count(body: Body, name: str = "n") -> int:
     """n: how many independent choices (1 … MAX_CHOICES); omitted or null: 1."""
     return 1 if body.get(name) is None else _int_field(body, name, 1, MAX_CHOICES)
 
 
-def chat_logprobs(body, *, served):
+def chat_logprobs(body: Body, *, served: ServedModel) -> int | None:
     """Chat's `logprobs` (bool) + `top_logprobs` (0 … 20) -> None (off) or the candidates per token."""
     want = field_bool(body, "logprobs")
     top = None if body.get("top_logprobs") is None else _int_field(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
@@ -201,7 +213,7 @@ def chat_logprobs(body, *, served):
     return top or 0
 
 
-def completion_logprobs(body, *, served):
+def completion_logprobs(body: Body, *, served: ServedModel) -> int | None:
     """Completions' integer `logprobs` (0 … 20): None when omitted, null, false or 0 (as before)."""
     value = body.get("logprobs")
     if value is None or value is False or value == 0:
@@ -211,7 +223,7 @@ def completion_logprobs(body, *, served):
     return value
 
 
-def top_k(body, *, served, name="top_k"):
+def top_k(body: Body, *, served: ServedModel, name: str = "top_k") -> int | None:
     """top_k: sample among the k most likely tokens (0 = no cut); None when omitted. Our engine's
     top_k= key: refused naming the field on an engine without our extensions."""
     if body.get(name) is None:
@@ -221,7 +233,7 @@ def top_k(body, *, served, name="top_k"):
     return value
 
 
-def choice_requests(request, n):
+def choice_requests(request: GenerationRequest, n: int) -> list[GenerationRequest]:
     """n independent requests for n choices: the same prompt and sampling, seed + i when seeded
     (reproducible, yet each choice its own sample), else each its engine's default seed."""
     from dataclasses import replace
@@ -232,7 +244,7 @@ def choice_requests(request, n):
             for i in range(n)]
 
 
-def engine_logprobs(k):
+def engine_logprobs(k: int | None) -> int:
     """What SUBMIT's logprobs= gets for a client's k candidates (None: off): at least 1, for the
     sampled token's own logprob."""
     return 0 if k is None else max(1, k)
@@ -245,7 +257,7 @@ class Extension:
     routing: bool = False
 
 
-def colibri_extension(body, *, served):
+def colibri_extension(body: Body, *, served: ServedModel) -> Extension:
     """Our own request fields, under `colibri` (documented in the OpenAPI schema): `experts` — routed
     experts per token for this request (the served model's range; omitted = its default) —,
     `topk` (per-token candidates, Chat Completions only) and `routing` (this request's expert
@@ -276,7 +288,7 @@ def colibri_extension(body, *, served):
     return Extension(experts=experts, topk=topk, routing=routing)
 
 
-def refuse(body, rules):
+def refuse(body: Body, rules: Mapping[str, Callable[[Any], bool]]) -> None:
     """rules: {field: predicate(value) -> True when the value asks for something the engine
     cannot do}. Refused with 400 naming the field, never silently changed (api-surfaces §1.6)."""
     for name, refused in rules.items():
@@ -284,7 +296,7 @@ def refuse(body, rules):
             raise bad_param(name, f"{name} is not supported by this server")
 
 
-def refuse_tool_choice(value, name="tool_choice"):
+def refuse_tool_choice(value: object, name: str = "tool_choice") -> None:
     """For a surface without tools (legacy Completions; the others read api.tools): only a choice
     that needs none passes (DS4 wording)."""
     if value is None or value in ("auto", "none"):
@@ -299,7 +311,7 @@ def refuse_tool_choice(value, name="tool_choice"):
     raise bad_param(name, f"{name}={shown} not supported")
 
 
-def refuse_format(value, name):
+def refuse_format(value: object, name: str) -> None:
     """Structured output is not supported: json_object / json_schema / any non-text type (also
     the bare string spelling) -> 400; {"type": "text"}, null and a typeless object pass."""
     if value is None:
@@ -313,7 +325,7 @@ def refuse_format(value, name):
                         f"omit {name} or use type \"text\"")
 
 
-def model_name(body, name="model"):
+def model_name(body: Body, name: str = "model") -> str:
     value = body.get(name)
     if value is None:
         raise bad_param(name, f"missing {name}")
@@ -322,7 +334,8 @@ def model_name(body, name="model"):
     return value
 
 
-def message_list(body, *, roles, text_types=("text",), rename=None):
+def message_list(body: Body, *, roles: Collection[str], text_types: Collection[str] = ("text",),
+                 rename: dict[str, str] | None = None) -> list[dict[str, str]]:
     """body["messages"] -> [{role, content}] with text content; 400 naming the message or field.
     `rename` maps a client role onto the one the chat template knows (OpenAI's developer)."""
     if "messages" not in body:
@@ -330,7 +343,7 @@ def message_list(body, *, roles, text_types=("text",), rename=None):
     msgs = body["messages"]
     if not isinstance(msgs, list) or not msgs:
         raise bad_param("messages", "messages must be a non-empty array")
-    out = []
+    out: list[dict[str, str]] = []
     for i, msg in enumerate(msgs):
         if not isinstance(msg, dict):
             raise bad_param(f"messages[{i}]", f"messages[{i}] must be an object")
@@ -342,7 +355,8 @@ def message_list(body, *, roles, text_types=("text",), rename=None):
     return out
 
 
-def text_parts(content, path, *, text_types=("text",), image_types=("image", "image_url", "input_image")):
+def text_parts(content: object, path: str, *, text_types: Collection[str] = ("text",),
+               image_types: Collection[str] = ("image", "image_url", "input_image")) -> str:
     """A content value (string, or a list of text parts) -> its text. Images and other kinds
     are refused naming the part (a text-only model)."""
     if content is None:
@@ -351,7 +365,7 @@ def text_parts(content, path, *, text_types=("text",), image_types=("image", "im
         return content
     if not isinstance(content, list):
         raise bad_param(path, f"{path} must be a string or a list of parts")
-    texts = []
+    texts: list[str] = []
     for j, part in enumerate(content):
         ptype = part.get("type") if isinstance(part, dict) else None
         if ptype in text_types and isinstance(part.get("text"), str):
@@ -367,12 +381,13 @@ def text_parts(content, path, *, text_types=("text",), image_types=("image", "im
 @dataclass
 class Call:
     """A parsed surface request: what to submit, how to project it, how to answer."""
-    request: object          # engine_bridge.client.GenerationRequest
-    projector: object        # api.projectors.Projector
+    request: GenerationRequest
+    projector: Projector | Choices
     stream: bool
     prompt_param: str        # the field a context overflow names (messages / prompt / input)
-    requests: list = None    # n > 1: one request per choice (the projector is then a Choices)
+    # n > 1: one request per choice (the projector is then a Choices); none given: [request]
+    requests: list[GenerationRequest] = field(default_factory=list)
 
-    def __post_init__(self):
-        if self.requests is None:
+    def __post_init__(self) -> None:
+        if not self.requests:
             self.requests = [self.request]

@@ -20,37 +20,47 @@ the charge) and the rate-limit headers of the surface's family (api/views.py).
 """
 import time
 import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.cache import cache
+from django.core.cache.backends.redis import RedisCache
+from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
 
+from api.models import ApiKey, UserApiLimit
 from colibri_base.cache import async_client
 
 WINDOW_S = 60
+Account = tuple[str, str, int]  # (scope: key | user, ident, limit per minute)
+RateInfo = tuple[int, int, float]  # (limit, remaining, seconds until full)
 
 
-def _user_limits(user):
+def _user_limits(user: User) -> UserApiLimit | None:
     try:
         return user.api_limit
     except Exception:  # no row (RelatedObjectDoesNotExist) or an anonymous user
         return None
 
 
-def limit_for(request, field):
+def limit_for(request: Request, field: str) -> list[Account]:
     """[(scope, ident, limit per minute)] for the key, then the user; only the limited ones."""
     default = getattr(settings, f"API_DEFAULT_{field.upper()}", None)
-    key, user = request.auth, request.user
+    # Permissions run before throttles (IsAuthenticated): a user is signed in, by an API key or a session.
+    key, user = cast(ApiKey | None, request.auth), cast(User, request.user)
     if not hasattr(request, "_api_user_limits"):  # one query per request, not one per throttle
-        request._api_user_limits = _user_limits(user)
-    user_row = request._api_user_limits
-    out = []
+        setattr(request, "_api_user_limits", _user_limits(user))
+    user_row = getattr(request, "_api_user_limits")
+    out: list[Account] = []
     if key is not None and getattr(key, field, None):
         out.append(("key", key.prefix, getattr(key, field)))
-    user_limit = getattr(user_row, field, None) if user_row else None
-    if user_limit or default:
-        out.append(("user", f"{user.pk}-{int(user.date_joined.timestamp())}", user_limit or default))
+    user_limit = (getattr(user_row, field, None) if user_row else None) or default
+    if user_limit:
+        out.append(("user", f"{user.pk}-{int(user.date_joined.timestamp())}", user_limit))
     return out
 
 
@@ -59,12 +69,13 @@ class _PerMinute(BaseThrottle):
     written by one atomic script, on the event loop). Records the tightest request limit on the
     request (`_api_ratelimit["requests"]`) for the headers."""
 
-    scope_name = None
+    scope_name: str | None = None
 
-    def __init__(self):
-        self.wait_s = None
+    def __init__(self) -> None:
+        self.wait_s: float | None = None
 
-    async def allow_request(self, request, view):
+    # A coroutine where DRF's is sync: api.loopview awaits it (the only views that use these).
+    async def allow_request(self, request: Request, view: APIView) -> bool:  # type: ignore[override]
         for scope, ident, limit in limit_for(request, "requests_per_minute"):
             if scope != self.scope_name:
                 continue
@@ -76,7 +87,8 @@ class _PerMinute(BaseThrottle):
             reset = max(0.0, WINDOW_S - (now - oldest))
             info = getattr(request, "_api_ratelimit", None)
             if info is None:
-                info = request._api_ratelimit = {}
+                info = {}
+                setattr(request, "_api_ratelimit", info)
             remaining = max(0, limit - count)
             if "requests" not in info or remaining < info["requests"][1]:
                 info["requests"] = (limit, remaining, reset)
@@ -84,7 +96,7 @@ class _PerMinute(BaseThrottle):
             return admitted
         return True
 
-    def wait(self):
+    def wait(self) -> float | None:
         return self.wait_s
 
 
@@ -147,13 +159,13 @@ return {admitted, n, oldest}
 """
 
 
-def _script(lua, keys, args):
+def _script(lua: str, keys: list[str], args: list[str]) -> Any:
     """Runs a script on the default cache's Redis (EVALSHA, loading it once per server)."""
-    client = cache._cache.get_client(None, write=True)  # SharedPoolRedisCache / RedisCache
+    client = cast(RedisCache, cache)._cache.get_client(None, write=True)  # SharedPoolRedisCache / RedisCache
     return client.register_script(lua)(keys=keys, args=args, client=client)
 
 
-async def _ascript(lua, keys, args):
+async def _ascript(lua: str, keys: list[str], args: list[str]) -> Any:
     """_script on the event loop; in a thread for a cache backend without an asyncio client."""
     client = async_client(cache)
     if client is None:
@@ -161,7 +173,8 @@ async def _ascript(lua, keys, args):
     return await client.register_script(lua)(keys=keys, args=args)
 
 
-def _bucket_call(mode, accounts, amounts, now):
+def _bucket_call(mode: str, accounts: Sequence[Account], amounts: Iterable[float],
+                 now: float | None) -> tuple[list[str], list[str]]:
     keys = [cache.make_key(f"api_tpm:{scope}:{ident}") for scope, ident, _ in accounts]
     args = [repr(time.time() if now is None else float(now)), mode]
     for (_, _, limit), amount in zip(accounts, amounts):
@@ -169,43 +182,46 @@ def _bucket_call(mode, accounts, amounts, now):
     return keys, args
 
 
-def _bucket_result(out):
+def _bucket_result(out: list[Any]) -> tuple[bool, float, list[float]]:
     """-> (admitted, wait_s, levels)."""
     return bool(int(out[0])), float(out[1]), [float(x) for x in out[2:]]
 
 
-def _bucket(mode, accounts, amounts, now=None):
+def _bucket(mode: str, accounts: Sequence[Account], amounts: Iterable[float],
+            now: float | None = None) -> tuple[bool, float, list[float]]:
     """accounts: [(scope, ident, limit)]; amounts: one per account."""
     return _bucket_result(_script(_BUCKET_LUA, *_bucket_call(mode, accounts, amounts, now)))
 
 
-async def _abucket(mode, accounts, amounts, now=None):
+async def _abucket(mode: str, accounts: Sequence[Account], amounts: Iterable[float],
+                  now: float | None = None) -> tuple[bool, float, list[float]]:
     return _bucket_result(await _ascript(_BUCKET_LUA, *_bucket_call(mode, accounts, amounts, now)))
 
 
-def estimate_tokens(text):
+def estimate_tokens(text: str) -> int:
     """A text's token count before the engine says: ~4 bytes of UTF-8 per token, rounded up."""
     return -(-len(text.encode("utf-8", "replace")) // 4)
 
 
-def _refill_s(limit, level):
+def _refill_s(limit: float, level: float) -> float:
     return max(0.0, (limit - level) / (limit / WINDOW_S))
 
 
 class Reservation:
     """The tokens a request was charged at admission, settled once against what it used."""
 
-    def __init__(self, accounts=(), charges=(), levels=()):
+    def __init__(self, accounts: Iterable[Account] = (), charges: Iterable[float] = (),
+                 levels: Iterable[float] = ()) -> None:
         self.accounts, self.charges, self.levels = list(accounts), list(charges), list(levels)
         self.settled = False
 
-    def settle(self, used, now=None):
+    def settle(self, used: float, now: float | None = None) -> None:
         if self.settled or not self.accounts:
             return
         self.settled = True
         _bucket("settle", self.accounts, [used - c for c in self.charges], now=now)
 
-    def info(self):
+    def info(self) -> RateInfo | None:
         """(limit, remaining, seconds until full) of the tightest bucket after admission, or None."""
         if not self.accounts:
             return None
@@ -215,12 +231,12 @@ class Reservation:
 
 
 class TokenLimitExceeded(Exception):
-    def __init__(self, wait, info):
+    def __init__(self, wait: float, info: RateInfo) -> None:
         super().__init__(f"token limit: retry in {wait:.1f} s")
         self.wait, self.info = wait, info  # info: (limit, remaining, seconds until full)
 
 
-def tokens_admit(accounts, amount, now=None):
+def tokens_admit(accounts: Sequence[Account], amount: int, now: float | None = None) -> Reservation:
     """Charges `amount` (capped at each limit) to every account, or raises TokenLimitExceeded
     (nothing charged) with the seconds to wait. -> Reservation (empty when nothing is limited)."""
     if not accounts:
@@ -228,14 +244,14 @@ def tokens_admit(accounts, amount, now=None):
     return _admitted(accounts, amount, _bucket("admit", accounts, [amount] * len(accounts), now=now))
 
 
-async def atokens_admit(accounts, amount, now=None):
+async def atokens_admit(accounts: Sequence[Account], amount: int, now: float | None = None) -> Reservation:
     """tokens_admit on the event loop."""
     if not accounts:
         return Reservation()
     return _admitted(accounts, amount, await _abucket("admit", accounts, [amount] * len(accounts), now=now))
 
 
-def _admitted(accounts, amount, result):
+def _admitted(accounts: Sequence[Account], amount: int, result: tuple[bool, float, list[float]]) -> Reservation:
     admitted, wait, levels = result
     if not admitted:
         i = max(range(len(accounts)), key=lambda k: min(amount, accounts[k][2]) - levels[k])
@@ -244,6 +260,6 @@ def _admitted(accounts, amount, result):
     return Reservation(accounts, [min(amount, limit) for _, _, limit in accounts], levels)
 
 
-def accounts_for(request):
+def accounts_for(request: Request) -> list[Account]:
     """The token accounts a request is charged to: [(scope, ident, limit)], the limited ones."""
     return limit_for(request, "tokens_per_minute")

@@ -6,21 +6,22 @@ generation used, or with nothing (release()) when the engine never took it."""
 import time
 
 from api import limits
+from api.projectors import Choices, Projector
 from colibri_base import metrics
 
 
 class Meter:
-    def __init__(self, surface, *, reservation=None):
+    def __init__(self, surface: str, *, reservation: limits.Reservation | None = None) -> None:
         self.surface = surface
         self.reservation = reservation or limits.Reservation()  # tokens charged at admission
         self.t0 = time.monotonic()
-        self.last = None
+        self.last: float | None = None
         self.ended = False
 
-    def accepted(self):
+    def accepted(self) -> None:
         metrics.QUEUE_WAIT.labels(self.surface).observe(time.monotonic() - self.t0)
 
-    def text(self):
+    def text(self) -> None:
         now = time.monotonic()
         if self.last is None:
             metrics.TTFT.labels(self.surface).observe(now - self.t0)
@@ -28,7 +29,7 @@ class Meter:
             metrics.INTER_TOKEN.labels(self.surface).observe(now - self.last)
         self.last = now
 
-    def end(self, projector=None, *, outcome=None):
+    def end(self, projector: Projector | Choices | None = None, *, outcome: str | None = None) -> None:
         if self.ended:
             return
         self.ended = True
@@ -45,13 +46,13 @@ class Meter:
         self.reservation.settle(used)
         metrics.OUTCOMES.labels(self.surface, outcome or "failed").inc()
 
-    def release(self):
+    def release(self) -> None:
         """The engine never took the request (refused, timed out, client gone while waiting):
         its reservation is returned. No-op after end()."""
         if not self.ended:
             self.reservation.settle(0)
 
-    def observe(self, event):
+    def observe(self, event: dict) -> None:
         kind = event.get("kind")
         if kind == "accepted":
             self.accepted()

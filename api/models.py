@@ -8,6 +8,7 @@ import hmac
 import secrets
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import models, transaction
 from django.utils import timezone
 
@@ -21,8 +22,8 @@ def hash_key(full_key: str) -> str:
     return hashlib.sha256(full_key.encode()).hexdigest()
 
 
-class ApiKeyQuerySet(models.QuerySet):
-    def active(self):
+class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
+    def active(self) -> "ApiKeyQuerySet":
         return self.filter(revoked=False)
 
     def revoke(self) -> int:
@@ -50,11 +51,11 @@ class ApiKey(models.Model):
     class Meta:
         ordering = ["-created"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name or 'key'} ({KEY_TAG}{self.prefix}…)"
 
     @classmethod
-    def issue(cls, *, user, name=""):
+    def issue(cls, *, user: User, name: str = "") -> tuple["ApiKey", str]:
         """Creates a key; returns (row, full_key). The full key is never stored."""
         while True:
             prefix = secrets.token_hex(PREFIX_LEN // 2)
@@ -65,7 +66,7 @@ class ApiKey(models.Model):
         return row, full_key
 
     @classmethod
-    def lookup(cls, full_key: str):
+    def lookup(cls, full_key: str) -> "ApiKey | None":
         """The active key row for full_key, or None. Constant-time compare of the hashes."""
         if not full_key.startswith(KEY_TAG) or "\x00" in full_key:  # PostgreSQL cannot compare NUL
             return None
@@ -78,11 +79,11 @@ class ApiKey(models.Model):
             return None
         return row
 
-    def touch_due(self):
+    def touch_due(self) -> bool:
         # At most one write a minute per key: last_used is for humans, not accounting.
         return self.last_used is None or (timezone.now() - self.last_used).total_seconds() > 60
 
-    def touch(self):
+    def touch(self) -> None:
         if self.touch_due():
             now = timezone.now()
             ApiKey.objects.filter(pk=self.pk).update(last_used=now)
@@ -97,5 +98,5 @@ class UserApiLimit(models.Model):
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"API limits of {self.user}"

@@ -1,15 +1,22 @@
 """OpenAI Chat Completions body -> Call (GenerationRequest + its row's projector). 400s name the field.
 What every surface shares (refused fields, stop and budget fields) is in its row, api.surfaces."""
+from typing import TYPE_CHECKING
+
 from api import intake, served as served_mod, structured, tools as tools_mod
 from api.projectors import Choices
 from engine_bridge.client import GenerationRequest
+from engine_bridge.served import ServedModel
+
+if TYPE_CHECKING:
+    from api.surfaces import Surface
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
-def parse(body, *, served, surface):
+def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") -> intake.Call:
     """`surface`: this surface's row (api.surfaces)."""
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     messages = tools_mod.chat_messages(body, roles=ROLES, text_types=("text", "input_text"), rename={"developer": "system"})
     stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")
@@ -26,6 +33,7 @@ def parse(body, *, served, surface):
         prompt=served_mod.render(served, messages, plan.tools if plan.active else ()), max_tokens=intake.engine_budget(budget, served),
         temperature=temperature, top_p=top_p, stop=stop, seed=seed,
         conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
+        model=model,  # the bridge serving it (engine_bridge routing)
         priority="interactive", topk=ext.topk, experts=ext.experts, routes=ext.routing,
         top_k=intake.top_k(body, served=served), logprobs=intake.engine_logprobs(logprobs), grammar=grammar,
     )

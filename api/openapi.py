@@ -5,6 +5,9 @@ with the contracts' own error texts). Only the main fields are listed: every sur
 ignores metadata-like fields (user, metadata, store, service_tier, ...), and refuses, with 400
 naming the field, what the engine cannot honour.
 """
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.renderers import OpenApiJsonRenderer
 from drf_spectacular.types import OpenApiTypes
@@ -14,6 +17,8 @@ from rest_framework import serializers as s
 
 from api.intake import MAX_CHOICES, MAX_TOP_LOGPROBS
 from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 SCHEMA_URL = "/v1/openapi.json"
 SETTINGS = {
@@ -36,15 +41,15 @@ SETTINGS = {
 
 
 class V1Schema(AutoSchema):
-    def get_auth(self):
+    def get_auth(self) -> list[dict[str, list[str]]]:
         return [{"bearer": []}, {"apiKey": []}]
 
 
-def documented(**kwargs):
+def documented(**kwargs: Any) -> Callable[[F], F]:
     """extend_schema on a view method, based on V1Schema: drf-spectacular bases a method's schema
     on DRF's DEFAULT_SCHEMA_CLASS unless the function names one (the site keeps DRF's default)."""
-    def decorate(f):
-        f.schema = V1Schema
+    def decorate(f: F) -> F:
+        setattr(f, "schema", V1Schema)  # read by drf-spectacular off the view method
         return extend_schema(**kwargs)(f)
     return decorate
 
@@ -54,7 +59,7 @@ schema_view = SpectacularAPIView.as_view(urlconf="api.urls", custom_settings=SET
                                          renderer_classes=[OpenApiJsonRenderer], authentication_classes=[],
                                          permission_classes=[], schema=None)
 
-_sampling = {
+_sampling: dict[str, s.Field] = {
     "temperature": s.FloatField(required=False, min_value=0, max_value=2, help_text="0 = greedy; default: the served model's recommendation (GET /health `sampling`), else 0.7"),
     "top_p": s.FloatField(required=False, help_text="in (0, 1]; default: the served model's recommendation, else 1.0"),
     "stream": s.BooleanField(required=False, default=False),
@@ -72,7 +77,7 @@ _sampling = {
 }
 _FORCED = ("required / a named tool are held to a grammar (constrained decoding) and refused with a 400 naming "
            "tool_choice by an engine without one")
-_openai_tools = {
+_openai_tools: dict[str, s.Field] = {
     "tools": s.JSONField(required=False, help_text=(
         "function tools; the served model's own tool syntax renders them (Qwen/Hermes <tool_call>, GLM-4.5 "
         "arg_key/arg_value, else a generic JSON form) and calls are parsed back as they stream")),
@@ -88,7 +93,7 @@ _messages = inline_serializer("ChatMessage", {
 }, many=True)
 
 _STOP_BOUNDS = f"each at most {MAX_STOP_CHARS} characters; past the bounds: 400 naming the field"
-_choices = {
+_choices: dict[str, s.Field] = {
     "n": s.IntegerField(required=False, min_value=1, max_value=MAX_CHOICES, help_text=(
         "independent choices, generated one after another (seed + i each when seeded); usage sums the "
         "completion tokens")),
@@ -147,7 +152,7 @@ ANTHROPIC_ERROR = inline_serializer("AnthropicError", {"type": s.CharField(), "e
     "AnthropicErrorBody", {"type": s.CharField(), "message": s.CharField()})})
 
 
-def _error_schemas():
+def _error_schemas() -> dict[object, object]:
     from api.errors import ANTHROPIC, OPENAI
 
     return {OPENAI: OPENAI_ERROR, ANTHROPIC: ANTHROPIC_ERROR}
@@ -156,14 +161,14 @@ def _error_schemas():
 ERROR_SCHEMAS = _error_schemas()  # a surface's envelope (api.errors) -> its OpenAPI schema
 
 
-def _errors(envelope, busy):
+def _errors(envelope: object, busy: int) -> dict[int, OpenApiResponse]:
     doc = {400: "bad request, naming the field", 401: "missing or bad key", 404: "unknown model",
            413: "body over 4 MiB", 429: "queue full or timed out (Retry-After)",
            busy: "engine starting, restarting or down (Retry-After)", 500: "engine error"}
     return {code: OpenApiResponse(envelope, description=text) for code, text in doc.items()}
 
 
-def generation(request, summary, *, envelope=OPENAI_ERROR, busy=503):
+def generation(request: object, summary: str, *, envelope: object = OPENAI_ERROR, busy: int = 503) -> Callable[[F], F]:
     return documented(
         request={"application/json": request}, summary=summary,
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description=(

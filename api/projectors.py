@@ -32,23 +32,31 @@ further frames but the in-band error (and, for Responses, its terminal response.
 import json
 import time
 import uuid
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from api.errors import ANTHROPIC, OPENAI, api_engine_message
+from api.errors import ANTHROPIC, OPENAI, ApiError, api_engine_message
 from engine_bridge import toolsyntax
+
+if TYPE_CHECKING:
+    from api.tools import ToolPlan
+
+Json = dict[str, Any]  # an object of the surface's wire format
+Frames = list[str]     # SSE records, in order
 
 KEEPALIVE = ": keepalive\n\n"  # an SSE comment: SDKs ignore it (never an empty data: line)
 
 
-def queued_comment(position):
+def queued_comment(position: int | None) -> str:
     return f": queued position={int(position or 0)}\n\n"
 
 
-def sse(payload, event=None):
+def sse(payload: object, event: str | None = None) -> str:
     data = "data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n\n"
     return f"event: {event}\n{data}" if event else data
 
 
-def _id(prefix):
+def _id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
@@ -57,57 +65,59 @@ class Projector:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, *, model, discard_text=False, stop=(), routing=False, logprobs=None, index=0, tools=None,
-                 calls=None):
+    def __init__(self, *, model: str, discard_text: bool = False, stop: Iterable[str] = (), routing: bool = False,
+                 logprobs: int | None = None, index: int = 0, tools: "ToolPlan | None" = None,
+                 calls: toolsyntax.ToolCallParser | None = None) -> None:
         self.model = model
         self.index = index  # the choice this projector writes (n > 1: one projector per choice)
         self.want_logprobs = logprobs  # None: off; k: each token's logprob and its k best candidates
-        self.logprob_entries = []  # the bridge's entries: {token, logprob, bytes, top: [...]}
-        self.new_logprobs = []  # the entries of the event being fed (on_text / on_done read them)
+        self.logprob_entries: list[dict] = []  # the bridge's entries: {token, logprob, bytes, top: [...]}
+        self.new_logprobs: list[dict] = []  # the entries of the event being fed (on_text / on_done read them)
         self.tools = tools          # api.tools.ToolPlan, or None
         self.calls = None if discard_text else calls  # engine_bridge.toolsyntax.ToolCallParser, or None
         self.want_routing = routing  # the client asked for colibri.routing
         self.created = int(time.time())
         self.discard_text = discard_text  # explicit zero budget: we submitted 1 token, drop it
         self.stop = list(stop)
-        self.parts = []
+        self.parts: list[str] = []
         self.prompt_tokens = 0
         self.completion_tokens = 0
-        self.finish_reason = None  # engine level: stop | length
-        self.stop_sequence = None  # the client's stop string that ended the text, when known
-        self.error = None
-        self.api_error = None  # an error before ACCEPT: the HTTP error it would have been (ApiError)
-        self.done = None
+        self.finish_reason: str | None = None  # engine level: stop | length
+        self.stop_sequence: str | None = None  # the client's stop string that ended the text, when known
+        self.error: dict | None = None
+        self.api_error: ApiError | None = None  # an error before ACCEPT: the HTTP error it would have been
+        self.done: dict | None = None
         self.accepted = False
-        self.position = None  # the last queue position the bridge reported
-        self.topk = []
+        self.position: int | None = None  # the last queue position the bridge reported
+        self.topk: list = []
 
     @property
-    def text(self):
+    def text(self) -> str:
         return "".join(self.parts)
 
     @property
-    def finished(self):
+    def finished(self) -> bool:
         return self.done is not None or self.error is not None
 
     @property
-    def error_message(self):
+    def error_message(self) -> str:
         if self.api_error is not None:
             return self.api_error.message
         return api_engine_message(self.error or {})
 
-    def colibri(self):
-        d = self.done or {}
+    def colibri(self) -> Json:
+        d: dict = self.done or {}
         return {"stats": d.get("stats"), "perf": d.get("perf"), "topk": self.topk,
                 "entropy": d.get("entropy"), "gpus": d.get("gpus"), "repin": d.get("repin"),
                 "routing": self.routing()}
 
-    def routing(self):
+    def routing(self) -> dict | None:
         """This request's expert selections (the bridge's done.routing: {rows, cols, counts:
         [[row, expert, count], ...]}), or None when not asked for."""
-        return (self.done or {}).get("routing") if self.want_routing else None
+        done: dict = self.done or {}
+        return done.get("routing") if self.want_routing else None
 
-    def feed(self, event):
+    def feed(self, event: dict) -> Frames:
         """Updates state; returns the wire frames this event produces (streaming)."""
         if self.finished:
             return []
@@ -153,8 +163,8 @@ class Projector:
             return self.on_error()
         return []  # unknown kinds
 
-    def _tool_frames(self, events):
-        frames = []
+    def _tool_frames(self, events: Iterable[toolsyntax.ParserEvent]) -> Frames:
+        frames: Frames = []
         for e in events:
             if isinstance(e, toolsyntax.Text):
                 self.parts.append(e.text)
@@ -169,56 +179,60 @@ class Projector:
         return frames
 
     @property
-    def tool_calls(self):
+    def tool_calls(self) -> list[toolsyntax.Call]:
         """The complete calls (toolsyntax.Call), in order."""
         return self.calls.ok_calls if self.calls is not None else []
 
     @property
-    def called(self):
+    def called(self) -> bool:
         """A complete call ended the turn (a budget stop never counts: it stays `length`)."""
         return bool(self.tool_calls) and self.finish_reason == "stop" and not self.stop_sequence
 
-    def _take_logprobs(self, event):
+    def _take_logprobs(self, event: dict) -> None:
         self.new_logprobs = list(event.get("logprobs") or ()) if self.want_logprobs is not None else []
         self.logprob_entries.extend(self.new_logprobs)
 
-    def on_queued(self, position):
+    def on_queued(self, position: int | None) -> Frames:
         return [queued_comment(position)]
 
-    def on_call_start(self, event):
+    def on_call_start(self, event: toolsyntax.CallStart) -> Frames:
         return []
 
-    def on_call_args(self, event):
+    def on_call_args(self, event: toolsyntax.CallArgs) -> Frames:
         return []
 
-    def on_call_end(self, event):
+    def on_call_end(self, event: toolsyntax.CallEnd) -> Frames:
         return []
 
-    def on_accepted(self):
+    def on_accepted(self) -> Frames:
         return []
 
-    def on_text(self, text):
+    def on_text(self, text: str) -> Frames:
         return []
 
-    def on_done(self):
+    def on_done(self) -> Frames:
         return []
 
-    def on_error(self):
+    def on_error(self) -> Frames:
         return []
 
-    def end(self):
+    def end(self) -> Frames:
         return []
 
+    def response(self) -> Json:
+        """The buffered answer object (every surface's projector has its own)."""
+        raise NotImplementedError
 
-def chat_logprobs(entries, k):
+
+def chat_logprobs(entries: Iterable[dict], k: int) -> Json:
     """Bridge entries -> Chat's choices[].logprobs ({content: [{token, logprob, bytes, top_logprobs}]})."""
     return {"content": [{"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"],
                          "top_logprobs": [dict(t) for t in e["top"][:k]]} for e in entries], "refusal": None}
 
 
-def completion_logprobs(entries, k, offset=0):
+def completion_logprobs(entries: Iterable[dict], k: int, offset: int = 0) -> Json:
     """Bridge entries -> legacy Completions' choices[].logprobs, text offsets from `offset`."""
-    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     for e in entries:
         out["tokens"].append(e["token"])
         out["token_logprobs"].append(e["logprob"])
@@ -229,54 +243,56 @@ def completion_logprobs(entries, k, offset=0):
 
 
 class OpenAIChatProjector(Projector):
-    def __init__(self, *, include_usage=False, **kw):
+    def __init__(self, *, include_usage: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.id = _id("chatcmpl-")
         self.include_usage = include_usage
         self.solo = True  # False under a Choices (n > 1): the usage and colibri chunks are the group's
 
-    def logprobs_wire(self, entries):
+    def logprobs_wire(self, entries: Iterable[dict]) -> Json | None:
         return None if self.want_logprobs is None else chat_logprobs(entries, self.want_logprobs)
 
-    def usage(self):
+    def usage(self) -> Json:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
-    def chunk(self, choices, **extra):
+    def chunk(self, choices: list[Json], **extra: Any) -> Json:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, **extra}
 
-    def _delta(self, delta, finish_reason=None, entries=()):
+    def _delta(self, delta: Json, finish_reason: str | None = None, entries: Sequence[dict] = ()) -> str:
         logprobs = self.logprobs_wire(entries) if entries else None
         return sse(self.chunk([{"index": self.index, "delta": delta, "logprobs": logprobs,
                                 "finish_reason": finish_reason}]))
 
-    def on_accepted(self):
+    def on_accepted(self) -> Frames:
         return [self._delta({"role": "assistant", "content": ""})]
 
-    def on_text(self, text):
+    def on_text(self, text: str) -> Frames:
         return [self._delta({"content": text}, entries=self.new_logprobs)]
 
-    def wire_finish(self):
-        if self.called and not self.tools.named:  # OpenAI: a named tool finishes with "stop"
+    def wire_finish(self) -> str | None:
+        if self.called and self.tools is not None and not self.tools.named:  # OpenAI: a named tool finishes with "stop"
             return "function_call" if self.tools.legacy else "tool_calls"
         return self.finish_reason
 
-    def on_call_start(self, event):
+    def on_call_start(self, event: toolsyntax.CallStart) -> Frames:
+        assert self.tools is not None  # calls come only with a tool plan
         if self.tools.legacy:  # the request sent `functions`: the legacy one-call shape
             return [self._delta({"function_call": {"name": event.name, "arguments": ""}})]
         call = {"index": event.index, "id": event.id, "type": "function",
                 "function": {"name": event.name, "arguments": ""}}
         return [self._delta({"tool_calls": [call]})]
 
-    def on_call_args(self, event):
+    def on_call_args(self, event: toolsyntax.CallArgs) -> Frames:
+        assert self.tools is not None  # calls come only with a tool plan
         if self.tools.legacy:
             return [self._delta({"function_call": {"arguments": event.delta}})]
         return [self._delta({"tool_calls": [{"index": event.index, "function": {"arguments": event.delta}}]})]
 
-    def message(self):
-        message = {"role": "assistant", "content": self.text, "refusal": None}
-        if self.tool_calls and self.tools.legacy:
+    def message(self) -> Json:
+        message: Json = {"role": "assistant", "content": self.text, "refusal": None}
+        if self.tool_calls and self.tools is not None and self.tools.legacy:
             call = self.tool_calls[0]
             message["function_call"] = {"name": call.name, "arguments": call.arguments}
             if not self.text.strip():
@@ -288,11 +304,11 @@ class OpenAIChatProjector(Projector):
                 message["content"] = None
         return message
 
-    def on_done(self):
+    def on_done(self) -> Frames:
         frames = [self._delta({}, self.wire_finish(), entries=self.new_logprobs)]
         return frames + (self.closing_frames() if self.solo else [])
 
-    def closing_frames(self):
+    def closing_frames(self) -> Frames:
         frames = []
         if self.include_usage:
             frames.append(sse(self.chunk([], usage=self.usage())))
@@ -301,18 +317,18 @@ class OpenAIChatProjector(Projector):
         frames.append(sse(self.chunk([], colibri=self.colibri())))
         return frames
 
-    def on_error(self):
+    def on_error(self) -> Frames:
         # After the 200: an in-band error record, then close without [DONE] (the SDK raises).
         return [sse(OPENAI.stream_error(self.error_message, self.api_error))]
 
-    def end(self):
+    def end(self) -> Frames:
         return [] if self.error else ["data: [DONE]\n\n"]
 
-    def choice(self):
+    def choice(self) -> Json:
         return {"index": self.index, "message": self.message(),
                 "logprobs": self.logprobs_wire(self.logprob_entries), "finish_reason": self.wire_finish()}
 
-    def response(self):
+    def response(self) -> Json:
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": None,
@@ -325,40 +341,40 @@ class OpenAIChatProjector(Projector):
 class CompletionProjector(OpenAIChatProjector):
     """Legacy Completions: every chunk a full text_completion object (never a delta)."""
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.id = _id("cmpl-")
         self.lp_offset = 0  # text_offset of the next streamed token
 
-    def logprobs_wire(self, entries, offset=0):
+    def logprobs_wire(self, entries: Iterable[dict], offset: int = 0) -> Json | None:
         return None if self.want_logprobs is None else completion_logprobs(entries, self.want_logprobs, offset)
 
-    def _stream_logprobs(self, entries):
+    def _stream_logprobs(self, entries: Sequence[dict]) -> Json | None:
         if not entries:
             return None
         wire = self.logprobs_wire(entries, self.lp_offset)
         self.lp_offset += sum(0 if e["token"].startswith("bytes:") else len(e["token"]) for e in entries)
         return wire
 
-    def chunk(self, choices, **extra):
+    def chunk(self, choices: list[Json], **extra: Any) -> Json:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, **extra}
 
-    def _choice(self, text, finish_reason=None, entries=()):
+    def _choice(self, text: str, finish_reason: str | None = None, entries: Sequence[dict] = ()) -> str:
         return sse(self.chunk([{"text": text, "index": self.index, "logprobs": self._stream_logprobs(entries),
                                 "finish_reason": finish_reason}]))
 
-    def on_accepted(self):
+    def on_accepted(self) -> Frames:
         return []
 
-    def on_text(self, text):
+    def on_text(self, text: str) -> Frames:
         return [self._choice(text, entries=self.new_logprobs)]
 
-    def on_done(self):
+    def on_done(self) -> Frames:
         frames = [self._choice("", self.finish_reason, entries=self.new_logprobs)]
         return frames + (self.closing_frames() if self.solo else [])
 
-    def closing_frames(self):
+    def closing_frames(self) -> Frames:
         frames = []
         if self.include_usage:
             frames.append(sse(self.chunk([], usage=self.usage())))
@@ -366,12 +382,12 @@ class CompletionProjector(OpenAIChatProjector):
             frames.append(sse(self.chunk([], colibri=self.colibri())))
         return frames
 
-    def response(self):
+    def response(self) -> Json:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
                 "system_fingerprint": None,
                 "choices": [self.choice()], "usage": self.usage(), "colibri": self.colibri()}
 
-    def choice(self):
+    def choice(self) -> Json:
         return {"text": self.text, "index": self.index, "logprobs": self.logprobs_wire(self.logprob_entries),
                 "finish_reason": self.finish_reason}
 
@@ -383,32 +399,32 @@ class AnthropicProjector(Projector):
 
     keepalive = sse({"type": "ping"}, "ping")
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.id = _id("msg_")
-        self.blocks = []      # the content, in start order ({"type": "text"|"tool_use", ...})
-        self.open = None      # index of the open block
+        self.blocks: list[Json] = []  # the content, in start order ({"type": "text"|"tool_use", ...})
+        self.open: int | None = None  # index of the open block
 
-    def _event(self, name, **payload):
+    def _event(self, name: str, **payload: Any) -> str:
         return sse({"type": name, **payload}, name)
 
-    def stop_reason(self):
+    def stop_reason(self) -> str:
         if self.finish_reason == "length":
             return "max_tokens"
         if self.called:
             return "tool_use"
         return "stop_sequence" if self.stop_sequence else "end_turn"
 
-    def usage(self):
+    def usage(self) -> Json:
         return {"input_tokens": self.prompt_tokens, "output_tokens": self.completion_tokens,
                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
-    def on_queued(self, position):
+    def on_queued(self, position: int | None) -> Frames:
         # The SDK skips ping events without parsing them; a raw SSE reader sees the position.
         return [queued_comment(position), self._event("ping", colibri={"queue_position": position})]
 
-    def on_accepted(self):
-        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+    def on_accepted(self) -> Frames:
+        message: Json = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
                    "stop_reason": None, "stop_sequence": None,
                    "usage": {**self.usage(), "output_tokens": 0}}
         frames = [self._event("message_start", message=message)]
@@ -416,33 +432,35 @@ class AnthropicProjector(Projector):
             frames += [*self._start_block({"type": "text", "text": ""}), self._event("ping")]
         return frames
 
-    def _start_block(self, block):
+    def _start_block(self, block: Json) -> Frames:
         frames = self._close_block()
         self.open = len(self.blocks)
         self.blocks.append(dict(block))
         return frames + [self._event("content_block_start", index=self.open, content_block=block)]
 
-    def _close_block(self):
+    def _close_block(self) -> Frames:
         if self.open is None:
             return []
         index, self.open = self.open, None
         return [self._event("content_block_stop", index=index)]
 
-    def on_text(self, text):
-        frames = []
+    def on_text(self, text: str) -> Frames:
+        frames: Frames = []
         if self.open is None or self.blocks[self.open]["type"] != "text":
             frames = self._start_block({"type": "text", "text": ""})
+        assert self.open is not None  # _start_block opened one
         self.blocks[self.open]["text"] += text
         return frames + [self._event("content_block_delta", index=self.open, delta={"type": "text_delta", "text": text})]
 
-    def on_call_start(self, event):
+    def on_call_start(self, event: toolsyntax.CallStart) -> Frames:
         return self._start_block({"type": "tool_use", "id": event.id, "name": event.name, "input": {}})
 
-    def on_call_args(self, event):
+    def on_call_args(self, event: toolsyntax.CallArgs) -> Frames:
         return [self._event("content_block_delta", index=self.open,
                             delta={"type": "input_json_delta", "partial_json": event.delta})]
 
-    def on_call_end(self, event):
+    def on_call_end(self, event: toolsyntax.CallEnd) -> Frames:
+        assert self.open is not None  # the call's block (on_call_start)
         block = self.blocks[self.open]
         if event.ok:
             block["input"] = json.loads(event.arguments)
@@ -450,7 +468,7 @@ class AnthropicProjector(Projector):
             block["broken"] = True  # its text follows as a text block; the buffered answer drops it
         return self._close_block()
 
-    def on_done(self):
+    def on_done(self) -> Frames:
         frames = []
         if not self.blocks and not self.discard_text:  # say something: an empty text block
             frames = self._start_block({"type": "text", "text": ""})
@@ -459,23 +477,23 @@ class AnthropicProjector(Projector):
                             usage={"output_tokens": self.completion_tokens}),
                 self._event("message_stop", **self._colibri_field())]
 
-    def _colibri_field(self):
+    def _colibri_field(self) -> Json:
         return {"colibri": {"routing": self.routing()}} if self.want_routing else {}
 
-    def on_error(self):
+    def on_error(self) -> Frames:
         if self.api_error is not None:
             kind = ANTHROPIC.body(self.api_error)["error"]["type"]
         else:
             kind = "overloaded_error" if (self.error or {}).get("code") in ("ENGINE_UNAVAILABLE", "QUEUE_FULL") else "api_error"
         return [sse(ANTHROPIC.stream_error(self.error_message, kind), "error")]
 
-    def content(self):
+    def content(self) -> list[Json]:
         if self.discard_text:
             return []
         blocks = [b for b in self.blocks if not b.get("broken") and not (b["type"] == "text" and not b["text"])]
         return blocks or [{"type": "text", "text": self.text}]
 
-    def response(self):
+    def response(self) -> Json:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": self.content(),
                 "stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence, "usage": self.usage(),
                 **self._colibri_field()}
@@ -487,26 +505,26 @@ class ResponsesProjector(Projector):
     order: messages (`msg_` ids) and, with tools, `function_call` items (item id `fc_`, the
     call_id `call_` the client echoes back in function_call_output)."""
 
-    def __init__(self, *, echo=None, **kw):
+    def __init__(self, *, echo: Json | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.id = _id("resp_")
         self.item_id = _id("msg_")  # the first message item's id
         self.echo = echo or {}  # request parameters the response object repeats
         self.seq = 0
         self.created_sent = False  # response.created went out (at the first queued event or at accept)
-        self.items = []     # output items in order: {"type": "message", id, text} | a function_call item
-        self.open = None    # index of the open item
+        self.items: list[Json] = []  # output items in order: {"type": "message", id, text} | a function_call item
+        self.open: int | None = None  # index of the open item
 
     @property
-    def item_added(self):
+    def item_added(self) -> bool:
         return bool(self.items)
 
-    def _event(self, name, /, **payload):  # positional: a function_call's payload has a `name`
+    def _event(self, name: str, /, **payload: Any) -> str:  # positional: a function_call's payload has a `name`
         frame = sse({"type": name, "sequence_number": self.seq, **payload}, name)
         self.seq += 1
         return frame
 
-    def status(self):
+    def status(self) -> str:
         if self.error:
             return "failed"
         if not self.accepted:
@@ -515,19 +533,19 @@ class ResponsesProjector(Projector):
             return "in_progress"
         return "incomplete" if self.finish_reason == "length" else "completed"
 
-    def usage(self):
+    def usage(self) -> Json:
         return {"input_tokens": self.prompt_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                 "output_tokens": self.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
     @staticmethod
-    def _part(text):
+    def _part(text: str) -> Json:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
-    def _final_status(self):
+    def _final_status(self) -> str:
         return "completed" if self.done else "incomplete"
 
-    def _wire_item(self, item, status=None):
+    def _wire_item(self, item: Json, status: str | None = None) -> Json:
         status = status or item.get("status") or self._final_status()
         if item["type"] == "message":
             return {"id": item["id"], "type": "message", "role": "assistant", "status": status,
@@ -535,12 +553,12 @@ class ResponsesProjector(Projector):
         return {"id": item["id"], "type": "function_call", "call_id": item["call_id"], "name": item["name"],
                 "arguments": item["arguments"], "status": status}
 
-    def item(self, status=None):
+    def item(self, status: str | None = None) -> Json:
         """The first message item (what a response without tools holds)."""
         first = next((i for i in self.items if i["type"] == "message"), {"type": "message", "id": self.item_id, "text": ""})
         return self._wire_item(first, status)
 
-    def _error_code(self):
+    def _error_code(self) -> str:
         err = self.api_error
         if err is not None and err.status == 429:
             return "rate_limit_exceeded"
@@ -548,13 +566,13 @@ class ResponsesProjector(Projector):
             return "invalid_prompt"
         return "server_error"
 
-    def output(self):
+    def output(self) -> list[Json]:
         out = [self._wire_item(i) for i in self.items if not i.get("broken")]
         if not out and self.done and self.calls is None:
             out = [self.item()]
         return out
 
-    def response(self, *, output=None):
+    def response(self, *, output: list[Json] | None = None) -> Json:
         status = self.status()
         if output is None:
             output = self.output()
@@ -569,25 +587,25 @@ class ResponsesProjector(Projector):
             **({"colibri": {"routing": self.routing()}} if self.want_routing and self.done else {}),
         }
 
-    def _created(self):
+    def _created(self) -> Frames:
         if self.created_sent:
             return []
         self.created_sent = True
         return [self._event("response.created", response=self.response(output=[]))]
 
-    def on_queued(self, position):
+    def on_queued(self, position: int | None) -> Frames:
         frames = [queued_comment(position)]
         if not self.created_sent:  # official events for a waiting response; no position field
             frames += [*self._created(), self._event("response.queued", response=self.response(output=[]))]
         return frames
 
-    def on_accepted(self):
+    def on_accepted(self) -> Frames:
         frames = [*self._created(), self._event("response.in_progress", response=self.response(output=[]))]
         if self.calls is None:  # without tools the message item opens at once
             frames += self._open_message()
         return frames
 
-    def _open_message(self):
+    def _open_message(self) -> Frames:
         frames = self._close_item()
         item = {"type": "message", "id": self.item_id if not self.items else _id("msg_"), "text": ""}
         self.open = len(self.items)
@@ -600,16 +618,17 @@ class ResponsesProjector(Projector):
             self._event("response.content_part.added", **loc, part={"type": "output_text", "text": "", "annotations": []}),
         ]
 
-    def on_text(self, text):
-        frames = []
+    def on_text(self, text: str) -> Frames:
+        frames: Frames = []
         if self.open is None or self.items[self.open]["type"] != "message":
             frames = self._open_message()
+        assert self.open is not None  # _open_message opened one
         item = self.items[self.open]
         item["text"] += text
         return frames + [self._event("response.output_text.delta", item_id=item["id"], output_index=self.open,
                                      content_index=0, delta=text, logprobs=[])]
 
-    def on_call_start(self, event):
+    def on_call_start(self, event: toolsyntax.CallStart) -> Frames:
         frames = self._close_item()
         item = {"type": "function_call", "id": _id("fc_"), "call_id": event.id, "name": event.name, "arguments": ""}
         self.open = len(self.items)
@@ -617,19 +636,21 @@ class ResponsesProjector(Projector):
         return frames + [self._event("response.output_item.added", output_index=self.open,
                                      item=self._wire_item(item, "in_progress"))]
 
-    def on_call_args(self, event):
+    def on_call_args(self, event: toolsyntax.CallArgs) -> Frames:
+        assert self.open is not None  # the call's item (on_call_start)
         item = self.items[self.open]
         item["arguments"] += event.delta
         return [self._event("response.function_call_arguments.delta", item_id=item["id"], output_index=self.open,
                             delta=event.delta)]
 
-    def on_call_end(self, event):
+    def on_call_end(self, event: toolsyntax.CallEnd) -> Frames:
+        assert self.open is not None  # the call's item (on_call_start)
         item = self.items[self.open]
         item["status"] = "completed" if event.ok else "incomplete"
         item["broken"] = not event.ok
         return self._close_item()
 
-    def _close_item(self):
+    def _close_item(self) -> Frames:
         if self.open is None:
             return []
         index, self.open = self.open, None
@@ -646,7 +667,7 @@ class ResponsesProjector(Projector):
             self._event("response.output_item.done", output_index=index, item=self._wire_item(item)),
         ]
 
-    def on_done(self):
+    def on_done(self) -> Frames:
         frames = []
         if not self.items and not self.discard_text:  # with tools and no output: an empty message
             frames = self._open_message()
@@ -654,7 +675,7 @@ class ResponsesProjector(Projector):
         terminal = "response.incomplete" if self.status() == "incomplete" else "response.completed"
         return [*frames, self._event(terminal, response=self.response())]
 
-    def on_error(self):
+    def on_error(self) -> Frames:
         frames = self._close_item() if self.items else self._created()
         return [*frames, self._event("response.failed", response=self.response())]
 
@@ -666,74 +687,74 @@ class Choices:
     tokens once, as OpenAI counts them; completion tokens summed) and [DONE] after the last choice.
     Buffered: one object, every choice in index order. It has the Projector interface the views use."""
 
-    def __init__(self, projectors):
+    def __init__(self, projectors: list[OpenAIChatProjector]) -> None:
         self.choices = projectors
         first = projectors[0]
         for i, p in enumerate(projectors):
             p.index, p.solo, p.id, p.created = i, False, first.id, first.created
         self.keepalive = first.keepalive
 
-    def __getattr__(self, name):  # model, want_routing, include_usage, chunk(): the first choice's
+    def __getattr__(self, name: str) -> Any:  # model, want_routing, include_usage, chunk(): the first choice's
         return getattr(self.choices[0], name)
 
     @property
-    def accepted(self):
+    def accepted(self) -> bool:
         return self.choices[0].accepted
 
     @property
-    def done(self):
+    def done(self) -> dict | None:
         return self.choices[-1].done if all(p.done is not None for p in self.choices) else None
 
     @property
-    def error(self):
+    def error(self) -> dict | None:
         return next((p.error for p in self.choices if p.error is not None), None)
 
     @property
-    def finished(self):
+    def finished(self) -> bool:
         return self.done is not None or self.error is not None
 
     @property
-    def error_message(self):
+    def error_message(self) -> str:
         return next(p.error_message for p in self.choices if p.error is not None)
 
     @property
-    def prompt_tokens(self):
+    def prompt_tokens(self) -> int:
         return self.choices[0].prompt_tokens
 
     @property
-    def completion_tokens(self):
+    def completion_tokens(self) -> int:
         return sum(p.completion_tokens for p in self.choices)
 
     @property
-    def text(self):
+    def text(self) -> str:
         return "".join(p.text for p in self.choices)
 
     @property
-    def finish_reason(self):
+    def finish_reason(self) -> str | None:
         return "length" if any(p.finish_reason == "length" for p in self.choices) else self.choices[0].finish_reason
 
-    def usage(self):
+    def usage(self) -> Json:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
-    def feed(self, event):
+    def feed(self, event: dict) -> Frames:
         if self.finished:
             return []
         p = self.choices[event.get("choice", 0)]
         frames = p.feed(event)
         if event.get("kind") == "done" and self.done is not None:
             first = self.choices[0]
-            first.usage = self.usage  # the group's usage in the closing chunk (an instance attribute)
+            setattr(first, "usage", self.usage)  # the group's usage in the closing chunk (an instance attribute)
             try:
                 frames = [*frames, *first.closing_frames()]
             finally:
-                del first.usage
+                delattr(first, "usage")
         return frames
 
-    def end(self):
+    def end(self) -> Frames:
         return self.choices[0].end() if self.error is None else []
 
-    def response(self):
+    def response(self) -> Json:
         body = self.choices[0].response()
         body["choices"] = [p.choice() for p in self.choices]
         body["usage"] = self.usage()

@@ -1,22 +1,29 @@
 """OpenAI Responses body -> Call. A stateless subset: durable references are refused (clients
 replay the full input, function_call / function_call_output items included), structured output
 (text.format) is api/structured's, `store` is ignored. Function tools only (api.tools)."""
+from typing import TYPE_CHECKING
+
 from api import intake, served as served_mod, structured, tools as tools_mod
 from api.errors import bad_param
 from engine_bridge.client import GenerationRequest
+from engine_bridge.served import ServedModel
+
+if TYPE_CHECKING:
+    from api.surfaces import Surface
 
 ROLES = {"user", "system", "developer", "assistant"}
 TEXT_TYPES = ("input_text", "output_text", "text")
 
 
-def _durable(body):
+def _durable(body: intake.Body) -> None:
     for name in ("previous_response_id", "conversation"):
         if body.get(name) is not None:
             raise bad_param(name, f"{name} is not supported; replay full input instead")
 
 
-def parse(body, *, served, surface):
+def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") -> intake.Call:
     model = served_mod.model_check(served, intake.model_name(body))
+    assert served is not None  # model_check refuses a model no bridge serves
     _durable(body)
     messages = tools_mod.responses_items(body, roles=ROLES, text_types=TEXT_TYPES)
     instructions = body.get("instructions")
@@ -32,7 +39,7 @@ def parse(body, *, served, surface):
     prompt = served_mod.render(served, ([{"role": "system", "content": instructions}] if instructions else []) + messages,
                                plan.tools if plan.active else ())
     ext = intake.colibri_extension(body, served=served)
-    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served),
+    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served), model=model,
                                 temperature=temperature, top_p=top_p, seed=seed, experts=ext.experts,
                                 routes=ext.routing, top_k=intake.top_k(body, served=served), grammar=grammar)
     tools_mod.constrain(plan, request, served)

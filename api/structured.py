@@ -13,13 +13,15 @@ as valid JSON; `strict` is accepted either way (the output is always constrained
 """
 from api.errors import ApiError, bad_param
 from engine_bridge.grammar import GrammarError, grammar_for_json_object, grammar_for_schema
+from engine_bridge.served import ServedModel
 
 REFUSED_MESSAGE = ("{name} type {kind!r} needs constrained decoding, which the engine this server runs does not "
                    "support; omit {name} or use type \"text\"")
 
 
-def _schema_of(value: dict, name: str, *, flat: bool) -> tuple[dict, str]:
+def _schema_of(value: dict, name: str, *, flat: bool) -> tuple[dict | bool, str]:
     """(schema, its field path) of a json_schema format."""
+    spec: object
     if flat:
         spec, base = value, name
     else:
@@ -39,7 +41,7 @@ def _schema_of(value: dict, name: str, *, flat: bool) -> tuple[dict, str]:
     return schema, f"{base}.schema"
 
 
-def grammar_for(value, name: str, *, served, flat: bool = False) -> bytes | None:
+def grammar_for(value: object, name: str, *, served: ServedModel, flat: bool = False) -> bytes | None:
     """The grammar a format asks for (None: plain text), or ApiError 400 naming the field."""
     if value is None:
         return None

@@ -33,10 +33,11 @@ Columns (every row fills every one; `None` where a surface has no such thing):
   request_schema the OpenAPI request serializer (api.openapi)
 """
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from api import anthropic_messages, completions, openai_chat, openapi, responses
-from api.errors import ANTHROPIC, OPENAI
+from api.errors import ANTHROPIC, OPENAI, Envelope
+from api.intake import Call
 from api.projectors import AnthropicProjector, CompletionProjector, OpenAIChatProjector, ResponsesProjector
 from colibri_base import metrics
 from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
@@ -64,9 +65,9 @@ class Surface:
     route: str
     url_name: str
     summary: str
-    parse: Callable
-    projector: type
-    envelope: object
+    parse: Callable[..., Call]  # (body, *, served, surface) -> Call
+    projector: Callable[..., Any]  # a Projector subclass; each takes its surface's own keywords
+    envelope: Envelope
     busy_status: int
     framing: str
     prompt_param: str
@@ -77,19 +78,19 @@ class Surface:
     request_schema: object
 
 
-def _truthy(v):
+def _truthy(v: object) -> bool:
     return bool(v)
 
 
-def _not_none(v):
+def _not_none(v: object) -> bool:
     return v is not None
 
 
-def _not_one(v):
+def _not_one(v: object) -> bool:
     return v not in (None, 1)
 
 
-def _nonzero(v):
+def _nonzero(v: object) -> bool:
     return v not in (None, 0, 0.0)
 
 

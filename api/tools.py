@@ -15,12 +15,19 @@ into): `tools`, `functions` and a tool_choice that needs tools are refused there
 import json
 import re
 import uuid
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from api import intake
 from api.errors import bad_param
 from engine_bridge import toolsyntax
+from engine_bridge.client import GenerationRequest
 from engine_bridge.grammar import GrammarError, grammar_for_schema
+from engine_bridge.served import ServedModel
+from engine_bridge.toolsyntax import Message
+
+Body = intake.Body
 
 NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -28,7 +35,7 @@ EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
 @dataclass
 class ToolPlan:
-    tools: list = field(default_factory=list)   # [toolsyntax.Tool]
+    tools: list[toolsyntax.Tool] = field(default_factory=list)
     choice: str = "none"                         # none | auto | required | named
     name: str | None = None                      # the named tool
     parallel: bool = True
@@ -36,14 +43,14 @@ class ToolPlan:
     legacy: bool = False                         # Chat's `functions`: answered as message.function_call
 
     @property
-    def active(self):
+    def active(self) -> bool:
         return bool(self.tools) and self.choice != "none"
 
     @property
-    def named(self):
+    def named(self) -> bool:
         return self.choice == "named"
 
-    def parser(self, served, *, new_id):
+    def parser(self, served: ServedModel, *, new_id: Callable[[int], str]) -> toolsyntax.ToolCallParser | None:
         """A fresh ToolCallParser for one generation, or None (no tools, or tool_choice none)."""
         if not self.active:
             return None
@@ -53,13 +60,14 @@ class ToolPlan:
                                          forced=self.name, max_calls=None if self.parallel else 1, new_id=new_id)
 
 
-def new_id(prefix):
+def new_id(prefix: str) -> Callable[[int], str]:
     return lambda index: prefix + uuid.uuid4().hex[:24]
 
 
 # --- tools ---------------------------------------------------------------------------------------
 
-def _tool(spec, path, *, name_key="name", schema_key="parameters", schema_required=False):
+def _tool(spec: object, path: str, *, name_key: str = "name", schema_key: str = "parameters",
+          schema_required: bool = False) -> toolsyntax.Tool:
     if not isinstance(spec, dict):
         raise bad_param(path, f"{path} must be an object")
     name = spec.get(name_key)
@@ -83,7 +91,7 @@ def _tool(spec, path, *, name_key="name", schema_key="parameters", schema_requir
     return toolsyntax.Tool(name=name, description=description or "", parameters=schema)
 
 
-def _tool_list(value, name):
+def _tool_list(value: object, name: str) -> list | None:
     if value is None:
         return None
     if not isinstance(value, list):
@@ -91,7 +99,7 @@ def _tool_list(value, name):
     return value
 
 
-def _unique(tools, name):
+def _unique(tools: list[toolsyntax.Tool], name: str) -> list[toolsyntax.Tool]:
     seen = set()
     for i, t in enumerate(tools):
         if t.name in seen:
@@ -100,7 +108,7 @@ def _unique(tools, name):
     return tools
 
 
-def _choice_string(value, tools, name):
+def _choice_string(value: object, tools: list[toolsyntax.Tool], name: str) -> str:
     if value in ("none", "auto"):
         return value
     if value == "required":
@@ -110,7 +118,7 @@ def _choice_string(value, tools, name):
     raise bad_param(name, f"{name}={str(value)[:40]} not supported")
 
 
-def _named(tools, tool_name, path):
+def _named(tools: list[toolsyntax.Tool], tool_name: object, path: str) -> str:
     if not isinstance(tool_name, str):
         raise bad_param(path, f"{path} must be a string")
     if tool_name not in {t.name for t in tools}:
@@ -118,7 +126,7 @@ def _named(tools, tool_name, path):
     return tool_name
 
 
-def openai_choice(value, tools, name="tool_choice"):
+def openai_choice(value: object, tools: list[toolsyntax.Tool], name: str = "tool_choice") -> tuple[str, str | None]:
     """Chat and Responses: none | auto | required | {type: function, function: {name}} (Chat) or
     {type: function, name} (Responses; each surface accepts both spellings)."""
     if value is None:
@@ -135,7 +143,7 @@ def openai_choice(value, tools, name="tool_choice"):
     return "named", _named(tools, value.get("name"), f"{name}.name")
 
 
-def chat_plan(body):
+def chat_plan(body: Body) -> ToolPlan:
     """Chat: tools (or the legacy functions), tool_choice (or function_call), parallel_tool_calls."""
     tools_raw = _tool_list(body.get("tools"), "tools")
     functions = _tool_list(body.get("functions"), "functions")
@@ -170,7 +178,7 @@ def chat_plan(body):
                     legacy=legacy)
 
 
-def responses_plan(body):
+def responses_plan(body: Body) -> ToolPlan:
     """Responses: flat function tools; other tool types (web_search, file_search, ...) are refused."""
     tools = []
     for i, spec in enumerate(_tool_list(body.get("tools"), "tools") or []):
@@ -186,7 +194,7 @@ def responses_plan(body):
     return ToolPlan(tools=tools, choice=choice, name=name, parallel=parallel, echo=echo)
 
 
-def anthropic_plan(body):
+def anthropic_plan(body: Body) -> ToolPlan:
     """Messages: tools with input_schema; tool_choice auto | any | tool | none, and
     disable_parallel_tool_use (at most one call for auto, exactly one for any / tool)."""
     tools = []
@@ -219,7 +227,8 @@ def anthropic_plan(body):
 
 # --- constrained choices ---------------------------------------------------------------------------
 
-def constrain(plan, request, served, param="tool_choice"):
+def constrain(plan: ToolPlan, request: GenerationRequest, served: ServedModel,
+              param: str = "tool_choice") -> GenerationRequest:
     """`required` / a named tool: compile the schema the output is held to and put it on the
     request (engine_bridge.grammar, GenerationRequest.grammar); without constrained decoding in
     this server or its engine: a 400 naming tool_choice, never unconstrained output."""
@@ -229,7 +238,9 @@ def constrain(plan, request, served, param="tool_choice"):
     if not served.grammar:
         raise bad_param(param, f"{param}={what} needs constrained decoding, which the engine this server runs "
                         "does not offer; use tool_choice auto")
-    schema = toolsyntax.forced_schema(plan.tools, choice=plan.name if plan.named else "required", parallel=plan.parallel)
+    choice = plan.name if plan.named else "required"
+    assert choice is not None  # a named plan names its tool (openai_choice, anthropic_plan)
+    schema = toolsyntax.forced_schema(plan.tools, choice=choice, parallel=plan.parallel)
     try:
         request.grammar = grammar_for_schema(schema)
     except GrammarError as exc:
@@ -240,7 +251,7 @@ def constrain(plan, request, served, param="tool_choice"):
 
 # --- history ---------------------------------------------------------------------------------------
 
-def _arguments(value, path):
+def _arguments(value: object, path: str) -> dict:
     """A call's arguments (a JSON string, or an object as some clients send) -> dict."""
     if isinstance(value, str):
         try:
@@ -252,13 +263,14 @@ def _arguments(value, path):
     return value
 
 
-def _call_id(value, path):
+def _call_id(value: object, path: str) -> str:
     if not isinstance(value, str) or not value:
         raise bad_param(path, f"{path} must be a non-empty string")
     return value
 
 
-def chat_messages(body, *, roles, text_types, rename):
+def chat_messages(body: Body, *, roles: Collection[str], text_types: Collection[str],
+                  rename: dict[str, str]) -> list[Message]:
     """Chat messages -> neutral messages: assistant `tool_calls` (content may be null),
     `role: tool` results (list content too), the legacy `function_call` / `role: function`."""
     if "messages" not in body:
@@ -319,7 +331,7 @@ def chat_messages(body, *, roles, text_types, rename):
     return out
 
 
-def _tool_result_text(block, path):
+def _tool_result_text(block: dict, path: str) -> str:
     content = block.get("content")
     if isinstance(content, list):
         text = intake.text_parts(content, f"{path}.content")
@@ -333,7 +345,7 @@ def _tool_result_text(block, path):
     return ("Error: " + text) if is_error else text  # the template has no error flag: say it in words
 
 
-def anthropic_messages(body):
+def anthropic_messages(body: Body) -> list[Message]:
     """Messages -> neutral messages: `tool_use` blocks in assistant turns, `tool_result` blocks
     (string or text-block content, `is_error`) in the user turn after them."""
     if "messages" not in body:
@@ -341,7 +353,8 @@ def anthropic_messages(body):
     msgs = body["messages"]
     if not isinstance(msgs, list) or not msgs:
         raise bad_param("messages", "messages must be a non-empty array")
-    out, last_calls = [], {}
+    out: list[Message] = []
+    last_calls: dict[str, str] = {}
     for i, msg in enumerate(msgs):
         if not isinstance(msg, dict):
             raise bad_param(f"messages[{i}]", f"messages[{i}] must be an object")
@@ -390,7 +403,7 @@ def anthropic_messages(body):
     return out
 
 
-def responses_items(body, *, roles, text_types):
+def responses_items(body: Body, *, roles: Collection[str], text_types: Collection[str]) -> list[Message]:
     """Responses input -> neutral messages: message items, `function_call` items (joined to the
     assistant turn before them) and `function_call_output` items (by call_id)."""
     if "input" not in body or body["input"] is None:
@@ -400,7 +413,8 @@ def responses_items(body, *, roles, text_types):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise bad_param("input", "input must be a string or a non-empty array of messages")
-    out, calls_by_id = [], {}
+    out: list[Message] = []
+    calls_by_id: dict[str, str] = {}
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise bad_param(f"input[{i}]", f"input[{i}] must be an object")
@@ -436,7 +450,7 @@ def responses_items(body, *, roles, text_types):
     return out
 
 
-def responses_tools_echo(plan):
+def responses_tools_echo(plan: ToolPlan) -> list[dict[str, Any]]:
     """The response object's `tools` (the flat function form the request used)."""
     return [{"type": "function", "name": t.name, "description": t.description or None, "parameters": t.parameters,
              "strict": True} for t in plan.tools]

@@ -4,5 +4,5 @@ from django.apps import AppConfig
 class ChatConfig(AppConfig):
     name = "chat"
 
-    def ready(self):
+    def ready(self) -> None:
         from chat import signals  # noqa: F401  (connects the receivers)

@@ -12,9 +12,12 @@ import contextlib
 import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth.models import User
 
 from chat import frames, relay, services, sweeper
 from chat.groups import group_for, user_group
@@ -28,7 +31,16 @@ GROUP_TIMEOUT_S = 1.0  # one group_add / group_discard's bound while Redis is ou
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
-    async def connect(self):
+    # Set by connect: the scope's user (a lazy User once connect let it in), then, for a socket
+    # it let in (disconnect tells by `watching`), the rest.
+    user: Any
+    watching: set[int]
+    session_key: str | None
+    groups_lost: bool
+    access_watch: asyncio.Task[None]
+    _layer_receive: Callable[[], Awaitable[Any]]
+
+    async def connect(self) -> None:
         self.user = self.scope.get("user")
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             # Accept, then close: a close before accept becomes a bare HTTP 403 handshake
@@ -43,7 +55,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         self.access_watch = asyncio.create_task(self._watch_access())
 
-    async def _join(self, group):
+    async def _join(self, group: str) -> None:
         """group_add that rides out a Redis outage: the socket works meanwhile (its own process's
         frames reach it directly, chat.relay.publish); the group is joined again once Redis is
         back (_rejoin, from the access check and the channel receive)."""
@@ -62,15 +74,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # channels' AsyncConsumer assigns channel_receive (its channel-layer receive) and runs it
     # beside the socket's own receive: one ConnectionError from it ended the consumer, and the
     # socket closed 1011 at the first moment of a Redis outage (issue 24). Here it retries.
+    # Both typed Awaitable[Any]: types-channels calls a layer message an ASGI receive event.
     @property
-    def channel_receive(self):
+    def channel_receive(self) -> Callable[[], Awaitable[Any]]:
         return self._receive_riding_out
 
     @channel_receive.setter
-    def channel_receive(self, receive):
+    def channel_receive(self, receive: Callable[[], Awaitable[Any]]) -> None:
         self._layer_receive = receive
 
-    async def _receive_riding_out(self):
+    async def _receive_riding_out(self) -> dict:
         delay = 0.1
         while True:
             try:
@@ -85,7 +98,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 if hasattr(self, "watching"):
                     await self._rejoin()
 
-    async def _watch_access(self):
+    async def _watch_access(self) -> None:
         """Closes the socket once its user or session is no longer valid (see the module doc);
         joins groups again that a Redis outage lost."""
         while True:
@@ -119,7 +132,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except Exception as exc:
             log.warning("leaving the groups of a closed socket failed (%s)", exc)
 
-    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         if not text_data:  # binary or empty frame: answer instead of raising (socket survives)
             return await self._error(None, "bad_frame", "frames must be JSON text", "type")
         if len(text_data) > MAX_FRAME_CHARS:
@@ -134,16 +147,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._error(None, "server_error", f"the server could not handle this frame (ref {ref})", None, ref=ref)
 
     @classmethod
-    async def decode_json(cls, text_data):
+    async def decode_json(cls, text_data: str) -> Any:
         try:
             return json.loads(text_data, parse_constant=_refuse_constant)
         except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
             return _BAD_JSON
 
-    async def user_revoked(self, event):
+    async def user_revoked(self, event: dict[str, Any]) -> None:
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
-    async def receive_json(self, content, **kwargs):
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if content is _BAD_JSON:
             return await self._error(None, "bad_frame", "frame is not valid JSON", "type")
         try:
@@ -160,7 +173,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._error(None, "template_error", f"the model's chat template could not render this "
                               f"conversation (ref {ref})", None, ref=ref)
 
-    async def _error(self, message_id, code, detail, field, ref=None):
+    async def _error(self, message_id: int | None, code: str, detail: str, field: str | None,
+                     ref: str | None = None) -> None:
         frame = {"type": "error", "message": message_id, "code": code, "detail": detail}
         if field:
             frame["field"] = field
@@ -187,21 +201,24 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
         relay.start(turn, params)
 
-    async def on_send(self, conversation, text, params):
-        await self._begin(await database_sync_to_async(services.turn_send)(self.user, conversation, text, relay.PROCESS), params)
+    async def on_send(self, conversation: int | None, text: str, params: dict[str, Any], model: str | None = None,
+                      system_prompt: str | None = None) -> None:
+        turn = await database_sync_to_async(services.turn_send)(self.user, conversation, text, relay.PROCESS,
+                                                                model=model, system_prompt=system_prompt)
+        await self._begin(turn, params)
 
-    async def on_regenerate(self, conversation, params):
+    async def on_regenerate(self, conversation: int, params: dict[str, Any]) -> None:
         await self._begin(await database_sync_to_async(services.turn_regenerate)(self.user, conversation, relay.PROCESS), params)
 
-    async def on_edit(self, conversation, message, text, params):
+    async def on_edit(self, conversation: int, message: int, text: str, params: dict[str, Any]) -> None:
         await self._begin(await database_sync_to_async(services.turn_edit)(self.user, conversation, message, text, relay.PROCESS),
                           params)
 
-    async def on_stop(self, conversation):
+    async def on_stop(self, conversation: int) -> None:
         await database_sync_to_async(services.conversation_for)(self.user, conversation)
         await relay.request_stop(conversation)
 
-    async def on_open(self, conversation):
+    async def on_open(self, conversation: int) -> None:
         # Ownership first (ChatError not_found for another user's id), then join the group, then
         # read the snapshot: a delta published between join and read is seen twice rather than
         # lost; the client ignores deltas whose offset it already has.
@@ -210,7 +227,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         messages = await _messages(self.user, conversation)
         await self.send_json({"type": "snapshot", "conversation": conversation, "messages": messages})
 
-    async def chat_frame(self, event):
+    async def chat_frame(self, event: dict[str, Any]) -> None:
         if event.get("origin") == relay.PROCESS:
             return  # this process delivered it to us directly
         await self.send_json(event["frame"])
@@ -219,7 +236,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 _BAD_JSON = object()
 
 
-def _refuse_constant(name):
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
@@ -227,5 +244,5 @@ _access_valid = database_sync_to_async(services.access_valid)
 
 
 @database_sync_to_async
-def _messages(user, conversation_id):
+def _messages(user: User, conversation_id: int) -> list[dict[str, Any]]:
     return services.conversation_snapshot(user, conversation_id)[1]

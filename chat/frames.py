@@ -5,11 +5,16 @@ free of NUL (PostgreSQL text cannot hold it: refused naming the field, as on eve
 every id must fit the database's bigint; sampling values follow engine_bridge.sampling, the one
 owner of their rules, so a frame that passes here can neither break a save nor the engine.
 """
+from typing import Any
+
 from engine_bridge import protocol, sampling
 
 MAX_TEXT_CHARS = 100_000
 FRAME_FIELDS = {
-    "send": {"conversation": "id_or_null", "text": "text", "params": "params"},
+    # model / system_prompt (optional): the conversation's own, set before the turn (a New chat's
+    # picker choice travels with its first message); absent or null: unchanged.
+    "send": {"conversation": "id_or_null", "text": "text", "params": "params", "model": "string_or_null",
+             "system_prompt": "string_or_null"},
     "stop": {"conversation": "id"},
     "regenerate": {"conversation": "id", "params": "params"},
     "edit": {"conversation": "id", "message": "id", "text": "text", "params": "params"},
@@ -25,22 +30,22 @@ PARAM_RULES = {
 
 
 class FrameError(ValueError):
-    def __init__(self, field, detail):
+    def __init__(self, field: str, detail: str) -> None:
         super().__init__(detail)
         self.field, self.detail = field, detail
 
 
-def _is_id(value):
+def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID
 
 
-def _experts(value, field):
+def _experts(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_EXPERTS:
         raise FrameError(field, f"{field} must be an integer in [1, {MAX_EXPERTS}]")
     return value
 
 
-def _max_tokens(value, field):
+def _max_tokens(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise FrameError(field, f"{field} must be an integer")
     if not 1 <= value <= MAX_TOKENS_LIMIT:
@@ -48,12 +53,12 @@ def _max_tokens(value, field):
     return value
 
 
-def _check_params(params):
+def _check_params(params: object) -> dict[str, Any]:
     if params is None:
         return {}
     if not isinstance(params, dict):
         raise FrameError("params", "params must be an object")
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in params.items():
         field = f"params.{name}"
         if name not in (*PARAM_RULES, "max_tokens", "experts"):
@@ -73,14 +78,14 @@ def _check_params(params):
     return out
 
 
-def parse(frame):
+def parse(frame: object) -> tuple[str, dict[str, Any]]:
     """Returns (type, cleaned fields) or raises FrameError naming the bad field."""
     if not isinstance(frame, dict):
         raise FrameError("type", "frame must be a JSON object")
     kind = frame.get("type")
     if not isinstance(kind, str) or kind not in FRAME_FIELDS:
         raise FrameError("type", f"unknown frame type; expected one of {', '.join(FRAME_FIELDS)}")
-    out = {}
+    out: dict[str, Any] = {}
     for name, rule in FRAME_FIELDS[kind].items():
         value = frame.get(name)
         if rule == "id" and not _is_id(value):
@@ -98,5 +103,7 @@ def parse(frame):
                 raise FrameError(name, f"{name} is longer than {MAX_TEXT_CHARS} characters")
         if rule == "params":
             value = _check_params(value)
+        if rule == "string_or_null" and value is not None and not isinstance(value, str):
+            raise FrameError(name, f"{name} must be a string or null")
         out[name] = value
     return kind, out

@@ -9,6 +9,7 @@ an unknown role, a result for no earlier call, NUL characters — is refused wit
 naming the field (`messages[3].tool_calls[0].function.name`), before anything is written: an import
 is all or nothing.
 """
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from chat.models import Conversation, Message
@@ -25,18 +26,18 @@ ROLES = {"system": Message.Role.SYSTEM, "developer": Message.Role.SYSTEM, "user"
 class ImportRefused(ValueError):
     """Bad input: `field` is the JSON path of the offending value, `detail` says what is wrong."""
 
-    def __init__(self, field: str, detail: str):
+    def __init__(self, field: str, detail: str) -> None:
         super().__init__(f"{field}: {detail}")
         self.field, self.detail = field, detail
 
 
-def _text(value, field: str) -> str:
+def _text(value: str, field: str) -> str:
     if protocol.has_nul(value):
         raise ImportRefused(field, protocol.NUL_REFUSAL)
     return value
 
 
-def _content(value, field: str, *, nullable: bool) -> str:
+def _content(value: object, field: str, *, nullable: bool) -> str:
     """A message's content as one string: a string, a list of text parts (joined), or null where
     the wire allows it (an assistant turn that only calls tools)."""
     if value is None and nullable:
@@ -44,7 +45,7 @@ def _content(value, field: str, *, nullable: bool) -> str:
     if isinstance(value, str):
         return _text(value, field)
     if isinstance(value, list):
-        parts = []
+        parts: list[str] = []
         for i, part in enumerate(value):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ImportRefused(f"{field}[{i}]", 'only text parts ({"type": "text", "text": ...}) can be imported')
@@ -53,10 +54,10 @@ def _content(value, field: str, *, nullable: bool) -> str:
     raise ImportRefused(field, "must be a string or a list of text parts" + (" or null" if nullable else ""))
 
 
-def _calls(value, field: str, seen: set) -> list[dict]:
+def _calls(value: object, field: str, seen: set[str]) -> list[dict]:
     if not isinstance(value, list) or not value or len(value) > MAX_CALLS:
         raise ImportRefused(field, f"must be a list of 1 to {MAX_CALLS} tool calls")
-    calls = []
+    calls: list[dict] = []
     for j, call in enumerate(value):
         at = f"{field}[{j}]"
         if not isinstance(call, dict):
@@ -81,11 +82,13 @@ def _calls(value, field: str, seen: set) -> list[dict]:
     return calls
 
 
-def parse_messages(messages) -> list[Message]:
+def parse_messages(messages: object) -> list[Message]:
     """OpenAI Chat messages -> unsaved Message rows (no conversation yet), or ImportRefused."""
     if not isinstance(messages, list) or not messages or len(messages) > MAX_MESSAGES:
         raise ImportRefused("messages", f"must be a list of 1 to {MAX_MESSAGES} messages")
-    rows, seen, answered = [], set(), set()
+    rows: list[Message] = []
+    seen: set[str] = set()
+    answered: set[str] = set()
     for i, m in enumerate(messages):
         at = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -93,7 +96,7 @@ def parse_messages(messages) -> list[Message]:
         role = m.get("role")
         if role not in ROLES:
             raise ImportRefused(f"{at}.role", f"must be one of {', '.join(sorted(ROLES))}")
-        calls = []
+        calls: list[dict] = []
         if m.get("tool_calls") is not None:
             if role != "assistant":
                 raise ImportRefused(f"{at}.tool_calls", "only an assistant message makes tool calls")
@@ -101,9 +104,10 @@ def parse_messages(messages) -> list[Message]:
         text = _content(m.get("content"), f"{at}.content", nullable=role == "assistant" and bool(calls))
         call_id = ""
         if role == "tool":
-            call_id = m.get("tool_call_id")
-            if not isinstance(call_id, str) or call_id not in seen:
+            named = m.get("tool_call_id")
+            if not isinstance(named, str) or named not in seen:
                 raise ImportRefused(f"{at}.tool_call_id", "must be the id of a tool call in an earlier assistant message")
+            call_id = named
             if call_id in answered:
                 raise ImportRefused(f"{at}.tool_call_id", f"{call_id!r} already has a result")
             answered.add(call_id)
@@ -111,7 +115,7 @@ def parse_messages(messages) -> list[Message]:
     return rows
 
 
-def import_conversation(user, data) -> Conversation:
+def import_conversation(user: User, data: object) -> Conversation:
     """{"messages": [...], "title"?: str} (an OpenAI Chat request body, or any object with those
     keys) -> the user's new conversation, committed with all its messages; ImportRefused else."""
     if not isinstance(data, dict):

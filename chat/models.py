@@ -8,8 +8,13 @@ Tool calls (issue 25 item 7): an assistant message may carry the calls it made (
 `tool` message holds one call's result (`tool_call_id` names the call). The chat page does not
 make calls itself; they come from an imported API conversation (chat/imports.py).
 """
+from typing import Any
+
 from django.conf import settings
 from django.db import models
+
+MODEL_ID_CHARS = 64  # engine_bridge.served.slugify's bound
+SYSTEM_PROMPT_CHARS = 20_000
 
 
 class Conversation(models.Model):
@@ -18,6 +23,11 @@ class Conversation(models.Model):
     # The engine KV slot this conversation last used (informational; the bridge owns slot
     # affinity through conversation_key "conv:<id>").
     kv_slot = models.IntegerField(null=True, blank=True)
+    # The served model this conversation's turns go to (its ServedModel id; "" = the default
+    # model), chosen with the chat page's model picker (issue 26 item 3).
+    model = models.CharField(max_length=MODEL_ID_CHARS, blank=True, default="")
+    # Rendered as the first (system) message of every turn's prompt; "" = none.
+    system_prompt = models.TextField(blank=True, default="", max_length=SYSTEM_PROMPT_CHARS)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -25,20 +35,26 @@ class Conversation(models.Model):
         ordering = ["-updated"]
         indexes = [models.Index(fields=["owner", "-updated"], name="conv_owner_updated")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
 
     @property
-    def group_name(self):
+    def group_name(self) -> str:
         return f"conv-{self.pk}"
 
-    def as_dict(self):
-        return {
+    def as_dict(self, *, detail: bool = False) -> dict[str, Any]:
+        """The conversation for the page; `detail` adds the system prompt (up to 20,000 characters,
+        kept out of the list and the socket's frames, read when a conversation opens)."""
+        out: dict[str, Any] = {
             "id": self.pk,
             "title": self.title,
+            "model": self.model,
             "created": self.created.isoformat(),
             "updated": self.updated.isoformat(),
         }
+        if detail:
+            out["system_prompt"] = self.system_prompt
+        return out
 
 
 class Message(models.Model):
@@ -66,7 +82,7 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     # Tool only: the id of the call (in an earlier assistant message) this is the result of.
     tool_call_id = models.CharField(max_length=128, blank=True, default="")
-    # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error
+    # prompt_tokens, completion_tokens, ttft_s, tok_s, hit_pct, finish_reason, error, bridge (the engine host)
     stats = models.JSONField(default=dict, blank=True)
     # Which experts answered this message (the engine's ROUTES for its request, asked with
     # routes=True), packed by chat.services.routing_pack: {"rows", "cols", "experts",
@@ -87,10 +103,10 @@ class Message(models.Model):
         ordering = ["id"]
         indexes = [models.Index(fields=["conversation", "id"], name="msg_conv_id")]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.role} #{self.pk}"
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.pk,
             "conversation": self.conversation_id,

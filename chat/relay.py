@@ -16,9 +16,9 @@ import contextlib
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING, Any, Protocol
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
@@ -26,6 +26,10 @@ from django.utils import timezone
 from chat import services
 from chat.groups import group_for
 from chat.models import Message
+from colibri_base.layers import channel_layer
+
+if TYPE_CHECKING:
+    from engine_bridge.client import GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +38,23 @@ STOP_POLL_S = 0.2
 _running: dict[int, asyncio.Task] = {}  # conversation id -> relay task; also keeps tasks referenced
 _stop_events: dict[int, asyncio.Event] = {}
 PROCESS = uuid.uuid4().hex  # tags group copies of frames this process delivered itself
-_local: dict[int, set] = {}  # conversation id -> sockets of this process watching it
 
 
-def watch_locally(conversation_id, socket):
+class LocalSocket(Protocol):
+    """A chat socket of this process (chat.consumers.ChatConsumer)."""
+
+    async def send_json(self, content: Any, close: bool = False) -> None: ...
+
+
+EventQueue = asyncio.Queue[dict | None]  # a turn's engine events, then None
+_local: dict[int, set[LocalSocket]] = {}  # conversation id -> sockets of this process watching it
+
+
+def watch_locally(conversation_id: int, socket: LocalSocket) -> None:
     _local.setdefault(conversation_id, set()).add(socket)
 
 
-def unwatch_locally(conversation_id, socket):
+def unwatch_locally(conversation_id: int, socket: LocalSocket) -> None:
     sockets = _local.get(conversation_id)
     if sockets is not None:
         sockets.discard(socket)
@@ -49,7 +62,7 @@ def unwatch_locally(conversation_id, socket):
             del _local[conversation_id]
 
 
-def _stop_key(conversation_id):
+def _stop_key(conversation_id: int) -> str:
     return f"chat:stop:{conversation_id}"
 
 
@@ -60,7 +73,7 @@ _group_down_until = 0.0
 _retries: set = set()       # background re-sends of frames other processes must not miss
 
 
-async def publish(conversation_id, frame):
+async def publish(conversation_id: int, frame: dict[str, Any]) -> None:
     """Sends one client frame to every socket watching the conversation: this process's directly,
     the others' through the group. A Redis outage costs only the group copies (issue 24): a delta
     is dropped (the final `done` carries the whole text), any other frame is re-sent in the
@@ -89,12 +102,12 @@ async def publish(conversation_id, frame):
         task.add_done_callback(_retries.discard)
 
 
-async def _group_send(conversation_id, message):
+async def _group_send(conversation_id: int, message: dict[str, Any]) -> None:
     async with asyncio.timeout(GROUP_SEND_TIMEOUT_S):
-        await get_channel_layer().group_send(group_for(conversation_id), message)
+        await channel_layer().group_send(group_for(conversation_id), message)
 
 
-async def _resend(conversation_id, message):
+async def _resend(conversation_id: int, message: dict[str, Any]) -> None:
     delay, give_up = 0.2, time.monotonic() + GROUP_RETRY_S
     while time.monotonic() < give_up:
         await asyncio.sleep(delay)
@@ -111,13 +124,14 @@ def start(turn: services.Turn, params: dict) -> asyncio.Task:
     """Runs the turn's relay task. Its caller starts the orphan sweeper first (chat.sweeper:
     the lease that tells other processes this turn's relay lives), which imports this module."""
     conv_id = turn.conversation.pk
-    task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, turn.prompt, params), name=f"relay-conv-{conv_id}")
+    request = _generation_request(conv_id, turn.prompt, params, routes=turn.routes, model=turn.model)
+    task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, request), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task
     task.add_done_callback(lambda t: _running.pop(conv_id, None) if _running.get(conv_id) is t else None)
     return task
 
 
-async def request_stop(conversation_id):
+async def request_stop(conversation_id: int) -> None:
     event = _stop_events.get(conversation_id)
     if event is not None:
         event.set()
@@ -131,7 +145,7 @@ async def request_stop(conversation_id):
                                  "conversation") from None
 
 
-def engine_reports_routes(model):
+def engine_reports_routes(model: object) -> bool:
     """Whether the engine in use takes routes=1 (our engine: it announces itself with a MODEL
     line). The real colibri binary sends none (telemetry then says extensions: false) and would
     refuse the key, so a chat turn there asks for no routing and its stats line stays plain.
@@ -141,21 +155,7 @@ def engine_reports_routes(model):
     return served_model_from({"model": model if isinstance(model, dict) else None}).extensions
 
 
-_routes_cache = {"at": -1e9, "value": False}
-ROUTES_CACHE_S = 2.0  # one Redis read per few seconds, not one per turn
-
-
-async def _routes_wanted():
-    now = time.monotonic()
-    if now - _routes_cache["at"] > ROUTES_CACHE_S:
-        from engine_bridge.served import aserved_model_get
-
-        # Redis trouble: the model last read (the turn itself will report the outage)
-        _routes_cache.update(at=now, value=(await aserved_model_get(with_boot=False)).extensions)
-    return _routes_cache["value"]
-
-
-def routing_summary(routing):
+def routing_summary(routing: object) -> dict | None:
     """The done event's routing ({"rows", "cols", "counts": [[row, expert, n], ...]}, see
     docs/contracts.md) when it names any expert, else None (services.message_finish packs it)."""
     if not isinstance(routing, dict) or not routing.get("counts") or not routing.get("cols"):
@@ -163,10 +163,14 @@ def routing_summary(routing):
     return routing
 
 
-def _generation_request(conv_id, prompt, params, routes=False):
+def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], routes: bool = False,
+                        model: str | None = None) -> "GenerationRequest":
+    """The turn's job: `model` the conversation's served model (the bridge serving it takes the
+    turn), `routes` whether its engine reports which experts answered (services.Turn.routes)."""
     from engine_bridge.client import GenerationRequest
 
     return GenerationRequest(
+        model=model,
         prompt=prompt,
         max_tokens=params.get("max_tokens") or settings.DEFAULT_MAX_TOKENS,
         temperature=params.get("temperature"),  # absent: the served model's default (the bridge decides)
@@ -178,7 +182,7 @@ def _generation_request(conv_id, prompt, params, routes=False):
     )
 
 
-async def _pump(request, queue):
+async def _pump(request: "GenerationRequest", queue: EventQueue) -> None:
     """Feeds engine events into queue, then None. Cancelling this task leaves generate()
     early, whose cleanup sends gen.cancel to the bridge. A submit that found Redis out (an
     error with `broker`, before anything reached the bridge) is retried with a backoff for
@@ -192,6 +196,8 @@ async def _pump(request, queue):
             retry = False
             async with contextlib.aclosing(client.generate(request)) as events:
                 async for event in events:
+                    if event is None:  # only a stream with a tick yields None
+                        continue
                     if event.get("broker") and time.monotonic() + delay < give_up:
                         retry = True
                         break
@@ -208,7 +214,7 @@ async def _pump(request, queue):
     await queue.put(None)
 
 
-async def _wait_stop(conversation_id, event):
+async def _wait_stop(conversation_id: int, event: asyncio.Event) -> None:
     """Returns on this process's Stop, or another process's flag. A flag that cannot be read
     (Redis out or frozen) is no Stop: the turn goes on."""
     while True:
@@ -224,7 +230,7 @@ async def _wait_stop(conversation_id, event):
                 log.debug("reading the stop flag of conversation %s failed", conversation_id, exc_info=True)
 
 
-async def _reap(*tasks):
+async def _reap(*tasks: asyncio.Task) -> None:
     """Cancels the tasks until they have ended. One cancel is not enough on Python 3.11: its
     asyncio.wait_for swallows a cancellation that arrives as the inner future completes
     (CPython gh-86296), and the bridge client's wait_for(inbox.get()) completes constantly while
@@ -237,26 +243,25 @@ async def _reap(*tasks):
 
 
 class _State:
-    def __init__(self):
+    def __init__(self) -> None:
         self.text = ""
-        self.stats = {}
-        self.error = None  # error event
-        self.outcome = None  # complete / interrupted / error
-        self.slot = None
-        self.routing = None  # the done event's routing summary (routing_summary)
+        self.stats: dict[str, Any] = {}
+        self.error: dict | None = None  # error event
+        self.outcome: str | None = None  # complete / interrupted / error
+        self.slot: int | None = None
+        self.routing: dict | None = None  # the done event's routing summary (routing_summary)
         self.started = time.monotonic()
 
 
-async def _relay(conv_id, msg_id, prompt, params):
+async def _relay(conv_id: int, msg_id: int, request: "GenerationRequest") -> None:
     try:  # an old flag of this conversation; Redis out: there is none to fear
         async with asyncio.timeout(1.0):
             await cache.adelete(_stop_key(conv_id))
     except Exception:
         log.warning("could not clear the stop flag of conversation %s", conv_id, exc_info=True)
     stop_event = _stop_events[conv_id] = asyncio.Event()
-    queue = asyncio.Queue()
+    queue: EventQueue = asyncio.Queue()
     state = _State()
-    request = _generation_request(conv_id, prompt, params, routes=await _routes_wanted())
     pump = asyncio.create_task(_pump(request, queue))
     stopper = asyncio.create_task(_wait_stop(conv_id, stop_event))
     try:
@@ -274,7 +279,7 @@ async def _relay(conv_id, msg_id, prompt, params):
         await asyncio.shield(_finish(conv_id, msg_id, state))
 
 
-async def _consume(conv_id, msg_id, queue, stopper, state):
+async def _consume(conv_id: int, msg_id: int, queue: EventQueue, stopper: asyncio.Task, state: _State) -> None:
     last_save = time.monotonic()
     saved_len = 0
     while state.outcome is None:
@@ -314,16 +319,18 @@ async def _consume(conv_id, msg_id, queue, stopper, state):
             last_save, saved_len = now, len(state.text)
 
 
-async def _publish_delta(conv_id, msg_id, state, offset, pieces):
+async def _publish_delta(conv_id: int, msg_id: int, state: _State, offset: int, pieces: list[str]) -> None:
     text = "".join(pieces)
     state.text += text
     # offset counts Unicode code points of the message text before this delta.
     await publish(conv_id, {"type": "delta", "message": msg_id, "offset": offset, "text": text})
 
 
-async def _handle(conv_id, msg_id, event, state):
+async def _handle(conv_id: int, msg_id: int, event: dict, state: _State) -> None:
     kind = event.get("kind")
-    if kind == "queued":
+    if kind == "routed":  # the engine host that takes the turn, kept with the reply's stats
+        state.stats["bridge"] = event.get("bridge")
+    elif kind == "queued":
         await publish(conv_id, {"type": "queued", "message": msg_id, "position": event.get("position")})
     elif kind == "accepted":
         state.stats["prompt_tokens"] = event.get("prompt_tokens")
@@ -349,7 +356,7 @@ async def _handle(conv_id, msg_id, event, state):
     elif kind == "error":
         state.error = {"code": event.get("code", "ENGINE_ERROR"), "message": event.get("message", "")}
         state.outcome = "interrupted" if event.get("code") == "CANCELLED" else "error"
-    # topk and unknown kinds: not shown in chat
+    # submitted, topk and unknown kinds: not shown in chat
 
 
 ERROR_DETAIL = {
@@ -366,7 +373,8 @@ SAVE_FAILED_DETAIL = ("This reply could not be saved (the database did not answe
 _UNSAVED = object()
 
 
-async def _store_final(conv_id, msg_id, state, status, stats):
+async def _store_final(conv_id: int, msg_id: int, state: _State, status: str,
+                       stats: dict[str, Any]) -> Message | None | object:
     """The stored final message, None if it was deleted meanwhile, or _UNSAVED when the database
     refused every attempt (storing is idempotent, so a retry after a half-done attempt is safe)."""
     for delay in (0.0, *SAVE_RETRY_DELAYS):
@@ -382,7 +390,7 @@ async def _store_final(conv_id, msg_id, state, status, stats):
     return _UNSAVED
 
 
-async def _finish(conv_id, msg_id, state):
+async def _finish(conv_id: int, msg_id: int, state: _State) -> None:
     """Stores the final message, then (after commit) publishes `error` and `done`."""
     outcome = state.outcome or "interrupted"
     stats = {k: v for k, v in state.stats.items() if v is not None}
@@ -413,5 +421,5 @@ async def _finish(conv_id, msg_id, state):
                       status=status, stats=stats, created=timezone.now())
     if detail:
         await publish(conv_id, {"type": "error", "message": msg_id, "code": state.error.get("code", "ENGINE_ERROR") if state.error else "ENGINE_ERROR", "detail": detail, "ref": ref})
-    if msg is not None:
+    if isinstance(msg, Message):  # None: the message was deleted meanwhile
         await publish(conv_id, {"type": "done", "message": msg.as_dict()})

@@ -2,4 +2,5 @@ from django.urls import path
 
 from chat.consumers import ChatConsumer
 
-websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]
+# channels routes websockets with Django's path(), whose stub takes only views.
+websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]  # type: ignore[arg-type]

@@ -8,19 +8,23 @@ import array
 import base64
 import json
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from chat.models import Conversation, Message
+from chat.models import SYSTEM_PROMPT_CHARS, Conversation, Message
 from chat.tasks import title_conversation
 from chat.text import fallback_title, storable
 from colibri_base.socket_access import socket_access_valid
-from engine_bridge import toolsyntax
-from engine_bridge.served import served_model_get
+from engine_bridge import protocol, toolsyntax
+from engine_bridge.served import ServedModel, served_model_get, served_models_get
 
 # A streaming message not saved for this long belongs to a relay that died with its process
 # (the live relay saves at least every RELAY_SAVE_EVERY_S while text flows, and on every event).
@@ -30,7 +34,7 @@ STALE_STREAMING = timedelta(seconds=90)
 class ChatError(Exception):
     """A refused chat action; code and detail go to the client's `error` frame."""
 
-    def __init__(self, code, detail, field=None):
+    def __init__(self, code: str, detail: str, field: str | None = None) -> None:
         super().__init__(detail)
         self.code, self.detail, self.field = code, detail, field
 
@@ -40,9 +44,11 @@ class Turn:
     conversation: Conversation
     assistant: Message
     prompt: str
-    new_messages: list  # messages created/changed by this action, for the `message` frames
+    new_messages: list[Message]  # messages created/changed by this action, for the `message` frames
     created_conversation: bool = False
-    deleted: list = None  # message ids removed (regenerate/edit)
+    deleted: list[int] = field(default_factory=list)  # message ids removed (regenerate/edit)
+    model: str | None = None  # the served model id the turn goes to (GenerationRequest.model)
+    routes: bool = False  # that model's engine reports routing (engine_bridge.served `extensions`)
 
 
 def access_valid(user_id: int, session_key: str | None) -> bool:
@@ -52,7 +58,7 @@ def access_valid(user_id: int, session_key: str | None) -> bool:
     return socket_access_valid(user_id, session_key)
 
 
-def conversation_for(user, conversation_id, *, lock=False):
+def conversation_for(user: User, conversation_id: int, *, lock: bool = False) -> Conversation:
     """The user's conversation or ChatError not_found (also for other users' ids: no oracle)."""
     qs = Conversation.objects.filter(owner=user, pk=conversation_id)
     if lock:
@@ -63,21 +69,62 @@ def conversation_for(user, conversation_id, *, lock=False):
     return conv
 
 
-def conversation_search(user, q=""):
+def conversation_search(user: User, q: str = "") -> QuerySet[Conversation]:
     qs = Conversation.objects.filter(owner=user)
     if q:
         qs = qs.filter(title__icontains=q)
     return qs.order_by("-updated")
 
 
-def conversation_rename(user, conversation_id, title):
+def conversation_rename(user: User, conversation_id: int, title: str) -> Conversation:
     conv = conversation_for(user, conversation_id)
     conv.title = title[:200]
     conv.save(update_fields=["title", "updated"])
     return conv
 
 
-def conversation_snapshot(user, conversation_id):
+def model_choice(name: str) -> str:
+    """A conversation's model as stored: "" (the default) or the id of a model a live bridge
+    serves now (any of its names accepted); ChatError unknown_model naming the field otherwise."""
+    if name == "":
+        return ""
+    served = served_model_get(name)
+    if served is None or name not in served.aliases:
+        ids = ", ".join(m.id for m in served_models_get()) or "none while no engine runs"
+        raise ChatError("unknown_model", f"the model {name[:80]!r} is not served here (served: {ids})", "model")
+    return served.id
+
+
+def system_prompt_check(text: str) -> str:
+    """A conversation's system prompt as stored, or ChatError bad_system_prompt naming the field."""
+    if len(text) > SYSTEM_PROMPT_CHARS:
+        raise ChatError("bad_system_prompt", f"system_prompt is longer than {SYSTEM_PROMPT_CHARS} characters",
+                        "system_prompt")
+    if protocol.has_nul(text):
+        raise ChatError("bad_system_prompt", f"system_prompt {protocol.NUL_REFUSAL}", "system_prompt")
+    if not protocol.encodable(text):
+        raise ChatError("bad_system_prompt", "system_prompt is not valid Unicode (it contains a lone surrogate)",
+                        "system_prompt")
+    return text
+
+
+def conversation_configure(conv: Conversation, *, model: str | None = None,
+                           system_prompt: str | None = None) -> Conversation:
+    """Sets the conversation's model and / or system prompt (None: unchanged), checked first, so a
+    refused value changes nothing; the next turn renders with them."""
+    fields = []
+    if model is not None:
+        conv.model = model_choice(model)
+        fields.append("model")
+    if system_prompt is not None:
+        conv.system_prompt = system_prompt_check(system_prompt)
+        fields.append("system_prompt")
+    if fields:
+        conv.save(update_fields=[*fields, "updated"])
+    return conv
+
+
+def conversation_snapshot(user: User, conversation_id: int) -> tuple[Conversation, list[dict[str, Any]]]:
     conv = conversation_for(user, conversation_id)
     expire_stale_streaming(conv)
     return conv, [m.as_dict() for m in conv.messages.all()]
@@ -87,7 +134,7 @@ LOST_ERROR = "generation lost (server restarted)"
 ORPHAN_MIN_AGE = timedelta(seconds=5)  # younger streaming rows are never swept (a turn just begun)
 
 
-def expire_stale_streaming(conv):
+def expire_stale_streaming(conv: Conversation) -> None:
     """A fallback at open for rows the sweep cannot judge (Redis out): streaming rows unsaved for
     STALE_STREAMING. The sweep (messages_interrupt_orphans) is what normally ends them."""
     cutoff = timezone.now() - STALE_STREAMING
@@ -95,14 +142,14 @@ def expire_stale_streaming(conv):
         _interrupt(msg)
 
 
-def _interrupt(msg):
+def _interrupt(msg: Message) -> None:
     """Marks a cut-off reply: `interrupted` with its partial text kept (`error` when it has none)."""
     msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
     msg.stats = {**msg.stats, "error": LOST_ERROR}
     msg.save(update_fields=["status", "stats", "updated"])
 
 
-def messages_interrupt_orphans(owners_alive) -> list[Message]:
+def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool]]) -> list[Message]:
     """Interrupts every streaming message whose relay is gone, whatever the crash (issue 24): its
     web process (relay_owner) no longer renews its lease — `owners_alive(set of owners)` answers
     {owner: bool} and raises when it cannot tell, which sweeps nothing — or, for a row without an
@@ -116,7 +163,7 @@ def messages_interrupt_orphans(owners_alive) -> list[Message]:
     alive = owners_alive({owner for _, owner, _ in rows if owner})
     orphans = [pk for pk, owner, updated in rows
                if (not alive.get(owner, False) if owner else updated < now - STALE_STREAMING)]
-    ended = []
+    ended: list[Message] = []
     for pk in orphans:
         with transaction.atomic():
             msg = Message.objects.select_for_update().filter(pk=pk, status=Message.Status.STREAMING).first()
@@ -126,23 +173,23 @@ def messages_interrupt_orphans(owners_alive) -> list[Message]:
     return ended
 
 
-def _ensure_idle(conv):
+def _ensure_idle(conv: Conversation) -> None:
     expire_stale_streaming(conv)
     if conv.messages.filter(status=Message.Status.STREAMING).exists():
         raise ChatError("busy", "a reply is still being generated; stop it first", "conversation")
 
 
-def prompt_messages(conv, *, before_id=None):
+def prompt_messages(conv: Conversation, *, before_id: int | None = None) -> list[dict[str, Any]]:
     """The history as template messages. Assistant text goes back exactly as emitted (partial
     text of interrupted replies included); failed replies with no text are left out. Tool calls
     and results (imported API conversations) take engine_bridge.toolsyntax's neutral form:
     assistant "tool_calls": [{"id", "name", "arguments"}], {"role": "tool", "tool_call_id",
     "name", "content"}; a template that knows no tools shows the results' text only."""
     qs = conv.messages.all()
-    names = {}  # call id -> function name, for the results
+    names: dict[str, str] = {}  # call id -> function name, for the results
     if before_id is not None:
         qs = qs.filter(pk__lt=before_id)
-    out = []
+    out: list[dict[str, Any]] = []
     for m in qs:
         if m.role == Message.Role.ASSISTANT and m.status in (Message.Status.ERROR, Message.Status.STREAMING) and not m.text:
             continue
@@ -159,7 +206,7 @@ def prompt_messages(conv, *, before_id=None):
     return out
 
 
-def _arguments(text):
+def _arguments(text: str) -> dict | str:
     """A stored call's arguments for the template: the object its JSON text holds, or the text
     itself when it is not a JSON object (a model may have written anything)."""
     try:
@@ -169,48 +216,78 @@ def _arguments(text):
     return value if isinstance(value, dict) else text
 
 
-def _render(messages):
+def conversation_served(conv: Conversation) -> ServedModel:
+    """The ServedModel the conversation's turns go to: its chosen model, or the default one.
+    ChatError model_unavailable when no live bridge serves the chosen model any more."""
+    served = served_model_get(conv.model or None)
+    if served is None:
+        raise ChatError("model_unavailable", f"the model {conv.model!r} of this conversation is not served now; "
+                        "choose another one in the model picker", "model")
+    return served
+
+
+def with_system_prompt(system_prompt: str, messages: list[dict]) -> list[dict]:
+    """The history with the conversation's system prompt first: its own system message, or joined
+    to a leading one (an imported conversation's), since many templates take only one, first."""
+    if not system_prompt:
+        return messages
+    if messages and messages[0]["role"] == Message.Role.SYSTEM:
+        return [{**messages[0], "content": f"{system_prompt}\n\n{messages[0]['content']}"}, *messages[1:]]
+    return [{"role": Message.Role.SYSTEM, "content": system_prompt}, *messages]
+
+
+def _render(messages: list[dict], served: ServedModel) -> str:
     """The history in the served model's own tool syntax (engine_bridge.toolsyntax: native
     tool_calls / tool turns for a template that reads them, the generic JSON form otherwise),
     then its chat template. A history without tool messages renders as plain messages."""
-    return toolsyntax.render(messages, (), served_model_get())
+    return toolsyntax.render(messages, (), served)
 
 
-def _start_assistant(conv, new_messages, owner="", **turn_kw):
+def _start_assistant(conv: Conversation, new_messages: list[Message], owner: str = "", **turn_kw: Any) -> Turn:
+    served = conversation_served(conv)  # before any write: a refusal leaves the turn undone
     conv.save(update_fields=["updated"])
     assistant = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="",
                                        status=Message.Status.STREAMING, relay_owner=owner)
-    prompt = _render(prompt_messages(conv, before_id=assistant.pk))
-    return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant], **turn_kw)
+    history = with_system_prompt(conv.system_prompt, prompt_messages(conv, before_id=assistant.pk))
+    prompt = _render(history, served)
+    return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant],
+                model=served.id, routes=served.extensions, **turn_kw)
 
 
-def turn_send(user, conversation_id, text, owner=""):
+def turn_send(user: User, conversation_id: int | None, text: str, owner: str = "", *, model: str | None = None,
+              system_prompt: str | None = None) -> Turn:
+    """A user message and the reply's start. `model` / `system_prompt` (None: unchanged) set the
+    conversation's own first: a New chat is created with the picker's choice."""
     with transaction.atomic():
         created = conversation_id is None
-        if created:
-            conv = Conversation.objects.create(owner=user, title=fallback_title(text))
+        if conversation_id is None:
+            conv = Conversation(owner=user, title=fallback_title(text))
+            conv.model = model_choice(model) if model is not None else ""
+            conv.system_prompt = system_prompt_check(system_prompt) if system_prompt is not None else ""
+            conv.save()
         else:
             conv = conversation_for(user, conversation_id, lock=True)
             _ensure_idle(conv)
+            conversation_configure(conv, model=model, system_prompt=system_prompt)
         user_msg = Message.objects.create(conversation=conv, role=Message.Role.USER, text=text)
         return _start_assistant(conv, [user_msg], owner, created_conversation=created)
 
 
-def turn_regenerate(user, conversation_id, owner=""):
+def turn_regenerate(user: User, conversation_id: int, owner: str = "") -> Turn:
     with transaction.atomic():
         conv = conversation_for(user, conversation_id, lock=True)
         _ensure_idle(conv)
         last = conv.messages.order_by("-id").first()
         if last is None:
             raise ChatError("empty", "nothing to regenerate", "conversation")
-        deleted = []
+        deleted: list[int] = []
         if last.role == Message.Role.ASSISTANT:
             deleted.append(last.pk)
             last.delete()
         return _start_assistant(conv, [], owner, deleted=deleted)
 
 
-def turn_edit(user, conversation_id, message_id, text, owner=""):
+def turn_edit(user: User, conversation_id: int, message_id: int, text: str, owner: str = "") -> Turn:
     with transaction.atomic():
         conv = conversation_for(user, conversation_id, lock=True)
         _ensure_idle(conv)
@@ -225,11 +302,12 @@ def turn_edit(user, conversation_id, message_id, text, owner=""):
         return _start_assistant(conv, [msg], owner, deleted=deleted)
 
 
-def message_save_partial(message_id, text):
+def message_save_partial(message_id: int, text: str) -> None:
     Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=storable(text), updated=timezone.now())
 
 
-def message_finish(message_id, *, text, status, stats, routing=None):
+def message_finish(message_id: int, *, text: str, status: str, stats: dict[str, Any],
+                   routing: dict | None = None) -> Message | None:
     """Stores the final state of an assistant message; returns it (None if it was deleted).
     `routing`: which experts answered it, the bridge's done.routing ({"rows", "cols", "counts":
     [[row, expert, n], ...]}), or None; stored packed (routing_pack)."""
@@ -244,11 +322,11 @@ def message_finish(message_id, *, text, status, stats, routing=None):
     return msg
 
 
-def conversation_set_slot(conversation_id, slot):
+def conversation_set_slot(conversation_id: int, slot: int | None) -> None:
     Conversation.objects.filter(pk=conversation_id).update(kv_slot=slot)
 
 
-def _is_first_exchange(conversation_id):
+def _is_first_exchange(conversation_id: int) -> bool:
     roles = list(Message.objects.filter(conversation_id=conversation_id).values_list("role", flat=True)[:3])
     return roles == [Message.Role.USER, Message.Role.ASSISTANT]
 
@@ -260,7 +338,7 @@ def _enqueue_title(conversation_id: int) -> None:
     transaction.on_commit(lambda: title_conversation.delay(conversation_id), robust=True)
 
 
-def routing_pack(routing):
+def routing_pack(routing: object) -> dict[str, Any] | None:
     """A request's routing as a message keeps it: every cell's count, row-major, as little-endian
     u16 (u32 when a count needs it) in base64, with rows, cols and the totals. Measured on a
     synthetic GLM-5-size turn (78 x 256, ~700 positions at top-8): 53 KB of JSON, 26 KB stored
@@ -280,7 +358,7 @@ def routing_pack(routing):
             "dtype": dtype, "counts_b64": base64.b64encode(cells.tobytes()).decode("ascii")}
 
 
-def routing_unpack(packed):
+def routing_unpack(packed: dict[str, Any]) -> list[list[int]]:
     """routing_pack's inverse: the nonzero [row, expert, n] triples, by row then expert."""
     cells = array.array("H" if packed["dtype"] == "u16" else "I")
     cells.frombytes(base64.b64decode(packed["counts_b64"]))
@@ -290,7 +368,7 @@ def routing_unpack(packed):
     return [[i // cols, i % cols, n] for i, n in enumerate(cells) if n]
 
 
-def message_routing(message_id):
+def message_routing(message_id: int) -> dict[str, Any] | None:
     """Which experts answered an assistant message: {"message", "conversation", "role", "rows",
     "cols", "counts": [[row, expert, selections], ...], "experts", "selections", "io"}; None when
     the message does not exist, counts None when no routing was recorded for it; io = its turn's

@@ -4,7 +4,6 @@ A socket authenticates once, at connect; without this, a deactivated user's open
 generating. The consumer also re-checks is_active on every frame (a socket in a web process that
 missed the broadcast still refuses work)."""
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
@@ -12,6 +11,7 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 
 from chat.groups import user_group
+from colibri_base.layers import channel_layer
 
 
 @receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="chat-close-deactivated")
@@ -19,4 +19,4 @@ def close_sockets_of_deactivated(sender: type, instance: AbstractBaseUser, **kwa
     if instance.is_active:
         return
     group = user_group(instance.pk)
-    transaction.on_commit(lambda: async_to_sync(get_channel_layer().group_send)(group, {"type": "user.revoked"}))
+    transaction.on_commit(lambda: async_to_sync(channel_layer().group_send)(group, {"type": "user.revoked"}))

@@ -78,7 +78,8 @@ async def run() -> None:
     OWNER_TTL_S + BEAT_S of a Redis outage's end: a restarted Redis has lost every lease, and the
     other processes need that long to renew theirs before their messages may be judged."""
     loop = asyncio.get_running_loop()
-    next_sweep, ok_since = loop.time(), float("-inf")  # at start-up Redis counts as having been fine
+    next_sweep = loop.time()
+    ok_since: float | None = float("-inf")  # at start-up Redis counts as having been fine
     while True:
         try:
             await cache.aset(owner_key(relay.PROCESS), 1, timeout=OWNER_TTL_S)

@@ -3,11 +3,11 @@ import logging
 import re
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 
 from chat.groups import group_for
 from chat.models import Conversation, Message
 from chat.text import fallback_title, storable
+from colibri_base.layers import channel_layer
 from engine_bridge.prompting import render_prompt
 
 log = logging.getLogger(__name__)
@@ -25,8 +25,10 @@ async def _generate_text(prompt: str) -> str:
     from engine_bridge.client import GenerationRequest, generate
 
     req = GenerationRequest(prompt=prompt, max_tokens=TITLE_MAX_TOKENS, temperature=0.0, priority="background")
-    parts = []
+    parts: list[str] = []
     async for event in generate(req):
+        if event is None:  # only a stream with a tick yields None
+            continue
         if event.get("kind") == "text":
             parts.append(event["text"])
         elif event.get("kind") == "error":
@@ -52,7 +54,7 @@ def title_conversation(conversation_id: int) -> str | None:
         log.warning("title generation failed for conversation %s: %s", conversation_id, exc)
     title = storable(title) or fallback_title(first_user)  # model output may hold NUL: stored as U+FFFD
     Conversation.objects.filter(pk=conversation_id).update(title=title)
-    async_to_sync(get_channel_layer().group_send)(
+    async_to_sync(channel_layer().group_send)(
         group_for(conversation_id),
         {"type": "chat.frame", "frame": {"type": "title", "conversation": conversation_id, "title": title}},
     )

@@ -7,15 +7,17 @@ from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chat import services
 from chat.export import FORMATS, export_content
 from chat.imports import ImportRefused, import_conversation
-from chat.models import Conversation
-from colibri_base.access import staff_json
+from chat.models import MODEL_ID_CHARS, SYSTEM_PROMPT_CHARS, Conversation
+from colibri_base.access import signed_in_user, staff_json
 from engine_bridge import protocol
+from engine_bridge.served import served_model_get, served_models_get
 
 
 class SessionApi(APIView):
@@ -23,9 +25,9 @@ class SessionApi(APIView):
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsAuthenticated]
 
-    def conversation(self, pk):
+    def conversation(self, pk: int) -> Conversation:
         try:
-            return services.conversation_for(self.request.user, pk)
+            return services.conversation_for(signed_in_user(self.request), pk)
         except services.ChatError as exc:
             raise NotFound(exc.detail)
 
@@ -37,17 +39,17 @@ class TitleInput(serializers.Serializer):
 
 
 class ConversationListApi(SessionApi):
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
         if protocol.has_nul(q):  # PostgreSQL cannot compare with it: refused like any client text
             raise ValidationError({"q": [f"q {protocol.NUL_REFUSAL}"]})
-        convs = services.conversation_search(request.user, q)[:500]
+        convs = services.conversation_search(signed_in_user(request), q)[:500]
         return Response({"conversations": [c.as_dict() for c in convs]})
 
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         data = TitleInput(data=request.data)
         data.is_valid(raise_exception=True)
-        conv = Conversation.objects.create(owner=request.user, title=data.validated_data["title"])
+        conv = Conversation.objects.create(owner=signed_in_user(request), title=data.validated_data["title"])
         return Response(conv.as_dict(), status=status.HTTP_201_CREATED)
 
 
@@ -56,49 +58,79 @@ class ConversationImportApi(SessionApi):
     included; chat/imports.py) -> 201 with the new conversation, or 400 {"error", "field"} naming
     the offending value; nothing is stored on a 400."""
 
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         try:
-            conv = import_conversation(request.user, request.data)
+            conv = import_conversation(signed_in_user(request), request.data)
         except ImportRefused as exc:
             return Response({"error": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST)
         return Response(conv.as_dict(), status=status.HTTP_201_CREATED)
 
 
-class RenameInput(serializers.Serializer):
-    title = serializers.CharField(max_length=200, allow_blank=False)
+class ConversationUpdateInput(serializers.Serializer):
+    """PATCH: any of the title, the model (a served model's id or name; "" = the default) and the
+    system prompt; at least one."""
+    title = serializers.CharField(max_length=200, allow_blank=False, required=False)
+    model = serializers.CharField(max_length=MODEL_ID_CHARS, allow_blank=True, required=False)
+    system_prompt = serializers.CharField(max_length=SYSTEM_PROMPT_CHARS, allow_blank=True, required=False,
+                                          trim_whitespace=False)
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise ValidationError({"title": ["give a title, model or system_prompt to change"]})
+        return attrs
 
 
 class ConversationDetailApi(SessionApi):
-    def get(self, request, pk):
-        return Response(self.conversation(pk).as_dict())
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(self.conversation(pk).as_dict(detail=True))
 
-    def patch(self, request, pk):
-        self.conversation(pk)
-        data = RenameInput(data=request.data)
+    def patch(self, request: Request, pk: int) -> Response:
+        conv = self.conversation(pk)
+        data = ConversationUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        return Response(services.conversation_rename(request.user, pk, data.validated_data["title"]).as_dict())
+        fields = data.validated_data
+        try:
+            services.conversation_configure(conv, model=fields.get("model"), system_prompt=fields.get("system_prompt"))
+        except services.ChatError as exc:
+            raise ValidationError({exc.field or "conversation": [exc.detail]})
+        if "title" in fields:
+            conv = services.conversation_rename(signed_in_user(request), pk, fields["title"])
+        return Response(conv.as_dict(detail=True))
 
-    def delete(self, request, pk):
+    def delete(self, request: Request, pk: int) -> Response:
         self.conversation(pk).delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class ModelListApi(SessionApi):
+    """GET /api/models: what the chat page's model picker offers — every model a live bridge
+    serves ({"id", "display_name", "context_length", "status", "bridges"}), and the default's id
+    (what a conversation with no model of its own uses; null while no engine runs)."""
+
+    def get(self, request: Request) -> Response:
+        models = served_models_get()
+        default = served_model_get() if models else None
+        return Response({"default": default.id if default is not None else None, "models": [
+            {"id": m.id, "display_name": m.display_name, "context_length": m.context_length, "status": m.status,
+             "bridges": list(m.bridges)} for m in models]})
+
+
 class ConversationMessagesApi(SessionApi):
-    def get(self, request, pk):
+    def get(self, request: Request, pk: int) -> Response:
         self.conversation(pk)
-        conv, messages = services.conversation_snapshot(request.user, pk)
+        conv, messages = services.conversation_snapshot(signed_in_user(request), pk)
         return Response({"conversation": conv.as_dict(), "messages": messages})
 
 
 @login_required
 @require_GET
-def export_view(request):
+def export_view(request: HttpRequest) -> HttpResponse:
     # Inline: a chat UI's history exports in well under a second; chat.tasks.export_conversations
     # builds the same content in Celery for very large accounts.
     fmt = request.GET.get("format", "json")
     if fmt not in FORMATS:
         return JsonResponse({"error": "format must be json or md", "field": "format"}, status=400)
-    body, content_type, name = export_content(request.user, fmt)
+    body, content_type, name = export_content(signed_in_user(request), fmt)
     response = HttpResponse(body, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

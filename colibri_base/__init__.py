@@ -11,9 +11,9 @@ in which any module could reach any other. Here the shared pieces stand below al
   engine_bridge                the engine's bridge and its client
   colibri_base                 this package
 
-Modules: access (staff-only views), cache (the Redis cache backend), lean (the API's short
-middleware chain and `database_call`), metrics (the /metrics and /v1/stats registry),
-socket_access (whether an open websocket may still act).
+Modules: access (staff-only views), cache (the Redis cache backend), layers (the default channel
+layer), lean (the API's short middleware chain and `database_call`), metrics (the /metrics and
+/v1/stats registry), socket_access (whether an open websocket may still act).
 
 Invariant: nothing here imports an app, engine_bridge or colibri_site; what it needs from above
 is handed in by the caller (metrics.stats takes the bridge-state reader, metrics.declare_surfaces

@@ -27,6 +27,11 @@ _loop_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event 
 
 
 class SharedPoolRedisCache(RedisCache):
+    # Set by RedisCache.__init__; django-stubs does not declare them.
+    _servers: list[str]
+    _options: dict[str, Any]
+    _class: type
+
     @property
     def _cache(self) -> Any:
         key = (tuple(self._servers), repr(sorted(self._options.items())))

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -36,7 +36,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.middleware.security import SecurityMiddleware
 
 T = TypeVar("T")
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[[dict[str, Any], Callable[..., Awaitable[Any]], Callable[..., Awaitable[None]]], Awaitable[None]]
 
 
 def database_call(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -60,10 +60,12 @@ class InlineSecurityMiddleware(SecurityMiddleware):
     async_capable = True
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        response = self.process_request(request)
+        response: HttpResponseBase | None = self.process_request(request)
         if response is None:
-            response = await self.get_response(request)
-        return self.process_response(request, response)
+            # async_capable and not sync_capable: Django hands this middleware an async get_response.
+            response = await cast(Awaitable[HttpResponseBase], self.get_response(request))
+        # django-stubs asks an HttpResponse; it only sets headers, which every response has.
+        return self.process_response(request, response)  # type: ignore[arg-type]
 
 
 class LeanASGIHandler(ASGIHandler):
@@ -91,6 +93,7 @@ class LeanASGIHandler(ASGIHandler):
             signals.request_started.send(sender=self.__class__, scope=scope)
             request, error_response = self.create_request(scope, body_file)
             if request is None:
+                assert error_response is not None  # create_request returns one of the two
                 await self.send_response(error_response, send)
                 error_response.close()
                 return

@@ -21,6 +21,7 @@ sets are fixed (every surface pre-created, so a series exists from the first scr
 """
 import os
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -145,7 +146,7 @@ def stats(read_bridge_state: BridgeState) -> dict:
     for family in registry(bridge).collect():
         if family.name.startswith(("python_", "process_")):
             continue
-        rows = [{"name": x.name, "labels": x.labels, "value": x.value} for x in family.samples
+        rows: list[dict[str, Any]] = [{"name": x.name, "labels": x.labels, "value": x.value} for x in family.samples
                 if not x.name.endswith(("_bucket", "_created"))]
         if rows:
             families[family.name] = rows

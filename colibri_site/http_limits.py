@@ -14,8 +14,12 @@ reset the connection before the client has read the answer.
 Invariant: requests within the bounds are parsed by Twisted exactly as before.
 """
 import json
+from collections.abc import Callable
+from typing import Any
 
 from twisted.web import http as twisted_http
+
+HeadAnswer = tuple[int, bytes, str, str]  # status, reason, message, error code
 
 LINGER_S = 2.0
 
@@ -24,18 +28,18 @@ HEADERS_TOO_LARGE = (431, b"Request Header Fields Too Large",
                      "The request's header fields are too large.", "request_header_fields_too_large")
 
 
-def _head_answer(status, reason, message, code):
+def _head_answer(status: int, reason: bytes, message: str, code: str) -> bytes:
     body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
                                  "code": code}}).encode()
     return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
             b"Connection: close\r\n\r\n" % (status, reason, len(body))) + body
 
 
-def refuse_head(channel, answer):
+def refuse_head(channel: twisted_http.HTTPChannel, answer: HeadAnswer) -> None:
     """Answers `answer` (URI_TOO_LONG / HEADERS_TOO_LARGE) and ends the connection politely."""
-    transport = channel.transport
-    channel.dataReceived = lambda data: None  # nothing more is parsed on this connection
-    channel.lineReceived = lambda line: None
+    transport: Any = channel.transport  # an ITransport: mypy reads zope interfaces' methods unbound
+    setattr(channel, "dataReceived", lambda data: None)  # nothing more is parsed on this connection
+    setattr(channel, "lineReceived", lambda line: None)
     if transport is None:
         return
     transport.write(_head_answer(*answer))
@@ -46,29 +50,33 @@ def refuse_head(channel, answer):
         return
     from twisted.internet import reactor
 
-    reactor.callLater(LINGER_S, transport.loseConnection)
+    # twisted types the reactor module as its interface class, whose methods mypy reads unbound.
+    reactor.callLater(LINGER_S, transport.loseConnection)  # type: ignore[arg-type]
 
 
-def _on_first_line(channel):
+def _on_first_line(channel: twisted_http.HTTPChannel) -> bool:
     return bool(getattr(channel, "_HTTPChannel__first_line", 0))
 
 
-def _line_length_exceeded(self, line):
+def _line_length_exceeded(self: twisted_http.HTTPChannel, line: bytes) -> None:
     refuse_head(self, URI_TOO_LONG if _on_first_line(self) else HEADERS_TOO_LARGE)
 
 
-def _bounded_line(line_received):
-    def lineReceived(self, line):
+LineHandler = Callable[[twisted_http.HTTPChannel, bytes], Any]
+
+
+def _bounded_line(line_received: LineHandler) -> LineHandler:
+    def lineReceived(self: twisted_http.HTTPChannel, line: bytes) -> Any:
         if self._receivedHeaderSize + len(line) > self.totalHeadersSize:
             return refuse_head(self, URI_TOO_LONG if _on_first_line(self) else HEADERS_TOO_LARGE)
         return line_received(self, line)
 
-    lineReceived.head_bounds = True
+    setattr(lineReceived, "head_bounds", True)
     return lineReceived
 
 
-def _bounded_header(header_received):
-    def headerReceived(self, line):
+def _bounded_header(header_received: LineHandler) -> LineHandler:
+    def headerReceived(self: twisted_http.HTTPChannel, line: bytes) -> Any:
         if self._receivedHeaderCount >= self.maxHeaders:
             refuse_head(self, HEADERS_TOO_LARGE)
             return False
@@ -77,11 +85,11 @@ def _bounded_header(header_received):
     return headerReceived
 
 
-def install():
+def install() -> None:
     """Idempotent: patches twisted.web.http.HTTPChannel (Daphne's parser) once."""
     channel = twisted_http.HTTPChannel
     if getattr(channel.lineReceived, "head_bounds", False):
         return
-    channel.lineReceived = _bounded_line(channel.lineReceived)
-    channel.headerReceived = _bounded_header(channel.headerReceived)
-    channel.lineLengthExceeded = _line_length_exceeded
+    setattr(channel, "lineReceived", _bounded_line(channel.lineReceived))
+    setattr(channel, "headerReceived", _bounded_header(channel.headerReceived))
+    setattr(channel, "lineLengthExceeded", _line_length_exceeded)

@@ -7,18 +7,18 @@ import dj_database_url
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env(name, default=""):
+def env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-def env_bool(name, default=False):
+def env_bool(name: str, default: bool = False) -> bool:
     value = os.environ.get(name)
     if value is None:
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def env_list(name, default=""):
+def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]
 
 
@@ -203,7 +203,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 API_DEFAULT_REQUESTS_PER_MINUTE = int(env("API_DEFAULT_REQUESTS_PER_MINUTE", "0")) or None
 API_DEFAULT_TOKENS_PER_MINUTE = int(env("API_DEFAULT_TOKENS_PER_MINUTE", "0")) or None
 
-REST_FRAMEWORK = {
+REST_FRAMEWORK: dict[str, object] = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,

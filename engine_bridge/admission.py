@@ -20,7 +20,7 @@ from collections.abc import Coroutine
 
 from engine_bridge import transport
 from engine_bridge.engine import EngineFailed, Supervisor, next_id
-from engine_bridge.jobs import Request, extension_refusal, parse_job
+from engine_bridge.jobs import UNREAD_JOB, Request, extension_refusal, parse_job
 from engine_bridge.liveness import Heart
 from engine_bridge.pacing import Pacer
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
@@ -70,7 +70,8 @@ class Admission:
         try:
             job = parse_job(raw_job, engine.model_info if engine else None)
         except (TypeError, ValueError) as exc:
-            self.finish(Request(req, None, reply_to), {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
+            self.finish(Request(req, UNREAD_JOB, reply_to),
+                        {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
         r = Request(req, job, reply_to, leased=leased and reply_to != req)
         if engine is None:
@@ -110,7 +111,9 @@ class Admission:
     def start(self, r: Request, slot: int) -> None:
         r.eng_id, r.slot, r.position = next_id(), slot, None
         self.running[r.eng_id] = r
-        send_command(self.supervisor.engine.submit(r.eng_id, slot, r.job))
+        engine = self.supervisor.engine
+        assert engine is not None  # the scheduler starts nothing while the engine is down (paused)
+        send_command(engine.submit(r.eng_id, slot, r.job))
 
     def cancel(self, r: Request) -> None:
         if r.eng_id is None:
@@ -119,14 +122,18 @@ class Admission:
             self.start_all([])
         elif not r.cancelled:
             r.cancelled = True
-            send_command(self.supervisor.engine.cancel(r.eng_id))
+            engine = self.supervisor.engine
+            assert engine is not None  # r runs on it: on_down would have ended r
+            send_command(engine.cancel(r.eng_id))
 
     def stop(self, r: Request) -> None:
         if r.eng_id is None:
             self.cancel(r)
         elif not (r.cancelled or r.stopped):
             r.stopped = True
-            send_command(self.supervisor.engine.stop(r.eng_id))
+            engine = self.supervisor.engine
+            assert engine is not None  # r runs on it: on_down would have ended r
+            send_command(engine.stop(r.eng_id))
 
     def finish(self, r: Request, final: dict) -> None:
         """r's final event: it leaves the bridge's books (its slot stays busy until release)."""

@@ -18,7 +18,7 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from engine_bridge import liveness, protocol, registry, routing, transport
@@ -89,7 +89,7 @@ def _broker_down(exc: object) -> dict:
 
 async def generate(request: GenerationRequest, req_id: str | None = None, *, boot: str | None = None,
                    idle_timeout: float = IDLE_TIMEOUT,
-                   tick: Callable[[], float] | None = None) -> AsyncIterator[dict | None]:
+                   tick: Callable[[], float] | None = None) -> AsyncGenerator[dict | None, None]:
     """Async generator of events, in order, no gaps; the first event is {"kind": "submitted", "req"},
     the second (unless the request is refused before any submit) {"kind": "routed", "bridge"}.
 
@@ -116,10 +116,10 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
     inbox = listener.register(req)  # before the submit: no reply may come unheard
     finished = False
     try:
-        refusal = await _submit(req, target, listener.id, request)
-        if refusal is not None:  # nothing reached the bridge: nothing to cancel
+        unsent = await _submit(req, target, listener.id, request)
+        if unsent is not None:  # nothing reached the bridge: nothing to cancel
             finished = True
-            yield refusal
+            yield unsent
             return
         stream = _Stream(inbox, target, idle_timeout, tick)  # its clocks start at the submit
         while True:
@@ -199,12 +199,13 @@ class _Stream:
                  tick: Callable[[], float] | None) -> None:
         self.inbox, self.target, self.idle_timeout, self.tick = inbox, target, idle_timeout, tick
         self.loop = asyncio.get_running_loop()
+        self.pending: dict[int, dict]  # seq -> a batch that came early
         self.expected, self.pending, self.queued, self.broken = 0, {}, False, False
         self.idle_deadline = self.loop.time() + idle_timeout
         self.tick_at = self.loop.time() + tick() if tick else None
         self.resumed = ""  # what the last call returned: "events", "tick" (the caller asks on after it)
 
-    async def next_events(self) -> list[dict | None]:
+    async def next_events(self) -> Sequence[dict | None]:
         """The next events in order (None: a tick passed); a final event, if any, comes last."""
         if self.resumed == "events" and self.tick:
             self.tick_at = self.loop.time() + self.tick()
@@ -258,7 +259,7 @@ class _Stream:
         self.broken = True
         return event
 
-    def _take(self, messages: list[dict]) -> list[dict | None]:
+    def _take(self, messages: list[dict]) -> list[dict]:
         """Everything that already arrived, handled as one: a reader that fell behind gets its
         text merged (one delta, one SSE chunk) instead of paying per batch."""
         self.idle_deadline = self.loop.time() + self.idle_timeout

@@ -22,10 +22,13 @@ import os
 import shlex
 import signal
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from django.conf import settings
 
 from engine_bridge import protocol
+from engine_bridge.client import GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +43,11 @@ PIPE_BYTES = 1 << 20  # room for what a fast engine writes during a read pause (
 _ids = itertools.count(1)
 
 
-def next_id():
+def next_id() -> int:
     return next(_ids)
 
 
-def engine_command():
+def engine_command() -> tuple[list[str], dict[str, str]]:
     """(argv, env) from settings: ENGINE_COMMAND (shlex) or [ENGINE_BINARY], plus ENGINE_ENV pairs."""
     argv = shlex.split(settings.ENGINE_COMMAND) if settings.ENGINE_COMMAND else [settings.ENGINE_BINARY]
     env = dict(os.environ)
@@ -61,28 +64,43 @@ class EngineFailed(Exception):
     pass
 
 
+# (events the last read held, seconds since the read before) -> seconds to wait before the next read
+ReadPause = Callable[[int, float], float]
+
+
+class SupervisorHooks(Protocol):
+    """What the Supervisor tells its owner (engine_bridge.worker.Bridge); `read_pause` and
+    `on_start_failed` are optional and looked up by name."""
+
+    def on_status(self, status: str, /) -> None: ...
+    def on_ready(self, engine: "Engine", /) -> None: ...
+    def on_event(self, event: protocol.Event, /) -> None: ...
+    def on_down(self, reason: str, /) -> None: ...
+
+
 class Engine:
-    def __init__(self, argv, env, on_event, slots, read_pause=None):
+    def __init__(self, argv: list[str], env: dict[str, str], on_event: Callable[[protocol.Event], object], slots: int,
+                 read_pause: ReadPause | None = None) -> None:
         self.argv, self.env, self.on_event, self.slots = argv, env, on_event, slots
         # Seconds to wait before the next read of stdout, given how many events the last read
         # held and the seconds since the read before (the owner's pacing; 0 = read at once).
         self.read_pause = read_pause or (lambda events, cycle: 0.0)
-        self.proc = None
+        self.proc: asyncio.subprocess.Process | None = None
         self.lock = asyncio.Lock()
-        self.ready = asyncio.get_running_loop().create_future()
-        self.exited = asyncio.get_running_loop().create_future()  # result: reason (str)
-        self.tasks = []
-        self.broken = None
-        self.model_info = None
-        self.stdout_fd = None
+        self.ready: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.exited: asyncio.Future[str] = asyncio.get_running_loop().create_future()  # result: reason (str)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.broken: str | None = None
+        self.model_info: dict | None = None
+        self.stdout_fd: int | None = None
         self.wake = asyncio.Event()   # set by a write: the reader's pause ends
         self.last_output = time.monotonic()  # when stdout last held something (the watchdog's clock)
 
     @property
-    def pid(self):
+    def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    async def start(self, ready_timeout):
+    async def start(self, ready_timeout: float) -> None:
         read_end, write_end = os.pipe()
         with contextlib.suppress(OSError):  # F_SETPIPE_SZ is Linux's; elsewhere the default size
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
@@ -97,9 +115,10 @@ class Engine:
         finally:
             os.close(write_end)
         self.stdout_fd = read_end
-        log.info("engine started: pid %s, %s", self.proc.pid, shlex.join(self.argv))
+        log.info("engine started: pid %s, %s", self.pid, shlex.join(self.argv))
         self.tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._stderr())]
-        done, _ = await asyncio.wait([self.ready, self.exited], timeout=ready_timeout,
+        waiters: list[asyncio.Future[Any]] = [self.ready, self.exited]
+        done, _ = await asyncio.wait(waiters, timeout=ready_timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
         if self.ready.done():
             return
@@ -107,7 +126,8 @@ class Engine:
         await self.kill()
         raise EngineFailed(reason)
 
-    async def _read(self):
+    async def _read(self) -> None:
+        assert self.proc is not None and self.stdout_fd is not None  # started
         parser = protocol.Parser()
         reason, kill_now = "engine closed stdout", True
         try:
@@ -153,23 +173,29 @@ class Engine:
         if not self.exited.done():
             self.exited.set_result(reason)
 
-    async def _read_chunk(self):
+    async def _read_chunk(self) -> bytes:
         """What the engine's stdout holds now (b"" at end of file), after waiting for it to hold
         something; between calls nothing watches the pipe."""
         loop = asyncio.get_running_loop()
+        assert self.stdout_fd is not None  # started
         while True:
             try:
                 return os.read(self.stdout_fd, READ_SIZE)
             except BlockingIOError:
                 pass
-            readable = loop.create_future()
-            loop.add_reader(self.stdout_fd, lambda: readable.done() or readable.set_result(None))
+            readable: asyncio.Future[None] = loop.create_future()
+
+            def wake(readable: asyncio.Future[None] = readable) -> None:
+                if not readable.done():
+                    readable.set_result(None)
+
+            loop.add_reader(self.stdout_fd, wake)
             try:
                 await readable
             finally:
                 loop.remove_reader(self.stdout_fd)
 
-    async def _pause(self, seconds):
+    async def _pause(self, seconds: float) -> None:
         """Waits `seconds`, or not at all or less when a command was written since the last pause
         (its answer may be due; the read after it may not have held it yet)."""
         with contextlib.suppress(TimeoutError):
@@ -177,7 +203,7 @@ class Engine:
                 await self.wake.wait()
         self.wake.clear()
 
-    def _dispatch(self, event):
+    def _dispatch(self, event: protocol.Event) -> None:
         if isinstance(event, protocol.Banner):
             log.info("engine banner: %s", event.text)
             return
@@ -193,7 +219,8 @@ class Engine:
             self.broken = f"engine error {event.id} {event.message}"
         self.on_event(event)
 
-    async def _stderr(self):
+    async def _stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None  # started with stderr=PIPE
         while True:
             line = await self.proc.stderr.readline()
             if not line:
@@ -204,7 +231,8 @@ class Engine:
             if log.isEnabledFor(level):
                 log.log(level, "engine: %s", line.decode("utf-8", "replace").rstrip())
 
-    async def write(self, data):
+    async def write(self, data: bytes) -> None:
+        assert self.proc is not None and self.proc.stdin is not None  # started with stdin=PIPE
         if self.broken or self.exited.done() or self.proc.stdin.is_closing():
             raise EngineFailed("engine is not accepting commands")
         async with self.lock:
@@ -215,7 +243,7 @@ class Engine:
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc
 
-    async def submit(self, req_id, slot, job):
+    async def submit(self, req_id: int, slot: int, job: GenerationRequest) -> None:
         # key=value extensions (seed=, experts=, routes=, heat=) go only to our engine (it sends a
         # MODEL line); the bridge refuses such a request for any other engine before it gets here.
         await self.write(protocol.format_submit(
@@ -223,13 +251,13 @@ class Engine:
             seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat, top_k=job.top_k,
             logprobs=job.logprobs, grammar=job.grammar))
 
-    async def stop(self, req_id):
+    async def stop(self, req_id: int) -> None:
         await self.write(protocol.format_stop(req_id))
 
-    async def cancel(self, req_id):
+    async def cancel(self, req_id: int) -> None:
         await self.write(protocol.format_cancel(req_id))
 
-    def stopped(self):
+    def stopped(self) -> bool:
         """True while the engine process is stopped (SIGSTOP, a debugger): /proc says so at once,
         where an unanswered ping would take a while."""
         try:
@@ -238,23 +266,24 @@ class Engine:
         except (OSError, IndexError, TypeError):
             return False
 
-    def _signal(self, sig):
+    def _signal(self, sig: int) -> None:
         if self.proc and self.proc.returncode is None:
             try:
                 self.proc.send_signal(sig)  # by PID: the engine may re-exec itself as "exe"
             except ProcessLookupError:
                 pass
 
-    async def kill(self):
+    async def kill(self) -> None:
         self._signal(signal.SIGKILL)
         if self.proc:
             await self.proc.wait()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def shutdown(self, drain_timeout):
+    async def shutdown(self, drain_timeout: float) -> None:
         """Close stdin (in-flight requests finish with DONE), then SIGTERM, 5 s, SIGKILL."""
         if self.proc is None:
             return
+        assert self.proc.stdin is not None  # started with stdin=PIPE
         if not self.proc.stdin.is_closing():
             self.proc.stdin.close()
         for sig, wait in ((None, drain_timeout), (signal.SIGTERM, TERM_GRACE), (signal.SIGKILL, None)):
@@ -272,27 +301,28 @@ class Supervisor:
     """Keeps one engine running. hooks: on_status(str), on_ready(engine), on_event(event),
     on_down(reason) — on_down is where in-flight requests get ENGINE_DIED."""
 
-    def __init__(self, hooks, command=None, ready_timeout=None):
+    def __init__(self, hooks: SupervisorHooks, command: tuple[list[str], dict[str, str]] | None = None,
+                 ready_timeout: float | None = None) -> None:
         self.hooks = hooks
         self.command = command or engine_command()
         self.ready_timeout = ready_timeout or settings.ENGINE_READY_TIMEOUT
-        self.engine = None
+        self.engine: Engine | None = None
         self.restarts = 0
         self.stopping = False
         self.status = "starting"
         self.next_attempt = time.monotonic()
         self.last_start_s = 1.0  # how long the last start took (READY or failure)
 
-    def retry_after(self):
+    def retry_after(self) -> int:
         """Whole seconds until an engine may be up again (for Retry-After), at least 1."""
         wait = max(0.0, self.next_attempt - time.monotonic()) + self.last_start_s
         return max(1, int(wait + 0.999))
 
-    def _status(self, status):
+    def _status(self, status: str) -> None:
         self.status = status
         self.hooks.on_status(status)
 
-    async def run(self):
+    async def run(self) -> None:
         delay = BACKOFF_FIRST
         first = True
         while not self.stopping:
@@ -300,7 +330,8 @@ class Supervisor:
                 self.restarts += 1
             first = False
             self._status("starting")
-            engine = Engine(*self.command, on_event=self.hooks.on_event, slots=settings.KV_SLOTS,
+            argv, env = self.command
+            engine = Engine(argv, env, on_event=self.hooks.on_event, slots=settings.KV_SLOTS,
                             read_pause=getattr(self.hooks, "read_pause", None))
             started = time.monotonic()
             try:
@@ -331,7 +362,7 @@ class Supervisor:
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
-    async def shutdown(self, drain_timeout=30.0):
+    async def shutdown(self, drain_timeout: float = 30.0) -> None:
         self.stopping = True
         if self.engine is not None:
             await self.engine.shutdown(drain_timeout)

@@ -39,6 +39,8 @@ import json
 import math
 import re
 import struct
+from collections.abc import Iterable, Iterator
+from typing import Any, overload
 
 try:  # the standard library's regex parser (sre_parse before 3.11)
     import re._parser as _sre
@@ -67,7 +69,7 @@ class GrammarError(ValueError):
     """A schema the compiler cannot turn into a grammar; .field names where (a dotted schema
     path, None for the whole schema) and the message names the keyword."""
 
-    def __init__(self, message: str, field: str | None = None):
+    def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
@@ -78,24 +80,27 @@ class GrammarError(ValueError):
 # | ("utf8", [byte-range sequences]) (one character of a class)
 # | ("rep", n, min, max|None) | ("list", item, sep, min, max|None) | ("members", [(key, n, required)])
 
-EPS = ("seq", [])
-NOTHING = ("alt", [])
+Node = tuple[Any, ...]  # one of the shapes above
+Edge = tuple[int, int, int]  # (lo byte, hi byte, target state)
+
+EPS: Node = ("seq", [])
+NOTHING: Node = ("alt", [])
 WS = ("rep", ("lit", b" "), 0, 1)
 
 
-def lit(text: str | bytes) -> tuple:
+def lit(text: str | bytes) -> Node:
     return ("lit", text.encode() if isinstance(text, str) else text)
 
 
-def seq(*nodes) -> tuple:
+def seq(*nodes: Node) -> Node:
     return ("seq", list(nodes))
 
 
-def alt(*nodes) -> tuple:
+def alt(*nodes: Node) -> Node:
     return ("alt", list(nodes))
 
 
-def _utf8_split(lo: int, hi: int):
+def _utf8_split(lo: int, hi: int) -> Iterator[list[tuple[int, int]]]:
     """Byte-range sequences whose union encodes exactly the code points lo..hi (one UTF-8 length)."""
     n = len(chr(lo).encode())
     for i in range(1, n):
@@ -113,8 +118,8 @@ def _utf8_split(lo: int, hi: int):
     yield [(a[k], b[k]) for k in range(n)]
 
 
-def _normalise(ranges) -> list[tuple[int, int]]:
-    out = []
+def _normalise(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
     for lo, hi in sorted(ranges):
         if out and lo <= out[-1][1] + 1:
             out[-1] = (out[-1][0], max(out[-1][1], hi))
@@ -123,7 +128,7 @@ def _normalise(ranges) -> list[tuple[int, int]]:
     return out
 
 
-def _minus(ranges, cut) -> list[tuple[int, int]]:
+def _minus(ranges: Iterable[tuple[int, int]], cut: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     out = []
     for lo, hi in _normalise(ranges):
         for clo, chi in _normalise(cut):
@@ -139,9 +144,9 @@ def _minus(ranges, cut) -> list[tuple[int, int]]:
     return out
 
 
-def utf8_chars(ranges) -> tuple:
+def utf8_chars(ranges: Iterable[tuple[int, int]]) -> Node:
     """Code point ranges (surrogates dropped) -> ("utf8", their UTF-8 byte-range sequences)."""
-    seqs = []
+    seqs: list[tuple[tuple[int, int], ...]] = []
     for lo, hi in _minus(ranges, [(0xD800, 0xDFFF)]):
         for a, b in ((lo, min(hi, 0x7F)), (max(lo, 0x80), min(hi, 0x7FF)),
                      (max(lo, 0x800), min(hi, 0xFFFF)), (max(lo, 0x10000), hi)):
@@ -174,7 +179,7 @@ COUNTED_CHAR = alt(utf8_chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)]),
                                            (0x6E, 0x6E), (0x72, 0x72), (0x74, 0x74)])))
 
 
-def json_chars(ranges) -> tuple:
+def json_chars(ranges: Iterable[tuple[int, int]]) -> Node:
     """The JSON-encoded forms of a set of decoded characters (for `pattern`, `format`)."""
     ranges = _normalise(ranges)
     raw = _minus(ranges, [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
@@ -189,7 +194,7 @@ def json_chars(ranges) -> tuple:
 # --- NFA, DFA, minimisation, wire ---------------------------------------------------------------
 
 class _NFA:
-    def __init__(self):
+    def __init__(self) -> None:
         self.edges: list[list[tuple[int, int, int]]] = []
         self.eps: list[list[int]] = []
 
@@ -200,7 +205,7 @@ class _NFA:
         self.eps.append([])
         return len(self.edges) - 1
 
-    def build(self, node, s: int) -> int:
+    def build(self, node: Node, s: int) -> int:
         """Adds node from state s; returns its end state."""
         kind = node[0]
         if kind == "lit":
@@ -263,7 +268,7 @@ class _NFA:
             return self._members(node[1], s)
         raise AssertionError(kind)
 
-    def _members(self, members, s: int) -> int:
+    def _members(self, members: list[tuple[str, Node, bool]], s: int) -> int:
         """Properties in order, each once, commas between those present: `a` = nothing written
         yet, `b` = something written; one copy of each value (reached from a, or from b by a
         comma)."""
@@ -287,7 +292,7 @@ class _NFA:
             self.eps[b].append(end)
         return end
 
-    def closure(self, states) -> frozenset:
+    def closure(self, states: Iterable[int]) -> frozenset[int]:
         seen, todo = set(states), list(states)
         while todo:
             for t in self.eps[todo.pop()]:
@@ -297,11 +302,11 @@ class _NFA:
         return frozenset(seen)
 
 
-def _determinise(nfa: _NFA, start: int, final: int):
+def _determinise(nfa: _NFA, start: int, final: int) -> tuple[list[bool], list[list[Edge]]]:
     """-> (accepting flags, [[(lo, hi, target)]]) of the reachable DFA, state 0 = start."""
     first = nfa.closure([start])
     index, order, trans = {first: 0}, [first], []
-    closures = {}
+    closures: dict[frozenset[int], frozenset[int]] = {}
     i = 0
     while i < len(order):
         cur = order[i]
@@ -309,11 +314,11 @@ def _determinise(nfa: _NFA, start: int, final: int):
         edges = [e for s in cur for e in nfa.edges[s]]
         cuts = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
         at = {c: k for k, c in enumerate(cuts)}
-        segments = [set() for _ in cuts]
+        segments: list[set[int]] = [set() for _ in cuts]
         for lo, hi, t in edges:
             for k in range(at[lo], at[hi + 1]):
                 segments[k].add(t)
-        out = []
+        out: list[Edge] = []
         for lo, nxt, targets in zip(cuts, cuts[1:], segments):
             if not targets:
                 continue
@@ -335,12 +340,12 @@ def _determinise(nfa: _NFA, start: int, final: int):
     return [final in st for st in order], trans
 
 
-def _trim_and_minimise(accept, trans):
+def _trim_and_minimise(accept: list[bool], trans: list[list[Edge]]) -> list[tuple[bool, list[Edge]]]:
     """Drops states that reach no accepting state, then merges equivalent ones (Moore), unless
     that takes more rounds than MOORE_ROUNDS / MOORE_WORK allow (each is a pass over the DFA); the subset
     construction's DFA is correct either way, only bigger."""
     n = len(accept)
-    back = [[] for _ in range(n)]
+    back: list[list[int]] = [[] for _ in range(n)]
     for q, out in enumerate(trans):
         for _, _, t in out:
             back[t].append(q)
@@ -355,12 +360,13 @@ def _trim_and_minimise(accept, trans):
     trans = [[e for e in trans[q] if e[2] in live] if q in live else [] for q in range(n)]
     cls = [int(accept[q]) if q in live else -1 for q in range(n)]
     for _ in range(max(4, min(MOORE_ROUNDS, MOORE_WORK // max(1, len(live))))):
-        sig, new = {}, []
+        sig: dict[tuple[int, tuple[Edge, ...]], int] = {}
+        new: list[int] = []
         for q in range(n):
             if cls[q] < 0:
                 new.append(-1)
                 continue
-            merged = []
+            merged: list[Edge] = []
             for lo, hi, t in trans[q]:
                 if merged and merged[-1][2] == cls[t] and merged[-1][1] == lo - 1:
                     merged[-1] = (merged[-1][0], hi, cls[t])
@@ -375,7 +381,7 @@ def _trim_and_minimise(accept, trans):
         cls = [q if q in live else -1 for q in range(n)]
     # renumber: the start's class first, in breadth-first order
     order, seen = [cls[0]], {cls[0]}
-    rep = {}
+    rep: dict[int, int] = {}
     for q in range(n):
         if cls[q] >= 0:
             rep.setdefault(cls[q], q)
@@ -401,7 +407,7 @@ def _trim_and_minimise(accept, trans):
     return states
 
 
-def compile_node(node) -> bytes:
+def compile_node(node: Node) -> bytes:
     """AST -> CGD1 wire bytes (native/src/grammar.h)."""
     nfa = _NFA()
     start = nfa.state()
@@ -419,7 +425,7 @@ def compile_node(node) -> bytes:
     return wire
 
 
-def dfa_of(wire: bytes):
+def dfa_of(wire: bytes) -> tuple[int, list[bool], list[list[tuple[int, ...]]]]:
     """CGD1 bytes -> (start, accepting flags, [[(lo, hi, target)]]): the reference reader (tests)."""
     n, start = struct.unpack_from("<II", wire, 4)
     at, accept, trans = 12, [], []
@@ -444,12 +450,12 @@ NUMBER = seq(INTEGER, ("rep", FRACTION, 0, 1), ("rep", EXPONENT, 0, 1))
 STRING = seq(lit('"'), ("rep", ANY_CHAR, 0, None), lit('"'))
 
 
-def _container(kind: str, item, lo: int = 0, hi: int | None = None):
+def _container(kind: str, item: Node, lo: int = 0, hi: int | None = None) -> Node:
     opening, closing = ("{", "}") if kind == "object" else ("[", "]")
     return seq(lit(opening), WS, ("list", item, seq(WS, lit(","), WS), lo, hi), WS, lit(closing))
 
 
-def any_value(depth: int = ANY_DEPTH):
+def any_value(depth: int = ANY_DEPTH) -> Node:
     """Any JSON value with containers nested at most `depth` deep."""
     scalars = [STRING, NUMBER, lit("true"), lit("false"), lit("null")]
     if depth <= 0:
@@ -466,7 +472,7 @@ def grammar_for_json_object() -> bytes:
 
 # --- integers in a range -------------------------------------------------------------------------
 
-def _digits_range(a: str, b: str):
+def _digits_range(a: str, b: str) -> Node:
     """Same-length decimal strings a <= b -> the AST of every digit string between them."""
     if not a:
         return EPS
@@ -482,7 +488,7 @@ def _digits_range(a: str, b: str):
     return alt(*parts)
 
 
-def _nonneg_range(lo: int, hi: int | None):
+def _nonneg_range(lo: int, hi: int | None) -> Node:
     """Decimal forms (no leading zeros) of lo..hi, hi None = unbounded; lo >= 0."""
     parts = []
     if lo == 0:
@@ -504,7 +510,7 @@ def _nonneg_range(lo: int, hi: int | None):
 MAX_BOUND = 2**63  # integer bounds past int64 are refused: their digit automata grow with the digits
 
 
-def int_range(lo: int | None, hi: int | None):
+def int_range(lo: int | None, hi: int | None) -> Node:
     if lo is not None and hi is not None and lo > hi:
         return NOTHING
     parts = []
@@ -527,7 +533,7 @@ CATEGORIES = {  # ASCII forms; negations are taken inside ASCII, a subset of Pyt
 }
 
 
-def _category(name: str):
+def _category(name: str) -> list[tuple[int, int]]:
     name = str(name)
     if name in CATEGORIES:
         return CATEGORIES[name]
@@ -537,7 +543,7 @@ def _category(name: str):
     raise GrammarError(f"pattern: the class {name} is not supported")
 
 
-def _class(items):
+def _class(items: Iterable[tuple[Any, Any]]) -> list[tuple[int, int]]:
     ranges, negate = [], False
     for op, av in items:
         op = str(op)
@@ -554,7 +560,7 @@ def _class(items):
     return _minus([(0, 0x7F)], ranges) if negate else _normalise(ranges)
 
 
-def _pattern_nodes(parsed, field: str):
+def _pattern_nodes(parsed: Iterable[tuple[Any, Any]], field: str) -> list[Node]:
     out = []
     for op, av in parsed:
         op = str(op)
@@ -586,7 +592,7 @@ def _pattern_nodes(parsed, field: str):
     return out
 
 
-def pattern_string(pattern: str, field: str):
+def pattern_string(pattern: str, field: str) -> Node:
     """The JSON strings whose decoded value contains a match of `pattern` (re.search semantics)."""
     try:
         parsed = list(_sre.parse(pattern))
@@ -626,16 +632,16 @@ GENERAL = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"}
 KNOWN = set().union(*TYPE_KEYWORDS.values()) | GENERAL | ANNOTATIONS
 
 
-def _join(path: str, key) -> str:
+def _join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
 class _Compiler:
-    def __init__(self, root: dict):
+    def __init__(self, root: dict) -> None:
         self.root = root
         self.active: dict[str, int] = {}   # $ref -> expansions on the current path
 
-    def value(self, schema, path: str):
+    def value(self, schema: object, path: str) -> Node:
         if schema is True or schema == {}:
             return any_value()
         if schema is False:
@@ -670,14 +676,14 @@ class _Compiler:
                                _join(path, "type"))
         return alt(*(getattr(self, "t_" + t)(schema, path) for t in types))
 
-    def literals(self, values, path: str):
+    def literals(self, values: Iterable[object], path: str) -> Node:
         try:
             return alt(*(lit(json.dumps(v, ensure_ascii=False, separators=(", ", ": "), allow_nan=False))
                          for v in values))
         except (TypeError, ValueError):
             raise GrammarError("enum/const values must be JSON", path or None) from None
 
-    def combination(self, schema, key: str, path: str):
+    def combination(self, schema: dict, key: str, path: str) -> Node:
         branches = schema[key]
         if not isinstance(branches, list) or not branches:
             raise GrammarError(f"{key} must be a non-empty array", path)
@@ -690,7 +696,7 @@ class _Compiler:
             branches = [{**rest, **b} if isinstance(b, dict) else b for b in branches]
         return alt(*(self.value(b, _join(path, i)) for i, b in enumerate(branches)))
 
-    def ref(self, ref, path: str):
+    def ref(self, ref: object, path: str) -> Node:
         if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
             raise GrammarError("only local $ref (#/...) is supported", path)
         target = self.root
@@ -708,17 +714,23 @@ class _Compiler:
         finally:
             self.active[ref] = depth
 
-    def _count(self, schema, key: str, path: str, default=None):
-        v = schema.get(key, default)
-        if v is None:
-            return None
+    @overload
+    def _count(self, schema: dict, key: str, path: str, default: int) -> int: ...
+
+    @overload
+    def _count(self, schema: dict, key: str, path: str, default: None = None) -> int | None: ...
+
+    def _count(self, schema: dict, key: str, path: str, default: int | None = None) -> int | None:
+        if key not in schema:
+            return default
+        v = schema[key]  # null too is refused here, naming the keyword (it was a TypeError further on)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise GrammarError(f"{key} must be a non-negative integer", _join(path, key))
         if v > MAX_COUNT:
             raise GrammarError(f"{key} above {MAX_COUNT} is not supported", _join(path, key))
         return v
 
-    def t_string(self, schema, path: str):
+    def t_string(self, schema: dict, path: str) -> Node:
         lo, hi = self._count(schema, "minLength", path, 0), self._count(schema, "maxLength", path)
         if "pattern" in schema or "format" in schema:
             if "minLength" in schema or "maxLength" in schema:
@@ -739,7 +751,7 @@ class _Compiler:
             return STRING
         return seq(lit('"'), ("rep", COUNTED_CHAR, lo, hi), lit('"'))
 
-    def _bound(self, schema, key: str, path: str):
+    def _bound(self, schema: dict, key: str, path: str) -> int | float | None:
         v = schema.get(key)
         if v is None:
             return None
@@ -749,7 +761,7 @@ class _Compiler:
             raise GrammarError(f"{key} must be within ±2^63", _join(path, key))
         return v
 
-    def t_integer(self, schema, path: str):
+    def t_integer(self, schema: dict, path: str) -> Node:
         lo, hi = self._bound(schema, "minimum", path), self._bound(schema, "maximum", path)
         xlo, xhi = self._bound(schema, "exclusiveMinimum", path), self._bound(schema, "exclusiveMaximum", path)
         lows = [math.ceil(lo)] if lo is not None else []
@@ -762,7 +774,7 @@ class _Compiler:
             return INTEGER
         return int_range(max(lows) if lows else None, min(highs) if highs else None)
 
-    def t_number(self, schema, path: str):
+    def t_number(self, schema: dict, path: str) -> Node:
         for key in ("maximum", "exclusiveMinimum", "exclusiveMaximum"):
             if key in schema:
                 raise GrammarError(f"{key} on a number is not supported (integers take bounds)", _join(path, key))
@@ -773,13 +785,13 @@ class _Compiler:
             raise GrammarError("minimum on a number is supported only as 0", _join(path, "minimum"))
         return seq(NONNEG_INT, ("rep", FRACTION, 0, 1), ("rep", EXPONENT, 0, 1))
 
-    def t_boolean(self, schema, path: str):
+    def t_boolean(self, schema: dict, path: str) -> Node:
         return alt(lit("true"), lit("false"))
 
-    def t_null(self, schema, path: str):
+    def t_null(self, schema: dict, path: str) -> Node:
         return lit("null")
 
-    def t_object(self, schema, path: str):
+    def t_object(self, schema: dict, path: str) -> Node:
         props = schema.get("properties") or {}
         if not isinstance(props, dict):
             raise GrammarError("properties must be an object", _join(path, "properties"))
@@ -808,7 +820,7 @@ class _Compiler:
                 raise GrammarError(f"required property {name!r} allows no value", _join(path, "properties"))
         return seq(lit("{"), WS, ("members", members), WS, lit("}"))
 
-    def t_array(self, schema, path: str):
+    def t_array(self, schema: dict, path: str) -> Node:
         lo, hi = self._count(schema, "minItems", path, 0), self._count(schema, "maxItems", path)
         prefix = schema.get("prefixItems")
         items = schema.get("items", True)
@@ -833,7 +845,7 @@ class _Compiler:
         return _container("array", item, lo, hi)
 
 
-def grammar_for_schema(schema: dict) -> bytes:
+def grammar_for_schema(schema: dict | bool) -> bytes:
     """A JSON Schema -> CGD1 wire bytes; GrammarError names the keyword and where it is.
     Clients send the same schema again and again: the last SCHEMA_CACHE compilations are kept."""
     if not isinstance(schema, (dict, bool)):

@@ -29,6 +29,8 @@ EXTENSION_DEFAULTS = {"seed": None, "experts": None, "routes": False, "heat": Tr
 GRAMMAR_FORMAT = "CGD1"  # the grammar wire format our engine announces (MODEL "grammar")
 GRAMMAR_REFUSAL = ("constrained decoding is not supported by this engine (structured output needs an engine "
                    "that announces the CGD1 grammar extension)")
+# The job of a submit refused before its job could be read (BAD_REQUEST): it never runs.
+UNREAD_JOB = GenerationRequest(prompt="", max_tokens=1)
 
 
 @dataclass
@@ -64,9 +66,11 @@ class Request:
     position: int | None = None
 
 
-def parse_job(raw: dict | None, model_info: dict | None = None) -> GenerationRequest:
+def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:
     """The submit's `job` as a GenerationRequest; p.SubmitError (a ValueError) naming the field
     for one the engine would refuse, TypeError for unknown shapes."""
+    if raw is not None and not isinstance(raw, dict):  # was an AttributeError, past the BAD_REQUEST answer
+        raise TypeError("job must be an object")
     job = GenerationRequest(**{k: v for k, v in (raw or {}).items() if k in JOB_FIELDS})
     if not isinstance(job.prompt, str) or not job.prompt:
         raise p.SubmitError("prompt must be a non-empty string")

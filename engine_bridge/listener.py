@@ -68,7 +68,7 @@ class Listener:
                 await asyncio.sleep(0.2)
                 continue
             for message in messages:
-                queue = self.queues.get(message.get("req"))
+                queue = self.queues.get(message.get("req", ""))
                 if queue is not None:
                     queue.put_nowait(message)
 

@@ -22,6 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 import redis.asyncio
@@ -67,7 +68,7 @@ def get_boot(bridge: str | None = None) -> str | None:
         raw = transport.process_client("liveness", socket_timeout=2).get(alive_key(bridge))
     except (redis.RedisError, OSError):
         return None
-    return boot_from(raw)
+    return boot_from(cast(bytes | None, raw))  # redis-py annotates get as `Awaitable | Any`
 
 
 @dataclass
@@ -93,7 +94,9 @@ async def ahealth_facts(bridge: str | None = None) -> HealthFacts | None:
     try:
         async with asyncio.timeout(2 * HEALTH_TIMEOUT_S):  # connect + read: 0.8 s at most
             async with client.pipeline(transaction=False) as pipe:
-                pipe.get(transport.bridge_key(bridge, "state")).get(alive_key(bridge)).pttl(alive_key(bridge))
+                # redis-py annotates a pipeline's commands as the client's (`Awaitable | Any`); they return it
+                pipe.get(transport.bridge_key(bridge, "state")).get(alive_key(bridge)).pttl(  # type: ignore[union-attr]
+                    alive_key(bridge))
                 state_raw, raw_boot, pttl = await pipe.execute()
     except (redis.RedisError, OSError, TimeoutError):
         return None

@@ -6,6 +6,7 @@ byte-identical to the prompt + output of turn N and the engine keeps its KV pref
 """
 import json
 from datetime import datetime
+from typing import Any, NoReturn
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -23,11 +24,11 @@ class TemplateError(Exception):
     """The chat template refused the messages (raise_exception) or failed to render."""
 
 
-def _raise_exception(message):
+def _raise_exception(message: str) -> NoReturn:
     raise TemplateError(message)
 
 
-def _tojson(value, indent=None, ensure_ascii=False, sort_keys=False):
+def _tojson(value: object, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
     # Hugging Face templates expect json.dumps semantics, not jinja's HTML-escaping tojson.
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
 
@@ -39,7 +40,7 @@ _env.globals["raise_exception"] = _raise_exception
 _env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
 
 
-def template_source():
+def template_source() -> tuple[str, str, str]:
     """(template, bos_token, eos_token) for the served model (engine_bridge.served: the MODEL
     line's, else settings.CHAT_TEMPLATE, else ChatML)."""
     from engine_bridge.served import served_model_get
@@ -51,8 +52,9 @@ def template_source():
 _compiled: dict[str, jinja2.Template] = {}
 
 
-def render_prompt(messages, *, add_generation_prompt=True, template=None, bos_token=None, eos_token=None,
-                  extra=None):
+def render_prompt(messages: list[dict[str, Any]], *, add_generation_prompt: bool = True, template: str | None = None,
+                  bos_token: str | None = None, eos_token: str | None = None,
+                  extra: dict[str, Any] | None = None) -> str:
     """messages: [{"role", "content"}] -> prompt string. Raises TemplateError. `extra`: more
     template variables (`tools`, from engine_bridge.toolsyntax.prepare)."""
     if template is None:

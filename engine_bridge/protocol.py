@@ -12,7 +12,9 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from decimal import Decimal
+from typing import Any
 
 from engine_bridge import sampling
 
@@ -23,7 +25,7 @@ MAX_LINE = 16 * 1024 * 1024
 MAX_FRAME = 16 * 1024 * 1024
 MAX_PAYLOAD = 16 * 1024 * 1024
 MAX_GRAMMAR = 1024 * 1024  # the 7th field's bytes (mux-protocol.md §3.1)
-_warned_kinds = set()
+_warned_kinds: set[str] = set()
 
 
 class ProtocolError(Exception):
@@ -172,7 +174,7 @@ class IoStat:
     prefetch_issued: int   # lookahead reads issued
     prefetch_used: int     # of those, later used
 
-    def figures(self):
+    def figures(self) -> dict[str, Any]:
         """The turn's I/O as the site shows it (telemetry `iostat`, done `io`, /v1/stats `io`):
         the raw counts plus per-token bytes and stall, hit % and prefetch accuracy (None where the
         denominator is 0)."""
@@ -209,7 +211,7 @@ class Error:
     limit: int | None = None   # CONTEXT_EXCEEDED only
 
     @property
-    def message(self):
+    def message(self) -> str:
         return " ".join([self.code, *self.args])
 
 
@@ -234,7 +236,7 @@ PERF_FIELDS = ["dt", "t_edisk", "t_ewait", "t_emm", "t_attn", "t_kvb", "t_head"]
 
 # --- helpers ---------------------------------------------------------------------------------
 
-def _int(tok, lo=None):
+def _int(tok: str, lo: int | None = None) -> int:
     try:
         value = int(tok)
     except ValueError:
@@ -244,7 +246,7 @@ def _int(tok, lo=None):
     return value
 
 
-def _float(tok):
+def _float(tok: str) -> float:
     try:
         value = float(tok)
     except ValueError:
@@ -254,19 +256,19 @@ def _float(tok):
     return value
 
 
-def _need(toks, n, kind):
+def _need(toks: list[str], n: int, kind: str) -> None:
     if len(toks) < n:
         raise ProtocolError(f"{kind}: expected at least {n - 1} fields, got {len(toks) - 1}")
 
 
-def _hex(tok, nbytes, kind):
+def _hex(tok: str, nbytes: int, kind: str) -> str:
     if len(tok) != 2 * nbytes or not re.fullmatch(r"[0-9a-fA-F]*", tok):
         raise ProtocolError(f"{kind}: expected {nbytes} hex bytes")
     return tok.lower()
 
 
-def _kv(tokens):
-    out = {}
+def _kv(tokens: Iterable[str]) -> dict[str, int | str]:
+    out: dict[str, int | str] = {}
     for tok in tokens:
         key, sep, value = tok.partition("=")
         if not sep:
@@ -278,18 +280,18 @@ def _kv(tokens):
     return out
 
 
-def emap_cells(hex_str):
+def emap_cells(hex_str: str) -> list[tuple[int, int]]:
     """EMAP bytes as (tier, heat) pairs, row-major: tier = byte >> 6, heat = byte & 63."""
     return [(b >> 6, b & 63) for b in bytes.fromhex(hex_str)]
 
 
-def hit_bit(hex_str, index):
+def hit_bit(hex_str: str, index: int) -> bool:
     """True when expert `index` (row * cols + col) is set in a HITS bitmap (LSB-first per byte)."""
     data = bytes.fromhex(hex_str)
     return bool(data[index >> 3] & (1 << (index & 7)))
 
 
-def hit_indices(hex_str, count=None):
+def hit_indices(hex_str: str, count: int | None = None) -> list[int]:
     """Indices of the set bits of a HITS bitmap, LSB-first within each byte."""
     data = bytes.fromhex(hex_str)
     total = len(data) * 8 if count is None else count
@@ -298,13 +300,13 @@ def hit_indices(hex_str, count=None):
 
 # --- line parsers (one per kind); each gets the tokens of the line -----------------------------
 
-def _stat(toks, line):
+def _stat(toks: list[str], line: str) -> Stat:
     if len(toks) - 1 not in (4, 6):
         raise ProtocolError("STAT: expected 4 or 6 values")
     return Stat([_float(t) for t in toks[1:]])
 
 
-def _hwinfo(toks, line):
+def _hwinfo(toks: list[str], line: str) -> HwInfo:
     m = re.match(r"HWINFO\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)(?:\s(.*))?$", line)
     if not m:
         raise ProtocolError("HWINFO: expected 5 numbers and a name")
@@ -313,24 +315,24 @@ def _hwinfo(toks, line):
                   _float(m.group(5)), cpu.strip(), gpu.strip())
 
 
-def _tiers(toks, line):
+def _tiers(toks: list[str], line: str) -> Tiers:
     _need(toks, 6, "TIERS")
     return Tiers(_int(toks[1]), _int(toks[2]), _int(toks[3]), _float(toks[4]), _float(toks[5]))
 
 
-def _emap(toks, line):
+def _emap(toks: list[str], line: str) -> Emap:
     _need(toks, 4, "EMAP")
     rows, cols = _int(toks[1], 0), _int(toks[2], 0)
     return Emap(rows, cols, _hex(toks[3], rows * cols, "EMAP"))
 
 
-def _hits(toks, line):
+def _hits(toks: list[str], line: str) -> Hits:
     _need(toks, 4, "HITS")
     rows, cols = _int(toks[1], 0), _int(toks[2], 0)
     return Hits(rows, cols, _hex(toks[3], (rows * cols + 7) // 8, "HITS"))
 
 
-def _gpus(toks, line):
+def _gpus(toks: list[str], line: str) -> Gpus:
     _need(toks, 2, "GPUS")
     n = _int(toks[1], 0)
     if len(toks) != 2 + 3 * n:
@@ -339,7 +341,7 @@ def _gpus(toks, line):
                   "experts": _int(toks[4 + 3 * i])} for i in range(n)])
 
 
-def _model(toks, line):
+def _model(toks: list[str], line: str) -> Model:
     try:
         info = json.loads(line[len("MODEL"):].strip())
     except ValueError:
@@ -349,12 +351,12 @@ def _model(toks, line):
     return Model(info)
 
 
-def _accept(toks, line):
+def _accept(toks: list[str], line: str) -> Accept:
     _need(toks, 3, "ACCEPT")
     return Accept(_int(toks[1], 1), _int(toks[2], 0), _kv(toks[3:]))
 
 
-def _topk(toks, line):
+def _topk(toks: list[str], line: str) -> TopK:
     _need(toks, 3, "TOPK")
     k = _int(toks[2], 0)
     if len(toks) != 3 + 2 * k:
@@ -369,12 +371,12 @@ def _topk(toks, line):
     return TopK(_int(toks[1], 1), cands)
 
 
-def _perf(toks, line):
+def _perf(toks: list[str], line: str) -> Perf:
     _need(toks, 3, "PERF")
     return Perf(_int(toks[1], 1), dict(zip(PERF_FIELDS, (_float(t) for t in toks[2:]))))
 
 
-def _prof(toks, line):
+def _prof(toks: list[str], line: str) -> Prof:
     _need(toks, 10, "PROF")
     values = dict(zip(PROF_FIELDS, (_float(t) for t in toks[1:])))
     for key in ("prompt_tokens", "completion_tokens", "forwards"):
@@ -382,11 +384,11 @@ def _prof(toks, line):
     return Prof(values)
 
 
-def _entropy(toks, line):
+def _entropy(toks: list[str], line: str) -> Entropy:
     return Entropy([_float(t) for t in toks[1:]])
 
 
-def _routes(toks, line):
+def _routes(toks: list[str], line: str) -> Routes:
     _need(toks, 4, "ROUTES")
     rid, rows, cols = _int(toks[1], 1), _int(toks[2], 0), _int(toks[3], 0)
     counts = []
@@ -401,12 +403,12 @@ def _routes(toks, line):
     return Routes(rid, rows, cols, counts)
 
 
-def _repin(toks, line):
+def _repin(toks: list[str], line: str) -> Repin:
     _need(toks, 5, "REPIN")
     return Repin(*(_int(t) for t in toks[1:5]))
 
 
-def _iostat(toks, line):
+def _iostat(toks: list[str], line: str) -> IoStat:
     _need(toks, 10, "IOSTAT")
     rid, tokens, disk, ideal, hits, acq = _int(toks[1], 1), *(_int(t, 0) for t in toks[2:7])
     stall = _float(toks[7])
@@ -416,7 +418,7 @@ def _iostat(toks, line):
     return IoStat(rid, tokens, disk, ideal, hits, acq, stall, issued, used)
 
 
-def _done(toks, line):
+def _done(toks: list[str], line: str) -> Done:
     _need(toks, 9, "DONE")
     if toks[2] != "STAT":
         raise ProtocolError("DONE: expected STAT")
@@ -424,20 +426,25 @@ def _done(toks, line):
                 _float(toks[6]), _int(toks[7], 0), toks[8] == "1")
 
 
-def _error(toks, line):
+def _error(toks: list[str], line: str) -> Error:
     _need(toks, 3, "ERROR")
     err = Error(_int(toks[1], 0), toks[2], toks[3:])
     if err.code == "CONTEXT_EXCEEDED":
         kv = _kv(err.args)
         nums = [int(t) for t in err.args if t.lstrip("-").isdigit()]
         if "prompt_tokens" in kv or "capacity" in kv:   # Kimi-style key=value form
-            err.n, err.limit = kv.get("prompt_tokens"), kv.get("capacity", kv.get("limit"))
+            n, limit = kv.get("prompt_tokens"), kv.get("capacity", kv.get("limit"))
+            # a value that is no integer is no count (it went into n / limit as a str)
+            err.n, err.limit = (n if isinstance(n, int) else None), (limit if isinstance(limit, int) else None)
         elif len(nums) >= 2:                             # GLM positional form: n limit
             err.n, err.limit = nums[0], nums[1]
     return err
 
 
-LINE_KINDS = {
+Event = (Banner | Ready | Stat | Caps | HwInfo | Tiers | Emap | Hits | Gpus | GpuDetail | Model | Accept | Data
+         | TopK | Perf | Prof | Entropy | Routes | Repin | IoStat | Done | Error | Tool | Echo)
+
+LINE_KINDS: dict[str, Callable[[list[str], str], Event]] = {
     "STAT": _stat, "CAPS": lambda t, l: Caps(_kv(t[1:])), "HWINFO": _hwinfo, "TIERS": _tiers,
     "EMAP": _emap, "HITS": _hits, "GPUS": _gpus, "GPUDETAIL": lambda t, l: GpuDetail(),
     "MODEL": _model, "ACCEPT": _accept, "TOPK": _topk, "PERF": _perf, "PROF": _prof,
@@ -446,7 +453,7 @@ LINE_KINDS = {
 FRAME_KINDS = {"DATA", "TOOL", "ECHO"}
 
 
-def parse_line(line):
+def parse_line(line: str) -> Event | None:
     """One protocol line (str, no '\\n') -> event; None for unknown kinds."""
     toks = line.split()
     if not toks:
@@ -461,7 +468,7 @@ def parse_line(line):
     return parser(toks, line)
 
 
-def _hex_bytes(tok):
+def _hex_bytes(tok: str) -> bytes:
     if tok == "-":
         return b""
     try:
@@ -470,7 +477,7 @@ def _hex_bytes(tok):
         raise ProtocolError(f"bad hex token bytes {tok[:40]!r}") from None
 
 
-def _frame_header(toks):
+def _frame_header(toks: list[str]) -> tuple[Data | Tool | Echo, int]:
     """DATA/TOOL/ECHO header -> (partial event, byte count)."""
     kind = toks[0]
     _need(toks, 3, kind)
@@ -496,14 +503,16 @@ def _frame_header(toks):
 class Parser:
     """Push parser: feed() raw stdout bytes in chunks of any size, get complete events back."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buf = bytearray()
         self.ready = False
-        self.pending = None  # (event, byte count) while a frame payload is incomplete
+        # (event, byte count) while a frame payload is incomplete
+        self.pending: tuple[Data | Tool | Echo, int] | None = None
 
-    def feed(self, chunk):
+    def feed(self, chunk: bytes) -> list[Event]:
         self.buf += chunk
-        buf, pos, events = self.buf, 0, []
+        buf, pos = self.buf, 0
+        events: list[Event] = []
         try:
             while True:
                 if self.pending is not None:
@@ -525,14 +534,14 @@ class Parser:
                     break
                 raw = bytes(buf[pos:end]).rstrip(b"\r")
                 pos = end + 1
-                event = self._line(raw)
-                if event is not None:
-                    events.append(event)
+                line_event = self._line(raw)
+                if line_event is not None:
+                    events.append(line_event)
         finally:
             del buf[:pos]  # once per chunk: consumed lines are not moved one by one
         return events
 
-    def _line(self, raw):
+    def _line(self, raw: bytes) -> Event | None:
         if not self.ready:
             if raw == READY_LINE:
                 self.ready = True
@@ -548,12 +557,14 @@ class Parser:
 
 # --- commands ----------------------------------------------------------------------------------
 
-def encodable(text):
+def encodable(text: object) -> bool:
     """True when text can go on the wire as UTF-8: a str without lone surrogates (JSON parsers
     accept those; the engine, the database and every encoder after them do not)."""
+    if not isinstance(text, str):
+        return False
     try:
         text.encode("utf-8")
-    except (UnicodeEncodeError, AttributeError):
+    except UnicodeEncodeError:
         return False
     return True
 
@@ -561,7 +572,7 @@ def encodable(text):
 NUL_REFUSAL = "contains a NUL character (U+0000), which this server does not accept in text"
 
 
-def has_nul(text):
+def has_nul(text: object) -> bool:
     """True when a client's text holds U+0000: PostgreSQL text and jsonb cannot store it and the
     engine refuses it in a prompt, so every surface refuses it up front with NUL_REFUSAL naming the
     field (one rule everywhere: websocket frames, every /v1 body, titles and key names), never a
@@ -569,7 +580,7 @@ def has_nul(text):
     return isinstance(text, str) and "\x00" in text
 
 
-def format_number(value):
+def format_number(value: float) -> str:
     """Shortest decimal form without exponent: 0.7 -> '0.7', 1.0 -> '1', 1e-05 -> '0.00001'."""
     text = format(Decimal(repr(float(value))), "f")
     if "." in text:
@@ -580,8 +591,11 @@ def format_number(value):
 MAX_LOGPROBS = 32  # the engine's logprobs=k bound
 
 
-def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slots, seed=None, experts=None,
-                  routes=False, heat=True, top_k=None, logprobs=0, grammar=None):
+def format_submit(req_id: int, slot: int, payload: str | bytes, max_tokens: int, temperature: float | None,
+                  top_p: float | None, *,
+                  slots: int, seed: int | None = None, experts: int | None = None, routes: bool = False,
+                  heat: bool = True, top_k: int | None = None, logprobs: int = 0,
+                  grammar: bytes | None = None) -> bytes:
     """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse.
 
     `seed`, `experts`, `routes`, `heat`, `top_k` and `logprobs` become key=value fields
@@ -646,15 +660,15 @@ def format_submit(req_id, slot, payload, max_tokens, temperature, top_p, *, slot
     return header.encode("ascii") + bytes(payload) + gbytes + b"\n"
 
 
-def _simple(verb, req_id):
+def _simple(verb: str, req_id: int) -> bytes:
     if not isinstance(req_id, int) or req_id < 1:
         raise SubmitError("id must be >= 1")
     return f"{verb} {req_id}\n".encode("ascii")
 
 
-def format_stop(req_id):
+def format_stop(req_id: int) -> bytes:
     return _simple("STOP", req_id)
 
 
-def format_cancel(req_id):
+def format_cancel(req_id: int) -> bytes:
     return _simple("CANCEL", req_id)

@@ -29,6 +29,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import redis
 from django.conf import settings
@@ -196,7 +197,7 @@ def _decode_rows(rows: list) -> list[BridgeInfo]:
     return sorted((info for info in infos if info is not None), key=lambda info: info.id)
 
 
-_snapshot: dict[str, object] = {"at": float("-inf"), "bridges": []}
+_snapshot: dict[str, Any] = {"at": float("-inf"), "bridges": []}
 
 
 def _remember(bridges: list[BridgeInfo]) -> list[BridgeInfo]:
@@ -207,17 +208,19 @@ def _remember(bridges: list[BridgeInfo]) -> list[BridgeInfo]:
 def bridges_get() -> list[BridgeInfo]:
     """The live bridges (fresh heartbeat), sorted by id; raises redis errors (callers decide)."""
     client = transport.process_client("registry", socket_timeout=2)
-    rows = client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix())
+    # redis-py annotates eval as `Awaitable | str` (engine_bridge.transport says more)
+    rows = cast(list, client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix()))
     return _remember(_decode_rows(rows))
 
 
 async def abridges_get(max_age_s: float = 0.0) -> list[BridgeInfo]:
     """bridges_get on the event loop, in one round trip; with max_age_s, a snapshot this process
     read at most that long ago may answer instead (a route right after the served-model read)."""
-    if max_age_s > 0 and time.monotonic() - float(_snapshot["at"]) <= max_age_s:  # type: ignore[arg-type]
-        return list(_snapshot["bridges"])  # type: ignore[call-overload]
+    if max_age_s > 0 and time.monotonic() - float(_snapshot["at"]) <= max_age_s:
+        return list(_snapshot["bridges"])
     client = transport.loop_client("registry", socket_timeout=2)
-    rows = await client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix())
+    # redis-py annotates asyncio commands as `Awaitable[T] | T` (engine_bridge.transport says more)
+    rows: list = await client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix())  # type: ignore[misc]
     return _remember(_decode_rows(rows))
 
 

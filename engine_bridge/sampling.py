@@ -25,12 +25,12 @@ WIRE_STEP = 10.0 ** -WIRE_DECIMALS
 class SamplingError(ValueError):
     """A client value the engine cannot take; `field` is the name the client used."""
 
-    def __init__(self, field, message):
+    def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field, self.message = field, message
 
 
-def _finite_number(value, field):
+def _finite_number(value: object, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SamplingError(field, f"{field} must be a number")
     try:
@@ -42,7 +42,7 @@ def _finite_number(value, field):
     return number
 
 
-def wire_temperature(value, field="temperature"):
+def wire_temperature(value: object, field: str = "temperature") -> float:
     number = _finite_number(value, field)
     low, high = TEMPERATURE_RANGE
     if not low <= number <= high:
@@ -50,7 +50,7 @@ def wire_temperature(value, field="temperature"):
     return round(number, WIRE_DECIMALS)
 
 
-def wire_top_p(value, field="top_p"):
+def wire_top_p(value: object, field: str = "top_p") -> float:
     number = _finite_number(value, field)
     low, high = TOP_P_RANGE
     if not low < number <= high:
@@ -58,7 +58,7 @@ def wire_top_p(value, field="top_p"):
     return max(round(number, WIRE_DECIMALS), WIRE_STEP)
 
 
-def wire_seed(value, field="seed"):
+def wire_seed(value: object, field: str = "seed") -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
@@ -66,7 +66,7 @@ def wire_seed(value, field="seed"):
     return value
 
 
-def model_defaults(model_info):
+def model_defaults(model_info: dict | None) -> tuple[float, float]:
     """(temperature, top_p) a request gets when it names neither: the served model's own
     recommendation (its GGUF's general.sampling.* keys, announced in the MODEL line's `sampling`)
     where it has one, else the product's. A recommendation the wire cannot carry is ignored."""
@@ -82,7 +82,9 @@ def model_defaults(model_info):
     return temperature, top_p
 
 
-def sampling_validate(*, temperature=None, top_p=None, seed=None, names=None, defaults=None):
+def sampling_validate(*, temperature: object = None, top_p: object = None, seed: object = None,
+                      names: dict[str, str] | None = None,
+                      defaults: tuple[float, float] | None = None) -> tuple[float, float, int | None]:
     """-> (temperature, top_p, seed) ready for the wire; None takes the default: `defaults`
     (model_defaults of the served model) or the product's.
     `names` maps a parameter to the client's own field name for the error text."""

@@ -21,7 +21,7 @@ class QueueFull(Exception):
 @dataclass
 class Slot:
     index: int
-    busy: object = None      # the req of the job running on it
+    busy: str | None = None  # the req of the job running on it
     key: str | None = None   # the conversation that owns it
     text: str = ""           # last prompt + output (approximates the engine's KV contents)
     used: int = 0            # logical clock of the last release (0 = never used)
@@ -29,14 +29,14 @@ class Slot:
 
 @dataclass
 class Job:
-    req: object
+    req: str
     prompt: str
     key: str | None = None
     priority: str = "interactive"
     order: int = field(default=0, compare=False)
 
 
-def common_prefix(a, b):
+def common_prefix(a: str, b: str) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -45,15 +45,15 @@ def common_prefix(a, b):
 
 
 class Scheduler:
-    def __init__(self, slots, queue_limit):
+    def __init__(self, slots: int, queue_limit: int) -> None:
         self.slots = [Slot(i) for i in range(slots)]
         self.queue_limit = queue_limit
-        self.queue = []
+        self.queue: list[Job] = []
         self.clock = 0
         self.arrivals = 0
         self.paused = False  # True while the engine is down: jobs wait, nothing starts
 
-    def submit(self, job):
+    def submit(self, job: Job) -> list[tuple[Job, int]]:
         """Queue the job and dispatch. Returns [(job, slot index)] to start now; QueueFull if the
         job would have to wait and the queue is already full."""
         self.arrivals += 1
@@ -66,8 +66,8 @@ class Scheduler:
             raise QueueFull()
         return started
 
-    def dispatch(self):
-        started = []
+    def dispatch(self) -> list[tuple[Job, int]]:
+        started: list[tuple[Job, int]] = []
         if self.paused:
             return started
         for job in list(self.queue):
@@ -80,7 +80,7 @@ class Scheduler:
             started.append((job, slot.index))
         return started
 
-    def pick(self, job):
+    def pick(self, job: Job) -> Slot | None:
         if job.key is not None:
             owned = [s for s in self.slots if s.key == job.key]
             if owned:
@@ -88,7 +88,8 @@ class Scheduler:
         idle = [s for s in self.slots if s.busy is None]
         if not idle:
             return None
-        best, best_len = None, 0
+        best: Slot | None = None
+        best_len = 0
         for slot in idle:
             if slot.key is None and slot.text:
                 n = common_prefix(slot.text, job.prompt)
@@ -101,7 +102,7 @@ class Scheduler:
             return fresh[0]
         return min(idle, key=lambda s: s.used)
 
-    def release(self, req, text=""):
+    def release(self, req: str, text: str = "") -> list[tuple[Job, int]]:
         """The job `req` finished (DONE, CANCELLED or engine death). Returns newly started jobs."""
         for slot in self.slots:
             if slot.busy == req:
@@ -109,7 +110,7 @@ class Scheduler:
                 slot.busy, slot.text, slot.used = None, text, self.clock
         return self.dispatch()
 
-    def remove(self, req):
+    def remove(self, req: str) -> bool:
         """Drop a waiting job (cancelled before it started). True if it was waiting."""
         for job in self.queue:
             if job.req == req:
@@ -117,19 +118,19 @@ class Scheduler:
                 return True
         return False
 
-    def positions(self):
+    def positions(self) -> dict[str, int]:
         """{req: position} of waiting jobs, 1 = next."""
         return {job.req: i + 1 for i, job in enumerate(self.queue)}
 
-    def slot_of(self, req):
+    def slot_of(self, req: str) -> int | None:
         for slot in self.slots:
             if slot.busy == req:
                 return slot.index
         return None
 
-    def reset(self):
+    def reset(self) -> None:
         """The engine restarted: its KV is gone, nothing runs. Waiting jobs stay queued."""
         self.slots = [Slot(i) for i in range(len(self.slots))]
 
-    def snapshot(self):
+    def snapshot(self) -> list[dict[str, object]]:
         return [{"slot": s.index, "busy": s.busy is not None, "key": s.key} for s in self.slots]

@@ -21,6 +21,7 @@ import asyncio
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 from django.conf import settings
 
@@ -33,18 +34,18 @@ NO_BRIDGE = {"status": "down", "updated": None, "model": None}
 _last_model: dict = {}  # the model info last read: an outage keeps its template
 
 
-def _remember(state):
+def _remember(state: dict) -> dict:
     info = (state or {}).get("model")
     if info:
         _last_model["info"] = info
     return state
 
 
-def _outage_state():
+def _outage_state() -> dict:
     return {**NO_BRIDGE, "model": _last_model.get("info")}
 
 
-def _read_state():
+def _read_state() -> dict:
     from engine_bridge import telemetry
 
     try:
@@ -53,7 +54,7 @@ def _read_state():
         return _outage_state()
 
 
-async def _aread_state():
+async def _aread_state() -> dict:
     from engine_bridge import telemetry
 
     try:
@@ -62,7 +63,7 @@ async def _aread_state():
         return _outage_state()
 
 
-async def _aread_state_and_boot():
+async def _aread_state_and_boot() -> tuple[dict, str | None]:
     from engine_bridge import telemetry
 
     try:
@@ -72,7 +73,7 @@ async def _aread_state_and_boot():
     return _remember(state), boot
 
 
-def slugify(text):
+def slugify(text: object) -> str:
     slug = re.sub(r"[^a-z0-9._-]+", "-", str(text).lower()).strip("-.")
     return re.sub(r"-{2,}", "-", slug)[:64] or "model"
 
@@ -97,11 +98,11 @@ class ServedModel:
     info: dict = field(default_factory=dict, compare=False, hash=False)  # the raw MODEL dict, for engine details
 
     @property
-    def up(self):
+    def up(self) -> bool:
         return self.status == "up"
 
 
-def _extensions(info):
+def _extensions(info: dict) -> bool:
     """Our engine describes itself (a MODEL line); facts the bridge publishes for another engine
     say `extensions: false` (jobs.started_facts)."""
     return bool(info) and info.get("extensions", True) is not False
@@ -168,6 +169,12 @@ def served_models_get() -> list[ServedModel]:
         return []
 
 
+@overload
+def served_model_get(model: None = None) -> ServedModel: ...  # the default model is always one
+@overload
+def served_model_get(model: str) -> ServedModel | None: ...
+
+
 def served_model_get(model: str | None = None) -> ServedModel | None:
     """The served model named `model` (an id or alias; None: the default model), None when live
     bridges run but none serves it; with no live bridge, the default bridge's facts, status down."""
@@ -186,6 +193,12 @@ def served_model_get(model: str | None = None) -> ServedModel | None:
         except Exception:
             return served_model_from(_outage_state())
     return None if decided else _by_alias(served_models_get(), str(model))
+
+
+@overload
+async def aserved_model_get(model: None = None, *, with_boot: bool = True) -> ServedModel: ...
+@overload
+async def aserved_model_get(model: str, *, with_boot: bool = True) -> ServedModel | None: ...
 
 
 async def aserved_model_get(model: str | None = None, *, with_boot: bool = True) -> ServedModel | None:

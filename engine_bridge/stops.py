@@ -16,6 +16,7 @@ after each chunk the matcher reports
 Invariant: `held` is the depth of the automaton's state, so it never exceeds the longest stop.
 """
 from collections import deque
+from collections.abc import Iterable
 
 # The bridge's bounds (the surfaces may bound tighter, api.surfaces): the automaton of the
 # largest accepted list (8,192 characters) builds in about 15 ms, once per request.
@@ -24,20 +25,20 @@ MAX_STOP_CHARS = 256    # characters per stop string
 
 
 class StopMatcher:
-    def __init__(self, stops):
+    def __init__(self, stops: Iterable[str]) -> None:
         self.stops = list(stops)
-        self.goto = [{}]       # node -> {char: node}
+        self.goto: list[dict[str, int]] = [{}]  # node -> {char: node}
         self.fail = [0]
         self.depth = [0]
-        self.word = [None]     # the stop string that ends exactly at this node
-        self.longest = [None]  # the longest stop string that is a suffix of this node's string
+        self.word: list[str | None] = [None]     # the stop string that ends exactly at this node
+        self.longest: list[str | None] = [None]  # the longest stop string that is a suffix of this node's string
         for stop in self.stops:
             self._add(stop)
         self._links()
         self.node = 0
         self.pos = 0           # characters fed so far
 
-    def _add(self, stop):
+    def _add(self, stop: str) -> None:
         node = 0
         for ch in stop:
             nxt = self.goto[node].get(ch)
@@ -53,8 +54,8 @@ class StopMatcher:
         if stop:
             self.word[node] = stop
 
-    def _links(self):
-        queue = deque()
+    def _links(self) -> None:
+        queue: deque[int] = deque()
         for child in self.goto[0].values():
             queue.append(child)
             self.longest[child] = self.word[child]
@@ -70,13 +71,13 @@ class StopMatcher:
                 queue.append(child)
 
     @property
-    def held(self):
+    def held(self) -> int:
         return self.depth[self.node]
 
-    def feed(self, chunk):
+    def feed(self, chunk: str) -> tuple[int, str] | None:
         """Feeds the next characters; -> (start, stop) of the earliest occurrence ending in
         them, or None. After a match the caller stops feeding (the stream is cut there)."""
-        best = None
+        best: tuple[int, str] | None = None
         goto, fail, longest = self.goto, self.fail, self.longest
         node, pos = self.node, self.pos
         for ch in chunk:
@@ -93,7 +94,7 @@ class StopMatcher:
         return best
 
 
-def naive_scan(text, fed, stops):
+def naive_scan(text: str, fed: int, stops: Iterable[str]) -> tuple[tuple[int, str] | None, int]:
     """The former rule, for tests: (earliest occurrence ending after `fed` characters, held)."""
     hits = [(i, s) for s in stops if (i := text.find(s, max(0, fed - len(s) + 1))) >= 0 and i + len(s) > fed]
     hold = 0

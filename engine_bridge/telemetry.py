@@ -9,7 +9,7 @@ seconds; the worker deletes it when it stops.
 A missing key means no bridge is running: get_state() then reports up=False and updated=None.
 
 Pushed too: every update of the fields in PUSHED (and every REPIN) also goes, numbered, to the
-Channels group GROUP as {"type": "telemetry.batch", "boot", "items": [{"n", ...}]} so pages (the
+Channels group GROUP as {"type": "telemetry.batch", "boot", "bridge", "items": [{"n", ...}]} so pages (the
 expert atlas) see every HITS window without polling, and a reader can tell a lost item by a gap in
 `n` (per `boot`, i.e. per bridge process). Items are never merged or dropped for speed, but they
 leave at most every PUSH_MIN_INTERVAL as one batch: the engine writes HITS every 6 tokens, ~100 a
@@ -24,12 +24,13 @@ import json
 import logging
 import time
 import uuid
+from typing import Any, cast
 
 import redis
 import redis.asyncio
-from channels.layers import get_channel_layer
 from django.conf import settings
 
+from colibri_base.layers import channel_layer
 from engine_bridge import transport
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ async def _areader_bridge(bridge: str | None) -> str:
     return registry.default_bridge(await registry.asafe_bridges_get(registry.SNAPSHOT_REUSE_S))
 
 
-def empty_state():
+def empty_state() -> dict[str, Any]:
     return {
         "up": False, "status": "down", "model": None, "hwinfo": None, "tiers": None,
         "iostat": None,  # the last finished turn's IOSTAT figures (protocol.IoStat.figures), our engine only
@@ -78,7 +79,7 @@ def empty_state():
     }
 
 
-def decode_state(raw):
+def decode_state(raw: bytes | str | None) -> dict[str, Any]:
     """The stored state's JSON (bytes or None) as get_state() answers it."""
     state = empty_state()
     if raw:
@@ -89,10 +90,11 @@ def decode_state(raw):
 def get_state(bridge: str | None = None) -> dict:
     """One bridge's latest telemetry (see docs/contracts.md; None: the default bridge,
     _reader_bridge); up=False when no bridge/engine is running."""
-    return decode_state(transport.process_client("telemetry", socket_timeout=5).get(state_key(_reader_bridge(bridge))))
+    raw = transport.process_client("telemetry", socket_timeout=5).get(state_key(_reader_bridge(bridge)))
+    return decode_state(cast(bytes | None, raw))  # redis-py annotates get as `Awaitable | Any`
 
 
-def _aclient():
+def _aclient() -> redis.asyncio.Redis:
     return transport.loop_client("telemetry", socket_timeout=5)
 
 
@@ -114,17 +116,18 @@ class Publisher:
 
     def __init__(self, bridge: str | None = None) -> None:
         self.key = state_key(bridge)
+        self.bridge = bridge or transport.bridge_id()  # named in every push: pages show one bridge
         self.state = empty_state()
         self.dirty = asyncio.Event()
         self.client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
         self.boot = uuid.uuid4().hex[:12]
         self.pushed = 0
-        self.push_items = []
+        self.push_items: list[dict] = []
         self.push_ready = asyncio.Event()
         self.urgent = asyncio.Event()
         self.watched, self.watch_checked = True, float("-inf")
 
-    def update(self, **fields):
+    def update(self, **fields: Any) -> None:
         self.state.update(fields)
         self.dirty.set()
         if any(k in URGENT for k in fields):
@@ -133,25 +136,25 @@ class Publisher:
         if item:
             self._push(item)
 
-    def add_repin(self, entry):
+    def add_repin(self, entry: dict) -> None:
         self.state["repin"] = (self.state["repin"] + [entry])[-REPIN_KEEP:]
         self.dirty.set()
         self._push({"repin": entry})
 
-    def add_turn(self, entry):
+    def add_turn(self, entry: dict) -> None:
         """A finished turn's own figures (its DONE), pushed only: the atlas plots hit % per turn."""
         self._push({"turn": entry})
 
-    def _push(self, item):
+    def _push(self, item: dict) -> None:
         self.pushed += 1
         item["n"] = self.pushed
         self.push_items.append(item)
         del self.push_items[:-PUSH_KEEP]
         self.push_ready.set()
 
-    async def push_loop(self):
+    async def push_loop(self) -> None:
         """Sends what accumulated since the last send as one group message, in order."""
-        layer = get_channel_layer()
+        layer = channel_layer()
         failing = False
         while True:
             await self.push_ready.wait()
@@ -160,7 +163,8 @@ class Publisher:
             if not await self._watched(layer):
                 continue
             try:
-                await layer.group_send(GROUP, {"type": "telemetry.batch", "boot": self.boot, "items": items})
+                await layer.group_send(GROUP, {"type": "telemetry.batch", "boot": self.boot, "bridge": self.bridge,
+                                               "items": items})
                 failing = False
                 await asyncio.sleep(PUSH_MIN_INTERVAL)  # what arrives meanwhile leaves as the next batch
             except Exception as exc:  # Redis outage: once per outage in the log, and a breath
@@ -169,7 +173,7 @@ class Publisher:
                 failing = True
                 await asyncio.sleep(0.5)
 
-    async def _watched(self, layer):
+    async def _watched(self, layer: Any) -> bool:  # duck-typed: a channels-redis layer, or any other
         """Whether the group has a member, asked at most every WATCH_CHECK_S (channels-redis keeps
         a group as a sorted set; a layer that cannot tell counts as watched)."""
         group_key = getattr(layer, "_group_key", None)
@@ -186,11 +190,11 @@ class Publisher:
             self.watched = True
         return self.watched
 
-    async def write(self):
+    async def write(self) -> None:
         self.state["updated"] = time.time()
         await self.client.set(self.key, json.dumps(self.state), ex=STALE_AFTER)
 
-    async def run(self):
+    async def run(self) -> None:
         pusher = asyncio.create_task(self.push_loop())
         try:
             while True:
@@ -214,7 +218,7 @@ class Publisher:
         finally:
             pusher.cancel()
 
-    async def close(self):
+    async def close(self) -> None:
         """Delete the state, so readers see at once that no bridge is running."""
         try:
             await self.client.delete(self.key)

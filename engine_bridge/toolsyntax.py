@@ -32,7 +32,13 @@ a JSON array of {"name", "arguments"}), the last two for grammar-constrained out
 import json
 import re
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from engine_bridge.served import ServedModel
+
+Message = dict[str, Any]  # a neutral message (see prepare)
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
@@ -42,7 +48,7 @@ WS = " \t\r\n"
 ARG_KEYS = ("arguments", "parameters")  # some models write the schema's word
 
 
-def syntax_for(template):
+def syntax_for(template: str | None) -> str:
     """'glm45' | 'hermes' | 'generic' from the chat template's source."""
     template = template or ""
     if ARG_KEY in template and CALL_OPEN in template:
@@ -60,18 +66,18 @@ class Tool:
     description: str = ""
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
-    def openai(self):
+    def openai(self) -> dict[str, Any]:
         """The OpenAI Chat form every tool-aware template reads."""
         function = {"name": self.name, "description": self.description, "parameters": self.parameters}
         return {"type": "function", "function": function}
 
 
-def call_text(name, arguments):
+def call_text(name: str, arguments: object) -> str:
     """One call in the hermes / generic form (what the system note shows and past calls become)."""
     return CALL_OPEN + "\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n" + CALL_CLOSE
 
 
-def generic_note(tools):
+def generic_note(tools: Iterable[Tool]) -> str:
     lines = ["You can call tools. The available tools, one JSON object per line:"]
     lines += [json.dumps(t.openai(), ensure_ascii=False) for t in tools]
     lines.append("To call a tool, write exactly this, one block per call, and nothing else in the block:")
@@ -80,12 +86,13 @@ def generic_note(tools):
     return "\n".join(lines)
 
 
-def _tool_response(message):
+def _tool_response(message: Message) -> str:
     body = {"name": message.get("name") or "", "content": message.get("content") or ""}
     return "<tool_response>\n" + json.dumps(body, ensure_ascii=False) + "\n</tool_response>"
 
 
-def prepare(messages, tools, syntax):
+def prepare(messages: Iterable[Message], tools: Iterable[Tool] | None,
+            syntax: str) -> tuple[list[Message], dict[str, Any]]:
     """Neutral messages -> (messages for the template, extra template variables).
 
     Neutral messages: {"role": system|user|assistant, "content": str}, an assistant turn may add
@@ -94,7 +101,7 @@ def prepare(messages, tools, syntax):
     tools = list(tools or ())
     if syntax == "generic":
         return _prepare_generic(messages, tools), {}
-    out = []
+    out: list[Message] = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
             calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
@@ -108,7 +115,7 @@ def prepare(messages, tools, syntax):
     return out, ({"tools": [t.openai() for t in tools]} if tools else {})
 
 
-def render(messages, tools, served) -> str:
+def render(messages: Iterable[Message], tools: Iterable[Tool] | None, served: ServedModel) -> str:
     """Neutral messages (and the tools to offer) -> the prompt in the served model's template and
     tool syntax (served: engine_bridge.served.ServedModel). The one composition of prepare and the
     template, for the API surfaces and the chat page alike. Raises prompting.TemplateError."""
@@ -119,8 +126,8 @@ def render(messages, tools, served) -> str:
                          eos_token=served.eos_token, extra=extra)
 
 
-def _prepare_generic(messages, tools):
-    out = []
+def _prepare_generic(messages: Iterable[Message], tools: list[Tool]) -> list[Message]:
+    out: list[Message] = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
             parts = [m["content"]] if m.get("content") else []
@@ -157,6 +164,9 @@ class BadJson(ValueError):
     pass
 
 
+ScanEvent = tuple[str, int, str | None]  # (kind, depth, key): see JsonScan
+
+
 class JsonScan:
     """One JSON value checked a character at a time. push(ch) -> events, each (kind, depth, key):
     ("vstart", d, None) a value begins at container depth d, ("vend", d, None) it ends, ("key", d,
@@ -164,16 +174,16 @@ class JsonScan:
     character that no valid JSON continues. `done` once the top value is complete (a top-level
     atom: after close())."""
 
-    def __init__(self):
-        self.stack = []
+    def __init__(self) -> None:
+        self.stack: list[str] = []
         self.state = _VALUE
         self.atom = ""
         self.esc = 0
-        self.key = []
+        self.key: list[str] = []
         self.done = False
 
-    def push(self, ch):
-        ev = []
+    def push(self, ch: str) -> list[ScanEvent]:
+        ev: list[ScanEvent] = []
         st = self.state
         if st in (_STR, _KEY_STR):
             if self.esc == 1:
@@ -254,18 +264,18 @@ class JsonScan:
                 raise BadJson(ch)
         return ev
 
-    def _after(self, ev):
+    def _after(self, ev: list[ScanEvent]) -> None:
         ev.append(("vend", len(self.stack), None))
         self.state = _AFTER
         if not self.stack:
             self.done = True
 
-    def _end_atom(self, ev):
+    def _end_atom(self, ev: list[ScanEvent]) -> None:
         if not (_NUMBER.match(self.atom) or self.atom in _LITERALS):
             raise BadJson(self.atom)
         self._after(ev)
 
-    def close(self):
+    def close(self) -> None:
         """End of input: completes a top-level atom; raises BadJson if the value is unfinished."""
         if self.state == _ATOM:
             self._end_atom([])
@@ -300,6 +310,9 @@ class CallEnd:
     ok: bool = True
 
 
+ParserEvent = Text | CallStart | CallArgs | CallEnd
+
+
 @dataclass
 class Call:
     index: int
@@ -310,11 +323,11 @@ class Call:
     done: bool = False
 
 
-def default_id(index):
+def default_id(index: int) -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def _partial_suffix(text, marker):
+def _partial_suffix(text: str, marker: str) -> int:
     """Length of the longest suffix of text that is a proper prefix of marker."""
     for n in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-n:]):
@@ -326,17 +339,17 @@ class _CallObject:
     """Tracks one {"name": ..., "arguments": {...}} object inside a JsonScan, the object's own
     value at depth `base`: its name, and where its arguments' text begins and ends in raw."""
 
-    def __init__(self, base, start=0):
+    def __init__(self, base: int, start: int = 0) -> None:
         self.base = base
         self.start = start      # offset of the object's "{" in raw
-        self.key = None
-        self.name = None
-        self.name_start = None
-        self.args_start = None
-        self.args_end = None
+        self.key: str | None = None
+        self.name: str | None = None
+        self.name_start: int | None = None
+        self.args_start: int | None = None
+        self.args_end: int | None = None
         self.args_object = False
 
-    def on(self, events, pos, raw):
+    def on(self, events: Iterable[ScanEvent], pos: int, raw: str) -> None:
         """events: what the character at raw[pos] produced."""
         inner = self.base + 1
         for kind, depth, key in events:
@@ -370,7 +383,9 @@ class ToolCallParser:
     `calls` (every started call; `ok_calls` the complete ones) and `cut` (the output ended inside
     a call)."""
 
-    def __init__(self, tools, *, syntax="generic", mode="auto", forced=None, max_calls=None, new_id=default_id):
+    def __init__(self, tools: Mapping[str, Any] | Iterable[tuple[str, Any]], *, syntax: str = "generic",
+                 mode: str = "auto", forced: str | None = None, max_calls: int | None = None,
+                 new_id: Callable[[int], str] = default_id) -> None:
         self.tools = dict(tools)
         self.syntax = syntax
         self.mode = mode
@@ -383,23 +398,23 @@ class ToolCallParser:
         self.state = "text" if mode == "auto" else "json"
         self.raw = ""       # the current call's text after its marker (json modes: the whole output)
         self.began = False  # the current JSON value has had its first non-space character
-        self.scan = JsonScan() if mode != "auto" else None
-        self.obj = None
-        self.call = None
+        self.scan: JsonScan | None = JsonScan() if mode != "auto" else None
+        self.obj: _CallObject | None = None
+        self.call: Call | None = None
         self.sent = 0       # offset in raw up to which the current call's arguments went out
-        self.glm = None
+        self.glm: dict[str, Any] | None = None
         self.cut = False
 
     @property
-    def text(self):
+    def text(self) -> str:
         return "".join(self.parts)
 
     @property
-    def ok_calls(self):
+    def ok_calls(self) -> list[Call]:
         return [c for c in self.calls if c.ok]
 
-    def feed(self, delta):
-        out = []
+    def feed(self, delta: str) -> list[ParserEvent]:
+        out: list[ParserEvent] = []
         if delta:
             if self.state in ("json", "sink"):
                 self._json_feed(delta, out)
@@ -407,10 +422,11 @@ class ToolCallParser:
                 self._marker_feed(delta, out)
         return out
 
-    def finish(self):
+    def finish(self) -> list[ParserEvent]:
         """End of the output: what was held back, and a cut call as CallEnd(ok=False) + Text."""
-        out = []
+        out: list[ParserEvent] = []
         if self.state == "json":
+            assert self.scan is not None  # json modes make theirs at the start
             try:
                 self.scan.close()
             except BadJson:
@@ -433,7 +449,7 @@ class ToolCallParser:
 
     # -- text
 
-    def _text(self, text, out):
+    def _text(self, text: str, out: list[ParserEvent]) -> None:
         if text:
             self.parts.append(text)
             if out and isinstance(out[-1], Text):
@@ -441,10 +457,10 @@ class ToolCallParser:
             else:
                 out.append(Text(text))
 
-    def _can_call(self):
+    def _can_call(self) -> bool:
         return self.max_calls is None or len(self.ok_calls) < self.max_calls
 
-    def _marker_feed(self, delta, out):
+    def _marker_feed(self, delta: str, out: list[ParserEvent]) -> None:
         buf = self.pending + delta
         self.pending = ""
         while buf:
@@ -476,7 +492,7 @@ class ToolCallParser:
                 else:
                     self.state, buf = "text", rest
 
-    def _open_call(self):
+    def _open_call(self) -> None:
         self.state = "call"
         self.raw = ""
         self.began = False
@@ -489,7 +505,8 @@ class ToolCallParser:
 
     # -- hermes / generic: one JSON object between the markers
 
-    def _call_feed(self, buf, out):
+    def _call_feed(self, buf: str, out: list[ParserEvent]) -> str:
+        assert self.scan is not None and self.obj is not None  # _open_call made them
         base = len(self.raw)
         self.raw += buf
         for i, ch in enumerate(buf):
@@ -517,20 +534,21 @@ class ToolCallParser:
         self._flush_args(out)
         return ""
 
-    def _maybe_commit(self, out):
+    def _maybe_commit(self, out: list[ParserEvent]) -> None:
         obj = self.obj
+        assert obj is not None  # called while a call object is open
         if self.call is None and obj.args_start is not None and obj.args_object and obj.name is not None:
             if obj.name in self.tools and self._can_call():
                 self._start(obj.name, out)
                 self.sent = obj.args_start
 
-    def _start(self, name, out):
+    def _start(self, name: str, out: list[ParserEvent]) -> None:
         index = len(self.calls)
         self.call = Call(index=index, id=self.new_id(index), name=name)
         self.calls.append(self.call)
         out.append(CallStart(index, self.call.id, name))
 
-    def _flush_args(self, out):
+    def _flush_args(self, out: list[ParserEvent]) -> None:
         """Sends the arguments' text the scan has passed since the last flush."""
         call, obj = self.call, self.obj
         if call is None or obj is None or obj.args_start is None:
@@ -540,14 +558,15 @@ class ToolCallParser:
             self._args(self.raw[self.sent:end], out)
             self.sent = end
 
-    def _args(self, fragment, out):
+    def _args(self, fragment: str, out: list[ParserEvent]) -> None:
+        assert self.call is not None  # arguments belong to a started call
         self.call.arguments += fragment
         if out and isinstance(out[-1], CallArgs) and out[-1].index == self.call.index:
             out[-1].delta += fragment
         else:
             out.append(CallArgs(self.call.index, fragment))
 
-    def _end_object(self, obj_raw, as_text, out):
+    def _end_object(self, obj_raw: str, as_text: str, out: list[ParserEvent]) -> None:
         """A complete call object: end the committed call, or parse it whole (arguments before
         the name, or as a string); what is not a call of a known tool is text."""
         if self.call is not None:
@@ -565,13 +584,14 @@ class ToolCallParser:
         else:
             self._text(as_text, out)
 
-    def _end(self, out):
+    def _end(self, out: list[ParserEvent]) -> None:
         call = self.call
+        assert call is not None  # only a started call ends
         call.ok = call.done = True
         out.append(CallEnd(call.index, call.arguments))
         self.call = None
 
-    def _break(self, raw, out):
+    def _break(self, raw: str, out: list[ParserEvent]) -> None:
         """The current call cannot be parsed: CallEnd(ok=False) if it had started, and its raw
         text as content."""
         if self.call is not None:
@@ -583,21 +603,22 @@ class ToolCallParser:
 
     # -- GLM-4.5: a name line, then <arg_key>/<arg_value> pairs
 
-    def _glm_feed(self, buf, out):
+    def _glm_feed(self, buf: str, out: list[ParserEvent]) -> str:
         """raw holds everything fed since the marker; data the part not yet consumed."""
         g = self.glm
+        assert g is not None  # _open_call made it
         self.raw += buf
         data = g["data"] + buf
         g["data"] = ""
 
-        def consumed(rest):  # the call's text up to where `rest` begins
+        def consumed(rest: str) -> str:  # the call's text up to where `rest` begins
             return CALL_OPEN + self.raw[:len(self.raw) - len(rest)]
 
-        def wait(rest):
+        def wait(rest: str) -> str:
             g["data"] = rest
             return ""
 
-        def broken(rest):
+        def broken(rest: str) -> str:
             text = consumed(rest)
             self.raw = ""
             self._break(text, out)
@@ -652,6 +673,7 @@ class ToolCallParser:
                 key = g["key"]
                 self._args(("{" if not g["nargs"] else ", ") + json.dumps(key, ensure_ascii=False) + ": ", out)
                 g["nargs"] += 1
+                assert self.call is not None  # the pairs stage follows _start
                 g["string"] = _is_string_param(self.tools.get(self.call.name), key)
                 g["value"] = ""
                 if g["string"]:
@@ -668,8 +690,9 @@ class ToolCallParser:
                 data = data[end + len(ARG_VALUE_END):]
                 g["stage"] = "pairs"
 
-    def _glm_value(self, text, out):
+    def _glm_value(self, text: str, out: list[ParserEvent]) -> None:
         g = self.glm
+        assert g is not None  # _open_call made it
         if text and g["string"]:
             self._args(json.dumps(text, ensure_ascii=False)[1:-1], out)
         elif text:
@@ -677,10 +700,11 @@ class ToolCallParser:
 
     # -- constrained output: the whole output is one JSON value
 
-    def _json_feed(self, delta, out):
+    def _json_feed(self, delta: str, out: list[ParserEvent]) -> None:
         if self.state == "sink":
             self.pending += delta
             return
+        assert self.scan is not None  # json modes make theirs at the start
         base = len(self.raw)
         self.raw += delta
         for i, ch in enumerate(delta):
@@ -708,6 +732,7 @@ class ToolCallParser:
             if self.scan.done:
                 self.raw = self.raw[:pos + 1]
                 if self.mode == "args" and self.call is not None:
+                    assert self.obj is not None  # made with the forced call
                     self.obj.args_end = pos + 1
                     self._flush_args(out)
                     self._end(out)
@@ -718,7 +743,7 @@ class ToolCallParser:
                 return
         self._flush_args(out)
 
-    def _calls_step(self, pos, ch, events, out):
+    def _calls_step(self, pos: int, ch: str, events: list[ScanEvent], out: list[ParserEvent]) -> None:
         for kind, depth, _ in events:
             if kind == "vstart" and depth == 1:
                 if ch != "{":
@@ -735,7 +760,7 @@ class ToolCallParser:
             self._end_object(text, text, out)
             self.obj = None
 
-    def _json_break(self, out):
+    def _json_break(self, out: list[ParserEvent]) -> None:
         """JSON output that cannot be parsed (or was cut): the part that is no complete call
         comes back as text (args mode: all of it; calls mode: the open call object)."""
         if self.mode == "calls":
@@ -746,14 +771,14 @@ class ToolCallParser:
         self._break(text, out)
 
 
-def _is_string_param(schema, key):
+def _is_string_param(schema: object, key: str) -> bool:
     props = schema.get("properties") if isinstance(schema, dict) else None
     prop = props.get(key) if isinstance(props, dict) else None
     kind = prop.get("type") if isinstance(prop, dict) else None
     return kind == "string" or (isinstance(kind, list) and kind == ["string"])
 
 
-def _json_value(text):
+def _json_value(text: str) -> str:
     """A GLM non-string argument value as JSON text: as written when it parses, else a string."""
     stripped = text.strip()
     try:
@@ -762,11 +787,11 @@ def _json_value(text):
         return json.dumps(text, ensure_ascii=False)
 
 
-def _call_parts(value):
+def _call_parts(value: object) -> tuple[str, dict] | tuple[None, None]:
     """(name, arguments dict) of a parsed call object, or (None, None)."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return None, None
-    args = next((value[k] for k in ARG_KEYS if k in value), {})
+    args: Any = next((value[k] for k in ARG_KEYS if k in value), {})
     if isinstance(args, str):
         try:
             args = json.loads(args)
@@ -777,7 +802,7 @@ def _call_parts(value):
 
 # --- constrained decoding: the schema a forced choice is held to ---------------------------------
 
-def forced_schema(tools, *, choice, parallel=True):
+def forced_schema(tools: Iterable[Tool], *, choice: str, parallel: bool = True) -> dict[str, Any]:
     """The JSON Schema the output must satisfy: a named tool's parameters ("args" mode), or for
     `required` an array of 1 (or, with parallel calls, more) {"name", "arguments"} objects, one
     branch per tool (vLLM's form) ("calls" mode). tools: [Tool]."""

@@ -23,6 +23,8 @@ import asyncio
 import json
 import logging
 import weakref
+from collections.abc import Iterable
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -61,11 +63,11 @@ def inbox_key(bridge: str | None = None) -> str:
     return bridge_key(bridge, "inbox")
 
 
-def reply_key(listener):
+def reply_key(listener: str) -> str:
     return f"{key_prefix()}:bridge:reply:{listener}"
 
 
-def lease_key(listener):
+def lease_key(listener: str) -> str:
     """`<prefix>:bridge:lease:<listener>`: exists while the requester (one client event loop, i.e.
     a web process) behind that reply list lives. Its submits say `"lease": true`; the bridge
     cancels the requests of a listener whose lease is gone (engine_bridge.admission.Admission.watch_leases)."""
@@ -75,10 +77,11 @@ def lease_key(listener):
 # Clients per event loop, URL and purpose: a new connection per request cost a millisecond or more
 # of every first token, and a client's pool belongs to the loop that made it (Celery makes short
 # loops). Blocking pops hold a pooled connection each, so pools are not capped here.
-_clients = weakref.WeakKeyDictionary()
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], redis.asyncio.Redis]] = \
+    weakref.WeakKeyDictionary()
 
 
-def loop_client(purpose, **options):
+def loop_client(purpose: str, **options: Any) -> redis.asyncio.Redis:
     """This loop's Redis client for `purpose`, made with `options` the first time."""
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     key = (settings.REDIS_URL, purpose)
@@ -87,10 +90,10 @@ def loop_client(purpose, **options):
     return per_loop[key]
 
 
-_process_clients = {}
+_process_clients: dict[tuple[str, str], redis.Redis] = {}
 
 
-def process_client(purpose, **options):
+def process_client(purpose: str, **options: Any) -> redis.Redis:
     """The process's synchronous Redis client for `purpose` (redis-py's pool is thread-safe): for
     reads from sync code such as /health and the API's served-model facts, which opened a new
     connection per call."""
@@ -100,22 +103,25 @@ def process_client(purpose, **options):
     return _process_clients[key]
 
 
-def _client():
+def _client() -> redis.asyncio.Redis:
     return loop_client("transport", socket_timeout=BLOCK_S + 5, health_check_interval=30)
 
 
+# The ignores below: redis-py annotates its asyncio client's commands as `Awaitable[T] | T` (one
+# signature for both clients) and BLMPOP's keys as lists; they are coroutines taking key names.
 async def to_bridge(message: dict, bridge: str | None = None) -> None:
-    await _client().rpush(inbox_key(bridge), json.dumps(message))
+    await _client().rpush(inbox_key(bridge), json.dumps(message))  # type: ignore[misc]
 
 
 async def bridge_next(bridge: str | None = None) -> list[dict]:
     """The bridge's waiting inbox messages in order (at least one), or [] after BLOCK_S without
     any: one BLMPOP takes a burst of submits (8 clients at once) in one round trip."""
-    popped = await _client().blmpop(BLOCK_S, 1, inbox_key(bridge), direction="LEFT", count=POP_BATCH)
+    popped = await _client().blmpop(BLOCK_S, 1, inbox_key(bridge), direction="LEFT",  # type: ignore[misc, arg-type]
+                                    count=POP_BATCH)
     return [message for raw in (popped[1] if popped else []) if (message := _inbox_message(raw)) is not None]
 
 
-def _inbox_message(raw):
+def _inbox_message(raw: bytes | str) -> dict | None:
     """A decoded inbox message, or None (logged) for one that is not a JSON object: a bad message
     costs only itself, not the burst it was popped with."""
     try:
@@ -128,7 +134,7 @@ def _inbox_message(raw):
     return message
 
 
-async def reply(listener, messages):
+async def reply(listener: str, messages: Iterable[dict]) -> None:
     """Appends batches (in order) to a listener's reply list, in one round trip."""
     async with _client().pipeline(transaction=False) as pipe:
         pipe.rpush(reply_key(listener), *(json.dumps(message) for message in messages))
@@ -136,25 +142,26 @@ async def reply(listener, messages):
         await pipe.execute()
 
 
-async def replies(listener):
+async def replies(listener: str) -> list[dict]:
     """Every batch waiting for a listener (at least one), or [] after BLOCK_S without any: one
     BLMPOP (Redis 7) takes up to POP_BATCH at once, so a reader pays one round trip however far
     behind it is and however many of its requests are streaming."""
-    popped = await _client().blmpop(BLOCK_S, 1, reply_key(listener), direction="LEFT", count=POP_BATCH)
+    popped = await _client().blmpop(BLOCK_S, 1, reply_key(listener), direction="LEFT",  # type: ignore[misc, arg-type]
+                                    count=POP_BATCH)
     if not popped:
         return []
     return [json.loads(raw) for raw in popped[1]]
 
 
-def _lease_client():
+def _lease_client() -> redis.asyncio.Redis:
     return loop_client("lease", socket_timeout=2)
 
 
-async def lease_renew(listener):
+async def lease_renew(listener: str) -> None:
     await _lease_client().set(lease_key(listener), 1, ex=LEASE_TTL_S)
 
 
-async def leases_alive(listeners):
+async def leases_alive(listeners: Iterable[str]) -> list[bool]:
     """[bool] per listener, in order: whose lease exists now (one round trip)."""
     async with _client().pipeline(transaction=False) as pipe:
         for listener in listeners:
@@ -162,5 +169,5 @@ async def leases_alive(listeners):
         return [bool(n) for n in await pipe.execute()]
 
 
-async def forget(listener):
+async def forget(listener: str) -> None:
     await _client().delete(reply_key(listener))

@@ -1,30 +1,48 @@
 """/health: what a load balancer, a supervisor or a status page asks. Always JSON, never a 500 page:
 it must answer most reliably exactly when something is down.
 
-Invariants (issue 24): it answers within about a second under every fault — one Redis round trip
-on the event loop, bounded by liveness.HEALTH_TIMEOUT_S (a frozen Redis costs that, not a
-blocked worker thread), served on the API's short chain (settings.API_LEAN_PATHS: no page
-middleware thread hops) — and from fresh facts only: the bridge is up while its heartbeat is at
+Invariants (issue 24): it answers within about a second under every fault — two Redis round trips
+on the event loop (the registry, then the default bridge's facts), each bounded by
+liveness.HEALTH_TIMEOUT_S (a frozen Redis costs the first bound, not a blocked worker thread),
+served on the API's short chain (settings.API_LEAN_PATHS: no page middleware thread hops) — and from fresh facts only: the bridge is up while its heartbeat is at
 most liveness.STALE_S old (the key itself lingers TTL seconds after a kill), the engine is up while
 the bridge says so and does not find it stopped or silent (telemetry `hung`). Each failing part is
 named: `redis`, `bridge` or `engine` is not "up", and the answer is 503 with Retry-After.
 """
-from django.http import JsonResponse
+import asyncio
+
+import redis
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from engine_bridge import liveness
+from engine_bridge import fleet, liveness, registry
+from engine_bridge.registry import BridgeInfo
 from engine_bridge.served import served_model_from
 from engine_bridge.telemetry import decode_state
 
 
+async def _live_bridges() -> list[BridgeInfo] | None:
+    """The registry's live bridges, or None when Redis did not answer within HEALTH_TIMEOUT_S."""
+    try:
+        async with asyncio.timeout(liveness.HEALTH_TIMEOUT_S):
+            return await registry.abridges_get()
+    except (redis.RedisError, OSError, TimeoutError):
+        return None
+
+
 @require_GET
-async def health(request):
-    """200 when Redis, the bridge and the engine are up; 503 (with Retry-After) otherwise."""
-    facts = await liveness.ahealth_facts()
+async def health(request: HttpRequest) -> JsonResponse:
+    """200 when Redis, the default bridge and its engine are up; 503 (with Retry-After) otherwise.
+    `bridges` and `models` report every live bridge (id, host, model, status, slots, busy,
+    queued) and model; the top-level fields are the default bridge's (`bridge_id`)."""
+    bridges = await _live_bridges()
+    facts = None if bridges is None else await liveness.ahealth_facts(registry.default_bridge(bridges))
     if facts is None:
-        body = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
-                "slots": None, "queue": None, "restarts": None, "experts": None, "sampling": None}
+        body: dict[str, object] = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
+                                   "slots": None, "queue": None, "restarts": None, "experts": None,
+                                   "sampling": None, "bridge_id": None, "bridges": [], "models": []}
         return _answer(body, up=False)
+    assert bridges is not None  # facts were read from them
     state = decode_state(facts.state_raw)
     beating = facts.bridge_beating
     status = state["status"] if state["updated"] is not None and beating else "down"
@@ -45,11 +63,16 @@ async def health(request):
         "experts": experts,
         # what a request that names no temperature / top_p gets (the model's recommendation, or ours)
         "sampling": dict(zip(("temperature", "top_p"), served.sampling_defaults)),
+        **_fleet(fleet.fleet_report(bridges)),
     }
     return _answer(body, up=bool(state["up"] and beating and status == "up"))
 
 
-def _answer(body, *, up):
+def _fleet(report: dict) -> dict:
+    return {"bridge_id": report["default_bridge"], "bridges": report["bridges"], "models": report["models"]}
+
+
+def _answer(body: dict[str, object], *, up: bool) -> JsonResponse:
     response = JsonResponse(body, status=200 if up else 503)
     if not up:
         response["Retry-After"] = "5"

@@ -48,7 +48,8 @@ HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): th
 
 
 class Bridge:
-    def __init__(self, command: list[str] | None = None, ready_timeout: float | None = None) -> None:
+    def __init__(self, command: tuple[list[str], dict[str, str]] | None = None,
+                 ready_timeout: float | None = None) -> None:
         self.scheduler = Scheduler(settings.KV_SLOTS, settings.BRIDGE_QUEUE_LIMIT)
         self.scheduler.paused = True
         self.supervisor = Supervisor(self, command, ready_timeout)

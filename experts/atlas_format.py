@@ -11,6 +11,7 @@ Invariants:
 """
 import json
 import math
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ class AtlasFormatError(ValueError):
     """The file is not in colibri's experts.json format; the message says where."""
 
 
-def parse_key(key):
+def parse_key(key: object) -> tuple[int, int]:
     """"52:174" -> (52, 174); AtlasFormatError otherwise."""
     layer, sep, expert = str(key).partition(":")
     if not sep or not layer.isdigit() or not expert.isdigit():
@@ -30,13 +31,13 @@ def parse_key(key):
     return int(layer), int(expert)
 
 
-def _number(value, where):
+def _number(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise AtlasFormatError(f"{where} must be a finite number")
     return float(value)
 
 
-def _check_entry(key, entry, categories):
+def _check_entry(key: str, entry: object, categories: set[str]) -> None:
     if not isinstance(entry, dict):
         raise AtlasFormatError(f"experts[{key!r}] must be an object")
     affinity = entry.get("affinity")
@@ -63,7 +64,7 @@ def _check_entry(key, entry, categories):
         raise AtlasFormatError(f"experts[{key!r}].label must be 'generalist' or 'specialist: {top}'")
 
 
-def validate(doc):
+def validate(doc: object) -> dict[str, Any]:
     """Raises AtlasFormatError unless doc is a colibri experts.json document. Extra fields are
     allowed (colibri's reader ignores them)."""
     if not isinstance(doc, dict):
@@ -84,7 +85,7 @@ def validate(doc):
     return doc
 
 
-def loads(content: bytes):
+def loads(content: bytes) -> dict[str, Any]:
     """Parses and validates the bytes of an experts.json file; returns the document."""
     if len(content) > MAX_BYTES:
         raise AtlasFormatError(f"the file is larger than {MAX_BYTES // (1024 * 1024)} MiB")
@@ -95,12 +96,12 @@ def loads(content: bytes):
     return validate(doc)
 
 
-def dump(doc) -> bytes:
+def dump(doc: dict[str, Any]) -> bytes:
     """Canonical bytes of a document we wrote (built atlases)."""
     return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def summary(doc):
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
     """Counts shown next to an atlas: entries, specialists, layers present."""
     experts = doc["experts"]
     layers = sorted({parse_key(k)[0] for k in experts})
@@ -108,7 +109,7 @@ def summary(doc):
     return {"entries": len(experts), "specialists": specialists, "layers": layers}
 
 
-def projection(doc):
+def projection(doc: dict[str, Any]) -> dict[str, Any]:
     """Every expert placed in 2-D by its affinity vector: the first two principal components
     (numpy SVD of the centred vectors). Signs are fixed (largest loading positive) so the same
     atlas always gives the same picture. Returns {"categories", "points": [[key, x, y, top], ...]}."""

@@ -44,12 +44,14 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from channels.layers import get_channel_layer
 
+from colibri_base.layers import channel_layer
 from engine_bridge import client as bridge_client
 from engine_bridge import telemetry
 
@@ -80,7 +82,7 @@ class Probe:
     text: str
 
 
-def chunks(text, words):
+def chunks(text: str, words: int) -> list[str]:
     """Prefixes of text ending after every `words`-th word, and text itself. Cut just after a word
     (never inside the whitespace that follows), so a prefix tokenizes as the start of the next."""
     ends = [m.end() for m in re.finditer(r"\S+", text)]
@@ -90,7 +92,7 @@ def chunks(text, words):
     return [text[:c] for c in cuts]
 
 
-def load_probes(path=PROBES_FILE):
+def load_probes(path: Path | str = PROBES_FILE) -> tuple[list[Probe], int, str]:
     """(probes in run order, words per chunk, digest). Run order interleaves the categories, so two
     consecutive probes never come from the same category."""
     raw = Path(path).read_bytes()
@@ -101,19 +103,19 @@ def load_probes(path=PROBES_FILE):
     return probes, int(spec.get("chunk_words", 4)), hashlib.sha256(raw).hexdigest()
 
 
-def load_probe_experts(path=PROBES_FILE):
+def load_probe_experts(path: Path | str = PROBES_FILE) -> int | None:
     """The routed experts per token the probes ask for (probes.json "experts"), or None."""
     value = json.loads(Path(path).read_bytes()).get("experts")
     return int(value) if value else None
 
 
-def routes_supported(model):
+def routes_supported(model: object) -> bool:
     """Whether the engine reports per-request routing (routes=1) and takes heat=0: our engine,
     which sends a MODEL line. Without one the bridge's telemetry says extensions: false."""
     return isinstance(model, dict) and model.get("extensions", True) is not False
 
 
-def routing_counts(routing):
+def routing_counts(routing: dict[str, Any]) -> np.ndarray:
     """The done event's routing ({"rows", "cols", "counts": [[row, expert, n], ...]}) as an
     array of shape (rows, cols)."""
     counts = np.zeros((routing["rows"], routing["cols"]), dtype=np.int64)
@@ -132,7 +134,7 @@ CROWDED_SHARE = 0.25   # a default count above this share of the experts is "cro
 FIRST_CHOICES = 8      # ... then probe at n_experts / 8 (2 of 16), at least experts_min
 
 
-def probe_count(model):
+def probe_count(model: dict[str, Any] | None) -> int | None:
     """The experts=N the probes ask for by default: None (the model's own count) unless the model
     routes more than CROWDED_SHARE of its experts per token, then n_experts // FIRST_CHOICES."""
     model = model or {}
@@ -142,7 +144,7 @@ def probe_count(model):
     return max(model.get("experts_min") or 1, n // FIRST_CHOICES)
 
 
-def probe_experts(wanted, model):
+def probe_experts(wanted: int | None, model: dict[str, Any] | None) -> int | None:
     """`wanted` when the engine takes experts=N in that range (its MODEL line says), else None:
     engines without the extension route probes with the model's own top-k."""
     model = model or {}
@@ -152,7 +154,7 @@ def probe_experts(wanted, model):
 
 # --- computation (pure) ------------------------------------------------------------------------
 
-def hits_counts(hexes, rows, cols):
+def hits_counts(hexes: Iterable[str], rows: int, cols: int) -> np.ndarray:
     """Per-expert number of HITS bitmaps (hex, LSB-first) in which it is set: shape (rows, cols)."""
     cells = rows * cols
     total = np.zeros(cells, dtype=np.int64)
@@ -162,22 +164,26 @@ def hits_counts(hexes, rows, cols):
     return total.reshape(rows, cols)
 
 
-def _shares(counts):
+def _shares(counts: np.ndarray) -> np.ndarray:
     s = counts.sum()
     return counts / s if s else np.zeros_like(counts, dtype=float)
 
 
-def compute_atlas(runs, categories, layers):
+def compute_atlas(runs: Iterable[tuple[str, Any]], categories: Sequence[str], layers: Sequence[int]) -> dict[str, Any]:
     """runs: [(category, counts (rows, cols))]; layers: absolute layer index per row.
     Returns the experts.json document (dict, in key order (layer, expert))."""
-    shares = {c: [] for c in categories}
-    totals, fired = None, {c: None for c in categories}
+    shares: dict[str, list[np.ndarray]] = {c: [] for c in categories}
+    totals: np.ndarray | None = None
+    fired: dict[str, np.ndarray | None] = {c: None for c in categories}
     for cat, counts in runs:
         counts = np.asarray(counts, dtype=float)
         shares[cat].append(_shares(counts))
         totals = counts if totals is None else totals + counts
         f = (counts > 0).astype(int)
-        fired[cat] = f if fired[cat] is None else fired[cat] + f
+        seen = fired[cat]
+        fired[cat] = f if seen is None else seen + f
+    if totals is None:
+        raise BuildError("no probe ran")
     rows, cols = totals.shape
     mean = np.stack([np.mean(shares[c], axis=0) if shares[c] else np.zeros((rows, cols)) for c in categories], axis=-1)
     n_cat = len(categories)
@@ -190,7 +196,8 @@ def compute_atlas(runs, categories, layers):
             p = vec / vec.sum()
             top_i = int(np.argmax(p))
             top = categories[top_i]
-            if fired[top] is None or fired[top][r, e] < MIN_RUNS:
+            top_fired = fired[top]
+            if top_fired is None or top_fired[r, e] < MIN_RUNS:
                 continue
             nz = p[p > 0]
             h_bits = float(-(nz * np.log2(nz)).sum())
@@ -205,7 +212,7 @@ def compute_atlas(runs, categories, layers):
     return {"categories": list(categories), "experts": experts}
 
 
-def leave_one_out(runs, categories):
+def leave_one_out(runs: Iterable[tuple[str, Any]], categories: Sequence[str]) -> dict[str, Any]:
     """Leave-one-prompt-out: each run is classified by the category whose mean share profile
     (from the other runs) is closest in cosine to its own, both centred on the other runs' mean.
     Returns {"correct", "total", "accuracy"}."""
@@ -232,12 +239,15 @@ def leave_one_out(runs, categories):
 
 # --- running the probes (async, through the bridge) ----------------------------------------------
 
-async def probe_generate(request):
+async def probe_generate(request: bridge_client.GenerationRequest) -> tuple[dict, dict]:
     """One probe through the bridge -> (its accepted event or {}, its done event); BuildError
     when the engine refuses it."""
-    accepted, final = None, None
+    accepted: dict | None = None
+    final: dict | None = None
     async with contextlib.aclosing(bridge_client.generate(request)) as events:
         async for event in events:
+            if event is None:  # only a stream with a tick yields None
+                continue
             if event["kind"] == "accepted":
                 accepted = event
             elif event["kind"] in ("done", "error"):
@@ -253,22 +263,22 @@ class RoutesRunner:
 
     method = "routes"
 
-    def __init__(self, *, key, experts=None):
+    def __init__(self, *, key: str, experts: int | None = None) -> None:
         self.key = key
         self.experts = experts
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "RoutesRunner":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         return None
 
-    async def _generate(self, prompt, routes):
+    async def _generate(self, prompt: str, routes: bool) -> tuple[dict, dict]:
         return await probe_generate(bridge_client.GenerationRequest(
             prompt=prompt, max_tokens=1, temperature=0.0, seed=SEED, conversation_key=self.key,
             priority="background", experts=self.experts, routes=routes, heat=False))
 
-    async def run(self, probe):
+    async def run(self, probe: Probe) -> np.ndarray | None:
         """The probe's selection counts, shape (rows, cols); None when it reused KV (run again)."""
         await self._generate(RESET_PROMPT, routes=False)
         accepted, final = await self._generate(probe.text, routes=True)
@@ -285,17 +295,17 @@ class ProbeRunner:
 
     method = "hits"
 
-    def __init__(self, *, key, chunk_words, experts=None):
+    def __init__(self, *, key: str, chunk_words: int, experts: int | None = None) -> None:
         self.key = key
         self.chunk_words = chunk_words
         self.experts = experts  # routed experts per token for the probes (None: the model's own)
-        self.layer = get_channel_layer()
+        self.layer = channel_layer()
         self.channel = f"atlas-probe.{uuid.uuid4().hex}"  # a plain channel: its own BZPOPMIN key
-        self.inbox = asyncio.Queue()
-        self.receiver = None
-        self.last = None  # (boot, n) of the last item seen
+        self.inbox: asyncio.Queue[tuple[str | None, dict]] = asyncio.Queue()
+        self.receiver: asyncio.Task[None] | None = None
+        self.last: tuple[str | None, Any] | None = None  # (boot, n) of the last item seen
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "ProbeRunner":
         await self.layer.group_add(telemetry.GROUP, self.channel)
         self.receiver = asyncio.create_task(self._pump())
         # The bridge sends to the group only once it has seen a member (it asks every
@@ -303,33 +313,35 @@ class ProbeRunner:
         await asyncio.sleep(telemetry.WATCH_CHECK_S + telemetry.PUSH_MIN_INTERVAL)
         return self
 
-    async def __aexit__(self, *exc):
-        self.receiver.cancel()  # nothing after the build matters, so a lost message is harmless
-        await asyncio.gather(self.receiver, return_exceptions=True)
+    async def __aexit__(self, *exc: object) -> None:
+        if self.receiver is not None:
+            self.receiver.cancel()  # nothing after the build matters, so a lost message is harmless
+            await asyncio.gather(self.receiver, return_exceptions=True)
         await self.layer.group_discard(telemetry.GROUP, self.channel)
 
-    async def _pump(self):
+    async def _pump(self) -> None:
         while True:
             message = await self.layer.receive(self.channel)
             for item in message.get("items", ()):
                 self.inbox.put_nowait((message.get("boot"), item))
 
-    async def _generate(self, prompt, max_tokens):
+    async def _generate(self, prompt: str, max_tokens: int) -> tuple[dict, dict]:
         return await probe_generate(bridge_client.GenerationRequest(
             prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=SEED,
             conversation_key=self.key, priority="background", experts=self.experts))
 
-    def drain(self):
+    def drain(self) -> None:
         """Forget items that arrived before the next request (called before each probe)."""
         while not self.inbox.empty():
             boot, item = self.inbox.get_nowait()
             self.last = (boot, item.get("n"))
 
-    async def _request(self, prompt, max_tokens):
+    async def _request(self, prompt: str, max_tokens: int) -> tuple[list[tuple[int, int, str]], bool, dict]:
         """Runs one request and consumes its telemetry items, from its start (busy >= 1) to its
         release (busy == 0 after it). Returns (HITS [(rows, cols, hex)], clean, accepted)."""
         task = asyncio.create_task(self._generate(prompt, max_tokens))
-        hexes, started, clean, released, waited, entropy = [], False, True, False, 0.0, None
+        hexes: list[tuple[int, int, str]] = []
+        started, clean, released, waited, entropy = False, True, False, 0.0, None
         try:
             while not released:
                 try:
@@ -372,7 +384,7 @@ class ProbeRunner:
             clean = False
         return hexes, clean and started and released, accepted
 
-    async def run(self, probe):
+    async def run(self, probe: Probe) -> np.ndarray | None:
         """The probe's counts, shape (rows, cols): in how many of its chunks each expert was
         routed. None when the probe was contaminated (run it again later)."""
         bitmaps = await self.bitmaps(probe)
@@ -381,12 +393,13 @@ class ProbeRunner:
         rows, cols = bitmaps[-1][0], bitmaps[-1][1]
         return hits_counts([h for _, _, h in bitmaps], rows, cols)
 
-    async def bitmaps(self, probe):
+    async def bitmaps(self, probe: Probe) -> list[tuple[int, int, str]] | None:
         """One HITS bitmap (hex) per chunk of the probe: everything that chunk's request routed.
         None when the probe was contaminated (run it again later)."""
         self.drain()
         await self._request(RESET_PROMPT, 1)
-        bitmaps, previous = [], None
+        bitmaps: list[tuple[int, int, str]] = []
+        previous = None
         for prefix in chunks(probe.text, self.chunk_words):
             hexes, clean, accepted = await self._request(prefix, 1)
             reused = accepted.get("reused") or 0

@@ -4,6 +4,8 @@ An Atlas row is immutable once written: a new import or build adds a row, it nev
 one, so every atlas a model ever had stays downloadable. The current atlas of a model is its
 newest row.
 """
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -28,7 +30,7 @@ class Atlas(models.Model):
     class Meta:
         ordering = ["-created", "-id"]
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"id": self.pk, "model": self.model_name, "source": self.source, "sha256": self.sha256,
                 "filename": self.filename, "entries": self.entries, "specialists": self.specialists,
                 "categories": self.categories, "validation": self.validation, "bytes": len(self.content),
@@ -55,7 +57,7 @@ class AtlasBuild(models.Model):
     class Meta:
         ordering = ["-created", "-id"]
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"id": self.pk, "model": self.model_name, "status": self.status, "done": self.done,
                 "total": self.total, "atlas": self.atlas_id, "error": self.error, "wall_s": self.wall_s,
                 "created": self.created.isoformat()}

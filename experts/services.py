@@ -7,16 +7,18 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
+from typing import Any
 
+import numpy as np
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from colibri_base.layers import channel_layer
 from engine_bridge.served import aserved_model_get, served_model_from, served_model_get
 from experts import atlas_format, builder
 from experts.models import Atlas, AtlasBuild
@@ -24,15 +26,17 @@ from experts.models import Atlas, AtlasBuild
 log = logging.getLogger(__name__)
 STALE_BUILD_S = 600  # longer than any one probe can take (a probe may wait behind chats)
 BUILD_GROUP = "atlas-builds"  # every atlas page's socket (experts.consumers joins it): build progress
+OnProbe = Callable[[int, int, builder.Probe], object]  # (probes done, probes in all, the probe)
+OnRetry = Callable[[builder.Probe, int], object]  # (the probe, its attempt)
 
 
-def model_name_current(*, state=None):
+def model_name_current(*, state: dict | None = None) -> str:
     """The served model's display name (engine_bridge.served), from `state` when given."""
     return (served_model_from(state) if state is not None else served_model_get()).display_name
 
 
-def atlas_import(*, content: bytes, model_name: str, filename: str = "", user=None,
-                 source: str = Atlas.IMPORTED, validation=None) -> Atlas:
+def atlas_import(*, content: bytes, model_name: str, filename: str = "", user: User | None = None,
+                 source: str = Atlas.IMPORTED, validation: dict[str, Any] | None = None) -> Atlas:
     """Validates colibri's format and stores the bytes unchanged as the model's newest atlas."""
     doc = atlas_format.loads(content)
     info = atlas_format.summary(doc)
@@ -43,19 +47,19 @@ def atlas_import(*, content: bytes, model_name: str, filename: str = "", user=No
         projection=atlas_format.projection(doc), validation=validation, created_by=user)
 
 
-def atlas_current(*, model_name: str):
+def atlas_current(*, model_name: str) -> Atlas | None:
     """The model's newest atlas, or None."""
     return Atlas.objects.filter(model_name=model_name).first()
 
 
-def atlas_history(*, model_name: str | None = None, limit: int = 50):
+def atlas_history(*, model_name: str | None = None, limit: int = 50) -> list[Atlas]:
     qs = Atlas.objects.defer("content", "projection")
     if model_name:
         qs = qs.filter(model_name=model_name)
     return list(qs[:limit])
 
 
-def row_layers(*, rows: int, model: dict | None, atlas_layers=()):
+def row_layers(*, rows: int, model: dict | None, atlas_layers: Iterable[int] = ()) -> tuple[list[int], str]:
     """Absolute layer index of each EMAP row, and where that numbering came from.
 
     Never a constant: the engine's own list (`moe_layers` in MODEL) wins; else the layers of the
@@ -66,12 +70,12 @@ def row_layers(*, rows: int, model: dict | None, atlas_layers=()):
     listed = model.get("moe_layers")
     if isinstance(listed, list) and len(listed) == rows:
         return [int(x) for x in listed], "engine"
-    atlas_layers = sorted(set(atlas_layers))
-    if rows and len(atlas_layers) == rows:
-        return atlas_layers, "atlas"
-    if rows and len(atlas_layers) == rows - 1 and atlas_layers[-1] - atlas_layers[0] == rows - 2:
+    known = sorted(set(atlas_layers))
+    if rows and len(known) == rows:
+        return known, "atlas"
+    if rows and len(known) == rows - 1 and known[-1] - known[0] == rows - 2:
         # One row more than the atlas has layers: the engine's extra (MTP) row, after the last.
-        return atlas_layers + [atlas_layers[-1] + 1], "atlas+extra"
+        return known + [known[-1] + 1], "atlas+extra"
     n_layers = model.get("n_layers")
     if isinstance(n_layers, int) and n_layers >= rows:
         return list(range(n_layers - rows, n_layers)), "model"
@@ -83,12 +87,12 @@ def row_layers(*, rows: int, model: dict | None, atlas_layers=()):
 def build_publish(*, build: AtlasBuild) -> None:
     """Pushes a build's progress to every atlas page (the /ws/atlas/ group)."""
     try:
-        async_to_sync(get_channel_layer().group_send)(BUILD_GROUP, {"type": "atlas.build", "build": build.as_dict()})
+        async_to_sync(channel_layer().group_send)(BUILD_GROUP, {"type": "atlas.build", "build": build.as_dict()})
     except Exception:  # progress is a courtesy; the row is the truth
         log.exception("publishing build %s failed", build.pk)
 
 
-def build_start(*, user: AbstractBaseUser | None = None, model_name: str | None = None,
+def build_start(*, user: User | None = None, model_name: str | None = None,
                 enqueue: Callable[[int], object] | None = None) -> AtlasBuild:
     """Creates a build of the current model's atlas; `enqueue(build id)` queues its job after
     commit (the view hands in experts.tasks.build_atlas.delay: the task module imports this one,
@@ -107,7 +111,7 @@ def build_start(*, user: AbstractBaseUser | None = None, model_name: str | None 
     return build
 
 
-def _fail_stale_builds():
+def _fail_stale_builds() -> None:
     """A running build whose job died (worker killed) would block every later build: one that
     saved no progress for STALE_BUILD_S is marked failed."""
     cutoff = timezone.now() - timedelta(seconds=STALE_BUILD_S)
@@ -126,14 +130,15 @@ def build_cancel(*, build: AtlasBuild) -> AtlasBuild:
     return build
 
 
-def _progress(build, **fields):
+def _progress(build: AtlasBuild, **fields: Any) -> None:
     for k, v in fields.items():
         setattr(build, k, v)
     build.save(update_fields=[*fields, "updated"])
     build_publish(build=build)
 
 
-def build_run(*, build_id: int, on_probe=None, on_retry=None, experts=None) -> AtlasBuild:
+def build_run(*, build_id: int, on_probe: OnProbe | None = None, on_retry: OnRetry | None = None,
+              experts: int | None = None) -> AtlasBuild:
     """The job: runs every probe through the bridge, computes the atlas, stores it as the model's
     newest. Claims the build with an atomic UPDATE, so a second worker never runs it twice.
     `experts`: routed experts per token for the probes instead of probes.json's choice
@@ -161,18 +166,21 @@ def build_run(*, build_id: int, on_probe=None, on_retry=None, experts=None) -> A
     return build
 
 
-async def _measure(build, on_probe, on_retry, wanted=None):
+async def _measure(build: AtlasBuild, on_probe: OnProbe | None, on_retry: OnRetry | None,
+                   wanted: int | None = None) -> tuple[list[tuple[str, np.ndarray]], list[int], dict[str, Any]]:
     probes, chunk_words, digest = builder.load_probes()
     model = (await aserved_model_get(with_boot=False)).info or None
     experts = builder.probe_experts(wanted or builder.load_probe_experts() or builder.probe_count(model), model)
     key = f"atlas-build:{build.pk}"
+    runner: builder.RoutesRunner | builder.ProbeRunner
     if builder.routes_supported(model):
         runner = builder.RoutesRunner(key=key, experts=experts)
     else:
         runner = builder.ProbeRunner(key=key, chunk_words=chunk_words, experts=experts)
-    runs, shape = [], None
+    runs: list[tuple[str, np.ndarray]] = []
+    shape: tuple[int, ...] | None = None
     async with runner:
-        if runner.method == "hits":
+        if isinstance(runner, builder.ProbeRunner):
             runner.drain()
         for i, probe in enumerate(probes):
             for attempt in range(builder.MAX_ATTEMPTS):
@@ -195,9 +203,11 @@ async def _measure(build, on_probe, on_retry, wanted=None):
             await _save_progress(build, i + 1)
             if on_probe:
                 on_probe(i + 1, len(probes), probe)
+    if shape is None:
+        raise builder.BuildError("probes.json lists no probes")
     model = (await aserved_model_get(with_boot=False)).info or model or {}
     layers, _ = row_layers(rows=shape[0], model=model)
-    method = {"method": runner.method, "experts": experts, "top_k": model.get("top_k"),
+    method: dict[str, Any] = {"method": runner.method, "experts": experts, "top_k": model.get("top_k"),
               "n_experts": shape[1], "probes_sha256": digest}
     if runner.method == "hits":
         method["chunk_words"] = chunk_words
@@ -205,10 +215,10 @@ async def _measure(build, on_probe, on_retry, wanted=None):
 
 
 @database_sync_to_async
-def _cancel_requested(build_id):
+def _cancel_requested(build_id: int) -> bool:
     return AtlasBuild.objects.filter(pk=build_id, cancel_requested=True).exists()
 
 
 @database_sync_to_async
-def _save_progress(build, done):
+def _save_progress(build: AtlasBuild, done: int) -> None:
     _progress(build, done=done)

@@ -5,7 +5,7 @@ from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from colibri_base.access import staff_json, staff_page
+from colibri_base.access import signed_in_user, staff_json, staff_page
 from engine_bridge.telemetry import get_state
 from experts import services, tasks
 from experts.atlas_format import AtlasFormatError
@@ -14,7 +14,7 @@ from experts.models import Atlas, AtlasBuild
 
 @require_GET
 @staff_json
-def experts(request):
+def experts(request: HttpRequest) -> JsonResponse:
     """The latest expert map, in the seed's shape (colibri's /experts plus gpus/entropy/repin/tiers)."""
     state = get_state()
     emap, hits = state["emap"] or {}, state["hits"] or {}
@@ -31,7 +31,7 @@ def experts(request):
     })
 
 
-def _file_response(atlas, attachment):
+def _file_response(atlas: Atlas, attachment: bool) -> HttpResponse:
     response = HttpResponse(bytes(atlas.content), content_type="application/json")
     if attachment:
         response["Content-Disposition"] = 'attachment; filename="experts.json"'
@@ -41,7 +41,7 @@ def _file_response(atlas, attachment):
 
 @require_GET
 @staff_json
-def experts_json(request):
+def experts_json(request: HttpRequest) -> HttpResponse:
     """The current experts.json of the model the engine runs (colibri's UI reads /experts.json)."""
     atlas = services.atlas_current(model_name=services.model_name_current())
     if atlas is None:
@@ -51,14 +51,14 @@ def experts_json(request):
 
 @require_GET
 @staff_page
-def atlas_page(request):
+def atlas_page(request: HttpRequest) -> HttpResponse:
     boot = {"csrf_token": get_token(request), "username": request.user.get_username()}
     return render(request, "experts/atlas.html", {"boot": boot})
 
 
 @require_http_methods(["GET", "POST"])
 @staff_json
-def atlases(request):
+def atlases(request: HttpRequest) -> JsonResponse:
     """GET: the current model, its current atlas and the history of all atlases.
     POST (multipart `file`, optional `model`): import a colibri experts.json."""
     if request.method == "POST":
@@ -68,7 +68,7 @@ def atlases(request):
         model_name = request.POST.get("model") or services.model_name_current()
         try:
             atlas = services.atlas_import(content=upload.read(), model_name=model_name,
-                                          filename=upload.name or "", user=request.user)
+                                          filename=upload.name or "", user=signed_in_user(request))
         except AtlasFormatError as exc:
             return JsonResponse({"error": str(exc)}, status=400)
         return JsonResponse({"atlas": atlas.as_dict()}, status=201)
@@ -83,13 +83,13 @@ def atlases(request):
 
 @require_GET
 @staff_json
-def atlas_download(request, pk):
+def atlas_download(request: HttpRequest, pk: int) -> HttpResponse:
     return _file_response(get_object_or_404(Atlas, pk=pk), attachment=True)
 
 
 @require_GET
 @staff_json
-def atlas_map(request, pk):
+def atlas_map(request: HttpRequest, pk: int) -> JsonResponse:
     """The server-side 2-D projection of every expert's affinity vector."""
     atlas = get_object_or_404(Atlas.objects.only("projection"), pk=pk)
     return JsonResponse(atlas.projection)
@@ -100,14 +100,14 @@ def atlas_map(request, pk):
 def builds(request: HttpRequest) -> JsonResponse:
     """GET: recent builds. POST: start a build of the current model's atlas (one at a time)."""
     if request.method == "POST":
-        build = services.build_start(user=request.user, enqueue=tasks.build_atlas.delay)
+        build = services.build_start(user=signed_in_user(request), enqueue=tasks.build_atlas.delay)
         return JsonResponse({"build": build.as_dict()}, status=202)
     return JsonResponse({"builds": [b.as_dict() for b in AtlasBuild.objects.all()[:10]]})
 
 
 @require_http_methods(["POST"])
 @staff_json
-def build_cancel(request, pk):
+def build_cancel(request: HttpRequest, pk: int) -> JsonResponse:
     build = services.build_cancel(build=get_object_or_404(AtlasBuild, pk=pk))
     return JsonResponse({"build": build.as_dict()})
 

@@ -4,7 +4,8 @@
 `GET /ops/stats.json` (staff session; 401 / 403 JSON otherwise), which serves exactly what
 /v1/stats serves (colibri_base.metrics.stats(): the same registry /metrics renders, every web
 process and the bridge's telemetry) plus the server time, so a staff member's browser needs no
-API key. The page computes rates and interval means from the cumulative counters itself.
+API key. The page computes rates and interval means from the cumulative counters itself; its
+host picker (fed by the answer's `bridges`) asks for one engine host's figures with `?bridge=`.
 """
 import time
 
@@ -15,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from colibri_base import metrics
 from colibri_base.access import staff_json, staff_page
-from engine_bridge import telemetry
+from engine_bridge import fleet
 
 POLL_S = 2
 
@@ -31,4 +32,9 @@ def ops_page(request: HttpRequest) -> HttpResponse:
 @never_cache
 @staff_json
 def ops_stats(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"time": time.time(), **metrics.stats(telemetry.get_state)})
+    """`?bridge=<id>`: that engine host's figures (the page's host picker); 404 naming a bridge
+    that is not live."""
+    try:
+        return JsonResponse({"time": time.time(), **fleet.stats(request.GET.get("bridge"))})
+    except fleet.UnknownBridge as exc:
+        return JsonResponse({"error": exc.detail, "field": "bridge"}, status=404)

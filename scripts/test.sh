@@ -14,6 +14,8 @@ export COLIBRI_DEV=1
 "$PY" manage.py collectstatic --noinput -v 0
 say "lint (ruff)"
 "$VENV/bin/ruff" check .
+say "types (mypy)"
+"$VENV/bin/mypy"  # [tool.mypy] in pyproject.toml: the app packages, their cache in .mypy_cache
 say "native unit tests"
 make -s -C native check
 say "native protocol suite under AddressSanitizer/UBSan"

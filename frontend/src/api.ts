@@ -9,6 +9,7 @@ export interface Stats {
   prompt_tokens?: number | null;
   completion_tokens?: number | null;
   ttft_s?: number | null;
+  bridge?: string | null; // the engine host (bridge id) that answered
   tok_s?: number | null;
   hit_pct?: number | null;
   finish_reason?: string | null;
@@ -37,8 +38,31 @@ export interface Message {
 export interface Conversation {
   id: number;
   title: string;
+  model?: string; // the served model's id its turns go to; "" = the default model
+  system_prompt?: string; // the first (system) message of every turn's prompt; "" = none
   created: string;
   updated: string;
+}
+
+// What a conversation's settings can change (PATCH /api/conversations/<id>).
+export interface ConversationPatch {
+  title?: string;
+  model?: string;
+  system_prompt?: string;
+}
+
+// One model the live bridges serve (GET /api/models), for the model picker.
+export interface ModelInfo {
+  id: string;
+  display_name: string;
+  context_length: number;
+  status: string;
+  bridges: string[];
+}
+
+export interface ModelList {
+  default: string | null; // the id a conversation without a model of its own uses
+  models: ModelInfo[];
 }
 
 export interface GenParams {
@@ -56,7 +80,7 @@ export interface ExpertRange {
 }
 
 export type ClientEvent =
-  | { type: "send"; conversation: number | null; text: string; params: GenParams }
+  | { type: "send"; conversation: number | null; text: string; params: GenParams; model?: string; system_prompt?: string }
   | { type: "stop"; conversation: number }
   | { type: "regenerate"; conversation: number; params: GenParams }
   | { type: "edit"; conversation: number; message: number; text: string; params: GenParams }
@@ -111,6 +135,7 @@ const URLS = {
   conversations: "/api/conversations",
   conversation: (id: number) => `/api/conversations/${id}`,
   importConversation: "/api/conversations/import",
+  models: "/api/models",
   keys: "/api/keys",
   key: (id: number | string) => `/api/keys/${encodeURIComponent(String(id))}`,
   health: "/health",
@@ -143,6 +168,8 @@ function errorText(body: unknown, fallback: string): string {
     if (e && typeof e === "object" && typeof (e as Record<string, unknown>).message === "string")
       return (e as Record<string, string>).message;
     for (const k of ["detail", "message", "reason"]) if (typeof o[k] === "string") return o[k] as string;
+    // DRF's field errors: {"model": ["the model 'x' is not served here ..."]}
+    for (const [k, v] of Object.entries(o)) if (Array.isArray(v) && typeof v[0] === "string") return `${k}: ${v[0]}`;
   }
   return fallback;
 }
@@ -177,7 +204,21 @@ export class Http {
   }
 
   async renameConversation(id: number, title: string): Promise<Conversation> {
-    return unwrapOne<Conversation>(await this.request("PATCH", URLS.conversation(id), { title }), "conversation");
+    return this.updateConversation(id, { title });
+  }
+
+  async getConversation(id: number): Promise<Conversation> {
+    return unwrapOne<Conversation>(await this.request("GET", URLS.conversation(id)), "conversation");
+  }
+
+  // The server checks every field: an unknown model or an over-long system prompt is a 400 naming it.
+  async updateConversation(id: number, patch: ConversationPatch): Promise<Conversation> {
+    return unwrapOne<Conversation>(await this.request("PATCH", URLS.conversation(id), patch), "conversation");
+  }
+
+  async listModels(): Promise<ModelList> {
+    const body = (await this.request("GET", URLS.models)) as Partial<ModelList> | null;
+    return { default: body?.default ?? null, models: Array.isArray(body?.models) ? body.models : [] };
   }
 
   // An API conversation ({"messages": [OpenAI Chat messages]}): the server checks every field.

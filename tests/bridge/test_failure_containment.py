@@ -137,6 +137,11 @@ async def test_a_subnormal_temperature_does_not_restart_the_engine_under_another
                                    "job": {"prompt": "hi", "max_tokens": 4, "temperature": float("nan")}})
         message = (await asyncio.wait_for(transport.replies("nan1"), 10))[0]
         assert message["events"][0]["code"] == "BAD_REQUEST" and "temperature" in message["events"][0]["message"]
+        # A job that is no object is refused the same way (it was an AttributeError in the bridge).
+        await transport.to_bridge({"type": "gen.submit", "req": "list1", "boot": boot, "job": ["hi"]})
+        message = (await asyncio.wait_for(transport.replies("list1"), 10))[0]
+        refusal = message["events"][0]
+        assert refusal["code"] == "BAD_REQUEST" and "job must be an object" in refusal["message"]
         async with contextlib.aclosing(other):
             rest = [e async for e in other]
         assert final(rest)["kind"] == "done", final(rest)

@@ -66,6 +66,9 @@ def test_usual_spellings_are_accepted():
     ({"$defs": {"A": {"type": "integer", "multipleOf": 2}}, "$ref": "#/$defs/A"}, "$defs.A.multipleOf", "multipleOf"),
     ({"anyOf": []}, "anyOf", "non-empty"),
     ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "properties", "allows no value"),
+    # null counts were a TypeError deep in the compiler, reported as "the schema must be JSON"
+    ({"type": "string", "minLength": None, "maxLength": 3}, "minLength", "non-negative integer"),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": None}, "minItems", "non-negative integer"),
 ])
 def test_refusals_name_the_keyword_and_path(schema, field, word):
     with pytest.raises(GrammarError) as info:

@@ -34,3 +34,13 @@ def test_it_refuses_extension_flags_that_are_not_booleans():
             assert field in str(exc)
         else:
             raise AssertionError(f"{field}='yes' was accepted")
+
+
+def test_a_job_that_is_no_object_is_a_type_error_naming_the_job():
+    for raw in (["hi"], "hi", 3):
+        try:
+            parse_job(raw)
+        except TypeError as exc:
+            assert "job must be an object" in str(exc)
+        else:
+            raise AssertionError(f"job={raw!r} was accepted")

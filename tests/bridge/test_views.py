@@ -36,7 +36,8 @@ def test_it_reports_a_healthy_engine(client, state):
     r = client.get("/health")
     assert r.status_code == 200
     assert r.json() == {"engine": "up", "bridge": "up", "redis": "up", "model": "tiny", "slots": 2, "queue": 1,
-                        "restarts": 3, "experts": None, "sampling": {"temperature": 0.7, "top_p": 1.0}}
+                        "restarts": 3, "experts": None, "sampling": {"temperature": 0.7, "top_p": 1.0},
+                        "bridge_id": "main", "bridges": [], "models": []}  # no registration written here
 
 
 def test_it_reports_the_served_models_recommended_sampling(client, state):

@@ -36,6 +36,8 @@ class FakeChat:
         self.conversations = [dict(c) for c in conversations]
         self.health = health
         self.keys = []
+        self.models = {"default": "tiny", "models": [
+            {"id": "tiny", "display_name": "tiny", "context_length": 4096, "status": "up", "bridges": ["main"]}]}
         page.route_web_socket(re.compile(r".*/ws/chat/$"), self._connect)
         page.route(re.compile(r".*/(api/.*|health)(\?.*)?$"), self._http)
 
@@ -52,10 +54,14 @@ class FakeChat:
             return route.fulfill(status=status, json=body)
         if path == "api/conversations":
             return route.fulfill(json={"conversations": self.conversations})
+        if path == "api/models":
+            return route.fulfill(json=self.models)
         m = re.fullmatch(r"api/conversations/(\d+)", path)
-        if m and req.method == "PATCH":
-            conv = next(c for c in self.conversations if c["id"] == int(m[1]))
-            conv["title"] = json.loads(req.post_data)["title"]
+        conv = next((c for c in self.conversations if m and c["id"] == int(m[1])), None)
+        if conv is not None and req.method == "GET":
+            return route.fulfill(json={"model": "", "system_prompt": "", **conv})
+        if conv is not None and req.method == "PATCH":
+            conv.update(json.loads(req.post_data))
             return route.fulfill(json=conv)
         if m and req.method == "DELETE":
             self.conversations = [c for c in self.conversations if c["id"] != int(m[1])]

@@ -224,9 +224,13 @@ def test_on_a_phone_every_control_is_reachable_through_the_menu(site, open_page,
     fake = open_long_chat(page, site)
     menu, drawer = page.locator("#menu-toggle"), page.locator("#sidebar")
     assert menu.get_attribute("aria-controls") == "sidebar" and menu.get_attribute("aria-expanded") == "false"
-    # The model picker's place (issue 26 item 3) is in the header, empty until the picker exists.
-    slot = page.locator(".chat-head #model-slot[data-slot=model-picker]")
-    assert slot.count() == 1 and slot.is_hidden() and slot.evaluate("e => e.childElementCount") == 0
+    # The model picker (issue 26 item 3) is in the header, on a row of its own under the title,
+    # within the width and usable without the drawer.
+    picker = page.locator(".chat-head #model-slot[data-slot=model-picker] select[name=model]")
+    picker.wait_for(state="visible")
+    b, title = picker.bounding_box(), box(page, "#chat-title")
+    assert b["x"] >= 0 and b["x"] + b["width"] <= 390 and b["y"] >= title["y"] + title["height"] - 1, (b, title)
+    assert picker.locator("option").all_inner_texts() == ["Default (tiny)", "tiny"]
 
     # Open: the drawer slides in, focus moves into it, the chat behind is inert (Tab stays inside).
     menu.tap()
@@ -281,7 +285,7 @@ def test_on_a_phone_every_control_is_reachable_through_the_menu(site, open_page,
     temperature = page.locator('input[name="temperature"]')
     temperature.wait_for(state="visible")
     assert page.locator("#settings-toggle").get_attribute("aria-expanded") == "true"
-    for b in (temperature.bounding_box(), box(page, 'input[name="max_tokens"]')):
+    for b in (temperature.bounding_box(), box(page, 'input[name="max_tokens"]'), box(page, 'textarea[name="system_prompt"]')):
         assert b["x"] >= 0 and b["x"] + b["width"] <= 390, b
     assert_no_sideways_scroll(page, "chat with the settings open")
     shoot(page, tmp_path, "chat-phone-settings")

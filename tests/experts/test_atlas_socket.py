@@ -21,7 +21,7 @@ def layer(settings, monkeypatch):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     settings.ENGINE_MODEL = "/models/tiny-moe.gguf"
 
-    async def state():
+    async def state(bridge=None):
         return {**telemetry.empty_state(), "up": True, "emap": EMAP, "model": {"name": "tiny", "n_layers": 2},
                 "repin": [{"layer": 0, "expert": 1, "old_tier": 1, "gpu": 0}]}
 
@@ -30,12 +30,12 @@ def layer(settings, monkeypatch):
     channel_layers.backends.clear()
 
 
-async def connect(user):
+async def connect(user, path="/ws/atlas/"):
     app = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
     client = Client()
     await database_sync_to_async(client.force_login)(user)
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-    communicator = WebsocketCommunicator(app, "/ws/atlas/", headers=[(b"cookie", cookie)])
+    communicator = WebsocketCommunicator(app, path, headers=[(b"cookie", cookie)])
     connected, _ = await communicator.connect()
     assert connected
     return communicator
@@ -68,6 +68,36 @@ async def test_it_pushes_hits_to_staff_coalesced(layer, staff):
     assert frame["hits"]["hex"] == "0180" and frame["windows"] == 2
     assert frame["repin"] == [{"layer": 1, "expert": 3, "old_tier": 0, "gpu": 0}]
     await ws.disconnect()
+
+
+async def test_it_shows_one_engine_host_and_drops_the_pushes_of_the_others(layer, staff):
+    """Several bridges push to the one group: the page shows the bridge it was opened on (the
+    default here: "main") and a push of another bridge never reaches it."""
+    ws = await connect(staff)
+    snapshot = await ws.receive_json_from(timeout=2)
+    assert snapshot["bridge"] == "main" and snapshot["bridges"] == []  # no bridge registered in this test
+    other, own = telemetry.Publisher(bridge="other"), telemetry.Publisher(bridge="main")
+    pushers = [asyncio.create_task(p.push_loop()) for p in (other, own)]
+    try:
+        other.update(hits={"rows": 2, "cols": 8, "hex": "ff00"}, seq=1)
+        await asyncio.sleep(0.3)  # the other host's batch has gone out (PUSH_MIN_INTERVAL 0.05 s)
+        own.update(hits={"rows": 2, "cols": 8, "hex": "0001"}, seq=1)
+        frame = await ws.receive_json_from(timeout=2)
+    finally:
+        for task in pushers:
+            task.cancel()
+        for p in (other, own):
+            await p.client.aclose()
+    assert frame["hits"]["hex"] == "0001" and frame["windows"] == 1
+    assert await ws.receive_nothing(timeout=0.3)
+    await ws.disconnect()
+
+
+async def test_a_bridge_that_is_not_live_is_refused_naming_it(layer, staff):
+    ws = await connect(staff, "/ws/atlas/?bridge=gone-host")
+    error = await ws.receive_json_from(timeout=2)
+    assert error["type"] == "error" and error["field"] == "bridge" and "'gone-host'" in error["detail"]
+    assert await ws.receive_output(timeout=2) == {"type": "websocket.close", "code": 4404}
 
 
 async def test_it_closes_the_socket_for_members(layer, member):

@@ -16,7 +16,7 @@ def served_up(monkeypatch):
     state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}, "slots": 2, "busy": 1,
              "queue": 3, "restarts": 4}
     serve_state(monkeypatch, state)
-    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda: state)
+    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda bridge=None: state)
     return state
 
 

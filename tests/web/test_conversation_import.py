@@ -81,9 +81,8 @@ def test_the_chat_turn_prompt_carries_the_calls_in_the_models_tool_syntax(client
 
     served = served_model_from({"status": "up", "updated": 1.0,
                                 "model": {"name": "tiny", "arch": "llama", "chat_template": CHATML_TEMPLATE}})
-    monkeypatch.setattr(services, "served_model_get", lambda: served)
     conv = Conversation.objects.get(pk=post(client, {"messages": MESSAGES[:5]}).json()["id"])
-    prompt = services._render(services.prompt_messages(conv))
+    prompt = services._render(services.prompt_messages(conv), served)
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>' in prompt
     assert '<tool_response>\n{"name": "get_weather", "content": "{\\"temperature\\": 18}"}\n</tool_response>' in prompt
     assert "<|im_start|>tool" not in prompt and prompt.endswith("<|im_start|>assistant\n")

@@ -18,7 +18,7 @@ def staff(django_user_model):
 def bridge_state(monkeypatch):
     state = {"status": "up", "up": True, "updated": 1.0, "model": {"name": "tiny"}, "slots": 2, "busy": 1,
              "queue": 0, "restarts": 0}
-    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda: state)
+    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda bridge=None: state)
 
 
 def client_for(user):
@@ -73,7 +73,7 @@ def test_the_last_turns_expert_io_is_in_v1_stats_ops_and_metrics(staff, alice_ke
 
     io = protocol.IoStat(7, 20, 4000000, 1000000, 150, 200, 0.25, 40, 30).figures()
     state = {"status": "up", "up": True, "updated": 1.0, "slots": 2, "busy": 0, "queue": 0, "restarts": 0, "iostat": io}
-    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda: state)
+    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda bridge=None: state)
     public = Client().get("/v1/stats", HTTP_AUTHORIZATION=f"Bearer {alice_key}").json()
     assert public["io"] == client_for(staff).get("/ops/stats.json").json()["io"] == io
     assert (io["disk_bytes_per_token"], io["ideal_bytes_per_token"], io["hit_pct"], io["stall_ms_per_token"],

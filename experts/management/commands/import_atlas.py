@@ -1,7 +1,8 @@
 """manage.py import_atlas FILE [--model NAME]: store a colibri experts.json as a model's newest atlas."""
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from experts import services
 from experts.atlas_format import AtlasFormatError
@@ -10,11 +11,11 @@ from experts.atlas_format import AtlasFormatError
 class Command(BaseCommand):
     help = "Import a colibri-format experts.json (kept byte for byte; older atlases stay)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file")
         parser.add_argument("--model", help="model name (default: the engine's current model)")
 
-    def handle(self, *args, file, model=None, **options):
+    def handle(self, *args: Any, file: str, model: str | None = None, **options: Any) -> None:
         path = Path(file)
         try:
             content = path.read_bytes()

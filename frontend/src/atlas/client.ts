@@ -1,4 +1,5 @@
 // The atlas page's one client: JSON endpoints under /atlas/api and the /ws/atlas/ socket.
+import { askedBridge, withBridge } from "../hosts";
 import type { AtlasDoc, AtlasInfo, AtlasList, Build, MapData, MessageRouting, ServerFrame } from "./types";
 
 export class AtlasError extends Error {
@@ -56,12 +57,13 @@ export class AtlasSocket {
 
   connect(): void {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${scheme}://${location.host}${URLS.socket}`);
+    const ws = new WebSocket(`${scheme}://${location.host}${withBridge(URLS.socket, askedBridge())}`);
     this.onState("connecting");
     ws.onopen = () => { this.delay = 500; this.onState("live"); };
     ws.onmessage = (e) => { try { this.onFrame(JSON.parse(String(e.data)) as ServerFrame); } catch { /* ignore */ } };
     ws.onclose = (e) => {
       if (e.code === 4401 || e.code === 4403) { this.onState(e.code === 4401 ? "signed out" : "staff only"); return; }
+      if (e.code === 4404) { this.onState("no such engine host"); return; }
       this.onState("reconnecting");
       setTimeout(() => this.connect(), this.delay);
       this.delay = Math.min(this.delay * 2, 10000);

@@ -7,6 +7,7 @@ import { GridView } from "./grid";
 import { Library } from "./library";
 import { MapView } from "./map";
 import { addRepins, renderEntropy, renderLegend, renderSeries } from "./panels";
+import { HostPicker } from "../hosts";
 import { ioFigures } from "../ops/io";
 import type { AtlasDoc, AtlasInfo, MessageRouting, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
 
@@ -183,8 +184,10 @@ export function mount(): void {
     if (f.busy !== undefined) $("engine-busy").textContent = `${f.busy} busy`;
   }
 
+  const hosts = new HostPicker($("atlas-host"));
   const socket = new AtlasSocket((frame: ServerFrame) => {
     if (frame.type === "snapshot") {
+      if (frame.bridge) hosts.set(frame.bridges ?? [], frame.bridge);
       // The snapshot is the state before the page opened: no flashes, and no REPIN history in the
       // timeline (it would be stamped with the load time), only changes that arrive from now on.
       apply({ ...frame, hits: null, repin: undefined });
@@ -192,6 +195,7 @@ export function mount(): void {
     } else if (frame.type === "telemetry") apply(frame);
     else if (frame.type === "build") library.showBuild(frame.build);
     else if (frame.type === "atlas") void library.refresh();
+    else if (frame.type === "error") $("engine-state").textContent = frame.detail;
   }, (s) => { $("socket-state").textContent = s; $("socket-state").dataset.state = s; });
   socket.connect();
   void loadFilter();

@@ -1,5 +1,6 @@
 // Shapes of what the atlas page receives (experts/views.py, experts/consumers.py) and of
 // colibri's experts.json (peers.md §4).
+import type { BridgeEntry } from "../hosts";
 import type { TurnIo } from "../ops/io";
 
 export interface Grid { rows: number; cols: number; hex: string }
@@ -59,7 +60,8 @@ export interface MessageRouting {
 }
 
 export type ServerFrame =
-  | ({ type: "snapshot" } & TelemetryFrame)
+  | ({ type: "snapshot"; bridge?: string; bridges?: BridgeEntry[] } & TelemetryFrame)
   | ({ type: "telemetry" } & TelemetryFrame)
   | { type: "build"; build: Build }
-  | { type: "atlas"; atlas: AtlasInfo };
+  | { type: "atlas"; atlas: AtlasInfo }
+  | { type: "error"; field: string; detail: string };

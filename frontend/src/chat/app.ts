@@ -1,15 +1,17 @@
 // Wires the socket and HTTP client to the sidebar, message pane, composer and status strip.
 // The server is the source of truth: every "open" is answered with a snapshot, deltas carry the
 // offset of their text, and a gap triggers a fresh snapshot instead of guessing.
-import { ChatSocket, Http, type Message, type ServerEvent } from "../api";
+import { ChatSocket, type ConversationPatch, Http, type Message, type ServerEvent } from "../api";
 import { Composer } from "./composer";
 import { byId } from "./dom";
 import { Drawer, trackViewport } from "./drawer";
 import { errorMessage } from "./format";
 import { KeysDialog } from "./keys";
 import { MessagePane } from "./pane";
+import { ModelPicker } from "./picker";
 import { Sidebar } from "./sidebar";
 import { StatusBar } from "./status";
+import { SystemPromptField } from "./sysprompt";
 
 export interface Boot {
   username: string;
@@ -26,6 +28,8 @@ export class ChatApp {
   private status: StatusBar;
   private keys: KeysDialog;
   private drawer: Drawer;
+  private picker: ModelPicker;
+  private systemPrompt: SystemPromptField;
   private current: number | null = null;
   private awaitingNew = false; // a "send" with conversation null is on its way
   private titles = new Map<number, string>();
@@ -35,6 +39,7 @@ export class ChatApp {
     this.status = new StatusBar(byId("notices"), byId("engine-status"), this.http, (health) => {
       this.composer?.setExpertRange(health.experts);
       if (health.sampling) this.composer?.setSamplingDefaults(health.sampling);
+      void this.refreshModels();
     });
     this.drawer = new Drawer(byId("sidebar"), byId("menu-toggle"), byId("drawer-scrim"), byId("chat-main"));
     this.sidebar = new Sidebar(byId("conv-nav"), {
@@ -62,6 +67,8 @@ export class ChatApp {
       stop: () => this.stop(),
     });
     this.keys = new KeysDialog(this.http);
+    this.picker = new ModelPicker(byId("model-slot"), (model) => void this.configure({ model }));
+    this.systemPrompt = new SystemPromptField(byId("settings"), (text) => void this.configure({ system_prompt: text }));
 
     byId("keys-open").addEventListener("click", () => {
       // Focus first to the menu button: the dialog hands focus back to it when it closes (the
@@ -111,6 +118,7 @@ export class ChatApp {
     this.sidebar.setCurrent(id);
     this.updateChrome();
     if (pushHash) history.replaceState(null, "", id === null ? location.pathname : `#c/${id}`);
+    this.showSettingsOf(id);
     if (id === null) this.socket.unsubscribeAll();
     else this.socket.open(id);
     this.composer.focus();
@@ -124,6 +132,41 @@ export class ChatApp {
       this.updateChrome();
     } catch (e) {
       this.status.flash(`Could not load conversations: ${(e as Error).message}`);
+    }
+  }
+
+  private async refreshModels(): Promise<void> {
+    try {
+      this.picker.setModels(await this.http.listModels());
+    } catch {
+      /* the status strip reports an unreachable server; the picker keeps the list it had */
+    }
+  }
+
+  // The model and system prompt of the conversation on screen (a New chat: the default, none).
+  private showSettingsOf(id: number | null): void {
+    this.picker.setValue("");
+    this.systemPrompt.setText("");
+    if (id === null) return;
+    void this.http.getConversation(id).then(
+      (c) => {
+        if (this.current !== id) return;
+        this.picker.setValue(c.model ?? "");
+        this.systemPrompt.setText(c.system_prompt ?? "");
+      },
+      (e: Error) => this.status.flash(`Could not load this conversation's settings: ${e.message}`),
+    );
+  }
+
+  // A New chat keeps the choice until its first message carries it; a conversation stores it now.
+  private async configure(patch: ConversationPatch): Promise<void> {
+    const id = this.current;
+    if (id === null) return;
+    try {
+      await this.http.updateConversation(id, patch);
+    } catch (e) {
+      this.status.flash(`Could not change this conversation's settings: ${(e as Error).message}`);
+      if (this.current === id) this.showSettingsOf(id); // back to what is stored
     }
   }
 
@@ -168,7 +211,12 @@ export class ChatApp {
 
   private send(text: string): void {
     if (this.current === null) this.awaitingNew = true;
-    this.socket.send({ type: "send", conversation: this.current, text, params: this.composer.params });
+    // The settings travel with the message too: an edit not yet stored (its field still focused)
+    // is applied before this turn renders, in the same transaction.
+    this.socket.send({
+      type: "send", conversation: this.current, text, params: this.composer.params,
+      model: this.picker.current, system_prompt: this.systemPrompt.text,
+    });
     this.composer.setBusy(true); // until the server's "message" events say otherwise
   }
 

@@ -2,6 +2,7 @@
 // /v1/stats — and turns the cumulative counters into per-interval rates and means, drawn as
 // small line charts (chart.ts) plus a live table of requests by surface and status.
 import { formatValue, LineChart, PALETTE } from "./chart";
+import { askedBridge, type BridgeEntry, HostPicker, withBridge } from "../hosts";
 import { formatBytes, ioFigures, type TurnIo } from "./io";
 
 interface Row {
@@ -15,6 +16,8 @@ interface Stats {
   engine: { up: number; slots: number; busy: number; queue: number; restarts: number };
   io: TurnIo | null;
   metrics: Record<string, Row[]>;
+  bridge?: string; // whose engine figures `engine` and `io` are
+  bridges?: BridgeEntry[];
 }
 
 function renderIo(io: TurnIo | null | undefined): void {
@@ -134,6 +137,8 @@ function boot(): void {
   const table = document.getElementById("ops-status-table") as HTMLTableElement;
   const totalEl = document.getElementById("ops-requests-total")!;
   let prev: Stats | null = null;
+  const hosts = new HostPicker(document.getElementById("ops-host")!);
+  const statsUrl = withBridge(cfg.stats_url, askedBridge());
 
   function renderTable(s: Stats): void {
     const rows = (s.metrics["colibri_api_requests"] ?? []).filter((r) => r.name === "colibri_api_requests_total");
@@ -167,13 +172,17 @@ function boot(): void {
 
   async function poll(): Promise<void> {
     try {
-      const r = await fetch(cfg.stats_url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      const r = await fetch(statsUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
       if (r.status === 401) {
         window.location.assign(`/accounts/login/?next=${encodeURIComponent(window.location.pathname)}`);
         return;
       }
-      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      if (!r.ok) {
+        const body = (await r.json().catch(() => null)) as { error?: string } | null;
+        throw new Error(body?.error ?? `HTTP ${r.status}`);
+      }
       const cur = (await r.json()) as Stats;
+      if (cur.bridge) hosts.set(cur.bridges ?? [], cur.bridge);
       engineEl.textContent = cur.engine.up ? "engine up" : "engine down";
       engineEl.dataset.state = cur.engine.up ? "up" : "down";
       slotsEl.textContent = `${cur.engine.busy}/${cur.engine.slots} slots busy · ${cur.engine.queue} waiting`;
