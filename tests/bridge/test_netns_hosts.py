@@ -2,8 +2,8 @@
 network namespace cabled to a private LAN (tests/support/netns.py), running one real `run_bridge`
 with the real engine on a fixture model (h1 and h2 serve model A, h3 serves model B); one Redis
 on the LAN's root-side address, the only thing the hosts reach (not the database: an engine host
-never needs it); this test process is the one web process, in the root namespace, routing with
-engine_bridge.client.generate.
+never needs it); the web process in the root namespace is this test process, routing with
+engine_bridge.client.generate, and for the SDK test a Daphne on the same Redis.
 
 What holds, each a test: requests land on the hosts of the model they name; a returning
 conversation lands on the host that holds it (>= 95 % of returning turns, measured, keyed by
@@ -15,6 +15,7 @@ answered by another host. The cable test runs last: it leaves its host powered o
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import openai
 import pytest
 from channels.layers import channel_layers
 from django.test.utils import override_settings
@@ -34,6 +36,7 @@ from tests.bridge.helpers import (
     serving, text_of, turn, until)
 from tests.support import procs
 from tests.support.netns import Host, Lab
+from tests.web import live
 
 A, B = "tiny-netns-a", "tiny-netns-b"  # the served ids (the model files' stems)
 PLAN = {"h1": A, "h2": A, "h3": B}
@@ -139,6 +142,55 @@ async def test_requests_land_on_the_hosts_of_the_model_they_name(lab: Lab, hosts
     assert {name: infos[name].host for name in PLAN} == {name: lab.hosts[name].ns for name in PLAN}
     assert {name: infos[name].model for name in PLAN} == PLAN
     assert served.served_model_get("no-such-model") is None
+
+
+@pytest.fixture(scope="module")
+def web(lab: Lab, hosts: dict, django_db_setup: None, django_db_blocker,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The one web process as deployed: Daphne in the root namespace on the LAN's Redis and the
+    test database; its base URL."""
+    with django_db_blocker.unblock():
+        database_url = live._database_url()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "colibri_site.settings", "COLIBRI_DEV": "1",
+           "DATABASE_URL": database_url, "REDIS_URL": lab.redis_url, "CELERY_BROKER_URL": lab.redis_url,
+           "ALLOWED_HOSTS": "127.0.0.1,localhost", "PGAPPNAME": live.SERVER_APP, "PYTHONUNBUFFERED": "1"}
+    port = procs.free_port()
+    with open(tmp_path_factory.mktemp("netns-web") / "daphne.log", "wb") as log:
+        daphne = live.start_daphne(env, port, log)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            procs.stop(daphne)
+            with django_db_blocker.unblock():
+                live._close_other_sessions(live.SERVER_APP)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_web_process_serves_every_hosts_model_to_the_openai_sdk(web: str, django_user_model) -> None:
+    """Through Daphne and the official openai SDK (strict validation): /v1/models lists the
+    models the hosts serve, a request naming a model is answered by a host of that model
+    (x-colibri-bridge names it), buffered and streamed, and a model no host serves is the
+    API's 404."""
+    from api.models import ApiKey
+
+    user = django_user_model.objects.create_user("netns-client", password="not used here")
+    oai = openai.OpenAI(base_url=web + "/v1", api_key=ApiKey.issue(user=user, name="netns")[1], max_retries=0,
+                        timeout=60, _strict_response_validation=True)
+    assert {A, B} <= {m.id for m in oai.models.list().data}
+    answered: dict[str, set] = {A: set(), B: set()}
+    for n in range(6):
+        for model in (A, B):
+            raw = oai.completions.with_raw_response.create(model=model, prompt=f"Once upon a time {n}", max_tokens=8)
+            assert raw.parse().choices[0].text and raw.parse().model == model
+            answered[model].add(raw.headers["x-colibri-bridge"])
+    assert answered[B] == {"h3"} and answered[A] <= {"h1", "h2"}, answered
+    messages = [{"role": "user", "content": "Tell me a story."}]
+    with oai.chat.completions.with_streaming_response.create(model=B, messages=messages, max_tokens=8,
+                                                             stream=True) as streamed:
+        assert streamed.headers["x-colibri-bridge"] == "h3"
+        assert "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
+    with pytest.raises(openai.NotFoundError, match="tiny-netns-z"):
+        oai.completions.create(model="tiny-netns-z", prompt="Once", max_tokens=8)
 
 
 class _Conversation:
