@@ -7,8 +7,8 @@ engine_bridge.client.generate, and for the SDK test a Daphne on the same Redis.
 
 What holds, each a test: requests land on the hosts of the model they name; a returning
 conversation lands on the host that holds it (>= 95 % of returning turns, measured, keyed by
-conversation and by prefix alone); a host added live joins the rotation and takes new
-conversations; a host whose cable is pulled mid-stream ends its streams with a clean error
+conversation and by prefix alone); the web process (Daphne, the openai SDK) serves both models
+from their hosts; a host added live (h4) joins the rotation and takes new conversations; a host whose cable is pulled mid-stream ends its streams with a clean error
 naming it, the other hosts' streams keep going and finish, and the conversation's next turn is
 answered by another host. The cable test runs last: it leaves its host powered off.
 """
@@ -90,6 +90,27 @@ def hosts(lab: Lab, engine_binary: Path, models: dict[str, Path]) -> Iterator[di
             procs.stop(proc)
 
 
+@pytest.fixture(scope="module")
+def web(lab: Lab, hosts: dict, django_db_setup: None, django_db_blocker,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The one web process as deployed: Daphne in the root namespace on the LAN's Redis and the
+    test database; its base URL."""
+    with django_db_blocker.unblock():
+        database_url = live._database_url()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "colibri_site.settings", "COLIBRI_DEV": "1",
+           "DATABASE_URL": database_url, "REDIS_URL": lab.redis_url, "CELERY_BROKER_URL": lab.redis_url,
+           "ALLOWED_HOSTS": "127.0.0.1,localhost", "PGAPPNAME": live.SERVER_APP, "PYTHONUNBUFFERED": "1"}
+    port = procs.free_port()
+    with open(tmp_path_factory.mktemp("netns-web") / "daphne.log", "wb") as log:
+        daphne = live.start_daphne(env, port, log)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            procs.stop(daphne)
+            with django_db_blocker.unblock():
+                live._close_other_sessions(live.SERVER_APP)
+
+
 def test_without_ip_the_lab_refuses_naming_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No `ip` on PATH: a clear failure naming iproute2, never a skip (CI runs these as root)."""
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -128,6 +149,8 @@ async def _ready() -> None:
 
 
 async def test_requests_land_on_the_hosts_of_the_model_they_name(lab: Lab, hosts: dict) -> None:
+    """16 requests per model, one at a time: model B's all on h3, model A's on h1 and h2 both;
+    the registry names each host's own model and host (its namespace, from BRIDGE_HOST)."""
     await _ready()
     landed: dict[str, Counter] = {A: Counter(), B: Counter()}
     for n in range(16):
@@ -142,27 +165,6 @@ async def test_requests_land_on_the_hosts_of_the_model_they_name(lab: Lab, hosts
     assert {name: infos[name].host for name in PLAN} == {name: lab.hosts[name].ns for name in PLAN}
     assert {name: infos[name].model for name in PLAN} == PLAN
     assert served.served_model_get("no-such-model") is None
-
-
-@pytest.fixture(scope="module")
-def web(lab: Lab, hosts: dict, django_db_setup: None, django_db_blocker,
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The one web process as deployed: Daphne in the root namespace on the LAN's Redis and the
-    test database; its base URL."""
-    with django_db_blocker.unblock():
-        database_url = live._database_url()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "colibri_site.settings", "COLIBRI_DEV": "1",
-           "DATABASE_URL": database_url, "REDIS_URL": lab.redis_url, "CELERY_BROKER_URL": lab.redis_url,
-           "ALLOWED_HOSTS": "127.0.0.1,localhost", "PGAPPNAME": live.SERVER_APP, "PYTHONUNBUFFERED": "1"}
-    port = procs.free_port()
-    with open(tmp_path_factory.mktemp("netns-web") / "daphne.log", "wb") as log:
-        daphne = live.start_daphne(env, port, log)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            procs.stop(daphne)
-            with django_db_blocker.unblock():
-                live._close_other_sessions(live.SERVER_APP)
 
 
 @pytest.mark.django_db(transaction=True)
