@@ -114,8 +114,10 @@ def web(lab: Lab, hosts: dict, django_db_setup: None, django_db_blocker,
 def test_without_ip_the_lab_refuses_naming_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No `ip` on PATH: a clear failure naming iproute2, never a skip (CI runs these as root)."""
     monkeypatch.setenv("PATH", str(tmp_path))
+    refused = Lab(tmp_path)
     with pytest.raises(RuntimeError, match="iproute2"):
-        Lab(tmp_path).open()
+        refused.open()
+    refused.close()  # the fixture's teardown after such a refusal: it must not raise over it
 
 
 _PROBE = """
