@@ -37,12 +37,14 @@ def ip(*args: str, check: bool = True) -> str:
 
 
 def require_ip() -> None:
+    """Refuses, naming the package, where `ip` is missing (the tests fail then, never skip)."""
     if shutil.which("ip") is None:
         raise RuntimeError("the network-namespace tests need the `ip` command: install the Debian package "
                            "iproute2 (apt-get install iproute2) and run them as root")
 
 
 def _pid_runs(pid: int) -> bool:
+    """Whether a process of that pid exists (a leftover's owner still running: not ours to sweep)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
