@@ -36,6 +36,7 @@ class FakeChat:
         self.conversations = [dict(c) for c in conversations]
         self.health = health
         self.keys = []
+        self.hold_settings, self.held = False, []
         self.models = {"default": "tiny", "models": [
             {"id": "tiny", "display_name": "tiny", "context_length": 4096, "status": "up", "bridges": ["main"]}]}
         page.route_web_socket(re.compile(r".*/ws/chat/$"), self._connect)
@@ -59,6 +60,8 @@ class FakeChat:
         m = re.fullmatch(r"api/conversations/(\d+)", path)
         conv = next((c for c in self.conversations if m and c["id"] == int(m[1])), None)
         if conv is not None and req.method == "GET":
+            if self.hold_settings:  # the test answers it later (release_settings)
+                return self.held.append((route, conv))
             return route.fulfill(json={"model": "", "system_prompt": "", **conv})
         if conv is not None and req.method == "PATCH":
             conv.update(json.loads(req.post_data))
@@ -76,6 +79,13 @@ class FakeChat:
             self.keys = []
             return route.fulfill(status=204, body="")
         return route.fulfill(status=404, json={"error": "not found"})
+
+    def release_settings(self):
+        """Answers the held GETs of a conversation's settings."""
+        self.hold_settings = False
+        for route, conv in self.held:
+            route.fulfill(json={"model": "", "system_prompt": "", **conv})
+        self.held = []
 
     def push(self, **frame):
         self.ws.send(json.dumps(frame))
@@ -306,3 +316,38 @@ def test_sampling_sliders_start_at_the_models_recommendation_and_send_only_a_cho
     frame = fake.wait_frame("send")
     assert frame["params"]["temperature"] == 1.3 and "top_p" not in frame["params"]
     assert watch.errors == []
+
+
+def test_a_send_before_the_conversations_settings_arrive_leaves_them_alone(chat):
+    """The picker shows a conversation's model once its GET answered; a message sent before that
+    carries no model or system prompt (blanks would overwrite the stored ones), one sent after
+    carries the conversation's own, and a New chat's first message carries the picker's choice."""
+    page, watch, fake = chat
+    fake.models = {"default": "tiny", "models": [
+        {"id": m, "display_name": m, "context_length": 4096, "status": "up", "bridges": [b]}
+        for m, b in (("tiny", "main"), ("tiny-b", "second"))]}
+    fake.conversations[0].update(model="tiny-b", system_prompt="Be brief.")
+    page.reload()
+    page.wait_for_function("document.querySelectorAll('#model-slot select option').length === 3")
+    fake.hold_settings = True
+    page.goto(page.url.split("#")[0] + "#c/3")
+    fake.wait_frame("open", conversation=3)
+    page.fill(".composer-input", "first")
+    page.keyboard.press("Enter")
+    early = fake.wait_frame("send", text="first")
+    assert early["conversation"] == 3 and "model" not in early and "system_prompt" not in early
+    fake.push(type="error", message=None, code="busy", detail="scripted: no turn")  # the composer is free again
+    fake.release_settings()
+    page.wait_for_function("document.querySelector('#model-slot select').value === 'tiny-b'")
+    page.fill(".composer-input", "second")
+    page.keyboard.press("Enter")
+    later = fake.wait_frame("send", text="second")
+    assert later["model"] == "tiny-b" and later["system_prompt"] == "Be brief."
+    fake.push(type="error", message=None, code="busy", detail="scripted: no turn")
+    page.locator("#conv-nav .new-chat").click()
+    page.locator("#model-slot select").select_option("tiny-b")
+    page.fill(".composer-input", "third")
+    page.keyboard.press("Enter")
+    fresh = fake.wait_frame("send", text="third")
+    assert fresh["conversation"] is None and fresh["model"] == "tiny-b" and fresh["system_prompt"] == ""
+    assert watch.errors == [], watch.errors

@@ -30,6 +30,7 @@ export class ChatApp {
   private drawer: Drawer;
   private picker: ModelPicker;
   private systemPrompt: SystemPromptField;
+  private settingsOf: number | null = null; // the conversation whose model / system prompt are on screen
   private current: number | null = null;
   private awaitingNew = false; // a "send" with conversation null is on its way
   private titles = new Map<number, string>();
@@ -147,12 +148,14 @@ export class ChatApp {
   private showSettingsOf(id: number | null): void {
     this.picker.setValue("");
     this.systemPrompt.setText("");
+    this.settingsOf = null;
     if (id === null) return;
     void this.http.getConversation(id).then(
       (c) => {
         if (this.current !== id) return;
         this.picker.setValue(c.model ?? "");
         this.systemPrompt.setText(c.system_prompt ?? "");
+        this.settingsOf = id;
       },
       (e: Error) => this.status.flash(`Could not load this conversation's settings: ${e.message}`),
     );
@@ -211,12 +214,12 @@ export class ChatApp {
 
   private send(text: string): void {
     if (this.current === null) this.awaitingNew = true;
-    // The settings travel with the message too: an edit not yet stored (its field still focused)
-    // is applied before this turn renders, in the same transaction.
-    this.socket.send({
-      type: "send", conversation: this.current, text, params: this.composer.params,
-      model: this.picker.current, system_prompt: this.systemPrompt.text,
-    });
+    // The settings travel with the message too (an edit not yet stored, its field still focused,
+    // is applied before this turn renders, in the same transaction), but only once they are the
+    // conversation's own: a send before its settings arrived must not overwrite them with blanks.
+    const settings = this.current === null || this.settingsOf === this.current
+      ? { model: this.picker.current, system_prompt: this.systemPrompt.text } : {};
+    this.socket.send({ type: "send", conversation: this.current, text, params: this.composer.params, ...settings });
     this.composer.setBusy(true); // until the server's "message" events say otherwise
   }
 
@@ -245,6 +248,7 @@ export class ChatApp {
     if (this.awaitingNew && this.current === null) {
       this.awaitingNew = false;
       this.current = conversation;
+      this.settingsOf = conversation; // created with the settings on screen
       history.replaceState(null, "", `#c/${conversation}`);
       this.sidebar.setCurrent(conversation);
       this.updateChrome();
