@@ -228,6 +228,7 @@ class GenerationApi(LoopV1Api):
 
 
 def _retrieved(future: asyncio.Future) -> None:
+    """Marks the read's exception as seen: a request refused before post never awaits it."""
     if not future.cancelled():
         future.exception()
 
