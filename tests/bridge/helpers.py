@@ -1,9 +1,15 @@
 import asyncio
 import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
-from engine_bridge.client import generate
+from engine_bridge import registry, served
+from engine_bridge.client import GenerationRequest, generate
+from tests.support import procs
 
 CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+LONG = 100_000  # tokens: outlasts each step (the fixture model decodes thousands a second)
 
 
 async def collect(request, timeout=60, **kwargs):
@@ -21,3 +27,71 @@ def text_of(events):
 def final(events):
     assert events[-1]["kind"] in ("done", "error"), events[-1]
     return events[-1]
+
+
+# --- several bridges (tests/bridge/test_several_bridges.py, test_netns_hosts.py) ------------
+
+def fixture_model(model_dir: Path, name: str, seed: int, *extra: str) -> Path:
+    """A tiny fixture model named `name` (its stem is the id its bridges serve), made once."""
+    path = model_dir / f"{name}.gguf"
+    return path if path.exists() else procs.make_tiny_model(path, "--seed", str(seed), *extra)
+
+
+def turn(model: str, prompt: str, key: str | None = None, max_tokens: int = 8) -> GenerationRequest:
+    return GenerationRequest(prompt=prompt, max_tokens=max_tokens, model=model, conversation_key=key)
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def routed_to(events: list) -> str:
+    """The bridge the router chose (the stream's `routed` event)."""
+    return next(e["bridge"] for e in events if e is not None and e["kind"] == "routed")
+
+
+async def first_text(agen: AsyncIterator) -> list:
+    """The events up to the first text (the stream goes on)."""
+    seen = []
+    async for event in agen:
+        seen.append(event)
+        if event is not None and event["kind"] == "text":
+            return seen
+    raise AssertionError(f"the stream ended before any text: {seen}")
+
+
+async def count_texts(agen: AsyncIterator, wanted: int) -> int:
+    """Reads a stream until `wanted` more text events came (or it ended): how many did."""
+    seen = 0
+    async for event in agen:
+        if event is not None and event["kind"] in ("done", "error"):
+            break
+        seen += event is not None and event["kind"] == "text"
+        if seen == wanted:
+            break
+    return seen
+
+
+async def serving(model: str) -> tuple[str, ...]:
+    m = await served.aserved_model_get(model)
+    return m.bridges if m is not None else ()
+
+
+async def registered(ids: tuple[str, ...]) -> bool:
+    live = {i.id for i in await registry.abridges_get()}
+    return set(ids) <= live
+
+
+async def is_up(bridge: str) -> bool:
+    return any(i.id == bridge and i.status == "up" for i in await registry.abridges_get())
+
+
+async def is_gone(bridge: str) -> bool:
+    return bridge not in {i.id for i in await registry.abridges_get()}
+
+
+async def is_busy(bridge: str) -> bool:
+    return any(i.id == bridge and i.busy for i in await registry.abridges_get())

@@ -11,28 +11,23 @@ import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from engine_bridge import registry, served
-from engine_bridge.client import GenerationRequest, generate
+from engine_bridge.client import generate
 from tests.bridge.conftest import bridge_env
-from tests.bridge.helpers import CHATML, collect, final, text_of
+from tests.bridge.helpers import (
+    CHATML, LONG, collect, count_texts, final, first_text, fixture_model, is_busy, is_gone, is_up, registered,
+    routed_to, serving, text_of, turn, until)
 from tests.support import procs
-
-LONG = 100_000  # tokens: outlasts each step (the fixture model decodes thousands a second)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("several-models")
-
-
-def _model(model_dir: Path, name: str, seed: int, *extra: str) -> Path:
-    path = model_dir / f"{name}.gguf"
-    return path if path.exists() else procs.make_tiny_model(path, "--seed", str(seed), *extra)
 
 
 def _start(redis_url: str, engine_binary: Path, model: Path, bridge: str) -> subprocess.Popen:
@@ -52,44 +47,14 @@ def _bridges(redis_url: str, engine_binary: Path, specs: list[tuple[str, Path]])
             procs.stop(proc)
 
 
-async def _until(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-async def _serving(model: str) -> tuple[str, ...]:
-    m = await served.aserved_model_get(model)
-    return m.bridges if m is not None else ()
-
-
-def _routed(events: list) -> str:
-    return next(e["bridge"] for e in events if e is not None and e["kind"] == "routed")
-
-
-async def _first_text(agen: AsyncIterator) -> list:
-    """The events up to the first text (the stream goes on)."""
-    seen = []
-    async for event in agen:
-        seen.append(event)
-        if event is not None and event["kind"] == "text":
-            return seen
-    raise AssertionError(f"the stream ended before any text: {seen}")
-
-
-def _turn(model: str, prompt: str, key: str | None = None, max_tokens: int = 8) -> GenerationRequest:
-    return GenerationRequest(prompt=prompt, max_tokens=max_tokens, model=model, conversation_key=key)
-
-
 async def test_requests_go_to_a_bridge_of_the_model_they_name(redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    a, b = _model(model_dir, "tiny-route-a", 1), _model(model_dir, "tiny-route-b", 2)
+    a, b = fixture_model(model_dir, "tiny-route-a", 1), fixture_model(model_dir, "tiny-route-b", 2)
     with _bridges(redis_url, engine_binary, [("ra", a), ("rb", b)]):
-        await _until(lambda: _has(("ra", "rb")), 5, "both registrations")
+        await until(lambda: registered(("ra", "rb")), 5, "both registrations")
         for model, bridge in (("tiny-route-b", "rb"), ("tiny-route-a", "ra"), ("tiny-route-b", "rb")):
-            events = await collect(_turn(model, CHATML.format("hello")))
-            assert _routed(events) == bridge and final(events)["kind"] == "done", events
-        missing = final(await collect(_turn("tiny-route-z", CHATML.format("hello"))))
+            events = await collect(turn(model, CHATML.format("hello")))
+            assert routed_to(events) == bridge and final(events)["kind"] == "done", events
+        missing = final(await collect(turn("tiny-route-z", CHATML.format("hello"))))
         assert missing["code"] == "ENGINE_UNAVAILABLE" and "tiny-route-z" in missing["message"]
         models = {m.id: m.bridges for m in served.served_models_get()}
         assert models["tiny-route-a"] == ("ra",) and models["tiny-route-b"] == ("rb",)
@@ -100,11 +65,6 @@ async def test_requests_go_to_a_bridge_of_the_model_they_name(redis_url: str, en
         assert infos["ra"].fingerprint and infos["ra"].fingerprint != infos["rb"].fingerprint
 
 
-async def _has(ids: tuple[str, ...]) -> bool:
-    live = {i.id for i in await registry.abridges_get()}
-    return set(ids) <= live
-
-
 @pytest.mark.parametrize("keyed", [True, False], ids=["by-conversation", "by-prefix"])
 async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(
         redis_url: str, engine_binary: Path, model_dir: Path, keyed: bool) -> None:
@@ -112,16 +72,16 @@ async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(
     client resending the history): the prompt's prefix chain does, its history being longer than
     routing.MIN_PREFIX_BLOCKS blocks."""
     name = f"tiny-affinity-{keyed}".lower()
-    model = _model(model_dir, name, 3)
+    model = fixture_model(model_dir, name, 3)
     with _bridges(redis_url, engine_binary, [("fa", model), ("fb", model)]):
-        await _until(lambda: _has(("fa", "fb")), 5, "both registrations")
+        await until(lambda: registered(("fa", "fb")), 5, "both registrations")
         homes: dict[str, set] = {}
         for n in range(6):
             key = f"conv:{n}"
             prompt = CHATML.format(f"conversation {n} begins with a question. " + "Some context. " * 50)
             for _turn_no in range(3):
-                events = await collect(_turn(name, prompt, key if keyed else None))
-                homes.setdefault(key, set()).add(_routed(events))
+                events = await collect(turn(name, prompt, key if keyed else None))
+                homes.setdefault(key, set()).add(routed_to(events))
                 accepted = next(e for e in events if e["kind"] == "accepted")
                 if _turn_no:
                     assert accepted["reused"] and accepted["reused"] > 0, accepted  # the slot's cache served it
@@ -131,22 +91,22 @@ async def test_a_conversation_keeps_its_bridge_across_turns_and_its_cache_there(
 
 async def test_a_bridge_killed_mid_stream_ends_only_its_streams_and_the_next_turn_lands_elsewhere(
         redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-failover", 4, "--mute-eos")  # long turns end only when told
+    model = fixture_model(model_dir, "tiny-failover", 4, "--mute-eos")  # long turns end only when told
     with _bridges(redis_url, engine_binary, [("ka", model), ("kb", model)]) as procs_by_id:
-        await _until(lambda: _has(("ka", "kb")), 5, "both registrations")
-        first = await collect(_turn("tiny-failover", CHATML.format("remember me"), "conv:kill"))
-        home = _routed(first)
-        doomed = generate(_turn("tiny-failover", CHATML.format("remember me") + text_of(first), "conv:kill", LONG))
-        head = await _first_text(doomed)
-        assert _routed(head) == home
-        await _until(lambda: _busy(home), 3, "the long turn to be published")
-        other = generate(_turn("tiny-failover", CHATML.format("another story"), "conv:other", LONG))
-        survivor = _routed(await _first_text(other))
+        await until(lambda: registered(("ka", "kb")), 5, "both registrations")
+        first = await collect(turn("tiny-failover", CHATML.format("remember me"), "conv:kill"))
+        home = routed_to(first)
+        doomed = generate(turn("tiny-failover", CHATML.format("remember me") + text_of(first), "conv:kill", LONG))
+        head = await first_text(doomed)
+        assert routed_to(head) == home
+        await until(lambda: is_busy(home), 3, "the long turn to be published")
+        other = generate(turn("tiny-failover", CHATML.format("another story"), "conv:other", LONG))
+        survivor = routed_to(await first_text(other))
         assert survivor != home  # the two choices take the idle bridge
         procs_by_id[home].send_signal(signal.SIGKILL)
         procs_by_id[home].wait()
         t0 = time.monotonic()
-        await _until(lambda: _gone(home), 3, "the killed bridge to leave the rotation")
+        await until(lambda: is_gone(home), 3, "the killed bridge to leave the rotation")
         assert time.monotonic() - t0 < 2.5  # its last beat was at most liveness.STALE_S old
         async with contextlib.aclosing(doomed):
             ended = [e async for e in doomed]
@@ -154,47 +114,23 @@ async def test_a_bridge_killed_mid_stream_ends_only_its_streams_and_the_next_tur
         assert error["code"] == "ENGINE_UNAVAILABLE" and "engine host went away" in error["message"], error
         assert f"bridge {home}" in error["message"] and time.monotonic() - t0 < 6
         async with contextlib.aclosing(other):  # the survivor kept streaming meanwhile
-            assert await _texts(other, 5) == 5
-        again = await collect(_turn("tiny-failover", CHATML.format("remember me again"), "conv:kill"))
-        assert _routed(again) == survivor and final(again)["kind"] == "done"  # re-prefilled there
-
-
-async def _texts(agen: AsyncIterator, wanted: int) -> int:
-    """Reads a stream until `wanted` more text events came (or it ended): how many did."""
-    seen = 0
-    async for event in agen:
-        if event is not None and event["kind"] in ("done", "error"):
-            break
-        seen += event is not None and event["kind"] == "text"
-        if seen == wanted:
-            break
-    return seen
-
-
-async def _up(bridge: str) -> bool:
-    return any(i.id == bridge and i.status == "up" for i in await registry.abridges_get())
-
-
-async def _gone(bridge: str) -> bool:
-    return bridge not in {i.id for i in await registry.abridges_get()}
-
-
-async def _busy(bridge: str) -> bool:
-    return any(i.id == bridge and i.busy for i in await registry.abridges_get())
+            assert await count_texts(other, 5) == 5
+        again = await collect(turn("tiny-failover", CHATML.format("remember me again"), "conv:kill"))
+        assert routed_to(again) == survivor and final(again)["kind"] == "done"  # re-prefilled there
 
 
 async def test_a_bridge_started_live_joins_the_rotation(redis_url: str, engine_binary: Path, model_dir: Path) -> None:
-    model = _model(model_dir, "tiny-join", 5, "--mute-eos")
+    model = fixture_model(model_dir, "tiny-join", 5, "--mute-eos")
     with _bridges(redis_url, engine_binary, [("ja", model)]) as started:
-        busy = generate(_turn("tiny-join", CHATML.format("a long story"), None, LONG))
-        assert _routed(await _first_text(busy)) == "ja"
-        await _until(lambda: _busy("ja"), 3, "the long turn to be published")
+        busy = generate(turn("tiny-join", CHATML.format("a long story"), None, LONG))
+        assert routed_to(await first_text(busy)) == "ja"
+        await until(lambda: is_busy("ja"), 3, "the long turn to be published")
         # in a thread: the loop must go on renewing its lease, or ja cancels the busy stream
         started["jb"] = await asyncio.to_thread(_start, redis_url, engine_binary, model, "jb")
-        await _until(lambda: _up("jb"), 5, "the new bridge's registration, its engine up")
-        assert await _serving("tiny-join") == ("ja", "jb")
+        await until(lambda: is_up("jb"), 5, "the new bridge's registration, its engine up")
+        assert await serving("tiny-join") == ("ja", "jb")
         snapshot = await registry.abridges_get()
-        events = await collect(_turn("tiny-join", CHATML.format("hello newcomer")))
-        assert _routed(events) == "jb", [(b.id, b.status, b.busy, b.queued) for b in snapshot]  # the idle one
+        events = await collect(turn("tiny-join", CHATML.format("hello newcomer")))
+        assert routed_to(events) == "jb", [(b.id, b.status, b.busy, b.queued) for b in snapshot]  # the idle one
         assert final(events)["kind"] == "done"
         await busy.aclose()

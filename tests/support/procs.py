@@ -16,13 +16,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for_port(port, proc, timeout=30.0):
+def wait_for_port(port, proc, timeout=30.0, host="127.0.0.1"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"process exited early with code {proc.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((host, port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.1)
@@ -103,13 +103,14 @@ def bridge_state(env):
     return json.loads(raw) if raw else None
 
 
-def start_bridge(env, timeout=60.0):
+def start_bridge(env, timeout=60.0, argv_prefix=()):
     """Runs `manage.py run_bridge` with env (merged over os.environ) and waits until its telemetry
     says the engine is up. Set REDIS_URL (see claim_redis_db), ENGINE_BINARY or ENGINE_COMMAND,
-    ENGINE_MODEL, KV_SLOTS, CTX; ENGINE_ENV="KVSAVE=0,USAGE_SAVE=0" keeps the engine hermetic."""
+    ENGINE_MODEL, KV_SLOTS, CTX; ENGINE_ENV="KVSAVE=0,USAGE_SAVE=0" keeps the engine hermetic.
+    argv_prefix runs it under a launcher that execs it (`ip netns exec NS`: tests/support/netns.py)."""
     full = {**os.environ, **env}
     state_before = bridge_state(full)
-    proc = subprocess.Popen([PYTHON, str(ROOT / "manage.py"), "run_bridge"], cwd=ROOT, env=full)
+    proc = subprocess.Popen([*argv_prefix, PYTHON, str(ROOT / "manage.py"), "run_bridge"], cwd=ROOT, env=full)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

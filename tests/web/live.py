@@ -104,6 +104,16 @@ def live_stack(django_db_setup, django_db_blocker, engine_binary, tiny_model, tm
         yield stack
 
 
+def start_daphne(env: dict, port: int, log) -> subprocess.Popen:
+    """Daphne serving colibri_site.asgi on 127.0.0.1:`port` with `env` (its whole environment),
+    output to `log`; returned once the port answers."""
+    daphne = subprocess.Popen(
+        [procs.PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "colibri_site.asgi:application"],
+        cwd=procs.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    procs.wait_for_port(port, daphne)
+    return daphne
+
+
 @contextlib.contextmanager
 def start_stack(django_db_blocker, tmp_path_factory, engine_env):
     """Daphne + the bridge on the engine `engine_env` names (ENGINE_BINARY and ENGINE_MODEL, or an
@@ -141,10 +151,7 @@ def start_stack(django_db_blocker, tmp_path_factory, engine_env):
     try:
         bridge = _start_bridge(env, bridge_log)
         stack.bridge_pid = bridge.pid
-        daphne = subprocess.Popen(
-            [procs.PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "colibri_site.asgi:application"],
-            cwd=procs.ROOT, env=env, stdout=daphne_log, stderr=subprocess.STDOUT)
-        procs.wait_for_port(port, daphne)
+        daphne = start_daphne(env, port, daphne_log)
         _wait_bridge_up(stack, bridge)
         yield stack
     except Exception:
