@@ -557,8 +557,8 @@ out:
  * gate experts after its router and the last 4 MB of its downs before the next attention: 0.66 GB
  * of page cache charged to the engine's cgroup, with or without a budget). The weights' one copy
  * is the engine's own; pages still mapped (the untied embedding's rows) stay. EXACT reads the
- * mapping in place: its pages are the weights. Called per layer while packing (so they never pile
- * up: they were the load's peak) and once at the end of the load. */
+ * mapping in place: its pages are the weights. Called after each layer is packed, the last of the
+ * load's reads (so they never pile up: they were the load's peak). */
 static void drop_readahead(model *m) {
     if (!m->exact) gguf_drop_cache(m->g.fd, 0, m->g.size);
 }
@@ -657,7 +657,6 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     m->c.vocab = tok_n_vocab(m->tok);
     if (m->c.vocab < 1) return model_fail(err, errlen, "tokenizer has no tokens");
     if (load_io(m, err, errlen) || load_blocks(m, ops, eo, err, errlen) || pack_all(m, err, errlen)) return -1;
-    drop_readahead(m);
     return load_finish(m, path, err, errlen);
 }
 
