@@ -22,6 +22,16 @@ def alice(django_user_model):
 
 
 @pytest.fixture
+def alice_client(alice):
+    """A test client signed in as alice (the browser UI's session)."""
+    from django.test import Client
+
+    c = Client()
+    c.force_login(alice)
+    return c
+
+
+@pytest.fixture
 def bob(django_user_model):
     return django_user_model.objects.create_user("bob", password=PASSWORD)
 

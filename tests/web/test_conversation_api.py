@@ -13,13 +13,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
-
-
-@pytest.fixture
 def conv(alice):
     c = Conversation.objects.create(owner=alice, title="Paris trip")
     Message.objects.create(conversation=c, role="user", text="Where to eat?")
@@ -27,24 +20,24 @@ def conv(alice):
     return c
 
 
-def test_it_lists_and_searches(client, conv, alice):
+def test_it_lists_and_searches(alice_client, conv, alice):
     Conversation.objects.create(owner=alice, title="Rust lifetimes")
-    assert len(client.get("/api/conversations").json()["conversations"]) == 2
-    found = client.get("/api/conversations?q=paris").json()["conversations"]
+    assert len(alice_client.get("/api/conversations").json()["conversations"]) == 2
+    found = alice_client.get("/api/conversations?q=paris").json()["conversations"]
     assert [c["id"] for c in found] == [conv.pk]
 
 
-def test_it_creates_renames_and_deletes(client):
-    created = client.post("/api/conversations", {"title": "New"}, content_type="application/json").json()
-    r = client.patch(f"/api/conversations/{created['id']}", {"title": "Renamed"}, content_type="application/json")
+def test_it_creates_renames_and_deletes(alice_client):
+    created = alice_client.post("/api/conversations", {"title": "New"}, content_type="application/json").json()
+    r = alice_client.patch(f"/api/conversations/{created['id']}", {"title": "Renamed"}, content_type="application/json")
     assert r.json()["title"] == "Renamed"
-    assert client.patch(f"/api/conversations/{created['id']}", {"title": ""}, content_type="application/json").status_code == 400
-    assert client.delete(f"/api/conversations/{created['id']}").status_code == 204
+    assert alice_client.patch(f"/api/conversations/{created['id']}", {"title": ""}, content_type="application/json").status_code == 400
+    assert alice_client.delete(f"/api/conversations/{created['id']}").status_code == 204
     assert not Conversation.objects.filter(pk=created["id"]).exists()
 
 
-def test_it_returns_messages(client, conv):
-    data = client.get(f"/api/conversations/{conv.pk}/messages").json()
+def test_it_returns_messages(alice_client, conv):
+    data = alice_client.get(f"/api/conversations/{conv.pk}/messages").json()
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
 
 
@@ -63,26 +56,26 @@ def test_it_requires_login_and_csrf(alice):
     assert c.post("/api/conversations", {}, content_type="application/json").status_code == 403
 
 
-def test_it_issues_an_api_key_once(client, alice):
-    r = client.post("/api/keys", {"name": "laptop"}, content_type="application/json")
+def test_it_issues_an_api_key_once(alice_client, alice):
+    r = alice_client.post("/api/keys", {"name": "laptop"}, content_type="application/json")
     assert r.status_code == 201
     key = r.json()["key"]
     row = ApiKey.objects.get()
     assert key.startswith("col-" + row.prefix) and key not in row.hashed_secret
     assert ApiKey.lookup(key) == row
-    assert "key" not in client.get("/api/keys").json()["keys"][0]
-    client.delete(f"/api/keys/{row.pk}")
+    assert "key" not in alice_client.get("/api/keys").json()["keys"][0]
+    alice_client.delete(f"/api/keys/{row.pk}")
     assert ApiKey.lookup(key) is None
 
 
-def test_it_exports_json_and_markdown(client, conv):
-    r = client.get("/conversations/export?format=json")
+def test_it_exports_json_and_markdown(alice_client, conv):
+    r = alice_client.get("/conversations/export?format=json")
     assert r["Content-Disposition"].startswith("attachment")
     data = json.loads(r.content)
     assert data["conversations"][0]["messages"][1]["text"] == "Try *bistros*."
-    md = client.get("/conversations/export?format=md").content.decode()
+    md = alice_client.get("/conversations/export?format=md").content.decode()
     assert "## Paris trip" in md and "### Assistant" in md and "Try *bistros*." in md
-    assert client.get("/conversations/export?format=pdf").status_code == 400
+    assert alice_client.get("/conversations/export?format=pdf").status_code == 400
 
 
 def test_the_export_task_stores_the_file(conv, alice, settings, tmp_path):
@@ -108,7 +101,7 @@ def test_it_falls_back_to_the_first_words(conv, fake_bridge):
     assert titles.title_conversation(conv.pk) == services.fallback_title("Where to eat?")
 
 
-def test_a_nul_in_any_text_is_refused_naming_the_field(client, conv):
+def test_a_nul_in_any_text_is_refused_naming_the_field(alice_client, conv):
     """Issue 24: PostgreSQL text cannot hold NUL; every surface refuses it with a 400 naming the
     field (DRF's null-character rule for titles and key names, the same rule for the search)."""
     for method, url, body, field in (
@@ -116,11 +109,11 @@ def test_a_nul_in_any_text_is_refused_naming_the_field(client, conv):
         ("patch", f"/api/conversations/{conv.pk}", {"title": "\x00"}, "title"),
         ("post", "/api/keys", {"name": "k\x00"}, "name"),
     ):
-        r = getattr(client, method)(url, body, content_type="application/json")
+        r = getattr(alice_client, method)(url, body, content_type="application/json")
         assert r.status_code == 400 and field in r.json(), (url, r.status_code, r.content[:200])
-    r = client.get("/api/conversations", {"q": "\x00"})
+    r = alice_client.get("/api/conversations", {"q": "\x00"})
     assert r.status_code == 400 and "NUL" in r.json()["q"][0], r.content[:200]
-    assert client.get(f"/api/conversations/{conv.pk}").json()["title"] == "Paris trip"
+    assert alice_client.get(f"/api/conversations/{conv.pk}").json()["title"] == "Paris trip"
     assert not ApiKey.objects.filter(name__startswith="k").exists()
 
 

@@ -23,31 +23,24 @@ def served(fake_bridge, monkeypatch):
 
 
 @pytest.fixture
-def client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
-
-
-@pytest.fixture
 def conv(alice):
     return Conversation.objects.create(owner=alice, title="Sea")
 
 
-def patch(client, conv, body):
-    return client.patch(f"/api/conversations/{conv.pk}", body, content_type="application/json")
+def patch(alice_client, conv, body):
+    return alice_client.patch(f"/api/conversations/{conv.pk}", body, content_type="application/json")
 
 
-def test_patch_stores_a_served_models_id_and_the_system_prompt(client, conv, served):
-    r = patch(client, conv, {"model": "tiny", "system_prompt": "  Answer in French.\n"})
+def test_patch_stores_a_served_models_id_and_the_system_prompt(alice_client, conv, served):
+    r = patch(alice_client, conv, {"model": "tiny", "system_prompt": "  Answer in French.\n"})
     assert r.status_code == 200, r.content
     assert r.json()["model"] == served.id and r.json()["system_prompt"] == "  Answer in French.\n"
     conv.refresh_from_db()
     assert (conv.model, conv.system_prompt, conv.title) == (served.id, "  Answer in French.\n", "Sea")
-    assert client.get(f"/api/conversations/{conv.pk}").json()["model"] == served.id
-    listed = client.get("/api/conversations").json()["conversations"][0]
+    assert alice_client.get(f"/api/conversations/{conv.pk}").json()["model"] == served.id
+    listed = alice_client.get("/api/conversations").json()["conversations"][0]
     assert listed["model"] == served.id and "system_prompt" not in listed  # the list stays small
-    assert patch(client, conv, {"model": ""}).json()["model"] == ""  # back to the default
+    assert patch(alice_client, conv, {"model": ""}).json()["model"] == ""  # back to the default
 
 
 @pytest.mark.parametrize("body,field,says", [
@@ -57,15 +50,15 @@ def test_patch_stores_a_served_models_id_and_the_system_prompt(client, conv, ser
     ({"model": 7}, "model", ""),
     ({}, "title", "give a title, model or system_prompt"),
 ])
-def test_patch_refuses_bad_values_naming_the_field_and_changes_nothing(client, conv, served, body, field, says):
-    r = patch(client, conv, {"title": "Renamed", **body} if field != "title" else body)
+def test_patch_refuses_bad_values_naming_the_field_and_changes_nothing(alice_client, conv, served, body, field, says):
+    r = patch(alice_client, conv, {"title": "Renamed", **body} if field != "title" else body)
     assert r.status_code == 400 and field in r.json() and says in r.json()[field][0], r.json()
     conv.refresh_from_db()
     assert (conv.title, conv.model, conv.system_prompt) == ("Sea", "", "")
 
 
-def test_the_picker_lists_what_is_served(client, served):
-    body = client.get("/api/models").json()
+def test_the_picker_lists_what_is_served(alice_client, served):
+    body = alice_client.get("/api/models").json()
     assert body == {"default": None, "models": []}  # no bridge registered: nothing to pick but Default
     assert Client().get("/api/models").status_code in (401, 403)
 
