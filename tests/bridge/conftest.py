@@ -1,5 +1,6 @@
 """Bridge test fixtures: a Redis database of our own (so the `engine-bridge` channel is not shared
 with other test sessions), settings pointing at it, and bridge worker processes."""
+import contextlib
 import signal
 import subprocess
 import sys
@@ -21,11 +22,23 @@ def redis_url():
     procs.release_redis_db(url)
 
 
+@contextlib.contextmanager
+def redis_settings(url):
+    """This process's settings on the Redis at `url` (REDIS_URL and a channel layer there), with
+    no channel layer kept from before or after."""
+    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                          "CONFIG": {"hosts": [url], "capacity": 1000, "expiry": 60}}}
+    with override_settings(REDIS_URL=url, CHANNEL_LAYERS=layers):
+        channel_layers.backends.clear()
+        try:
+            yield
+        finally:
+            channel_layers.backends.clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def bridge_settings(redis_url):
-    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                          "CONFIG": {"hosts": [redis_url], "capacity": 1000, "expiry": 60}}}
-    with override_settings(REDIS_URL=redis_url, CHANNEL_LAYERS=layers):
+    with redis_settings(redis_url):
         yield
 
 
@@ -82,12 +95,8 @@ def private_redis(tmp_path):
 
     server = Server()
     server.start()
-    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                          "CONFIG": {"hosts": [server.url], "capacity": 1000, "expiry": 60}}}
-    with override_settings(REDIS_URL=server.url, CHANNEL_LAYERS=layers):
-        channel_layers.backends.clear()
+    with redis_settings(server.url):
         yield server
-        channel_layers.backends.clear()
     if server.proc is not None:
         server.thaw()  # never leave a stopped server behind
     server.stop()

@@ -25,12 +25,10 @@ from pathlib import Path
 
 import openai
 import pytest
-from channels.layers import channel_layers
-from django.test.utils import override_settings
 
 from engine_bridge import client, registry, served
 from engine_bridge.client import generate
-from tests.bridge.conftest import bridge_env
+from tests.bridge.conftest import bridge_env, redis_settings
 from tests.bridge.helpers import (
     CHATML, LONG, collect, final, first_text, fixture_model, is_busy, is_gone, is_up, registered, routed_to,
     serving, text_of, turn, until)
@@ -49,10 +47,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     network = Lab(tmp_path_factory.mktemp("netns-redis"))
     try:
         network.open()
-        layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                              "CONFIG": {"hosts": [network.redis_url], "capacity": 1000, "expiry": 60}}}
-        with override_settings(REDIS_URL=network.redis_url, CHANNEL_LAYERS=layers):
-            channel_layers.backends.clear()
+        with redis_settings(network.redis_url):
             yield network
     finally:
         network.close()
