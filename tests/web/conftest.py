@@ -63,20 +63,30 @@ def alice_key(alice):
 
 # The official SDKs against the live stack, with the key of the test file's own `key` fixture;
 # strict response validation, so a field of the wrong type fails the test.
-@pytest.fixture
-def oai(live_stack, key):  # noqa: F811  (the re-exported fixture, requested)
+def openai_client(url, key):
+    """The official openai SDK on a stack at `url`: no retries, responses validated strictly."""
     import openai
 
-    return openai.OpenAI(base_url=live_stack.url + "/v1", api_key=key, max_retries=0, timeout=60,
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60,
                          _strict_response_validation=True)
+
+
+def anthropic_client(url, key):
+    """The official anthropic SDK on a stack at `url`, as openai_client."""
+    import anthropic
+
+    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=60,
+                               _strict_response_validation=True)
+
+
+@pytest.fixture
+def oai(live_stack, key):  # noqa: F811  (the re-exported fixture, requested)
+    return openai_client(live_stack.url, key)
 
 
 @pytest.fixture
 def ant(live_stack, key):  # noqa: F811
-    import anthropic
-
-    return anthropic.Anthropic(base_url=live_stack.url, api_key=key, max_retries=0, timeout=60,
-                               _strict_response_validation=True)
+    return anthropic_client(live_stack.url, key)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from api.models import ApiKey
+from tests.web.conftest import anthropic_client, openai_client
 from tests.web.live_models import FIRST, SECOND, two_model_stack  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,14 +24,12 @@ def key(alice):
 
 @pytest.fixture
 def oai(two_model_stack, key):  # noqa: F811
-    return openai.OpenAI(base_url=two_model_stack.url + "/v1", api_key=key, max_retries=0, timeout=60,
-                         _strict_response_validation=True)
+    return openai_client(two_model_stack.url, key)
 
 
 @pytest.fixture
 def ant(two_model_stack, key):  # noqa: F811
-    return anthropic.Anthropic(base_url=two_model_stack.url, api_key=key, max_retries=0, timeout=60,
-                               _strict_response_validation=True)
+    return anthropic_client(two_model_stack.url, key)
 
 
 def test_both_sdks_list_every_served_model_with_its_own_facts(oai, ant):
