@@ -629,6 +629,15 @@ TYPE_KEYWORDS = {
     "boolean": set(), "null": set(),
 }
 GENERAL = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"}
+
+
+def _canonical(value: Any) -> str:
+    """A JSON value as text with sorted keys (equal values, equal text; 1 and 1.0 stay apart,
+    which only refuses such a schema, never accepts a wrong value)."""
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(value)
 KNOWN = set().union(*TYPE_KEYWORDS.values()) | GENERAL | ANNOTATIONS
 
 
@@ -653,11 +662,15 @@ class _Compiler:
                 raise GrammarError(f"the JSON Schema keyword {key!r} is not supported", _join(path, key))
         if "$ref" in schema:
             return self.ref(schema["$ref"], _join(path, "$ref"))
+        if "enum" in schema and (not isinstance(schema["enum"], list) or not schema["enum"]):
+            raise GrammarError("enum must be a non-empty array", _join(path, "enum"))
         if "const" in schema:
+            # beside an enum, const must be one of its values (compared as canonical JSON), or
+            # nothing validates: the grammar would accept a value the schema refuses
+            if "enum" in schema and _canonical(schema["const"]) not in {_canonical(v) for v in schema["enum"]}:
+                raise GrammarError("const is not one of the enum values: no value can match", _join(path, "const"))
             return self.literals([schema["const"]], path)
         if "enum" in schema:
-            if not isinstance(schema["enum"], list) or not schema["enum"]:
-                raise GrammarError("enum must be a non-empty array", _join(path, "enum"))
             return self.literals(schema["enum"], path)
         for key in ("anyOf", "oneOf", "allOf"):
             if key in schema:

@@ -65,6 +65,9 @@ def test_usual_spellings_are_accepted():
     ({"$ref": "https://example.com/s.json"}, "$ref", "local"),
     ({"$defs": {"A": {"type": "integer", "multipleOf": 2}}, "$ref": "#/$defs/A"}, "$defs.A.multipleOf", "multipleOf"),
     ({"anyOf": []}, "anyOf", "non-empty"),
+    # const was taken alone beside its enum: the grammar accepted a value the schema refuses
+    ({"enum": [], "const": None}, "enum", "non-empty"),
+    ({"enum": [1, 2], "const": 3}, "const", "not one of the enum"),
     ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "properties", "allows no value"),
     # null counts were a TypeError deep in the compiler, reported as "the schema must be JSON"
     ({"type": "string", "minLength": None, "maxLength": 3}, "minLength", "non-negative integer"),
