@@ -14,8 +14,8 @@ it: the template, the context length, the extensions, and the bridge (Generation
 import time
 
 from api.errors import ApiError, unavailable
-from engine_bridge.served import (ServedModel, aserved_model_get, served_model_from,  # noqa: F401
-                                  served_model_get, served_models_get)
+from engine_bridge.served import (ServedModel, aserved_model_get, aserved_models_get,  # noqa: F401
+                                  served_model_from, served_model_get, served_models_get)
 
 STARTED = int(time.time())
 RETRY_AFTER_S = 2  # a restart costs seconds; the SDKs honour Retry-After

@@ -137,7 +137,7 @@ class ModelListApi(ByClientEnvelope, LoopV1Api):
 
     @openapi.models_list
     async def get(self, request: Request) -> Response:
-        models = await asyncio.to_thread(served.served_models_get)
+        models = await served.aserved_models_get()
         default = None if models else await served.aserved_model_get(with_boot=False)
         data = served.listed(models, default)
         after, before = request.query_params.get("after_id"), request.query_params.get("before_id")

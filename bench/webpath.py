@@ -2,7 +2,7 @@
 """What the web path costs on top of the engine (issue 14). A benchmark, not a test.
 
     .venv/bin/python bench/webpath.py [--model tiny|default|PATH] [--clients 1,4,8] [--rounds 5]
-                                      [--max-tokens 128] [--buffered] [--client httpx|socket]
+                                      [--max-tokens 128] [--buffered] [--client httpx,socket,openai]
 
 Two ways to the same engine binary and model, same prompts, greedy, in one sitting, interleaved
 round by round (raw, web, raw, web, ...):
@@ -14,9 +14,12 @@ round by round (raw, web, raw, web, ...):
   connections alive (the raw driver keeps its pipes): httpx (the official SDKs' library; default)
   or `--client socket`, a minimal HTTP/1.1 client that costs about as little CPU as the raw driver,
   so that its rows show what the server's path adds rather than what the client library costs on
-  the same two cores (httpx: ~1.6 ms of CPU per request, ~5 ms of the first token at 8 clients).
+  the same two cores (httpx: ~1.6 ms of CPU per request, ~5 ms of the first token at 8 clients),
+  or `--client openai`, the official SDK (each chunk parsed into its types), as a harness built on
+  the SDK measures. Several, comma separated, are sides of their own on the same stack, their
+  rounds interleaved (each with prompts of its own).
 After one uncounted warm-up round on each side, per round it prints first-token time added by the
-web path (median over the round's clients, web minus raw) and aggregate completion tok/s web / raw;
+web path (median over the round's clients, web minus raw; the mean too) and aggregate completion tok/s web / raw;
 then medians over rounds. Each round uses fresh prompts, so neither side reuses a KV prefix.
 `--buffered` measures stream=false too (no first token: its rows compare the whole answer's latency
 with the raw engine's DONE). At the end: CPU seconds per 1,000 tokens of each of our processes
@@ -176,7 +179,8 @@ async def web_round(client, stack, model_id, prompts, max_tokens, stream):
     start = min(r[0] for r in results)
     end = max(r[2] for r in results)
     ttft = statistics.median(r[1] - r[0] for r in results)
-    return ttft, sum(r[3] for r in results) / (end - start), sum(r[3] for r in results)
+    mean = statistics.fmean(r[1] - r[0] for r in results)
+    return ttft, sum(r[3] for r in results) / (end - start), sum(r[3] for r in results), mean
 
 
 class HttpxClient:
@@ -213,6 +217,36 @@ class HttpxClient:
 
     async def close(self):
         await self.http.aclose()
+
+
+class OpenAIClient:
+    """The official `openai` SDK as an API client writes it: one AsyncOpenAI (its own pooled httpx
+    client), `chat.completions.create(stream=True)`, every chunk parsed into the SDK's
+    ChatCompletionChunk. Its per-chunk parsing runs on the same two cores as the engine, which is
+    what a harness built on the SDK measures beside the server's path."""
+
+    def __init__(self, stack):
+        import openai
+        self.sdk = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=stack.key, max_retries=0, timeout=600)
+
+    async def open(self, connections):
+        await asyncio.gather(*(self.sdk.models.list() for _ in range(connections)))
+
+    async def chat(self, body):
+        body = dict(body)
+        if not body.pop("stream"):
+            r = await self.sdk.chat.completions.create(**body)
+            return None, r.usage.completion_tokens
+        first, tokens = None, 0
+        async for chunk in await self.sdk.chat.completions.create(stream=True, **body):
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter()
+            if chunk.usage:
+                tokens = chunk.usage.completion_tokens
+        return first, tokens
+
+    async def close(self):
+        await self.sdk.close()
 
 
 def http_request(stack, path, body=None):
@@ -278,12 +312,13 @@ class SocketClient:
 
 
 def raw_round(mux, prompts, max_tokens, stream=True):
-    """(median first-token time, or with stream=False median whole-answer time; tok/s; tokens)"""
+    """(median first-token time, or with stream=False median whole-answer time; tok/s; tokens;
+    mean of the same latency)"""
     t0, ids = mux.run(prompts, list(range(len(prompts))), max_tokens)
-    latency = statistics.median((mux.data[i][0] if stream else mux.done[i][0]) - t0 for i in ids)
+    latencies = [(mux.data[i][0] if stream else mux.done[i][0]) - t0 for i in ids]
     end = max(mux.done[i][0] for i in ids)
     tokens = sum(len(mux.data.get(i, [])) for i in ids)
-    return latency, tokens / (end - t0), tokens
+    return statistics.median(latencies), tokens / (end - t0), tokens, statistics.fmean(latencies)
 
 
 class Side:
@@ -326,8 +361,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--buffered", action="store_true")
-    ap.add_argument("--client", choices=("httpx", "socket"), default="httpx",
-                    help="the web clients' HTTP library: httpx (the SDKs') or a minimal socket client")
+    ap.add_argument("--client", default="httpx",
+                    help="the web clients, comma separated, each a side of its own interleaved with the others "
+                         "on the same stack: httpx (the SDKs' HTTP library), socket (a minimal HTTP/1.1 client), "
+                         "openai (the official SDK, every chunk parsed into its types)")
     ap.add_argument("--variant", metavar="'NAME=VALUE ...'",
                     help="a second web stack with these settings in its environment, its rounds interleaved "
                          "with the first's: an A/B of a setting in one sitting, whatever the host's mood")
@@ -363,8 +400,12 @@ def run_sitting(args, model, clients, slots, ctx, stacks):
     # One event loop and one pooled client per stack for every web round, as an SDK keeps its
     # connections (the raw driver keeps its pipes): a round pays no TCP handshakes.
     runner = asyncio.Runner()
-    sides = [Side(label, stack, (SocketClient if args.client == "socket" else HttpxClient)(stack))
-             for label, stack in stacks]
+    kinds = {"httpx": HttpxClient, "socket": SocketClient, "openai": OpenAIClient}
+    names = args.client.split(",")
+    if not names or any(n not in kinds for n in names):
+        raise SystemExit(f"--client: each of {', '.join(kinds)}, got {args.client!r}")
+    sides = [Side(label if len(names) == 1 else f"{label} ({name})", stack, kinds[name](stack))
+             for label, stack in stacks for name in names]
     for side in sides:
         runner.run(side.client.open(max(clients)))
     # A warm-up round on each side, not counted: first-use costs (page cache, lazy imports,
@@ -380,31 +421,35 @@ def run_sitting(args, model, clients, slots, ctx, stacks):
                 texts = [f"Write a short poem about {TOPICS[(n * 7 + i) % len(TOPICS)]} (#{n}-{i})." for i in range(c)]
                 prompts = [render_prompt([{"role": "user", "content": t}]) for t in texts]
                 before, woke = cpu_seconds(mux.p.pid), wakeups(mux.p.pid)
-                r_ttft, r_rate, r_tok = raw_round(mux, prompts, args.max_tokens, stream)
+                r_ttft, r_rate, r_tok, r_mean = raw_round(mux, prompts, args.max_tokens, stream)
                 raw_cpu += cpu_seconds(mux.p.pid) - before
                 raw_wakes += wakeups(mux.p.pid) - woke
                 raw_tokens += r_tok
                 label = "stream" if stream else "buffered"
                 what = "first token" if stream else "whole answer"
                 line = f"round {rnd + 1} {label:8} clients={c}: raw {what} {r_ttft * 1000:7.1f} ms {r_rate:8.1f} tok/s"
-                # Each side gets the other's prompts in turn, so neither always follows the raw round.
-                for side in (sides if rnd % 2 == 0 else sides[::-1]):
-                    w_ttft, w_rate, _ = side.measure(runner, model_id, texts, args.max_tokens, stream)
+                # The sides take turns following the raw round (rotated each round), each with the
+                # round's texts under a tag of its own, so that no side reuses another's KV prefix.
+                order = sides[rnd % len(sides):] + sides[:rnd % len(sides)]
+                for k, side in enumerate(order):
+                    mine = texts if k == 0 else [f"{t} [{k}]" for t in texts]
+                    w_ttft, w_rate, _, w_mean = side.measure(runner, model_id, mine, args.max_tokens, stream)
                     added, ratio = (w_ttft - r_ttft) * 1000, w_rate / r_rate
-                    side.rows.setdefault((stream, c), []).append((added, ratio, r_ttft * 1000, r_rate, w_rate))
+                    side.rows.setdefault((stream, c), []).append((added, ratio, r_ttft * 1000, r_rate, w_rate,
+                                                                  (w_mean - r_mean) * 1000))
                     line += (f" | {side.label} {w_ttft * 1000:7.1f} ms {w_rate:8.1f} tok/s, added {added:+7.1f} ms,"
                              f" ratio {ratio:.3f}")
                 print(line, flush=True)
     for side in sides:
         print(f"\n{side.label}: model {model.name}, {args.rounds} rounds, max_tokens {args.max_tokens}, "
               f"web client {args.client}, medians over rounds:\n")
-        print("| mode | clients | raw first token (buffered: whole answer) ms | added by web ms | raw tok/s | web tok/s "
-              "| web / raw |")
-        print("|---|---|---|---|---|---|---|")
+        print("| mode | clients | raw first token (buffered: whole answer) ms | added by web ms (median of the "
+              "round's clients) | added, mean of clients | raw tok/s | web tok/s | web / raw |")
+        print("|---|---|---|---|---|---|---|---|")
         for (stream, c), vals in side.rows.items():
-            med = [statistics.median(v[k] for v in vals) for k in range(5)]
-            print(f"| {'stream' if stream else 'buffered'} | {c} | {med[2]:.1f} | {med[0]:+.1f} | {med[3]:.0f} | "
-                  f"{med[4]:.0f} | {med[1]:.3f} |")
+            med = [statistics.median(v[k] for v in vals) for k in range(6)]
+            print(f"| {'stream' if stream else 'buffered'} | {c} | {med[2]:.1f} | {med[0]:+.1f} | {med[5]:+.1f} | "
+                  f"{med[3]:.0f} | {med[4]:.0f} | {med[1]:.3f} |")
     for side in sides:
         print(f"\n{side.label}: per 1,000 completion tokens (its web rounds; the raw engine over raw rounds): "
               "CPU seconds, and wakeups (voluntary context switches, all threads)\n")

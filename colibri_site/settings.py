@@ -218,6 +218,10 @@ ENGINE_MODEL = env("ENGINE_MODEL", str(BASE_DIR / "models" / "smollm2-135m-moe16
 ENGINE_CTX = int(env("CTX", "4096"))
 KV_SLOTS = int(env("KV_SLOTS", "4"))
 ENGINE_READY_TIMEOUT = float(env("ENGINE_READY_TIMEOUT", "120"))
+# The engine's niceness: on a small host its threads take every core, and the web processes'
+# short bursts (a request's admission, a text batch) wait behind them; a positive value lets
+# those bursts go first (bench/webpath.py). 0 = as the bridge.
+ENGINE_NICE = int(env("ENGINE_NICE", "0"))
 BRIDGE_QUEUE_LIMIT = int(env("BRIDGE_QUEUE_LIMIT", "32"))
 # Several bridges on one Redis (engine_bridge.registry): this bridge's id (its inbox, heartbeat,
 # state and registration keys), the host name it reports, and the model a request naming none

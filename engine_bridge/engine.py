@@ -57,6 +57,9 @@ def engine_command() -> tuple[list[str], dict[str, str]]:
         key, sep, value = pair.strip().partition("=")
         if sep and key:
             env[key] = value
+    nice = int(getattr(settings, "ENGINE_NICE", 0))
+    if nice:  # exec'd by nice(1): the engine and every thread it starts run at that niceness
+        argv = ["nice", "-n", str(nice), *argv]
     return argv, env
 
 

@@ -641,6 +641,14 @@ def _canonical(value: Any) -> str:
 KNOWN = set().union(*TYPE_KEYWORDS.values()) | GENERAL | ANNOTATIONS
 
 
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    return {int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "null")
+
+
 def _join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
@@ -669,9 +677,9 @@ class _Compiler:
             # nothing validates: the grammar would accept a value the schema refuses
             if "enum" in schema and _canonical(schema["const"]) not in {_canonical(v) for v in schema["enum"]}:
                 raise GrammarError("const is not one of the enum values: no value can match", _join(path, "const"))
-            return self.literals([schema["const"]], path)
+            return self.literals(self.admitted([schema["const"]], schema, _join(path, "const")), path)
         if "enum" in schema:
-            return self.literals(schema["enum"], path)
+            return self.literals(self.admitted(schema["enum"], schema, _join(path, "enum")), path)
         for key in ("anyOf", "oneOf", "allOf"):
             if key in schema:
                 return self.combination(schema, key, _join(path, key))
@@ -688,6 +696,35 @@ class _Compiler:
             raise GrammarError("type must be one of " + ", ".join(TYPE_KEYWORDS) + " (or an array of them)",
                                _join(path, "type"))
         return alt(*(getattr(self, "t_" + t)(schema, path) for t in types))
+
+    def admitted(self, values: list[object], schema: dict, path: str) -> list[object]:
+        """The const/enum values that the schema's other keywords (type, items, bounds...) also
+        admit: the literals alone would let the engine write a value those keywords refuse. Each
+        value's text is run through the automaton of the other keywords, so a value is kept only
+        if the grammar would have produced it (a spelling the grammar does not write, such as 1.0
+        for an integer, is dropped: stricter, never wrong)."""
+        rest = {k: v for k, v in schema.items() if k not in ("const", "enum") and k not in ANNOTATIONS}
+        if not rest:
+            return values
+        if "type" not in rest:  # only the values' own types matter (and integer bounds then stay exact)
+            rest["type"] = sorted({_json_type(v) for v in values})
+        start, accept, trans = dfa_of(compile_node(self.value(rest, path.rpartition(".")[0])))
+        kept = []
+        for v in values:
+            try:
+                text = json.dumps(v, ensure_ascii=False, separators=(", ", ": "), allow_nan=False).encode()
+            except (TypeError, ValueError):
+                raise GrammarError("enum/const values must be JSON", path) from None
+            q = start
+            for byte in text:
+                q = next((t for lo, hi, t in trans[q] if lo <= byte <= hi), -1)
+                if q < 0:
+                    break
+            if q >= 0 and accept[q]:
+                kept.append(v)
+        if not kept:
+            raise GrammarError("no value of const/enum satisfies the schema's other keywords", path)
+        return kept
 
     def literals(self, values: Iterable[object], path: str) -> Node:
         try:

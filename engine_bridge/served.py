@@ -17,7 +17,6 @@ bridges, its facts read from the state of one bridge serving it (an engine that 
 the default bridge's last state answers, status down, whatever model was asked for: the surfaces
 then say 503 (come back later), not 404 (no such model).
 """
-import asyncio
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,18 +153,30 @@ def _by_alias(models: list[ServedModel], model: str) -> ServedModel | None:
     return next((m for m in models if model == m.id), None) or next((m for m in models if model in m.aliases), None)
 
 
+def _firsts(bridges: list) -> list[list]:
+    """Per distinct model id among `bridges`, sorted by id: its serving bridges, best first."""
+    return [_serving(bridges, model)[0] for model in sorted({b.model for b in bridges})]
+
+
 def served_models_get() -> list[ServedModel]:
     """One per distinct model id among the live bridges, sorted by id ([] when none lives)."""
     from engine_bridge import telemetry
 
     try:
-        bridges = registry.bridges_get()
-        models = []
-        for model in sorted({b.model for b in bridges}):
-            serving = _serving(bridges, model)[0]
-            models.append(_from_bridge(telemetry.get_state(serving[0].id), serving, serving[0].boot))
-        return models
+        return [_from_bridge(telemetry.get_state(serving[0].id), serving, serving[0].boot)
+                for serving in _firsts(registry.bridges_get())]
     except Exception:  # Redis down: no bridge we can see
+        return []
+
+
+async def aserved_models_get() -> list[ServedModel]:
+    """served_models_get on the event loop (GET /v1/models: no thread hop)."""
+    from engine_bridge import telemetry
+
+    try:
+        return [_from_bridge(await telemetry.aget_state(serving[0].id), serving, serving[0].boot)
+                for serving in _firsts(await registry.abridges_get())]
+    except Exception:
         return []
 
 
@@ -217,7 +228,7 @@ async def aserved_model_get(model: str | None = None, *, with_boot: bool = True)
         return served_model_from(state, boot=boot)
     serving, decided = _serving(bridges, model)
     if not serving:
-        return None if decided else _by_alias(await asyncio.to_thread(served_models_get), str(model))
+        return None if decided else _by_alias(await aserved_models_get(), str(model))
     try:
         state = await telemetry.aget_state(serving[0].id)
     except Exception:

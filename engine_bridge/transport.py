@@ -30,6 +30,8 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
+BROKER_DOWN = "The message broker (Redis) cannot be reached."  # what a user reads while Redis is out
+
 log = logging.getLogger(__name__)
 
 REPLY_TTL = 120          # seconds an unread reply list survives its last batch

@@ -263,9 +263,10 @@ class RoutesRunner:
 
     method = "routes"
 
-    def __init__(self, *, key: str, experts: int | None = None) -> None:
+    def __init__(self, *, key: str, experts: int | None = None, model: str | None = None) -> None:
         self.key = key
         self.experts = experts
+        self.model = model  # the served id the probes ask for (its bridge), None: the default model
 
     async def __aenter__(self) -> "RoutesRunner":
         return self
@@ -276,7 +277,7 @@ class RoutesRunner:
     async def _generate(self, prompt: str, routes: bool) -> tuple[dict, dict]:
         return await probe_generate(bridge_client.GenerationRequest(
             prompt=prompt, max_tokens=1, temperature=0.0, seed=SEED, conversation_key=self.key,
-            priority="background", experts=self.experts, routes=routes, heat=False))
+            priority="background", experts=self.experts, routes=routes, heat=False, model=self.model))
 
     async def run(self, probe: Probe) -> np.ndarray | None:
         """The probe's selection counts, shape (rows, cols); None when it reused KV (run again)."""
@@ -295,10 +296,14 @@ class ProbeRunner:
 
     method = "hits"
 
-    def __init__(self, *, key: str, chunk_words: int, experts: int | None = None) -> None:
+    def __init__(self, *, key: str, chunk_words: int, experts: int | None = None, model: str | None = None,
+                 bridges: frozenset[str] | None = None) -> None:
         self.key = key
         self.chunk_words = chunk_words
         self.experts = experts  # routed experts per token for the probes (None: the model's own)
+        self.model = model      # the served id the probes ask for, None: the default model
+        # The telemetry group carries every bridge's items: another model's would read as a gap.
+        self.bridges = bridges  # the bridges serving `model` (None: take every bridge's)
         self.layer = channel_layer()
         self.channel = f"atlas-probe.{uuid.uuid4().hex}"  # a plain channel: its own BZPOPMIN key
         self.inbox: asyncio.Queue[tuple[str | None, dict]] = asyncio.Queue()
@@ -322,13 +327,15 @@ class ProbeRunner:
     async def _pump(self) -> None:
         while True:
             message = await self.layer.receive(self.channel)
+            if self.bridges is not None and message.get("bridge") not in self.bridges:
+                continue
             for item in message.get("items", ()):
                 self.inbox.put_nowait((message.get("boot"), item))
 
     async def _generate(self, prompt: str, max_tokens: int) -> tuple[dict, dict]:
         return await probe_generate(bridge_client.GenerationRequest(
             prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=SEED,
-            conversation_key=self.key, priority="background", experts=self.experts))
+            conversation_key=self.key, priority="background", experts=self.experts, model=self.model))
 
     def drain(self) -> None:
         """Forget items that arrived before the next request (called before each probe)."""

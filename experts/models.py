@@ -41,7 +41,9 @@ class AtlasBuild(models.Model):
     QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
     FINAL = (DONE, FAILED, CANCELLED)
 
-    model_name = models.CharField(max_length=200)
+    model_name = models.CharField(max_length=200)  # the display name its atlas is stored under
+    served_model = models.CharField(max_length=64, blank=True, default="")  # ServedModel.id its probes ask
+                                                                             # for ("" before: the default)
     status = models.CharField(max_length=16, default=QUEUED)
     done = models.IntegerField(default=0)      # probes finished
     total = models.IntegerField(default=0)     # probes to run
@@ -58,6 +60,7 @@ class AtlasBuild(models.Model):
         ordering = ["-created", "-id"]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.pk, "model": self.model_name, "status": self.status, "done": self.done,
+        return {"id": self.pk, "model": self.model_name, "served_model": self.served_model,
+                "status": self.status, "done": self.done,
                 "total": self.total, "atlas": self.atlas_id, "error": self.error, "wall_s": self.wall_s,
                 "created": self.created.isoformat()}

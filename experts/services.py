@@ -2,6 +2,8 @@
 
 The model an atlas belongs to is the name the engine reports in its MODEL line, else the stem
 of ENGINE_MODEL (engines without our extension), so atlases follow the model, not the process.
+With several bridges the atlas page names the engine host it shows (`?bridge=<id>`): its library
+then reads, imports and builds for the model that bridge serves (model_served_get).
 """
 import asyncio
 import hashlib
@@ -19,7 +21,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from colibri_base.layers import channel_layer
-from engine_bridge.served import aserved_model_get, served_model_from, served_model_get
+from engine_bridge.fleet import UnknownBridge
+from engine_bridge.served import ServedModel, aserved_model_get, served_model_from, served_model_get, served_models_get
 from experts import atlas_format, builder
 from experts.models import Atlas, AtlasBuild
 
@@ -33,6 +36,18 @@ OnRetry = Callable[[builder.Probe, int], object]  # (the probe, its attempt)
 def model_name_current(*, state: dict | None = None) -> str:
     """The served model's display name (engine_bridge.served), from `state` when given."""
     return (served_model_from(state) if state is not None else served_model_get()).display_name
+
+
+def model_served_get(*, bridge: str | None = None) -> ServedModel:
+    """The model the bridge `bridge` serves (None: the default model); UnknownBridge, naming it,
+    when no live bridge has that id: a page must not silently show another host's model."""
+    if not bridge:
+        return served_model_get()
+    models = served_models_get()  # each names the live bridges serving it
+    found = next((m for m in models if bridge in m.bridges), None)
+    if found is None:
+        raise UnknownBridge(bridge, sorted(b for m in models for b in m.bridges))
+    return found
 
 
 def atlas_import(*, content: bytes, model_name: str, filename: str = "", user: User | None = None,
@@ -92,18 +107,20 @@ def build_publish(*, build: AtlasBuild) -> None:
         log.exception("publishing build %s failed", build.pk)
 
 
-def build_start(*, user: User | None = None, model_name: str | None = None,
+def build_start(*, user: User | None = None, model: ServedModel | None = None,
                 enqueue: Callable[[int], object] | None = None) -> AtlasBuild:
-    """Creates a build of the current model's atlas; `enqueue(build id)` queues its job after
-    commit (the view hands in experts.tasks.build_atlas.delay: the task module imports this one,
-    so this one never imports it); without it the caller runs build_run itself.
-    One build at a time: an unfinished build is returned instead of starting a second."""
+    """Creates a build of `model`'s atlas (None: the default model); `enqueue(build id)` queues
+    its job after commit (the view hands in experts.tasks.build_atlas.delay: the task module
+    imports this one, so this one never imports it); without it the caller runs build_run itself.
+    The build records the served id: its probes go to a bridge serving that model.
+    One build per model at a time: its unfinished build is returned instead of starting a second."""
     _fail_stale_builds()
-    running = AtlasBuild.objects.exclude(status__in=AtlasBuild.FINAL).first()
+    model = model or served_model_get()
+    running = AtlasBuild.objects.filter(model_name=model.display_name).exclude(status__in=AtlasBuild.FINAL).first()
     if running is not None:
         return running
     probes, _, _ = builder.load_probes()
-    build = AtlasBuild.objects.create(model_name=model_name or model_name_current(), total=len(probes),
+    build = AtlasBuild.objects.create(model_name=model.display_name, served_model=model.id, total=len(probes),
                                       created_by=user)
     if enqueue is not None:
         transaction.on_commit(lambda: enqueue(build.pk))
@@ -169,14 +186,17 @@ def build_run(*, build_id: int, on_probe: OnProbe | None = None, on_retry: OnRet
 async def _measure(build: AtlasBuild, on_probe: OnProbe | None, on_retry: OnRetry | None,
                    wanted: int | None = None) -> tuple[list[tuple[str, np.ndarray]], list[int], dict[str, Any]]:
     probes, chunk_words, digest = builder.load_probes()
-    model = (await aserved_model_get(with_boot=False)).info or None
+    served = await _build_model(build)
+    model = served.info or None
     experts = builder.probe_experts(wanted or builder.load_probe_experts() or builder.probe_count(model), model)
     key = f"atlas-build:{build.pk}"
+    target = build.served_model or None  # rows from before the field: the default model, as then
     runner: builder.RoutesRunner | builder.ProbeRunner
     if builder.routes_supported(model):
-        runner = builder.RoutesRunner(key=key, experts=experts)
+        runner = builder.RoutesRunner(key=key, experts=experts, model=target)
     else:
-        runner = builder.ProbeRunner(key=key, chunk_words=chunk_words, experts=experts)
+        runner = builder.ProbeRunner(key=key, chunk_words=chunk_words, experts=experts, model=target,
+                                     bridges=frozenset(served.bridges) or None)
     runs: list[tuple[str, np.ndarray]] = []
     shape: tuple[int, ...] | None = None
     async with runner:
@@ -205,13 +225,21 @@ async def _measure(build: AtlasBuild, on_probe: OnProbe | None, on_retry: OnRetr
                 on_probe(i + 1, len(probes), probe)
     if shape is None:
         raise builder.BuildError("probes.json lists no probes")
-    model = (await aserved_model_get(with_boot=False)).info or model or {}
+    model = (await _build_model(build)).info or model or {}
     layers, _ = row_layers(rows=shape[0], model=model)
     method: dict[str, Any] = {"method": runner.method, "experts": experts, "top_k": model.get("top_k"),
               "n_experts": shape[1], "probes_sha256": digest}
     if runner.method == "hits":
         method["chunk_words"] = chunk_words
     return runs, layers, method
+
+
+async def _build_model(build: AtlasBuild) -> ServedModel:
+    """The served facts of the model the build is for; BuildError once no live bridge serves it."""
+    served = await aserved_model_get(build.served_model or None, with_boot=False)
+    if served is None:
+        raise builder.BuildError(f"no live bridge serves the model {build.served_model!r} any more")
+    return served
 
 
 @database_sync_to_async

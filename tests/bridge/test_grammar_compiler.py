@@ -56,6 +56,13 @@ def test_usual_spellings_are_accepted():
     assert not j.accepts(b'{"a": [[[[1]]]]}')  # deeper than ANY_DEPTH
 
 
+def test_enum_values_keep_only_those_the_other_keywords_admit():
+    dfa = Dfa(grammar_for_schema({"enum": [1, 2, 5, "x", "long"], "minimum": 2, "maxLength": 2}))
+    assert [v for v in (1, 2, 5, "x", "long") if dfa.accepts(json.dumps(v).encode())] == [2, 5, "x"]
+    items = Dfa(grammar_for_schema({"enum": [[1], [None], []], "items": {"type": "null"}}))
+    assert items.accepts(b"[null]") and items.accepts(b"[]") and not items.accepts(b"[1]")
+
+
 @pytest.mark.parametrize("schema,field,word", [
     ({"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}, "properties.xs.uniqueItems", "uniqueItems"),
     ({"type": "number", "maximum": 3}, "maximum", "maximum"),
@@ -68,6 +75,9 @@ def test_usual_spellings_are_accepted():
     # const was taken alone beside its enum: the grammar accepted a value the schema refuses
     ({"enum": [], "const": None}, "enum", "non-empty"),
     ({"enum": [1, 2], "const": 3}, "const", "not one of the enum"),
+    # const/enum ignored their other keywords: {"const": [false], "items": {"const": null}} accepted [false]
+    ({"const": [False], "items": {"const": None}}, "const", "other keywords"),
+    ({"type": "object", "properties": {"k": {"enum": ["a", "bb"], "minLength": 3}}}, "properties.k.enum", "other keywords"),
     ({"type": "object", "properties": {"a": False}, "required": ["a"]}, "properties", "allows no value"),
     # null counts were a TypeError deep in the compiler, reported as "the schema must be JSON"
     ({"type": "string", "minLength": None, "maxLength": 3}, "minLength", "non-negative integer"),

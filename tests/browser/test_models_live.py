@@ -114,11 +114,17 @@ def test_the_atlas_and_ops_pages_show_the_engine_host_picked(page, two_model_sta
     assert host.input_value() == FIRST["bridge"] and host.locator("option").count() == 2
     first_shape = page.evaluate("[window.colibriAtlas.grid.rows, window.colibriAtlas.grid.cols]")
     assert first_shape != [SECOND["rows"], SECOND["cols"]]
+    page.wait_for_function("document.getElementById('atlas-model').textContent !== ''")
+    first_name = page.inner_text("#atlas-model")
     host.select_option(SECOND["bridge"])
     page.wait_for_url(f"{base}/atlas?bridge={SECOND['bridge']}")
     page.wait_for_function(f"window.colibriAtlas && window.colibriAtlas.grid.rows === {SECOND['rows']} "
                            f"&& window.colibriAtlas.grid.cols === {SECOND['cols']}")
     assert page.locator("#atlas-host select[name=bridge]").input_value() == SECOND["bridge"]
+    # The library panel follows the host: it names the model the second bridge serves.
+    second_name = page.evaluate(f"fetch('/atlas/api/atlases?bridge={SECOND['bridge']}').then(r => r.json())")["model"]
+    assert second_name != first_name
+    page.wait_for_function("name => document.getElementById('atlas-model').textContent === name", arg=second_name)
 
     page.goto(f"{base}/ops")
     host = page.locator("#ops-host select[name=bridge]")

@@ -44,8 +44,7 @@ def no_bridge(monkeypatch, settings):
     from engine_bridge import telemetry
 
     settings.ENGINE_MODEL = "/models/tiny-moe.gguf"
-    monkeypatch.setattr(telemetry, "get_state", telemetry.empty_state)
-    monkeypatch.setattr("experts.views.get_state", telemetry.empty_state)
+    monkeypatch.setattr(telemetry, "get_state", lambda bridge=None: telemetry.empty_state())
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -86,3 +86,30 @@ def test_changes_that_send_no_signal_take_effect_within_a_second(issued, alice):
     get_user_model().objects.filter(pk=alice.pk).update(is_active=False)
     time.sleep(MAX_AGE_S + 0.05)
     assert key_lookup(key) is None
+
+
+def test_a_burst_of_misses_for_one_key_reads_the_row_once(issued, monkeypatch):
+    """Eight requests of one key arriving together after its entry expired: one database read
+    serves them all (each used to read the row in a thread of its own, with a new connection)."""
+    import asyncio
+
+    from api import keycache
+
+    row, key = issued
+    reads = []
+    real = ApiKey.lookup.__func__
+
+    def counted(cls, full_key):
+        reads.append(full_key)
+        return real(cls, full_key)
+
+    monkeypatch.setattr(ApiKey, "lookup", classmethod(counted))
+    keycache._entries.clear()
+
+    async def burst():
+        return await asyncio.gather(*(keycache.akey_lookup(key) for _ in range(8)))
+
+    rows = asyncio.run(burst())
+    assert [r.pk for r in rows] == [row.pk] * 8 and len(reads) == 1
+    assert asyncio.run(burst())[0].pk == row.pk and len(reads) == 1  # and then from memory
+    assert not keycache._reading  # nothing left in flight

@@ -193,9 +193,11 @@ def test_a_request_the_engine_refuses_gets_its_tokens_back(fake_bridge, alice_ke
 
 
 def test_without_max_tokens_the_served_budget_is_charged_up_to_the_limit(fake_bridge, alice_key, settings):
-    fake_bridge.script(*reply("ok", prompt_tokens=7, completion_tokens=2))
+    # 600 used: the bucket refills 1000/60 a second, so it is 36 s from full whatever the host's speed
+    # (with 9 used it was full again 0.54 s later, which a slow CI host reached: stop 30)
+    fake_bridge.script(*reply("ok", prompt_tokens=500, completion_tokens=100))
     ApiKey.objects.update(tokens_per_minute=1000)
     assert post(alice_key).status_code == 200  # charged min(prompt + context, 1000): a full bucket
     assert len(fake_bridge.requests) == 1 and fake_bridge.requests[0].max_tokens == settings.ENGINE_CTX
-    r = post(alice_key)  # the first came back to 1000 - 9: not a full bucket
-    assert r.status_code == 429 and int(r["Retry-After"]) == 1
+    r = post(alice_key)  # the first came back to 1000 - 600: not a full bucket
+    assert r.status_code == 429 and 30 <= int(r["Retry-After"]) <= 36

@@ -68,8 +68,12 @@ async def test_a_generation_request_starts_no_thread(fake_bridge, monkeypatch, a
     per-request thread and adrf's sync_to_async(initial) are gone (issue 14's profile)."""
     import threading
 
+    from api import keycache
     from tests.web.fakes import reply, serve_state
 
+    # The entry's 1 s re-read (for changes no signal reports) is a database read in a thread by
+    # design; a slow host took longer than that for the 3 requests (CI, stop 30): keep it fresh.
+    monkeypatch.setattr(keycache, "MAX_AGE_S", 300.0)
     fake_bridge.script(*reply("Hel", "lo"))
     serve_state(monkeypatch, {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
     body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
@@ -126,6 +130,28 @@ async def test_api_answers_are_made_and_rendered_without_a_thread_hop(fake_bridg
     assert missing["status"] == 404 and b"model_not_found" in missing["body"]
     assert refused["status"] == 401 and b'"error"' in refused["body"]
     assert sorted(hops) == ["database_call.<locals>.call", "log_response", "log_response"], hops
+
+
+async def test_the_model_list_runs_no_executor_job(fake_bridge, monkeypatch, alice_key):
+    """GET /v1/models reads the registry and each model's facts on the loop (it read them in a
+    worker thread through asyncio.to_thread: a hop per listing, which SDKs make at start-up)."""
+    import asyncio.base_events
+
+    from tests.web.fakes import serve_state
+
+    serve_state(monkeypatch, {"status": "up", "updated": 1.0, "model": {"name": "tiny", "arch": "llama"}})
+    assert (await get("/v1/models", alice_key))["status"] == 200  # the key is now in memory
+    jobs = []
+    real = asyncio.base_events.BaseEventLoop.run_in_executor
+
+    def counted(self, executor, func, *args):
+        jobs.append(getattr(func, "__qualname__", repr(func)))
+        return real(self, executor, func, *args)
+
+    monkeypatch.setattr(asyncio.base_events.BaseEventLoop, "run_in_executor", counted)
+    listed = await get("/v1/models", alice_key)
+    assert listed["status"] == 200 and b"tiny" in listed["body"]
+    assert jobs == [], jobs
 
 
 def test_twisteds_content_type_parse_is_remembered_with_the_same_answers():

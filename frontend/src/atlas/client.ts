@@ -16,8 +16,12 @@ export const URLS = {
   socket: "/ws/atlas/",
 };
 
+// The library's calls name the page's engine host (?bridge=), so the server answers for the
+// model that host serves; calls by atlas or build id need none.
 export class AtlasHttp {
-  constructor(private csrfToken: string) {}
+  constructor(private csrfToken: string, private bridge: string | null = askedBridge()) {}
+
+  private forBridge(url: string): string { return withBridge(url, this.bridge); }
 
   private async request<T>(method: string, url: string, body?: BodyInit): Promise<T> {
     const headers: Record<string, string> = { Accept: "application/json" };
@@ -33,7 +37,7 @@ export class AtlasHttp {
     return parsed as T;
   }
 
-  atlases(): Promise<AtlasList> { return this.request("GET", URLS.atlases); }
+  atlases(): Promise<AtlasList> { return this.request("GET", this.forBridge(URLS.atlases)); }
   doc(id: number): Promise<AtlasDoc> { return this.request("GET", URLS.download(id)); }
   map(id: number): Promise<MapData> { return this.request("GET", URLS.map(id)); }
   routing(message: number): Promise<MessageRouting> { return this.request("GET", URLS.routing(message)); }
@@ -41,11 +45,13 @@ export class AtlasHttp {
   async upload(file: File): Promise<AtlasInfo> {
     const form = new FormData();
     form.append("file", file);
-    return (await this.request<{ atlas: AtlasInfo }>("POST", URLS.atlases, form)).atlas;
+    return (await this.request<{ atlas: AtlasInfo }>("POST", this.forBridge(URLS.atlases), form)).atlas;
   }
 
-  builds(): Promise<{ builds: Build[] }> { return this.request("GET", URLS.builds); }
-  async startBuild(): Promise<Build> { return (await this.request<{ build: Build }>("POST", URLS.builds)).build; }
+  builds(): Promise<{ builds: Build[] }> { return this.request("GET", this.forBridge(URLS.builds)); }
+  async startBuild(): Promise<Build> {
+    return (await this.request<{ build: Build }>("POST", this.forBridge(URLS.builds))).build;
+  }
   async cancelBuild(id: number): Promise<Build> { return (await this.request<{ build: Build }>("POST", URLS.cancel(id))).build; }
 }
 

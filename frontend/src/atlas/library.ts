@@ -109,6 +109,7 @@ export class Library {
 
   showBuild(b: Build): void {
     if (this.build && b.id < this.build.id) return;
+    if (this.list && b.model !== this.list.model) return; // another host's model (every page hears every build)
     this.build = b;
     const bar = $<HTMLProgressElement>("build-progress");
     bar.max = Math.max(b.total, 1);

@@ -42,12 +42,12 @@ export interface Validation {
   method?: string; experts?: number | null; top_k?: number | null; n_experts?: number;
 }
 
-export interface AtlasList { model: string; current: AtlasInfo | null; history: AtlasInfo[] }
+export interface AtlasList { model: string; model_id: string; current: AtlasInfo | null; history: AtlasInfo[] }
 
 export interface MapData { categories: string[]; points: [string, number, number, string][] }
 
 export interface Build {
-  id: number; model: string; status: string; done: number; total: number; atlas: number | null;
+  id: number; model: string; served_model: string; status: string; done: number; total: number; atlas: number | null;
   error: string; wall_s: number | null; created: string;
 }
 
