@@ -55,6 +55,11 @@ class Admission:
         self.requests: dict[str, Request] = {}  # req -> Request (queued or running)
         self.running = running                  # engine id -> Request (the pacer reads it too)
         self.lease_seen: dict[str, float] = {}  # reply list -> when its lease was last seen (or assumed) alive
+        # Requests admitted (queued or started) and ended since this boot: each registration
+        # carries both counts and each request's events its ordinals ("admitted" on its first and
+        # final events, "ended" on its final), so a router knows exactly which of its requests a
+        # registration shows (engine_bridge.client._unseen).
+        self.admitted = self.ended = 0
 
     def submit(self, req: object, boot: object, raw_job: object, reply_to: object = None,
                leased: bool = False) -> None:
@@ -88,6 +93,8 @@ class Admission:
             self.finish(r, {"kind": "error", "code": "QUEUE_FULL", "retry_after": QUEUE_FULL_RETRY_S,
                             "message": "Too many requests are waiting; try again shortly."})
             return
+        self.admitted += 1
+        r.admitted = self.admitted
         self.start_all(started)
 
     def unavailable(self) -> dict:
@@ -103,7 +110,7 @@ class Admission:
             r = self.requests.get(req)
             if r and r.position != position:
                 r.position = position
-                self.pacer.emit(r, {"kind": "queued", "position": position})
+                self.pacer.emit(r, {"kind": "queued", "position": position, "admitted": r.admitted})
         self.publisher.update(queue=len(self.scheduler.queue),
                               busy=sum(1 for s in self.scheduler.slots if s.busy is not None))
         self.heart.wake()  # routers see the slot's new owner and text before its next turn
@@ -137,6 +144,10 @@ class Admission:
 
     def finish(self, r: Request, final: dict) -> None:
         """r's final event: it leaves the bridge's books (its slot stays busy until release)."""
+        self.ended += 1
+        final["ended"] = self.ended
+        if r.admitted:
+            final["admitted"] = r.admitted
         self.pacer.emit(r, final)
         self.requests.pop(r.req, None)
         if r.eng_id is not None:

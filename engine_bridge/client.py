@@ -16,10 +16,12 @@ process's reply list.
 """
 import asyncio
 import base64
+import collections
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from engine_bridge import liveness, protocol, registry, routing, transport
 from engine_bridge.listener import loop_listener
@@ -32,6 +34,11 @@ FINAL_KINDS = ("done", "error")
 LIVENESS_POLL = 1.0    # nothing arrived for this long: is the bridge that took the job still alive?
 BROKER_RETRY_S = 2     # Retry-After while Redis cannot be reached
 BROKER_OUTAGE_S = 10.0  # how long a surface rides out a Redis outage before it tells the user
+# The served-model read a request makes first (engine_bridge.served) read the registry this long
+# ago at most: the route takes that snapshot (one registry read per request, issue 26). Nothing
+# it cannot show is lost: this process's own routes and ends since are counted (_unseen,
+# _with_recent_holds), and another process's within that time are as unseen as between beats.
+ROUTE_SNAPSHOT_S = 0.05
 
 
 @dataclass
@@ -83,7 +90,7 @@ def _broker_down(exc: object) -> dict:
     (the chat relay does, within BROKER_OUTAGE_S). The exception's text (hosts, ports) is logged,
     never put in an event a user may read."""
     log.warning("the message broker (Redis) cannot be reached: %s", exc)
-    return _error("ENGINE_UNAVAILABLE", "The message broker (Redis) cannot be reached.",
+    return _error("ENGINE_UNAVAILABLE", transport.BROKER_DOWN,
                   retry_after=BROKER_RETRY_S, broker=True)
 
 
@@ -106,15 +113,20 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
     is gone."""
     req = req_id or uuid.uuid4().hex
     yield {"kind": "submitted", "req": req}
-    target, refusal = await _admissible(request, boot)
+    target, refusal = await _admissible(request, boot, req)
     if target is None:
         yield refusal
         return
-    yield {"kind": "routed", "bridge": target.bridge}
+    try:
+        yield {"kind": "routed", "bridge": target.bridge}
+    except BaseException:  # closed or cancelled before the submit: it is no load anywhere
+        _flights.pop(req, None)
+        raise
     _routed[req] = target.bridge  # stop(req) / cancel(req) find it
     listener = loop_listener()
     inbox = listener.register(req)  # before the submit: no reply may come unheard
-    finished = False
+    finished, flight = False, _flights[req]
+    texts: list[str] = []  # the text so far: the slot holds prompt + text when the turn is done
     try:
         unsent = await _submit(req, target, listener.id, request)
         if unsent is not None:  # nothing reached the bridge: nothing to cancel
@@ -124,36 +136,123 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
         stream = _Stream(inbox, target, idle_timeout, tick)  # its clocks start at the submit
         while True:
             for event in await stream.next_events():
-                if event is not None and event["kind"] in FINAL_KINDS:
+                if event is not None and isinstance(event.get("admitted"), int):
+                    flight.admitted = event["admitted"]
+                if event is not None and event["kind"] == "text":
+                    texts.append(event["text"])
+                elif event is not None and event["kind"] in FINAL_KINDS:
                     finished = not stream.broken
+                    _record_end(req, event, request.conversation_key, request.prompt + "".join(texts))
                     yield event
                     return
                 yield event
     finally:
+        _flights.pop(req, None)
         listener.unregister(req)  # what still comes for req (its CANCELLED) is dropped by the listener
         _routed.pop(req, None)
         if not finished:
             await asyncio.shield(cancel(req, target.bridge))
 
 
-async def _admissible(request: GenerationRequest, boot: str | None) -> tuple[Target | None, dict]:
+async def _admissible(request: GenerationRequest, boot: str | None, req: str) -> tuple[Target | None, dict]:
     """(where to submit, {}), or (None, the error that ends the stream before any submit): text
     the engine cannot take, Redis not answering, no bridge running or none serving the model."""
     texts = (request.prompt, *request.stop) if isinstance(request.stop, (list, tuple)) else (None,)
     if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
         return None, _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
     try:
-        bridges = await registry.abridges_get()  # fresh: a turn that just ended is in it
+        bridges = _with_recent_holds(await registry.abridges_get(ROUTE_SNAPSHOT_S))
     except Exception as exc:
         return None, _broker_down(exc)
     if not bridges:
         return await _unregistered(boot)
     model = registry.default_model(bridges) if request.model in (None, "default", "colibri") else request.model
     chosen = routing.route(bridges, str(model), conversation_key=request.conversation_key,
-                           prompt_chain=_prompt_chain(request.prompt, bridges, str(model)))
+                           prompt_chain=_prompt_chain(request.prompt, bridges, str(model)), unseen=_unseen(bridges))
     if chosen is None:
         return None, _error("ENGINE_UNAVAILABLE", f"No engine serves the model {model!r} right now.", retry_after=5)
+    _flights[req] = _Flight(chosen.bridge.id, chosen.bridge.boot)  # no await since the snapshot: the next route sees it
     return Target(chosen.bridge.id, chosen.bridge.boot, chosen.bridge.host), {}
+
+
+# What this process knows of its requests that a bridge's last registration may not show yet.
+# Each registration counts the requests its bridge has admitted and ended since its boot, and the
+# bridge's events carry each request's ordinals ("admitted" on its first event, "ended" on its
+# final one), so which requests a registration shows is exact, never a guess from clocks (beat
+# times against event times failed in CI, stop 30: a beat that showed a turn's end often landed
+# before its done event did, and a beat that predated a new stream's admission came back after
+# its first text). Two corrections follow (routing.route counts them, engine_bridge.routing says
+# why each matters): a request routed but not admitted by the last registration is load it does
+# not show; one it shows running that has ended since is load it shows no more; and a turn that
+# ended since is a slot it does not show held (the next turn, sent at once, must find it).
+@dataclass
+class _Flight:
+    bridge: str
+    boot: str
+    admitted: int = 0  # the bridge's ordinal of the request's admission (0: not known yet)
+
+
+@dataclass
+class _End:
+    bridge: str
+    boot: str
+    admitted: int
+    ended: int         # the bridge's ordinal of its end
+    at: float          # when this process saw it (ends older than any live registration go)
+    conversation: str | None
+    text: str          # what its slot holds now: prompt + output (a done turn), else ""
+    chain: str | None = None  # text's prefix chain, computed when first needed
+
+
+_flights: dict[str, _Flight] = {}  # req -> routed by this process and not ended yet
+_ends: collections.deque[_End] = collections.deque(maxlen=256)
+
+
+def _record_end(req: str, final: dict, conversation: str | None, text: str) -> None:
+    """req's final event from its bridge. One this process made up (the bridge went silent) has
+    no ordinal: that bridge's registrations are left to tell."""
+    flight = _flights.pop(req, None)
+    if flight is None or not isinstance(final.get("ended"), int):
+        return
+    admitted = final["admitted"] if isinstance(final.get("admitted"), int) else flight.admitted
+    _ends.append(_End(flight.bridge, flight.boot, admitted, final["ended"], time.monotonic(), conversation,
+                      text if final["kind"] == "done" else ""))
+
+
+def _unseen_ends(b: registry.BridgeInfo) -> list[_End]:
+    """The ends at b that b's registration has not counted."""
+    return [e for e in _ends if e.bridge == b.id and e.boot == b.boot and e.ended > b.ended]
+
+
+def _with_recent_holds(bridges: list[registry.BridgeInfo]) -> list[registry.BridgeInfo]:
+    """The snapshot with each bridge's held slots completed by the turns that ended there since
+    its registration (a short turn ends within the heart's EARLY_BEAT_GAP_S of a beat; the next
+    turn, sent at once, would find neither its conversation nor its prefix: CI, stop 31).
+    Another web process's turns stay unseen until the beat (that gap plus a round trip)."""
+    now = time.monotonic()
+    while _ends and _ends[0].at < now - liveness.STALE_S:  # older than any live registration
+        _ends.popleft()
+    out = []
+    for b in bridges:
+        late = [e for e in _unseen_ends(b) if e.text]
+        for e in late:
+            if e.chain is None:
+                e.chain = registry.prefix_chain(e.text)
+        out.append(replace(b, held=tuple(registry.SlotHeld(e.conversation, str(e.chain)) for e in late) + b.held)
+                   if late else b)
+    return out
+
+
+def _unseen(bridges: Sequence[registry.BridgeInfo]) -> dict[str, int]:
+    """bridge id -> requests to add to its registered load (negative: ones it still counts)."""
+    out = {}
+    for b in bridges:
+        routed = sum(1 for f in _flights.values() if f.bridge == b.id and f.boot == b.boot
+                     and not 0 < f.admitted <= b.admitted)
+        gone = sum(1 for e in _unseen_ends(b) if 0 < e.admitted <= b.admitted)
+        if routed - gone:
+            out[b.id] = routed - gone
+    return out
 
 
 async def _unregistered(boot: str | None) -> tuple[Target | None, dict]:

@@ -64,6 +64,7 @@ class Request:
     sending: bool = False    # a batch of this request is on its way to Redis
     text_sent_at: float | None = None  # when a batch with text last left (the frame-rate floor)
     position: int | None = None
+    admitted: int = 0        # the bridge's ordinal of its admission (0: refused before admission)
 
 
 def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:

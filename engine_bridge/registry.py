@@ -27,7 +27,7 @@ import hashlib
 import json
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -79,6 +79,8 @@ class BridgeInfo:
     status: str = "up"           # its engine: up | starting | restarting | down
     queue_limit: int = 0         # its queue's bound (0: unknown)
     model_rev: str = ""          # digest of the published model facts (changes when they do)
+    admitted: int = 0            # requests it has admitted since its boot (their events carry theirs)
+    ended: int = 0               # requests it has ended since its boot (final events carry theirs)
     held: tuple[SlotHeld, ...] = field(default=(), compare=False, hash=False)
 
     @property
@@ -169,6 +171,7 @@ def registration_dict(info: BridgeInfo) -> dict:
             "fingerprint": info.fingerprint, "context": info.context, "slots": info.slots,
             "busy": info.busy, "queued": info.queued, "status": info.status,
             "queue_limit": info.queue_limit, "model_rev": info.model_rev,
+            "admitted": info.admitted, "ended": info.ended,
             "held": [[h.conversation, h.chain] for h in info.held]}
 
 
@@ -185,7 +188,8 @@ def _info_from(bridge: str, raw: bytes, boot: bytes, pttl: int) -> BridgeInfo | 
             fingerprint=str(reg.get("fingerprint", "")), context=int(reg.get("context") or 0),
             slots=int(reg.get("slots") or 0), busy=int(reg.get("busy") or 0), queued=int(reg.get("queued") or 0),
             beat_age_s=age, status=str(reg.get("status") or "down"), queue_limit=int(reg.get("queue_limit") or 0),
-            model_rev=str(reg.get("model_rev") or ""), held=held)
+            model_rev=str(reg.get("model_rev") or ""), admitted=int(reg.get("admitted") or 0),
+            ended=int(reg.get("ended") or 0), held=held)
     except (ValueError, TypeError, AttributeError):
         return None
     alive = bool(boot) and boot.decode() == info.boot and pttl != -2 and age <= liveness.STALE_S
@@ -215,9 +219,11 @@ def bridges_get() -> list[BridgeInfo]:
 
 async def abridges_get(max_age_s: float = 0.0) -> list[BridgeInfo]:
     """bridges_get on the event loop, in one round trip; with max_age_s, a snapshot this process
-    read at most that long ago may answer instead (a route right after the served-model read)."""
-    if max_age_s > 0 and time.monotonic() - float(_snapshot["at"]) <= max_age_s:
-        return list(_snapshot["bridges"])
+    read at most that long ago may answer instead (a route right after the served-model read),
+    its beat ages grown by its own age so that they still date each beat right."""
+    age = time.monotonic() - float(_snapshot["at"])
+    if max_age_s > 0 and age <= max_age_s:
+        return [replace(b, beat_age_s=b.beat_age_s + age) for b in _snapshot["bridges"]]
     client = transport.loop_client("registry", socket_timeout=2)
     # redis-py annotates asyncio commands as `Awaitable[T] | T` (engine_bridge.transport says more)
     rows: list = await client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix())  # type: ignore[misc]

@@ -99,7 +99,7 @@ class Streams:
             return
         r.prompt_tokens, r.reused = ev.prompt_tokens, ev.extras.get("reused")
         self.pacer.emit(r, {"kind": "accepted", "prompt_tokens": ev.prompt_tokens, "slot": r.slot,
-                            "reused": r.reused})
+                            "reused": r.reused, "admitted": r.admitted})
 
     def data(self, ev: p.Data) -> None:
         r = self.admission.running.get(ev.id)

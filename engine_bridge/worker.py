@@ -106,7 +106,7 @@ class Bridge:
             context=int((info or {}).get("ctx") or settings.ENGINE_CTX), slots=len(slots),
             busy=sum(1 for s in slots if s.busy is not None), queued=len(self.scheduler.queue),
             beat_age_s=0.0, status=str(state.get("status") or "down"), queue_limit=self.scheduler.queue_limit,
-            model_rev=self.described[2],
+            model_rev=self.described[2], admitted=self.admission.admitted, ended=self.admission.ended,
             held=tuple(registry.SlotHeld(s.key, self.chains.chain(s.index, self.slot_text(s))) for s in slots)))
 
     def slot_text(self, slot: Slot) -> str:

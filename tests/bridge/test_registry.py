@@ -114,3 +114,31 @@ async def test_a_registration_of_another_boot_is_not_live_and_two_hearts_of_one_
     assert any("another bridge runs with id 'reg-d'" in r.getMessage() for r in caplog.records)
     await first.close()
     await second.close()
+
+
+async def test_the_served_model_read_and_the_route_share_one_registry_read(
+        client: redis.asyncio.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An API request reads the served model (engine_bridge.served) and then routes
+    (client._admissible): one registry round trip for both (issue 26), the route's snapshot
+    dating each beat as a fresh read would."""
+    from engine_bridge import client as generation, served
+    from engine_bridge.client import GenerationRequest
+
+    heart = liveness.Heart("reg-once")
+    heart.describe = lambda: _describe("reg-once", heart)
+    await heart.beat()
+    try:
+        reads = []
+        real_decode = registry._decode_rows  # every registry read, sync or async, decodes its rows once
+        monkeypatch.setattr(registry, "_decode_rows", lambda rows: (reads.append(1), real_decode(rows))[1])
+        facts = await served.aserved_model_get("tiny")
+        assert facts is not None and facts.bridges == ("reg-once",) and len(reads) == 1
+        await asyncio.sleep(0.02)
+        target, refusal = await generation._admissible(GenerationRequest(prompt="hi", max_tokens=1, model="tiny"), None,
+                                                       "reg-once-req")
+        assert refusal == {} and target is not None and target.bridge == "reg-once" and len(reads) == 1
+        (aged,) = [b for b in await registry.abridges_get(generation.ROUTE_SNAPSHOT_S) if b.id == "reg-once"]
+        assert aged.beat_age_s >= 0.02 and len(reads) == 1  # the cached snapshot's beat is as old as it is
+        assert generation._flights.pop("reg-once-req").bridge == "reg-once"  # routed: counted until it ends
+    finally:
+        await heart.close()

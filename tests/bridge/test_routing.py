@@ -3,6 +3,7 @@ the model filter, conversation and prefix affinity, the imbalance guard, power o
 the queue bound that stays global; and engine_bridge.registry's prefix chains, which the route's
 prefix matching rests on."""
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,6 +115,96 @@ def test_a_full_affine_bridge_loses_the_conversation_to_an_idle_one():
     kept = routing.route([_bridge("a", busy=1, held=held), _bridge("b")], "m", conversation_key="conv:1",
                          rng=random.Random(0))
     assert kept is not None and (kept.bridge.id, kept.reason) == ("a", "conversation")
+
+
+def test_a_turn_that_ended_since_the_beat_does_not_count_against_its_conversations_bridge():
+    """An agent's next turn, sent as its last one ends: the registration still shows the bridge
+    busy with that turn; counted, the imbalance guard would send the conversation elsewhere."""
+    held = (SlotHeld("conv:1", ""), SlotHeld("conv:2", ""))
+    stale = [_bridge("a", busy=2, held=held), _bridge("b")]
+    moved = routing.route(stale, "m", conversation_key="conv:1", rng=random.Random(0))
+    assert moved is not None and moved.bridge.id == "b"
+    kept = routing.route(stale, "m", conversation_key="conv:1", rng=random.Random(0), unseen={"a": -2})
+    assert kept is not None and (kept.bridge.id, kept.reason) == ("a", "conversation")
+
+
+def _registered(name: str, *, admitted: int, ended: int, beat_age_s: float = 0.1) -> BridgeInfo:
+    return replace(_bridge(name), admitted=admitted, ended=ended, beat_age_s=beat_age_s)
+
+
+def test_unseen_counts_what_the_registration_has_not_by_the_bridges_ordinals(monkeypatch):
+    """client._unseen: + each request routed there that the registration has not admitted; −
+    each it admitted that has ended since (its end ordinal over the registration's `ended`).
+    Exact, not timed: clocks failed both ways in CI (stop 30): the beat that showed a turn's end
+    often landed before its done event did, and one that predated a new stream's admission
+    came back after that stream's first text."""
+    from engine_bridge import client
+
+    monkeypatch.setattr(client, "_flights", {})
+    monkeypatch.setattr(client, "_ends", __import__("collections").deque())
+    client._flights.update({"new": client._Flight("a", "a"),                # no event yet
+                            "seen": client._Flight("a", "a", admitted=5),   # the registration admitted it
+                            "unseen": client._Flight("a", "a", admitted=7),  # admitted after the registration
+                            "elsewhere": client._Flight("b", "b")})
+    for req, admitted, ended in (("e3", 3, 3), ("e4", 4, 4), ("e6", 6, 5), ("e8", 8, 6)):
+        client._flights[req] = client._Flight("a", "a", admitted)
+        client._record_end(req, {"kind": "done", "ended": ended}, None, "")
+    client._flights["old-boot"] = client._Flight("a", "a-before", 2)
+    client._record_end("old-boot", {"kind": "done", "ended": 9}, None, "")
+    client._flights["silent"] = client._Flight("a", "a", 2)
+    client._record_end("silent", {"kind": "error", "code": "ENGINE_UNAVAILABLE"}, None, "")  # made up here
+    a = _registered("a", admitted=6, ended=3)
+    # + new and unseen; − e4 and e6 (admitted by it, ended since). Not counted: seen (admitted,
+    # running), e3 (counted ended), e8 (never admitted by it), old-boot (another boot), silent
+    # (no ordinal)
+    assert client._unseen([a, _bridge("b")]) == {"b": 1}  # a: 2 - 2
+    assert client._unseen([_registered("a", admitted=8, ended=6)]) == {"a": 1}  # caught up but for `new`
+    assert client._unseen([_registered("a", admitted=5, ended=4)]) == {"a": 2}  # new, unseen; e6, e8 unadmitted
+
+
+def test_a_turn_that_ended_since_its_bridges_registration_still_finds_that_bridge(monkeypatch):
+    """client._with_recent_holds: a short turn ends before its bridge's next beat registers the
+    slot it leaves; the next turn, by key or by its resent history alone, still goes there (both
+    bridges idle, so without it two choices send it elsewhere about half the time: CI, stop 31)."""
+    from engine_bridge import client
+
+    now = 1000.0
+    monkeypatch.setattr(client.time, "monotonic", lambda: now)
+    monkeypatch.setattr(client, "_flights", {"t": client._Flight("b", "b", admitted=3)})
+    monkeypatch.setattr(client, "_ends", __import__("collections").deque())
+    history = "a question with its context " * 40  # 1,120 characters: four whole blocks
+    client._record_end("t", {"kind": "done", "ended": 3}, "conv:7", history + "the answer")
+    counted = [_bridge("a"), _registered("b", admitted=3, ended=3)]  # b registered the end: it shows the slot
+    assert client._with_recent_holds(counted) == counted and client._with_recent_holds(counted)[1].held == ()
+    stale = [_bridge("a"), _registered("b", admitted=3, ended=2)]
+    completed = client._with_recent_holds(stale)
+    for seed in range(20):
+        keyed = routing.route(completed, "m", conversation_key="conv:7", rng=random.Random(seed))
+        unkeyed = routing.route(completed, "m", prompt_chain=registry.prefix_chain(history + "the answer next"),
+                                rng=random.Random(seed))
+        assert keyed is not None and (keyed.bridge.id, keyed.reason) == ("b", "conversation")
+        assert unkeyed is not None and (unkeyed.bridge.id, unkeyed.reason) == ("b", "prefix")
+    assert {routing.route(stale, "m", conversation_key="conv:7", rng=random.Random(s)).bridge.id  # type: ignore[union-attr]
+            for s in range(20)} == {"a", "b"}  # what the stale snapshot alone does
+    now = 1000.0 + client.liveness.STALE_S + 0.01
+    assert client._with_recent_holds(stale)[1].held == ()  # no live registration is that old: dropped
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 6))
+def test_a_burst_read_from_one_snapshot_is_spread_evenly_by_the_pending_tally(seed, per_bridge):
+    """A burst of new conversations decided on one snapshot (both bridges idle): with the requests
+    routed but not yet answered counted as load, each bridge gets exactly half; without the tally
+    two choices over equal loads split 8 as 5/3 or 6/2 about as often as 4/4 (and the over-packed
+    bridge evicts a conversation's slot before it returns: bench/routing.py --aggregate)."""
+    rng, slots, n_bridges = random.Random(seed), per_bridge, 2
+    bridges = [_bridge(f"b{i}", slots=slots) for i in range(n_bridges)]
+    pending: dict[str, int] = {}
+    for _ in range(n_bridges * per_bridge):
+        chosen = routing.route(bridges, "m", rng=rng, unseen=pending)
+        assert chosen is not None
+        pending[chosen.bridge.id] = pending.get(chosen.bridge.id, 0) + 1
+    assert sorted(pending.values()) == [per_bridge] * n_bridges, pending
 
 
 @settings(max_examples=200, deadline=None)

@@ -51,9 +51,15 @@ async def test_requests_go_to_a_bridge_of_the_model_they_name(redis_url: str, en
     a, b = fixture_model(model_dir, "tiny-route-a", 1), fixture_model(model_dir, "tiny-route-b", 2)
     with _bridges(redis_url, engine_binary, [("ra", a), ("rb", b)]):
         await until(lambda: registered(("ra", "rb")), 5, "both registrations")
+        ordinals: dict[str, list] = {"ra": [], "rb": []}
         for model, bridge in (("tiny-route-b", "rb"), ("tiny-route-a", "ra"), ("tiny-route-b", "rb")):
             events = await collect(turn(model, CHATML.format("hello")))
             assert routed_to(events) == bridge and final(events)["kind"] == "done", events
+            ordinals[bridge].append(final(events)["ended"])
+        # each final event numbers its end on its bridge, and the registration counts them: how
+        # a router knows which ends a registration has seen (engine_bridge.client._unseen)
+        assert ordinals == {"ra": [1], "rb": [1, 2]}
+        await until(lambda: _ended_counts({"ra": 1, "rb": 2}), 3, "the registrations to count the ends")
         missing = final(await collect(turn("tiny-route-z", CHATML.format("hello"))))
         assert missing["code"] == "ENGINE_UNAVAILABLE" and "tiny-route-z" in missing["message"]
         models = {m.id: m.bridges for m in served.served_models_get()}
@@ -63,6 +69,10 @@ async def test_requests_go_to_a_bridge_of_the_model_they_name(redis_url: str, en
         infos = {i.id: i for i in registry.bridges_get()}
         assert infos["ra"].model == "tiny-route-a" and infos["ra"].slots == 2 and infos["ra"].status == "up"
         assert infos["ra"].fingerprint and infos["ra"].fingerprint != infos["rb"].fingerprint
+
+
+async def _ended_counts(expected: dict[str, int]) -> bool:
+    return {i.id: i.ended for i in await registry.abridges_get() if i.id in expected} == expected
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["by-conversation", "by-prefix"])
