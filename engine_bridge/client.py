@@ -125,7 +125,8 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
     _routed[req] = target.bridge  # stop(req) / cancel(req) find it
     listener = loop_listener()
     inbox = listener.register(req)  # before the submit: no reply may come unheard
-    finished, flight = False, _flights[req]
+    # a bridge played by hand (no registry) has no flight yet: it is routed all the same
+    finished, flight = False, _flights.setdefault(req, _Flight(target.bridge, target.boot or ""))
     texts: list[str] = []  # the text so far: the slot holds prompt + text when the turn is done
     try:
         unsent = await _submit(req, target, listener.id, request)

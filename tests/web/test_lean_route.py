@@ -87,7 +87,12 @@ async def test_a_generation_request_starts_no_thread(fake_bridge, monkeypatch, a
     for _ in range(3):
         status, content = await post_stream(body, headers)
         assert status == 200 and b'"Hel"' in content and b"data: [DONE]" in content
-    assert started == []
+    # The parse runs on the loop's default pool (asyncio_N, kept and reused). That pool may add a
+    # worker when a job comes before the last one's worker has marked itself idle (it sets the
+    # result first: a busy host's GIL let the next request in between, CI stop 30): a kept thread,
+    # not one per request. Django's per-request thread and asgiref's would be ThreadPoolExecutor-N.
+    assert [name for name in started if not name.startswith("asyncio_")] == []
+    assert len(started) < 3, started  # not one per request
 
 
 async def test_api_answers_are_made_and_rendered_without_a_thread_hop(fake_bridge, monkeypatch, alice_key):
