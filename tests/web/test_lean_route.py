@@ -6,7 +6,7 @@ from channels.testing import HttpCommunicator
 from api.models import ApiKey
 from colibri_site.asgi import application
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = pytest.mark.django_db(transaction=True)  # asyncio_mode = "auto" runs the async ones
 
 
 def headers_of(response):
