@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -285,15 +286,42 @@ static void usage_load(expert_store *s) {
     fclose(f);
 }
 
+/* Two engines on one model file (two bridges on one host) share its usage file by default.
+ * Their saves take turns through an flock on <usage>.lock, so each rename puts one whole
+ * snapshot in place (two writers of one .tmp interleaved their bytes, and the next load
+ * threw the history away). The kernel drops a dead writer's lock, and a crash leaves at most
+ * the .tmp that the next save overwrites. A lock held for USAGE_LOCK_WAIT_MS skips this
+ * save: the history is best effort, a turn's end must never hang on it. */
+#define USAGE_LOCK_WAIT_MS 200
+static int usage_lock(const char *usage_path) {
+    char lock[1100];
+    snprintf(lock, sizeof lock, "%s.lock", usage_path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    for (int waited = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; waited += 5) {
+        if (errno != EWOULDBLOCK || waited >= USAGE_LOCK_WAIT_MS) {
+            close(fd);
+            return -2;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    }
+    return fd;
+}
+
 int es_usage_save(expert_store *s) {
     if (!s || !s->o.usage_path[0] || !s->o.usage_save) return 0;
     size_t n = (size_t)s->rows * (size_t)s->cols;
     int any = 0;
     for (size_t i = 0; i < n; i++) any |= s->count[i] != 0;
+    const int lock = usage_lock(s->o.usage_path);
+    if (lock == -2) return ES_USAGE_BUSY;
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp", s->o.usage_path);
     FILE *f = fopen(tmp, "w");
-    if (!f) return -1;
+    if (!f) {
+        if (lock >= 0) close(lock);
+        return -1;
+    }
     int rc = 0;
     if (any) {
         if (fprintf(f, "-1 %d %d\n-2 1 %u\n", s->n_layers_total, s->cols, (unsigned)s->engine_id) < 0) rc = -1;
@@ -307,6 +335,7 @@ int es_usage_save(expert_store *s) {
     if (fclose(f) != 0) rc = -1;
     if (rc == 0 && rename(tmp, s->o.usage_path) != 0) rc = -1;
     if (rc != 0) unlink(tmp);
+    if (lock >= 0) close(lock);  /* releases the flock */
     return rc;
 }
 

@@ -190,7 +190,11 @@ static void on_repin(void *ud, int layer, int eid, int old_tier, int gpu) {
 }
 
 static void save_usage(server *S) {
-    if (S->m->es && S->o->usage_save && es_usage_save(S->m->es) != 0)
+    if (!S->m->es || !S->o->usage_save) return;
+    const int rc = es_usage_save(S->m->es);
+    if (rc == ES_USAGE_BUSY)
+        fprintf(stderr, "[USAGE] another engine is writing the usage file; this save skipped\n");
+    else if (rc != 0)
         fprintf(stderr, "[USAGE] could not write the usage file\n");
 }
 

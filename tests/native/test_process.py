@@ -422,3 +422,37 @@ def test_it_sends_topk_after_each_token_when_asked(spawn):
     first_texts = b"".join(bytes.fromhex(p[4]) for p in topk)
     assert first_texts.decode("utf-8", "replace") == r.text.decode("utf-8")
     assert e.close() == 0
+
+
+def test_a_usage_save_waits_its_turn_and_never_hangs_a_turn(spawn, tmp_path):
+    """Two engines on one model file share its usage file; their saves take turns through an
+    flock on <usage>.lock (two writers of one .tmp interleaved their bytes, and the next load
+    threw the history away). Here another writer holds the lock past the engine's wait: the
+    turn still ends at once, the save is skipped and says so, and the next turn's end, with the
+    lock free, writes the history whole."""
+    import fcntl
+    import time
+
+    usage = tmp_path / "usage.txt"
+    e = spawn(slots=1, USAGE_SAVE=1, COLI_USAGE=usage)
+    with open(f"{usage}.lock", "w") as other_writer:
+        fcntl.flock(other_writer, fcntl.LOCK_EX)
+        started = time.monotonic()
+        first = e.generate(chatml("While another engine writes."), max_tokens=6)
+        assert first.done is not None, first.errors
+        assert time.monotonic() - started < 30, "the turn hung on the usage lock"
+        e.sync()
+        assert not usage.exists(), "saved while another writer held the lock"
+        assert "another engine is writing the usage file" in e.stderr_text()
+    second = e.generate(chatml("Now alone."), max_tokens=6)
+    assert second.done is not None, second.errors
+    e.sync()
+    recs = _read_usage(usage)
+    assert recs[0][:3] == (-1, 4, 8) and recs[1][:2] == (-2, 1), recs[:2]
+    per_layer = [sum(n for l, _, n in recs[2:] if l == L) for L in range(4)]
+    # both turns' selections (top-2): more than the first turn forwarded, at most both whole
+    # (the second reuses the shared start of the chat template from the slot's cache)
+    first_tokens = first.stat()["prompt_tokens"] + first.stat()["emitted"]
+    both = first_tokens + second.stat()["prompt_tokens"] + second.stat()["emitted"]
+    assert len(set(per_layer)) == 1 and first_tokens < per_layer[0] / 2 <= both, (per_layer, first_tokens, both)
+    assert e.close() == 0
