@@ -475,6 +475,14 @@ def dram_bw(threads=2, gib=2.0, reps=3):
     return best
 
 
+def dram_now(threads=2, readings=3):
+    """The DRAM bandwidth of this moment: the median of `readings` single 2 GiB sums. The VM's
+    bandwidth drifts from minute to minute (26-35 GB/s within one sitting on 2026-12-04), so an
+    uncapped run's bound is read just before and just after it (--dram-each-run), not once per
+    sitting: the best of a sitting's readings set against a median decode understated the ratio."""
+    return statistics.median(dram_bw(threads, reps=1) for _ in range(readings))
+
+
 # ------------------------------------------------------------------ report
 def prompt_text(n_tokens, offset=0):
     from pydoc_data.topics import topics
@@ -506,7 +514,10 @@ def summarize(rows):
     dec = [r["decode"] for r in ok]
     return dict(result=res, decode=med("decode"), dmin=min(dec), dmax=max(dec), prefill=med("prefill"), ttft=med("ttft"),
                 load=med("load_s"), peak=max(r["peak"] for r in rows), disk=med("disk_per_tok"), hit=med("hit"),
-                tq=med("top_quarter"), ram=ok[0].get("expert_ram_mb"), ram_experts=ok[0].get("ram_experts"))
+                tq=med("top_quarter"), ram=ok[0].get("expert_ram_mb"), ram_experts=ok[0].get("ram_experts"),
+                dram_ratios=[r["dram_ratio"] for r in ok if "dram_ratio" in r],
+                dram_decodes=[r["decode"] for r in ok if "dram_ratio" in r],
+                dram_bws=[r["dram_bw"] for r in ok if "dram_ratio" in r])
 
 
 def main(argv=None):
@@ -523,6 +534,9 @@ def main(argv=None):
     ap.add_argument("--slots8", action="store_true", help="8 concurrent conversations at full RAM (ours)")
     ap.add_argument("--warm", action="store_true", help="under each cap, a warm-start row for ours (usage file of a priming run)")
     ap.add_argument("--disk", action="store_true", help="measure O_DIRECT expert reads and DRAM bandwidth")
+    ap.add_argument("--dram-each-run", action="store_true",
+                    help="read the DRAM bandwidth just before and after each uncapped run of ours: each run's "
+                         "decode against its own moment's bound (the table's last section)")
     ap.add_argument("--llama-python", default=str(ROOT / "bench" / ".venv-llama" / "bin" / "python"))
     ap.add_argument("--json", help="append every run's record to this file (JSON lines)")
     ap.add_argument("--engine", default=str(engine.ENGINE), help="our engine's binary (an A/B of two builds)")
@@ -559,7 +573,12 @@ def main(argv=None):
                 rows = []
                 for i in range(a.runs):
                     tag = f"{label}-{eng}-{cap or 'none'}-{i}"
+                    each = a.dram_each_run and eng == "ours" and not cap
+                    before = dram_now(a.threads) if each else None
                     r = (run_ours if eng == "ours" else run_llama)(a, path, facts, cap, prompt, tag.replace(".", "_"))
+                    if each and r.get("result") == "ok":
+                        bw = (before + dram_now(a.threads)) / 2
+                        r.update(dram_bw=bw, dram_ratio=r["decode"] * (facts["routed_per_tok"] + facts["dense_per_tok"]) / bw)
                     r.update(file=label, path=str(path), run=i)
                     print(f"#   {tag}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
                                                      for k, v in r.items() if k != "stderr_tail"}),
@@ -614,6 +633,17 @@ def main(argv=None):
               f"{fmt(None if s.get('disk') is None else s['disk'] / 1e6, '.1f')} | "
               f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} | "
               f"{bound_cell(s)} |")
+    each = [s for s in table if s.get("dram_ratios")]
+    if each:
+        print()
+        print("| file | engine | runs | decode tok/s per run | DRAM GB/s at each run | decode ÷ that run's bound "
+              "(median; min–max) |")
+        print("|---|---|---|---|---|---|")
+        for s in each:
+            rs = s["dram_ratios"]
+            print(f"| {s['file']} | {s['engine']} | {len(rs)} | {', '.join(f'{d:.2f}' for d in s['dram_decodes'])} | "
+                  f"{', '.join(f'{b / 1e9:.1f}' for b in s['dram_bws'])} | **{statistics.median(rs):.2f}×** "
+                  f"({min(rs):.2f}–{max(rs):.2f}) |")
     if a.disk:
         f = facts_of[files[0][1]]
         path = files[0][1]
