@@ -477,7 +477,7 @@ def dram_bw(threads=2, gib=2.0, reps=3):
 
 def dram_now(threads=2, readings=3):
     """The DRAM bandwidth of this moment: the median of `readings` single 2 GiB sums. The VM's
-    bandwidth drifts from minute to minute (26-35 GB/s within one sitting on 2026-12-04), so an
+    bandwidth drifts from minute to minute (22.8-35.2 GB/s within eight minutes on 2026-12-04), so an
     uncapped run's bound is read just before and just after it (--dram-each-run), not once per
     sitting: the best of a sitting's readings set against a median decode understated the ratio."""
     return statistics.median(dram_bw(threads, reps=1) for _ in range(readings))
@@ -515,9 +515,7 @@ def summarize(rows):
     return dict(result=res, decode=med("decode"), dmin=min(dec), dmax=max(dec), prefill=med("prefill"), ttft=med("ttft"),
                 load=med("load_s"), peak=max(r["peak"] for r in rows), disk=med("disk_per_tok"), hit=med("hit"),
                 tq=med("top_quarter"), ram=ok[0].get("expert_ram_mb"), ram_experts=ok[0].get("ram_experts"),
-                dram_ratios=[r["dram_ratio"] for r in ok if "dram_ratio" in r],
-                dram_decodes=[r["decode"] for r in ok if "dram_ratio" in r],
-                dram_bws=[r["dram_bw"] for r in ok if "dram_ratio" in r])
+                dram_runs=[r for r in ok if "dram_ratio" in r])
 
 
 def main(argv=None):
@@ -633,17 +631,19 @@ def main(argv=None):
               f"{fmt(None if s.get('disk') is None else s['disk'] / 1e6, '.1f')} | "
               f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} | "
               f"{bound_cell(s)} |")
-    each = [s for s in table if s.get("dram_ratios")]
-    if each:
+    by_run = [s for s in table if s.get("dram_runs")]
+    if by_run:
         print()
         print("| file | engine | runs | decode tok/s per run | DRAM GB/s at each run | decode ÷ that run's bound "
               "(median; min–max) |")
         print("|---|---|---|---|---|---|")
-        for s in each:
-            rs = s["dram_ratios"]
-            print(f"| {s['file']} | {s['engine']} | {len(rs)} | {', '.join(f'{d:.2f}' for d in s['dram_decodes'])} | "
-                  f"{', '.join(f'{b / 1e9:.1f}' for b in s['dram_bws'])} | **{statistics.median(rs):.2f}×** "
-                  f"({min(rs):.2f}–{max(rs):.2f}) |")
+        for s in by_run:
+            runs = s["dram_runs"]
+            rs = [r["dram_ratio"] for r in runs]
+            decodes = ", ".join(f"{r['decode']:.2f}" for r in runs)
+            bws = ", ".join(f"{r['dram_bw'] / 1e9:.1f}" for r in runs)
+            print(f"| {s['file']} | {s['engine']} | {len(runs)} | {decodes} | {bws} | "
+                  f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f}) |")
     if a.disk:
         f = facts_of[files[0][1]]
         path = files[0][1]

@@ -125,8 +125,7 @@ async def generate(request: GenerationRequest, req_id: str | None = None, *, boo
     _routed[req] = target.bridge  # stop(req) / cancel(req) find it
     listener = loop_listener()
     inbox = listener.register(req)  # before the submit: no reply may come unheard
-    # a bridge played by hand (no registry) has no flight yet: it is routed all the same
-    finished, flight = False, _flights.setdefault(req, _Flight(target.bridge, target.boot or ""))
+    finished, flight = False, _flights[req]  # _admissible recorded it with the target
     texts: list[str] = []  # the text so far: the slot holds prompt + text when the turn is done
     try:
         unsent = await _submit(req, target, listener.id, request)
@@ -165,8 +164,11 @@ async def _admissible(request: GenerationRequest, boot: str | None, req: str) ->
         bridges = _with_recent_holds(await registry.abridges_get(ROUTE_SNAPSHOT_S))
     except Exception as exc:
         return None, _broker_down(exc)
-    if not bridges:
-        return await _unregistered(boot)
+    if not bridges:  # every target has its flight, the default bridge's too (KeyError in CI)
+        target, refusal = await _unregistered(boot)
+        if target is not None:
+            _flights[req] = _Flight(target.bridge, target.boot)
+        return target, refusal
     model = registry.default_model(bridges) if request.model in (None, "default", "colibri") else request.model
     chosen = routing.route(bridges, str(model), conversation_key=request.conversation_key,
                            prompt_chain=_prompt_chain(request.prompt, bridges, str(model)), unseen=_unseen(bridges))

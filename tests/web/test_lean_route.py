@@ -89,7 +89,7 @@ async def test_a_generation_request_starts_no_thread(fake_bridge, monkeypatch, a
         assert status == 200 and b'"Hel"' in content and b"data: [DONE]" in content
     # The parse runs on the loop's default pool (asyncio_N, kept and reused). That pool may add a
     # worker when a job comes before the last one's worker has marked itself idle (it sets the
-    # result first: a busy host's GIL let the next request in between, CI stop 30): a kept thread,
+    # result first: on a busy CI host the next request came in between): a kept thread,
     # not one per request. Django's per-request thread and asgiref's would be ThreadPoolExecutor-N.
     assert [name for name in started if not name.startswith("asyncio_")] == []
     assert len(started) < 3, started  # not one per request
