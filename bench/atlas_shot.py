@@ -115,6 +115,9 @@ def main() -> None:
                 w1 = time.monotonic()
                 fps.append({"painted": round((f1 - f0) / (w1 - w0), 1), "raf": round((r1 - r0) / (w1 - w0), 1),
                             "paint_ms_per_frame": round((p1 - p0) / max(f1 - f0, 1), 2)})
+                # the screenshot right after a HITS frame, while its cells still flash
+                hits1 = atlas.evaluate("window.colibriAtlas.hitFrames")
+                atlas.wait_for_function(f"window.colibriAtlas.hitFrames > {hits1}", timeout=120000)
                 atlas.screenshot(path=str(a.out / f"atlas-streaming-{turn + 1}.png"))
                 if not done.wait(600):
                     raise RuntimeError(f"turn {turn + 1} did not end within 600 s")

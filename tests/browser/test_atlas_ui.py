@@ -35,6 +35,15 @@ PIXEL = """([row, col]) => {
   const {x, y} = g.cellCentre(row, col), k = c.width / c.clientWidth;
   return Array.from(c.getContext('2d').getImageData(Math.floor(x * k), Math.floor(y * k), 1, 1).data).slice(0, 3);
 }"""
+# Pixels of the charts' teal (#0f766e) in a canvas, within its CSS-pixel rows [y0, y1).
+TEAL_PIXELS = """([id, y0, y1]) => {
+  const c = document.getElementById(id), k = c.width / c.clientWidth;
+  const d = c.getContext('2d').getImageData(0, Math.floor(y0 * k), c.width, Math.floor((y1 - y0) * k)).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4)
+    if (Math.abs(d[i] - 15) < 30 && Math.abs(d[i + 1] - 118) < 30 && Math.abs(d[i + 2] - 110) < 30 && d[i + 3] > 128) n++;
+  return n;
+}"""
 
 
 def fake_server(page):
@@ -76,6 +85,11 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
     page.goto(f"{live_stack.url}/atlas")
     page.wait_for_function("window.colibriAtlas && window.colibriAtlas.grid.rows === 3 && window.colibriAtlas.doc() !== null")
 
+    # The last layer's entropy is the maximum (2 bits of 4 experts): its bar stops below the
+    # "max 2.0 bits" label, whose 14 px band holds no bar.
+    assert page.evaluate(TEAL_PIXELS, ["atlas-entropy", 14, 10000]) > 0
+    assert page.evaluate(TEAL_PIXELS, ["atlas-entropy", 0, 14]) == 0
+
     legend = page.inner_text("#atlas-legend")
     assert "VRAM: 1 experts · 0.50 GB" in legend and "RAM: 9 experts · 1.50 GB" in legend
     assert "disk: 2 experts" in legend
@@ -101,6 +115,8 @@ def test_the_atlas_page_reads_its_data(live_stack, page_and_watch, django_user_m
     # fades from there, so one read right after could catch the frame before it (seen under load).
     page.wait_for_function(f"() => ({PIXEL})([1, 1]).reduce((a, b) => a + b) > {sum(before) + 100}", polling="raf", timeout=2000)
     assert page.inner_text("#hitrate-now") == "100 %"
+    # One point so far, and it shows (a line through one point would paint nothing).
+    assert page.evaluate(TEAL_PIXELS, ["atlas-hitrate", 0, 10000]) > 0
     page.wait_for_function("window.colibriAtlas.grid.flash[5] === 0", timeout=5000)
     assert page.evaluate(PIXEL, [1, 1]) == before
     assert page.inner_text("#hitrate-title") == "Resident share of routed experts"

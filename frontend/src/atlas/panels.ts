@@ -36,6 +36,9 @@ function setupCanvas(c: HTMLCanvasElement): CanvasRenderingContext2D {
   return ctx;
 }
 
+const ENTROPY_LABEL_H = 14;
+const SERIES_DOTS_MAX = 40;
+
 // Bars: one per MoE layer, height = routing entropy in bits (max log2 of the experts per layer).
 export function renderEntropy(c: HTMLCanvasElement, values: number[] | null | undefined, cols: number, layers: number[]): void {
   const ctx = setupCanvas(c);
@@ -49,8 +52,10 @@ export function renderEntropy(c: HTMLCanvasElement, values: number[] | null | un
   const max = Math.max(Math.log2(Math.max(cols, 2)), ...values);
   const bw = w / values.length;
   ctx.fillStyle = "#0f766e";
+  // Bars between the axis labels (bottom 12 px) and the scale label (top LABEL_H px): a layer at
+  // the maximum, which near-uniform routing is, would otherwise paint over "max … bits".
   values.forEach((v, i) => {
-    const bh = (v / max) * (h - 14);
+    const bh = (v / max) * (h - 12 - ENTROPY_LABEL_H);
     ctx.fillRect(i * bw + 0.5, h - 12 - bh, Math.max(1, bw - 1), bh);
   });
   ctx.fillStyle = "#6b7078";
@@ -60,7 +65,8 @@ export function renderEntropy(c: HTMLCanvasElement, values: number[] | null | un
   ctx.fillText(`max ${max.toFixed(1)} bits`, w - 80, 10);
 }
 
-// A line of the last points (0-100 %).
+// A line of the last points (0-100 %), each point a dot while there are few (one finished turn
+// is one point, and a line of one point paints nothing), the newest always.
 export function renderSeries(c: HTMLCanvasElement, points: number[]): void {
   const ctx = setupCanvas(c);
   const w = c.clientWidth || 320, h = c.clientHeight || 120;
@@ -69,15 +75,19 @@ export function renderSeries(c: HTMLCanvasElement, points: number[]): void {
   ctx.moveTo(0, h / 2); ctx.lineTo(w, h / 2);
   ctx.stroke();
   if (!points.length) return;
-  ctx.strokeStyle = "#0f766e";
+  const x = (i: number) => (points.length === 1 ? w - 3 : 3 + (i / (points.length - 1)) * (w - 6));
+  const y = (p: number) => h - 3 - (p / 100) * (h - 6);
+  ctx.strokeStyle = ctx.fillStyle = "#0f766e";
   ctx.lineWidth = 1.5;
   ctx.beginPath();
-  points.forEach((p, i) => {
-    const x = points.length === 1 ? w : (i / (points.length - 1)) * w;
-    const y = h - 2 - (p / 100) * (h - 4);
-    if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
-  });
+  points.forEach((p, i) => (i === 0 ? ctx.moveTo(x(i), y(p)) : ctx.lineTo(x(i), y(p))));
   ctx.stroke();
+  points.forEach((p, i) => {
+    if (points.length > SERIES_DOTS_MAX && i < points.length - 1) return;
+    ctx.beginPath();
+    ctx.arc(x(i), y(p), 2.5, 0, 2 * Math.PI);
+    ctx.fill();
+  });
 }
 
 // Entries as they arrive (the page never lists the snapshot's older ones): stamped with the time
