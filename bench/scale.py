@@ -7,6 +7,7 @@ cold page cache before every run, under no cap and under cgroup v1 memory caps.
                    [--caps none,8,4,3] [--engines ours,llama] [--runs 3] [--tokens 32]
                    [--prompt-tokens 100] [--slots8] [--warm] [--disk] [--expert-ram 4=2560,3=1536]
                    [--llama-python bench/.venv-llama/bin/python] [--threads 2] [--engine BIN]
+                   [--interleave] [--dram-each-run]
 
 Per (file, engine, cap) the median of --runs runs (spread min–max for decode), each run a fresh
 process after `sync; echo 3 > /proc/sys/vm/drop_caches` (if that file cannot be written the script
@@ -36,6 +37,10 @@ Columns:
 --warm: under each cap, a row "ours, warm start": a priming run on another text writes a usage file
 (the engine saves one at exit by default), then --runs runs of the same prompt load it (pinned from
 the start), each from a cold page cache. The cold rows read no usage file (USAGE_FILE=/dev/null).
+--interleave: the engines alternate run by run (ours, llama.cpp, ours, ...) instead of one engine's
+runs after the other's, and a table sets each run of ours against the llama.cpp run right after it:
+the VM's DRAM bandwidth drifts by a third within minutes, ours follows it (bandwidth-bound) and
+llama.cpp much less, so grouped runs can compare a good minute of one with a bad minute of the other.
 --slots8: 8 concurrent conversations at full RAM (ours, KV_SLOTS=8, 8 SUBMITs at once to 8 slots,
 aggregate tok/s between the moment every stream has started and the first DONE).
 --disk: per capped row of ours, the disk bound as measured right after that cap's runs (4 lanes,
@@ -532,6 +537,8 @@ def main(argv=None):
     ap.add_argument("--slots8", action="store_true", help="8 concurrent conversations at full RAM (ours)")
     ap.add_argument("--warm", action="store_true", help="under each cap, a warm-start row for ours (usage file of a priming run)")
     ap.add_argument("--disk", action="store_true", help="measure O_DIRECT expert reads and DRAM bandwidth")
+    ap.add_argument("--interleave", action="store_true",
+                    help="alternate the engines run by run (ours, llama.cpp, ours, ...) and print each pair's ratio")
     ap.add_argument("--dram-each-run", action="store_true",
                     help="read the DRAM bandwidth just before and after each uncapped run of ours: each run's "
                          "decode against its own moment's bound (the table's last section)")
@@ -567,30 +574,41 @@ def main(argv=None):
               f"non-expert {facts['nonexpert'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
         for cap in caps:
             bw_now = {}
+            rows_of = {eng: [] for eng in engines}
+            stopped = set()
+            # --interleave: ours, llama.cpp, ours, ... so both see the same minutes of the VM
+            order = ([(i, eng) for i in range(a.runs) for eng in engines] if a.interleave
+                     else [(i, eng) for eng in engines for i in range(a.runs)])
+            for i, eng in order:
+                if eng in stopped:
+                    continue
+                rows = rows_of[eng]
+                tag = f"{label}-{eng}-{cap or 'none'}-{i}"
+                each = a.dram_each_run and eng == "ours" and not cap
+                before = dram_now(a.threads) if each else None
+                r = (run_ours if eng == "ours" else run_llama)(a, path, facts, cap, prompt, tag.replace(".", "_"))
+                if each and r.get("result") == "ok":
+                    bw = (before + dram_now(a.threads)) / 2
+                    r.update(dram_bw=bw, dram_ratio=r["decode"] * (facts["routed_per_tok"] + facts["dense_per_tok"]) / bw)
+                r.update(file=label, path=str(path), run=i)
+                print(f"#   {tag}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                                 for k, v in r.items() if k != "stderr_tail"}),
+                      file=sys.stderr, flush=True)
+                if r.get("result") != "ok" and r.get("stderr_tail"):
+                    print("#     stderr: " + r["stderr_tail"].replace("\n", " | "), file=sys.stderr)
+                if rec:
+                    rec.write(json.dumps(r) + "\n")
+                    rec.flush()
+                rows.append(r)
+                if r.get("result", "").startswith("OOM") or r.get("result", "").startswith("timeout"):
+                    stopped.add(eng)  # the same cap kills every run: one is enough
             for eng in engines:
-                rows = []
-                for i in range(a.runs):
-                    tag = f"{label}-{eng}-{cap or 'none'}-{i}"
-                    each = a.dram_each_run and eng == "ours" and not cap
-                    before = dram_now(a.threads) if each else None
-                    r = (run_ours if eng == "ours" else run_llama)(a, path, facts, cap, prompt, tag.replace(".", "_"))
-                    if each and r.get("result") == "ok":
-                        bw = (before + dram_now(a.threads)) / 2
-                        r.update(dram_bw=bw, dram_ratio=r["decode"] * (facts["routed_per_tok"] + facts["dense_per_tok"]) / bw)
-                    r.update(file=label, path=str(path), run=i)
-                    print(f"#   {tag}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
-                                                     for k, v in r.items() if k != "stderr_tail"}),
-                          file=sys.stderr, flush=True)
-                    if r.get("result") != "ok" and r.get("stderr_tail"):
-                        print("#     stderr: " + r["stderr_tail"].replace("\n", " | "), file=sys.stderr)
-                    if rec:
-                        rec.write(json.dumps(r) + "\n")
-                        rec.flush()
-                    rows.append(r)
-                    if r.get("result", "").startswith("OOM") or r.get("result", "").startswith("timeout"):
-                        break        # the same cap kills every run: one is enough
+                rows = rows_of[eng]
                 s = summarize(rows)
                 s.update(file=label, engine="llama.cpp" if eng == "llama" else eng, cap=cap, facts=facts, n=len(rows))
+                if a.interleave and eng == "ours" and "llama" in rows_of:
+                    s["pairs"] = [(o["decode"], ll["decode"]) for o, ll in zip(rows, rows_of["llama"])
+                                  if o.get("result") == "ok" and ll.get("result") == "ok"]
                 if s.get("hit") is not None and cap:
                     hits.append(s["hit"])
                     row_bound(a, path, facts, s, bw_now)
@@ -644,6 +662,17 @@ def main(argv=None):
             bws = ", ".join(f"{r['dram_bw'] / 1e9:.1f}" for r in runs)
             print(f"| {s['file']} | {s['engine']} | {len(runs)} | {decodes} | {bws} | "
                   f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f}) |")
+    paired = [s for s in table if s.get("pairs")]
+    if paired:
+        print()
+        print("| file | cap | pairs (ours, llama.cpp tok/s, run by run) | ours ÷ llama.cpp per pair (median; min–max) |")
+        print("|---|---|---|---|")
+        for s in paired:
+            ratios = [o / ll for o, ll in s["pairs"]]
+            cap_s = "none" if not s["cap"] else f"{s['cap']:g} GB"
+            pairs = ", ".join(f"{o:.2f} / {ll:.2f}" for o, ll in s["pairs"])
+            print(f"| {s['file']} | {cap_s} | {pairs} | **{statistics.median(ratios):.2f}×** "
+                  f"({min(ratios):.2f}–{max(ratios):.2f}) |")
     if a.disk:
         f = facts_of[files[0][1]]
         path = files[0][1]
