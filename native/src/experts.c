@@ -22,7 +22,10 @@
  *
  * Usage file: "-1 <n_layers> <n_experts>\n-2 1 <engine_id>\n" then
  * "<absolute_layer> <expert> <count>\n" per expert with a non-zero count; a zero-byte
- * file when there is no history. Written to "<path>.tmp" and renamed. */
+ * file when there is no history. Written to "<path>.tmp" and renamed, under an flock on
+ * "<path>.lock"; each save adds this engine's selections since its last read or write to what
+ * the file holds then, so engines sharing one file (one model, several bridges) merge their
+ * histories instead of the last writer's replacing the others'. */
 #include "experts.h"
 
 #include "io.h"
@@ -82,7 +85,8 @@ struct expert_store {
     expert_opts o;
     es_row *row;
     es_ent *ent;
-    uint64_t *count;
+    uint64_t *count;        /* cumulative selections: the usage file's history and this run's */
+    uint64_t *synced;       /* count as of the last usage-file read or write (merging saves) */
     uint8_t *hits;
     size_t hits_bytes;
     size_t ram_used, max_bytes;
@@ -246,44 +250,52 @@ static uint8_t *scratch_take(expert_store *s) {
 }
 
 /* ---- usage file ---- */
-static void usage_load(expert_store *s) {
+enum { USAGE_MISSING = -2, USAGE_FOREIGN = -1, USAGE_EMPTY = 0, USAGE_OK = 1 };
+
+/* The usage file's counts into cnt (rows x cols, zeroed here). USAGE_OK: a history of this
+ * model; USAGE_EMPTY: a zero-byte file (no history yet); USAGE_MISSING: no file;
+ * USAGE_FOREIGN: unreadable, another model's, or damaged (cnt is then all zero). */
+static int usage_read(const expert_store *s, uint64_t *cnt) {
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    memset(cnt, 0, n * sizeof *cnt);
     FILE *f = fopen(s->o.usage_path, "r");
-    if (!f) return;
-    long long a, b;
-    unsigned long long c;
-    int n = 0, ok = 1;
+    if (!f) return errno == ENOENT ? USAGE_MISSING : USAGE_FOREIGN;
     int *layer_row = malloc(sizeof(int) * (size_t)(s->n_layers_total + 1));
     if (!layer_row) {
         fclose(f);
-        return;
+        return USAGE_FOREIGN;
     }
     for (int l = 0; l <= s->n_layers_total; l++) layer_row[l] = -1;
     for (int r = 0; r < s->rows; r++)
         if (s->row[r].layer >= 0 && s->row[r].layer <= s->n_layers_total) layer_row[s->row[r].layer] = r;
-    uint64_t *cnt = calloc((size_t)s->rows * (size_t)s->cols + 1, sizeof(uint64_t));
-    if (!cnt) ok = 0;
-    int got;
-    while (ok && (got = fscanf(f, "%lld %lld %llu", &a, &b, &c)) == 3) {
-        if (n == 0) {
+    long long a, b;
+    unsigned long long c;
+    int recs = 0, ok = 1;
+    while (ok && fscanf(f, "%lld %lld %llu", &a, &b, &c) == 3) {
+        if (recs == 0) {
             if (a != -1 || b != s->n_layers_total || (long long)c != s->cols) ok = 0;
-        } else if (n == 1) {
+        } else if (recs == 1) {
             if (a != -2 || b != 1 || c != (unsigned long long)s->engine_id) ok = 0;
         } else if (a >= 0 && a <= s->n_layers_total && layer_row[a] >= 0 && b >= 0 && b < s->cols) {
             cnt[(size_t)layer_row[a] * (size_t)s->cols + (size_t)b] += c;
         }
-        n++;
+        recs++;
     }
-    if (ok && n > 0 && n < 2) ok = 0;
+    if (ok && recs == 1) ok = 0;  /* a header without its engine line */
     if (ok && !feof(f)) ok = 0;   /* trailing garbage */
-    if (ok && n >= 2) {
-        memcpy(s->count, cnt, (size_t)s->rows * (size_t)s->cols * sizeof(uint64_t));
-    } else if (!ok) {
-        fprintf(stderr, "[usage] %s: header does not match this model (or unreadable); ignored\n",
-                s->o.usage_path);
-    }
-    free(cnt);
     free(layer_row);
     fclose(f);
+    if (!ok) memset(cnt, 0, n * sizeof *cnt);
+    return !ok ? USAGE_FOREIGN : recs == 0 ? USAGE_EMPTY : USAGE_OK;
+}
+
+static void usage_load(expert_store *s) {
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    const int rc = usage_read(s, s->count);
+    if (rc == USAGE_FOREIGN)
+        fprintf(stderr, "[usage] %s: header does not match this model (or unreadable); ignored\n",
+                s->o.usage_path);
+    memcpy(s->synced, s->count, n * sizeof *s->count);
 }
 
 /* Two engines on one model file (two bridges on one host) share its usage file by default.
@@ -308,33 +320,59 @@ static int usage_lock(const char *usage_path) {
     return fd;
 }
 
-int es_usage_save(expert_store *s) {
-    if (!s || !s->o.usage_path[0] || !s->o.usage_save) return 0;
-    size_t n = (size_t)s->rows * (size_t)s->cols;
+/* What a save writes (under the lock): the file's counts plus this engine's selections since
+ * it last read or wrote the file (count - synced), so the other engines' selections since
+ * then are kept, not overwritten by this one's view (the last writer used to win). With no
+ * usable file, this engine's own counts. */
+static void usage_merged(const expert_store *s, uint64_t *out) {
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    const int rc = usage_read(s, out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = rc >= USAGE_EMPTY ? out[i] + (s->count[i] - s->synced[i]) : s->count[i];
+}
+
+static int usage_write(const expert_store *s, const uint64_t *cnt) {
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
     int any = 0;
-    for (size_t i = 0; i < n; i++) any |= s->count[i] != 0;
-    const int lock = usage_lock(s->o.usage_path);
-    if (lock == -2) return ES_USAGE_BUSY;
+    for (size_t i = 0; i < n; i++) any |= cnt[i] != 0;
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp", s->o.usage_path);
     FILE *f = fopen(tmp, "w");
-    if (!f) {
-        if (lock >= 0) close(lock);
-        return -1;
-    }
+    if (!f) return -1;
     int rc = 0;
     if (any) {
         if (fprintf(f, "-1 %d %d\n-2 1 %u\n", s->n_layers_total, s->cols, (unsigned)s->engine_id) < 0) rc = -1;
         for (size_t i = 0; i < n && rc == 0; i++)
-            if (s->count[i] &&
+            if (cnt[i] &&
                 fprintf(f, "%d %d %llu\n", s->row[i / (size_t)s->cols].layer, (int)(i % (size_t)s->cols),
-                        (unsigned long long)s->count[i]) < 0)
+                        (unsigned long long)cnt[i]) < 0)
                 rc = -1;
     }
     if (fflush(f) != 0) rc = -1;
     if (fclose(f) != 0) rc = -1;
     if (rc == 0 && rename(tmp, s->o.usage_path) != 0) rc = -1;
     if (rc != 0) unlink(tmp);
+    return rc;
+}
+
+/* A successful save also takes the merged counts in: this engine's heat and pinning then see
+ * the other engines' history too. */
+int es_usage_save(expert_store *s) {
+    if (!s || !s->o.usage_path[0] || !s->o.usage_save) return 0;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    const int lock = usage_lock(s->o.usage_path);
+    if (lock == -2) return ES_USAGE_BUSY;
+    uint64_t *merged = malloc((n ? n : 1) * sizeof *merged);
+    int rc = -1;
+    if (merged) {
+        usage_merged(s, merged);
+        rc = usage_write(s, merged);
+        if (rc == 0) {
+            memcpy(s->count, merged, n * sizeof *merged);
+            memcpy(s->synced, merged, n * sizeof *merged);
+        }
+        free(merged);
+    }
     if (lock >= 0) close(lock);  /* releases the flock */
     return rc;
 }
@@ -468,9 +506,10 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
     s->row = calloc((size_t)(n_rows ? n_rows : 1), sizeof *s->row);
     s->ent = calloc(n ? n : 1, sizeof *s->ent);
     s->count = calloc(n ? n : 1, sizeof *s->count);
+    s->synced = calloc(n ? n : 1, sizeof *s->synced);
     s->hits_bytes = (n + 7) / 8;
     s->hits = calloc(s->hits_bytes ? s->hits_bytes : 1, 1);
-    if (!s->row || !s->ent || !s->count || !s->hits) goto oom;
+    if (!s->row || !s->ent || !s->count || !s->synced || !s->hits) goto oom;
     for (size_t i = 0; i < n; i++) {
         s->ent[i].prev = s->ent[i].next = -1;
         s->ent[i].loading = -1;
@@ -584,6 +623,7 @@ void es_free(expert_store *s) {
     free(s->row);
     free(s->ent);
     free(s->count);
+    free(s->synced);
     free(s->hits);
     free(s);
 }

@@ -89,7 +89,8 @@ double es_hit_pct_take(expert_store *s);
 /* Recompute the pinned set from heat within pin_budget; calls cb for each change. */
 void es_repin(expert_store *s, repin_cb cb, void *ud);
 /* Usage file (.coli_usage format, atomic tmp+rename, one writer at a time through an flock
- * on <usage>.lock). 0 ok, ES_USAGE_BUSY: another engine held the lock too long (skipped),
+ * on <usage>.lock): writes the file's counts plus this engine's selections since its last
+ * read or write, and takes the sum as its own counts. 0 ok, ES_USAGE_BUSY: another engine held the lock too long (skipped),
  * -1 an I/O error. */
 #define ES_USAGE_BUSY 1
 int es_usage_save(expert_store *s);

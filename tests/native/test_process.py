@@ -456,3 +456,47 @@ def test_a_usage_save_waits_its_turn_and_never_hangs_a_turn(spawn, tmp_path):
     both = first_tokens + second.stat()["prompt_tokens"] + second.stat()["emitted"]
     assert len(set(per_layer)) == 1 and first_tokens < per_layer[0] / 2 <= both, (per_layer, first_tokens, both)
     assert e.close() == 0
+
+
+def test_engines_sharing_a_usage_file_merge_their_histories(spawn, tmp_path):
+    """Two engines on one model file (two bridges on one host) save into one usage file. Each
+    save adds that engine's selections since it last read or wrote the file to what the file
+    holds then: the last writer used to replace the file with its own view, and the other
+    engine's turns since were lost from the heat history. Counted per layer: every forwarded
+    token makes top-2 selections in each of the 4 layers."""
+    usage = tmp_path / "usage.txt"
+    first = spawn(slots=1, USAGE_SAVE=1, COLI_USAGE=usage)
+    second = spawn(slots=1, USAGE_SAVE=1, COLI_USAGE=usage)
+    first.sync()
+    second.sync()                      # both have read the (missing) file: neither has history
+
+    def forwarded(turn):
+        s = turn.stat()
+        return s["prompt_tokens"] + s["emitted"]
+
+    def per_layer():
+        recs = _read_usage(usage)
+        assert recs[0][:3] == (-1, 4, 8) and recs[1][:2] == (-2, 1), recs[:2]
+        totals = [sum(n for l, _, n in recs[2:] if l == L) for L in range(4)]
+        assert len(set(totals)) == 1, f"selections per layer differ: {totals}"
+        return totals[0] / 2
+
+    a = first.generate(chatml("The first engine's turn, about lighthouses and the sea."), max_tokens=8)
+    assert a.done is not None, a.errors
+    first.sync()
+    ta = forwarded(a)
+    assert ta - 1 <= per_layer() <= ta
+    b = second.generate(chatml("The second engine's turn."), max_tokens=8)
+    assert b.done is not None, b.errors
+    second.sync()
+    tb = forwarded(b)
+    got = per_layer()
+    assert ta + tb - 2 <= got <= ta + tb, (
+        f"{got} tokens' selections in the file after the second engine's save: its own turn forwarded "
+        f"{tb}, the first engine's {ta} (a last-writer-wins save keeps only {tb})")
+    # the first engine took the merged history in at its save, and merges again: nothing is lost
+    c = first.generate(chatml("Again the first."), max_tokens=4)
+    assert c.done is not None, c.errors
+    first.sync()
+    assert ta + tb - 2 < per_layer() <= ta + tb + forwarded(c)
+    assert first.close() == 0 and second.close() == 0
