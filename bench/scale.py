@@ -7,7 +7,7 @@ cold page cache before every run, under no cap and under cgroup v1 memory caps.
                    [--caps none,8,4,3] [--engines ours,llama] [--runs 3] [--tokens 32]
                    [--prompt-tokens 100] [--slots8] [--warm] [--disk] [--expert-ram 4=2560,3=1536]
                    [--llama-python bench/.venv-llama/bin/python] [--threads 2] [--engine BIN]
-                   [--interleave] [--dram-each-run]
+                   [--interleave] [--dram-each-run] [--disk-each-run]
 
 Per (file, engine, cap) the median of --runs runs (spread min–max for decode), each run a fresh
 process after `sync; echo 3 > /proc/sys/vm/drop_caches` (if that file cannot be written the script
@@ -41,6 +41,10 @@ the start), each from a cold page cache. The cold rows read no usage file (USAGE
 runs after the other's, and a table sets each run of ours against the llama.cpp run right after it:
 the VM's DRAM bandwidth drifts by a third within minutes, ours follows it (bandwidth-bound) and
 llama.cpp much less, so grouped runs can compare a good minute of one with a bad minute of the other.
+--disk-each-run: each capped run of ours between two 3 s disk readings (expert-sized O_DIRECT random
+reads, 4 lanes = IO_LANES), its bound from their mean and its own hit rate, and a table of each run's
+decode against it: the VM's disk drifts (1.5-2.2 GB/s within minutes on 2026-12-05), so a reading
+taken once per cap, after its runs, sets a run against a minute it did not see.
 --slots8: 8 concurrent conversations at full RAM (ours, KV_SLOTS=8, 8 SUBMITs at once to 8 slots,
 aggregate tok/s between the moment every stream has started and the first DONE).
 --disk: per capped row of ours, the disk bound as measured right after that cap's runs (4 lanes,
@@ -480,6 +484,12 @@ def dram_bw(threads=2, gib=2.0, reps=3):
     return best
 
 
+def disk_now(path, facts):
+    """The disk's expert-read bandwidth of this moment (--disk-each-run): 3 s of expert-sized
+    O_DIRECT random reads on 4 lanes, the engine's IO_LANES default."""
+    return disk_bw(str(path), facts["exp_lo"], facts["exp_hi"], 4, seconds=3.0)
+
+
 def dram_now(threads=2, readings=3):
     """The DRAM bandwidth of this moment: the median of `readings` single 2 GiB sums. The VM's
     bandwidth drifts from minute to minute (22.8-35.2 GB/s within eight minutes on 2026-12-04), so an
@@ -520,7 +530,7 @@ def summarize(rows):
     return dict(result=res, decode=med("decode"), dmin=min(dec), dmax=max(dec), prefill=med("prefill"), ttft=med("ttft"),
                 load=med("load_s"), peak=max(r["peak"] for r in rows), disk=med("disk_per_tok"), hit=med("hit"),
                 tq=med("top_quarter"), ram=ok[0].get("expert_ram_mb"), ram_experts=ok[0].get("ram_experts"),
-                dram_runs=[r for r in ok if "dram_ratio" in r])
+                dram_runs=[r for r in ok if "dram_ratio" in r], disk_runs=[r for r in ok if "disk_ratio" in r])
 
 
 def main(argv=None):
@@ -539,6 +549,8 @@ def main(argv=None):
     ap.add_argument("--disk", action="store_true", help="measure O_DIRECT expert reads and DRAM bandwidth")
     ap.add_argument("--interleave", action="store_true",
                     help="alternate the engines run by run (ours, llama.cpp, ours, ...) and print each pair's ratio")
+    ap.add_argument("--disk-each-run", action="store_true",
+                    help="read the disk bandwidth before and after each capped run of ours (its own bound)")
     ap.add_argument("--dram-each-run", action="store_true",
                     help="read the DRAM bandwidth just before and after each uncapped run of ours: each run's "
                          "decode against its own moment's bound (the table's last section)")
@@ -585,11 +597,17 @@ def main(argv=None):
                 rows = rows_of[eng]
                 tag = f"{label}-{eng}-{cap or 'none'}-{i}"
                 each = a.dram_each_run and eng == "ours" and not cap
+                each_disk = a.disk_each_run and eng == "ours" and cap
                 before = dram_now(a.threads) if each else None
+                disk_before = disk_now(path, facts) if each_disk else None
                 r = (run_ours if eng == "ours" else run_llama)(a, path, facts, cap, prompt, tag.replace(".", "_"))
                 if each and r.get("result") == "ok":
                     bw = (before + dram_now(a.threads)) / 2
                     r.update(dram_bw=bw, dram_ratio=r["decode"] * (facts["routed_per_tok"] + facts["dense_per_tok"]) / bw)
+                if each_disk and r.get("result") == "ok" and r.get("hit") is not None:
+                    bw = (disk_before + disk_now(path, facts)) / 2
+                    miss = facts["routed_per_tok"] * (1 - r["hit"] / 100)
+                    r.update(disk_run_bw=bw, disk_ratio=r["decode"] * miss / bw)
                 r.update(file=label, path=str(path), run=i)
                 print(f"#   {tag}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
                                                  for k, v in r.items() if k != "stderr_tail"}),
@@ -661,6 +679,20 @@ def main(argv=None):
             decodes = ", ".join(f"{r['decode']:.2f}" for r in runs)
             bws = ", ".join(f"{r['dram_bw'] / 1e9:.1f}" for r in runs)
             print(f"| {s['file']} | {s['engine']} | {len(runs)} | {decodes} | {bws} | "
+                  f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f}) |")
+    by_disk = [s for s in table if s.get("disk_runs")]
+    if by_disk:
+        print()
+        print("| file | engine | cap | runs | decode tok/s per run | hit % per run | disk GB/s at each run "
+              "(mean of the readings before and after) | decode ÷ that run's disk bound (median; min–max) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for s in by_disk:
+            runs = s["disk_runs"]
+            rs = [r["disk_ratio"] for r in runs]
+            decodes = ", ".join(f"{r['decode']:.2f}" for r in runs)
+            run_hits = ", ".join(f"{r['hit']:.1f}" for r in runs)
+            bws = ", ".join(f"{r['disk_run_bw'] / 1e9:.2f}" for r in runs)
+            print(f"| {s['file']} | {s['engine']} | {s['cap']:g} GB | {len(runs)} | {decodes} | {run_hits} | {bws} | "
                   f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f}) |")
     paired = [s for s in table if s.get("pairs")]
     if paired:

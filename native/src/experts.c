@@ -34,6 +34,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,13 +66,19 @@ typedef struct {
 } es_ent;
 
 /* A batch of expert reads on the I/O lanes: one row's misses (ACQ) or the lookahead's guesses
- * for the next row (AHEAD). dst[k] is expert e[k]'s buffer, resident[k] whether it stays. */
+ * for the next row (AHEAD). dst[k] is expert e[k]'s buffer, resident[k] whether it stays.
+ * state[k]: QUEUED until a lane starts one of the expert's slices (STARTED: all three are read)
+ * or the row's acquisition finds it was a wrong guess first (CANCELLED: none is read), so a
+ * wrong guess not yet begun costs no disk time in front of the misses queued after it. */
 enum { ACQ = 0, AHEAD = 1 };
+enum { QUEUED = 0, STARTED = 1, CANCELLED = 2 };
 typedef struct {
     io_batch b;
     const struct expert_store *s;
     int active, r, n;
+    int swept;                  /* AHEAD: its row's acquisition has cancelled the wrong guesses */
     int *e, *resident, *ok;     /* n; ok: 3 per expert (gate, up, down slices) */
+    _Atomic int *state;         /* n: QUEUED, STARTED, CANCELLED */
     uint8_t **dst;
 } es_reads;
 
@@ -88,6 +95,7 @@ struct expert_store {
     uint64_t *count;        /* cumulative selections: the usage file's history and this run's */
     uint64_t *synced;       /* count as of the last usage-file read or write (merging saves) */
     uint8_t *hits;
+    uint8_t *mark;          /* cols: scratch of es_acquire_begin (the experts it was asked for) */
     size_t hits_bytes;
     size_t ram_used, max_bytes;
     int n_resident;
@@ -247,6 +255,22 @@ static int make_room(expert_store *s, size_t need, uint64_t cand) {
  * recently returned, likely still in cache), else a new one of the largest expert's size. */
 static uint8_t *scratch_take(expert_store *s) {
     return s->pool_n > 0 ? s->pool[--s->pool_n] : weights_alloc(s->max_bytes ? s->max_bytes : 1);
+}
+
+/* A scratch buffer back to the pool (freed when the pool cannot grow). */
+static void scratch_give(expert_store *s, uint8_t *b) {
+    if (!b) return;
+    if (s->pool_n == s->pool_cap) {
+        int nc = s->pool_cap ? s->pool_cap * 2 : 4;
+        uint8_t **np = realloc(s->pool, sizeof *np * (size_t)nc);
+        if (!np) {
+            free(b);
+            return;
+        }
+        s->pool = np;
+        s->pool_cap = nc;
+    }
+    s->pool[s->pool_n++] = b;
 }
 
 /* ---- usage file ---- */
@@ -509,7 +533,8 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
     s->synced = calloc(n ? n : 1, sizeof *s->synced);
     s->hits_bytes = (n + 7) / 8;
     s->hits = calloc(s->hits_bytes ? s->hits_bytes : 1, 1);
-    if (!s->row || !s->ent || !s->count || !s->synced || !s->hits) goto oom;
+    s->mark = calloc((size_t)(n_experts > 0 ? n_experts : 1), 1);
+    if (!s->row || !s->ent || !s->count || !s->synced || !s->hits || !s->mark) goto oom;
     for (size_t i = 0; i < n; i++) {
         s->ent[i].prev = s->ent[i].next = -1;
         s->ent[i].loading = -1;
@@ -522,7 +547,8 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
         J->resident = calloc(m, sizeof *J->resident);
         J->ok = calloc(3 * m, sizeof *J->ok);
         J->dst = calloc(m, sizeof *J->dst);
-        if (!J->e || !J->resident || !J->ok || !J->dst) goto oom;
+        J->state = calloc(m, sizeof *J->state);
+        if (!J->e || !J->resident || !J->ok || !J->dst || !J->state) goto oom;
     }
 
     for (int r = 0; r < n_rows; r++) {
@@ -609,6 +635,7 @@ void es_free(expert_store *s) {
         free(s->rd[k].resident);
         free(s->rd[k].ok);
         free(s->rd[k].dst);
+        free((void *)s->rd[k].state);
     }
     if (s->dfd >= 0) close(s->dfd);
     size_t n = (size_t)s->rows * (size_t)s->cols;
@@ -625,6 +652,7 @@ void es_free(expert_store *s) {
     free(s->count);
     free(s->synced);
     free(s->hits);
+    free(s->mark);
     free(s);
 }
 
@@ -633,7 +661,12 @@ void es_free(expert_store *s) {
 /* Task t of a batch: slice t % 3 of its (t / 3)-th expert (per slice, so a layer's few reads
  * spread over the lanes). Pread and packing only: all cache bookkeeping stays on the caller. */
 static void read_task(void *vctx, int t) {
-    const es_reads *J = vctx;
+    es_reads *J = vctx;
+    int st = QUEUED;
+    if (!atomic_compare_exchange_strong(&J->state[t / 3], &st, STARTED) && st == CANCELLED) {
+        J->ok[t] = 0;
+        return;
+    }
     J->ok[t] = read_slice(J->s, J->r, J->e[t / 3], t % 3, J->dst[t / 3]) == 0;
 }
 
@@ -655,6 +688,7 @@ static uint8_t *reserve_resident(expert_store *s, int r, int i, uint64_t cand) {
 static void reads_add(expert_store *s, es_reads *J, int which, int e, uint8_t *b, int resident) {
     const es_row *R = &s->row[J->r];
     s->ent[J->r * s->cols + e].loading = (int8_t)which;
+    atomic_store(&J->state[J->n], QUEUED);
     J->e[J->n] = e;
     J->resident[J->n] = resident;
     J->dst[J->n++] = b;
@@ -693,7 +727,8 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
     for (int k = 0; k < J->n; k++) {
         const int i = J->r * s->cols + J->e[k];
         es_ent *x = &s->ent[i];
-        const int ok = J->ok[3 * k] && J->ok[3 * k + 1] && J->ok[3 * k + 2];
+        const int cancelled = atomic_load(&J->state[k]) == CANCELLED;
+        const int ok = !cancelled && J->ok[3 * k] && J->ok[3 * k + 1] && J->ok[3 * k + 2];
         x->loading = -1;
         if (ok && J->resident[k]) {
             lru_push_head(s, i);
@@ -702,16 +737,18 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
             x->buf = NULL;
             s->ram_used -= s->row[J->r].bytes;
             s->n_resident--;
+        } else if (cancelled) {
+            scratch_give(s, x->tmp);
+            x->tmp = NULL;
         } else if (!ok) {
             free(x->tmp);
             x->tmp = NULL;
         }
-        if (!ok) {
-            x->ahead = 0;
-            bad++;
-        }
+        if (!ok) x->ahead = 0;
+        bad += !ok && !cancelled;
     }
     J->active = 0;
+    J->swept = 0;
     J->n = 0;
     return bad;
 }
@@ -728,6 +765,31 @@ static void ahead_retire(expert_store *s, int r) {
             es_release(s, r, e);
         }
     }
+}
+
+/* The lookahead's guesses for row r that the acquisition of list does not ask for and that no
+ * lane has begun: cancelled, so the misses queued behind them are read first and no disk time
+ * goes to them (their bytes come off disk_bytes). A batch swept before (its row acquired again,
+ * e.g. by a prefill after the last layer's guesses) is settled first: a guess it cancelled may
+ * be asked for now, and is then read as a miss. */
+static void ahead_sweep(expert_store *s, int r, const int *list, int n) {
+    es_reads *A = &s->rd[AHEAD];
+    if (!A->active || A->r != r) return;
+    if (A->swept) {
+        reads_settle(s, A, NULL);
+        ahead_retire(s, r);
+        return;
+    }
+    for (int k = 0; k < n; k++) s->mark[list[k]] = 1;
+    const es_row *R = &s->row[r];
+    for (int k = 0; k < A->n; k++) {
+        int st = QUEUED;
+        if (s->mark[A->e[k]] || s->ent[r * s->cols + A->e[k]].in_use) continue;
+        if (atomic_compare_exchange_strong(&A->state[k], &st, CANCELLED))
+            s->io.disk_bytes -= R->slice[0] + R->slice[1] + R->slice[2];
+    }
+    for (int k = 0; k < n; k++) s->mark[list[k]] = 0;
+    A->swept = 1;
 }
 
 /* outs indexed by expert id, or by position in list when by_pos (es_acquire's one expert) */
@@ -747,6 +809,7 @@ static int acquire_begin(expert_store *s, int r, const int *list, int n, expert_
             return -1;
         }
     }
+    ahead_sweep(s, r, list, n);
     for (int k = 0; k < n; k++) {
         const int e = list[k], i = r * s->cols + e;
         es_ent *x = &s->ent[i];
@@ -864,18 +927,7 @@ void es_release(expert_store *s, int r, int e) {
     es_ent *x = &s->ent[r * s->cols + e];
     if (x->in_use > 0) x->in_use--;
     if (x->in_use == 0 && x->tmp) {
-        if (s->pool_n == s->pool_cap) {
-            int nc = s->pool_cap ? s->pool_cap * 2 : 4;
-            uint8_t **np = realloc(s->pool, sizeof *np * (size_t)nc);
-            if (!np) {
-                free(x->tmp);
-                x->tmp = NULL;
-                return;
-            }
-            s->pool = np;
-            s->pool_cap = nc;
-        }
-        s->pool[s->pool_n++] = x->tmp;
+        scratch_give(s, x->tmp);
         x->tmp = NULL;
     }
 }

@@ -71,3 +71,20 @@ def test_the_disk_path_changes_no_text(spawn):
 def test_it_refuses_a_bad_lookahead_setting(spawn):
     e = spawn(model="big", slots=1, wait_ready=False, EXPERT_LOOKAHEAD=2)
     assert e.wait_exit() == 2
+
+
+def test_a_wrong_guess_not_yet_read_is_never_read(spawn):
+    """The lookahead guesses the next layer's experts and queues their reads; when that layer's
+    routing picks others, the guesses no lane has begun are cancelled, so the disk spends no time
+    on them in front of the real misses. With no lanes (IO_LANES=0: the forward's thread reads
+    when it waits) no guess has begun by then, and with no budget nothing stays in RAM: every
+    expert read is one an acquisition asked for, exactly once."""
+    e = spawn(model="big", slots=1, EXPERT_RAM_MB=0, IO_LANES=0)
+    r = e.generate(PROMPT, max_tokens=24)
+    s = iostat(e, r)
+    assert s["ahead_issued"] > s["ahead_used"] > 0, f"the lookahead guessed no wrong (or no right) expert: {s}"
+    assert s["hits"] == 0, s
+    assert s["disk_bytes"] == s["acquisitions"] * EXPERT_FILE_BYTES, (
+        f"{s['disk_bytes'] / EXPERT_FILE_BYTES:g} experts read for {s['acquisitions']} acquisitions "
+        f"({s['ahead_issued'] - s['ahead_used']} wrong guesses): {s}")
+    assert e.close() == 0
