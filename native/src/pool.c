@@ -45,8 +45,14 @@ static int spin_fixed = -1;
  * 8 slots: 0.1-2 % alone, 1.3-4.5 % under the web stack's short wake-ups (Daphne, bridge,
  * Redis), 15-24 % beside one CPU-bound process. The count of involuntary switches used
  * before could not tell the second case from the third (both 100-200/s): it stopped the
- * spin under web load and cost 10-20 % of the engine's throughput there (issue 14). */
-#define SPIN_BUSY_DELAY 0.10
+ * spin under web load and cost 10-20 % of the engine's throughput there (issue 14).
+ * At 10 % the web stack at 8 streams still crossed it (2026-12-05, another VM: 1,185-1,753
+ * wake-ups per 1,000 tokens against ~220 with the spin held, bench/webpath.py A/Bs of 8 and
+ * 16 rounds: web / raw 0.849 / 0.900 / 0.911 at 10 %, 0.947 / 0.936 with POOL_SPIN=4000, 0.929
+ * at 30 %). 30 % keeps the spin under the web stack, the deployment this engine serves; one
+ * CPU-bound neighbour (15-24 %) no longer drops it, a crowded host (load 7-9, where a fixed
+ * spin once halved decode) should still: that case was not re-measured at 30 %. */
+#define SPIN_BUSY_DELAY 0.30
 
 static struct {
     pthread_once_t once;
