@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -383,6 +384,9 @@ static int usage_write(const expert_store *s, const uint64_t *cnt) {
  * the other engines' history too. */
 int es_usage_save(expert_store *s) {
     if (!s || !s->o.usage_path[0] || !s->o.usage_save) return 0;
+    struct stat st;
+    if (stat(s->o.usage_path, &st) == 0 && !S_ISREG(st.st_mode))
+        return 0;   /* USAGE_FILE=/dev/null and the like: a rename would replace the device */
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     const int lock = usage_lock(s->o.usage_path);
     if (lock == -2) return ES_USAGE_BUSY;

@@ -500,3 +500,22 @@ def test_engines_sharing_a_usage_file_merge_their_histories(spawn, tmp_path):
     first.sync()
     assert ta + tb - 2 < per_layer() <= ta + tb + forwarded(c)
     assert first.close() == 0 and second.close() == 0
+
+
+def test_a_usage_file_that_is_not_a_file_is_read_but_never_replaced(spawn, tmp_path):
+    """USAGE_FILE=/dev/null is how a user runs without a history; a save there wrote
+    /dev/null.tmp and renamed it over the device. A path that exists and is not a regular file is
+    read (no history) and never written. A node of /dev/null's own device numbers stands in for it
+    (mknod: the tests run as root, as make test and CI do)."""
+    import os
+    import stat
+
+    node = tmp_path / "null"
+    os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    e = spawn(slots=1, USAGE_SAVE=1, COLI_USAGE=node)
+    r = e.generate(chatml("No history, please."), max_tokens=4)
+    assert r.done is not None, r.errors
+    e.sync()
+    assert e.close() == 0
+    assert stat.S_ISCHR(os.stat(node).st_mode), "the usage path was replaced by a regular file"
+    assert not (tmp_path / "null.tmp").exists()
