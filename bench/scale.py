@@ -352,7 +352,7 @@ def row_bound(a, path, facts, s, bw_now):
     if not a.disk or s.get("engine", "").startswith("llama"):
         return
     if "bw" not in bw_now:
-        bw_now["bw"] = disk_bw(str(path), facts["exp_lo"], facts["exp_hi"], 4, seconds=3.0)
+        bw_now["bw"] = disk_now(path, facts)
     miss = facts["routed_per_tok"] * (1 - s["hit"] / 100)
     s["disk_bw"] = bw_now["bw"]
     s["bound"] = bw_now["bw"] / miss if miss > 0 else None
@@ -533,6 +533,26 @@ def summarize(rows):
                 dram_runs=[r for r in ok if "dram_ratio" in r], disk_runs=[r for r in ok if "disk_ratio" in r])
 
 
+def per_run_table(table, runs_key, ratio_key, ratio_head, lead, cols):
+    """The run-by-run table of the rows whose runs were each read against their own moment's bound
+    (--dram-each-run: runs_key "dram_runs"; --disk-each-run: "disk_runs"): the row's lead cells,
+    its run count, per column one value per run, then the median and spread of the runs' ratio."""
+    shown = [s for s in table if s.get(runs_key)]
+    if not shown:
+        return
+    heads = [h for h, _ in lead] + ["runs"] + [h for h, _ in cols] + [ratio_head]
+    print()
+    print("| " + " | ".join(heads) + " |")
+    print("|" + "---|" * len(heads))
+    for s in shown:
+        runs = s[runs_key]
+        rs = [r[ratio_key] for r in runs]
+        cells = [cell(s) for _, cell in lead] + [str(len(runs))]
+        cells += [", ".join(cell(r) for r in runs) for _, cell in cols]
+        cells.append(f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f})")
+        print("| " + " | ".join(cells) + " |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--file", action="append", required=True, help="[label=]path; repeatable")
@@ -667,33 +687,17 @@ def main(argv=None):
               f"{fmt(None if s.get('disk') is None else s['disk'] / 1e6, '.1f')} | "
               f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} | "
               f"{bound_cell(s)} |")
-    by_run = [s for s in table if s.get("dram_runs")]
-    if by_run:
-        print()
-        print("| file | engine | runs | decode tok/s per run | DRAM GB/s at each run | decode ÷ that run's bound "
-              "(median; min–max) |")
-        print("|---|---|---|---|---|---|")
-        for s in by_run:
-            runs = s["dram_runs"]
-            rs = [r["dram_ratio"] for r in runs]
-            decodes = ", ".join(f"{r['decode']:.2f}" for r in runs)
-            bws = ", ".join(f"{r['dram_bw'] / 1e9:.1f}" for r in runs)
-            print(f"| {s['file']} | {s['engine']} | {len(runs)} | {decodes} | {bws} | "
-                  f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f}) |")
-    by_disk = [s for s in table if s.get("disk_runs")]
-    if by_disk:
-        print()
-        print("| file | engine | cap | runs | decode tok/s per run | hit % per run | disk GB/s at each run "
-              "(mean of the readings before and after) | decode ÷ that run's disk bound (median; min–max) |")
-        print("|---|---|---|---|---|---|---|---|")
-        for s in by_disk:
-            runs = s["disk_runs"]
-            rs = [r["disk_ratio"] for r in runs]
-            decodes = ", ".join(f"{r['decode']:.2f}" for r in runs)
-            run_hits = ", ".join(f"{r['hit']:.1f}" for r in runs)
-            bws = ", ".join(f"{r['disk_run_bw'] / 1e9:.2f}" for r in runs)
-            print(f"| {s['file']} | {s['engine']} | {s['cap']:g} GB | {len(runs)} | {decodes} | {run_hits} | {bws} | "
-                  f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f}) |")
+    per_run_table(table, "dram_runs", "dram_ratio", "decode ÷ that run's bound (median; min–max)",
+                  [("file", lambda s: s["file"]), ("engine", lambda s: s["engine"])],
+                  [("decode tok/s per run", lambda r: f"{r['decode']:.2f}"),
+                   ("DRAM GB/s at each run", lambda r: f"{r['dram_bw'] / 1e9:.1f}")])
+    per_run_table(table, "disk_runs", "disk_ratio", "decode ÷ that run's disk bound (median; min–max)",
+                  [("file", lambda s: s["file"]), ("engine", lambda s: s["engine"]),
+                   ("cap", lambda s: f"{s['cap']:g} GB")],
+                  [("decode tok/s per run", lambda r: f"{r['decode']:.2f}"),
+                   ("hit % per run", lambda r: f"{r['hit']:.1f}"),
+                   ("disk GB/s at each run (mean of the readings before and after)",
+                    lambda r: f"{r['disk_run_bw'] / 1e9:.2f}")])
     paired = [s for s in table if s.get("pairs")]
     if paired:
         print()

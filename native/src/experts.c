@@ -145,6 +145,9 @@ static void lru_push_head(expert_store *s, int i) {
 }
 
 /* ---- reading ---- */
+/* Bytes of one expert of row R in the file (gate + up + down slices): what reading it costs. */
+static size_t file_bytes(const es_row *R) { return R->slice[0] + R->slice[1] + R->slice[2]; }
+
 static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) {
     return gguf_read_at(s->fd, s->map, s->map_size, off, dst, n);
 }
@@ -696,7 +699,7 @@ static void reads_add(expert_store *s, es_reads *J, int which, int e, uint8_t *b
     J->e[J->n] = e;
     J->resident[J->n] = resident;
     J->dst[J->n++] = b;
-    s->io.disk_bytes += R->slice[0] + R->slice[1] + R->slice[2];
+    s->io.disk_bytes += file_bytes(R);
 }
 
 /* Expert e of row r (J's row) goes into batch J: a resident buffer when the budget admits it,
@@ -790,7 +793,7 @@ static void ahead_sweep(expert_store *s, int r, const int *list, int n) {
         int st = QUEUED;
         if (s->mark[A->e[k]] || s->ent[r * s->cols + A->e[k]].in_use) continue;
         if (atomic_compare_exchange_strong(&A->state[k], &st, CANCELLED))
-            s->io.disk_bytes -= R->slice[0] + R->slice[1] + R->slice[2];
+            s->io.disk_bytes -= file_bytes(R);
     }
     for (int k = 0; k < n; k++) s->mark[list[k]] = 0;
     A->swept = 1;
@@ -819,7 +822,7 @@ static int acquire_begin(expert_store *s, int r, const int *list, int n, expert_
         es_ent *x = &s->ent[i];
         s->acq_all++;
         s->io.acquisitions++;
-        s->io.ideal_bytes += s->row[r].slice[0] + s->row[r].slice[1] + s->row[r].slice[2];
+        s->io.ideal_bytes += file_bytes(&s->row[r]);
         if (x->ahead && (x->buf || x->tmp)) s->io.ahead_used++;
         x->ahead = 0;
         if (x->loading < 0 && (x->buf || x->tmp)) {     /* in RAM, or read for another holder */
