@@ -9,6 +9,8 @@ import time
 
 from django.core.cache import cache
 
+from colibri_base.flight import shared_read
+
 GENERATION_KEY = "api:keys:generation"
 
 
@@ -22,8 +24,9 @@ def generation() -> int:
 
 
 async def ageneration() -> int:
-    """generation() on the event loop (colibri_base.cache's async methods, no thread hop)."""
-    value = await cache.aget(GENERATION_KEY)
+    """generation() on the event loop (colibri_base.cache's async methods, no thread hop); the
+    requests of a burst share one read (colibri_base.flight)."""
+    value = await shared_read(GENERATION_KEY, lambda: cache.aget(GENERATION_KEY))
     if value is None:
         await cache.aadd(GENERATION_KEY, time.time_ns())
         value = await cache.aget(GENERATION_KEY)

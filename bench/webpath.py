@@ -95,7 +95,8 @@ def child_engine(pid):
 class Stack:
     """Daphne + run_bridge on a private Redis database; an API key for the web clients."""
 
-    def __init__(self, model, slots, ctx, extra_env=None):
+    def __init__(self, model, slots, ctx, extra_env=None, root=ROOT):
+        self.root = root  # the checkout its processes run from (--base: another one)
         self.redis_url = procs.claim_redis_db()
         self.port = procs.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -108,7 +109,7 @@ class Stack:
         os.environ.update({k: self.env[k] for k in ("DATABASE_URL", "REDIS_URL", "CACHE_PREFIX", "COLIBRI_DEV",
                                                     "DJANGO_SETTINGS_MODULE")})
         self._ensure_database(db)
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=self.env, check=True)
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=root, env=self.env, check=True)
         import django
         django.setup()
         from api.models import ApiKey
@@ -116,15 +117,15 @@ class Stack:
         user, _ = get_user_model().objects.get_or_create(username="bench")
         self.key = ApiKey.issue(user=user, name="bench")[1]
         self.logs = open(f"/tmp/webpath-bench-{self.port}.log", "wb")
-        self.bridge = procs.start_bridge(self.env, timeout=120)
+        self.bridge = procs.start_bridge(self.env, timeout=120, root=root)
         self.daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                                        "colibri_site.asgi:application"], cwd=ROOT, env=self.env,
+                                        "colibri_site.asgi:application"], cwd=root, env=self.env,
                                        stdout=self.logs, stderr=subprocess.STDOUT)
         procs.wait_for_port(self.port, self.daphne)
         # The Celery worker, as `make run` starts it: nothing of a /v1 stream passes through it,
         # and its row shows that (its CPU here is its own idle polling of the broker).
         self.worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "colibri_site", "worker", "-l", "warning",
-                                        "-c", "1", "--without-gossip", "--without-mingle"], cwd=ROOT, env=self.env,
+                                        "-c", "1", "--without-gossip", "--without-mingle"], cwd=root, env=self.env,
                                        stdout=self.logs, stderr=subprocess.STDOUT)
         import redis
         self.redis_pid = redis.Redis.from_url(self.redis_url).info("server")["process_id"]
@@ -368,6 +369,10 @@ def main():
     ap.add_argument("--variant", metavar="'NAME=VALUE ...'",
                     help="a second web stack with these settings in its environment, its rounds interleaved "
                          "with the first's: an A/B of a setting in one sitting, whatever the host's mood")
+    ap.add_argument("--base", metavar="CHECKOUT",
+                    help="a second web stack (Daphne, bridge, worker) run from another checkout, e.g. "
+                         "`git worktree add /tmp/base HEAD~1`, its rounds interleaved with this one's: an A/B "
+                         "of a code change in one sitting (same venv, engine binary and model)")
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     if args.model == "tiny":
@@ -382,6 +387,13 @@ def main():
     try:
         if variant is not None:
             stacks.append((f"web [{args.variant}]", Stack(model, slots, ctx, extra_env=variant)))
+        if args.base:
+            base = Path(args.base).resolve()
+            if not (base / "manage.py").is_file():
+                raise SystemExit(f"--base: {base} is not a checkout of this project (no manage.py)")
+            binary = os.environ.get("ENGINE_BINARY", str(ROOT / "native/build/colibri-engine"))
+            stacks.append((f"web [base {base}]", Stack(model, slots, ctx, extra_env={"ENGINE_BINARY": binary},
+                                                       root=base)))
         run_sitting(args, model, clients, slots, ctx, stacks)
     finally:
         for _, stack in stacks:

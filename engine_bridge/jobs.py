@@ -62,6 +62,7 @@ class Request:
     outbox: list = field(default_factory=list)
     seq: int = 0
     sending: bool = False    # a batch of this request is on its way to Redis
+    waiting: dict | None = None  # that batch while it still waits for its list's sender (events may join it)
     text_sent_at: float | None = None  # when a batch with text last left (the frame-rate floor)
     position: int | None = None
     admitted: int = 0        # the bridge's ordinal of its admission (0: refused before admission)

@@ -34,6 +34,7 @@ from typing import Any, cast
 import redis
 from django.conf import settings
 
+from colibri_base.flight import shared_read
 from engine_bridge import liveness, transport
 
 PREFIX_BLOCK_CHARS = 256
@@ -218,12 +219,18 @@ def bridges_get() -> list[BridgeInfo]:
 
 
 async def abridges_get(max_age_s: float = 0.0) -> list[BridgeInfo]:
-    """bridges_get on the event loop, in one round trip; with max_age_s, a snapshot this process
+    """bridges_get on the event loop, in one round trip (shared with the identical read in
+    flight, colibri_base.flight); with max_age_s, a snapshot this process
     read at most that long ago may answer instead (a route right after the served-model read),
     its beat ages grown by its own age so that they still date each beat right."""
     age = time.monotonic() - float(_snapshot["at"])
     if max_age_s > 0 and age <= max_age_s:
         return [replace(b, beat_age_s=b.beat_age_s + age) for b in _snapshot["bridges"]]
+    return list(await shared_read(("registry", bridges_key()), _aread_bridges))
+
+
+async def _aread_bridges() -> list[BridgeInfo]:
+    """One snapshot read (the requests of a burst share it: colibri_base.flight)."""
     client = transport.loop_client("registry", socket_timeout=2)
     # redis-py annotates asyncio commands as `Awaitable[T] | T` (engine_bridge.transport says more)
     rows: list = await client.eval(_SNAPSHOT_LUA, 1, bridges_key(), transport.key_prefix())  # type: ignore[misc]

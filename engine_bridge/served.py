@@ -229,8 +229,30 @@ async def aserved_model_get(model: str | None = None, *, with_boot: bool = True)
     serving, decided = _serving(bridges, model)
     if not serving:
         return None if decided else _by_alias(await aserved_models_get(), str(model))
+    first = serving[0]
+    known = _facts.get((first.id, first.boot, first.model_rev))
+    if known is not None:
+        return _from_bridge({"model": known, "status": first.status, "updated": True}, serving, first.boot)
     try:
-        state = await telemetry.aget_state(serving[0].id)
+        state = await telemetry.aget_state(first.id)
     except Exception:
         return served_model_from(_outage_state())
-    return _from_bridge(state, serving, serving[0].boot)
+    _learn(first, state)
+    return _from_bridge(state, serving, first.boot)
+
+
+# (bridge id, boot, model_rev) -> the model facts that bridge published. A registration names the
+# digest of its bridge's facts (registry.model_rev) and its status, so a request whose bridge still
+# registers the facts read before needs only the registry snapshot: the bridge's telemetry state
+# (kilobytes of EMAP/HITS on a big model) was read and decoded per request for its `model` alone.
+_facts: dict[tuple[str, str, str], dict] = {}
+FACTS_KEPT = 64
+
+
+def _learn(bridge: registry.BridgeInfo, state: dict) -> None:
+    """Keeps the state's model facts when they are the ones the registration names."""
+    info = state.get("model")
+    if info and bridge.model_rev and registry.model_rev(info) == bridge.model_rev:
+        if len(_facts) >= FACTS_KEPT:
+            _facts.clear()
+        _facts[(bridge.id, bridge.boot, bridge.model_rev)] = info

@@ -135,3 +135,38 @@ async def test_held_text_of_several_streams_leaves_together(bridge, monkeypatch)
     await asyncio.sleep(3 * interval + 0.02)
     assert [reqs for _, reqs in sends[1:]] == [["r0", "r1", "r2"]]  # one send for the three
     assert sends[1][0] >= first + interval - 0.001                  # not before the first was due
+
+
+@pytest.mark.asyncio
+async def test_events_read_with_the_first_token_join_its_batch_before_it_leaves(bridge):
+    b, sent = bridge
+    r1, r2 = running(b, 2)
+    # One engine read holds r1's first DATA and its DONE (max_tokens reached), and r2's first DATA.
+    b.emit(r1, {"kind": "text", "text": "a"})
+    b.emit(r2, {"kind": "text", "text": "x"})
+    b.emit(r1, {"kind": "text", "text": "b"})
+    b.emit(r1, {"kind": "done", "finish_reason": "length"})
+    await asyncio.sleep(0.005)
+    batches = [(m["req"], m["seq"], [e["kind"] for e in m["events"]]) for _, m in sent]
+    assert batches == [("r0", 0, ["text", "text", "done"]), ("r1", 0, ["text"])]  # one batch each, no seq 1
+    assert not r1.sending and r1.waiting is None
+
+
+@pytest.mark.asyncio
+async def test_events_after_a_batch_left_for_redis_wait_for_the_next_batch(bridge, monkeypatch):
+    b, _ = bridge
+    sends, release = [], asyncio.Event()
+
+    async def send(listener, messages):  # Redis slow to answer: the batch is on its way
+        sends.append([(m["seq"], [e["kind"] for e in m["events"]]) for m in messages])
+        await release.wait()
+
+    monkeypatch.setattr(b, "_send", send)
+    (r,) = running(b, 1)
+    b.emit(r, {"kind": "text", "text": "a"})
+    await asyncio.sleep(0.001)                 # the sender took the batch
+    b.emit(r, {"kind": "done", "finish_reason": "stop"})
+    assert sends == [[(0, ["text"])]]          # the batch on its way was not changed after it left
+    release.set()
+    await asyncio.sleep(0.005)
+    assert sends == [[(0, ["text"])], [(1, ["done"])]]

@@ -142,3 +142,50 @@ async def test_the_served_model_read_and_the_route_share_one_registry_read(
         assert generation._flights.pop("reg-once-req").bridge == "reg-once"  # routed: counted until it ends
     finally:
         await heart.close()
+
+
+async def test_a_burst_of_served_model_reads_makes_one_registry_read_and_reads_the_facts_once_per_rev(
+        client: redis.asyncio.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 requests at once read the served model: one registry round trip for all of them
+    (colibri_base.flight), and the bridge's telemetry state (its model facts) only when the
+    registration names facts this process has not read: a new model_rev reads them again."""
+    import json
+
+    from engine_bridge import served, telemetry
+
+    facts = {"name": "burst-model", "file": "/models/burst-model.gguf", "ctx": 512, "extensions": True}
+    model_id = served.served_model_from({"model": facts}).id
+    heart = liveness.Heart("reg-burst")
+
+    def describe(info: dict) -> dict:
+        return {**_describe("reg-burst", heart), "model": model_id, "model_rev": registry.model_rev(info)}
+
+    async def publish(info: dict) -> None:
+        await client.set(telemetry.state_key("reg-burst"),
+                         json.dumps({"up": True, "status": "up", "model": info, "updated": time.time()}))
+        heart.describe = lambda: describe(info)
+        await heart.beat()
+
+    registry_reads, state_reads = [], []
+    real_decode, real_state = registry._decode_rows, telemetry.aget_state
+    monkeypatch.setattr(registry, "_decode_rows", lambda rows: (registry_reads.append(1), real_decode(rows))[1])
+
+    async def counted_state(bridge: str | None = None) -> dict:
+        state_reads.append(bridge)
+        return await real_state(bridge)
+
+    monkeypatch.setattr(telemetry, "aget_state", counted_state)
+    try:
+        await publish(facts)
+        first = await served.aserved_model_get(model_id)
+        assert first is not None and first.context_length == 512 and state_reads == ["reg-burst"]
+        registry_reads.clear()
+        burst = await asyncio.gather(*(served.aserved_model_get(model_id) for _ in range(8)))
+        assert [m.context_length for m in burst if m is not None] == [512] * 8
+        assert len(registry_reads) == 1 and state_reads == ["reg-burst"]  # the facts were known
+        await publish({**facts, "ctx": 1024})  # the bridge's engine came back with other facts
+        again = await served.aserved_model_get(model_id)
+        assert again is not None and again.context_length == 1024 and state_reads == ["reg-burst"] * 2
+    finally:
+        await heart.close()
+        await client.delete(telemetry.state_key("reg-burst"))

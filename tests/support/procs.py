@@ -103,14 +103,15 @@ def bridge_state(env):
     return json.loads(raw) if raw else None
 
 
-def start_bridge(env, timeout=60.0, argv_prefix=()):
+def start_bridge(env, timeout=60.0, argv_prefix=(), root=ROOT):
     """Runs `manage.py run_bridge` with env (merged over os.environ) and waits until its telemetry
     says the engine is up. Set REDIS_URL (see claim_redis_db), ENGINE_BINARY or ENGINE_COMMAND,
     ENGINE_MODEL, KV_SLOTS, CTX; ENGINE_ENV="KVSAVE=0,USAGE_SAVE=0" keeps the engine hermetic.
-    argv_prefix runs it under a launcher that execs it (`ip netns exec NS`: tests/support/netns.py)."""
+    argv_prefix runs it under a launcher that execs it (`ip netns exec NS`: tests/support/netns.py);
+    root: the checkout it runs from (bench/webpath.py --base)."""
     full = {**os.environ, **env}
     state_before = bridge_state(full)
-    proc = subprocess.Popen([*argv_prefix, PYTHON, str(ROOT / "manage.py"), "run_bridge"], cwd=ROOT, env=full)
+    proc = subprocess.Popen([*argv_prefix, PYTHON, str(Path(root) / "manage.py"), "run_bridge"], cwd=root, env=full)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
