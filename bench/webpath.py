@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/webpath.py [--model tiny|default|PATH] [--clients 1,4,8] [--rounds 5]
                                       [--max-tokens 128] [--buffered] [--client httpx,socket,openai]
+                                      [--variant 'NAME=VALUE ...'] [--base CHECKOUT]
 
 Two ways to the same engine binary and model, same prompts, greedy, in one sitting, interleaved
 round by round (raw, web, raw, web, ...):
@@ -25,6 +26,10 @@ then medians over rounds. Each round uses fresh prompts, so neither side reuses 
 with the raw engine's DONE). At the end: CPU seconds per 1,000 tokens of each of our processes
 (Daphne, bridge, its engine, the Celery worker, Redis; the raw engine for reference) from /proc.
 
+A/Bs in one sitting: `--variant` adds a second stack with settings of its own, `--base` one run
+from another checkout (`git worktree add /tmp/base HEAD~1`: a code change against its parent);
+the sides take turns right after the raw round, and the summary also gives each side's medians
+by its place in the round, since a side right after another web side measures worse.
 The stack is private: its own Redis database, a free port, the database of DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/colibri_bench, migrated here).
 """
@@ -332,6 +337,7 @@ class Side:
         self.wakes = {name: 0 for name in self.pids}
         self.tokens = 0
         self.rows = {}
+        self.by_position = {}  # (stream, clients, place after the raw round) -> [(added ms, web / raw)]
 
     def measure(self, runner, model_id, texts, max_tokens, stream):
         before = {name: (cpu_seconds(pid), wakeups(pid)) for name, pid in self.pids.items()}
@@ -449,6 +455,7 @@ def run_sitting(args, model, clients, slots, ctx, stacks):
                     added, ratio = (w_ttft - r_ttft) * 1000, w_rate / r_rate
                     side.rows.setdefault((stream, c), []).append((added, ratio, r_ttft * 1000, r_rate, w_rate,
                                                                   (w_mean - r_mean) * 1000))
+                    side.by_position.setdefault((stream, c, k), []).append((added, ratio))
                     line += (f" | {side.label} {w_ttft * 1000:7.1f} ms {w_rate:8.1f} tok/s, added {added:+7.1f} ms,"
                              f" ratio {ratio:.3f}")
                 print(line, flush=True)
@@ -462,6 +469,16 @@ def run_sitting(args, model, clients, slots, ctx, stacks):
             med = [statistics.median(v[k] for v in vals) for k in range(6)]
             print(f"| {'stream' if stream else 'buffered'} | {c} | {med[2]:.1f} | {med[0]:+.1f} | {med[5]:+.1f} | "
                   f"{med[3]:.0f} | {med[4]:.0f} | {med[1]:.3f} |")
+    if len(sides) > 1:
+        # A side measures worse right after another web side than right after the raw round
+        # (2026-12-05: +30.6 against +21.4 ms at 8 clients, 20 rounds each): the rotation
+        # balances that, and these rows show it, so that an A/B compares like with like.
+        print("\nby place in the round (1 = right after the raw round), medians: added ms, web / raw")
+        for side in sides:
+            for (stream, c, k), vals in sorted(side.by_position.items()):
+                print(f"  {side.label} | {'stream' if stream else 'buffered'} | {c} clients | place {k + 1}: "
+                      f"{statistics.median(v[0] for v in vals):+.1f} ms, "
+                      f"{statistics.median(v[1] for v in vals):.3f} ({len(vals)} rounds)")
     for side in sides:
         print(f"\n{side.label}: per 1,000 completion tokens (its web rounds; the raw engine over raw rounds): "
               "CPU seconds, and wakeups (voluntary context switches, all threads)\n")

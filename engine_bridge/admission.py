@@ -9,8 +9,8 @@ come; one that would wait in a full queue gets QUEUE_FULL.
 Invariants: `requests` holds every request from its admission to its final event and `running`
 (engine id -> request) those on the engine, so every request gets exactly one final event
 (finish); a slot is handed out again only once the engine acknowledged its request's end (DONE,
-CANCELLED or its death: release / reset); engine commands go out through send_command, whose
-failure is the supervisor's business (on_down), never a request's.
+CANCELLED or its death: release / reset); engine commands go out at once (a SUBMIT) or through
+send_command, and their failure is the supervisor's business (on_down), never a request's.
 """
 import asyncio
 import logging
@@ -120,7 +120,10 @@ class Admission:
         self.running[r.eng_id] = r
         engine = self.supervisor.engine
         assert engine is not None  # the scheduler starts nothing while the engine is down (paused)
-        send_command(engine.submit(r.eng_id, slot, r.job))
+        try:
+            engine.send(engine.submit_command(r.eng_id, slot, r.job))
+        except EngineFailed as exc:  # the engine is going down: on_down fails r with the others
+            log.warning("engine write failed: %s", exc)
 
     def cancel(self, r: Request) -> None:
         if r.eng_id is None:

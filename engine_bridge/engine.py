@@ -246,13 +246,30 @@ class Engine:
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc
 
-    async def submit(self, req_id: int, slot: int, job: GenerationRequest) -> None:
+    def send(self, data: bytes) -> None:
+        """Writes a command at once, in order with every other command (the pipe's transport keeps
+        what the pipe does not take yet; write() also waits for that to drain). So the first
+        SUBMIT of a burst reaches the engine, which starts its prefill, while the bridge still
+        admits the rest (a task per write sent them all after the last one's admission)."""
+        assert self.proc is not None and self.proc.stdin is not None  # started with stdin=PIPE
+        if self.broken or self.exited.done() or self.proc.stdin.is_closing():
+            raise EngineFailed("engine is not accepting commands")
+        try:
+            self.proc.stdin.write(data)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise EngineFailed(f"write failed: {exc!r}") from exc
+        self.wake.set()
+
+    def submit_command(self, req_id: int, slot: int, job: GenerationRequest) -> bytes:
         # key=value extensions (seed=, experts=, routes=, heat=) go only to our engine (it sends a
         # MODEL line); the bridge refuses such a request for any other engine before it gets here.
-        await self.write(protocol.format_submit(
+        return protocol.format_submit(
             req_id, slot, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=self.slots,
             seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat, top_k=job.top_k,
-            logprobs=job.logprobs, grammar=job.grammar))
+            logprobs=job.logprobs, grammar=job.grammar)
+
+    async def submit(self, req_id: int, slot: int, job: GenerationRequest) -> None:
+        await self.write(self.submit_command(req_id, slot, job))
 
     async def stop(self, req_id: int) -> None:
         await self.write(protocol.format_stop(req_id))

@@ -111,10 +111,11 @@ def _client() -> redis.asyncio.Redis:
 
 # The ignores below: redis-py annotates its asyncio client's commands as `Awaitable[T] | T` (one
 # signature for both clients) and BLMPOP's keys as lists; they are coroutines taking key names.
-# Messages for one inbox that this loop's requests send while a push to it is on its way wait
-# for it to land, then leave together in the next RPUSH: a burst of 8 submits costs one or two
-# round trips instead of 8 (each a send that wakes Redis on a core the engine computes on).
-_outgoing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, list[tuple[str, asyncio.Future]]]] = \
+# A loop's messages for one inbox: the first leaves at once; those sent while a push to that
+# inbox is on its way wait for it to land, then leave together in the next RPUSH. A burst of 8
+# submits costs two round trips instead of 8 (each a send that wakes Redis on a core the engine
+# computes on), and the first of them is not held back for the others.
+_pushing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, list[tuple[str, asyncio.Future]]]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -122,39 +123,44 @@ async def to_bridge(message: dict, bridge: str | None = None) -> None:
     """Appends `message` to a bridge's inbox; returns once Redis has it (raises what Redis
     raised). Messages of this loop for one inbox keep their order."""
     loop = asyncio.get_running_loop()
-    key, landed = inbox_key(bridge), loop.create_future()
-    queues = _outgoing.setdefault(loop, {})
-    queue = queues.get(key)
-    if queue is None:
-        queue = queues[key] = []
-        loop.create_task(_push_inbox(key, queues))
-    queue.append((json.dumps(message), landed))
-    await asyncio.shield(landed)  # a caller that leaves leaves its message sent (as a push would be)
-
-
-async def _push_inbox(key: str, queues: dict[str, list[tuple[str, asyncio.Future]]]) -> None:
-    """The inbox's one pusher on this loop: sends what is queued, in one RPUSH a round, until
-    nothing is; each message's future gets the outcome of the push that carried it."""
+    key, raw = inbox_key(bridge), json.dumps(message)
+    pushing = _pushing.setdefault(loop, {})
+    if key in pushing:  # a push is on its way: ride the next one
+        landed = loop.create_future()
+        pushing[key].append((raw, landed))
+        await asyncio.shield(landed)  # a caller that leaves leaves its message sent, as a push would
+        return
+    pushing[key] = []
     try:
-        while queues.get(key):
-            batch = queues[key]
-            queues[key] = []
+        await _client().rpush(key, raw)  # type: ignore[misc]
+    finally:
+        if pushing[key]:
+            loop.create_task(_push_waiting(key, pushing))
+        else:
+            del pushing[key]
+
+
+async def _push_waiting(key: str, pushing: dict[str, list[tuple[str, asyncio.Future]]]) -> None:
+    """Sends what waits for `key`, all of it in one RPUSH a round, until nothing does; each
+    message's future gets the outcome of the push that carried it."""
+    try:
+        while pushing.get(key):
+            batch, pushing[key] = pushing[key], []
             try:
                 await _client().rpush(key, *(raw for raw, _ in batch))  # type: ignore[misc]
-            except BaseException as exc:
-                for _, landed in batch:
-                    if not landed.done():
-                        landed.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
-                        landed.exception()  # seen: a caller that left raises nowhere
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                for _, landed in batch:
-                    if not landed.done():
-                        landed.set_result(None)
+                outcome: BaseException | None = None
+            except Exception as exc:
+                outcome = exc
+            for _, landed in batch:
+                if landed.done():
+                    continue
+                if outcome is None:
+                    landed.set_result(None)
+                else:
+                    landed.set_exception(outcome)
+                    landed.exception()  # seen: a caller that left raises nowhere
     finally:
-        queue = queues.pop(key, [])
-        for _, landed in queue:  # (only if this task was cancelled with messages queued)
+        for _, landed in pushing.pop(key, []):  # (left only if this task was cancelled)
             if not landed.done():
                 landed.set_exception(ConnectionError("the inbox pusher stopped"))
                 landed.exception()

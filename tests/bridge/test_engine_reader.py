@@ -98,3 +98,18 @@ async def test_it_ends_a_read_pause_when_a_command_is_written():
         assert recorder.count(protocol.Data) > 100  # what waited in the pipe came with it
     finally:
         await engine.kill()
+
+
+async def test_a_command_sent_is_in_the_pipe_before_send_returns():
+    """Engine.send writes at once (the bridge admits a burst in one go: the first SUBMIT must
+    reach the engine, which starts its prefill, before the others are admitted), in order."""
+    recorder = Recorder()
+    engine = await start_fake(recorder, lambda events, cycle: 0.0, delay=0.001)
+    try:
+        engine.send(engine.submit_command(1, 0, GenerationRequest(prompt="first", max_tokens=2)))
+        assert engine.proc.stdin.transport.get_write_buffer_size() == 0  # nothing waits for the loop
+        engine.send(protocol.format_stop(1))
+        await recorder.until(lambda e: isinstance(e, protocol.Done) and e.id == 1, timeout=5)
+        assert [type(e) for e in recorder.events if getattr(e, "id", None) == 1][0] is protocol.Accept
+    finally:
+        await engine.kill()
