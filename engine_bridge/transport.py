@@ -109,8 +109,6 @@ def _client() -> redis.asyncio.Redis:
     return loop_client("transport", socket_timeout=BLOCK_S + 5, health_check_interval=30)
 
 
-# The ignores below: redis-py annotates its asyncio client's commands as `Awaitable[T] | T` (one
-# signature for both clients) and BLMPOP's keys as lists; they are coroutines taking key names.
 # A loop's messages for one inbox: the first leaves at once; those sent while a push to that
 # inbox is on its way wait for it to land, then leave together in the next RPUSH. A burst of 8
 # submits costs two round trips instead of 8 (each a send that wakes Redis on a core the engine
@@ -119,6 +117,8 @@ _pushing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, list[tu
     weakref.WeakKeyDictionary()
 
 
+# The ignores below: redis-py annotates its asyncio client's commands as `Awaitable[T] | T` (one
+# signature for both clients) and BLMPOP's keys as lists; they are coroutines taking key names.
 async def to_bridge(message: dict, bridge: str | None = None) -> None:
     """Appends `message` to a bridge's inbox; returns once Redis has it (raises what Redis
     raised). Messages of this loop for one inbox keep their order."""
