@@ -15,12 +15,12 @@ only a miss reads the database, in a thread.
 Invariant: an entry is used only while the generation it was read under is still current and it
 is younger than MAX_AGE_S.
 """
-import asyncio
 import threading
 import time
 
 from api.keygen import ageneration, generation
 from api.models import ApiKey, hash_key
+from colibri_base.flight import shared_read
 from colibri_base.lean import database_call
 
 MAX_ENTRIES = 4096
@@ -54,26 +54,16 @@ def key_lookup(full_key: str) -> ApiKey | None:
     return entry[2] if entry else _remember(digest, current, ApiKey.lookup(full_key))
 
 
-# (event loop, digest, generation) -> the database read in flight for that key: concurrent misses
-# of one key share it. Clients send bursts (8 requests of one key at once), and each expiry of the
-# entry made all of them read the row, each in a thread of its own with a new PostgreSQL
-# connection: ~40 % of a burst benchmark's requests, 13 % of Daphne's CPU (py-spy).
-_reading: dict[tuple[int, str, int], asyncio.Task[ApiKey | None]] = {}
-
-
 async def akey_lookup(full_key: str) -> ApiKey | None:
     """key_lookup for the event loop: the generation from Redis without a thread; a miss reads the
     database in one (colibri_base.lean.database_call), one read for all the misses of one key
-    that arrive while it runs."""
+    that arrive while it runs (colibri_base.flight). Clients send bursts (8 requests of one key at
+    once), and each expiry of the entry made all of them read the row, each in a thread of its
+    own with a new PostgreSQL connection: ~40 % of a burst benchmark's requests, 13 % of Daphne's
+    CPU (py-spy)."""
     digest, current = hash_key(full_key), await ageneration()
     entry = _cached(digest, current)
     if entry:
         return entry[2]
-    loop = asyncio.get_running_loop()
-    flight = (id(loop), digest, current)
-    read = _reading.get(flight)
-    if read is None or read.get_loop() is not loop:  # (a closed loop's id, reused)
-        read = _reading[flight] = asyncio.ensure_future(database_call(ApiKey.lookup)(full_key))
-        read.add_done_callback(lambda _: _reading.pop(flight, None))
-    # shielded: a caller cancelled mid-read (a client gone) leaves the read to the others
-    return _remember(digest, current, await asyncio.shield(read))
+    row = await shared_read(("api-key-row", digest, current), lambda: database_call(ApiKey.lookup)(full_key))
+    return _remember(digest, current, row)

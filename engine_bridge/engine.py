@@ -235,13 +235,11 @@ class Engine:
                 log.log(level, "engine: %s", line.decode("utf-8", "replace").rstrip())
 
     async def write(self, data: bytes) -> None:
-        assert self.proc is not None and self.proc.stdin is not None  # started with stdin=PIPE
-        if self.broken or self.exited.done() or self.proc.stdin.is_closing():
-            raise EngineFailed("engine is not accepting commands")
+        """send(), then wait until the pipe has taken what the transport kept."""
         async with self.lock:
+            self.send(data)
+            assert self.proc is not None and self.proc.stdin is not None  # send() checked it
             try:
-                self.proc.stdin.write(data)
-                self.wake.set()
                 await self.proc.stdin.drain()
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise EngineFailed(f"write failed: {exc!r}") from exc

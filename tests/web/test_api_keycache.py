@@ -94,6 +94,7 @@ def test_a_burst_of_misses_for_one_key_reads_the_row_once(issued, monkeypatch):
     import asyncio
 
     from api import keycache
+    from colibri_base import flight
 
     row, key = issued
     reads = []
@@ -112,4 +113,4 @@ def test_a_burst_of_misses_for_one_key_reads_the_row_once(issued, monkeypatch):
     rows = asyncio.run(burst())
     assert [r.pk for r in rows] == [row.pk] * 8 and len(reads) == 1
     assert asyncio.run(burst())[0].pk == row.pk and len(reads) == 1  # and then from memory
-    assert not keycache._reading  # nothing left in flight
+    assert not [slot for slot in flight._reads if slot[1][0] == "api-key-row"]  # nothing left in flight
