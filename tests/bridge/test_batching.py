@@ -1,6 +1,11 @@
 """When the bridge sends a request's events (engine_bridge/pacing.py): the first token at once,
 later text at most once per text interval, and the interval grows with the number of running
-requests so that all of them together stay within BRIDGE_TEXT_BATCHES_PER_S."""
+requests so that all of them together stay within BRIDGE_TEXT_BATCHES_PER_S.
+
+The async tests run on a virtual clock (tests/support/vclock.py, a test double for time): their
+assertions are about which side of a frame deadline an event falls, and on the real clock a busy
+host that preempts the test for a frame moved events across it.
+"""
 import asyncio
 
 import pytest
@@ -8,6 +13,7 @@ import pytest
 from engine_bridge import pacing
 from engine_bridge.jobs import Request
 from engine_bridge.client import GenerationRequest
+from tests.support.vclock import on_virtual_clock, patch_monotonic
 
 
 @pytest.fixture
@@ -15,6 +21,7 @@ def bridge(settings, monkeypatch):
     settings.BRIDGE_TEXT_BATCHES_PER_S = 100
     settings.BRIDGE_TEXT_FRAME_S = 0.015
     b = pacing.Pacer(running={})
+    patch_monotonic(monkeypatch, pacing)
     sent = []
 
     async def send(listener, messages):  # stands in for Redis: records when each batch left
@@ -42,7 +49,7 @@ def test_the_interval_is_a_frame_for_one_stream_and_a_budget_share_for_many(brid
     assert b.text_interval() == pytest.approx(9 / 100)
 
 
-@pytest.mark.asyncio
+@on_virtual_clock
 async def test_the_first_token_leaves_at_once_and_later_text_coalesces(bridge):
     b, sent = bridge
     (r,) = running(b, 1)
@@ -60,7 +67,7 @@ async def test_the_first_token_leaves_at_once_and_later_text_coalesces(bridge):
     assert sent[1][0] - sent[0][0] >= b.text_frame_s - 0.002
 
 
-@pytest.mark.asyncio
+@on_virtual_clock
 async def test_a_final_event_never_waits_for_the_frame(bridge):
     b, sent = bridge
     (r,) = running(b, 1)
@@ -72,7 +79,7 @@ async def test_a_final_event_never_waits_for_the_frame(bridge):
     assert [e["kind"] for _, m in sent for e in m["events"]] == ["text", "text", "done"]
 
 
-@pytest.mark.asyncio
+@on_virtual_clock
 async def test_batches_of_several_requests_ready_together_share_one_send(bridge, monkeypatch):
     b, _ = bridge
     sends = []
@@ -113,7 +120,7 @@ def test_a_token_at_a_time_engine_is_read_at_most_every_pause_once_all_streams_s
     assert b.read_pause(2, slow) == 0.0             # r2's next event is its DONE: read it at once
 
 
-@pytest.mark.asyncio
+@on_virtual_clock
 async def test_held_text_of_several_streams_leaves_together(bridge, monkeypatch):
     b, _ = bridge
     sends = []
@@ -137,7 +144,7 @@ async def test_held_text_of_several_streams_leaves_together(bridge, monkeypatch)
     assert sends[1][0] >= first + interval - 0.001                  # not before the first was due
 
 
-@pytest.mark.asyncio
+@on_virtual_clock
 async def test_events_read_with_the_first_token_join_its_batch_before_it_leaves(bridge):
     b, sent = bridge
     r1, r2 = running(b, 2)
@@ -152,7 +159,7 @@ async def test_events_read_with_the_first_token_join_its_batch_before_it_leaves(
     assert not r1.sending and r1.waiting is None
 
 
-@pytest.mark.asyncio
+@on_virtual_clock
 async def test_events_after_a_batch_left_for_redis_wait_for_the_next_batch(bridge, monkeypatch):
     b, _ = bridge
     sends, release = [], asyncio.Event()

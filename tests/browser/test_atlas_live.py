@@ -122,6 +122,8 @@ def test_the_atlas_on_the_real_stack(live_stack, celery_worker, browser, django_
     built = atlas.request.get(f"{live_stack.url}{href}")
     doc = atlas_format.loads(built.body())
     assert len(doc["categories"]) >= 10 and doc["experts"]
+    built_id = href.split("/")[-2]  # /atlas/api/atlases/<id>/experts.json
+    atlas.locator(f"#atlas-current[data-loaded='{built_id}']").wait_for()  # its document and map
     assert atlas.evaluate("window.colibriAtlas.doc() !== null")
     atlas.fill("#atlas-search", doc["categories"][0])
     assert atlas.inner_text("#search-count").endswith("experts")

@@ -152,6 +152,7 @@ class Engine:
                 return
             with self.cond:
                 self._stderr += b
+                self.cond.notify_all()
 
     def _read_stdout(self):
         f = self.proc.stdout
@@ -269,6 +270,18 @@ class Engine:
     # ---------------------------------------------------------------- waiting
     def stderr_text(self) -> str:
         with self.cond:
+            return self._stderr.decode("utf-8", "replace")
+
+    def wait_stderr(self, text: str, timeout=None) -> str:
+        """Waits until `text` has appeared on the engine's stderr (read by its own thread, so a
+        line the engine wrote before answering on stdout may not be here yet); returns stderr."""
+        deadline = time.monotonic() + (T if timeout is None else timeout)
+        with self.cond:
+            while text.encode("utf-8") not in self._stderr:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.eof and self.proc.poll() is not None and not self._te.is_alive()):
+                    raise EngineError(f"{text!r} never appeared on stderr{self._diag()}")
+                self.cond.wait(min(left, 0.5))
             return self._stderr.decode("utf-8", "replace")
 
     def _diag(self) -> str:

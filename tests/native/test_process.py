@@ -399,10 +399,17 @@ def test_it_pins_the_whole_budget_by_default(spawn, tmp_path):
     # token's working set never hits), so the first turn end re-pins and the budget stays full
     expert_bytes = 2 * (64 * 128 // 32 * 34) + 128 * 64 * 2
     e = spawn(model="big", slots=1, USAGE_SAVE=0, COLI_USAGE=tmp_path / "usage.txt", EXPERT_RAM_MB=1)
+    fits = (1 << 20) // expert_bytes
     r = e.generate(chatml("Warm up the router with a few words."), max_tokens=12)
     assert any(line.startswith("REPIN ") for line in r.block), "no REPIN although the budget is pinned"
-    vr, ram, disk, _, _ = parse_tiers(r.block_line("TIERS"))
-    assert ram == (1 << 20) // expert_bytes and disk == 8 * 16 - ram, r.block_line("TIERS")
+    # This turn's TIERS precede its re-pin (the DONE block's order): during the turn the cache
+    # never holds more than the budget, but how full it is depends on when the lookahead's
+    # reads settle. The next turn's TIERS show the re-pinned budget, which nothing evicts.
+    _, ram, _, _, _ = parse_tiers(r.block_line("TIERS"))
+    assert ram <= fits, r.block_line("TIERS")
+    r = e.generate(chatml("And a second turn."), max_tokens=2)
+    _, ram, disk, _, _ = parse_tiers(r.block_line("TIERS"))
+    assert ram == fits and disk == 8 * 16 - ram, r.block_line("TIERS")
     assert e.close() == 0
 
 
@@ -441,9 +448,8 @@ def test_a_usage_save_waits_its_turn_and_never_hangs_a_turn(spawn, tmp_path):
         first = e.generate(chatml("While another engine writes."), max_tokens=6)
         assert first.done is not None, first.errors
         assert time.monotonic() - started < 30, "the turn hung on the usage lock"
-        e.sync()
+        e.wait_stderr("another engine is writing the usage file")
         assert not usage.exists(), "saved while another writer held the lock"
-        assert "another engine is writing the usage file" in e.stderr_text()
     second = e.generate(chatml("Now alone."), max_tokens=6)
     assert second.done is not None, second.errors
     e.sync()

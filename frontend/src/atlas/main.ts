@@ -40,10 +40,15 @@ export function mount(): void {
   window.colibriAtlas = debug;
 
   const library = new Library(http, (cur: AtlasInfo | null) => void loadAtlas(cur));
+  // The atlas's document and map are set together, then #atlas-current is marked with the id
+  // loaded: its text changes first, when the list is read, and a reader of the page waits for the mark.
   async function loadAtlas(cur: AtlasInfo | null): Promise<void> {
-    doc = cur ? await http.doc(cur.id) : null;
-    map.set(cur ? await http.map(cur.id) : { categories: [], points: [] });
+    const [nextDoc, nextMap] = cur ? await Promise.all([http.doc(cur.id), http.map(cur.id)])
+      : [null, { categories: [], points: [] }];
+    doc = nextDoc;
+    map.set(nextMap);
     search();
+    $("atlas-current").dataset.loaded = cur ? String(cur.id) : "none";
   }
 
   function search(): void {
