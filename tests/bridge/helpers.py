@@ -95,3 +95,40 @@ async def is_gone(bridge: str) -> bool:
 
 async def is_busy(bridge: str) -> bool:
     return any(i.id == bridge and i.busy for i in await registry.abridges_get())
+
+
+class Stream:
+    """One generation read in the background; the test waits for the events it needs (a queued
+    position, the first text) instead of sleeping and hoping the bridge got there."""
+
+    def __init__(self, request: GenerationRequest, **kwargs) -> None:
+        self.events: list = []
+        self._changed = asyncio.Event()
+        self.task = asyncio.create_task(self._read(request, kwargs))
+
+    async def _read(self, request: GenerationRequest, kwargs: dict) -> list:
+        try:
+            async with contextlib.aclosing(generate(request, **kwargs)) as events:
+                async for event in events:
+                    self.events.append(event)
+                    self._changed.set()
+            return self.events
+        finally:
+            self._changed.set()
+
+    async def seen(self, kind: str, timeout: float = 30) -> dict:
+        """The first event of `kind`, once it has come."""
+        deadline = time.monotonic() + timeout
+        while True:
+            hit = next((e for e in self.events if e is not None and e["kind"] == kind), None)
+            if hit is not None:
+                return hit
+            assert not self.task.done(), f"the stream ended without a {kind!r} event: {self.events}"
+            self._changed.clear()
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {kind!r} event within {timeout} s: {self.events}"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+    async def result(self, timeout: float = 60) -> list:
+        return await asyncio.wait_for(self.task, timeout)

@@ -8,7 +8,7 @@ import time
 from engine_bridge.client import GenerationRequest, generate
 from engine_bridge.telemetry import aget_state
 from tests.bridge.conftest import bridge_env, fake_command
-from tests.bridge.helpers import collect, final, text_of
+from tests.bridge.helpers import Stream, collect, final, text_of, until
 from tests.support import procs
 
 
@@ -53,15 +53,17 @@ async def test_it_skips_banners_and_ignores_unknown_kinds(redis_url):
 
 async def test_it_queues_with_positions_and_rejects_when_full(redis_url):
     with bridge(redis_url, "mux_fake.py", KV_SLOTS="1", BRIDGE_QUEUE_LIMIT="2", FAKE_DELAY="0.02"):
-        running = asyncio.create_task(collect(GenerationRequest(prompt="a", max_tokens=30)))
-        await asyncio.sleep(0.3)
-        bg = asyncio.create_task(collect(GenerationRequest(prompt="b", max_tokens=2, priority="background")))
-        await asyncio.sleep(0.1)
-        fg = asyncio.create_task(collect(GenerationRequest(prompt="c", max_tokens=2)))
-        await asyncio.sleep(0.1)
+        # each step waits for the bridge to have taken the one before: the slot, then the queue
+        running = Stream(GenerationRequest(prompt="a", max_tokens=100))
+        await running.seen("text")
+        bg = Stream(GenerationRequest(prompt="b", max_tokens=2, priority="background"))
+        await bg.seen("queued")
+        fg = Stream(GenerationRequest(prompt="c", max_tokens=2))
+        await fg.seen("queued")
         rejected = await collect(GenerationRequest(prompt="d", max_tokens=2))
         assert final(rejected)["code"] == "QUEUE_FULL" and final(rejected)["retry_after"] >= 1
-        results = await asyncio.gather(running, bg, fg)
+        assert not running.task.done(), "the running request ended before the queue was full"
+        results = [await s.result() for s in (running, bg, fg)]
         assert all(final(r)["kind"] == "done" for r in results)
         bg_positions = [e["position"] for e in results[1] if e["kind"] == "queued"]
         fg_positions = [e["position"] for e in results[2] if e["kind"] == "queued"]
@@ -71,16 +73,20 @@ async def test_it_queues_with_positions_and_rejects_when_full(redis_url):
 
 async def test_it_cancels_a_queued_job_when_the_caller_leaves(redis_url):
     with bridge(redis_url, "mux_fake.py", KV_SLOTS="1", FAKE_DELAY="0.02"):
-        running = asyncio.create_task(collect(GenerationRequest(prompt="a", max_tokens=20)))
-        await asyncio.sleep(0.3)
+        running = Stream(GenerationRequest(prompt="a", max_tokens=100))
+        await running.seen("text")
         async with contextlib.aclosing(generate(GenerationRequest(prompt="b", max_tokens=2))) as events:
             async for event in events:
                 if event["kind"] == "queued":
-                    break
-        assert final(await running)["kind"] == "done"
-        await asyncio.sleep(0.5)  # telemetry writes are throttled
-        state = await aget_state()
-        assert state["queue"] == 0 and state["busy"] == 0
+                    break                 # the caller leaves while its job waits
+        assert final(await running.result())["kind"] == "done"
+        # telemetry writes are throttled: the state shows the cancelled job gone within a while
+        await until(_idle, 10, "an idle bridge (nothing queued, no slot busy)")
+
+
+async def _idle() -> bool:
+    state = await aget_state()
+    return state["queue"] == 0 and state["busy"] == 0
 
 
 async def test_it_says_unavailable_when_no_bridge_runs(redis_url):
