@@ -36,28 +36,43 @@ async def test_items_go_to_the_group_only_while_somebody_is_in_it(redis_url, mon
         assert sends == []                                   # an empty group: nothing sent
         channel = await layer.new_channel()
         await layer.group_add(telemetry.GROUP, channel)
-        await asyncio.sleep(0.1)                             # the next check sees the member
-        publisher.update(hits=HITS)
-        message = await asyncio.wait_for(layer.receive(channel), 2)
+        # a check after the group_add sees the member (every WATCH_CHECK_S): an item published
+        # from then on reaches it; one published before that check is dropped, so publish until one arrives
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        message = None
+        while message is None:
+            assert loop.time() < deadline, "nothing reached the group's member"
+            publisher.update(hits=HITS)
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), 0.5)
+            except asyncio.TimeoutError:
+                pass
         assert message["type"] == "telemetry.batch" and message["items"][-1]["hits"] == HITS
     finally:
         pusher.cancel()
         await publisher.client.aclose()
 
 
-async def test_a_status_change_is_written_at_once_while_figures_wait(redis_url):
+async def test_a_status_change_is_written_at_once_while_figures_wait(redis_url, monkeypatch):
+    # The pause between figure writes, long enough that no host's scheduling ends it during the
+    # test: "the figures wait" and "the status did not wait for the pause" are then about the code.
+    monkeypatch.setattr(telemetry, "MIN_INTERVAL", 30.0)
     publisher = telemetry.Publisher()
     runner = asyncio.create_task(publisher.run())
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
+        loop = asyncio.get_running_loop()
         publisher.update(status="up", up=True)
-        await asyncio.sleep(0.05)                            # written; now the throttle pause runs
+        deadline = loop.time() + 10
+        while (raw := await client.get(telemetry.state_key())) is None:  # written; the pause runs
+            assert loop.time() < deadline, "the first status was never written"
+            await asyncio.sleep(0.01)
         publisher.update(hits=HITS)
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
         assert json.loads(await client.get(telemetry.state_key()))["hits"] is None  # figures wait
         publisher.update(status="restarting", up=False)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 0.3                         # still inside the 0.5 s pause
+        deadline = loop.time() + 10                          # well inside the 30 s pause
         while (state := json.loads(await client.get(telemetry.state_key())))["status"] != "restarting":
             assert loop.time() < deadline, "the status change waited for the throttle"
             await asyncio.sleep(0.01)
