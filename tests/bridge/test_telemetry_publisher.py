@@ -65,7 +65,7 @@ async def test_a_status_change_is_written_at_once_while_figures_wait(redis_url, 
         loop = asyncio.get_running_loop()
         publisher.update(status="up", up=True)
         deadline = loop.time() + 10
-        while (raw := await client.get(telemetry.state_key())) is None:  # written; the pause runs
+        while await client.get(telemetry.state_key()) is None:  # written; the pause runs
             assert loop.time() < deadline, "the first status was never written"
             await asyncio.sleep(0.01)
         publisher.update(hits=HITS)
