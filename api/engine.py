@@ -10,12 +10,15 @@ client should learn the position (and get keepalives) while it waits rather than
 minutes. What can still go wrong after that (the queue wait timing out, the engine going down,
 a context overflow found when the job reaches a slot) then goes in-band, in the surface's own
 error event; a job that never waits still gets its clean 4xx.
+A submit that found Redis out is made again while the request's ride-out window lasts
+(api.outage), then answered 503 + Retry-After.
 """
 import asyncio
 from collections.abc import AsyncGenerator, Callable
 
 from django.conf import settings
 
+from api import outage
 from api.errors import ApiError, from_engine_error
 from engine_bridge.client import GenerationRequest
 
@@ -67,5 +70,12 @@ async def open_generation(request: GenerationRequest, *, prompt_param: str = "me
             return ({**event, "bridge": bridge} if bridge else event), agen
         if kind == "error":
             await agen.aclose()
-            raise from_engine_error(event, prompt_param=prompt_param)
+            if not event.get("broker"):
+                raise from_engine_error(event, prompt_param=prompt_param)
+            # Redis refused the submit or the route (nothing reached a bridge): submit again
+            # while the request's ride-out window lasts (api.outage), as a chat turn does.
+            if outage.left_s() < outage.POLL_S or asyncio.get_running_loop().time() + outage.POLL_S >= deadline:
+                raise outage.broker_unavailable()
+            await asyncio.sleep(outage.POLL_S)
+            agen, bridge = client.generate(request, tick=tick, boot=boot), None
         # queued / submitted (the client's own first event) and unknown kinds: keep waiting.
