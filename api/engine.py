@@ -70,10 +70,12 @@ async def open_generation(request: GenerationRequest, *, prompt_param: str = "me
             return ({**event, "bridge": bridge} if bridge else event), agen
         if kind == "error":
             await agen.aclose()
-            if not event.get("broker"):
-                raise from_engine_error(event, prompt_param=prompt_param)
             # Redis refused the submit or the route (nothing reached a bridge): submit again
-            # while the request's ride-out window lasts (api.outage), as a chat turn does.
+            # while the request's ride-out window lasts (api.outage), as a chat turn does. No
+            # bridge (or engine) known once it answers again counts as the same outage: a
+            # restarted Redis has lost every registration until the bridges' next beat.
+            if not (event.get("broker") or (outage.riding() and event.get("code") == "ENGINE_UNAVAILABLE")):
+                raise from_engine_error(event, prompt_param=prompt_param)
             if outage.left_s() < outage.POLL_S or asyncio.get_running_loop().time() + outage.POLL_S >= deadline:
                 raise outage.broker_unavailable()
             await asyncio.sleep(outage.POLL_S)

@@ -46,6 +46,11 @@ def broker_unavailable() -> ApiError:
                     type="server_error", code="service_unavailable", headers={"Retry-After": str(BROKER_RETRY_S)})
 
 
+def riding() -> bool:
+    """Whether this request has met Redis out (its window is open)."""
+    return _deadline.get() is not None
+
+
 def left_s() -> float:
     """Seconds this request may still wait for Redis (the full window before its first failure)."""
     deadline = _deadline.get()
