@@ -86,6 +86,7 @@ async def _ageneration_or_outage() -> int | None:
             return await ageneration()
     except outage.BROKER_ERRORS as exc:
         _outage(exc)
+        outage.met()  # the request's later steps know Redis was out (api.engine waits for the bridges)
         return OUTAGE
 
 
