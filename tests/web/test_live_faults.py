@@ -522,8 +522,8 @@ def test_new_api_requests_in_a_long_redis_outage_get_their_surfaces_503_with_ret
         else:
             assert body == {"type": "error", "error": {"type": "overloaded_error", "message": body["error"]["message"]}}
         assert not any(marker in json.dumps(body) for marker in INTERNAL), body
-        # rode out, then said so; a frozen Redis adds at most the attempt under way (a Redis socket timeout, 6 s)
-        assert BROKER_OUTAGE_S - 1 <= took <= BROKER_OUTAGE_S + (3 if fault == "killed" else 8), (surface, stream, took)
+        # rode out for the window (from the view's start), then said so; a frozen Redis no longer
+        assert BROKER_OUTAGE_S - 1 <= took <= BROKER_OUTAGE_S + 4, (surface, stream, took)
     assert bogus[0] == 401, bogus  # the key check reads the database: a bad key is still a 401
     assert models.status_code == 200 and models.json()["data"], (models.status_code, models.text[:200])
     healthy(stack)
@@ -589,9 +589,10 @@ def test_a_revocation_during_a_redis_outage_takes_effect_within_a_second(stack, 
 
 
 def test_a_reply_cut_by_a_web_process_kill_keeps_what_its_reader_received(stack, cookie):
-    """The stored reply equals the text the socket delivered, plus at most the one delta that was
+    """The stored reply is the text the socket delivered, plus at most the one delta that was
     being delivered when the process died (chat.relay's tail log); without the log it was short
-    by the text since the last save (up to RELAY_SAVE_EVERY_S of it)."""
+    by the text since the row's last save (up to RELAY_SAVE_EVERY_S of it: the figures printed
+    as "the row held at the kill")."""
     healthy(stack)
 
     async def read_until_closed(ws, frames):
@@ -643,5 +644,7 @@ def test_a_reply_cut_by_a_web_process_kill_keeps_what_its_reader_received(stack,
               f" (largest delta {biggest[m.pk]})")
         assert m.status == "interrupted", m.status
         assert m.text.startswith(seen), (len(seen), len(m.text), m.text[:80], seen[:80])
-        assert len(m.text) - len(seen) <= biggest[m.pk], (len(m.text), len(seen), biggest[m.pk])
+        # Beyond it, at most the delta being delivered at the kill: the reader cannot know its
+        # size, so the check is the largest delta it got or 512 characters, whichever is more.
+        assert len(m.text) - len(seen) <= max(biggest[m.pk], 512), (len(m.text), len(seen), biggest[m.pk])
     healthy(stack)
