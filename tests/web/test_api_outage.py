@@ -137,3 +137,30 @@ def test_a_settlement_while_redis_is_out_keeps_the_charge_and_raises_nothing(red
 ])
 def test_a_tail_log_extends_the_saved_text_up_to_its_first_gap(saved, pieces, expected):
     assert extended(saved, pieces) == expected
+
+
+def test_a_tail_log_written_by_the_relay_is_what_the_sweep_recovers():
+    """Through the shared Redis (the test's own message id, removed after)."""
+    from chat import relay
+
+    msg_id = 2 ** 62 + time.monotonic_ns() % 10 ** 9
+
+    async def write():
+        await relay._log_tail(msg_id, 0, "Hello")
+        await relay._log_tail(msg_id, 5, ", wor")
+        await relay._log_tail(msg_id, 10, "ld 😀")
+
+    try:
+        asyncio.run(write())
+        assert relay.recovered_text(msg_id, "") == "Hello, world 😀"
+        assert relay.recovered_text(msg_id, "Hello, w") == "Hello, world 😀"  # a save in between
+        asyncio.run(relay._drop_tail(msg_id))
+        assert relay.recovered_text(msg_id, "Hello") == "Hello"
+    finally:
+        asyncio.run(relay._drop_tail(msg_id))
+
+
+def test_the_sweep_keeps_the_saved_text_when_the_tail_log_cannot_be_read(redis_out):
+    from chat import relay
+
+    assert relay.recovered_text(1, "saved") == "saved"
