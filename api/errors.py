@@ -4,7 +4,7 @@ Invariant: every failure of a /v1 route leaves as JSON in its family's envelope:
 (`{"error": {message, type, param, code}}`, all four keys always) for Chat, Completions,
 Responses and Models; Anthropic (`{"type": "error", "error": {type, message}}`, 503 sent as 529
 `overloaded_error`) for Messages. Unexpected exceptions become a logged 500 in the envelope,
-never Django's HTML page. Messages are written for API clients: the bridge's chat-page wording
+never Django's HTML page; Redis out is a 503 with Retry-After (api.outage), never a 500. Messages are written for API clients: the bridge's chat-page wording
 is never passed through (api_engine_message).
 """
 import logging
@@ -143,6 +143,11 @@ def as_api_error(exc: BaseException) -> ApiError:
         return ApiError(exc.status_code, str(exc.detail))
     if isinstance(exc, Http404):
         return ApiError(404, "Not found.", code="not_found")
+    from api import outage  # (it imports this module)
+
+    if isinstance(exc, outage.BROKER_ERRORS):  # a Redis read no step rode out: come back, not a 500
+        log.warning("Redis out under a /v1 view: %r", exc)
+        return outage.broker_unavailable()
     log.exception("unexpected error in a /v1 view", exc_info=exc)
     return ApiError(500, "Internal server error.", type="server_error", code="internal_error")
 

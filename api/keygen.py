@@ -5,11 +5,15 @@ Why its own module: the rows bump it (api.models' bulk revoke, api.signals' row 
 key cache reads it, and the key cache reads the rows: with the counter inside keycache, models and
 keycache imported each other. Here it sits below both and imports nothing of the app.
 """
+import logging
 import time
 
+import redis
 from django.core.cache import cache
 
 from colibri_base.flight import shared_read
+
+log = logging.getLogger(__name__)
 
 GENERATION_KEY = "api:keys:generation"
 
@@ -34,8 +38,14 @@ async def ageneration() -> int:
 
 
 def keys_changed() -> None:
-    """Called after a key, user or limit row changed: every process re-reads its keys."""
+    """Called after a key, user or limit row changed: every process re-reads its keys. With Redis
+    out the change is committed all the same and only logged here: every process re-reads its
+    rows within api.keycache.MAX_AGE_S anyway, so a revocation is not lost, and the admin's save
+    must not fail after its commit."""
     try:
-        cache.incr(GENERATION_KEY)
-    except ValueError:  # no counter yet: nothing can have been cached under one
-        cache.add(GENERATION_KEY, time.time_ns())
+        try:
+            cache.incr(GENERATION_KEY)
+        except ValueError:  # no counter yet: nothing can have been cached under one
+            cache.add(GENERATION_KEY, time.time_ns())
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        log.warning("a key, user or limit changed while Redis is out (%s): processes see it within a second", exc)

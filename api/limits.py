@@ -17,7 +17,11 @@ it: nothing): unused tokens return, an overrun is owed (the bucket goes below ze
 requests wait it out). One atomic Lua script per admission and per settlement.
 A refusal is 429 in the surface's envelope with Retry-After (the seconds until the buckets hold
 the charge) and the rate-limit headers of the surface's family (api/views.py).
+While Redis is out an admission waits for it (api.outage.ride_out: the request's ride-out window,
+then 503 + Retry-After); a settlement that finds it out is dropped (logged): the charge stands
+and the bucket refills within WINDOW_S.
 """
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -32,8 +36,11 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from api import outage
 from api.models import ApiKey, UserApiLimit
 from colibri_base.cache import async_client
+
+log = logging.getLogger(__name__)
 
 WINDOW_S = 60
 Account = tuple[str, str, int]  # (scope: key | user, ident, limit per minute)
@@ -79,10 +86,13 @@ class _PerMinute(BaseThrottle):
         for scope, ident, limit in limit_for(request, "requests_per_minute"):
             if scope != self.scope_name:
                 continue
-            now = time.time()
             key = cache.make_key(f"api_rpm:{scope}:{ident}")
-            out = await _ascript(_LOG_LUA, [key], [repr(now), str(WINDOW_S), str(int(limit)),
-                                                   f"{now!r}-{uuid.uuid4().hex[:12]}"])
+
+            async def log_request() -> tuple[float, Any]:  # its time is the try's (a ride-out may wait)
+                now = time.time()
+                return now, await _ascript(_LOG_LUA, [key], [repr(now), str(WINDOW_S), str(int(limit)),
+                                                             f"{now!r}-{uuid.uuid4().hex[:12]}"])
+            now, out = await outage.ride_out(log_request)
             admitted, count, oldest = bool(int(out[0])), int(out[1]), float(out[2])
             reset = max(0.0, WINDOW_S - (now - oldest))
             info = getattr(request, "_api_ratelimit", None)
@@ -219,7 +229,10 @@ class Reservation:
         if self.settled or not self.accounts:
             return
         self.settled = True
-        _bucket("settle", self.accounts, [used - c for c in self.charges], now=now)
+        try:
+            _bucket("settle", self.accounts, [used - c for c in self.charges], now=now)
+        except outage.BROKER_ERRORS as exc:  # the charge stands; the buckets refill within WINDOW_S
+            log.warning("settling a token reservation failed, Redis out (%s): its charge stands", exc)
 
     def info(self) -> RateInfo | None:
         """(limit, remaining, seconds until full) of the tightest bucket after admission, or None."""
@@ -248,7 +261,8 @@ async def atokens_admit(accounts: Sequence[Account], amount: int, now: float | N
     """tokens_admit on the event loop."""
     if not accounts:
         return Reservation()
-    return _admitted(accounts, amount, await _abucket("admit", accounts, [amount] * len(accounts), now=now))
+    result = await outage.ride_out(lambda: _abucket("admit", accounts, [amount] * len(accounts), now=now))
+    return _admitted(accounts, amount, result)
 
 
 def _admitted(accounts: Sequence[Account], amount: int, result: tuple[bool, float, list[float]]) -> Reservation:

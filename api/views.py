@@ -34,7 +34,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import anthropic_messages, engine, intake, limits, openapi, served, surfaces
+from api import anthropic_messages, engine, intake, limits, openapi, outage, served, surfaces
 from api.auth import ApiKeyAuthentication
 from api.errors import ANTHROPIC, OPENAI, ApiError, Envelope, as_api_error, from_engine_error, render
 from api.loopview import LoopAPIView
@@ -127,6 +127,7 @@ class LoopV1Api(V1Api, LoopAPIView):
     rendering, with no thread hop. A CORS preflight is answered before authentication."""
 
     async def ainitial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        outage.begin()  # its own window for riding out a Redis outage
         if not self.is_preflight(request):
             await super().ainitial(request, *args, **kwargs)
 

@@ -2,30 +2,34 @@
 
 The task belongs to the conversation, not to a socket: closing the tab does not stop it. It
 publishes to the group `conv-<id>`; any socket that sends `open` joins that group and gets a
-snapshot from the database (saved every RELAY_SAVE_EVERY_S), then the live deltas. Stop sets
+snapshot from the database (saved every RELAY_SAVE_EVERY_S; the text since, in a tail log in
+Redis that the orphan sweep reads if the process dies), then the live deltas. Stop sets
 an event when the turn runs in this process and a short-lived cache flag for any other process;
 the relay polls the flag rather than blocking in a channel-layer receive, because cancelling such
 a receive can lose another channel's message in channels-redis.
 
-Delivery: a frame goes straight to the sockets of this process that watch the conversation (no
-Redis round trip between the engine's token and the screen), and through the group to sockets of
+Delivery: a frame goes straight to the sockets of this process that watch the conversation (one
+Redis write between the engine's token and the screen: the tail log's), and through the group to sockets of
 other processes; a socket drops a group copy that came from its own process (it has it already).
 """
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.cache import cache
+from django.core.cache.backends.redis import RedisCache
 from django.utils import timezone
 
 from chat import services
 from chat.groups import group_for
 from chat.models import Message
+from colibri_base.cache import async_client
 from colibri_base.layers import channel_layer
 
 if TYPE_CHECKING:
@@ -317,11 +321,13 @@ async def _consume(conv_id: int, msg_id: int, queue: EventQueue, stopper: asynci
         if state.outcome is None and len(state.text) != saved_len and now - last_save >= RELAY_SAVE_EVERY_S:
             await database_sync_to_async(services.message_save_partial)(msg_id, state.text)
             last_save, saved_len = now, len(state.text)
+            await _drop_tail(msg_id)  # the row holds it all now
 
 
 async def _publish_delta(conv_id: int, msg_id: int, state: _State, offset: int, pieces: list[str]) -> None:
     text = "".join(pieces)
     state.text += text
+    await _log_tail(msg_id, offset, text)  # before any socket has it: what a reader saw is kept
     # offset counts Unicode code points of the message text before this delta.
     await publish(conv_id, {"type": "delta", "message": msg_id, "offset": offset, "text": text})
 
@@ -365,6 +371,76 @@ ERROR_DETAIL = {
     "QUEUE_FULL": "The server is busy (queue full). Try again in a moment.",
     "CONTEXT_EXCEEDED": "This conversation is longer than the model's context window. Start a new chat or edit an earlier message.",
 }
+
+
+# The tail log: the text since the row's last save survives the web process. Each delta is
+# appended to a Redis list (one [offset, text] per delta) before any socket gets it, the list is
+# emptied at each save of the row, and the sweep of a reply whose process died extends the row's
+# text with it (recovered_text). So a swept reply holds all a reader received, and beyond it at
+# most the one delta being delivered when the process died (it was logged, not yet on the wire).
+# While Redis fails the log is skipped for GROUP_DOWN_S at a time, the turn never waits on it
+# (TAIL_TIMEOUT_S bounds one write), and the loss falls back to RELAY_SAVE_EVERY_S of text: a
+# piece after a gap is never applied.
+TAIL_TTL_S = 3600       # an unswept log outlives its last delta this long
+TAIL_TIMEOUT_S = 0.25   # one write's bound: a frozen Redis must not stall the turn
+_tail_down_until = 0.0
+
+
+def tail_key(message_id: int) -> str:
+    return cache.make_key(f"chat:tail:{message_id}")
+
+
+async def _log_tail(message_id: int, offset: int, text: str) -> None:
+    global _tail_down_until
+    client = async_client(cache)
+    if client is None or time.monotonic() < _tail_down_until:
+        return
+    key = tail_key(message_id)
+    try:
+        async with asyncio.timeout(TAIL_TIMEOUT_S):
+            pipe = client.pipeline(transaction=False)  # one round trip for both
+            pipe.rpush(key, json.dumps([offset, text]))
+            pipe.expire(key, TAIL_TTL_S)
+            await pipe.execute()
+    except Exception as exc:
+        if time.monotonic() >= _tail_down_until:
+            log.warning("the tail log of message %s failed (%s); skipped for %gs", message_id, exc, GROUP_DOWN_S)
+        _tail_down_until = time.monotonic() + GROUP_DOWN_S
+
+
+async def _drop_tail(message_id: int) -> None:
+    client = async_client(cache)
+    if client is None:
+        return
+    try:
+        async with asyncio.timeout(TAIL_TIMEOUT_S):
+            await client.delete(tail_key(message_id))
+    except Exception:  # it expires (TAIL_TTL_S); the sweep applies no piece the row already holds
+        log.debug("dropping the tail log of message %s failed", message_id, exc_info=True)
+
+
+def extended(text: str, pieces: list) -> str:
+    """`text` (a reply's stored prefix) with the logged pieces ([offset, text], in log order) that
+    reach past its end; stops at a gap (a piece not logged)."""
+    for piece in pieces:
+        offset, more = piece
+        if offset > len(text):
+            break
+        if offset + len(more) > len(text):
+            text = text[:offset] + more
+    return text
+
+
+def recovered_text(message_id: int, saved: str) -> str:
+    """What a reader of the cut-off reply received: its row's text extended by its tail log (the
+    sweep calls this, in a thread); the row's text alone when Redis cannot say."""
+    try:
+        client = cast(RedisCache, cache)._cache.get_client(None, write=False)
+        raw = cast(list[bytes], client.lrange(tail_key(message_id), 0, -1))  # redis-py: `Awaitable | list`
+        return extended(saved, [json.loads(item) for item in raw])
+    except Exception as exc:
+        log.warning("the tail log of message %s could not be read (%s): its saved text stands", message_id, exc)
+        return saved
 
 
 SAVE_RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds: rides out a database restart or failover
@@ -415,6 +491,8 @@ async def _finish(conv_id: int, msg_id: int, state: _State) -> None:
         status = Message.Status.INTERRUPTED
         stats.setdefault("finish_reason", "stopped")
     msg = await _store_final(conv_id, msg_id, state, status, stats)
+    if msg is not _UNSAVED:  # (unsaved: the row stays streaming, and the sweep recovers it from the log)
+        await _drop_tail(msg_id)
     if msg is _UNSAVED:  # the reader keeps the reply on screen and is told it was not stored
         await publish(conv_id, {"type": "error", "message": msg_id, "code": "SAVE_FAILED", "detail": SAVE_FAILED_DETAIL})
         msg = Message(pk=msg_id, conversation_id=conv_id, role=Message.Role.ASSISTANT, text=state.text,

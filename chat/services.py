@@ -142,19 +142,25 @@ def expire_stale_streaming(conv: Conversation) -> None:
         _interrupt(msg)
 
 
-def _interrupt(msg: Message) -> None:
-    """Marks a cut-off reply: `interrupted` with its partial text kept (`error` when it has none)."""
+def _interrupt(msg: Message, text: str | None = None) -> None:
+    """Marks a cut-off reply: `interrupted` with its partial text kept (`error` when it has none);
+    `text`: that text as recovered (chat.relay.recovered_text), when it is longer than the row's."""
+    if text is not None:
+        msg.text = storable(text)
     msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
     msg.stats = {**msg.stats, "error": LOST_ERROR}
-    msg.save(update_fields=["status", "stats", "updated"])
+    msg.save(update_fields=["text", "status", "stats", "updated"])
 
 
-def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool]]) -> list[Message]:
+def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool]],
+                               recover: Callable[[int, str], str] | None = None) -> list[Message]:
     """Interrupts every streaming message whose relay is gone, whatever the crash (issue 24): its
     web process (relay_owner) no longer renews its lease — `owners_alive(set of owners)` answers
     {owner: bool} and raises when it cannot tell, which sweeps nothing — or, for a row without an
     owner, it was not saved for STALE_STREAMING. Rows younger than ORPHAN_MIN_AGE are left alone
-    (their relay may not have begun). Returns the messages it ended, as stored."""
+    (their relay may not have begun). `recover(pk, saved text)`: the text its readers received,
+    when the row's was saved before the end (chat.relay.recovered_text). Returns the messages it
+    ended, as stored."""
     now = timezone.now()
     rows = list(Message.objects.filter(status=Message.Status.STREAMING, updated__lt=now - ORPHAN_MIN_AGE)
                 .values_list("pk", "relay_owner", "updated"))
@@ -168,7 +174,7 @@ def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool
         with transaction.atomic():
             msg = Message.objects.select_for_update().filter(pk=pk, status=Message.Status.STREAMING).first()
             if msg is not None:  # its relay may have finished it meanwhile
-                _interrupt(msg)
+                _interrupt(msg, recover(pk, msg.text) if recover else None)
                 ended.append(msg)
     return ended
 

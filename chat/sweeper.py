@@ -9,8 +9,9 @@ which
 * renews the process's lease, `chat:relay:alive:<relay.PROCESS>` in the cache, every BEAT_S with
   a TTL of OWNER_TTL_S: the owner of the streaming messages it relays (Message.relay_owner);
 * sweeps at once (start-up) and then every SWEEP_S: services.messages_interrupt_orphans marks
-  every streaming message whose owner's lease is gone `interrupted` (partial text kept, saved every
-  RELAY_SAVE_EVERY_S by its relay) and publishes its final state to the conversation's sockets.
+  every streaming message whose owner's lease is gone `interrupted` (partial text kept: saved every
+  RELAY_SAVE_EVERY_S by its relay, and the rest from its tail log, chat.relay.recovered_text) and
+  publishes its final state to the conversation's sockets.
 
 Invariants: a live process's messages are never swept (its lease is renewed far more often than
 it expires, and a process never sweeps its own); while Redis cannot say whose lease exists, and for
@@ -59,7 +60,7 @@ def ensure_started() -> None:
 async def sweep_once() -> int:
     """One sweep; returns how many messages it ended (0 when Redis or the database is out)."""
     try:
-        ended = await database_sync_to_async(services.messages_interrupt_orphans)(owners_alive)
+        ended = await database_sync_to_async(services.messages_interrupt_orphans)(owners_alive, relay.recovered_text)
     except Exception as exc:  # cannot tell whose lease lives: sweep nothing this round
         log.warning("orphan sweep skipped (%s)", exc)
         return 0

@@ -421,3 +421,230 @@ def test_an_open_socket_closes_when_its_session_expires(stack, cookie):
     assert exc.rcvd is not None and exc.rcvd.code == 4401, exc
     print(f"\nsession expired on an open socket: closed 4401 after {after:.2f} s")
     assert after < 5
+
+
+# Redis out under new API requests (api.outage): each surface answers its own 503 (Messages: 529
+# overloaded_error) with Retry-After once the request's ride-out window is spent, never a 500;
+# a request whose outage ends within the window is served; the key check needs no Redis.
+SURFACE_CALLS = {  # surface -> (path, body, headers besides the key, its busy status)
+    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8},
+             {}, 503),
+    "messages": ("/v1/messages", {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8},
+                 {"anthropic-version": "2023-06-01"}, 529),
+}
+
+
+def _api_call(stack, key, surface, model, stream=False, timeout=40):
+    """(status, headers, body or the stream's text, seconds): one request, buffered or streamed."""
+    path, body, headers, _ = SURFACE_CALLS[surface]
+    headers = {**headers, "Authorization": f"Bearer {key}"} if surface == "chat" else {**headers, "x-api-key": key}
+    t0 = time.monotonic()
+    with httpx.stream("POST", stack.url + path, json={**body, "model": model, "stream": stream, "temperature": 0},
+                      headers=headers, timeout=timeout) as r:
+        text = r.read().decode()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = text
+    return r.status_code, r.headers, payload, time.monotonic() - t0
+
+
+def _in_threads(calls):
+    """Runs each () -> result at once in a thread of its own; -> their results, in order."""
+    results = [None] * len(calls)
+
+    def run(i, call):
+        try:
+            results[i] = call()
+        except Exception as exc:  # noqa: BLE001 - reported by the assertions
+            results[i] = exc
+    threads = [threading.Thread(target=run, args=(i, c), daemon=True) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def _limited_key(alice, name):
+    row, key = ApiKey.issue(user=alice, name=name)
+    # limits on the key: its admission runs both rate-limit scripts in Redis
+    ApiKey.objects.filter(pk=row.pk).update(requests_per_minute=10_000, tokens_per_minute=10_000_000)
+    return key
+
+
+def _model(stack, key):
+    return httpx.get(stack.url + "/v1/models", headers={"Authorization": f"Bearer {key}"}).json()["data"][0]["id"]
+
+
+def _kill_redis(stack):
+    stack.redis.kill()
+    stack.redis.wait()
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_new_api_requests_in_a_long_redis_outage_get_their_surfaces_503_with_retry_after(stack, alice, fault):
+    from engine_bridge.client import BROKER_OUTAGE_S
+
+    healthy(stack)
+    warm, fresh = _limited_key(alice, "warm"), ApiKey.issue(user=alice, name="fresh")[1]
+    model = _model(stack, warm)
+    assert _api_call(stack, warm, "chat", model)[0] == 200
+    calls = [(key, surface, stream) for key in (warm, fresh) for surface in SURFACE_CALLS for stream in (False, True)]
+    if fault == "killed":
+        _kill_redis(stack)
+    else:  # SIGSTOP: connections open, nothing answers
+        with_signal(stack.redis.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        results = _in_threads([lambda c=c: _api_call(stack, c[0], c[1], model, stream=c[2]) for c in calls] + [
+            lambda: _api_call(stack, "sk-colibri-not-a-key", "chat", model),
+            lambda: httpx.get(stack.url + "/v1/models", headers={"Authorization": f"Bearer {warm}"}, timeout=10)])
+        outage = time.monotonic() - t0
+    finally:
+        if fault == "killed":
+            stack.start_redis()
+        else:
+            with_signal(stack.redis.pid, signal.SIGCONT)
+    *answers, bogus, models = results
+    print(f"\n{len(calls)} new API requests in a {outage:.1f} s Redis outage, {fault} "
+          f"(ride-out window {BROKER_OUTAGE_S:g} s):")
+    for (key, surface, stream), answer in zip(calls, answers):
+        assert not isinstance(answer, Exception), (surface, stream, answer)
+        status, headers, body, took = answer
+        print(f"  {surface:8} {'stream' if stream else 'buffered':8} {'warm' if key == warm else 'fresh'} key: "
+              f"{status} Retry-After {headers.get('retry-after')} after {took:.1f} s")
+        assert status == SURFACE_CALLS[surface][3], (surface, stream, status, body)
+        assert int(headers["retry-after"]) >= 1 and int(headers["retry-after-ms"]) >= 1000, dict(headers)
+        if surface == "chat":
+            assert body["error"]["type"] == "server_error" and body["error"]["code"] == "service_unavailable", body
+            assert set(body["error"]) >= {"message", "type", "param", "code"}, body
+        else:
+            assert body == {"type": "error", "error": {"type": "overloaded_error", "message": body["error"]["message"]}}
+        assert not any(marker in json.dumps(body) for marker in INTERNAL), body
+        # rode out for the window (from the view's start), then said so; a frozen Redis no longer
+        assert BROKER_OUTAGE_S - 1 <= took <= BROKER_OUTAGE_S + 4, (surface, stream, took)
+    assert bogus[0] == 401, bogus  # the key check reads the database: a bad key is still a 401
+    assert models.status_code == 200 and models.json()["data"], (models.status_code, models.text[:200])
+    healthy(stack)
+    assert _api_call(stack, warm, "messages", model)[0] == 200
+
+
+def test_a_new_api_request_rides_out_a_short_redis_outage(stack, alice):
+    healthy(stack)
+    warm, fresh = _limited_key(alice, "warm"), ApiKey.issue(user=alice, name="fresh")[1]
+    model = _model(stack, warm)
+    assert _api_call(stack, warm, "chat", model)[0] == 200
+    calls = [(key, surface, stream) for key in (warm, fresh) for surface in SURFACE_CALLS for stream in (False, True)]
+    _kill_redis(stack)
+    back = []
+
+    def restart_after(seconds):
+        time.sleep(seconds)
+        stack.start_redis()
+        back.append(time.monotonic())
+        return None
+    t0 = time.monotonic()
+    results = _in_threads([lambda c=c: _api_call(stack, c[0], c[1], model, stream=c[2]) for c in calls]
+                          + [lambda: restart_after(2.0)])
+    assert back, "Redis did not restart"
+    print(f"\n{len(calls)} new API requests sent into a Redis outage that ended {back[0] - t0:.1f} s later:")
+    for (key, surface, stream), answer in zip(calls, results):
+        assert not isinstance(answer, Exception), (surface, stream, answer)
+        status, headers, body, took = answer
+        print(f"  {surface:8} {'stream' if stream else 'buffered':8} {'warm' if key == warm else 'fresh'} key: "
+              f"{status} after {took:.1f} s ({t0 + took - back[0]:.1f} s after Redis returned)")
+        assert status == 200, (surface, stream, status, body)
+        if stream:
+            assert "data:" in body, body[:200]
+        else:
+            assert (body["choices"][0]["message"]["content"] if surface == "chat" else body["content"][0]["text"]), body
+    healthy(stack)
+
+
+def test_a_revocation_during_a_redis_outage_takes_effect_within_a_second(stack, alice):
+    healthy(stack)
+    row, key = ApiKey.issue(user=alice, name="revoked in the outage")
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=stack.url, headers=headers, timeout=10) as http:
+        assert http.get("/v1/models").status_code == 200  # the key is cached in the web process now
+        _kill_redis(stack)
+        try:
+            assert http.get("/v1/models").status_code == 200  # known without Redis
+            ApiKey.objects.filter(pk=row.pk).update(revoked=True)  # (a signal could not reach Redis either)
+            t0, answers = time.monotonic(), []
+            while time.monotonic() - t0 < 2:
+                sent = time.monotonic() - t0
+                answers.append((round(sent, 2), http.get("/v1/models").status_code))
+                time.sleep(0.05)
+        finally:
+            stack.start_redis()
+    late = [sent for sent, status in answers if status == 200]
+    print(f"\nrevocation in a Redis outage: {len(late)} requests accepted after it, "
+          f"the last sent {max(late, default=0):.2f} s after")
+    assert {status for _, status in answers} <= {200, 401}, answers
+    assert not late or max(late) < 1.2, answers
+    assert {status for sent, status in answers if sent >= 1.2} == {401}, answers
+    healthy(stack)
+
+
+def test_a_reply_cut_by_a_web_process_kill_keeps_what_its_reader_received(stack, cookie):
+    """The stored reply is the text the socket delivered, plus at most the one delta that was
+    being delivered when the process died (chat.relay's tail log); without the log it was short
+    by the text since the row's last save (up to RELAY_SAVE_EVERY_S of it: the figures printed
+    as "the row held at the kill")."""
+    healthy(stack)
+
+    async def read_until_closed(ws, frames):
+        try:
+            while True:
+                frames.append(json.loads(await ws.recv()))
+        except websockets.ConnectionClosed:
+            return
+
+    async def turns():
+        readers, all_frames = [], []
+        for _ in range(2):
+            ws = await _ws_turn(stack, cookie, LONG_PROMPT, LONG)
+            frames = []
+            await _until(ws, "delta", seen=frames)
+            readers.append(asyncio.ensure_future(read_until_closed(ws, frames)))
+            all_frames.append(frames)
+        await asyncio.sleep(1.3)  # a few partial saves (every 0.5 s), and text since the last
+        assert not any(f["type"] == "done" for frames in all_frames for f in frames), "a turn ended by itself"
+        stack.daphne.kill()
+        await asyncio.wait_for(asyncio.gather(*readers), 10)
+        return all_frames
+
+    loop = asyncio.new_event_loop()
+    try:
+        all_frames = loop.run_until_complete(turns())
+    finally:
+        close_loop(loop)
+    stack.daphne.wait()
+    received, biggest = {}, {}
+    for frames in all_frames:
+        for f in frames:
+            if f["type"] == "delta":
+                text = received.get(f["message"], "")
+                assert f["offset"] == len(text), (f["offset"], len(text))
+                received[f["message"]] = text + f["text"]
+                biggest[f["message"]] = max(biggest.get(f["message"], 0), len(f["text"]))
+    saved = {m.pk: m.text for m in Message.objects.filter(pk__in=received)}  # the rows as the kill left them
+    stack.start_daphne()
+
+    def swept():
+        rows = list(Message.objects.filter(pk__in=received))
+        return all(m.status != "streaming" for m in rows) and rows
+    rows = wait_until(swept, 30, "the sweep of the cut-off replies")
+    print("\nDaphne kill -9 mid-reply: (chars the reader received / the row held at the kill / stored after the sweep)")
+    for m in rows:
+        seen = received[m.pk]
+        print(f"  message {m.pk}: {len(seen)} / {len(saved[m.pk])} / {len(m.text)}"
+              f" (largest delta {biggest[m.pk]})")
+        assert m.status == "interrupted", m.status
+        assert m.text.startswith(seen), (len(seen), len(m.text), m.text[:80], seen[:80])
+        # Beyond it, at most the delta being delivered at the kill: the reader cannot know its
+        # size, so the check is the largest delta it got or 512 characters, whichever is more.
+        assert len(m.text) - len(seen) <= max(biggest[m.pk], 512), (len(m.text), len(seen), biggest[m.pk])
+    healthy(stack)
