@@ -522,6 +522,7 @@ int tok_bos(const tokenizer *t) { return t->bos; }
 int tok_eos(const tokenizer *t) { return t->eos; }
 int tok_is_eog(const tokenizer *t, int id) { return id >= 0 && id < t->n && t->eog[id]; }
 int tok_is_control(const tokenizer *t, int id) { return id >= 0 && id < t->n && t->type[id] == TT_CONTROL; }
+int tok_type(const tokenizer *t, int id) { return id >= 0 && id < t->n ? t->type[id] : 0; }
 
 const char *tok_piece(const tokenizer *t, int id, int *len)
 {

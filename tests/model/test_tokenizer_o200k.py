@@ -247,3 +247,22 @@ def test_random_strings_identical_to_hf(texts: list[str], reference: ct.Referenc
     assert not bad, "\n".join(bad[:5])
     for t, mine in zip(texts, ours):
         assert reference.tk.decode(mine, skip_special_tokens=False) == t
+
+
+def test_harmony_end_of_generation_and_shown_tokens(tok_ids: Path, trained: tuple[Any, Path]) -> None:
+    """llama.cpp's rule for harmony: with <|return|> and <|call|> there, <|end|> does not end
+    generation (the analysis message closes with it) and shows as text, like the structure
+    markers; the file's eos (<|return|>), <|call|> and <|endoftext|> end it."""
+    out = subprocess.run([str(tok_ids), "--specials", str(trained[1])], capture_output=True, text=True,
+                         check=True).stdout
+    rows = {}
+    for ln in out.splitlines():
+        f = ln.split(" ", 3)
+        rows[int(f[0])] = (f[1] == "1", f[2] == "1", f[3])
+    by_name = {n: i for i, n in enumerate(o200k_vocab.vocab_of(trained[0]).tokens)}
+    assert len(rows) == len(o200k_vocab.HARMONY_SPECIALS)
+    eog = {n for n, i in by_name.items() if i in rows and rows[i][0]}
+    shown = {rows[i][2] for i in rows if not rows[i][1]}
+    assert eog == {"<|return|>", "<|call|>", "<|endoftext|>"}
+    assert shown == {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>"}
+    assert all(rows[i][2] == "" for i in rows if rows[i][1])      # control: no text in replies
