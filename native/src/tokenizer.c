@@ -694,7 +694,7 @@ static int is_crlf(unsigned char c) { return c == '\r' || c == '\n'; }
  * character folds onto these letters (checked against HF over every code point). */
 static size_t contraction_icase(const unsigned char *s, size_t i, size_t b)
 {
-    if (s[i] != '\'' || i + 1 >= b) return 0;
+    if (i + 1 >= b || s[i] != '\'') return 0;   /* i may be b: a word can end the text */
     unsigned c1 = s[i + 1] | 0x20, c2 = i + 2 < b ? s[i + 2] | 0x20 : 0;
     if (s[i + 1] == 0xC5 && i + 2 < b && s[i + 2] == 0xBF) return 3;   /* 'ſ */
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;

@@ -228,6 +228,13 @@ static void test_o200k(const tokenizer *o, const tokenizer *g)
     EXPECT(o, "1234", "123|4");
     EXPECT(o, "x\xd9\xa3\xd9\xa4", "x|\xd9\xa3\xd9\xa4");   /* Arabic-Indic digits: one run */
     EXPECT(o, "a<|im_end|>b", "a|<|im_end|>|b");
+    /* a word that ends the buffer: nothing past it is read (an unterminated one-byte buffer,
+     * which ASan watches) */
+    char *one = malloc(1);
+    int id;
+    one[0] = 'a';
+    CHECK(tok_encode(o, one, 1, &id, 1) == 1 && id == find(o, "a"));
+    free(one);
 }
 
 /* Harmony's tokens, as llama.cpp's loader treats them: <|return|> and <|call|> end generation;
