@@ -1,4 +1,6 @@
 /* tokenizer.c — byte-level BPE (GPT-2 style) from GGUF metadata.
+ * Owns: the vocabulary and merge tables, the pre-tokenizer scanners (GPT-2, llama3 family,
+ * o200k), special-token matching, and the end-of-generation / control rules.
  *
  * Pipeline of tok_encode, matching HF tokenizers' encode(add_special_tokens=False) for a
  * BPE model + ByteLevel pre-tokenizer (+ Digits(individual_digits=True) for smollm-like pre):
@@ -7,6 +9,7 @@
  *   2. for digit-splitting pre-tokenizers every \p{N} code point becomes its own piece;
  *   3. each piece is split by a hand-written scanner equivalent to the GPT-2 pattern
  *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *      (or the llama3-family or o200k pattern, see l3_split and o200k_split);
  *   4. every pre-token is mapped to byte symbols (bytes_to_unicode is implicit: a byte's
  *      symbol is the id of its mapped one-char token) and merged by BPE, lowest merge rank
  *      first, leftmost first among equal ranks (a min-heap keyed by rank, position).
@@ -43,6 +46,7 @@ struct tokenizer {
     int digits;           /* isolate every \p{N} before the GPT-2 split */
     int l3digits;         /* > 0: the llama3-family pattern instead, numbers in runs of at most
                            * this many (3: llama-bpe, glm4; 1: qwen2) */
+    int o200k;            /* the case-aware o200k pattern instead (gpt-4o: gpt-oss, llama4) */
     int32_t *vh;          /* string -> id, open addressing, -1 empty */
     uint32_t vmask;
     uint64_t *mkey;       /* (left id << 32 | right id) -> rank, merged id */
@@ -69,6 +73,9 @@ static int in_ranges(const uint32_t (*r)[2], int n, uint32_t cp)
 int uni_is_letter(uint32_t cp) { return in_ranges(uni_letter_ranges, uni_letter_ranges_n, cp); }
 int uni_is_number(uint32_t cp) { return in_ranges(uni_number_ranges, uni_number_ranges_n, cp); }
 int uni_is_space(uint32_t cp) { return in_ranges(uni_space_ranges, uni_space_ranges_n, cp); }
+int uni_is_upper(uint32_t cp) { return in_ranges(uni_upper_ranges, uni_upper_ranges_n, cp); }
+int uni_is_lower(uint32_t cp) { return in_ranges(uni_lower_ranges, uni_lower_ranges_n, cp); }
+int uni_is_mark(uint32_t cp) { return in_ranges(uni_mark_ranges, uni_mark_ranges_n, cp); }
 
 static inline int ascii_class(unsigned c)
 {
@@ -214,13 +221,45 @@ static void merge_insert(tokenizer *t, int a, int b, int rank, int nid)
 
 static int is_special_type(int ty) { return ty == TT_CONTROL || ty == TT_USER; }
 
-static const char *const eog_texts[] = { "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>" };
+/* End-of-generation tokens by their text, as llama.cpp's vocabulary loader picks them
+ * (<|end|>, <|return|>, <|call|>: phi3 and gpt-oss's harmony format). */
+static const char *const eog_texts[] = { "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>",
+                                         "<|end|>", "<|return|>", "<|call|>" };
+/* Harmony's structure markers: llama.cpp makes them user-defined whatever the file says, so
+ * that a reply shows them (the bridge parses channels out of them). */
+static const char *const harmony_markup[] = { "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>" };
 
 static const char *const digit_pres[] = { "smollm", "starcoder", "refact" };
 /* llama3-family pattern pre-tokenizers and their longest number run */
 static const struct { const char *name; int digits; } l3_pres[] = {
     { "llama-bpe", 3 }, { "llama3", 3 }, { "glm4", 3 }, { "qwen2", 1 }, { "deepseek-r1-qwen", 1 },
 };
+/* o200k pattern pre-tokenizers (llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT4O names) */
+static const char *const o200k_pres[] = { "gpt-4o", "llama4", "kanana2", "talkie" };
+
+static int find_special(const tokenizer *t, const char *text)
+{
+    int id = vocab_find(t, text, strlen(text));
+    return id >= 0 && is_special_type(t->type[id]) ? id : -1;
+}
+
+/* llama.cpp's rule for harmony vocabularies: when <|return|> and <|call|> both end generation,
+ * <|end|> does not (it closes every message, the analysis one too, and the model goes on with
+ * the next); it becomes user-defined, so its text shows in replies. The structure markers are
+ * user-defined too. User-defined tokens stay atomic in prompts. */
+static void harmony_rules(tokenizer *t)
+{
+    int ret = find_special(t, "<|return|>"), call = find_special(t, "<|call|>");
+    int end = find_special(t, "<|end|>");
+    if (ret >= 0 && call >= 0 && end >= 0 && t->eog[ret] && t->eog[call] && t->eog[end]) {
+        t->eog[end] = 0;
+        t->type[end] = TT_USER;
+    }
+    for (size_t k = 0; k < sizeof harmony_markup / sizeof *harmony_markup; k++) {
+        int id = find_special(t, harmony_markup[k]);
+        if (id >= 0) t->type[id] = TT_USER;
+    }
+}
 
 static int hexval(int c)
 {
@@ -313,6 +352,7 @@ static tokenizer *build(const tstr *tokens, const int *types, int n, const tstr 
     }
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
+    harmony_rules(t);
 
     for (int b = 0; b < 256; b++) {
         char buf[4];
@@ -370,6 +410,8 @@ static tokenizer *build(const tstr *tokens, const int *types, int n, const tstr 
             if (strcmp(pre, digit_pres[k]) == 0) known = t->digits = 1;
         for (size_t k = 0; k < sizeof l3_pres / sizeof *l3_pres; k++)
             if (strcmp(pre, l3_pres[k].name) == 0) known = 1, t->l3digits = l3_pres[k].digits;
+        for (size_t k = 0; k < sizeof o200k_pres / sizeof *o200k_pres; k++)
+            if (strcmp(pre, o200k_pres[k]) == 0) known = t->o200k = 1;
         static int warned;
         if (!known && !warned) {
             warned = 1;
@@ -480,6 +522,7 @@ int tok_bos(const tokenizer *t) { return t->bos; }
 int tok_eos(const tokenizer *t) { return t->eos; }
 int tok_is_eog(const tokenizer *t, int id) { return id >= 0 && id < t->n && t->eog[id]; }
 int tok_is_control(const tokenizer *t, int id) { return id >= 0 && id < t->n && t->type[id] == TT_CONTROL; }
+int tok_type(const tokenizer *t, int id) { return id >= 0 && id < t->n ? t->type[id] : 0; }
 
 const char *tok_piece(const tokenizer *t, int id, int *len)
 {
@@ -646,6 +689,34 @@ static void gpt2_split(enc *e, const unsigned char *s, size_t a, size_t b)
 
 static int is_crlf(unsigned char c) { return c == '\r' || c == '\n'; }
 
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[i]: the length matched, 0 if none. Oniguruma folds case
+ * by Unicode's rules: U+017F (long s, bytes C5 BF) folds to s, and no other non-ASCII
+ * character folds onto these letters (checked against HF over every code point). */
+static size_t contraction_icase(const unsigned char *s, size_t i, size_t b)
+{
+    if (i + 1 >= b || s[i] != '\'') return 0;   /* i may be b: a word can end the text */
+    unsigned c1 = s[i + 1] | 0x20, c2 = i + 2 < b ? s[i + 2] | 0x20 : 0;
+    if (s[i + 1] == 0xC5 && i + 2 < b && s[i + 2] == 0xBF) return 3;   /* 'ſ */
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
+    if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
+    return 0;
+}
+
+/* \s*[\r\n]+ | \s+(?!\S) | \s+ at s[i] (a space): the end of the match. */
+static size_t space_match(const unsigned char *s, size_t i, size_t b)
+{
+    size_t last = i, k = i, nl_end = 0;
+    while (k < b) {
+        int l;
+        if (char_class(s, k, b, &l) != C_SPACE) break;
+        if (is_crlf(s[k])) nl_end = k + 1;
+        last = k;
+        k += (size_t)l;
+    }
+    if (nl_end) return nl_end;
+    return (k == b || last == i) ? k : last;
+}
+
 /* The llama3-family pattern over s[a..b) (qwen2: maxd 1), one BPE per match:
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,maxd}| ?[^\s\p{L}\p{N}]+[\r\n]*|
  *   \s*[\r\n]+|\s+(?!\S)|\s+
@@ -654,12 +725,8 @@ static void l3_split(enc *e, const unsigned char *s, size_t a, size_t b, int max
 {
     size_t i = a;
     while (i < b && !e->full && !e->oom) {
-        size_t j = 0;
-        if (s[i] == '\'' && i + 1 < b) {       /* case-insensitive contractions */
-            unsigned c1 = s[i + 1] | 0x20, c2 = i + 2 < b ? s[i + 2] | 0x20 : 0;
-            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') j = i + 2;
-            else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) j = i + 3;
-        }
+        size_t j = 0, c = contraction_icase(s, i, b);
+        if (c) j = i + c;
         int l0, k0 = char_class(s, i, b, &l0);
         if (!j && k0 == C_LETTER) j = run_of(s, i + (size_t)l0, b, C_LETTER);
         if (!j && k0 != C_NUMBER && !is_crlf(s[i]) && i + (size_t)l0 < b) {   /* [^\r\n\p{L}\p{N}]\p{L}+ */
@@ -682,19 +749,112 @@ static void l3_split(enc *e, const unsigned char *s, size_t a, size_t b, int max
                 while (j < b && is_crlf(s[j])) j++;
             }
         }
-        if (!j) {                                /* \s*[\r\n]+ | \s+(?!\S) | \s+ */
-            size_t last = i, k = i, nl_end = 0;
-            while (k < b) {
-                int l;
-                if (char_class(s, k, b, &l) != C_SPACE) break;
-                if (is_crlf(s[k])) nl_end = k + 1;
-                last = k;
-                k += (size_t)l;
-            }
-            if (nl_end) j = nl_end;
-            else if (k > i) j = (k == b || last == i) ? k : last;
-            else j = i + (size_t)l0;             /* cannot happen: every class is covered */
+        if (!j) j = k0 == C_SPACE ? space_match(s, i, b) : i + (size_t)l0;   /* (the latter cannot happen) */
+        bpe(e, s + i, j - i);
+        i = j;
+    }
+}
+
+/* ---------- the o200k pattern ----------
+ * tokenizer.json's Split regex for gpt-4o / gpt-oss (then ByteLevel without its own regex):
+ *   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ *  |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with the backtracking engine's semantics (alternatives and the optional prefix tried in
+ * order, the first success wins). Call the two letter classes A (upper-ish) and B (lower-ish):
+ * Lm, Lo and the marks are in both. Marks are not \p{L}, so a mark can also be the prefix. */
+enum { K_UPPER, K_LOWER, K_LMLO, K_MARK, K_NUMBER, K_SPACE, K_OTHER };
+
+static int o2_kind(const unsigned char *s, size_t i, size_t end, int *len)
+{
+    if (s[i] < 0x80) {
+        *len = 1;
+        unsigned c = s[i];
+        if (c >= 'A' && c <= 'Z') return K_UPPER;
+        if (c >= 'a' && c <= 'z') return K_LOWER;
+        int k = ascii_class(c);
+        return k == C_NUMBER ? K_NUMBER : k == C_SPACE ? K_SPACE : K_OTHER;
+    }
+    uint32_t cp;
+    *len = utf8_next(s, i, end, &cp);
+    if (cp == 0xFFFFFFFFu) return K_OTHER;
+    if (uni_is_letter(cp)) return uni_is_upper(cp) ? K_UPPER : uni_is_lower(cp) ? K_LOWER : K_LMLO;
+    if (uni_is_mark(cp)) return K_MARK;
+    if (uni_is_number(cp)) return K_NUMBER;
+    if (uni_is_space(cp)) return K_SPACE;
+    return K_OTHER;
+}
+
+static int in_a(int k) { return k == K_UPPER || k == K_LMLO || k == K_MARK; }
+static int in_b(int k) { return k == K_LOWER || k == K_LMLO || k == K_MARK; }
+
+/* End of the run of A (want_a) or B characters from i; *last_b gets the end of the last
+ * character in the run that is also in B (0 if none). */
+static size_t o2_run(const unsigned char *s, size_t i, size_t b, int want_a, size_t *last_b)
+{
+    if (last_b) *last_b = 0;
+    while (i < b) {
+        int l, k = o2_kind(s, i, b, &l);
+        if (!(want_a ? in_a(k) : in_b(k))) break;
+        i += (size_t)l;
+        if (last_b && in_b(k)) *last_b = i;
+    }
+    return i;
+}
+
+/* A*B+ from j, then the optional contraction; 0 if it fails. Greedy A* backtracks: if the
+ * character after the A run is not in B, B+ is the last A-run character that is in B. */
+static size_t o2_lower_word(const unsigned char *s, size_t j, size_t b)
+{
+    size_t last_b, e = o2_run(s, j, b, 1, &last_b), f = 0;
+    int l;
+    if (e < b && o2_kind(s, e, b, &l) == K_LOWER) f = o2_run(s, e, b, 0, NULL);
+    else if (last_b) f = last_b;
+    return f ? f + contraction_icase(s, f, b) : 0;
+}
+
+/* A+B* from j, then the optional contraction; 0 if it fails. */
+static size_t o2_upper_word(const unsigned char *s, size_t j, size_t b)
+{
+    size_t e = o2_run(s, j, b, 1, NULL);
+    if (e == j) return 0;
+    size_t f = o2_run(s, e, b, 0, NULL);
+    return f + contraction_icase(s, f, b);
+}
+
+/* The end of the match at s[i] (i < b). */
+static size_t o2_match(const unsigned char *s, size_t i, size_t b)
+{
+    int l0, k0 = o2_kind(s, i, b, &l0);
+    /* [^\r\n\p{L}\p{N}]? : tried with the prefix first, then without */
+    int pre = (k0 == K_MARK || k0 == K_SPACE || k0 == K_OTHER) && !is_crlf(s[i]);
+    size_t j = i + (size_t)l0, m;
+    if (pre && j < b && (m = o2_lower_word(s, j, b))) return m;
+    if ((m = o2_lower_word(s, i, b))) return m;
+    if (pre && j < b && (m = o2_upper_word(s, j, b))) return m;
+    if ((m = o2_upper_word(s, i, b))) return m;
+    if (k0 == K_NUMBER) {                                   /* \p{N}{1,3} */
+        for (int d = 1; d < 3 && j < b; d++) {
+            int l;
+            if (o2_kind(s, j, b, &l) != K_NUMBER) break;
+            j += (size_t)l;
         }
+        return j;
+    }
+    size_t k = s[i] == ' ' ? i + 1 : i;                     /* " ?[^\s\p{L}\p{N}]+[\r\n/]*" */
+    int l, kk;
+    if (k < b && ((kk = o2_kind(s, k, b, &l)) == K_OTHER || kk == K_MARK)) {
+        while (k < b && ((kk = o2_kind(s, k, b, &l)) == K_OTHER || kk == K_MARK)) k += (size_t)l;
+        while (k < b && (is_crlf(s[k]) || s[k] == '/')) k++;
+        return k;
+    }
+    return k0 == K_SPACE ? space_match(s, i, b) : j;        /* (the latter cannot happen) */
+}
+
+static void o200k_split(enc *e, const unsigned char *s, size_t a, size_t b)
+{
+    for (size_t i = a; i < b && !e->full && !e->oom;) {
+        size_t j = o2_match(s, i, b);
         bpe(e, s + i, j - i);
         i = j;
     }
@@ -703,6 +863,7 @@ static void l3_split(enc *e, const unsigned char *s, size_t a, size_t b, int max
 /* One piece of text between special tokens. */
 static void pretokenize(enc *e, const unsigned char *s, size_t a, size_t b)
 {
+    if (e->t->o200k) { o200k_split(e, s, a, b); return; }
     if (e->t->l3digits) { l3_split(e, s, a, b, e->t->l3digits); return; }
     if (!e->t->digits) { gpt2_split(e, s, a, b); return; }
     size_t start = a, i = a;

@@ -25,6 +25,9 @@ int tok_bos(const tokenizer *t);            /* -1 if none */
 int tok_eos(const tokenizer *t);            /* -1 if none */
 int tok_is_eog(const tokenizer *t, int id); /* end of generation: eos, eot, <|im_end|>-like ids */
 int tok_is_control(const tokenizer *t, int id); /* control token (type 3): no text in replies */
+/* GGUF token type after the loader's rules (1 normal, 3 control, 4 user-defined, 6 byte...);
+ * 0 for an id out of range */
+int tok_type(const tokenizer *t, int id);
 
 /* Encode len bytes of text (any bytes; invalid UTF-8 is encoded byte-wise as HF does).
  * Writes at most max_ids ids to ids and returns the total number of tokens the text

@@ -125,6 +125,10 @@ static void test_unicode(void)
     CHECK(!uni_is_space(0x200B) && !uni_is_space(0x1C));   /* zero width space, info separator */
     CHECK(!uni_is_letter(0x1F600) && !uni_is_number(0x1F600) && !uni_is_space(0x1F600));
     CHECK(!uni_is_letter(0x301));            /* combining acute: Mn, "other" */
+    CHECK(uni_is_mark(0x301) && uni_is_mark(0x903) && uni_is_mark(0x20DD) && !uni_is_mark('a'));
+    CHECK(uni_is_upper('A') && uni_is_upper(0x1C5) && uni_is_upper(0x391) && !uni_is_upper('a'));
+    CHECK(uni_is_lower('a') && uni_is_lower(0x3B1) && uni_is_lower(0xDF) && !uni_is_lower(0x1C5));
+    CHECK(!uni_is_upper(0x65E5) && !uni_is_lower(0x65E5) && !uni_is_upper(0x2B0) && !uni_is_lower(0x2B0));
 }
 
 static void test_gpt2(const tokenizer *g, const tokenizer *s)
@@ -213,6 +217,78 @@ static void test_long(const tokenizer *t)
     CHECK(ok && o == n);
     free(ids);
     free(text);
+}
+
+/* o200k: a contraction belongs to its word, any case ("it's" is one pre-token, so the "t'"
+ * trap merge applies); numbers go in runs of three; the GPT-2 split differs on all three */
+static void test_o200k(const tokenizer *o, const tokenizer *g)
+{
+    EXPECT(o, "it's", "i|t'|s");
+    EXPECT(g, "it's", "it|'s");
+    EXPECT(o, "1234", "123|4");
+    EXPECT(o, "x\xd9\xa3\xd9\xa4", "x|\xd9\xa3\xd9\xa4");   /* Arabic-Indic digits: one run */
+    EXPECT(o, "a<|im_end|>b", "a|<|im_end|>|b");
+    /* a word that ends the buffer: nothing past it is read (an unterminated one-byte buffer,
+     * which ASan watches) */
+    char *one = malloc(1);
+    int id;
+    one[0] = 'a';
+    CHECK(tok_encode(o, one, 1, &id, 1) == 1 && id == find(o, "a"));
+    free(one);
+}
+
+/* Harmony's tokens, as llama.cpp's loader treats them: <|return|> and <|call|> end generation;
+ * then <|end|> does not (it closes the analysis message too) and shows as text, like the
+ * structure markers. Without both <|return|> and <|call|>, <|end|> ends generation (phi3). */
+static tokenizer *harmony_vocab(const char *const *sp, int n_sp)
+{
+    static char bytes[256][4];
+    const char *tok[256 + 16];
+    int ty[256 + 16];
+    for (int c = 0; c < 256; c++) {
+        char raw[2] = { (char)(c ? c : 1), 0 };
+        byte_level(raw, bytes[c]);
+        if (c == 0) strcpy(bytes[c], "\xc4\x80");
+        tok[c] = bytes[c];
+        ty[c] = 1;
+    }
+    for (int i = 0; i < n_sp; i++) { tok[256 + i] = sp[i]; ty[256 + i] = 3; }
+    return tok_build(tok, ty, 256 + n_sp, NULL, 0, -1, -1, "gpt-4o");
+}
+
+static void test_harmony(void)
+{
+    static const char *const full[] = { "<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>",
+                                        "<|channel|>", "<|start|>", "<|end|>", "<|message|>", "<|call|>" };
+    tokenizer *t = harmony_vocab(full, 9);
+    CHECK(t != NULL);
+    if (!t) return;
+    int ret = find(t, "<|return|>"), call = find(t, "<|call|>"), end = find(t, "<|end|>");
+    int chan = find(t, "<|channel|>"), start = find(t, "<|start|>"), msg = find(t, "<|message|>");
+    int cons = find(t, "<|constrain|>"), eot = find(t, "<|endoftext|>"), sot = find(t, "<|startoftext|>");
+    CHECK(tok_is_eog(t, ret) && tok_is_eog(t, call) && tok_is_eog(t, eot));
+    CHECK(!tok_is_eog(t, end) && !tok_is_eog(t, chan) && !tok_is_eog(t, start) && !tok_is_eog(t, sot));
+    CHECK(tok_is_control(t, ret) && tok_is_control(t, call) && tok_is_control(t, sot));
+    CHECK(!tok_is_control(t, end) && !tok_is_control(t, chan) && !tok_is_control(t, start) &&
+          !tok_is_control(t, msg) && !tok_is_control(t, cons));
+    /* all of them stay atomic in a prompt */
+    const char *p = "<|start|>assistant<|channel|>analysis<|message|>hm<|end|><|start|>assistant"
+                    "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>";
+    int ids[128];
+    int n = tok_encode(t, p, strlen(p), ids, 128);
+    int seen[9] = { 0 };
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 9; k++) if (ids[i] == find(t, full[k])) seen[k]++;
+    CHECK(seen[4] == 2 && seen[5] == 2 && seen[6] == 1 && seen[7] == 2 && seen[8] == 1 && seen[3] == 1);
+    int len;
+    const char *piece = tok_piece(t, end, &len);
+    CHECK(len == 7 && memcmp(piece, "<|end|>", 7) == 0);
+    tok_free(t);
+
+    static const char *const phi[] = { "<|end|>", "<|return|>" };   /* no <|call|> */
+    t = harmony_vocab(phi, 2);
+    CHECK(t && tok_is_eog(t, find(t, "<|end|>")) && tok_is_control(t, find(t, "<|end|>")));
+    tok_free(t);
 }
 
 /* ---- a GGUF with only tokenizer metadata, for tok_load ---- */
@@ -326,16 +402,21 @@ int main(void)
     const char **v = (const char **)vocab, **m = (const char **)merges;
     tokenizer *g = tok_build(v, types, n_vocab, m, N_MERGES, 1, 0, "gpt2");
     tokenizer *s = tok_build(v, types, n_vocab, m, N_MERGES, 1, 0, "smollm");
-    CHECK(g && s);
-    if (g && s) {
+    tokenizer *o = tok_build(v, types, n_vocab, m, N_MERGES, 1, 0, "gpt-4o");
+    CHECK(g && s && o);
+    if (g && s && o) {
         test_unicode();
         test_gpt2(g, s);
+        test_o200k(o, g);
+        test_long(o);
         test_api(g);
         test_long(g);
         test_long(s);
     }
     tok_free(g);
     tok_free(s);
+    tok_free(o);
+    test_harmony();
     test_load();
     test_utf8stream();
     for (int i = 0; i < n_vocab; i++) free(vocab[i]);

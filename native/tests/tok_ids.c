@@ -2,6 +2,8 @@
  *   tok_ids MODEL.gguf FILE...        one line of space-separated ids per FILE (and a check
  *                                     that the pieces give back the input bytes)
  *   tok_ids --bench MODEL.gguf FILE   encode FILE repeatedly, print MB/s and tokens/s
+ *   tok_ids --specials MODEL.gguf     one line per control / user-defined token:
+ *                                     "id eog control shown-text" (the text a reply shows)
  * Build: make -C native build/tok_ids */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@ static char *slurp(const char *path, size_t *len)
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
+    char *b = malloc(n > 0 ? (size_t)n : 1);   /* exact size: ASan sees any read past the text */
     if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
     fclose(f);
     *len = (size_t)n;
@@ -34,16 +36,29 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-    int bench = argc > 1 && strcmp(argv[1], "--bench") == 0;
-    if (argc < 3 + bench) {
-        fprintf(stderr, "usage: tok_ids [--bench] MODEL.gguf FILE...\n");
+    const char *mode = argc > 1 && argv[1][0] == '-' ? argv[1] : "";
+    int skip = *mode != 0;
+    int bench = strcmp(mode, "--bench") == 0, specials = strcmp(mode, "--specials") == 0;
+    if ((skip && !bench && !specials) || argc < 3 + skip - specials) {
+        fprintf(stderr, "usage: tok_ids [--bench] MODEL.gguf FILE... | tok_ids --specials MODEL.gguf\n");
         return 2;
     }
     gguf_file g;
-    if (gguf_open(&g, argv[1 + bench]) != 0) { fprintf(stderr, "%s\n", g.err); return 1; }
+    if (gguf_open(&g, argv[1 + skip]) != 0) { fprintf(stderr, "%s\n", g.err); return 1; }
     char err[256];
     tokenizer *t = tok_load(&g, err, sizeof err);
     if (!t) { fprintf(stderr, "%s\n", err); return 1; }
+    if (specials) {
+        for (int i = 0; i < tok_n_vocab(t); i++) {
+            int ty = tok_type(t, i), pl = 0;
+            if (ty != 3 && ty != 4) continue;
+            const char *p = tok_is_control(t, i) ? "" : tok_piece(t, i, &pl);
+            printf("%d %d %d %.*s\n", i, tok_is_eog(t, i), tok_is_control(t, i), pl, p);
+        }
+        tok_free(t);
+        gguf_close(&g);
+        return 0;
+    }
     int rc = 0;
     int has_byte[256];   /* bytes without a byte token are dropped by the encoder (as by HF) */
     for (int b = 0; b < 256; b++) {
@@ -51,7 +66,7 @@ int main(int argc, char **argv)
         int id;
         has_byte[b] = tok_encode(t, &c, 1, &id, 1) == 1;
     }
-    for (int a = 2 + bench; a < argc; a++) {
+    for (int a = 2 + skip; a < argc; a++) {
         size_t len;
         char *text = slurp(argv[a], &len);
         if (!text) { fprintf(stderr, "cannot read %s\n", argv[a]); rc = 1; continue; }

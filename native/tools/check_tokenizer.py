@@ -7,7 +7,8 @@
 
 The reference is tokenizers.models.BPE over the GGUF vocab + merges, pre-tokenizer
 Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False, use_regex=True)]
-for digit-splitting `tokenizer.ggml.pre` values (smollm, starcoder, refact), ByteLevel alone
+for digit-splitting `tokenizer.ggml.pre` values (smollm, starcoder, refact), Split(pattern) then
+ByteLevel(use_regex=False) for the llama3-family and o200k (gpt-4o) ones, ByteLevel alone
 otherwise, with every control (3) / user-defined (4) vocab entry added as an atomic token;
 ids as from encode(text, add_special_tokens=False).
 
@@ -35,6 +36,14 @@ DIGIT_PRES = ("smollm", "starcoder", "refact")
 L3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|"
               r"\s*[\r\n]+|\s+(?!\S)|\s+")
 L3_PRES = {"llama-bpe": "{1,3}", "llama3": "{1,3}", "glm4": "{1,3}", "qwen2": "", "deepseek-r1-qwen": ""}
+# o200k (tokenizer.json of gpt-4o-style vocabularies, gpt-oss among them): the same
+# Split-then-ByteLevel form, with case-aware letter classes
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                 r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                 r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+O200K_PRES = ("gpt-4o", "llama4", "kanana2", "talkie")
 PLACEHOLDER = "\ue000"
 
 
@@ -64,9 +73,10 @@ def build_hf(tokens, merges, types, pre):
     bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges])
     tk = Tokenizer(bpe)
     bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre in L3_PRES:
+    if pre in L3_PRES or pre in O200K_PRES:
         from tokenizers import Regex
-        split = pre_tokenizers.Split(Regex(L3_PATTERN % L3_PRES[pre]), behavior="isolated", invert=False)
+        pattern = O200K_PATTERN if pre in O200K_PRES else L3_PATTERN % L3_PRES[pre]
+        split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
         tk.pre_tokenizer = pre_tokenizers.Sequence(
             [split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     elif pre in DIGIT_PRES:
