@@ -23,6 +23,7 @@ from engine_bridge.engine import EngineFailed, Supervisor, next_id
 from engine_bridge.jobs import UNREAD_JOB, Request, extension_refusal, parse_job
 from engine_bridge.liveness import Heart
 from engine_bridge.pacing import Pacer
+from engine_bridge.reasoning import splitter_for
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
 from engine_bridge.telemetry import Publisher
 
@@ -78,7 +79,8 @@ class Admission:
             self.finish(Request(req, UNREAD_JOB, reply_to),
                         {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
-        r = Request(req, job, reply_to, leased=leased and reply_to != req)
+        r = Request(req, job, reply_to, leased=leased and reply_to != req,
+                    split=splitter_for(job.reasoning, job.prompt))
         if engine is None:
             self.finish(r, self.unavailable())
             return

@@ -85,11 +85,40 @@ class Streams:
             self.pacer.emit(r, {"kind": "text", "text": r.text[r.sent:end]})
             r.sent = end
 
+    def take(self, r: Request, piece: str, final: bool = False) -> None:
+        """New decoded output of r: all answer, or (a reasoning job) split into `reasoning`
+        events, sent as they come, and answer text, which goes through the stop strings. The
+        splitter's end of output (harmony's <|return|> / <|call|>) STOPs the engine."""
+        split = r.split
+        if split is None:
+            r.text += piece
+            self.emit_text(r, final=final)
+            return
+        segments = split.feed(piece) + (split.finish() if final else [])
+        for kind, text in segments:
+            if r.stopped:  # a stop string cut the answer: nothing after it goes out
+                break
+            if kind == "reasoning":
+                self.pacer.emit(r, {"kind": "reasoning", "text": text})
+            else:
+                r.text += text
+                self.emit_text(r)
+        if final and not r.stopped:
+            self.emit_text(r, final=True)
+        if split.ended and not (r.stopped or r.cancelled):
+            self.admission.stop(r)
+
     def engine_down(self) -> None:
         """The engine died: each running request gets its text so far, then ENGINE_DIED."""
         for r in list(self.admission.running.values()):
+            self.flush(r)
             self.emit_text(r, final=True)
             self.admission.finish(r, {"kind": "error", "code": "ENGINE_DIED", "message": DIED_MESSAGE})
+
+    def flush(self, r: Request) -> None:
+        """What r's splitter still holds, at an end that is not DONE (an error, the engine's death)."""
+        if r.split is not None and not (r.stopped or r.cancelled):
+            self.take(r, "", final=True)
 
     def accept(self, ev: p.Accept) -> None:
         r = self.admission.running.get(ev.id)
@@ -106,10 +135,12 @@ class Streams:
         if r is None or r.cancelled or r.stopped:
             return
         r.tokens += 1
-        r.text += r.decoder.decode(ev.data)
         if r.job.logprobs and ev.logprob is not None:
             r.lp_pending.append(logprob_entry(ev))
-        self.emit_text(r)
+        thinking = r.split is not None and r.split.thinking
+        self.take(r, r.decoder.decode(ev.data))
+        if thinking or (r.split is not None and r.split.thinking):
+            r.reasoning_tokens += 1
 
     def topk(self, ev: p.TopK) -> None:
         r = self.admission.running.get(ev.id)
@@ -142,7 +173,7 @@ class Streams:
             self.admission.finish(r, dict(CANCELLED))
             return self.admission.release(r)
         if not r.stopped:
-            r.text += r.decoder.decode(b"", final=True)
+            self.take(r, r.decoder.decode(b"", final=True), final=True)
         self.emit_text(r, final=True)
         self.admission.finish(r, self.done_event(r, ev, block))
         self.admission.release(r)
@@ -155,6 +186,7 @@ class Streams:
             "finish_reason": "length" if ev.length_limited and not r.stopped else "stop",
             "stop_sequence": r.stop_sequence,
             "usage": {"prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.emitted},
+            "reasoning_tokens": r.reasoning_tokens,
             "stats": {"tok_s": ev.tok_s, "hit_pct": ev.hit_pct, "rss_gb": ev.rss_gb, "ttft_s": ttft,
                       "first_token_at": r.t_first_wall},
             "reused": r.reused,
@@ -177,6 +209,7 @@ class Streams:
         final = error_final(ev)
         if ev.code == "BAD_FRAME":
             return  # the engine exits; on_down reports ENGINE_DIED
+        self.flush(r)
         self.emit_text(r, final=True)
         self.admission.finish(r, final)
         self.admission.release(r)
