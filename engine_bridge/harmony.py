@@ -54,7 +54,7 @@ def _concat(prefix: str, value: object) -> str:
 
 def _type_list(spec: dict) -> list | None:
     kind = spec.get("type")
-    return kind if isinstance(kind, (list, tuple)) and kind else None
+    return list(kind) if isinstance(kind, (list, tuple)) and kind else None
 
 
 def ts_type(spec: object) -> str:
@@ -206,10 +206,10 @@ def render(messages: list[Message], tools: list[dict] | None = None, *, effort: 
                 out.append("<|start|>assistant<|channel|>final<|message|>" + (m.get("content") or "") + "<|end|>")
                 last_call = None
         elif role == "tool":
-            name = names.get(m.get("tool_call_id") or "", last_call) if last_call is not None else None
-            if name is None:
+            if last_call is None:
                 raise TemplateError("a tool message must follow an assistant message with a tool call")
-            out.append(f"<|start|>functions.{name} to=assistant<|channel|>commentary<|message|>"
+            called = names.get(m.get("tool_call_id") or "", last_call)
+            out.append(f"<|start|>functions.{called} to=assistant<|channel|>commentary<|message|>"
                        + _tojson(m.get("content") or "") + "<|end|>")
         elif role == "user":
             out.append("<|start|>user<|message|>" + (m.get("content") or "") + "<|end|>")
