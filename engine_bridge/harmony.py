@@ -217,3 +217,15 @@ def render(messages: list[Message], tools: list[dict] | None = None, *, effort: 
     if add_generation_prompt:
         out.append("<|start|>assistant")
     return "".join(out)
+
+
+def constrained_header(*, tool: str | None = None, calls: bool = False) -> str:
+    """What a harmony prompt ends with when a grammar holds the output (the grammar knows JSON,
+    not harmony's headers): the header of the one message the output is, so the model writes its
+    body only. A named tool: its call's commentary header; `required` (a JSON array of calls):
+    a commentary message; a response format: the final answer."""
+    if tool is not None:
+        return f"<|channel|>commentary to=functions.{tool} <|constrain|>json<|message|>"
+    if calls:
+        return "<|channel|>commentary<|message|>"
+    return "<|channel|>final<|message|>"
