@@ -407,7 +407,7 @@ class Thinking:
     mode: str | None = None
     enabled: bool | None = None  # False: the client asked for no thinking; None: the model's default
     effort: str | None = None    # low | medium | high (harmony's Reasoning: line)
-    budget: int | None = None    # Anthropic budget_tokens (accepted; see docs/contracts.md)
+    budget: int | None = None    # Anthropic budget_tokens: the bridge closes the thinking when spent
 
 
 def _effort(value: object, name: str) -> tuple[bool | None, str | None]:
@@ -488,7 +488,8 @@ class Common:
             temperature=self.temperature, top_p=self.top_p, stop=self.stop, seed=self.seed,
             conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
             priority="interactive", topk=self.ext.topk, experts=self.ext.experts, routes=self.ext.routing,
-            top_k=self.top_k, logprobs=engine_logprobs(logprobs), grammar=grammar, reasoning=self.thinking.mode)
+            top_k=self.top_k, logprobs=engine_logprobs(logprobs), grammar=grammar, reasoning=self.thinking.mode,
+            think_budget=self.thinking.budget if self.thinking.mode and grammar is None else None)
 
 
 def common(body: Body, *, served: ServedModel, surface: "Surface", raw_prompt: bool = False) -> Common:

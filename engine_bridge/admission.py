@@ -147,6 +147,12 @@ class Admission:
             assert engine is not None  # r runs on it: on_down would have ended r
             send_command(engine.stop(r.eng_id))
 
+    def stop_leg(self, r: Request) -> None:
+        """STOP r's generation without ending r (a thinking budget's continuation follows)."""
+        engine = self.supervisor.engine
+        if r.eng_id is not None and engine is not None:
+            send_command(engine.stop(r.eng_id))
+
     def finish(self, r: Request, final: dict) -> None:
         """r's final event: it leaves the bridge's books (its slot stays busy until release)."""
         self.ended += 1

@@ -64,6 +64,9 @@ class GenerationRequest:
     reasoning: str | None = None     # the output's reasoning format (engine_bridge.reasoning.mode_for
                                      # of the served template): "think" | "harmony" | None (all answer).
                                      # Set: thinking comes as `reasoning` events, `text` is the answer only
+    think_budget: int | None = None  # with `reasoning`: thinking tokens at most; then the bridge closes the
+                                     # thinking itself (STOP, and the same slot goes on from the prompt,
+                                     # the output so far and the format's close: its KV prefix is kept)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,9 @@ class Request:
     admitted: int = 0        # the bridge's ordinal of its admission (0: refused before admission)
     split: Splitter | None = None  # the job's reasoning splitter (engine_bridge.reasoning), made at admission
     reasoning_tokens: int = 0  # DATA tokens spent inside thinking
+    raw: bytes = b""         # the output as the engine wrote it (a thinking budget's continuation prompt)
+    budget_cut: bool = False  # the thinking budget is spent: STOP sent, the continuation starts at DONE
+    earlier_tokens: int = 0  # tokens of the legs before a budget continuation
 
 
 def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:
@@ -97,6 +100,9 @@ def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:
         raise p.SubmitError("experts must be an integer")
     if job.reasoning not in (None, *REASONING_MODES):
         raise p.SubmitError(f"reasoning must be null or one of {', '.join(REASONING_MODES)}")
+    if job.think_budget is not None and (isinstance(job.think_budget, bool) or not isinstance(job.think_budget, int)
+                                         or job.think_budget < 1 or job.reasoning is None):
+        raise p.SubmitError("think_budget must be a positive integer, with reasoning set")
     for name in ("routes", "heat", "topk"):
         if not isinstance(getattr(job, name), bool):
             raise p.SubmitError(f"{name} must be true or false")

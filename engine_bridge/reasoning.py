@@ -93,6 +93,11 @@ class ThinkSplitter:
         opening = self.state == "start" and (rest := self.buf.lstrip()) != "" and THINK_OPEN.startswith(rest)
         return self.state == "think" or opening
 
+    @property
+    def closable(self) -> bool:
+        """Inside the thinking proper: writing `</think>` now ends it."""
+        return self.state == "think"
+
     @classmethod
     def for_prompt(cls, prompt: str) -> ThinkSplitter:
         """The splitter for the output of `prompt`: inside thinking when the prompt's tail opens
@@ -173,6 +178,11 @@ class HarmonyParser:
     def thinking(self) -> bool:
         """Inside an analysis message or its header (a token read now counts as a reasoning token)."""
         return (self.state == "body" and self.kind == REASONING) or (self.state == "header" and "analysis" in self.header)
+
+    @property
+    def closable(self) -> bool:
+        """Inside an analysis body: `<|end|>` now ends it."""
+        return self.state == "body" and self.kind == REASONING
 
     @classmethod
     def for_prompt(cls, prompt: str) -> HarmonyParser:

@@ -55,3 +55,22 @@ async def test_harmony_channels_end_at_return(redis_url):
         # the bridge stopped the engine at <|return|>: the script's tail was never generated
         assert done["usage"]["completion_tokens"] < len(HARMONY.encode()) / 2
         assert done["reasoning_tokens"] > 0
+
+
+async def test_a_thinking_budget_closes_the_thinking_and_the_model_answers(redis_url):
+    """think_budget: at the budget the bridge STOPs and goes on in the same slot from the prompt,
+    the output so far and the close; the scripted engine says <<THEN>> for that continuation."""
+    long_thought = "<think>\n" + "I keep thinking about this. " * 20 + "\n</think>\n\nnever said"
+    with bridge(redis_url, "mux_fake.py", FAKE_SCRIPT="1", FAKE_DELAY="0.01", CTX="4096"):
+        for mode, prompt in (("think", say(long_thought + "<</SAY>><<THEN>>The answer.<</THEN>>")),
+                             ("harmony", "<|start|>user<|message|>q <<SAY>><|channel|>analysis<|message|>"
+                              + "Thinking on and on. " * 20 + "<|end|><</SAY>><<THEN>>The answer.<|return|><</THEN>>"
+                              "<|end|><|start|>assistant")):
+            events = await collect(GenerationRequest(prompt=prompt, max_tokens=400, reasoning=mode, think_budget=12))
+            done = final(events)
+            assert done["kind"] == "done" and done["finish_reason"] == "stop", done
+            assert text_of(events) == "The answer."
+            thought = reasoning_of(events)
+            assert thought and "never" not in thought and len(thought.encode()) <= 2 * 12
+            assert 12 <= done["reasoning_tokens"] <= 13
+            assert done["usage"]["completion_tokens"] >= 12 + len("The answer.") // 2
