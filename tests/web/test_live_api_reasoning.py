@@ -163,3 +163,20 @@ def test_models_without_reasoning_fields_are_unaffected_by_the_split(stack, key)
     text = output(stack)
     r = oai.completions.create(model="colibri", prompt=say(text), max_tokens=400)
     assert r.choices[0].text == text
+
+
+def test_messages_thinking_budget_is_enforced(stack, key):
+    """budget_tokens: the bridge closes the thinking when it is spent and the model answers (the
+    scripted engine says <<THEN>> for the continuation the bridge submits)."""
+    ant = anthropic_client(stack.url, key)
+    if stack.mode == "think":
+        long = "<think>\n" + "Still thinking it over. " * 40 + "\n</think>\n\nnever"
+    else:
+        long = "<|channel|>analysis<|message|>" + "Still thinking it over. " * 40 + "<|end|>"
+    then = "Short answer." + ("" if stack.mode == "think" else "<|return|>")
+    content = f"hi <<SAY>>{long}<</SAY>> <<THEN>>{then}<</THEN>>"
+    msg = ant.messages.create(model="colibri", max_tokens=500, messages=[{"role": "user", "content": content}],
+                              thinking={"type": "enabled", "budget_tokens": 16})
+    assert [b.type for b in msg.content] == ["thinking", "text"]
+    assert msg.content[1].text == "Short answer." and msg.stop_reason == "end_turn"
+    assert 0 < len(msg.content[0].thinking.encode()) <= 2 * 16 and "never" not in msg.content[0].thinking
