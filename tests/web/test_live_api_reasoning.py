@@ -180,3 +180,26 @@ def test_messages_thinking_budget_is_enforced(stack, key):
     assert [b.type for b in msg.content] == ["thinking", "text"]
     assert msg.content[1].text == "Short answer." and msg.stop_reason == "end_turn"
     assert 0 < len(msg.content[0].thinking.encode()) <= 2 * 16 and "never" not in msg.content[0].thinking
+
+
+def test_raw_streams_pass_the_wire_oracles(stack, key):
+    """Every record of the three streams validates against the SDKs' own event types."""
+    def raw(route, body):
+        with httpx.stream("POST", stack.url + route, json={**body, "stream": True}, timeout=60,
+                          headers={"Authorization": f"Bearer {key}"}) as r:
+            assert r.status_code == 200, r.read()
+            return r.read().decode()
+
+    msgs = [{"role": "user", "content": say(output(stack))}]
+    chat = oracles.check_openai_stream(raw("/v1/chat/completions", {"model": "colibri", "messages": msgs}),
+                                       "chat.completion.chunk")
+    oracles.strict_openai_chunks(chat, "chat.completion.chunk")
+    assert any("reasoning_content" in c["choices"][0]["delta"] for c in chat if c["choices"])
+    events = oracles.check_anthropic_stream(raw("/v1/messages", {"model": "colibri", "max_tokens": 400, "messages": msgs}))
+    oracles.strict_anthropic_events(events)
+    starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    assert starts == ["thinking", "text"]
+    resp = oracles.check_responses_stream(raw("/v1/responses", {"model": "colibri", "input": say(output(stack))}))
+    oracles.strict_responses_events(resp)
+    added = [e["item"]["type"] for e in resp if e["type"] == "response.output_item.added"]
+    assert added == ["reasoning", "message"]
