@@ -39,6 +39,25 @@ def test_think_splitter_is_independent_of_the_cut(pieces, points, inside):
     assert split_all(ThinkSplitter(inside=inside), list(text)) == whole
 
 
+def think_reference(text: str, inside: bool) -> list:
+    """The split of a whole output, written plainly: thinking is what lies between the opening
+    (or the prompt's) `<think>` and the first `</think>`, newlines around it dropped."""
+    if not inside:
+        if not text.lstrip().startswith("<think>"):
+            return [("text", text)] if text else []
+        text = text.lstrip()[len("<think>"):]
+    thought, closed, answer = text.partition("</think>")
+    out = [("reasoning", thought.strip("\n")), ("text", answer.lstrip("\n") if closed else "")]
+    return [(k, t) for k, t in out if t]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(THINK_PIECES, max_size=24), st.booleans())
+def test_think_splitter_matches_the_plain_reference(pieces, inside):
+    text = "".join(pieces)
+    assert split_all(ThinkSplitter(inside=inside), list(text)) == think_reference(text, inside)
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(HARMONY_PIECES, max_size=28), st.lists(st.integers(min_value=0, max_value=400), max_size=12),
        st.sampled_from(["<|start|>assistant", "<|start|>assistant<|channel|>final<|message|>", "x"]))
@@ -125,3 +144,45 @@ def test_mode_for_templates():
     assert mode_for("<think>\n{{ x }}\n</think>") == "think"
     assert mode_for("<|im_start|>") is None
     assert splitter_for(None, "p") is None
+
+
+BODY = st.text(alphabet=st.sampled_from(list("ab é🙂\n{}\"<|>")), max_size=12).filter(
+    lambda t: not any(m in t for m in ("<|end|>", "<|return|>", "<|call|>", "<|message|>")))
+MESSAGE = st.tuples(st.sampled_from(["analysis", "final", "commentary", "call"]), BODY)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(MESSAGE, min_size=1, max_size=5), st.sampled_from(["<|return|>", "<|end|>", ""]),
+       st.lists(st.integers(min_value=0, max_value=300), max_size=10))
+def test_harmony_parser_matches_the_messages_it_was_written_from(messages, last_end, points):
+    """Outputs written from a list of harmony messages: the parser gives back each message's body
+    in its place (analysis -> reasoning; final / commentary -> answer; a call -> the hermes form),
+    and nothing after the first <|return|> or <|call|>."""
+    parts, expected = [], []
+    for i, (channel, body) in enumerate(messages):
+        start = "" if i == 0 else "<|start|>assistant"
+        if channel == "call":
+            parts.append(f"{start}<|channel|>commentary to=functions.f <|constrain|>json<|message|>{body}<|call|>")
+            expected.append(("text", '<tool_call>\n{"name": "f", "arguments": ' + body + "}\n</tool_call>"))
+            break
+        end = last_end if i == len(messages) - 1 else "<|end|>"
+        parts.append(f"{start}<|channel|>{channel}<|message|>{body}{end}")
+        expected.append(("reasoning" if channel == "analysis" else "text", body))
+        if end == "<|return|>":
+            break
+    merged = []
+    for kind, text in expected:
+        if text and merged and merged[-1][0] == kind:
+            merged[-1] = (kind, merged[-1][1] + text)
+        elif text:
+            merged.append((kind, text))
+    ended = parts[-1].endswith(("<|return|>", "<|call|>"))
+    cut = not parts[-1].endswith(("<|return|>", "<|call|>", "<|end|>"))  # the output stops mid-message
+    after = "" if cut else "<|start|>assistant<|channel|>final<|message|>after the end"
+    parser = HarmonyParser.for_prompt("<|start|>user<|message|>q<|end|><|start|>assistant")
+    got = split_all(parser, cuts("".join(parts) + after, points))
+    if after and not ended:
+        merged = merged[:-1] + [("text", merged[-1][1] + "after the end")] if merged and merged[-1][0] == "text" \
+            else merged + [("text", "after the end")]
+    assert got == merged
+    assert parser.ended == ended
