@@ -1,12 +1,12 @@
 """Legacy Completions body -> Call. The prompt goes to the engine raw (no chat template), so there is
 no template to render tools into: `tools` / `functions` are refused (its row in api.surfaces), as
-is a tool_choice that needs tools."""
+is a tool_choice that needs tools; nor is the output split into reasoning (the text comes back as
+the model wrote it)."""
 from typing import TYPE_CHECKING
 
 from api import intake, served as served_mod
 from api.errors import bad_param
 from api.projectors import Choices
-from engine_bridge.client import GenerationRequest
 from engine_bridge.served import ServedModel
 
 if TYPE_CHECKING:
@@ -27,23 +27,18 @@ def parse(body: intake.Body, *, served: ServedModel | None, surface: "Surface") 
     model = served_mod.model_check(served, intake.model_name(body))
     assert served is not None  # model_check refuses a model no bridge serves
     prompt = _prompt(body)
-    stream = intake.field_bool(body, "stream")
     opts = intake.field_object(body, "stream_options")
     intake.refuse(body, surface.refused)
     intake.refuse_tool_choice(body.get("tool_choice"))
     intake.refuse_format(body.get("response_format"), "response_format")
-    temperature, top_p, seed = intake.sampling(body, served=served)
-    stop = intake.stop_list(body, surface.stop)
-    budget = intake.budget(body, surface.budget)
-    ext = intake.colibri_extension(body, served=served)
+    common = intake.common(body, served=served, surface=surface, raw_prompt=True)
     n = intake.choices_count(body)
     logprobs = intake.completion_logprobs(body, served=served)
-    request = GenerationRequest(prompt=prompt, max_tokens=intake.engine_budget(budget, served), model=model,
-                                temperature=temperature, top_p=top_p, stop=stop, seed=seed, experts=ext.experts,
-                                routes=ext.routing, top_k=intake.top_k(body, served=served),
-                                logprobs=intake.engine_logprobs(logprobs))
+    request = common.request(prompt=prompt, model=model, served=served, logprobs=logprobs)
     projectors = [surface.projector(model=model, include_usage=bool(opts.get("include_usage")),
-                                    discard_text=budget == 0, stop=stop, routing=ext.routing, logprobs=logprobs)
+                                    discard_text=common.budget == 0, stop=common.stop, routing=common.ext.routing,
+                                    logprobs=logprobs)
                   for _ in range(n)]
-    return intake.Call(request=request, projector=projectors[0] if n == 1 else Choices(projectors), stream=stream,
-                       prompt_param=surface.prompt_param, requests=intake.choice_requests(request, n))
+    return intake.Call(request=request, projector=projectors[0] if n == 1 else Choices(projectors),
+                       stream=common.stream, prompt_param=surface.prompt_param,
+                       requests=intake.choice_requests(request, n))

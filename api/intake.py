@@ -21,11 +21,12 @@ from api.errors import ApiError, bad_param
 from api.projectors import Choices, Projector
 from engine_bridge.client import GenerationRequest
 from engine_bridge.protocol import NUL_REFUSAL, has_nul
+from engine_bridge.reasoning import mode_for
 from engine_bridge.sampling import SamplingError, sampling_validate
 from engine_bridge.served import ServedModel
 
 if TYPE_CHECKING:
-    from api.surfaces import StopRule
+    from api.surfaces import StopRule, Surface
 
 Body = dict[str, Any]  # a request's JSON object, as body_read checked it
 
@@ -391,3 +392,117 @@ class Call:
     def __post_init__(self) -> None:
         if not self.requests:
             self.requests = [self.request]
+
+
+# --- reasoning ----------------------------------------------------------------------------------
+
+EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+
+
+@dataclass
+class Thinking:
+    """A request's reasoning wishes, read from its surface's own field, and the served model's
+    reasoning format (`mode`, engine_bridge.reasoning.mode_for: None for a model that does not
+    reason, whose requests are then unaffected)."""
+    mode: str | None = None
+    enabled: bool | None = None  # False: the client asked for no thinking; None: the model's default
+    effort: str | None = None    # low | medium | high (harmony's Reasoning: line)
+    budget: int | None = None    # Anthropic budget_tokens: the bridge closes the thinking when spent
+
+
+def _effort(value: object, name: str) -> tuple[bool | None, str | None]:
+    """OpenAI's effort words -> (enabled, effort): none turns thinking off, minimal is low."""
+    if value is None:
+        return None, None
+    if value == "none":
+        return False, None
+    if not isinstance(value, str) or value not in EFFORTS:
+        raise bad_param(name, f"{name} must be one of none, minimal, low, medium, high")
+    return None, EFFORTS[value]
+
+
+def _anthropic_thinking(body: Body) -> tuple[bool | None, int | None]:
+    config = body.get("thinking")
+    if config is None:
+        return None, None
+    if not isinstance(config, dict):
+        raise bad_param("thinking", "thinking must be an object")
+    kind = config.get("type")
+    if kind == "disabled":
+        return False, None
+    if kind == "adaptive":
+        return None, None
+    if kind != "enabled":
+        shown = kind if isinstance(kind, str) else json.dumps(kind)[:40]
+        raise bad_param("thinking.type", f"thinking.type {shown!r} is not supported (enabled, disabled, adaptive)")
+    budget_tokens = config.get("budget_tokens")
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 1:
+        raise bad_param("thinking.budget_tokens", "thinking.budget_tokens must be a positive integer")
+    return True, budget_tokens
+
+
+def thinking(body: Body, surface: str, served: ServedModel) -> Thinking:
+    """The surface's reasoning fields: Chat `reasoning_effort` (and llama-server's
+    `chat_template_kwargs.enable_thinking`), Responses `reasoning.effort`, Anthropic `thinking`
+    ({type: enabled, budget_tokens} | {type: disabled}). Checked whatever the model; they change
+    nothing for a model that does not reason."""
+    enabled: bool | None = None
+    effort = budget = None
+    if surface == "openai_chat":
+        enabled, effort = _effort(body.get("reasoning_effort"), "reasoning_effort")
+        kwargs = field_object(body, "chat_template_kwargs")
+        if "enable_thinking" in kwargs:
+            if not isinstance(kwargs["enable_thinking"], bool):
+                raise bad_param("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking must be a boolean")
+            enabled = kwargs["enable_thinking"]
+    elif surface == "openai_responses":
+        enabled, effort = _effort(field_object(body, "reasoning").get("effort"), "reasoning.effort")
+    elif surface == "anthropic_messages":
+        enabled, budget = _anthropic_thinking(body)
+    return Thinking(mode=mode_for(served.template), enabled=enabled, effort=effort, budget=budget)
+
+
+# --- the shared step ----------------------------------------------------------------------------
+
+@dataclass
+class Common:
+    """The fields every generation surface reads alike, in the surface's own spelling (its row in
+    api.surfaces names them): one intake step instead of one copy per surface."""
+    stream: bool
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: list[str]
+    budget: int | None
+    ext: Extension
+    top_k: int | None
+    thinking: Thinking
+
+    def request(self, *, prompt: str, model: str, served: ServedModel, grammar: bytes | None = None,
+                logprobs: int | None = None) -> GenerationRequest:
+        """The GenerationRequest of these fields and what the surface made of the rest. A
+        reasoning model's output is split by the bridge (`reasoning`); a raw prompt (legacy
+        Completions, `thinking.mode` None there) is returned as written."""
+        return GenerationRequest(
+            prompt=prompt, max_tokens=engine_budget(self.budget, served), model=model,
+            temperature=self.temperature, top_p=self.top_p, stop=self.stop, seed=self.seed,
+            conversation_key=None,  # stateless: the bridge picks a slot by prompt prefix
+            priority="interactive", topk=self.ext.topk, experts=self.ext.experts, routes=self.ext.routing,
+            top_k=self.top_k, logprobs=engine_logprobs(logprobs), grammar=grammar, reasoning=self.thinking.mode,
+            think_budget=self.thinking.budget if self.thinking.mode and grammar is None else None)
+
+
+def common(body: Body, *, served: ServedModel, surface: "Surface", raw_prompt: bool = False) -> Common:
+    """The shared intake step (stream, refused fields, sampling, stop strings, budget, our
+    extension, top_k, reasoning). `raw_prompt`: the surface sends the prompt untemplated, so
+    its output is not split into reasoning."""
+    stream = field_bool(body, "stream")
+    refuse(body, surface.refused)
+    temperature, top_p, seed = sampling(body, served=served)
+    stop = stop_list(body, surface.stop)
+    out_budget = budget(body, surface.budget)
+    ext = colibri_extension(body, served=served)
+    cut = top_k(body, served=served)
+    wishes = Thinking() if raw_prompt else thinking(body, surface.name, served)
+    return Common(stream=stream, temperature=temperature, top_p=top_p, seed=seed, stop=stop, budget=out_budget,
+                  ext=ext, top_k=cut, thinking=wishes)

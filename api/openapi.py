@@ -112,6 +112,11 @@ CHAT = inline_serializer("ChatCompletionRequest", {
                                    '{"type": "json_schema", "json_schema": {name, schema, strict}} (constrained decoding)'),
     **_openai_tools,
     "functions": s.JSONField(required=False, help_text="legacy: mapped onto tools (function_call onto tool_choice)"),
+    "reasoning_effort": s.CharField(required=False, help_text=(
+        "none | minimal | low | medium | high. A reasoning model's thinking comes in message.reasoning_content "
+        "(delta.reasoning_content when streamed), its tokens in usage.completion_tokens_details.reasoning_tokens; "
+        "effort sets gpt-oss's Reasoning: level, none asks for no thinking")),
+    "chat_template_kwargs": s.JSONField(required=False, help_text='{"enable_thinking": false}: no thinking (Qwen3)'),
 })
 COMPLETION = inline_serializer("CompletionRequest", {
     "model": s.CharField(), "prompt": s.JSONField(help_text="a string (or an array of exactly one)"), **_sampling,
@@ -130,6 +135,11 @@ MESSAGES = inline_serializer("MessagesRequest", {
     "tools": s.JSONField(required=False, help_text="[{name, description, input_schema}] (custom tools)"),
     "tool_choice": s.JSONField(required=False, help_text=f"{{type: auto|any|tool|none, name, disable_parallel_tool_use}}; "
                                f"any / tool: {_FORCED}"),
+    "thinking": s.JSONField(required=False, help_text=(
+        "{type: enabled, budget_tokens} | {type: disabled}: a reasoning model's thinking comes as thinking blocks "
+        "(thinking_delta, signature_delta); budget_tokens: the server closes the thinking when spent")),
+    "output_format": s.JSONField(required=False, help_text='{"type": "json_schema", "schema": {...}} (constrained decoding)'),
+    "output_config": s.JSONField(required=False, help_text='{"format": {"type": "json_schema", "schema": {...}}}'),
 })
 RESPONSES = inline_serializer("ResponsesRequest", {
     "model": s.CharField(), "input": s.JSONField(help_text="a string or a list of messages"),
@@ -137,6 +147,9 @@ RESPONSES = inline_serializer("ResponsesRequest", {
     "text": s.JSONField(required=False, help_text='{"format": {"type": "text" | "json_object"}} or '
                         '{"format": {"type": "json_schema", name, schema, strict}} (constrained decoding)'), **_sampling,
     **_openai_tools,
+    "reasoning": s.JSONField(required=False, help_text=(
+        '{"effort": none|minimal|low|medium|high}: a reasoning model\'s thinking comes as a reasoning output item '
+        "(response.reasoning_text.* events), its tokens in usage.output_tokens_details.reasoning_tokens")),
 })
 
 COUNT_TOKENS = inline_serializer("CountTokensRequest", {

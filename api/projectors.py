@@ -29,6 +29,9 @@ DATA frames), so a delta never splits a character; an explicit zero budget submi
 which is dropped and reported as a length stop with 0 completion tokens; after an error no
 further frames but the in-band error (and, for Responses, its terminal response.failed).
 """
+import base64
+import hashlib
+import hmac
 import json
 import time
 import uuid
@@ -60,6 +63,15 @@ def _id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
+def thinking_signature(thinking: str) -> str:
+    """A thinking block's `signature`: an HMAC of its text under the site's key (Anthropic's is
+    opaque too; clients only send it back). A block sent back is rendered whatever it carries."""
+    from django.conf import settings
+
+    digest = hmac.new(str(settings.SECRET_KEY).encode(), thinking.encode("utf-8"), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
 class Projector:
     """Accumulates what every surface needs; subclasses turn it into frames/objects."""
 
@@ -67,8 +79,11 @@ class Projector:
 
     def __init__(self, *, model: str, discard_text: bool = False, stop: Iterable[str] = (), routing: bool = False,
                  logprobs: int | None = None, index: int = 0, tools: "ToolPlan | None" = None,
-                 calls: toolsyntax.ToolCallParser | None = None) -> None:
+                 calls: toolsyntax.ToolCallParser | None = None, reasoning: str | None = None) -> None:
         self.model = model
+        self.reasoning_mode = reasoning  # the served model's reasoning format (None: it does not reason)
+        self.thoughts: list[str] = []    # the reasoning text so far
+        self.reasoning_tokens = 0
         self.index = index  # the choice this projector writes (n > 1: one projector per choice)
         self.want_logprobs = logprobs  # None: off; k: each token's logprob and its k best candidates
         self.logprob_entries: list[dict] = []  # the bridge's entries: {token, logprob, bytes, top: [...]}
@@ -94,6 +109,10 @@ class Projector:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.thoughts)
 
     @property
     def finished(self) -> bool:
@@ -139,6 +158,11 @@ class Projector:
                 return self._tool_frames(self.calls.feed(event["text"]))
             self.parts.append(event["text"])
             return self.on_text(event["text"])
+        if kind == "reasoning":
+            if self.discard_text or not event.get("text"):
+                return []
+            self.thoughts.append(event["text"])
+            return self.on_reasoning(event["text"])
         if kind == "topk":
             self.topk.append(event.get("candidates"))
             return []
@@ -151,6 +175,7 @@ class Projector:
             usage = event.get("usage") or {}
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             self.completion_tokens = 0 if self.discard_text else usage.get("completion_tokens", 0)
+            self.reasoning_tokens = 0 if self.discard_text else int(event.get("reasoning_tokens") or 0)
             self.finish_reason = "length" if self.discard_text else (event.get("finish_reason") or "stop")
             if self.finish_reason == "stop" and event.get("stop_sequence") in self.stop:
                 self.stop_sequence = event["stop_sequence"]
@@ -210,6 +235,9 @@ class Projector:
     def on_text(self, text: str) -> Frames:
         return []
 
+    def on_reasoning(self, text: str) -> Frames:
+        return []
+
     def on_done(self) -> Frames:
         return []
 
@@ -253,8 +281,11 @@ class OpenAIChatProjector(Projector):
         return None if self.want_logprobs is None else chat_logprobs(entries, self.want_logprobs)
 
     def usage(self) -> Json:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.prompt_tokens + self.completion_tokens}
+        usage: Json = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                       "total_tokens": self.prompt_tokens + self.completion_tokens}
+        if self.reasoning_mode:
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        return usage
 
     def chunk(self, choices: list[Json], **extra: Any) -> Json:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
@@ -270,6 +301,10 @@ class OpenAIChatProjector(Projector):
 
     def on_text(self, text: str) -> Frames:
         return [self._delta({"content": text}, entries=self.new_logprobs)]
+
+    def on_reasoning(self, text: str) -> Frames:
+        # llama-server's and DeepSeek's field (the SDK keeps it in the delta's model_extra)
+        return [self._delta({"reasoning_content": text})]
 
     def wire_finish(self) -> str | None:
         if self.called and self.tools is not None and not self.tools.named:  # OpenAI: a named tool finishes with "stop"
@@ -292,6 +327,8 @@ class OpenAIChatProjector(Projector):
 
     def message(self) -> Json:
         message: Json = {"role": "assistant", "content": self.text, "refusal": None}
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
         if self.tool_calls and self.tools is not None and self.tools.legacy:
             call = self.tool_calls[0]
             message["function_call"] = {"name": call.name, "arguments": call.arguments}
@@ -428,7 +465,8 @@ class AnthropicProjector(Projector):
                    "stop_reason": None, "stop_sequence": None,
                    "usage": {**self.usage(), "output_tokens": 0}}
         frames = [self._event("message_start", message=message)]
-        if not self.discard_text and self.calls is None:  # without tools the text block opens at once
+        if not self.discard_text and self.calls is None and not self.reasoning_mode:
+            # without tools (or thinking, whose block comes first) the text block opens at once
             frames += [*self._start_block({"type": "text", "text": ""}), self._event("ping")]
         return frames
 
@@ -442,7 +480,22 @@ class AnthropicProjector(Projector):
         if self.open is None:
             return []
         index, self.open = self.open, None
-        return [self._event("content_block_stop", index=index)]
+        frames = []
+        block = self.blocks[index]
+        if block["type"] == "thinking":  # the SDK's block gets its signature from this delta
+            block["signature"] = thinking_signature(block["thinking"])
+            frames.append(self._event("content_block_delta", index=index,
+                                      delta={"type": "signature_delta", "signature": block["signature"]}))
+        return frames + [self._event("content_block_stop", index=index)]
+
+    def on_reasoning(self, text: str) -> Frames:
+        frames: Frames = []
+        if self.open is None or self.blocks[self.open]["type"] != "thinking":
+            frames = self._start_block({"type": "thinking", "thinking": "", "signature": ""})
+        assert self.open is not None  # _start_block opened one
+        self.blocks[self.open]["thinking"] += text
+        return frames + [self._event("content_block_delta", index=self.open,
+                                     delta={"type": "thinking_delta", "thinking": text})]
 
     def on_text(self, text: str) -> Frames:
         frames: Frames = []
@@ -470,7 +523,7 @@ class AnthropicProjector(Projector):
 
     def on_done(self) -> Frames:
         frames = []
-        if not self.blocks and not self.discard_text:  # say something: an empty text block
+        if not self._answered() and not self.discard_text:  # say something: an empty text block
             frames = self._start_block({"type": "text", "text": ""})
         return [*frames, *self._close_block(),
                 self._event("message_delta", delta={"stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence},
@@ -487,11 +540,16 @@ class AnthropicProjector(Projector):
             kind = "overloaded_error" if (self.error or {}).get("code") in ("ENGINE_UNAVAILABLE", "QUEUE_FULL") else "api_error"
         return [sse(ANTHROPIC.stream_error(self.error_message, kind), "error")]
 
+    def _answered(self) -> bool:
+        return any(b["type"] != "thinking" for b in self.blocks)
+
     def content(self) -> list[Json]:
         if self.discard_text:
             return []
         blocks = [b for b in self.blocks if not b.get("broken") and not (b["type"] == "text" and not b["text"])]
-        return blocks or [{"type": "text", "text": self.text}]
+        if not any(b["type"] != "thinking" for b in blocks):
+            blocks.append({"type": "text", "text": self.text})
+        return blocks
 
     def response(self) -> Json:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": self.content(),
@@ -535,7 +593,7 @@ class ResponsesProjector(Projector):
 
     def usage(self) -> Json:
         return {"input_tokens": self.prompt_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                "output_tokens": self.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                "output_tokens": self.completion_tokens, "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
     @staticmethod
@@ -550,6 +608,9 @@ class ResponsesProjector(Projector):
         if item["type"] == "message":
             return {"id": item["id"], "type": "message", "role": "assistant", "status": status,
                     "content": [self._part(item["text"])]}
+        if item["type"] == "reasoning":
+            return {"id": item["id"], "type": "reasoning", "summary": [], "status": status,
+                    "content": [{"type": "reasoning_text", "text": item["text"]}]}
         return {"id": item["id"], "type": "function_call", "call_id": item["call_id"], "name": item["name"],
                 "arguments": item["arguments"], "status": status}
 
@@ -568,9 +629,12 @@ class ResponsesProjector(Projector):
 
     def output(self) -> list[Json]:
         out = [self._wire_item(i) for i in self.items if not i.get("broken")]
-        if not out and self.done and self.calls is None:
-            out = [self.item()]
+        if not self._answered() and self.done and self.calls is None:
+            out.append(self.item())
         return out
+
+    def _answered(self) -> bool:
+        return any(i["type"] != "reasoning" for i in self.items)
 
     def response(self, *, output: list[Json] | None = None) -> Json:
         status = self.status()
@@ -601,13 +665,14 @@ class ResponsesProjector(Projector):
 
     def on_accepted(self) -> Frames:
         frames = [*self._created(), self._event("response.in_progress", response=self.response(output=[]))]
-        if self.calls is None:  # without tools the message item opens at once
+        if self.calls is None and not self.reasoning_mode:  # without tools (or reasoning, first) the message opens at once
             frames += self._open_message()
         return frames
 
     def _open_message(self) -> Frames:
         frames = self._close_item()
-        item = {"type": "message", "id": self.item_id if not self.items else _id("msg_"), "text": ""}
+        first = not any(i["type"] == "message" for i in self.items)
+        item = {"type": "message", "id": self.item_id if first else _id("msg_"), "text": ""}
         self.open = len(self.items)
         self.items.append(item)
         loc = {"item_id": item["id"], "output_index": self.open, "content_index": 0}
@@ -627,6 +692,23 @@ class ResponsesProjector(Projector):
         item["text"] += text
         return frames + [self._event("response.output_text.delta", item_id=item["id"], output_index=self.open,
                                      content_index=0, delta=text, logprobs=[])]
+
+    def on_reasoning(self, text: str) -> Frames:
+        frames: Frames = []
+        if self.open is None or self.items[self.open]["type"] != "reasoning":
+            frames = self._close_item()
+            item = {"type": "reasoning", "id": _id("rs_"), "text": ""}
+            self.open = len(self.items)
+            self.items.append(item)
+            loc = {"item_id": item["id"], "output_index": self.open, "content_index": 0}
+            frames += [self._event("response.output_item.added", output_index=self.open,
+                                   item={**self._wire_item(item, "in_progress"), "content": []}),
+                       self._event("response.content_part.added", **loc, part={"type": "reasoning_text", "text": ""})]
+        assert self.open is not None
+        item = self.items[self.open]
+        item["text"] += text
+        return frames + [self._event("response.reasoning_text.delta", item_id=item["id"], output_index=self.open,
+                                     content_index=0, delta=text)]
 
     def on_call_start(self, event: toolsyntax.CallStart) -> Frames:
         frames = self._close_item()
@@ -661,6 +743,11 @@ class ResponsesProjector(Projector):
                     self._event("response.output_item.done", output_index=index, item=self._wire_item(item))]
         item["status"] = "incomplete" if self.error else "completed"
         loc = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        if item["type"] == "reasoning":
+            part = {"type": "reasoning_text", "text": item["text"]}
+            return [self._event("response.reasoning_text.done", **loc, text=item["text"]),
+                    self._event("response.content_part.done", **loc, part=part),
+                    self._event("response.output_item.done", output_index=index, item=self._wire_item(item))]
         return [
             self._event("response.output_text.done", **loc, text=item["text"], logprobs=[]),
             self._event("response.content_part.done", **loc, part=self._part(item["text"])),
@@ -669,7 +756,7 @@ class ResponsesProjector(Projector):
 
     def on_done(self) -> Frames:
         frames = []
-        if not self.items and not self.discard_text:  # with tools and no output: an empty message
+        if not self._answered() and not self.discard_text:  # no answer (tools, or only reasoning): an empty message
             frames = self._open_message()
         frames += self._close_item()
         terminal = "response.incomplete" if self.status() == "incomplete" else "response.completed"
@@ -734,8 +821,11 @@ class Choices:
         return "length" if any(p.finish_reason == "length" for p in self.choices) else self.choices[0].finish_reason
 
     def usage(self) -> Json:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.prompt_tokens + self.completion_tokens}
+        usage: Json = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                       "total_tokens": self.prompt_tokens + self.completion_tokens}
+        if self.choices[0].reasoning_mode:
+            usage["completion_tokens_details"] = {"reasoning_tokens": sum(p.reasoning_tokens for p in self.choices)}
+        return usage
 
     def feed(self, event: dict) -> Frames:
         if self.finished:

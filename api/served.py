@@ -12,12 +12,17 @@ turn a servable request away. The model a request names selects everything model
 it: the template, the context length, the extensions, and the bridge (GenerationRequest.model).
 """
 import time
+from typing import TYPE_CHECKING
 
 from api.errors import ApiError, unavailable
 from engine_bridge.served import (ServedModel, aserved_model_get, aserved_models_get,  # noqa: F401
                                   served_model_from, served_model_get, served_models_get)
 
 STARTED = int(time.time())
+if TYPE_CHECKING:
+    from api.intake import Thinking
+    from api.tools import ToolPlan
+
 RETRY_AFTER_S = 2  # a restart costs seconds; the SDKs honour Retry-After
 
 
@@ -46,18 +51,41 @@ def model_check(served: ServedModel | None, name: str) -> str:
                    f"{', '.join(repr(i) for i in ids)} (GET /v1/models)", param="model", code="model_not_found")
 
 
-def render(served: ServedModel, messages: list[dict], tools: tuple | list = ()) -> str:
+def render(served: ServedModel, messages: list[dict], tools: tuple | list = (), *,
+           thinking: "Thinking | None" = None, prefill: str = "") -> str:
     """Neutral messages (and the tools to offer) -> the prompt, in the served model's template and
-    tool syntax (engine_bridge.toolsyntax)."""
+    tool syntax (engine_bridge.toolsyntax), with the request's reasoning wishes (api.intake.Thinking)."""
     from engine_bridge import toolsyntax
     from engine_bridge.prompting import TemplateError
 
     from api.errors import bad_param
 
     try:
-        return toolsyntax.render(messages, tools, served)
+        return toolsyntax.render(messages, tools, served, thinking=thinking.enabled if thinking else None,
+                                 effort=thinking.effort if thinking else None, prefill=prefill)
     except TemplateError as exc:
         raise bad_param("messages", str(exc))
+
+
+def prompt_for(served: ServedModel, messages: list[dict], plan: "ToolPlan", thinking: "Thinking", *,
+               structured: bool = False) -> str:
+    """The prompt of a templated surface. Output a grammar holds (a forced tool choice, a
+    response format) cannot start with thinking markup the grammar does not know: a `<think>`
+    model is asked for no thinking, a harmony prompt ends in the header of the one message the
+    output is (engine_bridge.harmony.constrained_header)."""
+    from dataclasses import replace
+
+    from engine_bridge import harmony
+
+    forced = plan.active and plan.choice in ("required", "named")
+    prefill = ""
+    if forced or structured:
+        if thinking.mode == "harmony":
+            prefill = harmony.constrained_header(tool=plan.name if forced and plan.named else None,
+                                                 calls=forced and plan.choice == "required")
+        elif thinking.mode == "think":
+            thinking = replace(thinking, enabled=False)
+    return render(served, messages, plan.tools if plan.active else (), thinking=thinking, prefill=prefill)
 
 
 def openai_entry(m: ServedModel) -> dict:

@@ -314,7 +314,7 @@ def chat_messages(body: Body, *, roles: Collection[str], text_types: Collection[
                               "arguments": _arguments(legacy.get("arguments", "{}"), f"{path}.arguments")})
                 legacy_by_name[legacy["name"]] = call_id
                 calls_by_id[call_id] = legacy["name"]
-            out.append({"role": "assistant", "content": content, "tool_calls": calls})
+            out.append({"role": "assistant", "content": content, "tool_calls": calls, **_chat_reasoning(msg, i)})
         elif role == "tool":
             call_id = _call_id(msg.get("tool_call_id"), f"messages[{i}].tool_call_id")
             if call_id not in calls_by_id:
@@ -326,9 +326,24 @@ def chat_messages(body: Body, *, roles: Collection[str], text_types: Collection[
             if not isinstance(name, str) or name not in legacy_by_name:
                 raise bad_param(f"messages[{i}].name", f"messages[{i}].name must name an earlier function_call")
             out.append({"role": "tool", "tool_call_id": legacy_by_name[name], "name": name, "content": content})
+        elif role == "assistant":
+            out.append({"role": "assistant", "content": content, **_chat_reasoning(msg, i)})
         else:
             out.append({"role": rename.get(role, role), "content": content})
     return out
+
+
+def _chat_reasoning(msg: dict, i: int) -> dict[str, str]:
+    """An assistant message's thinking sent back: `reasoning_content` (llama-server, DeepSeek) or
+    `reasoning` (vLLM) -> the neutral `reasoning` (rendered as the template wants)."""
+    for name in ("reasoning_content", "reasoning"):
+        value = msg.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise bad_param(f"messages[{i}].{name}", f"messages[{i}].{name} must be a string")
+        return {"reasoning": value}
+    return {}
 
 
 def _tool_result_text(block: dict, path: str) -> str:
@@ -367,11 +382,17 @@ def anthropic_messages(body: Body) -> list[Message]:
             out.append({"role": role, "content": intake.text_parts(content, f"messages[{i}].content")})
             last_calls = {}
             continue
-        texts, calls, results = [], [], []
+        texts, calls, results, thoughts = [], [], [], []
         for j, block in enumerate(blocks):
             path = f"messages[{i}].content[{j}]"
             kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "tool_use" and role == "assistant":
+            if kind == "thinking" and role == "assistant":
+                if not isinstance(block.get("thinking"), str):
+                    raise bad_param(f"{path}.thinking", f"{path}.thinking must be a string")
+                thoughts.append(block["thinking"])
+            elif kind == "redacted_thinking" and role == "assistant":
+                continue  # encrypted elsewhere: nothing this server can render
+            elif kind == "tool_use" and role == "assistant":
                 name = block.get("name")
                 if not isinstance(name, str) or not name:
                     raise bad_param(f"{path}.name", f"{path}.name must be a non-empty string")
@@ -393,7 +414,8 @@ def anthropic_messages(body: Body) -> list[Message]:
                 intake.text_parts([{"type": "text", "text": ""}] * j + [block], f"messages[{i}].content")
         text = "".join(texts)
         if role == "assistant":
-            out.append({"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})})
+            out.append({"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {}),
+                        **({"reasoning": "".join(thoughts)} if thoughts else {})})
             last_calls = {c["id"]: c["name"] for c in calls}
         else:
             out += results
@@ -415,10 +437,17 @@ def responses_items(body: Body, *, roles: Collection[str], text_types: Collectio
         raise bad_param("input", "input must be a string or a non-empty array of messages")
     out: list[Message] = []
     calls_by_id: dict[str, str] = {}
+    thought: str | None = None  # a reasoning item's text, for the assistant turn that follows it
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise bad_param(f"input[{i}]", f"input[{i}] must be an object")
         kind = item.get("type", "message")
+        if kind == "reasoning":
+            thought = (thought or "") + _reasoning_item_text(item, f"input[{i}]")
+            continue
+        if thought is not None and kind in ("function_call", "message") and item.get("role", "assistant") == "assistant":
+            out.append({"role": "assistant", "content": "", "reasoning": thought, "_open": True})
+        thought = None
         if kind == "function_call":
             name = item.get("name")
             if not isinstance(name, str) or not name:
@@ -444,10 +473,29 @@ def responses_items(body: Body, *, roles: Collection[str], text_types: Collectio
             if not isinstance(role, str) or role not in roles:
                 raise bad_param(f"input[{i}].role", f"input[{i}].role must be one of {', '.join(sorted(roles))}")
             content = intake.text_parts(item.get("content"), f"input[{i}].content", text_types=text_types)
-            out.append({"role": "system" if role == "developer" else role, "content": content})
+            if role == "assistant" and out and out[-1].get("_open") and not out[-1]["content"]:
+                out[-1]["content"] = content  # the message its reasoning item came before
+            else:
+                out.append({"role": "system" if role == "developer" else role, "content": content})
         else:
             raise bad_param(f"input[{i}].type", f"input item type {str(kind)[:40]!r} is not supported by this server")
+    for m in out:
+        m.pop("_open", None)
     return out
+
+
+def _reasoning_item_text(item: dict, path: str) -> str:
+    """A Responses reasoning item sent back -> its text (its reasoning_text content, else its
+    summary's text)."""
+    parts = item.get("content") or item.get("summary") or []
+    if not isinstance(parts, list):
+        raise bad_param(f"{path}.content", f"{path}.content must be an array")
+    texts = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            raise bad_param(f"{path}.content[{j}]", f"{path}.content[{j}] must be a part with text")
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 def responses_tools_echo(plan: ToolPlan) -> list[dict[str, Any]]:

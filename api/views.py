@@ -243,7 +243,8 @@ async def _body_and_model(django_request: HttpRequest) -> tuple[dict, served.Ser
 # What a parse may do on the event loop every stream shares: a body without the fields that can
 # make it compile a grammar (structured output, a forced tool call: a new schema can take a
 # second; tools alone render longer templates), and small enough that rendering it is quick.
-GRAMMAR_FIELDS = ("response_format", "text", "tool_choice", "tools", "functions", "function_call")
+GRAMMAR_FIELDS = ("response_format", "text", "tool_choice", "tools", "functions", "function_call", "output_format",
+                  "output_config")
 INLINE_PARSE_BYTES = 32 * 1024
 
 

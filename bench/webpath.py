@@ -407,7 +407,9 @@ def main():
 
 
 def run_sitting(args, model, clients, slots, ctx, stacks):
-    from engine_bridge.prompting import render_prompt
+    from engine_bridge.prompting import render_prompt, template_source
+
+    template, bos, eos = template_source()
     mux_env = {**os.environ, "SERVE": "1", "SERVE_BATCH": "1", "SNAP": str(model), "KV_SLOTS": str(slots),
                "CTX": str(ctx), "KVSAVE": "0", "USAGE_SAVE": "0"}
     mux = Mux(mux_env)
@@ -429,7 +431,7 @@ def run_sitting(args, model, clients, slots, ctx, stacks):
     # A warm-up round on each side, not counted: first-use costs (page cache, lazy imports,
     # the first prefix of each slot) belong to neither path's steady state.
     warm = [f"Warm up #{i}." for i in range(max(clients))]
-    raw_round(mux, [render_prompt([{"role": "user", "content": t}]) for t in warm], args.max_tokens)
+    raw_round(mux, [render_prompt([{"role": "user", "content": t}], template=template, bos_token=bos, eos_token=eos) for t in warm], args.max_tokens)
     for side in sides:
         runner.run(web_round(side.client, side.stack, model_id, warm, args.max_tokens, True))
     for rnd in range(args.rounds):
@@ -437,7 +439,7 @@ def run_sitting(args, model, clients, slots, ctx, stacks):
             for c in clients:
                 n += 1
                 texts = [f"Write a short poem about {TOPICS[(n * 7 + i) % len(TOPICS)]} (#{n}-{i})." for i in range(c)]
-                prompts = [render_prompt([{"role": "user", "content": t}]) for t in texts]
+                prompts = [render_prompt([{"role": "user", "content": t}], template=template, bos_token=bos, eos_token=eos) for t in texts]
                 before, woke = cpu_seconds(mux.p.pid), wakeups(mux.p.pid)
                 r_ttft, r_rate, r_tok, r_mean = raw_round(mux, prompts, args.max_tokens, stream)
                 raw_cpu += cpu_seconds(mux.p.pid) - before

@@ -8,7 +8,8 @@ from chat.groups import group_for
 from chat.models import Conversation, Message
 from chat.text import fallback_title, storable
 from colibri_base.layers import channel_layer
-from engine_bridge.prompting import render_prompt
+from engine_bridge import toolsyntax
+from engine_bridge.reasoning import mode_for
 
 log = logging.getLogger(__name__)
 TITLE_MAX_TOKENS = 16
@@ -21,10 +22,11 @@ def clean_title(text: str) -> str:
     return line[:80]
 
 
-async def _generate_text(prompt: str) -> str:
+async def _generate_text(prompt: str, model: str | None = None, reasoning: str | None = None) -> str:
     from engine_bridge.client import GenerationRequest, generate
 
-    req = GenerationRequest(prompt=prompt, max_tokens=TITLE_MAX_TOKENS, temperature=0.0, priority="background")
+    req = GenerationRequest(prompt=prompt, max_tokens=TITLE_MAX_TOKENS, temperature=0.0, priority="background",
+                            model=model, reasoning=reasoning)
     parts: list[str] = []
     async for event in generate(req):
         if event is None:  # only a stream with a tick yields None
@@ -49,7 +51,13 @@ def title_conversation(conversation_id: int) -> str | None:
     history = [{"role": m.role, "content": m.text[:2000]} for m in msgs]
     title = ""
     try:
-        title = clean_title(async_to_sync(_generate_text)(render_prompt(history + [{"role": "user", "content": INSTRUCTION}])))
+        # the conversation's own model and template; a reasoning model is asked not to think (the
+        # answer is the title) and its thinking, if any, is kept out of the title
+        from chat.services import conversation_served  # services imports the task that imports this
+
+        served = conversation_served(conv)
+        prompt = toolsyntax.render(history + [{"role": "user", "content": INSTRUCTION}], (), served, thinking=False)
+        title = clean_title(async_to_sync(_generate_text)(prompt, served.id, mode_for(served.template)))
     except Exception as exc:  # titles are cosmetic: fall back, never fail the task
         log.warning("title generation failed for conversation %s: %s", conversation_id, exc)
     title = storable(title) or fallback_title(first_user)  # model output may hold NUL: stored as U+FFFD

@@ -23,6 +23,7 @@ from engine_bridge.engine import EngineFailed, Supervisor, next_id
 from engine_bridge.jobs import UNREAD_JOB, Request, extension_refusal, parse_job
 from engine_bridge.liveness import Heart
 from engine_bridge.pacing import Pacer
+from engine_bridge.reasoning import splitter_for
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
 from engine_bridge.telemetry import Publisher
 
@@ -78,7 +79,8 @@ class Admission:
             self.finish(Request(req, UNREAD_JOB, reply_to),
                         {"kind": "error", "code": "BAD_REQUEST", "message": str(exc)})
             return
-        r = Request(req, job, reply_to, leased=leased and reply_to != req)
+        r = Request(req, job, reply_to, leased=leased and reply_to != req,
+                    split=splitter_for(job.reasoning, job.prompt))
         if engine is None:
             self.finish(r, self.unavailable())
             return
@@ -143,6 +145,12 @@ class Admission:
             r.stopped = True
             engine = self.supervisor.engine
             assert engine is not None  # r runs on it: on_down would have ended r
+            send_command(engine.stop(r.eng_id))
+
+    def stop_leg(self, r: Request) -> None:
+        """STOP r's generation without ending r (a thinking budget's continuation follows)."""
+        engine = self.supervisor.engine
+        if r.eng_id is not None and engine is not None:
             send_command(engine.stop(r.eng_id))
 
     def finish(self, r: Request, final: dict) -> None:

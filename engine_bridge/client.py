@@ -61,6 +61,12 @@ class GenerationRequest:
                                      # for an engine that announces it (MODEL "grammar"), else refused
     model: str | None = None         # a served model id (ServedModel.id; "default"/"colibri" too);
                                      # None: the default model. The router picks its bridge.
+    reasoning: str | None = None     # the output's reasoning format (engine_bridge.reasoning.mode_for
+                                     # of the served template): "think" | "harmony" | None (all answer).
+                                     # Set: thinking comes as `reasoning` events, `text` is the answer only
+    think_budget: int | None = None  # with `reasoning`: thinking tokens at most; then the bridge closes the
+                                     # thinking itself (STOP, and the same slot goes on from the prompt,
+                                     # the output so far and the format's close: its KV prefix is kept)
 
 
 @dataclass(frozen=True)
@@ -399,7 +405,7 @@ def _drain(queue: asyncio.Queue) -> list:
 def _merge_text(events: list[dict]) -> list[dict]:
     out: list[dict] = []
     for event in events:
-        if event["kind"] == "text" and out and out[-1]["kind"] == "text":
+        if event["kind"] in ("text", "reasoning") and out and out[-1]["kind"] == event["kind"]:
             merged = {**out[-1], "text": out[-1]["text"] + event["text"]}
             if "logprobs" in event or "logprobs" in merged:
                 merged["logprobs"] = [*out[-1].get("logprobs", ()), *event.get("logprobs", ())]

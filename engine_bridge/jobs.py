@@ -21,6 +21,7 @@ from django.conf import settings
 from engine_bridge import protocol as p
 from engine_bridge import sampling
 from engine_bridge.client import GenerationRequest
+from engine_bridge.reasoning import MODES as REASONING_MODES, Splitter
 from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS, StopMatcher
 
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
@@ -66,6 +67,11 @@ class Request:
     text_sent_at: float | None = None  # when a batch with text last left (the frame-rate floor)
     position: int | None = None
     admitted: int = 0        # the bridge's ordinal of its admission (0: refused before admission)
+    split: Splitter | None = None  # the job's reasoning splitter (engine_bridge.reasoning), made at admission
+    reasoning_tokens: int = 0  # DATA tokens spent inside thinking
+    raw: bytes = b""         # the output as the engine wrote it (a thinking budget's continuation prompt)
+    budget_cut: bool = False  # the thinking budget is spent: STOP sent, the continuation starts at DONE
+    earlier_tokens: int = 0  # tokens of the legs before a budget continuation
 
 
 def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:
@@ -92,6 +98,11 @@ def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:
         raise p.SubmitError(exc.message) from None
     if job.experts is not None and (isinstance(job.experts, bool) or not isinstance(job.experts, int)):
         raise p.SubmitError("experts must be an integer")
+    if job.reasoning not in (None, *REASONING_MODES):
+        raise p.SubmitError(f"reasoning must be null or one of {', '.join(REASONING_MODES)}")
+    if job.think_budget is not None and (isinstance(job.think_budget, bool) or not isinstance(job.think_budget, int)
+                                         or job.think_budget < 1 or job.reasoning is None):
+        raise p.SubmitError("think_budget must be a positive integer, with reasoning set")
     for name in ("routes", "heat", "topk"):
         if not isinstance(getattr(job, name), bool):
             raise p.SubmitError(f"{name} must be true or false")

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 REDIS_RETRY_FIRST, REDIS_RETRY_MAX = 0.1, 2.0
 READ_PAUSE_S = 0.02  # longest wait between reads of a slow (token-at-a-time) engine output
 SLOW_TOKEN_S = 0.001  # seconds per token and request from which an engine counts as token-at-a-time
+TEXTLIKE = ("text", "reasoning")  # streamed output: merged and paced alike (thinking streams as the answer does)
 SEND_GIVE_UP_S = 30.0  # a reply batch not delivered within this long of an outage is dropped
 
 
@@ -53,14 +54,14 @@ class Pacer:
 
     def emit(self, r: Request, event: dict) -> None:
         """Queues one event of r; text merges into text already waiting."""
-        if event["kind"] == "text":
+        if event["kind"] in TEXTLIKE:
             if not event["text"]:
                 return
-            if r.lp_pending:  # the logprobs of the tokens this text completes travel with it
+            if r.lp_pending and event["kind"] == "text":  # the logprobs of the tokens this text completes travel with it
                 event["logprobs"], r.lp_pending = r.lp_pending, []
             if r.t_first is None:
                 r.t_first, r.t_first_wall = time.monotonic(), time.time()
-            if r.outbox and r.outbox[-1]["kind"] == "text":
+            if r.outbox and r.outbox[-1]["kind"] == event["kind"]:
                 r.outbox[-1]["text"] += event["text"]
                 if "logprobs" in event:
                     r.outbox[-1].setdefault("logprobs", []).extend(event["logprobs"])
@@ -80,19 +81,19 @@ class Pacer:
         if r.sending:
             if r.waiting is not None:
                 self.held.pop(r.req, None)
-                if any(e["kind"] == "text" for e in r.outbox):
+                if any(e["kind"] in TEXTLIKE for e in r.outbox):
                     r.text_sent_at = time.monotonic()
                 r.waiting["events"].extend(r.outbox)
                 r.outbox = []
             return
         self.held.pop(r.req, None)
-        only_text = all(e["kind"] == "text" for e in r.outbox)
+        only_text = all(e["kind"] in TEXTLIKE for e in r.outbox)
         if only_text and r.text_sent_at is not None and not ride:
             due = r.text_sent_at + self.text_interval()
             if due > time.monotonic():
                 self.hold(r, due)
                 return
-        if any(e["kind"] == "text" for e in r.outbox):
+        if any(e["kind"] in TEXTLIKE for e in r.outbox):
             r.text_sent_at = time.monotonic()
         message = {"type": "gen.events", "req": r.req, "seq": r.seq, "events": r.outbox}
         r.seq, r.outbox, r.sending, r.waiting = r.seq + 1, [], True, message

@@ -1,7 +1,8 @@
 """Renders chat messages into the engine prompt with the model's own jinja2 chat template.
 
-Template source, in order (decided by engine_bridge.served): the MODEL line the engine sent
-(telemetry), settings.CHAT_TEMPLATE, ChatML. Rendering is a pure function of the messages, so the history of turn N+1 is
+The template is always named by the caller: the one of the model the request goes to (its
+engine_bridge.served.ServedModel: the MODEL line the engine sent, settings.CHAT_TEMPLATE, or
+ChatML). A default would render for the default model whatever the request's model is. Rendering is a pure function of the messages, so the history of turn N+1 is
 byte-identical to the prompt + output of turn N and the engine keeps its KV prefix.
 """
 import json
@@ -52,15 +53,12 @@ def template_source() -> tuple[str, str, str]:
 _compiled: dict[str, jinja2.Template] = {}
 
 
-def render_prompt(messages: list[dict[str, Any]], *, add_generation_prompt: bool = True, template: str | None = None,
-                  bos_token: str | None = None, eos_token: str | None = None,
-                  extra: dict[str, Any] | None = None) -> str:
-    """messages: [{"role", "content"}] -> prompt string. Raises TemplateError. `extra`: more
-    template variables (`tools`, from engine_bridge.toolsyntax.prepare)."""
-    if template is None:
-        template, bos, eos = template_source()
-        bos_token = bos if bos_token is None else bos_token
-        eos_token = eos if eos_token is None else eos_token
+def render_prompt(messages: list[dict[str, Any]], *, template: str, add_generation_prompt: bool = True,
+                  bos_token: str = "", eos_token: str = "", extra: dict[str, Any] | None = None) -> str:
+    """messages: [{"role", "content"}] -> prompt string in `template` (a model's own: the caller
+    names it, from the ServedModel its request goes to; engine_bridge.toolsyntax.render does for
+    the surfaces and the chat page). Raises TemplateError. `extra`: more template variables
+    (`tools`, from engine_bridge.toolsyntax.prepare; `enable_thinking`)."""
     compiled = _compiled.get(template)
     if compiled is None:
         try:

@@ -11,8 +11,10 @@ tail that may still grow into a stop string is held back until it cannot (or the
 every end both finishes the request and releases its slot, except BAD_FRAME (the engine exits;
 its death ends the request).
 """
+import codecs
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from engine_bridge import protocol as p
 from engine_bridge.admission import CANCELLED, Admission
@@ -23,6 +25,8 @@ from engine_bridge.telemetry_events import EngineTelemetry
 
 log = logging.getLogger(__name__)
 
+# What ends the thinking when its budget is spent, per reasoning format (engine_bridge.reasoning).
+THINK_CLOSES = {"think": "\n</think>\n\n", "harmony": "<|end|><|start|>assistant<|channel|>final<|message|>"}
 DIED_MESSAGE = "The engine stopped unexpectedly while generating; it is restarting."
 
 
@@ -85,16 +89,45 @@ class Streams:
             self.pacer.emit(r, {"kind": "text", "text": r.text[r.sent:end]})
             r.sent = end
 
+    def take(self, r: Request, piece: str, final: bool = False) -> None:
+        """New decoded output of r: all answer, or (a reasoning job) split into `reasoning`
+        events, sent as they come, and answer text, which goes through the stop strings. The
+        splitter's end of output (harmony's <|return|> / <|call|>) STOPs the engine."""
+        split = r.split
+        if split is None:
+            r.text += piece
+            self.emit_text(r, final=final)
+            return
+        segments = split.feed(piece) + (split.finish() if final else [])
+        for kind, text in segments:
+            if r.stopped:  # a stop string cut the answer: nothing after it goes out
+                break
+            if kind == "reasoning":
+                self.pacer.emit(r, {"kind": "reasoning", "text": text})
+            else:
+                r.text += text
+                self.emit_text(r)
+        if final and not r.stopped:
+            self.emit_text(r, final=True)
+        if split.ended and not (r.stopped or r.cancelled):
+            self.admission.stop(r)
+
     def engine_down(self) -> None:
         """The engine died: each running request gets its text so far, then ENGINE_DIED."""
         for r in list(self.admission.running.values()):
+            self.flush(r)
             self.emit_text(r, final=True)
             self.admission.finish(r, {"kind": "error", "code": "ENGINE_DIED", "message": DIED_MESSAGE})
+
+    def flush(self, r: Request) -> None:
+        """What r's splitter still holds, at an end that is not DONE (an error, the engine's death)."""
+        if r.split is not None and not (r.stopped or r.cancelled):
+            self.take(r, "", final=True)
 
     def accept(self, ev: p.Accept) -> None:
         r = self.admission.running.get(ev.id)
         if r is None or r.prompt_tokens is not None:
-            if r is not None:
+            if r is not None and not r.earlier_tokens:  # a budget continuation's ACCEPT is expected
                 log.error("duplicate ACCEPT for id %s", ev.id)
             return
         r.prompt_tokens, r.reused = ev.prompt_tokens, ev.extras.get("reused")
@@ -103,13 +136,21 @@ class Streams:
 
     def data(self, ev: p.Data) -> None:
         r = self.admission.running.get(ev.id)
-        if r is None or r.cancelled or r.stopped:
+        if r is None or r.cancelled or r.stopped or r.budget_cut:
             return
         r.tokens += 1
-        r.text += r.decoder.decode(ev.data)
         if r.job.logprobs and ev.logprob is not None:
             r.lp_pending.append(logprob_entry(ev))
-        self.emit_text(r)
+        thinking = r.split is not None and r.split.thinking
+        if r.job.think_budget is not None:
+            r.raw += ev.data
+        self.take(r, r.decoder.decode(ev.data))
+        if thinking or (r.split is not None and r.split.thinking):
+            r.reasoning_tokens += 1
+            budget = r.job.think_budget
+            if budget is not None and r.reasoning_tokens >= budget and r.split is not None and r.split.closable:
+                r.budget_cut = True  # the thinking is over budget: this leg stops here (done continues)
+                self.admission.stop_leg(r)
 
     def topk(self, ev: p.TopK) -> None:
         r = self.admission.running.get(ev.id)
@@ -141,11 +182,36 @@ class Streams:
         if r.cancelled:
             self.admission.finish(r, dict(CANCELLED))
             return self.admission.release(r)
+        if r.budget_cut and not r.stopped and self.continue_after_budget(r, ev):
+            return
         if not r.stopped:
-            r.text += r.decoder.decode(b"", final=True)
+            self.take(r, r.decoder.decode(b"", final=True), final=True)
         self.emit_text(r, final=True)
         self.admission.finish(r, self.done_event(r, ev, block))
         self.admission.release(r)
+
+    def continue_after_budget(self, r: Request, ev: p.Done) -> bool:
+        """The thinking budget was spent: the same slot goes on from the prompt, the output so far
+        and the format's close of the thinking (the engine reuses that KV prefix), so the model
+        answers. False when no budget is left for an answer (the request then ends as a length
+        stop). The engine cannot be told to close the thinking itself, hence the second leg."""
+        assert r.split is not None and r.slot is not None  # a budget needs a reasoning job, and r runs
+        left = r.job.max_tokens - r.earlier_tokens - ev.emitted
+        if left < 1:
+            return False
+        close = THINK_CLOSES[r.job.reasoning or ""]
+        r.earlier_tokens += ev.emitted
+        r.budget_cut = False
+        for kind, text in r.split.feed(close):  # the splitter leaves the thinking with the model
+            if kind == "text":
+                r.text += text
+        prompt = r.job.prompt + r.raw.decode("utf-8", "replace") + close
+        r.raw = b""
+        r.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        r.job = replace(r.job, prompt=prompt, max_tokens=left, think_budget=None)
+        self.admission.running.pop(ev.id, None)
+        self.admission.start(r, r.slot)
+        return True
 
     def done_event(self, r: Request, ev: p.Done, block: dict) -> dict:
         """r's done event: DONE's figures, what r collected, the turn's telemetry block."""
@@ -154,7 +220,9 @@ class Streams:
             "kind": "done",
             "finish_reason": "length" if ev.length_limited and not r.stopped else "stop",
             "stop_sequence": r.stop_sequence,
-            "usage": {"prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.emitted},
+            "usage": {"prompt_tokens": r.prompt_tokens if r.earlier_tokens else ev.prompt_tokens,
+                      "completion_tokens": r.earlier_tokens + ev.emitted},
+            "reasoning_tokens": r.reasoning_tokens,
             "stats": {"tok_s": ev.tok_s, "hit_pct": ev.hit_pct, "rss_gb": ev.rss_gb, "ttft_s": ttft,
                       "first_token_at": r.t_first_wall},
             "reused": r.reused,
@@ -177,6 +245,7 @@ class Streams:
         final = error_final(ev)
         if ev.code == "BAD_FRAME":
             return  # the engine exits; on_down reports ENGINE_DIED
+        self.flush(r)
         self.emit_text(r, final=True)
         self.admission.finish(r, final)
         self.admission.release(r)

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine_bridge.reasoning import mode_for
 from engine_bridge.served import ServedModel
 
 Message = dict[str, Any]  # a neutral message (see prepare)
@@ -49,8 +50,10 @@ ARG_KEYS = ("arguments", "parameters")  # some models write the schema's word
 
 
 def syntax_for(template: str | None) -> str:
-    """'glm45' | 'hermes' | 'generic' from the chat template's source."""
+    """'harmony' | 'glm45' | 'hermes' | 'generic' from the chat template's source."""
     template = template or ""
+    if mode_for(template) == "harmony":
+        return "harmony"
     if ARG_KEY in template and CALL_OPEN in template:
         return "glm45"
     if CALL_OPEN in template and "tools" in template:
@@ -96,17 +99,22 @@ def prepare(messages: Iterable[Message], tools: Iterable[Tool] | None,
     """Neutral messages -> (messages for the template, extra template variables).
 
     Neutral messages: {"role": system|user|assistant, "content": str}, an assistant turn may add
-    "tool_calls": [{"id", "name", "arguments": dict}], and {"role": "tool", "tool_call_id",
+    "tool_calls": [{"id", "name", "arguments": dict}] and "reasoning" (its thinking: the
+    template's `reasoning_content`, harmony's `thinking`), and {"role": "tool", "tool_call_id",
     "name", "content": str} is a tool result."""
     tools = list(tools or ())
     if syntax == "generic":
         return _prepare_generic(messages, tools), {}
+    thought = "thinking" if syntax == "harmony" else "reasoning_content"
     out: list[Message] = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
             calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                      for c in m["tool_calls"]]
-            out.append({"role": "assistant", "content": m.get("content") or "", "tool_calls": calls})
+            out.append({"role": "assistant", "content": m.get("content") or "", "tool_calls": calls,
+                        **_thought(m, thought)})
+        elif m["role"] == "assistant":
+            out.append({"role": "assistant", "content": m.get("content") or "", **_thought(m, thought)})
         elif m["role"] == "tool":
             out.append({"role": "tool", "tool_call_id": m.get("tool_call_id") or "", "name": m.get("name") or "",
                         "content": m.get("content") or ""})
@@ -115,15 +123,33 @@ def prepare(messages: Iterable[Message], tools: Iterable[Tool] | None,
     return out, ({"tools": [t.openai() for t in tools]} if tools else {})
 
 
-def render(messages: Iterable[Message], tools: Iterable[Tool] | None, served: ServedModel) -> str:
+def _thought(m: Message, key: str) -> dict[str, str]:
+    return {key: m["reasoning"]} if isinstance(m.get("reasoning"), str) else {}
+
+
+def render(messages: Iterable[Message], tools: Iterable[Tool] | None, served: ServedModel, *,
+           thinking: bool | None = None, effort: str | None = None, prefill: str = "") -> str:
     """Neutral messages (and the tools to offer) -> the prompt in the served model's template and
     tool syntax (served: engine_bridge.served.ServedModel). The one composition of prepare and the
-    template, for the API surfaces and the chat page alike. Raises prompting.TemplateError."""
+    template, for the API surfaces and the chat page alike. Raises prompting.TemplateError.
+
+    Reasoning models: `thinking` False asks for none (the template's `enable_thinking=false`;
+    harmony cannot turn it off and gets effort low); `effort` low | medium | high is harmony's
+    `Reasoning:` line (default medium). Harmony conversations are rendered by
+    engine_bridge.harmony (byte-equal to gpt-oss's template). `prefill`: text the prompt ends
+    with (a harmony header a constrained output starts in, engine_bridge.harmony.constrained_header)."""
+    from engine_bridge import harmony
     from engine_bridge.prompting import render_prompt
 
-    prepared, extra = prepare(messages, tools, syntax_for(served.template))
+    syntax = syntax_for(served.template)
+    prepared, extra = prepare(messages, tools, syntax)
+    if syntax == "harmony":
+        level = effort or ("low" if thinking is False else "medium")
+        return harmony.render(prepared, extra.get("tools"), effort=level) + prefill
+    if thinking is False:
+        extra["enable_thinking"] = False
     return render_prompt(prepared, template=served.template, bos_token=served.bos_token,
-                         eos_token=served.eos_token, extra=extra)
+                         eos_token=served.eos_token, extra=extra) + prefill
 
 
 def _prepare_generic(messages: Iterable[Message], tools: list[Tool]) -> list[Message]:
@@ -140,8 +166,8 @@ def _prepare_generic(messages: Iterable[Message], tools: list[Tool]) -> list[Mes
             else:
                 out.append({"role": "user", "content": block, "_results": True})
         else:
-            out.append({"role": m["role"], "content": m.get("content") or ""})
-    out = [{"role": m["role"], "content": m["content"]} for m in out]
+            out.append({"role": m["role"], "content": m.get("content") or "", **_thought(m, "reasoning")})
+    out = [{"role": m["role"], "content": m["content"], **_thought(m, "reasoning_content")} for m in out]
     if tools:
         note = generic_note(tools)
         if out and out[0]["role"] == "system":

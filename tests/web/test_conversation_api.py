@@ -96,6 +96,29 @@ def test_it_titles_a_conversation_through_the_bridge(conv, fake_bridge):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_title_uses_the_conversations_own_model_and_template(conv, fake_bridge, monkeypatch):
+    """Not the default model's: the prompt is in the conversation's model's template, the request
+    goes to that model, and a reasoning model's thinking never becomes the title."""
+    from dataclasses import replace
+
+    from engine_bridge.served import served_model_from
+
+    other = replace(served_model_from({}), id="qwen3-think", template=(
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+        "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"))
+    asked = []
+    monkeypatch.setattr("chat.services.served_model_get", lambda model=None: asked.append(model) or other)
+    conv.model = "qwen3-think"
+    conv.save()
+    fake_bridge.script(*reply("Bistros of Paris"))
+    assert titles.title_conversation(conv.pk) == "Bistros of Paris"
+    request = fake_bridge.requests[0]
+    assert asked == ["qwen3-think"] and request.model == "qwen3-think" and request.reasoning == "think"
+    assert request.prompt.startswith("<user>Where to eat?<assistant>Try *bistros*.<user>Write a short title")
+    assert request.prompt.endswith("<assistant><think>\n\n</think>\n\n")
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_falls_back_to_the_first_words(conv, fake_bridge):
     fake_bridge.script({"kind": "error", "code": "ENGINE_UNAVAILABLE", "message": "down"})
     assert titles.title_conversation(conv.pk) == services.fallback_title("Where to eat?")

@@ -71,3 +71,18 @@ def test_a_bad_schema_is_a_400_naming_the_field(sdk, model):
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
                 "xs": {"type": "array", "uniqueItems": True}}}}})
     assert info.value.body["param"] == "response_format.json_schema.schema.properties.xs.uniqueItems"
+
+
+@pytest.mark.parametrize("field", ["output_format", "output_config"])
+def test_anthropic_structured_output_is_held_to_the_schema(live_stack, alice, field):
+    """Anthropic's output_format (beta spelling) and output_config.format: the same grammar as
+    Chat's response_format, so the random-weight model's reply parses into the model."""
+    import anthropic
+
+    key = ApiKey.issue(user=alice, name="live-ant")[1]
+    ant = anthropic.Anthropic(base_url=live_stack.url, api_key=key, max_retries=0, timeout=120)
+    fmt = {"type": "json_schema", "schema": City.model_json_schema()}
+    extra = {"output_format": fmt} if field == "output_format" else {"output_config": {"format": fmt}}
+    msg = ant.messages.create(model="colibri", max_tokens=400, messages=MESSAGES, temperature=1, extra_body=extra)
+    assert msg.stop_reason == "end_turn", msg
+    City.model_validate_json(msg.content[0].text)

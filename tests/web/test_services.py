@@ -3,7 +3,9 @@ import pytest
 
 from chat import services
 from chat.models import Message
+from engine_bridge import toolsyntax
 from engine_bridge.prompting import CHATML_TEMPLATE, TemplateError, render_prompt
+from engine_bridge.served import served_model_get
 
 pytestmark = pytest.mark.django_db
 
@@ -14,20 +16,25 @@ def _no_telemetry(monkeypatch, settings):
     settings.CHAT_AUTO_TITLE = False
 
 
+def served_render(messages):
+    """The default model's prompt: its template as engine_bridge.served picks it."""
+    return toolsyntax.render(messages, (), served_model_get())
+
+
 def test_it_renders_chatml_by_default():
-    prompt = render_prompt([{"role": "user", "content": "hi"}])
+    prompt = served_render([{"role": "user", "content": "hi"}])
     assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_it_uses_the_models_template_and_tokens(monkeypatch):
     tpl = "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
     monkeypatch.setattr("engine_bridge.served._read_state", lambda: {"model": {"chat_template": tpl, "bos_token": "<s>", "eos_token": "</s>"}})
-    assert render_prompt([{"role": "user", "content": "hi"}]) == "<s>[user]hi</s>[assistant]"
+    assert served_render([{"role": "user", "content": "hi"}]) == "<s>[user]hi</s>[assistant]"
 
 
 def test_it_falls_back_to_the_settings_template(settings):
     settings.CHAT_TEMPLATE = "{% for m in messages %}{{ m.content }}|{% endfor %}"
-    assert render_prompt([{"role": "user", "content": "a"}]) == "a|"
+    assert served_render([{"role": "user", "content": "a"}]) == "a|"
 
 
 def test_it_exposes_raise_exception():

@@ -6,7 +6,8 @@ Env: KV_SLOTS, CTX as the real engine; FAKE_DELAY (seconds per token, default 0.
 FAKE_BANNER=1 prints banner lines before READY; FAKE_UNKNOWN=1 sprinkles unknown line kinds;
 FAKE_SCRIPT=1: a prompt holding `<<SAY>>text<</SAY>>` gets exactly the last such text (still two
 bytes per frame) and then ends as at EOS (DONE not length-limited) — deterministic model output
-for the wire tests (tool calls the tiny random model would never write).
+for the wire tests (tool calls the tiny random model would never write); a continuation of it
+says `<<THEN>>text<</THEN>>` (scripted()).
 """
 import os
 import queue
@@ -22,13 +23,23 @@ DELAY = float(os.environ.get("FAKE_DELAY", "0.005"))
 UNKNOWN = os.environ.get("FAKE_UNKNOWN") == "1"
 SCRIPT = os.environ.get("FAKE_SCRIPT") == "1"
 SAY, SAY_END = b"<<SAY>>", b"<</SAY>>"
+THEN, THEN_END = b"<<THEN>>", b"<</THEN>>"
 
 
 def scripted(prompt):
-    """The last <<SAY>>...<</SAY>> text of the prompt, or None (cycle OUTPUT)."""
+    """The last <<SAY>>...<</SAY>> text of the prompt, or None (cycle OUTPUT). A continuation (the
+    prompt already holds the script's first 12 bytes after it: the bridge resubmitted the output
+    so far, as a thinking budget does) gets the prompt's <<THEN>>...<</THEN>> text instead."""
     start = prompt.rfind(SAY)
     end = prompt.find(SAY_END, start + len(SAY)) if start >= 0 else -1
-    return prompt[start + len(SAY):end] if SCRIPT and end >= 0 else None
+    if not SCRIPT or end < 0:
+        return None
+    script = prompt[start + len(SAY):end]
+    if len(script) >= 12 and script[:12] in prompt[end:]:
+        then = prompt.rfind(THEN)
+        then_end = prompt.find(THEN_END, then + len(THEN)) if then >= 0 else -1
+        return prompt[then + len(THEN):then_end] if then_end >= 0 else b""
+    return script
 
 
 def out(data):
