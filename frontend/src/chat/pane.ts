@@ -242,9 +242,10 @@ export class MessagePane {
     v.thinking.open = this.thinkingChoice.get(m.id) ?? thinkingNow;
     v.thinking.dataset.state = thinkingNow ? "thinking" : "done";
     const info = this.live.get(m.id);
+    // The stored figure, else this page's own clock: while it thinks, or until the answer began.
     let seconds = m.stats?.thinking_s ?? undefined;
-    if (seconds == null && info?.firstThinkingAt !== undefined)
-      seconds = ((info.firstTextAt ?? performance.now()) - info.firstThinkingAt) / 1000;
+    const end = thinkingNow ? performance.now() : info?.firstTextAt;
+    if (seconds == null && info?.firstThinkingAt !== undefined && end !== undefined) seconds = (end - info.firstThinkingAt) / 1000;
     const secs = seconds == null ? "" : `${seconds < 10 ? seconds.toFixed(1) : seconds.toFixed(0)} s`;
     if (thinkingNow) v.thinkingLabel.textContent = secs ? `Thinking… ${secs}` : "Thinking…";
     else v.thinkingLabel.textContent = secs ? `Thought for ${secs}` : "Thought";
