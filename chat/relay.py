@@ -125,7 +125,8 @@ def start(turn: services.Turn, params: dict) -> asyncio.Task:
     """Runs the turn's relay task. Its caller starts the orphan sweeper first (chat.sweeper:
     the lease that tells other processes this turn's relay lives), which imports this module."""
     conv_id = turn.conversation.pk
-    request = _generation_request(conv_id, turn.prompt, params, routes=turn.routes, model=turn.model)
+    request = _generation_request(conv_id, turn.prompt, params, routes=turn.routes, model=turn.model,
+                                  reasoning=turn.reasoning)
     task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, request), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task
     task.add_done_callback(lambda t: _running.pop(conv_id, None) if _running.get(conv_id) is t else None)
@@ -165,9 +166,10 @@ def routing_summary(routing: object) -> dict | None:
 
 
 def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], routes: bool = False,
-                        model: str | None = None) -> "GenerationRequest":
+                        model: str | None = None, reasoning: str | None = None) -> "GenerationRequest":
     """The turn's job: `model` the conversation's served model (the bridge serving it takes the
-    turn), `routes` whether its engine reports which experts answered (services.Turn.routes)."""
+    turn), `routes` whether its engine reports which experts answered (services.Turn.routes),
+    `reasoning` its reasoning format (services.Turn.reasoning: thinking comes as `reasoning` events)."""
     from engine_bridge.client import GenerationRequest
 
     return GenerationRequest(
@@ -180,6 +182,7 @@ def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], route
         conversation_key=f"conv:{conv_id}",
         priority="interactive",
         routes=routes,  # which experts answered: kept with the message, linked to the atlas
+        reasoning=reasoning,
     )
 
 

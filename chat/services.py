@@ -25,6 +25,7 @@ from chat.tasks import title_conversation
 from chat.text import fallback_title, storable
 from colibri_base.socket_access import socket_access_valid
 from engine_bridge import protocol, toolsyntax
+from engine_bridge.reasoning import mode_for
 from engine_bridge.served import ServedModel, served_model_get, served_models_get
 
 # A streaming message not saved for this long belongs to a relay that died with its process
@@ -50,6 +51,9 @@ class Turn:
     deleted: list[int] = field(default_factory=list)  # message ids removed (regenerate/edit)
     model: str | None = None  # the served model id the turn goes to (GenerationRequest.model)
     routes: bool = False  # that model's engine reports routing (engine_bridge.served `extensions`)
+    # The model's reasoning format (engine_bridge.reasoning.mode_for of its template: "think",
+    # "harmony" or None): set, the bridge sends its thinking as `reasoning` events, apart from the answer.
+    reasoning: str | None = None
 
 
 def access_valid(user_id: int, session_key: str | None) -> bool:
@@ -253,7 +257,7 @@ def _start_assistant(conv: Conversation, new_messages: list[Message], owner: str
     history = with_system_prompt(conv.system_prompt, prompt_messages(conv, before_id=assistant.pk))
     prompt = _render(history, served)
     return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant],
-                model=served.id, routes=served.extensions, **turn_kw)
+                model=served.id, routes=served.extensions, reasoning=mode_for(served.template), **turn_kw)
 
 
 def turn_send(user: User, conversation_id: int | None, text: str, owner: str = "", *, model: str | None = None,

@@ -160,3 +160,18 @@ def test_the_export_keeps_the_thinking(alice_client, alice):
     md = alice_client.get("/conversations/export?format=md").content.decode()
     assert "<summary>Thinking</summary>\n\nTwo and two make four.\n\n</details>\n\n4" in md
     assert md.count("<summary>Thinking") == 1  # the user turn has none
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("template,mode", [
+    ("", None),  # the default ChatML template: no reasoning format, all output is answer
+    ("{% for m in messages %}{{ m.content.split('</think>')[-1] }}{% endfor %}", "think"),
+])
+async def test_the_turn_asks_the_bridge_for_its_models_reasoning_format(alice, fake_bridge, settings, template, mode):
+    settings.CHAT_TEMPLATE = template
+    fake_bridge.script(*thinking_reply([], ["ok"]))
+    comm = await connect(alice)
+    await comm.send_json_to({"type": "send", "conversation": None, "text": "hi"})
+    await frames_until(comm, "done")
+    assert fake_bridge.requests[0].reasoning == mode
+    await comm.disconnect()
