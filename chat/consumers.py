@@ -19,7 +19,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth.models import User
 
-from chat import frames, relay, services, sweeper
+from chat import frames, relay, server_frames, services, sweeper
 from chat.groups import group_for, user_group
 from engine_bridge.prompting import TemplateError
 
@@ -175,12 +175,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _error(self, message_id: int | None, code: str, detail: str, field: str | None,
                      ref: str | None = None) -> None:
-        frame = {"type": "error", "message": message_id, "code": code, "detail": detail}
-        if field:
-            frame["field"] = field
-        if ref:
-            frame["ref"] = ref
-        await self.send_json(frame)
+        await self.send_json(server_frames.error(message_id, code, detail, field, ref))
 
     async def _watch(self, conv_id: int) -> None:
         if conv_id not in self.watching:
@@ -192,12 +187,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         conv = turn.conversation
         await self._watch(conv.pk)
         if turn.created_conversation:
-            await self.send_json({"type": "conversation", "conversation": conv.as_dict()})
+            await self.send_json(server_frames.conversation(conv.as_data()))
         if turn.deleted:  # regenerate/edit: other tabs re-read the conversation
-            await relay.publish(conv.pk, {"type": "snapshot", "conversation": conv.pk, "messages": await _messages(self.user, conv.pk)})
+            await relay.publish(conv.pk, server_frames.snapshot(conv.pk, await _messages(self.user, conv.pk)))
         else:
             for msg in turn.new_messages:
-                await relay.publish(conv.pk, {"type": "message", "message": msg.as_dict()})
+                await relay.publish(conv.pk, server_frames.message(msg.as_dict()))
         sweeper.ensure_started()  # the lease that tells other processes this turn's relay lives
         relay.start(turn, params)
 
@@ -225,7 +220,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await database_sync_to_async(services.conversation_for)(self.user, conversation)
         await self._watch(conversation)
         messages = await _messages(self.user, conversation)
-        await self.send_json({"type": "snapshot", "conversation": conversation, "messages": messages})
+        await self.send_json(server_frames.snapshot(conversation, messages))
 
     async def chat_frame(self, event: dict[str, Any]) -> None:
         if event.get("origin") == relay.PROCESS:
@@ -244,5 +239,5 @@ _access_valid = database_sync_to_async(services.access_valid)
 
 
 @database_sync_to_async
-def _messages(user: User, conversation_id: int) -> list[dict[str, Any]]:
+def _messages(user: User, conversation_id: int) -> list[server_frames.MessageData]:
     return services.conversation_snapshot(user, conversation_id)[1]

@@ -4,7 +4,9 @@ Chat Completions request, optionally followed by the reply's message, become one
 Accepted, as the OpenAI wire has them: system / developer (stored as system), user and assistant
 turns whose content is a string, null or a list of text parts; an assistant turn's `tool_calls`
 ({id, type "function", function {name, arguments: JSON text}}); `tool` turns with the
-`tool_call_id` of an earlier call and the result as content. Everything else — another part type,
+`tool_call_id` of an earlier call and the result as content; an assistant turn's
+`reasoning_content` (the thinking of a reasoning model, as this site's Chat answers carry it, and
+llama-server's and DeepSeek's), kept as the message's thinking. Everything else — another part type,
 an unknown role, a result for no earlier call, NUL characters — is refused with ImportRefused
 naming the field (`messages[3].tool_calls[0].function.name`), before anything is written: an import
 is all or nothing.
@@ -102,6 +104,13 @@ def parse_messages(messages: object) -> list[Message]:
                 raise ImportRefused(f"{at}.tool_calls", "only an assistant message makes tool calls")
             calls = _calls(m["tool_calls"], f"{at}.tool_calls", seen)
         text = _content(m.get("content"), f"{at}.content", nullable=role == "assistant" and bool(calls))
+        thinking = ""
+        if m.get("reasoning_content") is not None:
+            if role != "assistant":
+                raise ImportRefused(f"{at}.reasoning_content", "only an assistant message has reasoning_content")
+            if not isinstance(m["reasoning_content"], str):
+                raise ImportRefused(f"{at}.reasoning_content", "must be a string or null")
+            thinking = _text(m["reasoning_content"], f"{at}.reasoning_content")
         call_id = ""
         if role == "tool":
             named = m.get("tool_call_id")
@@ -111,7 +120,7 @@ def parse_messages(messages: object) -> list[Message]:
             if call_id in answered:
                 raise ImportRefused(f"{at}.tool_call_id", f"{call_id!r} already has a result")
             answered.add(call_id)
-        rows.append(Message(role=ROLES[role], text=text, tool_calls=calls, tool_call_id=call_id))
+        rows.append(Message(role=ROLES[role], text=text, thinking=thinking, tool_calls=calls, tool_call_id=call_id))
     return rows
 
 

@@ -13,6 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from chat.server_frames import ConversationData, MessageData
+
 MODEL_ID_CHARS = 64  # engine_bridge.served.slugify's bound
 SYSTEM_PROMPT_CHARS = 20_000
 
@@ -42,16 +44,20 @@ class Conversation(models.Model):
     def group_name(self) -> str:
         return f"conv-{self.pk}"
 
-    def as_dict(self, *, detail: bool = False) -> dict[str, Any]:
-        """The conversation for the page; `detail` adds the system prompt (up to 20,000 characters,
-        kept out of the list and the socket's frames, read when a conversation opens)."""
-        out: dict[str, Any] = {
+    def as_data(self) -> ConversationData:
+        """The conversation as the socket's frames carry it (chat.server_frames)."""
+        return {
             "id": self.pk,
             "title": self.title,
             "model": self.model,
             "created": self.created.isoformat(),
             "updated": self.updated.isoformat(),
         }
+
+    def as_dict(self, *, detail: bool = False) -> dict[str, Any]:
+        """The conversation for the page; `detail` adds the system prompt (up to 20,000 characters,
+        kept out of the list and the socket's frames, read when a conversation opens)."""
+        out: dict[str, Any] = {**self.as_data()}
         if detail:
             out["system_prompt"] = self.system_prompt
         return out
@@ -75,6 +81,10 @@ class Message(models.Model):
     # Assistant text is stored exactly as the engine emitted it: the next turn renders it back
     # byte-identically so the engine can reuse the KV prefix.
     text = models.TextField(blank=True, default="")
+    # Assistant only: a reasoning model's thinking before its answer (the bridge's `reasoning`
+    # events: `<think>`, harmony's analysis channel), kept apart from `text`. Shown and exported,
+    # never rendered into the next turn's prompt (chat.services.prompt_messages sends `text` only).
+    thinking = models.TextField(blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
     # Assistant only: the calls this turn made, in order, as the OpenAI wire has them but flat:
     # [{"id", "name", "arguments"}], arguments the JSON text the model wrote (not re-encoded, so
@@ -106,12 +116,13 @@ class Message(models.Model):
     def __str__(self) -> str:
         return f"{self.role} #{self.pk}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> MessageData:
         return {
             "id": self.pk,
             "conversation": self.conversation_id,
             "role": self.role,
             "text": self.text,
+            "thinking": self.thinking,
             "status": self.status,
             "stats": self.stats,
             "tool_calls": self.tool_calls,

@@ -26,7 +26,7 @@ from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCache
 from django.utils import timezone
 
-from chat import services
+from chat import server_frames, services
 from chat.groups import group_for
 from chat.models import Message
 from colibri_base.cache import async_client
@@ -77,11 +77,12 @@ _group_down_until = 0.0
 _retries: set = set()       # background re-sends of frames other processes must not miss
 
 
-async def publish(conversation_id: int, frame: dict[str, Any]) -> None:
+async def publish(conversation_id: int, frame: server_frames.ServerFrame) -> None:
     """Sends one client frame to every socket watching the conversation: this process's directly,
     the others' through the group. A Redis outage costs only the group copies (issue 24): a delta
     is dropped (the final `done` carries the whole text), any other frame is re-sent in the
-    background with a backoff for GROUP_RETRY_S; the turn itself never waits for Redis here."""
+    background with a backoff for GROUP_RETRY_S; the turn itself never waits for Redis here. A
+    thinking delta is a delta."""
     global _group_down_until
     for socket in list(_local.get(conversation_id, ())):
         try:
@@ -89,7 +90,7 @@ async def publish(conversation_id: int, frame: dict[str, Any]) -> None:
         except Exception:  # a socket closing under us: its disconnect unregisters it
             log.debug("local delivery to a closing socket failed", exc_info=True)
     message = {"type": "chat.frame", "frame": frame, "origin": PROCESS}
-    is_delta = frame.get("type") == "delta"
+    is_delta = frame["type"] in ("delta", "thinking")
     if is_delta and time.monotonic() < _group_down_until:
         return
     try:
@@ -128,7 +129,8 @@ def start(turn: services.Turn, params: dict) -> asyncio.Task:
     """Runs the turn's relay task. Its caller starts the orphan sweeper first (chat.sweeper:
     the lease that tells other processes this turn's relay lives), which imports this module."""
     conv_id = turn.conversation.pk
-    request = _generation_request(conv_id, turn.prompt, params, routes=turn.routes, model=turn.model)
+    request = _generation_request(conv_id, turn.prompt, params, routes=turn.routes, model=turn.model,
+                                  reasoning=turn.reasoning)
     task = asyncio.create_task(_relay(conv_id, turn.assistant.pk, request), name=f"relay-conv-{conv_id}")
     _running[conv_id] = task
     task.add_done_callback(lambda t: _running.pop(conv_id, None) if _running.get(conv_id) is t else None)
@@ -168,9 +170,10 @@ def routing_summary(routing: object) -> dict | None:
 
 
 def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], routes: bool = False,
-                        model: str | None = None) -> "GenerationRequest":
+                        model: str | None = None, reasoning: str | None = None) -> "GenerationRequest":
     """The turn's job: `model` the conversation's served model (the bridge serving it takes the
-    turn), `routes` whether its engine reports which experts answered (services.Turn.routes)."""
+    turn), `routes` whether its engine reports which experts answered (services.Turn.routes),
+    `reasoning` its reasoning format (services.Turn.reasoning: thinking comes as `reasoning` events)."""
     from engine_bridge.client import GenerationRequest
 
     return GenerationRequest(
@@ -183,6 +186,7 @@ def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], route
         conversation_key=f"conv:{conv_id}",
         priority="interactive",
         routes=routes,  # which experts answered: kept with the message, linked to the atlas
+        reasoning=reasoning,
     )
 
 
@@ -249,6 +253,9 @@ async def _reap(*tasks: asyncio.Task) -> None:
 class _State:
     def __init__(self) -> None:
         self.text = ""
+        self.thinking = ""  # the bridge's `reasoning` events: kept apart from the answer
+        self.thinking_from: float | None = None  # monotonic time of the first thinking text
+        self.thinking_s: float | None = None  # from the first thinking text to the first answer text
         self.stats: dict[str, Any] = {}
         self.error: dict | None = None  # error event
         self.outcome: str | None = None  # complete / interrupted / error
@@ -299,37 +306,54 @@ async def _consume(conv_id: int, msg_id: int, queue: EventQueue, stopper: asynci
         events = [getter.result()]
         while not queue.empty():
             events.append(queue.get_nowait())
-        offset, pending = len(state.text), []
+        pending: list[str] = []
+        pending_kind = "text"  # text (the answer) or reasoning (thinking): one frame per run of either
         for event in events:
             if event is None:
                 state.outcome = "error"
                 state.error = state.error or {"code": "ENGINE_ERROR", "message": "generation ended without a result"}
                 break
             kind = event.get("kind")
-            if kind == "text":
+            if kind in ("text", "reasoning"):
+                if pending and kind != pending_kind:
+                    await _publish_delta(conv_id, msg_id, state, pending_kind, pending)
+                    pending = []
+                pending_kind = kind
                 pending.append(event["text"])
                 continue
             if pending:  # keep frames in engine order
-                await _publish_delta(conv_id, msg_id, state, offset, pending)
-                offset, pending = len(state.text), []
+                await _publish_delta(conv_id, msg_id, state, pending_kind, pending)
+                pending = []
             await _handle(conv_id, msg_id, event, state)
             if state.outcome:
                 break
         if pending:
-            await _publish_delta(conv_id, msg_id, state, offset, pending)
+            await _publish_delta(conv_id, msg_id, state, pending_kind, pending)
         now = time.monotonic()
-        if state.outcome is None and len(state.text) != saved_len and now - last_save >= RELAY_SAVE_EVERY_S:
-            await database_sync_to_async(services.message_save_partial)(msg_id, state.text)
-            last_save, saved_len = now, len(state.text)
+        size = len(state.text) + len(state.thinking)
+        if state.outcome is None and size != saved_len and now - last_save >= RELAY_SAVE_EVERY_S:
+            await database_sync_to_async(services.message_save_partial)(msg_id, state.text, thinking=state.thinking)
+            last_save, saved_len = now, size
             await _drop_tail(msg_id)  # the row holds it all now
 
 
-async def _publish_delta(conv_id: int, msg_id: int, state: _State, offset: int, pieces: list[str]) -> None:
+async def _publish_delta(conv_id: int, msg_id: int, state: _State, kind: str, pieces: list[str]) -> None:
+    """One `delta` (answer) or `thinking` frame; offset counts the Unicode code points of the
+    message's text, or thinking, before it."""
     text = "".join(pieces)
+    if kind == "reasoning":
+        offset = len(state.thinking)
+        state.thinking += text
+        if state.thinking_from is None:
+            state.thinking_from = time.monotonic()
+        await publish(conv_id, server_frames.thinking(msg_id, offset, text))
+        return
+    offset = len(state.text)
     state.text += text
     await _log_tail(msg_id, offset, text)  # before any socket has it: what a reader saw is kept
-    # offset counts Unicode code points of the message text before this delta.
-    await publish(conv_id, {"type": "delta", "message": msg_id, "offset": offset, "text": text})
+    if state.thinking_from is not None and state.thinking_s is None:
+        state.thinking_s = round(time.monotonic() - state.thinking_from, 3)
+    await publish(conv_id, server_frames.delta(msg_id, offset, text))
 
 
 async def _handle(conv_id: int, msg_id: int, event: dict, state: _State) -> None:
@@ -337,11 +361,11 @@ async def _handle(conv_id: int, msg_id: int, event: dict, state: _State) -> None
     if kind == "routed":  # the engine host that takes the turn, kept with the reply's stats
         state.stats["bridge"] = event.get("bridge")
     elif kind == "queued":
-        await publish(conv_id, {"type": "queued", "message": msg_id, "position": event.get("position")})
+        await publish(conv_id, server_frames.queued(msg_id, event["position"]))
     elif kind == "accepted":
         state.stats["prompt_tokens"] = event.get("prompt_tokens")
         state.slot = event.get("slot")  # stored with the final message: no database write before the first token
-        await publish(conv_id, {"type": "started", "message": msg_id, "prompt_tokens": event.get("prompt_tokens")})
+        await publish(conv_id, server_frames.started(msg_id, event["prompt_tokens"]))
     elif kind == "done":
         usage, stats = event.get("usage") or {}, event.get("stats") or {}
         state.stats.update(
@@ -352,6 +376,8 @@ async def _handle(conv_id: int, msg_id: int, event: dict, state: _State) -> None
             tok_s=stats.get("tok_s"),
             hit_pct=stats.get("hit_pct"),
             finish_reason=event.get("finish_reason"),
+            reasoning_tokens=event.get("reasoning_tokens") or None,  # of completion_tokens; 0: none
+            thinking_s=state.thinking_s,
         )
         if event.get("io"):  # the turn's expert I/O (our engine's IOSTAT), shown with its routing
             state.stats["io"] = event["io"]
@@ -457,7 +483,7 @@ async def _store_final(conv_id: int, msg_id: int, state: _State, status: str,
         await asyncio.sleep(delay)
         try:
             msg = await database_sync_to_async(services.message_finish)(
-                msg_id, text=state.text, status=status, stats=stats, routing=state.routing)
+                msg_id, text=state.text, thinking=state.thinking, status=status, stats=stats, routing=state.routing)
             if state.slot is not None:
                 await database_sync_to_async(services.conversation_set_slot)(conv_id, state.slot)
             return msg
@@ -484,7 +510,7 @@ async def _finish(conv_id: int, msg_id: int, state: _State) -> None:
         detail = f"{detail} (ref {ref})"
         stats["error"] = f"{code} (ref {ref})"
         # Partial text stays visible as an interrupted reply; the error note is in stats.
-        status = Message.Status.INTERRUPTED if state.text else Message.Status.ERROR
+        status = Message.Status.INTERRUPTED if state.text or state.thinking else Message.Status.ERROR
     elif outcome == "complete":
         status = Message.Status.COMPLETE
     else:
@@ -494,10 +520,11 @@ async def _finish(conv_id: int, msg_id: int, state: _State) -> None:
     if msg is not _UNSAVED:  # (unsaved: the row stays streaming, and the sweep recovers it from the log)
         await _drop_tail(msg_id)
     if msg is _UNSAVED:  # the reader keeps the reply on screen and is told it was not stored
-        await publish(conv_id, {"type": "error", "message": msg_id, "code": "SAVE_FAILED", "detail": SAVE_FAILED_DETAIL})
+        await publish(conv_id, server_frames.error(msg_id, "SAVE_FAILED", SAVE_FAILED_DETAIL))
         msg = Message(pk=msg_id, conversation_id=conv_id, role=Message.Role.ASSISTANT, text=state.text,
-                      status=status, stats=stats, created=timezone.now())
+                      thinking=state.thinking, status=status, stats=stats, created=timezone.now())
     if detail:
-        await publish(conv_id, {"type": "error", "message": msg_id, "code": state.error.get("code", "ENGINE_ERROR") if state.error else "ENGINE_ERROR", "detail": detail, "ref": ref})
+        code = state.error.get("code", "ENGINE_ERROR") if state.error else "ENGINE_ERROR"
+        await publish(conv_id, server_frames.error(msg_id, code, detail, ref=ref))
     if isinstance(msg, Message):  # None: the message was deleted meanwhile
-        await publish(conv_id, {"type": "done", "message": msg.as_dict()})
+        await publish(conv_id, server_frames.done(msg.as_dict()))

@@ -20,10 +20,12 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from chat.models import SYSTEM_PROMPT_CHARS, Conversation, Message
+from chat.server_frames import MessageData
 from chat.tasks import title_conversation
 from chat.text import fallback_title, storable
 from colibri_base.socket_access import socket_access_valid
 from engine_bridge import protocol, toolsyntax
+from engine_bridge.reasoning import mode_for
 from engine_bridge.served import ServedModel, served_model_get, served_models_get
 
 # A streaming message not saved for this long belongs to a relay that died with its process
@@ -49,6 +51,9 @@ class Turn:
     deleted: list[int] = field(default_factory=list)  # message ids removed (regenerate/edit)
     model: str | None = None  # the served model id the turn goes to (GenerationRequest.model)
     routes: bool = False  # that model's engine reports routing (engine_bridge.served `extensions`)
+    # The model's reasoning format (engine_bridge.reasoning.mode_for of its template: "think",
+    # "harmony" or None): set, the bridge sends its thinking as `reasoning` events, apart from the answer.
+    reasoning: str | None = None
 
 
 def access_valid(user_id: int, session_key: str | None) -> bool:
@@ -124,7 +129,7 @@ def conversation_configure(conv: Conversation, *, model: str | None = None,
     return conv
 
 
-def conversation_snapshot(user: User, conversation_id: int) -> tuple[Conversation, list[dict[str, Any]]]:
+def conversation_snapshot(user: User, conversation_id: int) -> tuple[Conversation, list[MessageData]]:
     conv = conversation_for(user, conversation_id)
     expire_stale_streaming(conv)
     return conv, [m.as_dict() for m in conv.messages.all()]
@@ -147,7 +152,7 @@ def _interrupt(msg: Message, text: str | None = None) -> None:
     `text`: that text as recovered (chat.relay.recovered_text), when it is longer than the row's."""
     if text is not None:
         msg.text = storable(text)
-    msg.status = Message.Status.INTERRUPTED if msg.text else Message.Status.ERROR
+    msg.status = Message.Status.INTERRUPTED if msg.text or msg.thinking else Message.Status.ERROR
     msg.stats = {**msg.stats, "error": LOST_ERROR}
     msg.save(update_fields=["text", "status", "stats", "updated"])
 
@@ -190,7 +195,8 @@ def prompt_messages(conv: Conversation, *, before_id: int | None = None) -> list
     text of interrupted replies included); failed replies with no text are left out. Tool calls
     and results (imported API conversations) take engine_bridge.toolsyntax's neutral form:
     assistant "tool_calls": [{"id", "name", "arguments"}], {"role": "tool", "tool_call_id",
-    "name", "content"}; a template that knows no tools shows the results' text only."""
+    "name", "content"}; a template that knows no tools shows the results' text only. A reasoning
+    model's thinking (Message.thinking) never goes back: the answer text only."""
     qs = conv.messages.all()
     names: dict[str, str] = {}  # call id -> function name, for the results
     if before_id is not None:
@@ -257,7 +263,7 @@ def _start_assistant(conv: Conversation, new_messages: list[Message], owner: str
     history = with_system_prompt(conv.system_prompt, prompt_messages(conv, before_id=assistant.pk))
     prompt = _render(history, served)
     return Turn(conversation=conv, assistant=assistant, prompt=prompt, new_messages=new_messages + [assistant],
-                model=served.id, routes=served.extensions, **turn_kw)
+                model=served.id, routes=served.extensions, reasoning=mode_for(served.template), **turn_kw)
 
 
 def turn_send(user: User, conversation_id: int | None, text: str, owner: str = "", *, model: str | None = None,
@@ -308,13 +314,15 @@ def turn_edit(user: User, conversation_id: int, message_id: int, text: str, owne
         return _start_assistant(conv, [msg], owner, deleted=deleted)
 
 
-def message_save_partial(message_id: int, text: str) -> None:
-    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(text=storable(text), updated=timezone.now())
+def message_save_partial(message_id: int, text: str, *, thinking: str = "") -> None:
+    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
+        text=storable(text), thinking=storable(thinking), updated=timezone.now())
 
 
 def message_finish(message_id: int, *, text: str, status: str, stats: dict[str, Any],
-                   routing: dict | None = None) -> Message | None:
+                   routing: dict | None = None, thinking: str = "") -> Message | None:
     """Stores the final state of an assistant message; returns it (None if it was deleted).
+    `thinking`: a reasoning model's thinking, kept apart from the answer `text`.
     `routing`: which experts answered it, the bridge's done.routing ({"rows", "cols", "counts":
     [[row, expert, n], ...]}), or None; stored packed (routing_pack)."""
     with transaction.atomic():
@@ -322,7 +330,8 @@ def message_finish(message_id: int, *, text: str, status: str, stats: dict[str, 
         if msg is None:
             return None
         msg.text, msg.status, msg.stats, msg.routing = storable(text), status, stats, routing_pack(routing)
-        msg.save(update_fields=["text", "status", "stats", "routing", "updated"])
+        msg.thinking = storable(thinking)
+        msg.save(update_fields=["text", "thinking", "status", "stats", "routing", "updated"])
         if status == Message.Status.COMPLETE and _is_first_exchange(msg.conversation_id):
             _enqueue_title(msg.conversation_id)
     return msg

@@ -24,7 +24,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 
-from chat import relay, services
+from chat import relay, server_frames, services
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ async def sweep_once() -> int:
         log.warning("message %s of conversation %s was left streaming by a process that is gone; "
                     "marked %s", msg.pk, msg.conversation_id, msg.status)
         try:
-            await relay.publish(msg.conversation_id, {"type": "done", "message": msg.as_dict()})
+            await relay.publish(msg.conversation_id, server_frames.done(msg.as_dict()))
         except Exception:  # a reload shows it anyway
             log.warning("could not publish the end of message %s", msg.pk, exc_info=True)
     return len(ended)

@@ -4,6 +4,7 @@ import re
 
 from asgiref.sync import async_to_sync
 
+from chat import server_frames
 from chat.groups import group_for
 from chat.models import Conversation, Message
 from chat.text import fallback_title, storable
@@ -64,6 +65,6 @@ def title_conversation(conversation_id: int) -> str | None:
     Conversation.objects.filter(pk=conversation_id).update(title=title)
     async_to_sync(channel_layer().group_send)(
         group_for(conversation_id),
-        {"type": "chat.frame", "frame": {"type": "title", "conversation": conversation_id, "title": title}},
+        {"type": "chat.frame", "frame": server_frames.title(conversation_id, title)},
     )
     return title

@@ -1,6 +1,11 @@
 // The one client for the server: typed websocket events (docs/contracts.md, "Chat websocket") and
 // the JSON HTTP endpoints (conversations, API keys, /health). Nothing else in the front end builds
-// URLs or touches fetch/WebSocket directly.
+// URLs or touches fetch/WebSocket directly. The server's frames (ServerEvent) are generated from
+// chat/server_frames.py into server_events.ts; Message and Conversation below must declare every
+// key the server's MessageData / ConversationData have (tests/web/test_chat_frames.py checks).
+import type { ServerEvent } from "./server_events";
+
+export type { ServerEvent };
 
 export type MessageRole = "user" | "assistant" | "system" | "tool";
 export type MessageStatus = "streaming" | "complete" | "interrupted" | "error";
@@ -13,6 +18,8 @@ export interface Stats {
   tok_s?: number | null;
   hit_pct?: number | null;
   finish_reason?: string | null;
+  reasoning_tokens?: number | null; // of completion_tokens, spent thinking
+  thinking_s?: number | null; // from the first thinking text to the first answer text
 }
 
 // One call an assistant turn made (chat/models.py Message.tool_calls): arguments is the JSON text
@@ -27,7 +34,8 @@ export interface Message {
   id: number;
   conversation: number;
   role: MessageRole;
-  text: string;
+  text: string; // the answer only
+  thinking?: string; // a reasoning model's thinking before the answer ("" or absent: none)
   status: MessageStatus;
   stats: Stats | null;
   tool_calls?: ToolCall[]; // assistant turns of an imported API conversation
@@ -85,17 +93,6 @@ export type ClientEvent =
   | { type: "regenerate"; conversation: number; params: GenParams }
   | { type: "edit"; conversation: number; message: number; text: string; params: GenParams }
   | { type: "open"; conversation: number };
-
-export type ServerEvent =
-  | { type: "conversation"; conversation: Conversation }
-  | { type: "snapshot"; conversation: number; messages: Message[] }
-  | { type: "message"; message: Message }
-  | { type: "queued"; message: number; position: number }
-  | { type: "started"; message: number; prompt_tokens: number }
-  | { type: "delta"; message: number; offset: number; text: string }
-  | { type: "done"; message: Message }
-  | { type: "error"; message: number | null; code: string; detail: string }
-  | { type: "title"; conversation: number; title: string };
 
 export type ConnectionState = "connecting" | "open" | "closed";
 

@@ -27,7 +27,7 @@ WATCH_REPLIES = """() => {
     if (window.__lengths[window.__lengths.length - 1] !== n) window.__lengths.push(n);
     if (window.__stopAtFirstText && r.querySelector('.msg-body .typing') === null && n > 0) {
       window.__stopAtFirstText = false;
-      document.querySelector('.send').click();  // the composer's button reads "Stop" while streaming
+      document.querySelector('.stop').click();  // shown while the reply streams
     }
   }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true, attributes: true});
 }"""
@@ -89,7 +89,7 @@ def test_chat_session_on_the_real_stack(live_stack, page_and_watch, django_user_
     reply.locator(".badge", has_text="Interrupted").wait_for()
     partial = reply.locator(".msg-body").inner_text().strip()
     assert partial
-    assert page.inner_text(".send") == "Send"
+    assert page.locator(".stop").is_hidden() and page.locator(".send").is_enabled()
 
     # The history survives a reload, including the interrupted reply's partial text.
     page.reload()

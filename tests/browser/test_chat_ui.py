@@ -162,7 +162,8 @@ def test_model_markup_is_rendered_inert(chat):
 def test_deltas_stream_without_duplicates_and_a_gap_resyncs(chat):
     page, watch, fake = chat
     fake.start_reply()
-    expect(page.locator(".send")).to_have_text("Stop")
+    expect(page.locator(".stop")).to_be_visible()
+    expect(page.locator(".send")).to_be_disabled()
     fake.push(type="delta", message=2, offset=0, text="Hel")
     page.wait_for_function("document.querySelector('.msg[data-id=\"2\"] .msg-body').innerText.includes('Hel')")
     assert "Generating" in page.inner_text('.msg[data-id="2"] .msg-meta') or "Reading" in page.inner_text('.msg[data-id="2"] .msg-meta')
@@ -187,8 +188,7 @@ def test_stop_marks_the_reply_interrupted_and_shows_stats(chat):
     page, watch, fake = chat
     fake.start_reply()
     fake.push(type="delta", message=2, offset=0, text="Partial answer")
-    page.wait_for_function("document.querySelector('.send').textContent === 'Stop'")
-    page.click(".send")
+    page.click(".stop")
     fake.wait_frame("stop", conversation=7)
     fake.push(type="done", message=msg(2, "assistant", "Partial answer", "interrupted", {**STATS, "finish_reason": "stop"}))
     meta = page.locator('.msg[data-id="2"] .msg-meta')
@@ -196,7 +196,8 @@ def test_stop_marks_the_reply_interrupted_and_shows_stats(chat):
     text = meta.inner_text()
     for part in ("31 tok", "42 tok", "0.18 s", "23.4 tok/s", "92%", "stop"):
         assert part in text, (part, text)
-    expect(page.locator(".send")).to_have_text("Send")
+    expect(page.locator(".stop")).to_be_hidden()
+    expect(page.locator(".send")).to_be_enabled()
     # Regenerate replaces the last reply.
     page.hover('.msg[data-id="2"]')
     page.click('.msg[data-id="2"] >> text=Regenerate')
@@ -351,3 +352,66 @@ def test_a_send_before_the_conversations_settings_arrive_leaves_them_alone(chat)
     fresh = fake.wait_frame("send", text="third")
     assert fresh["conversation"] is None and fresh["model"] == "tiny-b" and fresh["system_prompt"] == ""
     assert watch.errors == [], watch.errors
+
+
+def test_thinking_streams_in_its_own_section_and_folds_when_the_answer_starts(chat):
+    page, watch, fake = chat
+    fake.start_reply("2+2?")
+    section, label = page.locator('.msg[data-id="2"] .thinking'), page.locator('.msg[data-id="2"] .thinking-label')
+    expect(section).to_be_hidden()  # nothing thought yet
+    hostile = 'Two and two. <img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> **four**'
+    fake.push(type="thinking", message=2, offset=0, text=hostile[:20])
+    expect(section).to_be_visible()
+    expect(section).to_have_attribute("open", "")
+    expect(label).to_contain_text("Thinking…")
+    assert "Thinking" in page.inner_text('.msg[data-id="2"] .msg-meta')
+    fake.push(type="thinking", message=2, offset=20, text=hostile[20:])
+    expect(section.locator(".thinking-body strong")).to_have_text("four")  # sanitised markdown
+    assert section.locator("img, script, [onerror]").count() == 0
+    assert reply_text(page).strip() == ""  # the thinking is not the reply
+    # The answer starts: the section folds, its label says how long it took, the reply streams.
+    fake.push(type="delta", message=2, offset=0, text="Four.")
+    expect(section).not_to_have_attribute("open", "")
+    expect(label).to_have_text(re.compile(r"^Thought for \d+(\.\d)? s$"))
+    assert reply_text(page).strip() == "Four."
+    # The reader opens it: more answer does not fold it again.
+    page.click('.msg[data-id="2"] .thinking > summary')
+    fake.push(type="delta", message=2, offset=5, text=" Sure.")
+    page.wait_for_function("document.querySelector('.msg[data-id=\"2\"] .msg-body').innerText.includes('Sure.')")
+    expect(section).to_have_attribute("open", "")
+    final = {**msg(2, "assistant", "Four. Sure.", "complete", {**STATS, "thinking_s": 2.5, "reasoning_tokens": 9}),
+             "thinking": hostile}
+    fake.push(type="done", message=final)
+    expect(label).to_have_text("Thought for 2.5 s")
+    assert "thinking 9 tok" in page.inner_text('.msg[data-id="2"] .msg-meta')
+    # A reload's snapshot shows it folded, with the reply.
+    fake.push(type="snapshot", conversation=7, messages=[msg(1, "user", "2+2?"), final])
+    expect(section).to_be_visible()
+    assert page.evaluate("window.__pwned") is None
+    screenshot(page, "chat-thinking")
+    assert watch.errors == []
+
+
+def test_enter_while_a_reply_streams_keeps_the_reply_and_the_typed_message(chat):
+    """Enter never stops a reply: Stop is its own button. The message typed ahead stays in the box
+    (as ChatGPT's composer keeps it) and Enter sends it once the reply has ended."""
+    page, watch, fake = chat
+    fake.start_reply()
+    fake.push(type="delta", message=2, offset=0, text="A long answer")
+    page.fill(".composer-input", "and the next question")
+    page.keyboard.press("Enter")
+    page.click(".send", force=True)  # the (disabled) Send button does nothing either
+    expect(page.locator(".composer-hint")).to_contain_text("stays here")
+    page.wait_for_timeout(300)
+    assert [f["type"] for f in fake.frames if f["type"] in ("stop", "send")] == ["send"]  # the first send only
+    expect(page.locator(".composer-input")).to_have_value("and the next question")
+    fake.push(type="delta", message=2, offset=13, text=" goes on.")
+    fake.push(type="done", message=msg(2, "assistant", "A long answer goes on.", "complete", STATS))
+    expect(page.locator('.msg[data-id="2"]')).to_have_attribute("data-status", "complete")
+    assert page.locator('.msg[data-id="2"] .badge', has_text="Interrupted").count() == 0
+    expect(page.locator(".composer-hint")).to_be_hidden()
+    page.locator(".composer-input").press("Enter")
+    frame = fake.wait_frame("send", text="and the next question")
+    assert frame["conversation"] == 7
+    expect(page.locator(".composer-input")).to_have_value("")
+    assert watch.errors == []

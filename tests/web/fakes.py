@@ -67,10 +67,14 @@ async def connect(user, session=None):
 
 
 async def frames_until(comm, kind, timeout=3):
-    """The frames received up to and including the first of type `kind`."""
+    """The frames received up to and including the first of type `kind`; each one must be as
+    chat.server_frames declares it (what the front end's generated ServerEvent type says)."""
+    from chat.server_frames import problems
+
     seen = []
     while True:
         frame = await comm.receive_json_from(timeout=timeout)
+        assert problems(frame) == [], frame
         seen.append(frame)
         if frame["type"] == kind:
             return seen

@@ -88,6 +88,18 @@ def test_the_chat_turn_prompt_carries_the_calls_in_the_models_tool_syntax(client
     assert "<|im_start|>tool" not in prompt and prompt.endswith("<|im_start|>assistant\n")
 
 
+def test_a_reasoning_models_thinking_is_imported_as_the_messages_thinking(client):
+    """An assistant turn's reasoning_content (as /v1/chat/completions answers a reasoning model)
+    is kept apart from its content, and stays out of the next turn's prompt."""
+    r = post(client, {"messages": [{"role": "user", "content": "2+2?"},
+                                   {"role": "assistant", "content": "4", "reasoning_content": "Two and two."}]})
+    assert r.status_code == 201, r.content
+    reply = Message.objects.get(role="assistant")
+    assert (reply.text, reply.thinking) == ("4", "Two and two.")
+    history = services.prompt_messages(reply.conversation)
+    assert history[-1] == {"role": "assistant", "content": "4"}
+
+
 @pytest.mark.parametrize("messages, field", [
     ([], "messages"),
     ([{"role": "function", "content": "x"}], "messages[0].role"),
@@ -108,6 +120,9 @@ def test_the_chat_turn_prompt_carries_the_calls_in_the_models_tool_syntax(client
     ([MESSAGES[2], MESSAGES[2]], "messages[1].tool_calls[0].id"),       # an id used twice
     ([MESSAGES[1], {"role": "tool", "tool_call_id": "call_9", "content": "18"}], "messages[1].tool_call_id"),
     ([MESSAGES[2], MESSAGES[3], MESSAGES[3]], "messages[2].tool_call_id"),  # a second result for one call
+    ([{"role": "user", "content": "hi", "reasoning_content": "hmm"}], "messages[0].reasoning_content"),
+    ([MESSAGES[1], {"role": "assistant", "content": "4", "reasoning_content": ["hmm"]}], "messages[1].reasoning_content"),
+    ([MESSAGES[1], {"role": "assistant", "content": "4", "reasoning_content": "a\x00b"}], "messages[1].reasoning_content"),
 ])
 def test_bad_input_is_refused_naming_the_field(client, messages, field):
     r = post(client, {"messages": messages})

@@ -287,6 +287,9 @@ export class ChatApp {
       case "delta":
         if (!this.pane.applyDelta(ev.message, ev.offset, ev.text) && this.current !== null) this.socket.open(this.current);
         break;
+      case "thinking":
+        if (!this.pane.applyThinking(ev.message, ev.offset, ev.text) && this.current !== null) this.socket.open(this.current);
+        break;
       case "error":
         this.onError(ev.message, ev.code, ev.detail);
         break;

@@ -1,4 +1,8 @@
-// The composer: an auto-growing textarea, Send / Stop, and the sampling controls (kept in localStorage).
+// The composer: an auto-growing textarea, Send, Stop, and the sampling controls (kept in localStorage).
+// Enter never stops a reply: Stop is its own button, shown while a reply streams. Enter (or Send)
+// while a reply streams keeps the typed message in the box, as ChatGPT's composer does, and says
+// so; once the reply ends, Enter sends it. (Queueing it for automatic sending was the other way
+// the issue allowed; a message that leaves later on its own is easier to miss or regret.)
 import type { ExpertRange, GenParams, SamplingDefaults } from "../api";
 import { h } from "./dom";
 
@@ -35,6 +39,8 @@ export class Composer {
   private expertsControl: HTMLElement | null = null;
   private expertRange: ExpertRange | null = null;
   private button: HTMLButtonElement;
+  private stopButton: HTMLButtonElement;
+  private hint: HTMLElement;
   private busy = false;
 
   constructor(root: HTMLElement, settingsRoot: HTMLElement, private handlers: ComposerHandlers) {
@@ -51,8 +57,17 @@ export class Composer {
         },
       },
     });
-    this.button = h("button", { class: "btn btn-primary send", text: "Send", attrs: { type: "button" }, on: { click: () => this.submit() } });
-    root.append(h("div", { class: "composer-box" }, this.area, this.button));
+    this.button = h("button", { class: "btn btn-primary send", text: "Send", attrs: { type: "button", "aria-label": "Send message" }, on: { click: () => this.submit() } });
+    this.stopButton = h("button", {
+      class: "btn btn-stop stop",
+      text: "Stop",
+      attrs: { type: "button", "aria-label": "Stop generating" },
+      on: { click: () => this.handlers.stop() },
+    });
+    this.stopButton.hidden = true;
+    // Polite: says why Enter did not send, without taking focus from the box.
+    this.hint = h("div", { class: "composer-hint", attrs: { role: "status", "aria-live": "polite" } });
+    root.append(h("div", { class: "composer-box" }, this.area, this.stopButton, this.button), this.hint);
     settingsRoot.append(...this.controls());
     this.settingsRoot = settingsRoot;
   }
@@ -122,20 +137,23 @@ export class Composer {
     this.area.focus();
   }
 
+  // While a reply streams: Stop shows, Send waits (the typed text stays in the box).
   setBusy(busy: boolean): void {
+    if (busy === this.busy) return;
     this.busy = busy;
-    this.button.textContent = busy ? "Stop" : "Send";
-    this.button.classList.toggle("btn-stop", busy);
-    this.button.setAttribute("aria-label", busy ? "Stop generating" : "Send message");
+    this.stopButton.hidden = !busy;
+    this.button.disabled = busy;
+    this.button.title = busy ? "Wait for the reply to finish, or stop it" : "";
+    if (!busy) this.hint.textContent = "";
   }
 
   private submit(): void {
-    if (this.busy) {
-      this.handlers.stop();
-      return;
-    }
     const text = this.area.value.trim();
     if (!text) return;
+    if (this.busy) {
+      this.hint.textContent = "The reply is still being written: your message stays here. Press Enter once it ends, or Stop it.";
+      return;
+    }
     this.area.value = "";
     this.autosize();
     this.handlers.send(text);

@@ -15,6 +15,7 @@ export function statsParts(s: Stats | null, atlasHref?: string): { label: string
   const parts: { label: string; value: string; warn?: boolean; href?: string }[] = [];
   if (num(s.prompt_tokens)) parts.push({ label: "prompt", value: `${s.prompt_tokens} tok` });
   if (num(s.completion_tokens)) parts.push({ label: "reply", value: `${s.completion_tokens} tok` });
+  if (num(s.reasoning_tokens)) parts.push({ label: "thinking", value: `${s.reasoning_tokens} tok` }); // of the reply's
   if (num(s.ttft_s)) parts.push({ label: "first token", value: `${s.ttft_s < 10 ? s.ttft_s.toFixed(2) : s.ttft_s.toFixed(1)} s` });
   if (num(s.tok_s)) parts.push({ label: "speed", value: `${s.tok_s.toFixed(1)} tok/s` });
   if (num(s.hit_pct))

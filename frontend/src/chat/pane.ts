@@ -2,6 +2,9 @@
 // re-rendered at most once per animation frame while deltas stream in, and a stats row per turn.
 // Tool calls (imported API conversations): a block per call under its assistant turn (name, id,
 // arguments pretty-printed) and each result as its own turn; all of it text, never HTML.
+// A reasoning model's thinking is a "Thinking" section above its answer: open while it streams,
+// folded once the answer starts (unless the reader opened or closed it: then it stays so), kept
+// with the message; rendered as the reply is (sanitised markdown), so nothing in it can run.
 import type { Message, ToolCall } from "../api";
 import { h } from "./dom";
 import { errorMessage, statsParts } from "./format";
@@ -13,6 +16,7 @@ export interface LiveInfo {
   promptTokens?: number;
   startedAt?: number; // performance.now() when "started" arrived
   firstTextAt?: number;
+  firstThinkingAt?: number;
   error?: { code: string; detail: string };
 }
 
@@ -25,6 +29,9 @@ export interface PaneHandlers {
 
 interface View {
   root: HTMLElement;
+  thinking: HTMLDetailsElement;
+  thinkingLabel: HTMLElement;
+  thinkingBody: HTMLElement;
   body: HTMLElement;
   meta: HTMLElement;
   actions: HTMLElement;
@@ -37,6 +44,7 @@ export class MessagePane {
   private dirty = new Set<number>();
   private frame = 0;
   private editing: number | null = null;
+  private thinkingChoice = new Map<number, boolean>(); // message id -> open, as the reader left it
   private stickToBottom = true;
 
   constructor(
@@ -71,6 +79,7 @@ export class MessagePane {
 
   clear(): void {
     this.live.clear();
+    this.thinkingChoice.clear();
     this.setMessages([]);
   }
 
@@ -96,6 +105,7 @@ export class MessagePane {
       this.views.get(m.id)?.root.remove();
       this.views.delete(m.id);
       this.live.delete(m.id);
+      this.thinkingChoice.delete(m.id);
     }
     this.messages = this.messages.filter((x) => x.id < id);
     this.refreshAll();
@@ -118,6 +128,25 @@ export class MessagePane {
     this.dirty.add(id);
     // The reply's first text is painted now (the wait for an animation frame cost up to 16 ms of
     // the first token's latency); later deltas are coalesced into one paint per frame.
+    if (first) this.flush();
+    else this.schedule();
+    return true;
+  }
+
+  // As applyDelta, for the message's thinking (its own offsets).
+  applyThinking(id: number, offset: number, text: string): boolean {
+    const m = this.messages.find((x) => x.id === id);
+    if (!m) return true;
+    const thinking = m.thinking ?? "";
+    const have = thinking.length;
+    if (offset > have) return false;
+    if (offset + text.length <= have) return true;
+    m.thinking = thinking + text.slice(have - offset);
+    const info = this.live.get(id) ?? {};
+    const first = info.firstThinkingAt === undefined;
+    if (first) info.firstThinkingAt = performance.now();
+    this.live.set(id, info);
+    this.dirty.add(id);
     if (first) this.flush();
     else this.schedule();
     return true;
@@ -162,8 +191,19 @@ export class MessagePane {
       const body = h("div", { class: "msg-body" });
       const meta = h("div", { class: "msg-meta" });
       const actions = h("div", { class: "msg-actions" });
-      const root = h("article", { class: `msg msg-${m.role}`, attrs: { "data-id": String(m.id) } }, body, meta, actions);
-      v = { root, body, meta, actions };
+      const thinkingLabel = h("span", { class: "thinking-label" });
+      const thinkingBody = h("div", { class: "thinking-body" });
+      const id = m.id;
+      const thinking = h(
+        "details",
+        { class: "thinking" },
+        // The reader's own click decides from then on (the toggle event cannot tell it from ours).
+        h("summary", { on: { click: () => this.thinkingChoice.set(id, !thinking.open) } }, thinkingLabel),
+        thinkingBody,
+      );
+      thinking.hidden = true;
+      const root = h("article", { class: `msg msg-${m.role}`, attrs: { "data-id": String(m.id) } }, thinking, body, meta, actions);
+      v = { root, thinking, thinkingLabel, thinkingBody, body, meta, actions };
       this.views.set(m.id, v);
     }
     return v;
@@ -175,8 +215,9 @@ export class MessagePane {
     if (this.editing === m.id) return;
     const calls = m.tool_calls ?? [];
     if (m.role === "assistant") {
+      this.paintThinking(m, v);
       if (m.text) v.body.replaceChildren(renderMarkdown(m.text));
-      else if (calls.length) v.body.replaceChildren();
+      else if (calls.length || m.thinking) v.body.replaceChildren();
       else v.body.replaceChildren(h("span", { class: "typing", attrs: { "aria-label": "waiting for the reply" } }, h("i"), h("i"), h("i")));
       v.body.append(...calls.map((c) => this.callBlock(c)));
     } else if (m.role === "tool") {
@@ -191,6 +232,24 @@ export class MessagePane {
     }
     this.paintMeta(m, v.meta);
     this.paintActions(m, v.actions, isLastReply);
+  }
+
+  private paintThinking(m: Message, v: View): void {
+    const thinking = m.thinking ?? "";
+    v.thinking.hidden = !thinking;
+    if (!thinking) return;
+    const thinkingNow = m.status === "streaming" && !m.text;
+    v.thinking.open = this.thinkingChoice.get(m.id) ?? thinkingNow;
+    v.thinking.dataset.state = thinkingNow ? "thinking" : "done";
+    const info = this.live.get(m.id);
+    // The stored figure, else this page's own clock: while it thinks, or until the answer began.
+    let seconds = m.stats?.thinking_s ?? undefined;
+    const end = thinkingNow ? performance.now() : info?.firstTextAt;
+    if (seconds == null && info?.firstThinkingAt !== undefined && end !== undefined) seconds = (end - info.firstThinkingAt) / 1000;
+    const secs = seconds == null ? "" : `${seconds < 10 ? seconds.toFixed(1) : seconds.toFixed(0)} s`;
+    if (thinkingNow) v.thinkingLabel.textContent = secs ? `Thinking… ${secs}` : "Thinking…";
+    else v.thinkingLabel.textContent = secs ? `Thought for ${secs}` : "Thought";
+    v.thinkingBody.replaceChildren(renderMarkdown(thinking));
   }
 
   private callBlock(c: ToolCall): HTMLElement {
@@ -218,6 +277,7 @@ export class MessagePane {
     if (m.status === "streaming") {
       let line: string;
       if (info?.queued !== undefined && info.startedAt === undefined) line = `Queued — position ${info.queued}`;
+      else if (info?.firstThinkingAt !== undefined && info.firstTextAt === undefined) line = "Thinking…";
       else if (info?.startedAt !== undefined && info.firstTextAt === undefined)
         line = `Reading the prompt${info.promptTokens ? ` (${info.promptTokens} tokens)` : ""}…`;
       else if (info?.startedAt !== undefined) {
