@@ -65,3 +65,24 @@ chromium_up() {
         apt-get update -qq && apt-get install -y -qq chromium >/dev/null
     fi
 }
+
+# Reference files that tests hold our code to, taken from a package on PyPI rather than copied into
+# this repository: llama.cpp's model chat templates (gpt-oss's harmony template, Qwen3's), as the
+# llama-cpp-python source distribution vendors them. Downloaded once per machine into a cache;
+# LLAMA_CPP_SRC points the tests at them (tests/support/reference.py).
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+reference_up() {
+    local cache="${XDG_CACHE_HOME:-$HOME/.cache}/colibri/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION"
+    if [ ! -d "$cache/vendor/llama.cpp/models/templates" ]; then
+        say "fetching llama.cpp's chat templates (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION source distribution)"
+        local tmp
+        tmp="$(mktemp -d)"
+        "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+        mkdir -p "$cache.part"
+        tar -xzf "$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" -C "$cache.part" --strip-components=1 \
+            "llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp/models/templates"
+        rm -rf "$tmp" "$cache"
+        mv "$cache.part" "$cache"
+    fi
+    export LLAMA_CPP_SRC="$cache/vendor/llama.cpp"
+}

@@ -6,6 +6,7 @@ ensure_venv test
 redis_up
 postgres_up
 chromium_up
+reference_up
 export WERROR=1   # native/Makefile: -Werror for every C build the tests use
 build_native
 build_frontend

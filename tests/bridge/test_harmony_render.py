@@ -4,17 +4,13 @@ engine_bridge.prompting's environment is the oracle; the Python renderer must eq
 byte on conversations with tools, several turns, every reasoning effort, developer
 instructions, earlier analysis dropped, and on random tool schemas (hypothesis)."""
 import functools
-import os
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from engine_bridge import harmony, prompting
+from tests.support.reference import chat_template
 
-TEMPLATE = Path(os.environ.get("LLAMA_CPP_SRC", "/work/llcpp-src/llama_cpp_python-0.3.36/vendor/llama.cpp"),
-                "models/templates/openai-gpt-oss-120b.jinja")
-pytestmark = pytest.mark.skipif(not TEMPLATE.exists(), reason=f"gpt-oss template not found at {TEMPLATE}")
 DATE = "2026-12-06"
 
 WEATHER = {"type": "function", "function": {
@@ -35,7 +31,7 @@ CLOCK = {"type": "function", "function": {"name": "now", "description": "The tim
 
 @functools.cache
 def compiled():
-    return prompting._env.from_string(TEMPLATE.read_text())
+    return prompting._env.from_string(chat_template("openai-gpt-oss-120b.jinja"))
 
 
 def oracle(messages, tools=None, effort=None, add_generation_prompt=True):

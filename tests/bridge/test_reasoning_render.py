@@ -1,9 +1,7 @@
 """Reasoning in the prompt: Qwen3's template with thinking on and off and with reasoning sent back
 (engine_bridge.toolsyntax.render against the template rendered directly with jinja2), and what
 the API renders for output a grammar holds (api.served.prompt_for)."""
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -13,11 +11,9 @@ from api.tools import ToolPlan
 from engine_bridge import harmony, prompting, toolsyntax
 from engine_bridge.reasoning import ThinkSplitter, mode_for
 from engine_bridge.served import served_model_from
+from tests.support.reference import chat_template
 
-TEMPLATES = Path(os.environ.get("LLAMA_CPP_SRC", "/work/llcpp-src/llama_cpp_python-0.3.36/vendor/llama.cpp"),
-                 "models/templates")
-QWEN3 = TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
-needs_qwen3 = pytest.mark.skipif(not QWEN3.exists(), reason=f"Qwen3 template not found at {QWEN3}")
+QWEN3 = "Qwen-Qwen3-0.6B.jinja"
 HISTORY = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
            {"role": "assistant", "content": "4", "reasoning": "Add them."},
            {"role": "user", "content": "3+3? /no_think"}]
@@ -35,10 +31,9 @@ def direct(template, messages, **extra):
                                                          bos_token="", eos_token="", **extra)
 
 
-@needs_qwen3
 @pytest.mark.parametrize("thinking", [None, True, False])
 def test_qwen3_thinking_on_and_off_is_the_templates_own(thinking):
-    template = QWEN3.read_text()
+    template = chat_template(QWEN3)
     assert mode_for(template) == "think"
     ours = toolsyntax.render(HISTORY, (), served(template), thinking=thinking)
     # the template reads reasoning_content; enable_thinking only when the client turned it off
@@ -51,9 +46,8 @@ def test_qwen3_thinking_on_and_off_is_the_templates_own(thinking):
     assert ThinkSplitter.for_prompt(ours).state == "start"
 
 
-@needs_qwen3
 def test_qwen3_reasoning_sent_back_after_the_last_query_is_rendered():
-    template = QWEN3.read_text()
+    template = chat_template(QWEN3)
     messages = [{"role": "user", "content": "weather?"},
                 {"role": "assistant", "content": "", "reasoning": "Need the tool.",
                  "tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Paris"}}]},

@@ -137,9 +137,8 @@ def test_responses_reasoning_items(stack, key):
     assert oai.responses.create(model="colibri", input=items).output_text == ANSWER
 
 
+@pytest.mark.parametrize("stack", ["harmony"], indirect=True)  # harmony's commentary channel
 def test_harmony_tool_call_on_every_surface(stack, key):
-    if stack.mode != "harmony":
-        pytest.skip("harmony's commentary channel")
     oai, ant = openai_client(stack.url, key), anthropic_client(stack.url, key)
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": SCHEMA}}]
     r = oai.chat.completions.create(model="colibri", messages=[{"role": "user", "content": say(HARMONY_CALL)}],
