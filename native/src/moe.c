@@ -321,34 +321,49 @@ static void shared_gate(const float *w, const float *h, int n, int d, float *so)
     }
 }
 
-/* Acquires the nsel chosen experts: the ones in RAM at once, the misses on the I/O lanes while
- * the resident ones (and the shared expert) compute; then the rest; then releases them. 0 or -1. */
-static int moe_experts(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, moe_bufs *B,
-                       int nsel) {
+/* One group of the chosen experts, list[0..cnt): the ones in RAM at once, the misses on the I/O
+ * lanes while the resident ones (and, in the first group, the shared expert) compute; then the
+ * rest; then they are released. While this group computes, the lanes read the next group's
+ * misses (next[0..n_next)), or after the last group the next layer's guess. 0 or -1. */
+static int moe_group_run(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, moe_bufs *B,
+                         const int *list, int cnt, const int *next, int n_next, int first) {
     struct model_priv *P = m->priv;
     const int E = m->c.n_experts, r = L->moe_row;
-    int rc = es_acquire_begin(m->es, r, B->chosen, nsel, P->ew, B->ready_k), held = rc == 0;
-    double t1 = mnow();
-    if (rc == 0) {
-        moe_read_ahead(m, L, h, n, rows);
-        for (int e = 0; e < E; e++) B->ready[e] = 0;
-        for (int k = 0; k < nsel; k++) B->ready[B->chosen[k]] = B->ready_k[k];
-        rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 1, 1, B->eg, B->eo, B->sg, B->so);
-        int pending = 0;
-        for (int k = 0; k < nsel; k++) pending |= !B->ready_k[k];
-        if (rc == 0 && pending) {
-            double tw = mnow();
-            rc = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk);
-            held = rc == 0;                 /* a failed finish holds nothing */
-            t1 += mnow() - tw;              /* the wait is disk time, not matmul time */
-            if (rc == 0) rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 0, 0, B->eg, B->eo, B->sg, B->so);
-        } else if (pending) {
-            held = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk) == 0;
-        }
-        if (rc == 0 && B->S && L->sh_gate_inp) shared_gate(L->sh_gate_inp, h, n, m->c.d_model, B->so);
-        for (int e = 0; held && e < E; e++)
-            if (B->eoff[e + 1] > B->eoff[e]) es_release(m->es, r, e);
+    int rc = es_acquire_begin(m->es, r, list, cnt, P->ew, B->ready_k), held = rc == 0;
+    if (rc != 0) return rc;
+    if (n_next > 0) es_read_ahead(m->es, r, next, n_next);
+    else moe_read_ahead(m, L, h, n, rows);
+    for (int e = 0; e < E; e++) B->ready[e] = -1;       /* not in this group: skipped */
+    for (int k = 0; k < cnt; k++) B->ready[list[k]] = B->ready_k[k];
+    rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 1, first, B->eg, B->eo, B->sg, B->so);
+    int pending = 0;
+    for (int k = 0; k < cnt; k++) pending |= !B->ready_k[k];
+    if (pending) {
+        double tw = mnow();
+        int rf = es_acquire_finish(m->es, r, list, cnt, P->ew, B->ready_k, &m->perf.t_edisk);
+        held = rf == 0;                     /* a failed finish holds nothing */
+        m->perf.t_emm -= mnow() - tw;       /* the wait is disk time, not matmul time */
+        if (rc == 0) rc = rf;
+        if (rc == 0) rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 0, 0, B->eg, B->eo, B->sg, B->so);
     }
+    for (int k = 0; held && k < cnt; k++) es_release(m->es, r, list[k]);
+    return rc;
+}
+
+/* Acquires the nsel chosen experts in groups of at most what the store may hold at once (the
+ * budget's working set: a long prompt's layer selects nearly every expert), each group's
+ * misses read while the previous group computes. 0 or -1. */
+static int moe_experts(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, moe_bufs *B,
+                       int nsel) {
+    const int G = es_hold_max(m->es) > 0 ? es_hold_max(m->es) : nsel;
+    double t1 = mnow();
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < nsel; k += G) {
+        const int cnt = nsel - k < G ? nsel - k : G, nk = k + cnt;
+        const int n_next = nsel - nk < G ? nsel - nk : G;
+        rc = moe_group_run(m, L, h, n, rows, B, B->chosen + k, cnt, B->chosen + nk, n_next, k == 0);
+    }
+    if (rc == 0 && B->S && L->sh_gate_inp) shared_gate(L->sh_gate_inp, h, n, m->c.d_model, B->so);
     m->perf.t_emm += mnow() - t1;
     return rc;
 }
