@@ -155,14 +155,18 @@ static size_t mapped_dense(const model *m) {
     return sum;
 }
 
-/* Forward buffers of one prefill row (model_impl.h's scratch, quantized activations), with a
- * quarter for what the estimate does not itemize. */
+/* Forward buffers of one prefill row (model_impl.h's scratch in floats; the quantized
+ * activations, ~1.25 bytes a value, of the layer input, each routed expert's gathered input
+ * and its down input), with a quarter for what the estimate does not itemize. The dense FFN's
+ * width counts only where a layer has one. */
 static size_t row_bytes(const model_config *c) {
     const size_t d = (size_t)c->d_model, K = (size_t)(c->n_experts ? c->top_k : 0), X = (size_t)c->d_expert;
+    const size_t ff = c->n_moe_rows < c->n_layers ? (size_t)c->d_ff : 0, S = (size_t)c->d_shexp;
     const size_t fl = 4 * d + (size_t)c->n_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) +
                       (size_t)c->n_kv_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) + (size_t)c->rope_dim +
-                      (size_t)c->n_experts + 4 * K + K * (X + d) + 2 * (size_t)c->d_ff + (size_t)c->d_shexp;
-    return (fl * 4 + (K + 3) * (d + X + (size_t)c->d_ff) * 2) * 5 / 4;
+                      (size_t)c->n_experts + 4 * K + K * (X + d) + 2 * ff + S + d;
+    const size_t q8 = (d + K * (d + X) + ff + S) * 5 / 4;
+    return (fl * 4 + q8) * 5 / 4;
 }
 
 /* The working buffers for chunk-row prefills, n_slots decoding rows and hold experts at once. */
@@ -175,11 +179,13 @@ static size_t work_bytes(const model *m, int n_slots, int ctx, int chunk, int ho
     return rows * row_bytes(c) + (size_t)n_slots * per_slot + once + held;
 }
 
-/* Prefill rows per forward: the largest power of two up to 1024 whose buffers take at most a
- * sixteenth of the budget (fewer, longer chunks read each expert fewer times), at least 32. */
+/* Prefill rows per forward: the largest power of two up to 2048 whose buffers take at most an
+ * eighth of the budget, at least 32. Under a budget every chunk reads the experts it selects
+ * that are not cached (a long prompt's chunk selects nearly all of them), so fewer, longer
+ * chunks read the file fewer times. */
 static int pick_chunk(const model *m, size_t total, int ctx) {
-    int ch = 1024;
-    while (ch > 32 && ((size_t)ch * row_bytes(&m->c) > total / 16 || ch > ctx)) ch /= 2;
+    int ch = 2048;
+    while (ch > 32 && ((size_t)ch * row_bytes(&m->c) > total / 8 || ch > ctx)) ch /= 2;
     return ch;
 }
 
