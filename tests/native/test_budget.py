@@ -64,9 +64,10 @@ def memory_split(e: Engine) -> dict:
 
 @pytest.fixture(scope="module")
 def wide_model(tmp_path_factory) -> Path:
-    """8 layers x 256 experts (top-2): ~70 MB of experts, the engine's whole footprint ~90 MB."""
+    """8 layers x 256 experts (top-2): ~70 MB of experts, the engine's whole footprint ~90 MB; EOS
+    muted, so a turn lasts its max_tokens."""
     d = tmp_path_factory.mktemp("budget-model")
-    return procs.make_tiny_model(d / "wide.gguf", "--layers", "8", "--experts", "256")
+    return procs.make_tiny_model(d / "wide.gguf", "--layers", "8", "--experts", "256", "--mute-eos")
 
 
 def prompt(sentences: int) -> str:
@@ -171,3 +172,30 @@ def test_a_budget_without_room_for_one_slot_is_refused_at_start(engine_bin, wide
     assert rc == 1 and not e.ready, err
     assert "memory budget 8 MB (MEM_BUDGET_MB) is too small" in err, err
     assert "one slot's KV at CTX=65536 128 MB" in err, err
+
+
+def test_the_kv_share_bounds_the_slots_together(engine_bin, wide_model):
+    """A 14 MB budget leaves the KV room for one slot's context but not two. A long prompt beside
+    another slot's running turn gets CONTEXT_EXCEEDED with the positions the share leaves it (not
+    a kill); once that turn is over, the same prompt runs, the idle slot's history freed for it."""
+    e = Engine(engine_bin, env=base_env(wide_model, 2, CTX, MEM_BUDGET_MB="14", USAGE_SAVE="0",
+                                        USAGE_FILE="/dev/null"))
+    try:
+        mem = memory_split(e)
+        one_slot = CTX * (8 * 2 * 64 * 2 + 4) / MIB
+        assert one_slot <= mem["kv_mb"] < 2 * one_slot, mem
+        busy, frame = e.submit(PROMPTS[3], slot=0, max_tokens=40, write=False)
+        late, frame2 = e.submit(PROMPTS[3], slot=1, max_tokens=4, write=False)
+        e.write(frame + frame2)     # one write: slot 1's SUBMIT is read while slot 0's turn runs
+        refused = e.result(late)
+        n = e.result(busy).prompt_tokens
+        assert refused.codes == ["CONTEXT_EXCEEDED"], (refused.errors, e.stderr_text()[-2000:])
+        asked, limit = map(int, refused.errors[0][1:])
+        assert asked == n and limit < n, refused.errors
+        assert e.result(busy).stat()["emitted"] == 40
+        again = e.generate(PROMPTS[3], slot=1, max_tokens=4)
+        assert again.prompt_tokens == n
+        assert "[KV] slot 0's history freed for slot 1" in e.stderr_text()
+        assert e.close() == 0
+    finally:
+        e.kill()
