@@ -169,23 +169,41 @@ static size_t row_bytes(const model_config *c) {
     return (fl * 4 + q8) * 5 / 4;
 }
 
-/* The working buffers for chunk-row prefills, n_slots decoding rows and hold experts at once. */
-static size_t work_bytes(const model *m, int n_slots, int ctx, int chunk, int hold) {
+/* What a forward holds for each of all its rows: the residual stream, the branch input and
+ * output, RoPE tables, router logits and selections, the shared expert's output, the layer
+ * input's quantized copy (with a quarter of slack). */
+static size_t whole_row_bytes(const model_config *c) {
+    const size_t d = (size_t)c->d_model, K = (size_t)(c->n_experts ? c->top_k : 0);
+    const size_t S = c->d_shexp ? (size_t)c->d_shexp + d : 0;
+    const size_t fl = 3 * d + (size_t)c->rope_dim + (size_t)c->n_experts + 4 * K + S;
+    return (fl * 4 + d * 5 / 4) * 5 / 4;
+}
+
+/* The working buffers: `rows`-row prefills run `chunk` rows at a time, n_slots decoding rows,
+ * hold experts at once from disk. */
+static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int chunk, int hold) {
     const model_config *c = &m->c;
     const size_t rows = (size_t)(chunk > n_slots ? chunk : n_slots);
     const size_t per_slot = (size_t)c->vocab * 8 + (size_t)c->n_moe_rows * (size_t)c->n_experts * 4;
     const size_t once = (size_t)c->vocab * 8 + (size_t)ctx * 8 + (size_t)pool_threads() * ATT_G * (size_t)ctx * 4;
     const size_t held = (size_t)(2 * hold + io_lanes() + 1) * es_expert_bytes(m->es);
-    return rows * row_bytes(c) + (size_t)n_slots * per_slot + once + held;
+    return rows * row_bytes(c) + (size_t)rows_all * whole_row_bytes(c) + (size_t)n_slots * per_slot + once + held;
 }
 
-/* Prefill rows per forward: the largest power of two up to 2048 whose buffers take at most an
- * eighth of the budget, at least 32. Under a budget every chunk reads the experts it selects
- * that are not cached (a long prompt's chunk selects nearly all of them), so fewer, longer
- * chunks read the file fewer times. */
+/* Prefill rows per forward: the largest power of two up to 8,192 and the context whose whole-row
+ * buffers take at most a sixteenth of the budget, at least the chunk. A layer of a forward reads
+ * each expert its rows select once, so a prompt of that many tokens reads each once a layer. */
+static int pick_rows(const model *m, size_t total, int ctx, int chunk) {
+    int r = 8192;
+    while (r > chunk && ((size_t)r * whole_row_bytes(&m->c) > total / 16 || r > ctx)) r /= 2;
+    return r;
+}
+
+/* Rows a block of the forward takes at once: the largest power of two up to 1,024 whose
+ * buffers take at most a sixteenth of the budget, at least 32. */
 static int pick_chunk(const model *m, size_t total, int ctx) {
-    int ch = 2048;
-    while (ch > 32 && ((size_t)ch * row_bytes(&m->c) > total / 8 || ch > ctx)) ch /= 2;
+    int ch = 1024;
+    while (ch > 32 && ((size_t)ch * row_bytes(&m->c) > total / 16 || ch > ctx)) ch /= 2;
     return ch;
 }
 
@@ -217,8 +235,9 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
     b->experts_all = es_all_bytes(m->es);
     b->dense = rss_now() + mapped_dense(m);
     b->chunk = pick_chunk(m, b->total, ctx);
+    b->rows = pick_rows(m, b->total, ctx, b->chunk);
     b->hold = c->n_experts ? pick_hold(c, n_slots) : 0;
-    b->work = work_bytes(m, n_slots, ctx, b->chunk, b->hold);
+    b->work = work_bytes(m, n_slots, ctx, b->rows, b->chunk, b->hold);
     const size_t fixed = b->dense + b->work;
     if (fixed + one_kv > b->total) return refuse(b, one_kv, ctx, err, errlen);
     b->expert_override = expert_mb >= 0;
@@ -238,6 +257,7 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
 
 int budget_apply(const mem_budget *b, model *m, long pin_mb) {
     const size_t pin = pin_mb < 0 ? b->experts : (size_t)pin_mb * MIB;
+    m->priv->part_rows = b->chunk;
     return es_set_budget(m->es, b->experts, pin, b->hold);
 }
 
@@ -246,8 +266,8 @@ int budget_json(const mem_budget *b, char *out, size_t cap) {
     return snprintf(out, cap,
                     "\"budget_mb\":%.1f,\"source\":\"%s\",\"limit_mb\":%.1f,\"margin_mb\":%.1f,\"dense_mb\":%.1f,"
                     "\"kv_mb\":%.1f,\"work_mb\":%.1f,\"experts_mb\":%.1f,\"experts_all_mb\":%.1f,"
-                    "\"experts_resident\":%s,\"expert_override\":%s,\"prefill_chunk\":%d",
+                    "\"experts_resident\":%s,\"expert_override\":%s,\"prefill_rows\":%d,\"prefill_chunk\":%d",
                     mb(b->total), b->source, mb(b->limit), mb(b->margin), mb(b->dense), mb(b->kv), mb(b->work),
                     mb(ex), mb(b->experts_all), b->experts == SIZE_MAX ? "true" : "false",
-                    b->expert_override ? "true" : "false", b->chunk);
+                    b->expert_override ? "true" : "false", b->rows, b->chunk);
 }

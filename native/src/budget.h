@@ -20,7 +20,9 @@ typedef struct {
     size_t experts;         /* the expert cache (SIZE_MAX: every expert, read at start) */
     size_t experts_all;     /* bytes of every expert in RAM */
     int expert_override;    /* EXPERT_RAM_MB set the expert share */
-    int chunk;              /* prefill rows per forward */
+    int rows;               /* prefill rows per forward: their residual stream, routing and
+                             * RoPE tables are held whole, so each layer reads its experts once */
+    int chunk;              /* rows the attention, dense FFN and a group of experts take at once */
     int hold;               /* experts one acquisition holds at once from disk */
 } mem_budget;
 

@@ -224,7 +224,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
         return 1;
     }
     kv_set_budget(&kv, mb->kv);
-    const int chunk = mb->chunk;
+    const int chunk = mb->rows;
     int vocab = m->c.vocab, rc = 0;
     int *ids = malloc((size_t)ctx * sizeof *ids);
     float *logits = malloc((size_t)vocab * sizeof *logits);

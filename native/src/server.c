@@ -77,7 +77,7 @@ typedef struct {
     void *scratch;              /* sampler scratch */
     gram_vocab *gv;             /* the vocabulary's byte trie for grammar requests */
     fwd_row *fwd;               /* max(chunk, n_slots) rows */
-    int chunk;                  /* prefill rows per forward (the budget's) */
+    int chunk;                  /* prefill rows per forward (the budget's prefill_rows) */
     int *ids;                   /* ctx token ids for tokenizing a prompt */
     uint8_t *emap, *hits;
     char *hex;
@@ -777,12 +777,9 @@ static void cmd_submit(server *S, char *args) {
     fprintf(stderr, "[API] KV slot %d prefix %d/%d token, prefill %d\n", slot, keep, n, n - keep);
 
     kv_truncate(&S->kv, slot, keep);
-    /* the chunk's buffers are sized for top_k experts a row: a request for more takes fewer rows */
-    const int top = S->m->c.top_k > 0 ? S->m->c.top_k : 1;
-    const int chunk = experts > top ? (S->chunk * top / experts > 0 ? S->chunk * top / experts : 1) : S->chunk;
     if (kv_grow(S, slot, n) != 0 ||
         prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, experts, !r->heat,
-                     S->fwd, chunk) != 0) {
+                     S->fwd, S->chunk) != 0) {
         fprintf(stderr, "[API] prefill failed for id=%llu (out of memory or expert read error)\n", id);
         kv_truncate(&S->kv, slot, keep);
         r->t_decode0 = now_s();
@@ -991,7 +988,7 @@ int serve_mux(model *m, const serve_opts *o) {
     S->cols = m->es ? es_cols(m->es) : 0;
     S->reading = 1;
 
-    S->chunk = o->budget ? o->budget->chunk : PREFILL_CHUNK;
+    S->chunk = o->budget ? o->budget->rows : PREFILL_CHUNK;
     int nfwd = o->n_slots > S->chunk ? o->n_slots : S->chunk;
     size_t ncells = (size_t)S->rows * S->cols;
     int ok = model_kv_init(m, &S->kv, o->n_slots, o->ctx) == 0 &&
