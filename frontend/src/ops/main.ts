@@ -40,7 +40,8 @@ function renderIo(io: TurnIo | null | undefined): void {
     : "No IOSTAT from this engine yet: our engine sends one per turn; the real colibri engine never does.");
 }
 
-const mib = (v: number) => formatBytes(v * 1048576);
+// MiB, the unit of MEM_BUDGET_MB and EXPERT_RAM_MB
+const mib = (v: number) => `${v.toFixed(v < 10 ? 1 : 0)} MiB`;
 
 function renderMemory(mem: MemorySplit | null | undefined): void {
   const panel = document.getElementById("ops-memory");
