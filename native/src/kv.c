@@ -9,10 +9,15 @@
  * (v_dim is not in the header: the exact size check below tells it, and the model's
  * fingerprint covers both widths; files of equal widths are those of before the split)
  * Written to "<path>.tmp" then renamed over <path>. Loaded only when magic, dims,
- * element type, fingerprint and the exact file size all match, and n_pos fits the context. */
+ * element type, fingerprint and the exact file size all match, and n_pos fits the context.
+ * Both drop the file's pages from the page cache when done.
+ *
+ * Budget: with kv_set_budget, the slots' buffers together stay within it (kv_reserve refuses
+ * growth past it; the server then frees idle slots or refuses the request's context). */
 #include "kv.h"
 #include "quant.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +101,37 @@ void kv_free(kv_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
+size_t kv_pos_bytes(const kv_cache *c) {
+    return (size_t)c->n_layers * ((size_t)c->k_dim + (size_t)c->v_dim) * kv_elt(c) + sizeof(int);
+}
+
+void kv_set_budget(kv_cache *c, size_t bytes) { c->budget = bytes; }
+
+int kv_room(const kv_cache *c, int s) {
+    if (!c->budget || s < 0 || s >= c->n_slots) return c->ctx;
+    const size_t others = c->used - (size_t)c->slots[s].cap * kv_pos_bytes(c);
+    const size_t fit = c->budget > others ? (c->budget - others) / kv_pos_bytes(c) : 0;
+    return fit < (size_t)c->ctx ? (int)fit : c->ctx;
+}
+
+/* The capacity slot s grows to for n_pos positions: doubling (fewer reallocs), but never past
+ * the context nor, with a budget, past the room the budget leaves it. 0 when n_pos does not fit. */
+static int grown_cap(const kv_cache *c, int s, int n_pos) {
+    const kv_slot *sl = &c->slots[s];
+    long cap = sl->cap > 0 ? sl->cap : 16;
+    while (cap < n_pos) cap *= 2;
+    if (cap > c->ctx) cap = c->ctx;
+    const int room = kv_room(c, s);
+    if (cap > room) cap = room;
+    return cap >= n_pos ? (int)cap : 0;
+}
+
 int kv_reserve(kv_cache *c, int s, int n_pos) {
     if (s < 0 || s >= c->n_slots || n_pos < 0 || n_pos > c->ctx) return -1;
     kv_slot *sl = &c->slots[s];
     if (n_pos <= sl->cap) return 0;
-    long cap = sl->cap > 0 ? sl->cap : 16;
-    while (cap < n_pos) cap *= 2;
-    if (cap > c->ctx) cap = c->ctx;
+    const int cap = grown_cap(c, s, n_pos);
+    if (cap == 0) return KV_OVER_BUDGET;
     /* Each realloc that succeeds is kept (its pointer updated); cap only moves once
      * every buffer has the new size, so a failure leaves a consistent slot. */
     int *t = realloc(sl->tokens, (size_t)cap * sizeof(int));
@@ -117,8 +146,23 @@ int kv_reserve(kv_cache *c, int s, int n_pos) {
         if (!v) return -1;
         sl->v[l] = v;
     }
-    sl->cap = (int)cap;
+    c->used += (size_t)(cap - sl->cap) * kv_pos_bytes(c);
+    sl->cap = cap;
     return 0;
+}
+
+void kv_release(kv_cache *c, int s) {
+    if (s < 0 || s >= c->n_slots) return;
+    kv_slot *sl = &c->slots[s];
+    for (int l = 0; l < c->n_layers; l++) {
+        free(sl->k[l]);
+        free(sl->v[l]);
+        sl->k[l] = sl->v[l] = NULL;
+    }
+    free(sl->tokens);
+    sl->tokens = NULL;
+    c->used -= (size_t)sl->cap * kv_pos_bytes(c);
+    sl->cap = sl->n_pos = 0;
 }
 
 int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n) {
@@ -135,6 +179,10 @@ void kv_truncate(kv_cache *c, int s, int n_keep) {
     if (n_keep < 0) n_keep = 0;
     if (n_keep < c->slots[s].n_pos) c->slots[s].n_pos = n_keep;
 }
+
+/* The file's pages out of the page cache (written back by then, or only read): a cgroup's limit
+ * counts page cache, and the slot's rows are already in its buffers. */
+static void drop_pages(FILE *f) { posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED); }
 
 static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n ? 0 : -1; }
 static int read_all(FILE *f, void *p, size_t n) { return n == 0 || fread(p, 1, n, f) == n ? 0 : -1; }
@@ -164,6 +212,7 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     }
     if (fflush(f) != 0) rc = -1;
     if (rc == 0 && fsync(fileno(f)) != 0) rc = -1;
+    if (rc == 0) drop_pages(f);
     if (fclose(f) != 0) rc = -1;
     if (rc == 0 && rename(tmp, path) != 0) rc = -1;
     if (rc != 0) unlink(tmp);
@@ -198,6 +247,7 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     sl->n_pos = n;
     rc = 0;
 out:
+    drop_pages(f);
     fclose(f);
     return rc;
 }
