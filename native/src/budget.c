@@ -2,7 +2,8 @@
  *
  * The figure, when none is given: the smallest memory limit of the process's cgroup and its
  * ancestors (v1 memory.limit_in_bytes of the memory controller's hierarchy, v2 memory.max;
- * the path from /proc/self/cgroup), or MemAvailable at start (plus what the process already
+ * the path from /proc/self/cgroup) less the anonymous memory the other processes in that cgroup
+ * hold at start (v1 total_rss, v2 anon, less this process's resident set), or MemAvailable at start (plus what the process already
  * holds) when that is smaller or there is no limit; less a margin of 5 % of it, at least
  * 16 MiB and at most 1 GiB, for what the split cannot see (other processes in the cgroup, the
  * kernel's own charges, allocator slack).
@@ -48,14 +49,37 @@ static int read_u64(const char *path, uint64_t *v) {
     return 0;
 }
 
-/* The smallest `file` limit from base/path up to base (a cgroup's ancestors limit it too). */
-static uint64_t limit_up(const char *base, const char *path, const char *file) {
-    char dir[1024], p[1200];
+/* The value of `key` in a cgroup's memory.stat (0 when absent). */
+static uint64_t stat_u64(const char *dir, const char *key) {
+    char p[1300], line[256];
+    snprintf(p, sizeof p, "%s/memory.stat", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    const size_t kl = strlen(key);
+    unsigned long long v = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ' ') {
+            v = strtoull(line + kl + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* The limiting cgroup: its limit and the anonymous memory charged to it (its whole subtree). */
+typedef struct { uint64_t limit, anon; } cg_limit;
+
+/* The smallest `file` limit from base/path up to base (a cgroup's ancestors limit it too), with
+ * that cgroup's anonymous memory (memory.stat `anon_key`). */
+static cg_limit limit_up(const char *base, const char *path, const char *file, const char *anon_key) {
+    char dir[1024], d[1100], p[1200];
     snprintf(dir, sizeof dir, "%s", path);
-    uint64_t best = UINT64_MAX, v;
+    cg_limit best = {UINT64_MAX, 0};
+    uint64_t v;
     for (;;) {
-        snprintf(p, sizeof p, "%s%s/%s", base, dir, file);
-        if (read_u64(p, &v) == 0 && v < best) best = v;
+        snprintf(d, sizeof d, "%s%s", base, dir);
+        snprintf(p, sizeof p, "%s/%s", d, file);
+        if (read_u64(p, &v) == 0 && v < best.limit) best = (cg_limit){v, stat_u64(d, anon_key)};
         char *slash = strrchr(dir, '/');
         if (!slash || !dir[0]) break;
         *slash = 0;
@@ -63,29 +87,30 @@ static uint64_t limit_up(const char *base, const char *path, const char *file) {
     return best;
 }
 
-/* The memory limit of this process's cgroup, UINT64_MAX when none. */
-static uint64_t cgroup_limit(void) {
+/* The memory limit of this process's cgroup (limit UINT64_MAX when none). */
+static cg_limit cgroup_limit(void) {
+    cg_limit best = {UINT64_MAX, 0};
     FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f) return UINT64_MAX;
+    if (!f) return best;
     char line[1200];
-    uint64_t best = UINT64_MAX;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2) continue;
         *c1 = *c2 = 0;
         const char *ctrl = c1 + 1, *path = !strcmp(c2 + 1, "/") ? "" : c2 + 1;
-        uint64_t v = UINT64_MAX;
-        if (strstr(ctrl, "memory")) v = limit_up("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
+        cg_limit v = {UINT64_MAX, 0};
+        if (strstr(ctrl, "memory")) v = limit_up("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", "total_rss");
         else if (!strcmp(line, "0") && !ctrl[0]) {
-            v = limit_up("/sys/fs/cgroup", path, "memory.max");
-            uint64_t u = limit_up("/sys/fs/cgroup/unified", path, "memory.max");
-            if (u < v) v = u;
+            v = limit_up("/sys/fs/cgroup", path, "memory.max", "anon");
+            cg_limit u = limit_up("/sys/fs/cgroup/unified", path, "memory.max", "anon");
+            if (u.limit < v.limit) v = u;
         }
-        if (v < best) best = v;
+        if (v.limit < best.limit) best = v;
     }
     fclose(f);
-    return best >= NO_LIMIT ? UINT64_MAX : best;
+    if (best.limit >= NO_LIMIT) best.limit = UINT64_MAX;
+    return best;
 }
 
 static uint64_t meminfo_kb(const char *key) {
@@ -125,9 +150,15 @@ void budget_figure(mem_budget *b, long mb) {
         snprintf(b->source, sizeof b->source, "MEM_BUDGET_MB");
         return;
     }
-    const uint64_t cg = cgroup_limit();
-    const uint64_t avail = meminfo_kb("MemAvailable") * 1024 + rss_now();
+    const cg_limit cgl = cgroup_limit();
+    const size_t own = rss_now();
+    /* the other processes of a limited cgroup (a whole site run inside one: web, bridge, worker)
+     * hold their anonymous memory in it; what they hold at start is theirs, not ours */
+    const uint64_t others = cgl.limit != UINT64_MAX && cgl.anon > own ? cgl.anon - own : 0;
+    const uint64_t cg = cgl.limit != UINT64_MAX && cgl.limit > others ? cgl.limit - others : cgl.limit;
+    const uint64_t avail = meminfo_kb("MemAvailable") * 1024 + own;
     b->limit = (size_t)(cg < avail ? cg : avail);
+    b->others = cg < avail ? (size_t)others : 0;
     snprintf(b->source, sizeof b->source, "%s", cg < avail ? "cgroup" : "MemAvailable");
     size_t margin = b->limit / 20;
     if (margin < 16 * MIB) margin = 16 * MIB;
@@ -264,10 +295,10 @@ int budget_apply(const mem_budget *b, model *m, long pin_mb) {
 int budget_json(const mem_budget *b, char *out, size_t cap) {
     const size_t ex = b->experts == SIZE_MAX ? b->experts_all : b->experts;
     return snprintf(out, cap,
-                    "\"budget_mb\":%.1f,\"source\":\"%s\",\"limit_mb\":%.1f,\"margin_mb\":%.1f,\"dense_mb\":%.1f,"
+                    "\"budget_mb\":%.1f,\"source\":\"%s\",\"limit_mb\":%.1f,\"others_mb\":%.1f,\"margin_mb\":%.1f,\"dense_mb\":%.1f,"
                     "\"kv_mb\":%.1f,\"work_mb\":%.1f,\"experts_mb\":%.1f,\"experts_all_mb\":%.1f,"
                     "\"experts_resident\":%s,\"expert_override\":%s,\"prefill_rows\":%d,\"prefill_chunk\":%d",
-                    mb(b->total), b->source, mb(b->limit), mb(b->margin), mb(b->dense), mb(b->kv), mb(b->work),
+                    mb(b->total), b->source, mb(b->limit), mb(b->others), mb(b->margin), mb(b->dense), mb(b->kv), mb(b->work),
                     mb(ex), mb(b->experts_all), b->experts == SIZE_MAX ? "true" : "false",
                     b->expert_override ? "true" : "false", b->rows, b->chunk);
 }

@@ -13,6 +13,7 @@
 typedef struct {
     size_t total;           /* the budget, bytes */
     size_t limit, margin;   /* auto: the figure read and what was kept back from it */
+    size_t others;          /* auto, from a cgroup: what its other processes held at start (off limit) */
     char source[64];        /* where total came from: "MEM_BUDGET_MB", "cgroup", "MemAvailable" */
     size_t dense;           /* the process after loading the dense weights (resident + mapped) */
     size_t kv;              /* the slots' KV share (every slot at its context, or what fits) */
