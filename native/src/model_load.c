@@ -15,7 +15,7 @@
 /* ---------------------------------------------------------------- architectures */
 
 static const arch_ops *const arch_table[] = {&arch_llama, &arch_qwen3moe, &arch_olmoe, &arch_qwen2moe,
-                                            &arch_granitemoe, &arch_glm4moe};
+                                            &arch_granitemoe, &arch_glm4moe, &arch_gptoss};
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
 const arch_ops *arch_find(const char *name) {
@@ -159,10 +159,15 @@ static int own(struct model_priv *P, float *p) {
  * fault on a small tensor maps the whole folio around it into this process (serving one
  * conversation with the norms read in place: +72 MB of file pages in RSS). */
 int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen) {
+    return ld_vec2(m, name, n, 1, optional, out, err, errlen);
+}
+
+int ld_vec2(model *m, const char *name, int n0, int n1, int optional, const float **out, char *err, size_t errlen) {
     const gguf_tensor *t;
-    uint64_t e[1] = {(uint64_t)n};
+    uint64_t e[2] = {(uint64_t)n0, (uint64_t)n1};
+    const int n = n0 * n1;
     *out = NULL;
-    if (ld_tensor(&m->g, name, 1, e, optional, &t, err, errlen) != 0) return -1;
+    if (ld_tensor(&m->g, name, n1 == 1 ? 1 : 2, e, optional, &t, err, errlen) != 0) return -1;
     if (!t) return 0;
     if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16)
         return model_fail(err, errlen, "%s: type %s is not supported for a vector (F32, F16 or BF16)", name,

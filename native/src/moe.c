@@ -1,6 +1,7 @@
-/* moe.c — the MoE FFN: routing (router logits, top-k selection, gating weights, usage
+/* moe.c — the MoE FFN: routing (router logits + bias, top-k selection, gating weights, usage
  * bookkeeping), grouping the (row, expert) pairs by expert, the routed and shared experts'
- * matmuls as two parallel jobs, and the fixed-order combine.
+ * matmuls as two parallel jobs (with per-expert biases and the SiLU or gpt-oss's clamped SwiGLU
+ * activation, moe_opts), and the fixed-order combine.
  *
  * Every matmul, the routers' included, goes through the compute tier (P->tier->mul_multi).
  *
@@ -61,8 +62,7 @@ static void top_k_ids(const float *lg, int E, int K, int *s) {
 
 /* Gating weights of the K selected experts s of one row: 1 each (unit), or the softmax of
  * their logits. */
-static void gate_weights_raw(const model_config *c, const float *lg, const int *s, int K, float *w) {
-    const int gating = c->gating;
+static void gate_weights_raw(const model_config *c, int gating, const float *lg, const int *s, int K, float *w) {
     if (gating == GATING_UNIT) {
         for (int j = 0; j < K; j++) w[j] = 1.0f;
         return;
@@ -107,8 +107,8 @@ static void gate_weights_raw(const model_config *c, const float *lg, const int *
     for (int j = 0; j < K; j++) w[j] *= inv;
 }
 
-static void gate_weights(const model_config *c, const float *lg, const int *s, int K, float *w) {
-    gate_weights_raw(c, lg, s, K, w);
+static void gate_weights(const model_config *c, int gating, const float *lg, const int *s, int K, float *w) {
+    gate_weights_raw(c, gating, lg, s, K, w);
     if (c->expert_scale != 1.0f)
         for (int j = 0; j < K; j++) w[j] *= c->expert_scale;
 }
@@ -146,8 +146,8 @@ static void sigmoid_select_scores(const model_config *c, const float *lg, const 
 /* Router logits, each row's selected experts (sel, koff) and their weights (selw); the
  * selections are counted in the expert store (heat unless the row says no_heat, HITS) and in
  * the row's route_counts. */
-static void moe_route(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, const int *koff,
-                      float *rl, int *sel, float *selw) {
+static void moe_route(model *m, const layer_w *L, int gating, const float *h, int n, const fwd_row *rows,
+                      const int *koff, float *rl, int *sel, float *selw) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, r = L->moe_row;
@@ -159,14 +159,14 @@ static void moe_route(model *m, const layer_w *L, const float *h, int n, const f
             for (int e = 0; e < E; e++) lg[e] += L->router_b[e];
         const int K = koff[i + 1] - koff[i];
         int *s = sel + koff[i];
-        if (c->gating == GATING_SIGMOID) {
+        if (gating == GATING_SIGMOID) {
             float scb[512];
             sigmoid_select_scores(c, lg, L->exp_bias, scb);
             top_k_ids(scb, E, K, s);
         } else {
             top_k_ids(lg, E, K, s);
         }
-        gate_weights(c, lg, s, K, selw + koff[i]);
+        gate_weights(c, gating, lg, s, K, selw + koff[i]);
         for (int j = 0; j < K; j++) {
             es_note(m->es, r, s[j], !rows[i].no_heat);
             if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
@@ -191,16 +191,38 @@ static void moe_group(const int *sel, const int *koff, int n, int E, int *ecnt, 
         }
 }
 
+/* ggml's swiglu_oai on one value pair (gate g, up u). */
+static inline float swiglu_oai(float g, float u, float alpha, float limit) {
+    const float x = fminf(g, limit), y = fminf(fmaxf(u, -limit), limit);
+    return x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
+}
+
+/* The separate-job path's activation of expert e's cnt rows: gate (eg) and up (eu) plus the
+ * expert's biases, then the opts' activation, into eg. */
+static void expert_act(const layer_w *L, const moe_opts *o, int e, int cnt, int X, float *eg, const float *eu) {
+    const float *gb = L->exp_gate_b ? L->exp_gate_b + (size_t)e * X : NULL;
+    const float *ub = L->exp_up_b ? L->exp_up_b + (size_t)e * X : NULL;
+    for (int i = 0; i < cnt; i++)
+        for (int q = 0; q < X; q++) {
+            const size_t k = (size_t)i * X + q;
+            const float g = eg[k] + (gb ? gb[q] : 0.0f), u = eu[k] + (ub ? ub[q] : 0.0f);
+            eg[k] = o->act == MOE_ACT_SWIGLU_OAI ? swiglu_oai(g, u, o->alpha, o->limit) : qsilu_mul(g, u);
+        }
+}
+
 /* One phase of the experts' matmuls: gate/up (+ SiLU) of the experts whose ready flag equals
  * `want` on their gathered rows (and the shared expert's on all rows, when `shared`) as one
  * parallel job, then their down projections as a second one. P->act still holds h (prepared for
- * the router). eg: pairs x X, eo: pairs x d, sg: n x S, so: n x d. 0 ok, -1 out of memory. */
-static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const int *elist, const int *ready, int want,
-                     int shared, float *eg, float *eo, float *sg, float *so) {
+ * the router). eg, eu: pairs x X, eo: pairs x d, sg: n x S, so: n x d. Plain SiLU experts
+ * without biases run gate and up as one fused job; otherwise gate into eg and up into eu as two
+ * jobs, then expert_act. 0 ok, -1 out of memory. */
+static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const int *eoff, const int *elist,
+                     const int *ready, int want, int shared, float *eg, float *eu, float *eo, float *sg, float *so) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, X = c->d_expert;
     const int S = shared && L->sh_gate.rows > 0 ? c->d_shexp : 0;
+    const int fused = o->act == MOE_ACT_SILU && !L->exp_gate_b && !L->exp_up_b;
     qact *gact = P->eact, *dact = P->eact + E, *gview = P->eact + 2 * E;
     mm_job *J = P->jobs;
     int nj = 0;
@@ -208,15 +230,21 @@ static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const i
         int cnt = eoff[e + 1] - eoff[e];
         if (cnt == 0 || ready[e] != want) continue;
         const qmat *g = &P->ew[e].gate, *u = &P->ew[e].up;
+        const qact *x = &gview[e];
         if (qpack_ok(g->type, g->rows, g->cols) && qpack_ok(u->type, u->rows, u->cols)) {
             gview[e] = P->act;                  /* a view (tiled kernels only): rows by index, no copy */
             gview[e].n = cnt;
             gview[e].idx = elist + eoff[e];
-            J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gview[e], eg + (size_t)eoff[e] * X, X};
-            continue;
+        } else {
+            if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) return -1;
+            x = &gact[e];
         }
-        if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) return -1;
-        J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gact[e], eg + (size_t)eoff[e] * X, X};
+        if (fused) {
+            J[nj++] = (mm_job){g, u, x, eg + (size_t)eoff[e] * X, X};
+        } else {
+            J[nj++] = (mm_job){g, NULL, x, eg + (size_t)eoff[e] * X, X};
+            J[nj++] = (mm_job){u, NULL, x, eu + (size_t)eoff[e] * X, X};
+        }
     }
     if (S) J[nj++] = (mm_job){&L->sh_gate, &L->sh_up, &P->act, sg, S};
     if (nj == 0) return 0;
@@ -225,6 +253,7 @@ static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const i
     for (int e = 0; e < E; e++) {
         int cnt = eoff[e + 1] - eoff[e];
         if (cnt == 0 || ready[e] != want) continue;
+        if (!fused) expert_act(L, o, e, cnt, X, eg + (size_t)eoff[e] * X, eu + (size_t)eoff[e] * X);
         qact_prepare(&dact[e], P->ew[e].down.type, eg + (size_t)eoff[e] * X, cnt, X);
         J[nj++] = (mm_job){&P->ew[e].down, NULL, &dact[e], eo + (size_t)eoff[e] * d, d};
     }
@@ -234,6 +263,13 @@ static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const i
         J[nj++] = (mm_job){&L->sh_down, NULL, &P->sh_act, so, d};
     }
     P->tier->mul_multi(J, nj);
+    if (L->exp_down_b)
+        for (int e = 0; e < E; e++) {
+            if (eoff[e + 1] == eoff[e] || ready[e] != want) continue;
+            const float *db = L->exp_down_b + (size_t)e * d;
+            for (int p = eoff[e]; p < eoff[e + 1]; p++)
+                for (int q = 0; q < d; q++) eo[(size_t)p * d + q] += db[q];
+        }
     return 0;
 }
 
@@ -253,6 +289,9 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
     P->ahead_act.exact = m->exact;
     qact_prepare(&P->ahead_act, N->router.type, h, n, d);
     P->tier->mul_multi(&(mm_job){&N->router, NULL, &P->ahead_act, lg, E}, 1);
+    if (N->router_b)
+        for (int i = 0; i < n; i++)
+            for (int e = 0; e < E; e++) lg[(size_t)i * E + e] += N->router_b[e];
     int *seen = guess + E, ng = 0;
     memset(seen, 0, sizeof(int) * (size_t)E);
     for (int i = 0; i < n; i++) {
@@ -272,12 +311,12 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
 /* One layer's MoE scratch: pairs (row, selected expert) koff[i] .. koff[i + 1] - 1 of row i. */
 typedef struct {
     int *koff, *sel, *ecnt, *eoff, *elist, *slot_of, *ready_k, *ready, *chosen;
-    float *rl, *selw, *eg, *eo, *sg, *so;
+    float *rl, *selw, *eg, *eu, *eo, *sg, *so;
     int NP, S;
 } moe_bufs;
 
 /* Each row's expert count, and the scratch sized for this batch. 0, or -1 out of memory. */
-static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, moe_bufs *B) {
+static int moe_scratch(model *m, const layer_w *L, const moe_opts *o, int n, const fwd_row *rows, moe_bufs *B) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, X = c->d_expert;
@@ -294,17 +333,19 @@ static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, m
     B->eoff = ib(&P->eoff, (size_t)E + 1);
     B->elist = ib(&P->elist, (size_t)NP * 2 + E); /* pairs by expert | slot of each pair | experts */
     B->eg = fb(&P->eg, (size_t)NP * X);
+    const int split = o->act != MOE_ACT_SILU || L->exp_gate_b || L->exp_up_b;   /* moe_phase's two jobs */
+    B->eu = split ? fb(&P->eu, (size_t)NP * X) : NULL;
     B->eo = fb(&P->eout, (size_t)NP * d);
     B->sg = S ? fb(&P->fg, (size_t)n * S) : NULL, B->so = S ? fb(&P->shout, (size_t)n * d) : NULL;
     B->ready_k = ib(&P->ready, (size_t)E * 2);
-    if (!B->rl || !B->sel || !B->selw || !B->ecnt || !B->eoff || !B->elist || !B->eg || !B->eo || !B->ready_k ||
+    if (!B->rl || !B->sel || !B->selw || !B->ecnt || !B->eoff || !B->elist || !B->eg || (split && !B->eu) || !B->eo || !B->ready_k ||
         (S && (!B->sg || !B->so)))
         return -1;
     B->slot_of = B->elist + NP, B->chosen = B->elist + 2 * NP, B->ready = B->ready_k + E;
     if (!P->eact) {
         P->eact = calloc((size_t)E * 3, sizeof(qact));   /* gathered, down inputs, views */
         P->ew = calloc((size_t)E, sizeof(expert_w));
-        P->jobs = calloc((size_t)E + 2, sizeof(mm_job));
+        P->jobs = calloc((size_t)E * 2 + 2, sizeof(mm_job));   /* gate and up apart: two per expert */
         if (!P->eact || !P->ew || !P->jobs) return -1;
         for (int e = 0; e < 3 * E; e++) P->eact[e].exact = m->exact;
     }
@@ -323,8 +364,8 @@ static void shared_gate(const float *w, const float *h, int n, int d, float *so)
 
 /* Acquires the nsel chosen experts: the ones in RAM at once, the misses on the I/O lanes while
  * the resident ones (and the shared expert) compute; then the rest; then releases them. 0 or -1. */
-static int moe_experts(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, moe_bufs *B,
-                       int nsel) {
+static int moe_experts(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows,
+                       moe_bufs *B, int nsel) {
     struct model_priv *P = m->priv;
     const int E = m->c.n_experts, r = L->moe_row;
     int rc = es_acquire_begin(m->es, r, B->chosen, nsel, P->ew, B->ready_k), held = rc == 0;
@@ -333,7 +374,7 @@ static int moe_experts(model *m, const layer_w *L, const float *h, int n, const 
         moe_read_ahead(m, L, h, n, rows);
         for (int e = 0; e < E; e++) B->ready[e] = 0;
         for (int k = 0; k < nsel; k++) B->ready[B->chosen[k]] = B->ready_k[k];
-        rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 1, 1, B->eg, B->eo, B->sg, B->so);
+        rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 1, 1, B->eg, B->eu, B->eo, B->sg, B->so);
         int pending = 0;
         for (int k = 0; k < nsel; k++) pending |= !B->ready_k[k];
         if (rc == 0 && pending) {
@@ -341,7 +382,7 @@ static int moe_experts(model *m, const layer_w *L, const float *h, int n, const 
             rc = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk);
             held = rc == 0;                 /* a failed finish holds nothing */
             t1 += mnow() - tw;              /* the wait is disk time, not matmul time */
-            if (rc == 0) rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 0, 0, B->eg, B->eo, B->sg, B->so);
+            if (rc == 0) rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 0, 0, B->eg, B->eu, B->eo, B->sg, B->so);
         } else if (pending) {
             held = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk) == 0;
         }
@@ -354,18 +395,20 @@ static int moe_experts(model *m, const layer_w *L, const float *h, int n, const 
 }
 
 /* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
-int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
+int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out, const moe_opts *o) {
     const int E = m->c.n_experts;
+    const moe_opts dflt = {m->c.gating, MOE_ACT_SILU, 0.0f, 0.0f};
+    if (!o) o = &dflt;
     moe_bufs B;
-    if (moe_scratch(m, L, n, rows, &B) != 0) return -1;
+    if (moe_scratch(m, L, o, n, rows, &B) != 0) return -1;
     double t0 = mnow();
-    moe_route(m, L, h, n, rows, B.koff, B.rl, B.sel, B.selw);
+    moe_route(m, L, o->gating, h, n, rows, B.koff, B.rl, B.sel, B.selw);
     moe_group(B.sel, B.koff, n, E, B.ecnt, B.eoff, B.elist, B.slot_of);
     m->perf.t_dense += mnow() - t0;
     int nsel = 0;
     for (int e = 0; e < E; e++)
         if (B.eoff[e + 1] > B.eoff[e]) B.chosen[nsel++] = e;
-    if (moe_experts(m, L, h, n, rows, &B, nsel) != 0) return -1;
+    if (moe_experts(m, L, o, h, n, rows, &B, nsel) != 0) return -1;
     t0 = mnow();
     combine_ctx C = {out, B.selw, B.eo, B.so, B.slot_of, B.koff, n, m->c.d_model};
     par_rows(combine_chunk, &C, n);
