@@ -2,7 +2,8 @@
 """make_tiny_gptoss.py — seeded random-weight files in llama.cpp's `gpt-oss` layout (its
 LLM_ARCH_OPENAI_MOE loader, src/models/openai-moe.cpp), gpt-oss-20b's structure scaled down.
 
-    make_tiny_gptoss.py OUT.gguf [--seed 0] [--window 8] [--layers 4] [--random-types SEED]
+    make_tiny_gptoss.py OUT.gguf [--seed 0] [--window 8] [--layers 4] [--mix f32|q4_k_m|...]
+                        [--random-types SEED] [--tensor-type REGEX=TYPE]
 
 Shape: d_model 256, 8 query heads / 2 KV heads of head_dim 64 (key_length 64: heads x width 512
 != d_model, as gpt-oss's 64 x 64 against 2880), 4 layers, 8 experts of width 256, top-4;
@@ -12,7 +13,8 @@ original context 4096; RMS eps 1e-5; context 131072.
 Tensors, as the loader wants them: token_embd, output_norm, output (untied); per block attn_norm,
 post_attention_norm, attn_q/k/v/output with .bias each, attn_sinks.weight [heads],
 ffn_gate_inp .weight/.bias, ffn_{gate,up,down}_exps .weight and their per-expert .bias
-([256, 8] for gate/up, [256, 8] for down). Vectors are F32; matrices F32 unless --random-types
+([256, 8] for gate/up, [256, 8] for down). Vectors and routers are F32; matrices F32, or --mix
+NAME's types (make_arch_fixture.MIXES: e.g. q4_k_m, Q4_K with Q6_K for v, downs, head), or --random-types
 (each matrix draws its own type, make_arch_fixture.drawn_type: F32 ... IQ4_NL; routers a float
 type) or --tensor-type REGEX=TYPE. Tokenizer: the tiny byte-level BPE of make_tiny_moe.py (gpt2
 model, pre-tokenizer qwen2; the engine and llama.cpp both load it) and a harmony-format template.
@@ -32,7 +34,7 @@ from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
 from gguf.quants import quantize as gguf_quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_arch_fixture import ENCODERS, add_tokenizer, drawn_type  # noqa: E402
+from make_arch_fixture import ENCODERS, MIXES, add_tokenizer, drawn_type  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
 # the harmony format's structure (<|start|>role<|message|>...<|end|>, the reply opening
@@ -44,6 +46,9 @@ HARMONY_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}"
 )
 
+# make_arch_fixture's two-type mixes (the three-type ones need expert widths this shape lacks)
+GPTOSS_MIXES = ("f32", "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q4_k", "q6_k", "q4_1", "q8_0", "bf16", "iq4_xs")
+
 SHAPE = dict(d_model=256, n_heads=8, n_kv=2, head_dim=64, layers=4, experts=8, top_k=4, d_expert=256,
              rope_base=150000.0, eps=1e-5, ctx=131072, yarn_factor=32.0, yarn_orig=4096)
 
@@ -54,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--window", type=int, default=8, help="attention.sliding_window (gpt-oss: 128)")
     ap.add_argument("--layers", type=int, default=SHAPE["layers"])
+    ap.add_argument("--mix", choices=sorted(GPTOSS_MIXES), default="f32",
+                    help="matrix types: f32, or make_arch_fixture's mixes (q4_k_m: Q4_K, with Q6_K for v, "
+                         "expert downs and the head)")
     ap.add_argument("--random-types", type=int, metavar="SEED",
                     help="every matrix draws its own type (make_arch_fixture.DRAW_TYPES) from SEED and its name")
     ap.add_argument("--tensor-type", action="append", default=[], metavar="REGEX=TYPE",
@@ -82,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     def norm_w(n: int) -> np.ndarray:
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
-    def put(name: str, arr: np.ndarray, router: bool = False) -> None:
-        tname = "F32"
+    def put(name: str, arr: np.ndarray, router: bool = False, heavy: bool = False) -> None:
+        tname = "F32" if router else MIXES[a.mix][1 if heavy else 0]
         if a.random_types is not None:
             tname = drawn_type(a.random_types, name.removesuffix(".weight") if router else name, arr.shape[-1], router)
         tname = next((tn for pat, tn in overrides if pat.search(name)), tname)
@@ -118,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_expert_used_count(h["top_k"])
     w.add_expert_feed_forward_length(X)
     w.add_vocab_size(vocab)
-    w.add_file_type(0)
+    w.add_file_type(0 if a.mix == "f32" else 15)
     add_tokenizer(w, tokens, types, merges, HARMONY_TEMPLATE)
 
     put("token_embd.weight", rng.standard_normal((vocab, D), dtype=np.float32) * np.float32(0.5))
     w.add_tensor("output_norm.weight", norm_w(D))
-    put("output.weight", mat(vocab, D, scale=4.0))
+    put("output.weight", mat(vocab, D, scale=4.0), heavy=True)
     for L in range(a.layers):
         p = f"blk.{L}."
         w.add_tensor(p + "attn_norm.weight", norm_w(D))
@@ -132,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         w.add_tensor(p + "attn_q.bias", vec(H * HD, scale=0.1))
         put(p + "attn_k.weight", mat(KVH * HD, D))
         w.add_tensor(p + "attn_k.bias", vec(KVH * HD, scale=0.1))
-        put(p + "attn_v.weight", mat(KVH * HD, D))
+        put(p + "attn_v.weight", mat(KVH * HD, D), heavy=True)
         w.add_tensor(p + "attn_v.bias", vec(KVH * HD, scale=0.1))
         put(p + "attn_output.weight", mat(D, H * HD, scale=0.5))
         w.add_tensor(p + "attn_output.bias", vec(D, scale=0.05))
@@ -140,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         put(p + "ffn_gate_inp.weight", mat(E, D, scale=4.0), router=True)
         w.add_tensor(p + "ffn_gate_inp.bias", vec(E, scale=0.5))
         # gate/up pre-activations of a few units beyond +-7 (the clamps) on typical inputs
-        put(p + "ffn_gate_exps.weight", mat(E, X, D, scale=3.0))
-        w.add_tensor(p + "ffn_gate_exps.bias", vec(E, X, scale=2.0))
-        put(p + "ffn_up_exps.weight", mat(E, X, D, scale=3.0))
-        w.add_tensor(p + "ffn_up_exps.bias", vec(E, X, scale=2.0))
-        put(p + "ffn_down_exps.weight", mat(E, D, X, scale=0.1))
+        put(p + "ffn_gate_exps.weight", mat(E, X, D, scale=2.0))
+        w.add_tensor(p + "ffn_gate_exps.bias", vec(E, X, scale=1.5))
+        put(p + "ffn_up_exps.weight", mat(E, X, D, scale=2.0))
+        w.add_tensor(p + "ffn_up_exps.bias", vec(E, X, scale=1.5))
+        put(p + "ffn_down_exps.weight", mat(E, D, X, scale=0.1), heavy=True)
         w.add_tensor(p + "ffn_down_exps.bias", vec(E, D, scale=0.05))
     w.write_header_to_file()
     w.write_kv_data_to_file()

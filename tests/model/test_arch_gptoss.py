@@ -1,0 +1,138 @@
+"""gpt-oss (llama.cpp's openai-moe graph): tiny files of native/tools/make_tiny_gptoss.py (attention
+sinks, a sliding window of 8 keys on layers 0 and 2, YaRN, biases everywhere, router bias with a
+softmax over the top 4, clamped SwiGLU) against the float64 GptOss reference of arch_ref.py.
+
+- EXACT=1 (float activations, KV f32) on a prompt three windows long plus 12 greedy steps: the
+  reference's greedy tokens, max |d log-prob| <= 2e-3 (the oracle's bar); the int8 default within
+  test_arch_oracle's loose guard. The clamps are reached (the reference counts them) and the
+  windows slide (the C side keeps only 2 windows of rows per sliding layer: one row at a time and
+  all at once give the same bits).
+- One slot over stateless turns (the mux engine): a turn that diverges right after the previous
+  prompt (past rows its windows dropped: the checkpoint taken where that prompt ended is
+  restored), one that continues the conversation (the windows' rows are live), and one that
+  diverges inside the first prompt (recomputed from 0): each turn's tokens and log-probabilities
+  are those of a fresh engine given the same prompt, and ACCEPT's reused= says which path ran.
+The Q4_K_M file runs in test_arch_oracle.py's CASES and the per-tensor type mixes in
+test_arch_type_mixes.py (both through procs.make_arch_fixture).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.model import arch_ref
+from tests.model.arch_ref import REFS, greedy, log_softmax
+from tests.native.engine import Engine, base_env
+from tests.support import procs
+from tests.support.procs import ROOT
+
+WINDOW = 8
+PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64, 3, 77, 150, 201, 12, 9, 300, 41, 66, 130, 88, 2, 19, 240]
+STEPS = 12
+TOL_EXACT = 2e-3
+
+
+@pytest.fixture(scope="module")
+def fwd_dump(engine_binary):
+    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
+    return ROOT / "native" / "build" / "fwd_dump"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return procs.make_arch_fixture(tmp_path_factory.mktemp("gptoss") / "gpt-oss.gguf", "gpt-oss",
+                                   "--window", str(WINDOW))
+
+
+def dump(fwd_dump, model, ids, tmp_path, **env) -> np.ndarray:
+    out = tmp_path / "logits.f32"
+    subprocess.run([str(fwd_dump), str(model), str(out), *map(str, ids)], check=True, env=dict(os.environ, **env))
+    return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1).astype(np.float64)
+
+
+def test_matches_reference_past_the_window(tiny, fwd_dump, tmp_path, monkeypatch):
+    ref = REFS["gpt-oss"](str(tiny))
+    assert ref.window == WINDOW and len(PROMPT) >= 3 * WINDOW
+    clamped = [0, 0]
+    act = arch_ref.swiglu_oai
+
+    def counting(g, u, **kw):
+        clamped[0] += int((g > 7).sum())
+        clamped[1] += int((np.abs(u) > 7).sum())
+        return act(g, u, **kw)
+
+    monkeypatch.setattr(arch_ref, "swiglu_oai", counting)
+    ids = greedy(ref, PROMPT, STEPS)
+    ref_lp = log_softmax(ref.forward(ids))
+    assert clamped[0] > 0 and clamped[1] > 0, f"the tiny file never reaches the clamps: {clamped}"
+    steps = range(len(PROMPT) - 1, len(ids) - 1)
+    for label, env, tol, off_max in (("EXACT=1", dict(EXACT="1", KV_TYPE="f32"), TOL_EXACT, 0),
+                                     ("int8 default", {}, 1.0, 2)):
+        lp = log_softmax(dump(fwd_dump, tiny, ids, tmp_path, **env))
+        assert np.isfinite(lp).all()
+        off = sum(int(np.argmax(lp[p]) != ids[p + 1]) for p in steps)
+        err = max(float(np.abs(ref_lp[p, np.argsort(-ref_lp[p])[:32]] - lp[p, np.argsort(-ref_lp[p])[:32]]).max())
+                  for p in range(len(ids) - 1))
+        print(f"gpt-oss {label}: greedy {len(steps) - off}/{len(steps)}, max |d log-prob| {err:.2e} over "
+              f"{len(ids)} positions (window {WINDOW})")
+        assert off <= off_max, f"{label}: greedy choice off the reference at {off} steps"
+        assert err <= tol, f"{label}: log-prob error {err:.3g} > {tol}"
+
+
+@pytest.mark.parametrize("env", [dict(EXACT="1", KV_TYPE="f32"), {}], ids=["exact", "default"])
+def test_one_row_at_a_time_equals_one_batch(tiny, fwd_dump, tmp_path, env):
+    """The sliding layers' buffers slide while decoding one row at a time (every two windows) and
+    grow for a batch: the same rows, the same bits."""
+    ids = PROMPT + list(range(40, 60))
+    batched = dump(fwd_dump, tiny, ids, tmp_path, **env)
+    assert np.array_equal(batched, dump(fwd_dump, tiny, ids, tmp_path, FWD_DUMP_SERIAL="1", **env))
+
+
+def run_turn(e: Engine, prompt: str, steps: int):
+    """(reused, prompt tokens, the DATA lines (token ids, logprobs), text) of one greedy turn on slot 0."""
+    rid = e.submit(prompt, slot=0, max_tokens=steps, extra=" logprobs=4")
+    r = e.result(rid, 120)
+    assert r.done is not None, r.errors
+    data = [tuple(parts[2:]) for kind, parts, _ in list(e.events)
+            if kind == "DATA" and int(parts[1]) == rid and len(parts) >= 6]
+    return r.reused, r.prompt_tokens, data, r.text
+
+
+def fresh(binary, model, prompt: str, steps: int):
+    e = Engine(binary, env=base_env(model, slots=1, ctx=256))
+    try:
+        return run_turn(e, prompt, steps)[2:]
+    finally:
+        e.close(10)
+        e.kill()
+
+
+def test_stateless_turns_on_one_slot_reuse_exactly(tiny, engine_binary):
+    steps = 3 * WINDOW
+    a = "<|im_start|>user\nThe capital of France is a city<|im_end|><|im_start|>"
+    e = Engine(engine_binary, env=base_env(tiny, slots=1, ctx=256))
+    try:
+        reused, n1, d1, t1 = run_turn(e, a, steps)
+        assert reused == 0
+        assert len(d1) > 2 * WINDOW, f"turn 1 ended after {len(d1)} tokens: its windows did not slide"
+        # diverges right after turn 1's prompt: its windows' rows there were dropped while decoding
+        b = a + "and the next one?<|im_end|><|im_start|>"
+        reused, _, d2, t2 = run_turn(e, b, steps)
+        assert (d2, t2) == fresh(engine_binary, tiny, b, steps), "turn 2 differs from a fresh engine's"
+        assert reused == n1, f"turn 2 reused {reused}: the checkpoint at turn 1's end ({n1}) was not restored"
+        # continues turn 2's conversation: its last rows are still in the windows
+        c = b + t2.decode("utf-8", "replace") + "<|im_end|><|im_start|>"
+        reused_c, _, d3, t3 = run_turn(e, c, steps)
+        assert (d3, t3) == fresh(engine_binary, tiny, c, steps), "turn 3 differs from a fresh engine's"
+        assert reused_c > reused, f"turn 3 reused {reused_c} <= turn 2's {reused}"
+        # diverges inside turn 1's prompt, before every window and checkpoint: recomputed from 0
+        d = "<|im_start|>user\nThe capital of Spain<|im_end|><|im_start|>"
+        reused_d, _, d4, t4 = run_turn(e, d, steps)
+        assert reused_d == 0
+        assert (d4, t4) == fresh(engine_binary, tiny, d, steps), "turn 4 differs from a fresh engine's"
+        e.close(10)
+    finally:
+        e.kill()
