@@ -28,6 +28,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
@@ -49,7 +50,7 @@ HARMONY_TEMPLATE = (
 # make_arch_fixture's two-type mixes (the three-type ones need expert widths this shape lacks)
 GPTOSS_MIXES = ("f32", "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q4_k", "q6_k", "q4_1", "q8_0", "bf16", "iq4_xs")
 
-SHAPE = dict(d_model=256, n_heads=8, n_kv=2, head_dim=64, layers=4, experts=8, top_k=4, d_expert=256,
+SHAPE: dict[str, Any] = dict(d_model=256, n_heads=8, n_kv=2, head_dim=64, layers=4, experts=8, top_k=4, d_expert=256,
              rope_base=150000.0, eps=1e-5, ctx=131072, yarn_factor=32.0, yarn_orig=4096)
 
 
