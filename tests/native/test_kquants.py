@@ -7,6 +7,7 @@ import ctypes
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -81,10 +82,10 @@ def test_bf16_dequant_is_bit_exact(deq_dump, tmp_path):
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
 
 
-# ---- MXFP4 (GGML 39): gguf 0.17.1 has no dequantizer for it, so the oracle is the OCP spec
-# re-derived here in float64 (e2m1 from its bits, the block's E8M0 exponent), and, where they are
-# on this machine, gguf-py's own MXFP4 dequantizer from a llama.cpp source tree and llama.cpp's C
-# dequantize_row_mxfp4 (libggml-base, via ctypes).
+# ---- MXFP4 (GGML 39): the oracles are gguf-py's MXFP4 dequantizer (gguf >= 0.19; with an older
+# gguf, the one in a llama.cpp source tree's gguf-py where there is one), the OCP spec re-derived
+# here in float64 (e2m1 from its bits, the block's E8M0 exponent), and, where it is built here,
+# llama.cpp's C dequantize_row_mxfp4 (libggml-base, via ctypes).
 MXFP4 = 39
 MXFP4_BLOCK = 17                 # u8 e, then 16 bytes: byte i = value i (low nibble), 16 + i (high)
 LLAMA_CPP_SRC = Path(os.environ.get(
@@ -130,16 +131,20 @@ def test_mxfp4_dequant_equals_the_spec(deq_dump, tmp_path, mxfp4_raw):
 
 
 def test_mxfp4_dequant_equals_gguf_py(deq_dump, tmp_path, mxfp4_raw):
-    quants = LLAMA_CPP_SRC / "gguf-py"
-    if not (quants / "gguf" / "quants.py").exists() or "class MXFP4" not in (quants / "gguf" / "quants.py").read_text():
-        pytest.skip(f"no gguf-py with MXFP4 at {quants} (set LLAMA_CPP_SRC)")
-    src, dst = tmp_path / "raw.npy", tmp_path / "want.npy"
-    np.save(src, mxfp4_raw)
-    code = ("import sys, numpy as np; from gguf.quants import dequantize; from gguf import GGMLQuantizationType as T; "
-            "np.save(sys.argv[2], dequantize(np.load(sys.argv[1]), T.MXFP4).astype(np.float32))")
-    subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True,
-                   env={**os.environ, "PYTHONPATH": str(quants)})
-    want = np.load(dst)
+    if hasattr(T, "MXFP4"):
+        with np.errstate(over="ignore"):        # e = 255: 6 * 2^128 is inf in float32
+            want = dequantize(mxfp4_raw, T.MXFP4).astype(np.float32)
+    else:
+        quants = LLAMA_CPP_SRC / "gguf-py"
+        if "class MXFP4" not in ((quants / "gguf" / "quants.py").read_text() if quants.exists() else ""):
+            pytest.skip(f"gguf {version('gguf')} has no MXFP4 and no gguf-py with it at {quants} (set LLAMA_CPP_SRC)")
+        src, dst = tmp_path / "raw.npy", tmp_path / "want.npy"
+        np.save(src, mxfp4_raw)
+        code = ("import sys, numpy as np; from gguf.quants import dequantize; from gguf import GGMLQuantizationType as T; "
+                "np.save(sys.argv[2], dequantize(np.load(sys.argv[1]), T.MXFP4).astype(np.float32))")
+        subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True,
+                       env={**os.environ, "PYTHONPATH": str(quants)})
+        want = np.load(dst)
     got = engine_dequant(deq_dump, tmp_path, MXFP4, mxfp4_raw, 64 * 32)
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
 
