@@ -14,7 +14,8 @@ Tensors, as the loader wants them: token_embd, output_norm, output (untied); per
 post_attention_norm, attn_q/k/v/output with .bias each, attn_sinks.weight [heads],
 ffn_gate_inp .weight/.bias, ffn_{gate,up,down}_exps .weight and their per-expert .bias
 ([256, 8] for gate/up, [256, 8] for down). Vectors and routers are F32; matrices F32, or --mix
-NAME's types (make_arch_fixture.MIXES: e.g. q4_k_m, Q4_K with Q6_K for v, downs, head), or --random-types
+NAME's types (make_arch_fixture.MIXES: e.g. q4_k_m, Q4_K with Q6_K for v, downs, head; mxfp4: the
+experts MXFP4 and the other matrices BF16, as gpt-oss's releases; gguf >= 0.19 writes MXFP4), or --random-types
 (each matrix draws its own type, make_arch_fixture.drawn_type: F32 ... IQ4_NL; routers a float
 type) or --tensor-type REGEX=TYPE. Tokenizer: the tiny byte-level BPE of make_tiny_moe.py (gpt2
 model, pre-tokenizer qwen2; the engine and llama.cpp both load it) and a harmony-format template.
@@ -35,7 +36,8 @@ from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
 from gguf.quants import quantize as gguf_quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_arch_fixture import ENCODERS, MIXES, add_tokenizer, drawn_type  # noqa: E402
+from make_arch_fixture import ENCODERS, add_tokenizer, drawn_type  # noqa: E402
+from make_arch_fixture import MIXES as FIXTURE_MIXES  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
 # the harmony format's structure (<|start|>role<|message|>...<|end|>, the reply opening
@@ -48,7 +50,11 @@ HARMONY_TEMPLATE = (
 )
 
 # make_arch_fixture's two-type mixes (the three-type ones need expert widths this shape lacks)
-GPTOSS_MIXES = ("f32", "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q4_k", "q6_k", "q4_1", "q8_0", "bf16", "iq4_xs")
+GPTOSS_MIXES = ("f32", "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q4_k", "q6_k", "q4_1", "q8_0", "bf16", "iq4_xs",
+                "mxfp4")
+# mxfp4: how gpt-oss's GGUF releases store it (ggml-org's): the routed experts MXFP4, every other
+# matrix BF16
+MIXES = dict(FIXTURE_MIXES, mxfp4=("BF16", "BF16"))
 
 SHAPE: dict[str, Any] = dict(d_model=256, n_heads=8, n_kv=2, head_dim=64, layers=4, experts=8, top_k=4, d_expert=256,
              rope_base=150000.0, eps=1e-5, ctx=131072, yarn_factor=32.0, yarn_orig=4096)
@@ -93,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def put(name: str, arr: np.ndarray, router: bool = False, heavy: bool = False) -> None:
         tname = "F32" if router else MIXES[a.mix][1 if heavy else 0]
+        if a.mix == "mxfp4" and name.endswith("_exps.weight"):
+            tname = "MXFP4"
         if a.random_types is not None:
             tname = drawn_type(a.random_types, name.removesuffix(".weight") if router else name, arr.shape[-1], router)
         tname = next((tn for pat, tn in overrides if pat.search(name)), tname)

@@ -2,7 +2,8 @@
 sinks, a sliding window of 8 keys on layers 0 and 2, YaRN, biases everywhere, router bias with a
 softmax over the top 4, clamped SwiGLU) against the float64 GptOss reference of arch_ref.py.
 
-- EXACT=1 (float activations, KV f32) on a prompt three windows long plus 12 greedy steps: the
+- EXACT=1 (float activations, KV f32) on a prompt three windows long plus 12 greedy steps, on the
+  F32 file and on the MXFP4-experts one (--mix mxfp4; the reference dequantizes with gguf's): the
   reference's greedy tokens, max |d log-prob| <= 2e-3 (the oracle's bar); the int8 default within
   test_arch_oracle's loose guard. The clamps are reached (the reference counts them) and the
   windows slide (the C side keeps only 2 windows of rows per sliding layer: one row at a time and
@@ -42,9 +43,21 @@ def fwd_dump(engine_binary):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return procs.make_arch_fixture(tmp_path_factory.mktemp("gptoss") / "gpt-oss.gguf", "gpt-oss",
-                                   "--window", str(WINDOW))
+def files(tmp_path_factory):
+    """mix -> the tiny file (made once per module)."""
+    d, made = tmp_path_factory.mktemp("gptoss"), {}
+
+    def get(mix: str):
+        if mix not in made:
+            made[mix] = procs.make_arch_fixture(d / f"gpt-oss-{mix}.gguf", "gpt-oss", "--window", str(WINDOW),
+                                                "--mix", mix)
+        return made[mix]
+    return get
+
+
+@pytest.fixture(scope="module")
+def tiny(files):
+    return files("f32")
 
 
 def dump(fwd_dump, model, ids, tmp_path, **env) -> np.ndarray:
@@ -53,7 +66,10 @@ def dump(fwd_dump, model, ids, tmp_path, **env) -> np.ndarray:
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1).astype(np.float64)
 
 
-def test_matches_reference_past_the_window(tiny, fwd_dump, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mix", ["f32", "mxfp4"])
+def test_matches_reference_past_the_window(mix, files, fwd_dump, tmp_path, monkeypatch):
+    """F32, and the experts in MXFP4 with BF16 elsewhere (gpt-oss's releases)."""
+    tiny = files(mix)
     ref = REFS["gpt-oss"](str(tiny))
     assert ref.window == WINDOW and len(PROMPT) >= 3 * WINDOW
     clamped = [0, 0]
@@ -76,7 +92,7 @@ def test_matches_reference_past_the_window(tiny, fwd_dump, tmp_path, monkeypatch
         off = sum(int(np.argmax(lp[p]) != ids[p + 1]) for p in steps)
         err = max(float(np.abs(ref_lp[p, np.argsort(-ref_lp[p])[:32]] - lp[p, np.argsort(-ref_lp[p])[:32]]).max())
                   for p in range(len(ids) - 1))
-        print(f"gpt-oss {label}: greedy {len(steps) - off}/{len(steps)}, max |d log-prob| {err:.2e} over "
+        print(f"gpt-oss {mix} {label}: greedy {len(steps) - off}/{len(steps)}, max |d log-prob| {err:.2e} over "
               f"{len(ids)} positions (window {WINDOW})")
         assert off <= off_max, f"{label}: greedy choice off the reference at {off} steps"
         assert err <= tol, f"{label}: log-prob error {err:.3g} > {tol}"
