@@ -197,17 +197,32 @@ static inline float swiglu_oai(float g, float u, float alpha, float limit) {
     return x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
 }
 
-/* The separate-job path's activation of expert e's cnt rows: gate (eg) and up (eu) plus the
- * expert's biases, then the opts' activation, into eg. */
-static void expert_act(const layer_w *L, const moe_opts *o, int e, int cnt, int X, float *eg, const float *eu) {
-    const float *gb = L->exp_gate_b ? L->exp_gate_b + (size_t)e * X : NULL;
-    const float *ub = L->exp_up_b ? L->exp_up_b + (size_t)e * X : NULL;
-    for (int i = 0; i < cnt; i++)
-        for (int q = 0; q < X; q++) {
-            const size_t k = (size_t)i * X + q;
-            const float g = eg[k] + (gb ? gb[q] : 0.0f), u = eu[k] + (ub ? ub[q] : 0.0f);
-            eg[k] = o->act == MOE_ACT_SWIGLU_OAI ? swiglu_oai(g, u, o->alpha, o->limit) : qsilu_mul(g, u);
+/* The separate-job path's activation: each grouped pair q of an expert e with ready[e] == want:
+ * gate (eg) and up (eu) rows plus the expert's biases, then the opts' activation, into eg. */
+typedef struct {
+    const layer_w *L;
+    const moe_opts *o;
+    const int *eoff, *ready;
+    int want, E, X, NP;
+    float *eg;
+    const float *eu;
+} act_ctx;
+static void expert_act_chunk(void *vctx, int c) {
+    const act_ctx *A = vctx;
+    const int X = A->X;
+    int e = 0;
+    for (int q = c * ROW_CHUNK; q < A->NP && q < (c + 1) * ROW_CHUNK; q++) {
+        while (A->eoff[e + 1] <= q) e++;
+        if (A->ready[e] != A->want) continue;
+        const float *gb = A->L->exp_gate_b ? A->L->exp_gate_b + (size_t)e * X : NULL;
+        const float *ub = A->L->exp_up_b ? A->L->exp_up_b + (size_t)e * X : NULL;
+        float *g = A->eg + (size_t)q * X;
+        const float *u = A->eu + (size_t)q * X;
+        for (int k = 0; k < X; k++) {
+            const float gv = g[k] + (gb ? gb[k] : 0.0f), uv = u[k] + (ub ? ub[k] : 0.0f);
+            g[k] = A->o->act == MOE_ACT_SWIGLU_OAI ? swiglu_oai(gv, uv, A->o->alpha, A->o->limit) : qsilu_mul(gv, uv);
         }
+    }
 }
 
 /* One phase of the experts' matmuls: gate/up (+ SiLU) of the experts whose ready flag equals
@@ -250,10 +265,13 @@ static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const
     if (nj == 0) return 0;
     P->tier->mul_multi(J, nj);
     nj = 0;
+    if (!fused) {
+        act_ctx A = {L, o, eoff, ready, want, E, X, eoff[E], eg, eu};
+        par_rows(expert_act_chunk, &A, eoff[E]);
+    }
     for (int e = 0; e < E; e++) {
         int cnt = eoff[e + 1] - eoff[e];
         if (cnt == 0 || ready[e] != want) continue;
-        if (!fused) expert_act(L, o, e, cnt, X, eg + (size_t)eoff[e] * X, eu + (size_t)eoff[e] * X);
         qact_prepare(&dact[e], P->ew[e].down.type, eg + (size_t)eoff[e] * X, cnt, X);
         J[nj++] = (mm_job){&P->ew[e].down, NULL, &dact[e], eo + (size_t)eoff[e] * d, d};
     }
