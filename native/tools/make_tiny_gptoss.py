@@ -58,6 +58,9 @@ MIXES = dict(FIXTURE_MIXES, mxfp4=("BF16", "BF16"))
 
 SHAPE: dict[str, Any] = dict(d_model=256, n_heads=8, n_kv=2, head_dim=64, layers=4, experts=8, top_k=4, d_expert=256,
              rope_base=150000.0, eps=1e-5, ctx=131072, yarn_factor=32.0, yarn_orig=4096)
+# --widths 20b: gpt-oss-20b's attention widths (d_model 2880 = 90 blocks of 32, not of 256; 64 query
+# heads / 8 KV heads of 64), its top-4, with few and narrow experts (160 wide) to stay small
+WIDTHS_20B: dict[str, Any] = dict(SHAPE, d_model=2880, n_heads=64, n_kv=8, d_expert=160)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--window", type=int, default=8, help="attention.sliding_window (gpt-oss: 128)")
     ap.add_argument("--layers", type=int, default=SHAPE["layers"])
+    ap.add_argument("--widths", choices=["tiny", "20b"], default="tiny",
+                    help="20b: gpt-oss-20b's d_model and heads (2880; 64 x 64, 8 KV heads), experts 8 x 160")
     ap.add_argument("--mix", choices=sorted(GPTOSS_MIXES), default="f32",
                     help="matrix types: f32, or make_arch_fixture's mixes (q4_k_m: Q4_K, with Q6_K for v, "
                          "expert downs and the head)")
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not pat or tn not in GGMLQuantizationType.__members__:
             ap.error(f"--tensor-type {spec!r}: expected REGEX=TYPE with a GGML type name such as Q4_K")
         overrides.append((re.compile(pat), tn))
-    h = SHAPE
+    h = WIDTHS_20B if a.widths == "20b" else SHAPE
     rng = np.random.default_rng(a.seed)
     tokens, types, merges = build_vocab()
     vocab = len(tokens)

@@ -98,6 +98,25 @@ def test_matches_reference_past_the_window(mix, files, fwd_dump, tmp_path, monke
         assert err <= tol, f"{label}: log-prob error {err:.3g} > {tol}"
 
 
+def test_20b_widths_match_reference(tmp_path, fwd_dump):
+    """gpt-oss-20b's widths (d_model 2880: 90 blocks of 32, not of 256; 64 query / 8 KV heads of 64),
+    MXFP4 experts and BF16 attention as its releases, 2 layers: EXACT=1 = the reference past the
+    window (a short continuation: the float64 forward of these widths is slow)."""
+    model = procs.make_arch_fixture(tmp_path / "gpt-oss-20b-widths.gguf", "gpt-oss", "--widths", "20b", "--layers", "2",
+                                    "--mix", "mxfp4", "--window", str(WINDOW))
+    ref = REFS["gpt-oss"](str(model))
+    assert (ref.D, ref.H, ref.KVH, ref.HDK) == (2880, 64, 8, 64)
+    prompt = PROMPT[:WINDOW + 2]
+    ids = greedy(ref, prompt, 3)
+    ref_lp = log_softmax(ref.forward(ids))
+    lp = log_softmax(dump(fwd_dump, model, ids, tmp_path, EXACT="1", KV_TYPE="f32"))
+    assert [int(np.argmax(lp[p])) for p in range(len(prompt) - 1, len(ids) - 1)] == ids[len(prompt):]
+    err = max(float(np.abs(ref_lp[p, np.argsort(-ref_lp[p])[:32]] - lp[p, np.argsort(-ref_lp[p])[:32]]).max())
+              for p in range(len(ids) - 1))
+    print(f"gpt-oss 20b widths, MXFP4 experts: EXACT=1 max |d log-prob| {err:.2e} over {len(ids)} positions")
+    assert err <= TOL_EXACT
+
+
 @pytest.mark.parametrize("env", [dict(EXACT="1", KV_TYPE="f32"), {}], ids=["exact", "default"])
 def test_one_row_at_a_time_equals_one_batch(tiny, fwd_dump, tmp_path, env):
     """The sliding layers' buffers slide while decoding one row at a time (every two windows) and
