@@ -8,6 +8,8 @@ softmax over the top 4, clamped SwiGLU) against the float64 GptOss reference of 
   test_arch_oracle's loose guard. The clamps are reached (the reference counts them) and the
   windows slide (the C side keeps only 2 windows of rows per sliding layer: one row at a time and
   all at once give the same bits).
+- gpt-oss-20b's widths (d_model 2880, 64 query / 8 KV heads of 64) with MXFP4 experts and BF16
+  attention, 2 layers: EXACT=1 = the reference (make_tiny_gptoss.py --widths 20b).
 - One slot over stateless turns (the mux engine): a turn that diverges right after the previous
   prompt (past rows its windows dropped: the checkpoint taken where that prompt ended is
   restored), one that continues the conversation (the windows' rows are live), and one that
