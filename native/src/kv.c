@@ -9,6 +9,8 @@
  *   per layer: K[n_pos][k_dim], then V[n_pos][v_dim], elements as the cache holds them (a
  *   sliding-window layer: its last window - 1 positions' rows only, what a forward continuing at
  *   n_pos reads)
+ *   with sliding-window layers: int32 ckpos (-1: no checkpoint), cklo; then per windowed layer
+ *   the checkpoint's K[ckpos - cklo][k_dim] and V rows (kv_rewind's fallback survives a restart)
  * (v_dim is not in the header: the exact size check below tells it, and the model's
  * fingerprint covers both widths; files of equal widths are those of before the split)
  * Written to "<path>.tmp" then renamed over <path>. Loaded only when magic, dims,
@@ -197,19 +199,29 @@ int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n) {
 
 void kv_truncate(kv_cache *c, int s, int n_keep) { (void)kv_rewind(c, s, n_keep); }
 
+/* The slot's checkpoint buffers (window - 1 rows per windowed layer), allocated once. 0 or -1. */
+static int ck_alloc(const kv_cache *c, kv_slot *sl) {
+    const size_t rows = (size_t)(c->window > 1 ? c->window - 1 : 1);
+    if ((!sl->ck && !(sl->ck = calloc((size_t)c->n_layers, sizeof(void *)))) ||
+        (!sl->cv && !(sl->cv = calloc((size_t)c->n_layers, sizeof(void *)))))
+        return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!is_win(c, l)) continue;
+        if (!sl->ck[l] && !(sl->ck[l] = malloc(rows * (size_t)c->k_dim * kv_elt(c)))) return -1;
+        if (!sl->cv[l] && !(sl->cv[l] = malloc(rows * (size_t)c->v_dim * kv_elt(c)))) return -1;
+    }
+    return 0;
+}
+
 int kv_checkpoint(kv_cache *c, int s) {
     if (s < 0 || s >= c->n_slots || !c->windowed) return 0;
     kv_slot *sl = &c->slots[s];
     const size_t kr = (size_t)c->k_dim * kv_elt(c), vr = (size_t)c->v_dim * kv_elt(c);
     const int lo = sl->n_pos - (c->window - 1) > sl->wbase ? sl->n_pos - (c->window - 1) : sl->wbase;
     sl->ckpos = -1;
-    if ((!sl->ck && !(sl->ck = calloc((size_t)c->n_layers, sizeof(void *)))) ||
-        (!sl->cv && !(sl->cv = calloc((size_t)c->n_layers, sizeof(void *)))))
-        return -1;
+    if (ck_alloc(c, sl) != 0) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         if (!is_win(c, l)) continue;
-        if (!sl->ck[l] && !(sl->ck[l] = malloc((size_t)(c->window > 1 ? c->window - 1 : 1) * kr))) return -1;
-        if (!sl->cv[l] && !(sl->cv[l] = malloc((size_t)(c->window > 1 ? c->window - 1 : 1) * vr))) return -1;
         if (sl->n_pos > lo) {
             memcpy(sl->ck[l], kv_k(c, s, l, lo), (size_t)(sl->n_pos - lo) * kr);
             memcpy(sl->cv[l], kv_v(c, s, l, lo), (size_t)(sl->n_pos - lo) * vr);
@@ -281,6 +293,15 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
             rc |= write_all(f, kv_v((kv_cache *)c, s, l, from), (size_t)(sl->n_pos - from) * vr);
         }
     }
+    if (c->windowed) {          /* the windows' checkpoint: its position, first row, rows */
+        const int32_t ck[2] = {sl->ckpos, sl->ckpos >= 0 ? sl->cklo : 0};
+        rc |= write_all(f, ck, sizeof ck);
+        for (int l = 0; l < c->n_layers && rc == 0 && ck[0] > ck[1]; l++)
+            if (is_win(c, l)) {
+                rc |= write_all(f, sl->ck[l], (size_t)(ck[0] - ck[1]) * kr);
+                rc |= write_all(f, sl->cv[l], (size_t)(ck[0] - ck[1]) * vr);
+            }
+    }
     if (fflush(f) != 0) rc = -1;
     if (rc == 0 && fsync(fileno(f)) != 0) rc = -1;
     if (fclose(f) != 0) rc = -1;
@@ -309,7 +330,18 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     const int lo = win_lo(c, n);
     const size_t kr = (size_t)c->k_dim * kv_elt(c), vr = (size_t)c->v_dim * kv_elt(c);
     long want = (long)(8 + sizeof hdr + sizeof fp) + (long)n * 4;
-    for (int l = 0; l < c->n_layers; l++) want += (long)((size_t)(n - (is_win(c, l) ? lo : 0)) * (kr + vr));
+    int n_win = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        want += (long)((size_t)(n - (is_win(c, l) ? lo : 0)) * (kr + vr));
+        n_win += is_win(c, l);
+    }
+    int32_t ck[2] = {-1, 0};
+    if (c->windowed) {          /* the checkpoint's trailer: (ckpos, cklo), then its rows */
+        if (fseek(f, want, SEEK_SET) != 0 || read_all(f, ck, sizeof ck)) goto out;
+        if (ck[0] < -1 || ck[0] > n || (ck[0] >= 0 && (ck[1] < 0 || ck[1] > ck[0] || ck[0] - ck[1] > c->window - 1)))
+            goto out;
+        want += (long)sizeof ck + (ck[0] > ck[1] ? (long)((size_t)(ck[0] - ck[1]) * (kr + vr) * (size_t)n_win) : 0);
+    }
     if (fseek(f, 0, SEEK_END) != 0 || ftell(f) != want) goto out;
     if (fseek(f, (long)(8 + sizeof hdr + sizeof fp), SEEK_SET) != 0) goto out;
     sl->wbase = lo;     /* the windowed rows read below are lo .. n - 1 */
@@ -321,6 +353,15 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
         if (n > from && (read_all(f, kv_k(c, s, l, from), (size_t)(n - from) * kr) ||
                          read_all(f, kv_v(c, s, l, from), (size_t)(n - from) * vr)))
             goto out;
+    }
+    if (ck[0] >= 0) {
+        if (ck_alloc(c, sl) != 0 || fseek(f, (long)sizeof ck, SEEK_CUR) != 0) goto out;
+        for (int l = 0; l < c->n_layers && ck[0] > ck[1]; l++)
+            if (is_win(c, l) && (read_all(f, sl->ck[l], (size_t)(ck[0] - ck[1]) * kr) ||
+                                 read_all(f, sl->cv[l], (size_t)(ck[0] - ck[1]) * vr)))
+                goto out;
+        sl->ckpos = ck[0];
+        sl->cklo = ck[1];
     }
     sl->n_pos = n;
     rc = 0;

@@ -873,7 +873,18 @@ static void test_kv_window(void) {
     kv_fill(&c, 1, 100, 120);
     CHECK(kv_rows_ok(&c, 1, 0, 116, 120), "decode on the loaded slot");
     struct stat st;
-    CHECK(stat(path, &st) == 0 && st.st_size == 8 + 16 + 8 + 400 + (100 + 4 + 4) * 32, "file size: windows' rows only");
+    CHECK(stat(path, &st) == 0 && st.st_size == 8 + 16 + 8 + 400 + (100 + 4 + 4) * 32 + 8,
+          "file size: windows' rows only, no checkpoint");
+    /* a checkpoint at 90 saved with the slot at 100 and restored after the load */
+    kv_rewind(&c, 0, 0);
+    kv_fill(&c, 0, 0, 90);
+    CHECK(kv_checkpoint(&c, 0) == 0, "checkpoint at 90");
+    kv_fill(&c, 0, 90, 100);
+    CHECK(kv_save(&c, 0, path, 5) == 0 && kv_load(&c, 1, path, 5) == 0 && c.slots[1].ckpos == 90, "saved with it");
+    CHECK(stat(path, &st) == 0 && st.st_size == 8 + 16 + 8 + 400 + (100 + 4 + 4) * 32 + 8 + 2 * 4 * 32,
+          "file size with the checkpoint's rows");
+    CHECK(kv_rewind(&c, 1, 91) == 90 && kv_rows_ok(&c, 1, 0, 86, 90) && kv_rows_ok(&c, 1, 2, 86, 90),
+          "the loaded slot rewinds to its checkpoint");
     kv_free(&c);
 }
 
