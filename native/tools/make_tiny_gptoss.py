@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--window", type=int, default=8, help="attention.sliding_window (gpt-oss: 128)")
     ap.add_argument("--layers", type=int, default=SHAPE["layers"])
+    ap.add_argument("--swa-pattern", type=int, metavar="N",
+                    help="write attention.sliding_window_pattern N (layer l slides when l %% N < N - 1; "
+                         "without it llama.cpp's gpt-oss period 2)")
     ap.add_argument("--widths", choices=["tiny", "20b"], default="tiny",
                     help="20b: gpt-oss-20b's d_model and heads (2880; 64 x 64, 8 KV heads), experts 8 x 160")
     ap.add_argument("--mix", choices=sorted(GPTOSS_MIXES), default="f32",
@@ -136,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_rope_scaling_orig_ctx_len(h["yarn_orig"])
     w.add_layer_norm_rms_eps(h["eps"])
     w.add_sliding_window(a.window)
+    if a.swa_pattern is not None:
+        w.add_uint32(f"{arch}.attention.sliding_window_pattern", a.swa_pattern)
     w.add_expert_count(E)
     w.add_expert_used_count(h["top_k"])
     w.add_expert_feed_forward_length(X)

@@ -354,7 +354,9 @@ class GptOss(Ref):
                                               float(self.key("rope.scaling.original_context_length")))
 
     def swa(self, l):
-        return l % 2 == 0
+        """llama.cpp's set_swa_pattern(n): l % n < n - 1, n = attention.sliding_window_pattern (2)."""
+        n = int(self.key("attention.sliding_window_pattern", 2))
+        return n == 0 or l % n < n - 1
 
     def rope(self, x, pos):
         d = self.RD

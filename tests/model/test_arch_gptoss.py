@@ -123,6 +123,22 @@ def test_20b_widths_match_reference(tmp_path, fwd_dump):
         assert off <= off_max and err <= tol, f"{label}: {off} greedy steps off, log-prob error {err:.3g}"
 
 
+def test_sliding_window_pattern_key(tmp_path, fwd_dump):
+    """attention.sliding_window_pattern 4 (layers 0, 1, 2 slide, 3 attends to everything), as
+    llama.cpp's load_swa_pattern reads it: EXACT=1 = the reference, which differs from the
+    period-2 file's logits on the same weights."""
+    model = procs.make_arch_fixture(tmp_path / "gpt-oss-p4.gguf", "gpt-oss", "--window", str(WINDOW),
+                                    "--swa-pattern", "4")
+    ref = REFS["gpt-oss"](str(model))
+    assert [ref.swa(l) for l in range(4)] == [True, True, True, False]
+    ids = PROMPT + [1, 2, 3]
+    ref_lp = log_softmax(ref.forward(ids))
+    lp = log_softmax(dump(fwd_dump, model, ids, tmp_path, EXACT="1", KV_TYPE="f32"))
+    assert float(np.abs(ref_lp - lp).max()) <= TOL_EXACT
+    period2 = procs.make_arch_fixture(tmp_path / "gpt-oss-p2.gguf", "gpt-oss", "--window", str(WINDOW))
+    assert float(np.abs(log_softmax(dump(fwd_dump, period2, ids, tmp_path, EXACT="1", KV_TYPE="f32")) - lp).max()) > 0.1
+
+
 @pytest.mark.parametrize("env", [dict(EXACT="1", KV_TYPE="f32"), {}], ids=["exact", "default"])
 def test_one_row_at_a_time_equals_one_batch(tiny, fwd_dump, tmp_path, env):
     """The sliding layers' buffers slide while decoding one row at a time (every two windows) and
