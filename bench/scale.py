@@ -32,7 +32,16 @@ Columns:
 * result: ok, or OOM (the cgroup's memory.oom_control oom_kill counter moved or the process died of
   SIGKILL), or the exit status.
 * ours under a cap runs with EXPERT_RAM_MB = the --expert-ram value for that cap, else cap − the
-  file's non-expert bytes − 768 MB (PIN_MB = EXPERT_RAM_MB, the engine's default).
+  file's non-expert bytes − 768 MB (PIN_MB = EXPERT_RAM_MB, the engine's default); with
+  --auto-budget it sets none: the engine sizes itself from the cgroup's limit (native/README.md
+  "Memory budget"), and the column shows "auto" and the expert cache its MODEL line reports.
+
+--long-prompts 1000,4000: after each cap's rows, rows of ours with prompts of those lengths (--runs
+runs each, CTX large enough): time to first token, prefill tok/s, decode after the long prompt, peak,
+and the TTFT bound = the time to read the experts the prompt touches (a long prompt touches nearly
+every expert: the file's expert bytes less the expert cache the engine reports, at the disk's
+O_DIRECT rate measured after the cap's runs, 4 lanes) + the prompt at the uncapped row's prefill
+rate for that length (the "none" cap must come first in --caps); TTFT ÷ bound is the last column.
 
 --warm: under each cap, a row "ours, warm start": a priming run on another text writes a usage file
 (the engine saves one at exit by default), then --runs runs of the same prompt load it (pinned from
@@ -64,6 +73,7 @@ import json
 import mmap
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -232,6 +242,9 @@ class Mux(engine.Mux):
             self.lines.setdefault(int(parts[1]), {})[kind] = parts
         elif kind == "TIERS":
             self.lines.setdefault(0, {})["TIERS"] = parts
+        elif kind == "MODEL":   # its memory split (a flat object: no spaces, no nesting)
+            found = re.search(r'"memory":(\{[^{}]*\})', " ".join(parts[1:]))
+            self.lines.setdefault(0, {})["memory"] = json.loads(found.group(1)) if found else None
 
     def run(self, prompts, max_tokens, timeout):
         """One request per prompt, prompt i on slot i, with routes=1 (the top-¼ column)."""
@@ -257,14 +270,16 @@ def run_ours(a, path, facts, cap_gb, prompt, label, usage=None):
     """One greedy request on a fresh engine. usage: (USAGE_FILE, save?) — the warm-start rows load
     the usage file an earlier run wrote (the engine's default: <model>.coli_usage, saved at exit);
     otherwise no history is read or written."""
-    env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(path), KV_SLOTS="1", CTX="2048",
+    ctx = max(2048, 1 << (int(len(prompt) / 2.0) + a.tokens + 64).bit_length())   # ~2.3 bytes a token
+    env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(path), KV_SLOTS="1", CTX=str(ctx),
                USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads))
     env["USAGE_FILE"] = usage[0] if usage else os.devnull
     if usage and usage[1]:
         env["USAGE_SAVE"] = "1"
     env.pop("EXPERT_RAM_MB", None)
+    env.pop("MEM_BUDGET_MB", None)
     ram_mb = None
-    if cap_gb:
+    if cap_gb and not a.auto_budget:
         ram_mb = a.expert_ram.get(cap_gb)
         if ram_mb is None:
             ram_mb = max(64, int(cap_gb * 1024 - facts["nonexpert"] / 2**20 - 768))
@@ -276,6 +291,11 @@ def run_ours(a, path, facts, cap_gb, prompt, label, usage=None):
     try:
         m = Mux(env, cg, a.timeout)
         out["load_s"] = m.t_ready - m.t_start
+        mem = m.lines.get(0, {}).get("memory")
+        if mem:
+            out["memory"] = mem
+            if cap_gb and a.auto_budget:
+                out["expert_ram_mb"] = f"auto {mem['experts_mb']:.0f}"
         t0, ids = m.run([prompt], a.tokens, a.timeout)
         rid = ids[0]
         d, io = m.data.get(rid, []), m.io.get(rid, [])
@@ -356,6 +376,55 @@ def row_bound(a, path, facts, s, bw_now):
     miss = facts["routed_per_tok"] * (1 - s["hit"] / 100)
     s["disk_bw"] = bw_now["bw"]
     s["bound"] = bw_now["bw"] / miss if miss > 0 else None
+
+
+def long_rows(a, path, facts, cap_gb, label, rec, full_prefill):
+    """--long-prompts: rows of ours with prompts of those lengths under this cap (see the docstring
+    for the TTFT bound); full_prefill[n]: the uncapped row's prefill tok/s, filled by cap none."""
+    out = []
+    bw = disk_now(path, facts) if cap_gb else None
+    for n in a.long_prompts:
+        rows = []
+        for i in range(a.runs):
+            r = run_ours(a, path, facts, cap_gb, prompt_text(n, 40000), f"{label}-long{n}-{i}")
+            r.update(run=i, long=n)
+            print(f"#   {label}-long{n}-{i}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                                            for k, v in r.items() if k != "stderr_tail"}),
+                  file=sys.stderr, flush=True)
+            if rec:
+                rec.write(json.dumps(r) + "\n")
+                rec.flush()
+            rows.append(r)
+        s = summarize(rows)
+        ok = [r for r in rows if r.get("result") == "ok"]
+        s.update(cap=cap_gb, long=n, prompt_tokens=ok[0]["prompt_tokens"] if ok else None,
+                 memory=ok[0].get("memory") if ok else None)
+        if not cap_gb and s.get("prefill"):
+            full_prefill[n] = s["prefill"]
+        if cap_gb and ok and s["memory"] and full_prefill.get(n) and bw:
+            uncached = max(0.0, facts["expert_total"] - s["memory"]["experts_mb"] * 2**20)
+            s.update(read_s=uncached / bw, compute_s=s["prompt_tokens"] / full_prefill[n], disk_bw=bw)
+            s["ttft_bound"] = s["read_s"] + s["compute_s"]
+        out.append(s)
+    return out
+
+
+def long_table(rows, facts_of):
+    if not rows:
+        return
+    print()
+    print("| file | cap | prompt tokens | result | TTFT s (median) | prefill tok/s | TTFT bound s (read + compute) | "
+          "TTFT ÷ bound | decode tok/s after it | peak GiB (cgroup) | budget: experts / KV / work MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in rows:
+        mem = s.get("memory") or {}
+        bound = ("–" if s.get("ttft_bound") is None else
+                 f"{s['ttft_bound']:.1f} ({s['read_s']:.1f} + {s['compute_s']:.1f}; disk {s['disk_bw'] / 1e9:.2f} GB/s)")
+        ratio = "–" if s.get("ttft_bound") is None or s.get("ttft") is None else f"{s['ttft'] / s['ttft_bound']:.2f}"
+        split = "–" if not mem else f"{mem['experts_mb']:.0f} / {mem['kv_mb']:.0f} / {mem['work_mb']:.0f}"
+        print(f"| {s['file']} | {'none' if not s['cap'] else format(s['cap'], 'g') + ' GB'} | {s.get('prompt_tokens') or '–'} | "
+              f"{s['result']} | {fmt(s.get('ttft'), '.1f')} | {fmt(s.get('prefill'), '.1f')} | {bound} | {ratio} | "
+              f"{fmt(s.get('decode'))} | {s['peak'] / 2**30:.2f} | {split} |")
 
 
 def warm_rows(a, path, facts, cap_gb, prompt, label, rec):
@@ -576,11 +645,16 @@ def main(argv=None):
                          "decode against its own moment's bound (the table's last section)")
     ap.add_argument("--llama-python", default=str(ROOT / "bench" / ".venv-llama" / "bin" / "python"))
     ap.add_argument("--json", help="append every run's record to this file (JSON lines)")
+    ap.add_argument("--auto-budget", action="store_true",
+                    help="ours under a cap sets no EXPERT_RAM_MB: the engine sizes itself from the cgroup")
+    ap.add_argument("--long-prompts", default="", help="comma list of prompt lengths (tokens) for long-prompt rows of ours")
     ap.add_argument("--engine", default=str(engine.ENGINE), help="our engine's binary (an A/B of two builds)")
     a = ap.parse_args(argv)
     engine.ENGINE = Path(a.engine)
     a.expert_ram = {float(k): int(v) for k, v in (kv.split("=") for kv in a.expert_ram.split(",") if kv)}
     caps = [None if c == "none" else float(c) for c in a.caps.split(",") if c]
+    a.long_prompts = [int(n) for n in a.long_prompts.split(",") if n]
+    long_table_rows = []
     engines = a.engines.split(",")
     if "llama" in engines and not Path(a.llama_python).exists():
         print(f"# {a.llama_python} missing: llama.cpp rows skipped", file=sys.stderr)
@@ -601,6 +675,7 @@ def main(argv=None):
     hits = []
     for label, path in files:
         facts = facts_of[path] = model_facts(path)
+        full_prefill = {}
         print(f"# {label}: {path} ({facts['size'] / 2**30:.2f} GiB, {facts['layers']} layers, routed experts "
               f"{facts['routed_per_tok'] / 1e6:.1f} MB/token, a token reads {(facts['routed_per_tok'] + facts['dense_per_tok']) / 1e6:.1f} MB, "
               f"non-expert {facts['nonexpert'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
@@ -658,6 +733,10 @@ def main(argv=None):
                         hits.append(s["hit"])
                         row_bound(a, path, facts, s, bw_now)
                     table.append(s)
+            if a.long_prompts and "ours" in engines:
+                for s in long_rows(a, path, facts, cap, f"{label}-{cap or 'none'}".replace(".", "_"), rec, full_prefill):
+                    s.update(file=label)
+                    long_table_rows.append(s)
         if a.slots8 and "ours" in engines:
             prompts = [prompt_text(a.prompt_tokens, 20000 * (k + 1)) for k in range(8)]
             rows = []
@@ -687,6 +766,7 @@ def main(argv=None):
               f"{fmt(None if s.get('disk') is None else s['disk'] / 1e6, '.1f')} | "
               f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} | "
               f"{bound_cell(s)} |")
+    long_table(long_table_rows, facts_of)
     per_run_table(table, "dram_runs", "dram_ratio", "decode ÷ that run's bound (median; min–max)",
                   [("file", lambda s: s["file"]), ("engine", lambda s: s["engine"])],
                   [("decode tok/s per run", lambda r: f"{r['decode']:.2f}"),

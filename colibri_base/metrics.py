@@ -159,7 +159,18 @@ def stats(read_bridge_state: BridgeState) -> dict:
             # The last finished turn's expert I/O (protocol.IoStat.figures: disk and ideal bytes per
             # token, hit %, stall ms per token, prefetch accuracy); null unless our engine sends IOSTAT.
             "io": (bridge.state or {}).get("iostat") if (bridge.state or {}).get("updated") is not None else None,
+            # How the engine split its memory budget (the MODEL line's `memory`, native/README.md
+            # "Memory budget"); null unless our engine described itself.
+            "memory": _memory_split(bridge.state),
             "metrics": families}
+
+
+def _memory_split(state: dict | None) -> dict | None:
+    if not state or state.get("updated") is None:
+        return None
+    model = state.get("model")
+    memory = model.get("memory") if isinstance(model, dict) else None
+    return memory if isinstance(memory, dict) else None
 
 
 def _surface_summary(samples: dict[tuple[str, tuple], float], surface: str) -> dict:

@@ -105,6 +105,7 @@ struct expert_store {
     es_io_stats io;         /* cumulative: es_io */
     uint8_t **pool;         /* free scratch buffers of max_bytes */
     int pool_n, pool_cap;
+    int scratch_n;          /* scratch buffers allocated: in use and pooled */
     es_reads rd[2];         /* ACQ, AHEAD */
 };
 
@@ -258,17 +259,30 @@ static int make_room(expert_store *s, size_t need, uint64_t cand) {
 /* A scratch buffer for an expert read that does not stay resident: a pooled one (the most
  * recently returned, likely still in cache), else a new one of the largest expert's size. */
 static uint8_t *scratch_take(expert_store *s) {
-    return s->pool_n > 0 ? s->pool[--s->pool_n] : weights_alloc(s->max_bytes ? s->max_bytes : 1);
+    if (s->pool_n > 0) return s->pool[--s->pool_n];
+    uint8_t *b = weights_alloc(s->max_bytes ? s->max_bytes : 1);
+    s->scratch_n += b != NULL;
+    return b;
 }
 
-/* A scratch buffer back to the pool (freed when the pool cannot grow). */
+static void scratch_free(expert_store *s, uint8_t *b) {
+    free(b);
+    s->scratch_n--;
+}
+
+/* A scratch buffer back to the pool (freed when the pool cannot grow, or when more than the
+ * budget's 2 x hold_max exist: a long prompt's layer once held every expert it read). */
 static void scratch_give(expert_store *s, uint8_t *b) {
     if (!b) return;
+    if (s->o.hold_max > 0 && s->scratch_n > 2 * s->o.hold_max) {
+        scratch_free(s, b);
+        return;
+    }
     if (s->pool_n == s->pool_cap) {
         int nc = s->pool_cap ? s->pool_cap * 2 : 4;
         uint8_t **np = realloc(s->pool, sizeof *np * (size_t)nc);
         if (!np) {
-            free(b);
+            scratch_free(s, b);
             return;
         }
         s->pool = np;
@@ -510,6 +524,44 @@ void es_repin(expert_store *s, repin_cb cb, void *ud) {
 }
 
 /* ---- create / free ---- */
+/* Everything resident, read a row at a time on the I/O lanes (a file of tens of GB loads at
+ * the disk's parallel rate, not one pread at a time). 0 ok, -1 a read failed. */
+static int load_all(expert_store *s) {
+    for (int r = 0; r < s->rows; r++) {
+        es_reads *J = &s->rd[ACQ];
+        J->r = r;
+        int bad = 0;
+        for (int e = 0; e < s->cols && !bad; e++)
+            if (!s->ent[r * s->cols + e].buf) bad = queue_read(s, J, ACQ, r, e) != 0;
+        reads_submit(J);
+        bad += reads_settle(s, J, NULL);
+        if (bad) return -1;
+    }
+    s->io = (es_io_stats){0};           /* loading is not a turn's I/O */
+    return 0;
+}
+
+int es_set_budget(expert_store *s, size_t ram_budget, size_t pin_budget, int hold_max) {
+    if (!s) return 0;
+    s->o.ram_budget = ram_budget;
+    s->o.pin_budget = pin_budget;
+    s->o.hold_max = hold_max;
+    while (s->pool_n > 0 && hold_max > 0 && s->scratch_n > 2 * hold_max) scratch_free(s, s->pool[--s->pool_n]);
+    if (ram_budget == SIZE_MAX && load_all(s) != 0) return -1;
+    es_repin(s, NULL, NULL);
+    return 0;
+}
+
+int es_hold_max(const expert_store *s) {
+    return s && s->o.hold_max > 0 && s->o.hold_max < s->cols ? s->o.hold_max : s ? s->cols : 0;
+}
+
+size_t es_all_bytes(const expert_store *s) {
+    size_t b = 0;
+    for (int r = 0; s && r < s->rows; r++) b += s->row[r].bytes * (size_t)s->cols;
+    return b;
+}
+
 expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_rows,
                         int n_experts, const expert_opts *o, uint32_t engine_id,
                         int n_layers_total, char *err, size_t errlen) {
@@ -607,24 +659,10 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
 
     if (s->o.usage_path[0] && n > 0) usage_load(s);
 
-    if (s->o.ram_budget == SIZE_MAX) {
-        /* Everything resident, read a row at a time on the I/O lanes (a file of tens of GB
-         * loads at the disk's parallel rate, not one pread at a time); the hottest within
-         * pin_budget are also marked pinned. */
-        for (int r = 0; r < n_rows; r++) {
-            es_reads *J = &s->rd[ACQ];
-            J->r = r;
-            int bad = 0;
-            for (int e = 0; e < n_experts && !bad; e++) bad = queue_read(s, J, ACQ, r, e) != 0;
-            reads_submit(J);
-            bad += reads_settle(s, J, NULL);
-            if (bad) {
-                set_err(err, errlen, "expert store: cannot read experts from %s", g ? g->path : "?");
-                es_free(s);
-                return NULL;
-            }
-        }
-        s->io = (es_io_stats){0};           /* loading is not a turn's I/O */
+    if (s->o.ram_budget == SIZE_MAX && load_all(s) != 0) {
+        set_err(err, errlen, "expert store: cannot read experts from %s", g ? g->path : "?");
+        es_free(s);
+        return NULL;
     }
     es_repin(s, NULL, NULL);
     return s;
@@ -748,7 +786,7 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
             scratch_give(s, x->tmp);
             x->tmp = NULL;
         } else if (!ok) {
-            free(x->tmp);
+            scratch_free(s, x->tmp);
             x->tmp = NULL;
         }
         if (!ok) x->ahead = 0;
@@ -857,8 +895,12 @@ static int acquire_finish(expert_store *s, int r, const int *list, int n, expert
     for (int k = 0; k < n; k++) pending |= !ready[k];
     if (!pending) return 0;
     double stall = 0.0;
+    /* the lookahead's batch is waited for only when it holds one of these: a prefill streams
+     * its next group of experts there while this group computes */
+    int in_ahead = 0;
+    for (int k = 0; k < n; k++) in_ahead |= !ready[k] && s->ent[r * s->cols + list[k]].loading == AHEAD;
     int bad = reads_settle(s, &s->rd[ACQ], &stall);
-    if (s->rd[AHEAD].active && s->rd[AHEAD].r == r) bad += reads_settle(s, &s->rd[AHEAD], &stall);
+    if (in_ahead && s->rd[AHEAD].active && s->rd[AHEAD].r == r) bad += reads_settle(s, &s->rd[AHEAD], &stall);
     if (t_read_s) *t_read_s += stall;
     int rc = 0;
     for (int k = 0; k < n; k++) {
@@ -911,6 +953,7 @@ void es_read_ahead(expert_store *s, int r, const int *list, int n) {
         ahead_retire(s, J->r);
     }
     J->r = r;
+    if (s->o.hold_max > 0 && n > s->o.hold_max) n = s->o.hold_max;
     for (int k = 0; k < n; k++) {
         if (list[k] < 0 || list[k] >= s->cols) continue;
         es_ent *x = &s->ent[r * s->cols + list[k]];

@@ -18,6 +18,8 @@ typedef struct {
     int exact;              /* EXACT=1: experts stay in the file's row layout (not packed), for
                              * float-activation matmuls (quant.h qact.exact) */
     int no_lookahead;       /* EXPERT_LOOKAHEAD=0: no reads ahead of the next layer's guess */
+    int hold_max;           /* experts one acquisition (or one lookahead) may hold at once from
+                             * disk, and scratch copies kept for reuse (2 x this); 0: no limit */
 } expert_opts;
 
 typedef struct { qmat gate, up, down; } expert_w;   /* gate/up: d_exp x d_model, down: d_model x d_exp */
@@ -95,4 +97,11 @@ void es_repin(expert_store *s, repin_cb cb, void *ud);
 #define ES_USAGE_BUSY 1
 int es_usage_save(expert_store *s);
 size_t es_expert_bytes(const expert_store *s);           /* bytes of one expert (gate+up+down) */
+size_t es_all_bytes(const expert_store *s);              /* bytes of every expert in RAM */
+/* The budgets set after creation (the memory budget's split, once the rest is measured):
+ * ram_budget SIZE_MAX reads every expert now; otherwise the hottest are pinned within
+ * pin_budget. Scratch copies beyond 2 x hold_max are freed. 0 ok, -1 a read failed. */
+int es_set_budget(expert_store *s, size_t ram_budget, size_t pin_budget, int hold_max);
+/* experts an acquisition may ask for at once (hold_max; the row's width when unlimited) */
+int es_hold_max(const expert_store *s);
 #endif

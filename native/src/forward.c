@@ -79,6 +79,12 @@ static void mm(struct model_priv *P, const qmat *w, const float *x, int n, float
 
 /* ---------------------------------------------------------------- setup, embedding, norms */
 
+/* Rows the per-part blocks (attention, dense FFN) take at once: the budget's prefill chunk. */
+static int part_rows(const fwd *F) {
+    const int sub = F->P->part_rows;
+    return sub > 0 && sub < F->n ? sub : F->n;
+}
+
 int fwd_begin(fwd *F, model *m, kv_cache *kv, fwd_row *rows, int n) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
@@ -88,22 +94,42 @@ int fwd_begin(fwd *F, model *m, kv_cache *kv, fwd_row *rows, int n) {
     F->m = m, F->P = P, F->kv = kv, F->rows = rows, F->n = n;
     for (int i = 0; i < n; i++)
         if (rows[i].pos > F->maxpos) F->maxpos = rows[i].pos;
+    const size_t S = (size_t)part_rows(F);
     F->x = fb(&P->x, N * d), F->h = fb(&P->h, N * d), F->tmp = fb(&P->tmp, N * d);
-    F->Q = fb(&P->q, N * nh * hk), F->K = fb(&P->k, N * nkv * hk), F->V = fb(&P->v, N * nkv * hv);
-    F->att = fb(&P->att, N * nh * hv);
+    F->Q = fb(&P->q, S * nh * hk), F->K = fb(&P->k, S * nkv * hk), F->V = fb(&P->v, S * nkv * hv);
+    F->att = fb(&P->att, S * nh * hv);
     F->sc_len = (F->maxpos + 8) / 8 * 8;
     F->ascr = fb(&P->ascr, (size_t)pool_threads() * ATT_G * (size_t)F->sc_len);
     F->rope = fb(&P->rope, N * (size_t)P->rope_dim);
-    /* attention blocks: up to ATT_R consecutive rows of one slot at consecutive positions */
-    int *blk = ib(&P->ablk, N + 1), nblk = 0;
-    if (!blk || !F->x || !F->h || !F->tmp || !F->Q || !F->K || !F->V || !F->att || !F->ascr || !F->rope) return -1;
-    for (int i = 0; i < n; i++)
-        if (i == 0 || i - blk[nblk - 1] >= ATT_R || rows[i].slot != rows[i - 1].slot || rows[i].pos != rows[i - 1].pos + 1)
-            blk[nblk++] = i;
-    blk[nblk] = n;
-    F->blk = blk, F->nblk = nblk;
+    if (!ib(&P->ablk, S + 1) || !F->x || !F->h || !F->tmp || !F->Q || !F->K || !F->V || !F->att || !F->ascr ||
+        !F->rope)
+        return -1;
     for (int i = 0; i < n; i++) rope_table(P, rows[i].pos, F->rope + (size_t)i * P->rope_dim);
     return 0;
+}
+
+/* Attention blocks of F's rows: up to ATT_R consecutive rows of one slot at consecutive positions. */
+static void attn_blocks(fwd *F) {
+    int *blk = F->P->ablk.p, nblk = 0;
+    const fwd_row *rows = F->rows;
+    for (int i = 0; i < F->n; i++)
+        if (i == 0 || i - blk[nblk - 1] >= ATT_R || rows[i].slot != rows[i - 1].slot || rows[i].pos != rows[i - 1].pos + 1)
+            blk[nblk++] = i;
+    blk[nblk] = F->n;
+    F->blk = blk, F->nblk = nblk;
+}
+
+/* F narrowed to its rows a .. a + cnt - 1 (the per-row buffers and the rows offset), for a
+ * block that runs a long prefill a part at a time. */
+static fwd fwd_part(const fwd *F, int a, int cnt) {
+    fwd S = *F;
+    const size_t d = (size_t)F->m->c.d_model;
+    S.rows += a, S.n = cnt, S.x += (size_t)a * d, S.h += (size_t)a * d, S.tmp += (size_t)a * d;
+    S.rope += (size_t)a * (size_t)F->P->rope_dim;
+    S.maxpos = 0;
+    for (int i = 0; i < cnt; i++)
+        if (S.rows[i].pos > S.maxpos) S.maxpos = S.rows[i].pos;
+    return S;
 }
 
 void fwd_embed(fwd *F, float scale) {
@@ -191,7 +217,20 @@ static void attn_qkv(fwd *F, const layer_w *L) {
     }
 }
 
+static void attn_rows(fwd *F, int l, const attn_opts *o);
+
+/* A part at a time (the prefill chunk): the K/V of a part's rows are stored before its
+ * attention, and every earlier part's before it, so each row sees exactly its past. */
 void fwd_attention(fwd *F, int l, const attn_opts *o) {
+    const int sub = part_rows(F);
+    for (int a = 0; a < F->n; a += sub) {
+        fwd S = fwd_part(F, a, F->n - a < sub ? F->n - a : sub);
+        attn_blocks(&S);
+        attn_rows(&S, l, o);
+    }
+}
+
+static void attn_rows(fwd *F, int l, const attn_opts *o) {
     model *m = F->m;
     const model_config *c = &m->c;
     const layer_w *L = &m->layers[l];
@@ -220,7 +259,18 @@ void fwd_attention(fwd *F, int l, const attn_opts *o) {
 
 /* ---------------------------------------------------------------- FFN, head */
 
+static int ffn_rows(fwd *F, const layer_w *L);
+
 int fwd_ffn(fwd *F, const layer_w *L) {
+    const int sub = part_rows(F);
+    for (int a = 0; a < F->n; a += sub) {
+        fwd S = fwd_part(F, a, F->n - a < sub ? F->n - a : sub);
+        if (ffn_rows(&S, L) != 0) return -1;
+    }
+    return 0;
+}
+
+static int ffn_rows(fwd *F, const layer_w *L) {
     struct model_priv *P = F->P;
     const size_t nf = (size_t)F->n * F->m->c.d_ff;
     double t0 = mnow();

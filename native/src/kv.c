@@ -14,10 +14,15 @@
  * (v_dim is not in the header: the exact size check below tells it, and the model's
  * fingerprint covers both widths; files of equal widths are those of before the split)
  * Written to "<path>.tmp" then renamed over <path>. Loaded only when magic, dims,
- * element type, fingerprint and the exact file size all match, and n_pos fits the context. */
+ * element type, fingerprint and the exact file size all match, and n_pos fits the context.
+ * Both drop the file's pages from the page cache when done.
+ *
+ * Budget: with kv_set_budget, the slots' buffers together stay within it (kv_reserve refuses
+ * growth past it; the server then frees idle slots or refuses the request's context). */
 #include "kv.h"
 #include "quant.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,10 +124,48 @@ void kv_free(kv_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* Bytes one position takes in the layers that grow with the context (every layer but the
+ * sliding-window ones) and its token id. */
+size_t kv_pos_bytes(const kv_cache *c) {
+    int full = 0;
+    for (int l = 0; l < c->n_layers; l++) full += !is_win(c, l);
+    return (size_t)full * ((size_t)c->k_dim + (size_t)c->v_dim) * kv_elt(c) + sizeof(int);
+}
+
+/* Bytes one row takes in all the sliding-window layers together (their buffers and checkpoints). */
+static size_t win_row_bytes(const kv_cache *c) {
+    int win = 0;
+    for (int l = 0; l < c->n_layers; l++) win += is_win(c, l);
+    return (size_t)win * ((size_t)c->k_dim + (size_t)c->v_dim) * kv_elt(c);
+}
+
+void kv_set_budget(kv_cache *c, size_t bytes) { c->budget = bytes; }
+
+/* The bytes slot s's own buffers hold that grow with its context (its windows' and checkpoint's
+ * bytes count with the others': they stay near two windows). */
+int kv_room(const kv_cache *c, int s) {
+    if (!c->budget || s < 0 || s >= c->n_slots) return c->ctx;
+    const size_t others = c->used - (size_t)c->slots[s].cap * kv_pos_bytes(c);
+    const size_t fit = c->budget > others ? (c->budget - others) / kv_pos_bytes(c) : 0;
+    return fit < (size_t)c->ctx ? (int)fit : c->ctx;
+}
+
+/* The capacity slot s grows to for n_pos positions: doubling (fewer reallocs), but never past
+ * the context nor, with a budget, past the room the budget leaves it. 0 when n_pos does not fit. */
+static int grown_cap(const kv_cache *c, int s, int n_pos) {
+    const kv_slot *sl = &c->slots[s];
+    long cap = sl->cap > 0 ? sl->cap : 16;
+    while (cap < n_pos) cap *= 2;
+    if (cap > c->ctx) cap = c->ctx;
+    const int room = kv_room(c, s);
+    if (cap > room) cap = room;
+    return cap >= n_pos ? (int)cap : 0;
+}
+
 /* The windowed layers' buffers hold rows wbase .. wbase + wcap - 1: when n_pos does not fit, the
  * rows older than the forward's first key (first - window + 1) are dropped by sliding the rest
  * to the front, then the buffers grow if that is not room enough (to at least two windows, so a
- * slide moves window - 1 rows once every window or more decoded tokens). */
+ * slide moves window - 1 rows once every window or more decoded tokens; within the budget). */
 static int reserve_window(kv_cache *c, kv_slot *sl, int first, int n_pos) {
     if (n_pos - sl->wbase <= sl->wcap) return 0;
     const size_t kr = (size_t)c->k_dim * kv_elt(c), vr = (size_t)c->v_dim * kv_elt(c);
@@ -143,6 +186,11 @@ static int reserve_window(kv_cache *c, kv_slot *sl, int first, int n_pos) {
     if (cap < 2L * c->window) cap = 2L * c->window;
     if (cap < n_pos - sl->wbase) cap = n_pos - sl->wbase;
     if (cap > c->ctx) cap = c->ctx;
+    const size_t grow = (size_t)(cap - sl->wcap) * win_row_bytes(c);
+    if (c->budget && c->used + grow > c->budget) {
+        cap = n_pos - sl->wbase;        /* no spare room: just what this forward needs */
+        if (c->used + (size_t)(cap - sl->wcap) * win_row_bytes(c) > c->budget) return KV_OVER_BUDGET;
+    }
     for (int l = 0; l < c->n_layers; l++) {
         if (!is_win(c, l)) continue;
         void *k = realloc(sl->k[l], (size_t)cap * kr);
@@ -152,6 +200,7 @@ static int reserve_window(kv_cache *c, kv_slot *sl, int first, int n_pos) {
         if (!v) return -1;
         sl->v[l] = v;
     }
+    c->used += (size_t)(cap - sl->wcap) * win_row_bytes(c);
     sl->wcap = (int)cap;
     return 0;
 }
@@ -159,11 +208,13 @@ static int reserve_window(kv_cache *c, kv_slot *sl, int first, int n_pos) {
 int kv_reserve_from(kv_cache *c, int s, int first, int n_pos) {
     if (s < 0 || s >= c->n_slots || n_pos < 0 || n_pos > c->ctx) return -1;
     kv_slot *sl = &c->slots[s];
-    if (c->windowed && reserve_window(c, sl, first, n_pos) != 0) return -1;
+    if (c->windowed) {
+        const int rw = reserve_window(c, sl, first, n_pos);
+        if (rw != 0) return rw;
+    }
     if (n_pos <= sl->cap) return 0;
-    long cap = sl->cap > 0 ? sl->cap : 16;
-    while (cap < n_pos) cap *= 2;
-    if (cap > c->ctx) cap = c->ctx;
+    const int cap = grown_cap(c, s, n_pos);
+    if (cap == 0) return KV_OVER_BUDGET;
     /* Each realloc that succeeds is kept (its pointer updated); cap only moves once
      * every buffer has the new size, so a failure leaves a consistent slot. */
     int *t = realloc(sl->tokens, (size_t)cap * sizeof(int));
@@ -179,13 +230,35 @@ int kv_reserve_from(kv_cache *c, int s, int first, int n_pos) {
         if (!v) return -1;
         sl->v[l] = v;
     }
-    sl->cap = (int)cap;
+    c->used += (size_t)(cap - sl->cap) * kv_pos_bytes(c);
+    sl->cap = cap;
     return 0;
 }
 
 int kv_reserve(kv_cache *c, int s, int n_pos) {
     if (s < 0 || s >= c->n_slots) return -1;
     return kv_reserve_from(c, s, c->slots[s].n_pos, n_pos);
+}
+
+void kv_release(kv_cache *c, int s) {
+    if (s < 0 || s >= c->n_slots) return;
+    kv_slot *sl = &c->slots[s];
+    for (int l = 0; l < c->n_layers; l++) {
+        free(sl->k[l]);
+        free(sl->v[l]);
+        sl->k[l] = sl->v[l] = NULL;
+        if (sl->ck) free(sl->ck[l]), sl->ck[l] = NULL;
+        if (sl->cv) free(sl->cv[l]), sl->cv[l] = NULL;
+    }
+    free(sl->tokens);
+    sl->tokens = NULL;
+    c->used -= (size_t)sl->cap * kv_pos_bytes(c) + (size_t)sl->wcap * win_row_bytes(c);
+    if (sl->ck) c->used -= (size_t)(c->window > 1 ? c->window - 1 : 1) * win_row_bytes(c);
+    free(sl->ck);
+    free(sl->cv);
+    sl->ck = sl->cv = NULL;
+    sl->cap = sl->n_pos = sl->wcap = sl->wbase = 0;
+    sl->ckpos = -1;
 }
 
 int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n) {
@@ -200,8 +273,9 @@ int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n) {
 void kv_truncate(kv_cache *c, int s, int n_keep) { (void)kv_rewind(c, s, n_keep); }
 
 /* The slot's checkpoint buffers (window - 1 rows per windowed layer), allocated once. 0 or -1. */
-static int ck_alloc(const kv_cache *c, kv_slot *sl) {
+static int ck_alloc(kv_cache *c, kv_slot *sl) {
     const size_t rows = (size_t)(c->window > 1 ? c->window - 1 : 1);
+    if (!sl->ck) c->used += rows * win_row_bytes(c);     /* kv_release gives it back */
     if ((!sl->ck && !(sl->ck = calloc((size_t)c->n_layers, sizeof(void *)))) ||
         (!sl->cv && !(sl->cv = calloc((size_t)c->n_layers, sizeof(void *)))))
         return -1;
@@ -263,6 +337,10 @@ static int win_lo(const kv_cache *c, int n_pos) {
     return c->windowed && n_pos > c->window - 1 ? n_pos - (c->window - 1) : 0;
 }
 
+/* The file's pages out of the page cache (written back by then, or only read): a cgroup's limit
+ * counts page cache, and the slot's rows are already in its buffers. */
+static void drop_pages(FILE *f) { posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED); }
+
 static int write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n ? 0 : -1; }
 static int read_all(FILE *f, void *p, size_t n) { return n == 0 || fread(p, 1, n, f) == n ? 0 : -1; }
 
@@ -304,6 +382,7 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     }
     if (fflush(f) != 0) rc = -1;
     if (rc == 0 && fsync(fileno(f)) != 0) rc = -1;
+    if (rc == 0) drop_pages(f);
     if (fclose(f) != 0) rc = -1;
     if (rc == 0 && rename(tmp, path) != 0) rc = -1;
     if (rc != 0) unlink(tmp);
@@ -366,6 +445,7 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     sl->n_pos = n;
     rc = 0;
 out:
+    drop_pages(f);
     fclose(f);
     return rc;
 }

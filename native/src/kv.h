@@ -1,8 +1,9 @@
 /* kv.h — KV slots: per-slot token history and per-layer K/V rows.
  * Owns: growth of slot buffers, truncate-and-extend bookkeeping, the element type of the
  * rows (float32, or fp16: half the memory; values are rounded to nearest even once, when
- * stored, and read back exactly), and the on-disk slot files (KVSAVE). A slot grows
- * lazily so 16 slots x large CTX costs memory only for what conversations actually use. */
+ * stored, and read back exactly), the on-disk slot files (KVSAVE), and the byte budget of all
+ * slots together (the KV share of the engine's memory budget). A slot grows lazily so 16 slots x
+ * large CTX costs memory only for what conversations actually use. */
 #ifndef COLI_KV_H
 #define COLI_KV_H
 #include <stddef.h>
@@ -27,6 +28,8 @@ typedef struct {
     int f16;        /* elements are fp16 (kv_set_f16), else float */
     int window;     /* the windowed layers' window (keys p - window + 1 .. p); 0: none */
     uint8_t *windowed;  /* [n_layers]: 1 for a sliding-window layer; NULL: none */
+    size_t budget;  /* bytes all slots' buffers may take together (kv_set_budget); 0: no limit */
+    size_t used;    /* bytes the slots' buffers take now (windows and checkpoints included) */
     kv_slot *slots;
 } kv_cache;
 
@@ -44,9 +47,20 @@ int kv_type_f16(const char *setting);
 void kv_free(kv_cache *c);
 /* Make room for n_pos positions in slot s (n_pos <= ctx), for a forward whose first row is at
  * `first` (windowed layers keep rows first - window + 1 .. and may drop older ones). kv_reserve:
- * first = the slot's n_pos. 0 ok, -1 OOM. */
+ * first = the slot's n_pos. 0 ok, -1 OOM, KV_OVER_BUDGET when the slots' buffers would pass the
+ * cache's budget (nothing changed then). */
+#define KV_OVER_BUDGET (-2)
 int kv_reserve_from(kv_cache *c, int s, int first, int n_pos);
 int kv_reserve(kv_cache *c, int s, int n_pos);
+/* Bytes one position takes in the layers that grow with the context (all but the sliding-window
+ * ones: K and V rows) and its token id. */
+size_t kv_pos_bytes(const kv_cache *c);
+/* The share all slots' buffers may take together (0: no limit). */
+void kv_set_budget(kv_cache *c, size_t bytes);
+/* Positions slot s could hold within the budget if it grew now (ctx when there is no budget). */
+int kv_room(const kv_cache *c, int s);
+/* Frees slot s's buffers and forgets its history (its share goes back to the others). */
+void kv_release(kv_cache *c, int s);
 static inline size_t kv_elt(const kv_cache *c) { return c->f16 ? 2 : 4; }
 /* The buffer row of position pos in layer `layer` of slot s. */
 static inline size_t kv_row(const kv_cache *c, int s, int layer, int pos) {

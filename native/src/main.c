@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "budget.h"
 #include "gguf.h"
 #include "kv.h"
 #include "model.h"
@@ -31,7 +32,8 @@ static void usage(FILE *f) {
         "  colibri-engine -m MODEL.gguf -p TEXT [-n 64] [-t TEMP] [--top-p P] [--seed S] [--ctx N]\n"
         "  colibri-engine -m MODEL.gguf --tokenize FILE\n"
         "  colibri-engine -m MODEL.gguf --detokenize \"ID ID ...\"\n"
-        "options: --threads N (else OMP_NUM_THREADS); see native/README.md for the environment\n");
+        "options: --threads N (else OMP_NUM_THREADS), --mem-budget MB (else MEM_BUDGET_MB, else the\n"
+        "         cgroup's limit or MemAvailable less a margin); see native/README.md for the environment\n");
 }
 
 /* Strict integer parse of a whole string; 0 ok. */
@@ -215,25 +217,29 @@ static int run_detokenize(const char *model_path, const char *list) {
 /* ---------------------------------------------------------------- one-shot generation */
 
 static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, double top_p,
-                       uint64_t seed, int ctx, int kv_f16) {
+                       uint64_t seed, int ctx, int kv_f16, const mem_budget *mb) {
     kv_cache kv;
     if (model_kv_init(m, &kv, 1, ctx) != 0 || kv_set_f16(&kv, kv_f16) != 0) {
         fprintf(stderr, "colibri-engine: out of memory for the KV cache\n");
         return 1;
     }
+    kv_set_budget(&kv, mb->kv);
+    const int chunk = mb->rows;
     int vocab = m->c.vocab, rc = 0;
     int *ids = malloc((size_t)ctx * sizeof *ids);
     float *logits = malloc((size_t)vocab * sizeof *logits);
     void *scratch = malloc((size_t)vocab * 8);
-    fwd_row *rows = calloc(256, sizeof *rows);
+    fwd_row *rows = calloc((size_t)chunk, sizeof *rows);
     if (!ids || !logits || !scratch || !rows) {
         fprintf(stderr, "colibri-engine: out of memory\n");
         rc = 1;
         goto out;
     }
     int n = tok_encode(m->tok, prompt, strlen(prompt), ids, ctx - 1);
-    if (n <= 0 || n > ctx - 2) {
-        fprintf(stderr, "colibri-engine: prompt has %d tokens (need 1..%d)\n", n, ctx - 2);
+    const int room = kv_room(&kv, 0) < ctx ? kv_room(&kv, 0) : ctx;    /* the KV share's positions */
+    if (n <= 0 || n > room - 2) {
+        fprintf(stderr, "colibri-engine: prompt has %d tokens (need 1..%d%s)\n", n, room - 2,
+                room < ctx ? ", the KV share of the memory budget" : "");
         rc = 2;
         goto out;
     }
@@ -244,7 +250,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
     utf8s_init(&u);
 
     double t0 = now_s();
-    if (prefill_tail(m, &kv, 0, ids, 0, n, logits, NULL, 0, 0, rows, 256) != 0) {
+    if (prefill_tail(m, &kv, 0, ids, 0, n, logits, NULL, 0, 0, rows, chunk) != 0) {
         fprintf(stderr, "colibri-engine: prefill failed\n");
         rc = 1;
         goto out;
@@ -261,6 +267,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
         fflush(stdout);
         if (emitted == n_gen) break;
         fwd_row r = { .slot = 0, .pos = kv.slots[0].n_pos, .token = tok, .logits = logits };
+        if (kv_reserve(&kv, 0, r.pos + 1) == KV_OVER_BUDGET) break;     /* a length limit */
         if (kv_reserve(&kv, 0, r.pos + 1) != 0 || model_forward(m, &kv, &r, 1) != 0) {
             fprintf(stderr, "colibri-engine: forward failed\n");
             rc = 1;
@@ -293,11 +300,31 @@ out:
     return rc;
 }
 
+/* ---------------------------------------------------------------- memory budget */
+
+/* The budget split for the loaded model (nothing of the experts read yet), logged, and the
+ * expert share given to the store. 0 ok; 1 with the reason on stderr. */
+static int split_budget(mem_budget *mb, model *m, int n_slots, int ctx, int kv_f16, long ram_mb, long pin_mb) {
+    char err[512];
+    if (budget_split(mb, m, n_slots, ctx, kv_f16, ram_mb, err, sizeof err) != 0) {
+        fprintf(stderr, "colibri-engine: %s\n", err);
+        return 1;
+    }
+    char js[512];
+    budget_json(mb, js, sizeof js);
+    fprintf(stderr, "colibri-engine: memory {%s}\n", js);
+    if (budget_apply(mb, m, pin_mb) != 0) {
+        fprintf(stderr, "colibri-engine: cannot read the experts from the model file\n");
+        return 1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
     const char *model_arg = NULL, *prompt = NULL, *tokenize_file = NULL, *detok = NULL;
-    const char *slots_arg = NULL, *ctx_arg = NULL, *n_arg = NULL, *threads_arg = NULL;
+    const char *slots_arg = NULL, *ctx_arg = NULL, *n_arg = NULL, *threads_arg = NULL, *budget_arg = NULL;
     double temp = 0.0, top_p = 1.0;
     uint64_t seed = 0;
     int have_seed = 0;
@@ -335,6 +362,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--slots")) { TAKE(); slots_arg = v; }
         else if (!strcmp(a, "--ctx")) { TAKE(); ctx_arg = v; }
         else if (!strcmp(a, "--threads")) { TAKE(); threads_arg = v; }
+        else if (!strcmp(a, "--mem-budget")) { TAKE(); budget_arg = v; }
         else if (!strcmp(a, "--tokenize")) { TAKE(); tokenize_file = v; }
         else if (!strcmp(a, "--detokenize")) { TAKE(); detok = v; }
         else if (a[0] >= '0' && a[0] <= '9') {
@@ -359,6 +387,7 @@ int main(int argc, char **argv) {
      * a budget below that working set never hits in an LRU (0 % measured at a quarter of the
      * experts) while the hottest quarter pinned serves a third of the selections. */
     long pin_mb = int_setting(NULL, "PIN_MB", -1, 0, LONG_MAX / (1L << 20), "PIN_MB");
+    long budget_mb = int_setting(budget_arg, "MEM_BUDGET_MB", -1, 1, LONG_MAX / (1L << 20), "MEM_BUDGET_MB / --mem-budget");
     const int kv_f16 = kv_type_f16(getenv("KV_TYPE"));
     if (kv_f16 < 0) {
         fprintf(stderr, "colibri-engine: KV_TYPE must be f16 or f32 (got '%s')\n", getenv("KV_TYPE"));
@@ -391,10 +420,10 @@ int main(int argc, char **argv) {
     if (tokenize_file) return run_tokenize(path, tokenize_file);
     if (detok) return run_detokenize(path, detok);
 
+    mem_budget mb;
+    budget_figure(&mb, budget_mb);
     expert_opts eo;
-    memset(&eo, 0, sizeof eo);
-    eo.ram_budget = ram_mb < 0 ? SIZE_MAX : (size_t)ram_mb << 20;
-    eo.pin_budget = pin_mb < 0 ? eo.ram_budget : (size_t)pin_mb << 20;
+    memset(&eo, 0, sizeof eo);      /* no expert is read before the budget is split */
     eo.usage_save = !env_is("USAGE_SAVE", "0");
     eo.exact = (int)int_setting(NULL, "EXACT", 0, 0, 1, "EXACT");
     eo.no_lookahead = !int_setting(NULL, "EXPERT_LOOKAHEAD", 1, 0, 1, "EXPERT_LOOKAHEAD");
@@ -410,6 +439,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "colibri-engine: cannot load %s: %s\n", path, err);
         return 1;
     }
+    if (split_budget(&mb, &m, serve_mode ? n_slots : 1, ctx, kv_f16, ram_mb, pin_mb) != 0) {
+        model_free(&m);
+        return 1;
+    }
     fprintf(stderr, "colibri-engine: loaded %s (%s, %d layers, %d experts, top-%d) in %.2fs\n", m.name,
             m.arch, m.c.n_layers, m.c.n_experts, m.c.top_k, now_s() - t0);
 
@@ -423,6 +456,7 @@ int main(int argc, char **argv) {
         so.kvsave = env_is("KVSAVE", "1");
         so.serve_topk = env_is("SERVE_TOPK", "1");
         so.usage_save = eo.usage_save;
+        so.budget = &mb;
         const char *kd = getenv("KV_DIR");
         if (kd && *kd) {
             const char *base = strrchr(path, '/');
@@ -432,7 +466,7 @@ int main(int argc, char **argv) {
         }
         rc = serve_mux(&m, &so);
     } else {
-        rc = run_oneshot(&m, prompt, n_gen, temp, top_p, have_seed ? seed : 0, ctx, kv_f16);
+        rc = run_oneshot(&m, prompt, n_gen, temp, top_p, have_seed ? seed : 0, ctx, kv_f16, &mb);
     }
     model_free(&m);
     return rc;

@@ -43,6 +43,8 @@ struct model_priv {
     fbuf x, h, q, k, v, att, tmp, fg, fu, rlog, eout, shout, xin, eg, eu, eo, hin, hout, ascr, rope, selw;
     ibuf sel, ecnt, eoff, elist, slot0, ablk, koff, ready, guess;
     fbuf ahead_lg;
+    int part_rows;          /* rows the attention, dense FFN and routed experts take at once in a
+                             * long forward (the budget's prefill chunk); 0: all of them */
     qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
     expert_w *ew;
     mm_job *jobs;

@@ -11,22 +11,27 @@
 #include <string.h>
 
 #include "model_impl.h"
-/* y_i = sum_j w_ij * expert_out(i, j) (row i's selected experts in increasing id) + shared_i;
- * row i's pairs are koff[i] .. koff[i + 1] - 1. */
+/* y_i += w_ij * expert_out(i, j) for row i's pairs whose grouped position is in [lo, hi) (one
+ * group of experts, eo from lo on), in the row's pair order (selected experts in increasing id);
+ * the groups come in increasing expert id, so y_i sums its experts in the same order whichever
+ * groups they fall in. The first group starts y at 0, the shared expert's output comes last. */
 typedef struct {
     float *out;
     const float *selw, *eo, *so;
     const int *slot_of, *koff;
-    int n, d;
+    int n, d, lo, hi, first;
 } combine_ctx;
 static void combine_chunk(void *vctx, int c) {
     const combine_ctx *C = vctx;
     const int d = C->d;
     for (int i = c * ROW_CHUNK; i < C->n && i < (c + 1) * ROW_CHUNK; i++) {
         float *restrict y = C->out + (size_t)i * d;
-        for (int q = 0; q < d; q++) y[q] = 0.0f;
+        if (C->first)
+            for (int q = 0; q < d; q++) y[q] = 0.0f;
         for (int p = C->koff[i]; p < C->koff[i + 1]; p++) {
-            const float *restrict er = C->eo + (size_t)C->slot_of[p] * d;
+            const int g = C->slot_of[p];
+            if (g < C->lo || g >= C->hi) continue;
+            const float *restrict er = C->eo + (size_t)(g - C->lo) * d;
             const float wp = C->selw[p];
             for (int q = 0; q < d; q++) y[q] += wp * er[q];
         }
@@ -197,13 +202,14 @@ static inline float swiglu_oai(float g, float u, float alpha, float limit) {
     return x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
 }
 
-/* The separate-job path's activation: each grouped pair q of an expert e with ready[e] == want:
+/* The separate-job path's activation: each grouped pair q of an expert e with ready[e] == want
+ * (experts outside the phase's group: ready -1):
  * gate (eg) and up (eu) rows plus the expert's biases, then the opts' activation, into eg. */
 typedef struct {
     const layer_w *L;
     const moe_opts *o;
     const int *eoff, *ready;
-    int want, E, X, NP;
+    int want, base, X, NP;  /* eg / eu hold the pairs from grouped pair base on */
     float *eg;
     const float *eu;
 } act_ctx;
@@ -216,8 +222,8 @@ static void expert_act_chunk(void *vctx, int c) {
         if (A->ready[e] != A->want) continue;
         const float *gb = A->L->exp_gate_b ? A->L->exp_gate_b + (size_t)e * X : NULL;
         const float *ub = A->L->exp_up_b ? A->L->exp_up_b + (size_t)e * X : NULL;
-        float *g = A->eg + (size_t)q * X;
-        const float *u = A->eu + (size_t)q * X;
+        float *g = A->eg + (size_t)(q - A->base) * X;
+        const float *u = A->eu + (size_t)(q - A->base) * X;
         for (int k = 0; k < X; k++) {
             const float gv = g[k] + (gb ? gb[k] : 0.0f), uv = u[k] + (ub ? ub[k] : 0.0f);
             g[k] = A->o->act == MOE_ACT_SWIGLU_OAI ? swiglu_oai(gv, uv, A->o->alpha, A->o->limit) : qsilu_mul(gv, uv);
@@ -228,11 +234,12 @@ static void expert_act_chunk(void *vctx, int c) {
 /* One phase of the experts' matmuls: gate/up (+ SiLU) of the experts whose ready flag equals
  * `want` on their gathered rows (and the shared expert's on all rows, when `shared`) as one
  * parallel job, then their down projections as a second one. P->act still holds h (prepared for
- * the router). eg, eu: pairs x X, eo: pairs x d, sg: n x S, so: n x d. Plain SiLU experts
- * without biases run gate and up as one fused job; otherwise gate into eg and up into eu as two
- * jobs, then expert_act. 0 ok, -1 out of memory. */
+ * the router). eg, eu, eo: the group's pairs (from pair `base` on) x X, x X, x d; sg: n x S,
+ * so: n x d. Plain SiLU experts without biases run gate and up as one fused job; otherwise gate
+ * into eg and up into eu as two jobs, then expert_act_chunk. 0 ok, -1 out of memory. */
 static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const int *eoff, const int *elist,
-                     const int *ready, int want, int shared, float *eg, float *eu, float *eo, float *sg, float *so) {
+                     const int *ready, int want, int shared, int base, float *eg, float *eu, float *eo, float *sg,
+                     float *so) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, X = c->d_expert;
@@ -254,11 +261,12 @@ static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const
             if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) return -1;
             x = &gact[e];
         }
+        const size_t at = (size_t)(eoff[e] - base) * X;
         if (fused) {
-            J[nj++] = (mm_job){g, u, x, eg + (size_t)eoff[e] * X, X};
+            J[nj++] = (mm_job){g, u, x, eg + at, X};
         } else {
-            J[nj++] = (mm_job){g, NULL, x, eg + (size_t)eoff[e] * X, X};
-            J[nj++] = (mm_job){u, NULL, x, eu + (size_t)eoff[e] * X, X};
+            J[nj++] = (mm_job){g, NULL, x, eg + at, X};
+            J[nj++] = (mm_job){u, NULL, x, eu + at, X};
         }
     }
     if (S) J[nj++] = (mm_job){&L->sh_gate, &L->sh_up, &P->act, sg, S};
@@ -266,14 +274,14 @@ static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const
     P->tier->mul_multi(J, nj);
     nj = 0;
     if (!fused) {
-        act_ctx A = {L, o, eoff, ready, want, E, X, eoff[E], eg, eu};
+        act_ctx A = {L, o, eoff, ready, want, base, X, eoff[E], eg, eu};
         par_rows(expert_act_chunk, &A, eoff[E]);
     }
     for (int e = 0; e < E; e++) {
         int cnt = eoff[e + 1] - eoff[e];
         if (cnt == 0 || ready[e] != want) continue;
-        qact_prepare(&dact[e], P->ew[e].down.type, eg + (size_t)eoff[e] * X, cnt, X);
-        J[nj++] = (mm_job){&P->ew[e].down, NULL, &dact[e], eo + (size_t)eoff[e] * d, d};
+        qact_prepare(&dact[e], P->ew[e].down.type, eg + (size_t)(eoff[e] - base) * X, cnt, X);
+        J[nj++] = (mm_job){&P->ew[e].down, NULL, &dact[e], eo + (size_t)(eoff[e] - base) * d, d};
     }
     if (S) {                                    /* P->act keeps h for the second phase */
         P->sh_act.exact = m->exact;
@@ -286,7 +294,7 @@ static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const
             if (eoff[e + 1] == eoff[e] || ready[e] != want) continue;
             const float *db = L->exp_down_b + (size_t)e * d;
             for (int p = eoff[e]; p < eoff[e + 1]; p++)
-                for (int q = 0; q < d; q++) eo[(size_t)p * d + q] += db[q];
+                for (int q = 0; q < d; q++) eo[(size_t)(p - base) * d + q] += db[q];
         }
     return 0;
 }
@@ -326,7 +334,8 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
     es_read_ahead(m->es, N->moe_row, guess, ng);
 }
 
-/* One layer's MoE scratch: pairs (row, selected expert) koff[i] .. koff[i + 1] - 1 of row i. */
+/* One layer's MoE scratch: pairs (row, selected expert) koff[i] .. koff[i + 1] - 1 of row i;
+ * eg, eo hold one group of experts' pairs (moe_experts sizes them). */
 typedef struct {
     int *koff, *sel, *ecnt, *eoff, *elist, *slot_of, *ready_k, *ready, *chosen;
     float *rl, *selw, *eg, *eu, *eo, *sg, *so;
@@ -334,10 +343,10 @@ typedef struct {
 } moe_bufs;
 
 /* Each row's expert count, and the scratch sized for this batch. 0, or -1 out of memory. */
-static int moe_scratch(model *m, const layer_w *L, const moe_opts *o, int n, const fwd_row *rows, moe_bufs *B) {
+static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, moe_bufs *B) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
-    const int d = c->d_model, E = c->n_experts, X = c->d_expert;
+    const int d = c->d_model, E = c->n_experts;
     const int S = B->S = L->sh_gate.rows > 0 ? c->d_shexp : 0;
     int *koff = B->koff = ib(&P->koff, (size_t)n + 1);
     if (!koff) return -1;
@@ -350,13 +359,9 @@ static int moe_scratch(model *m, const layer_w *L, const moe_opts *o, int n, con
     B->ecnt = ib(&P->ecnt, (size_t)E + 1);
     B->eoff = ib(&P->eoff, (size_t)E + 1);
     B->elist = ib(&P->elist, (size_t)NP * 2 + E); /* pairs by expert | slot of each pair | experts */
-    B->eg = fb(&P->eg, (size_t)NP * X);
-    const int split = o->act != MOE_ACT_SILU || L->exp_gate_b || L->exp_up_b;   /* moe_phase's two jobs */
-    B->eu = split ? fb(&P->eu, (size_t)NP * X) : NULL;
-    B->eo = fb(&P->eout, (size_t)NP * d);
     B->sg = S ? fb(&P->fg, (size_t)n * S) : NULL, B->so = S ? fb(&P->shout, (size_t)n * d) : NULL;
     B->ready_k = ib(&P->ready, (size_t)E * 2);
-    if (!B->rl || !B->sel || !B->selw || !B->ecnt || !B->eoff || !B->elist || !B->eg || (split && !B->eu) || !B->eo || !B->ready_k ||
+    if (!B->rl || !B->sel || !B->selw || !B->ecnt || !B->eoff || !B->elist || !B->ready_k ||
         (S && (!B->sg || !B->so)))
         return -1;
     B->slot_of = B->elist + NP, B->chosen = B->elist + 2 * NP, B->ready = B->ready_k + E;
@@ -380,35 +385,82 @@ static void shared_gate(const float *w, const float *h, int n, int d, float *so)
     }
 }
 
-/* Acquires the nsel chosen experts: the ones in RAM at once, the misses on the I/O lanes while
- * the resident ones (and the shared expert) compute; then the rest; then releases them. 0 or -1. */
-static int moe_experts(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows,
-                       moe_bufs *B, int nsel) {
+/* One group of the chosen experts, list[0..cnt), whose pairs start at grouped pair `base`: the
+ * ones in RAM at once, the misses on the I/O lanes while the resident ones (and, in the first
+ * group, the shared expert) compute; then the rest; then they are released. While this group
+ * computes, the lanes read the next group's misses (next[0..n_next)), or after the last group
+ * the next layer's guess. 0 or -1. */
+static int moe_group_run(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows,
+                         moe_bufs *B, const int *list, int cnt, const int *next, int n_next, int first, int base) {
     struct model_priv *P = m->priv;
     const int E = m->c.n_experts, r = L->moe_row;
-    int rc = es_acquire_begin(m->es, r, B->chosen, nsel, P->ew, B->ready_k), held = rc == 0;
+    int rc = es_acquire_begin(m->es, r, list, cnt, P->ew, B->ready_k), held = rc == 0;
+    if (rc != 0) return rc;
+    if (n_next > 0) es_read_ahead(m->es, r, next, n_next);
+    else moe_read_ahead(m, L, h, n, rows);
+    for (int e = 0; e < E; e++) B->ready[e] = -1;       /* not in this group: skipped */
+    for (int k = 0; k < cnt; k++) B->ready[list[k]] = B->ready_k[k];
+    rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 1, first, base, B->eg, B->eu, B->eo, B->sg, B->so);
+    int pending = 0;
+    for (int k = 0; k < cnt; k++) pending |= !B->ready_k[k];
+    if (pending) {
+        double tw = mnow();
+        int rf = es_acquire_finish(m->es, r, list, cnt, P->ew, B->ready_k, &m->perf.t_edisk);
+        held = rf == 0;                     /* a failed finish holds nothing */
+        m->perf.t_emm -= mnow() - tw;       /* the wait is disk time, not matmul time */
+        if (rc == 0) rc = rf;
+        if (rc == 0) rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 0, 0, base, B->eg, B->eu, B->eo, B->sg, B->so);
+    }
+    for (int k = 0; held && k < cnt; k++) es_release(m->es, r, list[k]);
+    return rc;
+}
+
+static int expert_pairs(const moe_bufs *B, int e) { return B->eoff[e + 1] - B->eoff[e]; }
+
+/* The end of the group of chosen experts that starts at k: at most G experts and at most cap
+ * pairs (an expert with more pairs than cap forms a group alone). */
+static int group_end(const moe_bufs *B, int k, int nsel, int G, int cap) {
+    int j = k + 1, pairs = expert_pairs(B, B->chosen[k]);
+    while (j < nsel && j - k < G && pairs + expert_pairs(B, B->chosen[j]) <= cap) pairs += expert_pairs(B, B->chosen[j++]);
+    return j;
+}
+
+/* Groups of at most what the store may hold at once from disk (a long prompt's layer selects
+ * nearly every expert) and at most a prefill chunk's pairs (the eg / eo buffers), each group's
+ * misses read while the previous group computes, its outputs added to out. The groups' largest
+ * pair count sizes eg / eo. 0 or -1. */
+static int moe_experts(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows,
+                       moe_bufs *B, int nsel, float *out) {
+    struct model_priv *P = m->priv;
+    const int G = es_hold_max(m->es) > 0 ? es_hold_max(m->es) : nsel;
+    const int sub = P->part_rows > 0 && P->part_rows < n ? P->part_rows : n;
+    const int cap = sub * (m->c.top_k > 0 ? m->c.top_k : 1);  /* a chunk's pairs at the default count */
+    int maxp = 1;
+    for (int k = 0, j; k < nsel; k = j) {
+        j = group_end(B, k, nsel, G, cap);
+        const int p = B->eoff[B->chosen[j - 1] + 1] - B->eoff[B->chosen[k]];
+        if (p > maxp) maxp = p;
+    }
+    B->eg = fb(&P->eg, (size_t)maxp * m->c.d_expert), B->eo = fb(&P->eout, (size_t)maxp * m->c.d_model);
+    const int split = o->act != MOE_ACT_SILU || L->exp_gate_b || L->exp_up_b;   /* moe_phase's two jobs */
+    B->eu = split ? fb(&P->eu, (size_t)maxp * m->c.d_expert) : NULL;
+    if (!B->eg || !B->eo || (split && !B->eu)) return -1;
     double t1 = mnow();
-    if (rc == 0) {
-        moe_read_ahead(m, L, h, n, rows);
-        for (int e = 0; e < E; e++) B->ready[e] = 0;
-        for (int k = 0; k < nsel; k++) B->ready[B->chosen[k]] = B->ready_k[k];
-        rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 1, 1, B->eg, B->eu, B->eo, B->sg, B->so);
-        int pending = 0;
-        for (int k = 0; k < nsel; k++) pending |= !B->ready_k[k];
-        if (rc == 0 && pending) {
-            double tw = mnow();
-            rc = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk);
-            held = rc == 0;                 /* a failed finish holds nothing */
-            t1 += mnow() - tw;              /* the wait is disk time, not matmul time */
-            if (rc == 0) rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 0, 0, B->eg, B->eu, B->eo, B->sg, B->so);
-        } else if (pending) {
-            held = es_acquire_finish(m->es, r, B->chosen, nsel, P->ew, B->ready_k, &m->perf.t_edisk) == 0;
-        }
-        if (rc == 0 && B->S && L->sh_gate_inp) shared_gate(L->sh_gate_inp, h, n, m->c.d_model, B->so);
-        for (int e = 0; held && e < E; e++)
-            if (B->eoff[e + 1] > B->eoff[e]) es_release(m->es, r, e);
+    int rc = 0;
+    for (int k = 0, j; rc == 0 && k < nsel; k = j) {
+        j = group_end(B, k, nsel, G, cap);
+        const int jn = j < nsel ? group_end(B, j, nsel, G, cap) : j;
+        const int lo = B->eoff[B->chosen[k]], hi = B->eoff[B->chosen[j - 1] + 1];
+        rc = moe_group_run(m, L, o, h, n, rows, B, B->chosen + k, j - k, B->chosen + j, jn - j, k == 0, lo);
+        combine_ctx C = {out, B->selw, B->eo, NULL, B->slot_of, B->koff, n, m->c.d_model, lo, hi, k == 0};
+        if (rc == 0) par_rows(combine_chunk, &C, n);
     }
     m->perf.t_emm += mnow() - t1;
+    if (rc == 0 && B->S) {                      /* the shared expert's output, after every routed one */
+        if (L->sh_gate_inp) shared_gate(L->sh_gate_inp, h, n, m->c.d_model, B->so);
+        combine_ctx C = {out, B->selw, B->eo, B->so, B->slot_of, B->koff, n, m->c.d_model, 0, 0, nsel == 0};
+        par_rows(combine_chunk, &C, n);
+    }
     return rc;
 }
 
@@ -418,7 +470,7 @@ int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *ro
     const moe_opts dflt = {m->c.gating, MOE_ACT_SILU, 0.0f, 0.0f};
     if (!o) o = &dflt;
     moe_bufs B;
-    if (moe_scratch(m, L, o, n, rows, &B) != 0) return -1;
+    if (moe_scratch(m, L, n, rows, &B) != 0) return -1;
     double t0 = mnow();
     moe_route(m, L, o->gating, h, n, rows, B.koff, B.rl, B.sel, B.selw);
     moe_group(B.sel, B.koff, n, E, B.ecnt, B.eoff, B.elist, B.slot_of);
@@ -426,10 +478,6 @@ int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *ro
     int nsel = 0;
     for (int e = 0; e < E; e++)
         if (B.eoff[e + 1] > B.eoff[e]) B.chosen[nsel++] = e;
-    if (moe_experts(m, L, o, h, n, rows, &B, nsel) != 0) return -1;
-    t0 = mnow();
-    combine_ctx C = {out, B.selw, B.eo, B.so, B.slot_of, B.koff, n, m->c.d_model};
-    par_rows(combine_chunk, &C, n);
-    m->perf.t_dense += mnow() - t0;
+    if (moe_experts(m, L, o, h, n, rows, &B, nsel, out) != 0) return -1;
     return 0;
 }

@@ -25,7 +25,7 @@
 #define MAX_GRAMMAR   (1u << 20)    /* gbytes */
 #define MAX_LINE      (1 << 20)     /* longer command lines are refused and skipped */
 #define MAX_LOGPROBS  32
-#define PREFILL_CHUNK 256
+#define PREFILL_CHUNK 256           /* without a budget (tests that drive serve_mux directly) */
 #define HITS_EVERY    6             /* a HITS line every 6 decoded tokens, engine-wide */
 #define LIVE_EVERY_S  1.0           /* while decoding, HITS and TIERS + EMAP at least this often: a
                                      * big model under a budget decodes ~1 token/s, and a turn-end
@@ -76,7 +76,8 @@ typedef struct {
     int vocab, rows, cols;
     void *scratch;              /* sampler scratch */
     gram_vocab *gv;             /* the vocabulary's byte trie for grammar requests */
-    fwd_row *fwd;               /* max(PREFILL_CHUNK, n_slots) rows */
+    fwd_row *fwd;               /* max(chunk, n_slots) rows */
+    int chunk;                  /* prefill rows per forward (the budget's prefill_rows) */
     int *ids;                   /* ctx token ids for tokenizing a prompt */
     uint8_t *emap, *hits;
     char *hex;
@@ -438,6 +439,29 @@ int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
     return 0;
 }
 
+/* Room for n_pos positions in slot s within the KV share: when the share is full, the idle
+ * slots' histories (kept for prefix reuse) are freed first, then kv_reserve's answer. */
+static int kv_grow(server *S, int s, int n_pos) {
+    int rc = kv_reserve(&S->kv, s, n_pos);
+    for (int o = 0; rc == KV_OVER_BUDGET && o < S->o->n_slots; o++)
+        if (o != s && !S->req[o].active && S->kv.slots[o].cap > 0) {
+            fprintf(stderr, "[KV] slot %d's history freed for slot %d (KV share full)\n", o, s);
+            kv_release(&S->kv, o);
+            rc = kv_reserve(&S->kv, s, n_pos);
+        }
+    return rc;
+}
+
+/* Positions slot s can get within the KV share once the idle slots' histories are freed. */
+static int kv_room_idle(server *S, int s) {
+    size_t held = 0;
+    for (int o = 0; o < S->o->n_slots; o++)
+        if (o != s && S->req[o].active) held += (size_t)S->kv.slots[o].cap * kv_pos_bytes(&S->kv);
+    if (!S->kv.budget) return S->o->ctx;
+    const size_t fit = S->kv.budget > held ? (S->kv.budget - held) / kv_pos_bytes(&S->kv) : 0;
+    return fit < (size_t)S->o->ctx ? (int)fit : S->o->ctx;
+}
+
 /* One continuous-batching step: one row per active request. */
 static void decode_step(server *S) {
     int n = 0;
@@ -445,10 +469,12 @@ static void decode_step(server *S) {
         request *r = &S->req[s];
         if (!r->active) continue;
         int pos = S->kv.slots[s].n_pos;
-        if (kv_reserve(&S->kv, s, pos + 1) != 0) {
-            fprintf(stderr, "[API] out of memory growing KV slot %d; ending id=%llu\n", s,
+        const int kr = kv_grow(S, s, pos + 1);
+        if (kr != 0) {
+            fprintf(stderr, "[API] %s growing KV slot %d; ending id=%llu\n",
+                    kr == KV_OVER_BUDGET ? "KV share of the memory budget full" : "out of memory", s,
                     (unsigned long long)r->id);
-            finish(S, r, 0);
+            finish(S, r, kr == KV_OVER_BUDGET);     /* the budget ends it as a length limit would */
             continue;
         }
         S->fwd[n++] = (fwd_row){ .slot = s, .pos = pos, .token = r->next_tok, .logits = r->logits,
@@ -709,6 +735,14 @@ static void cmd_submit(server *S, char *args) {
                         "raise CTX or shorten the conversation\n", n, ctx, ctx - 2);
         return;
     }
+    const int kv_fit = kv_room_idle(S, slot);
+    if (n > kv_fit - 2) {                     /* the KV share, with the other slots' turns in it */
+        gram_free(g);
+        out_line("ERROR %llu CONTEXT_EXCEEDED %d %d", id, n, kv_fit > 2 ? kv_fit - 2 : 0);
+        fprintf(stderr, "[API] prompt of %d tokens does not fit the KV share of the memory budget now "
+                        "(%d positions free for slot %d); raise the budget or lower KV_SLOTS / CTX\n", n, kv_fit, slot);
+        return;
+    }
 
     request *r = &S->req[slot];
     const int experts = h.have_experts ? (int)h.experts : S->m->c.top_k;
@@ -744,8 +778,9 @@ static void cmd_submit(server *S, char *args) {
     fprintf(stderr, "[API] KV slot %d prefix %d/%d token, prefill %d\n", slot, keep, n, n - keep);
 
     kv_truncate(&S->kv, slot, keep);
-    if (prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, experts, !r->heat,
-                     S->fwd, PREFILL_CHUNK) != 0) {
+    if (kv_grow(S, slot, n) != 0 ||
+        prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, experts, !r->heat,
+                     S->fwd, S->chunk) != 0) {
         fprintf(stderr, "[API] prefill failed for id=%llu (out of memory or expert read error)\n", id);
         kv_truncate(&S->kv, slot, keep);
         r->t_decode0 = now_s();
@@ -848,7 +883,7 @@ static void json_str(char *out, size_t cap, size_t *len, const char *s) {
 static void emit_model_line(server *S) {
     model *m = S->m;
     const char *tmpl = m->chat_template ? m->chat_template : "";
-    size_t cap = 1024 + 6 * (strlen(tmpl) + strlen(m->name) + strlen(m->arch));
+    size_t cap = 2048 + 6 * (strlen(tmpl) + strlen(m->name) + strlen(m->arch));
     int bos = tok_bos(S->tok), eos = tok_eos(S->tok);
     const char *bt = bos >= 0 ? tok_text(S->tok, bos) : NULL;
     const char *et = eos >= 0 ? tok_text(S->tok, eos) : NULL;
@@ -890,7 +925,13 @@ static void emit_model_line(server *S) {
         len += (size_t)snprintf(b + len, cap - len, "null");
     }
     /* grammar: SUBMIT takes grammar=1 with a DFA of this format as its gbytes (grammar.h) */
-    len += (size_t)snprintf(b + len, cap - len, ",\"slots\":%d,\"grammar\":\"CGD1\"}", S->o->n_slots);
+    len += (size_t)snprintf(b + len, cap - len, ",\"slots\":%d,\"grammar\":\"CGD1\"", S->o->n_slots);
+    if (S->o->budget) {                 /* how the memory budget was split (budget.h) */
+        len += (size_t)snprintf(b + len, cap - len, ",\"memory\":{");
+        len += (size_t)budget_json(S->o->budget, b + len, cap - len);
+        len += (size_t)snprintf(b + len, cap - len, "}");
+    }
+    len += (size_t)snprintf(b + len, cap - len, "}");
     out_raw_line(b, len);
     free(b);
 }
@@ -951,10 +992,12 @@ int serve_mux(model *m, const serve_opts *o) {
     S->cols = m->es ? es_cols(m->es) : 0;
     S->reading = 1;
 
-    int nfwd = o->n_slots > PREFILL_CHUNK ? o->n_slots : PREFILL_CHUNK;
+    S->chunk = o->budget ? o->budget->rows : PREFILL_CHUNK;
+    int nfwd = o->n_slots > S->chunk ? o->n_slots : S->chunk;
     size_t ncells = (size_t)S->rows * S->cols;
     int ok = model_kv_init(m, &S->kv, o->n_slots, o->ctx) == 0 &&
              kv_set_f16(&S->kv, o->kv_f16) == 0;
+    if (ok && o->budget) kv_set_budget(&S->kv, o->budget->kv);
     S->req = calloc((size_t)o->n_slots, sizeof *S->req);
     S->scratch = malloc((size_t)S->vocab * 8);
     S->fwd = calloc((size_t)nfwd, sizeof *S->fwd);

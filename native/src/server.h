@@ -6,6 +6,7 @@
 #ifndef COLI_SERVER_H
 #define COLI_SERVER_H
 #include <stdint.h>
+#include "budget.h"
 #include "kv.h"
 #include "model.h"
 
@@ -17,6 +18,7 @@ typedef struct {
     char kv_base[1200];     /* slot s lives in "<kv_base>.<s>" */
     int serve_topk;         /* SERVE_TOPK=1: a TOPK line after each DATA */
     int usage_save;         /* 0: never write the usage file */
+    const mem_budget *budget;   /* the split: the KV share, the prefill chunk (MODEL reports it) */
 } serve_opts;
 
 /* Runs the protocol until EOF / BAD_FRAME / SIGTERM; returns the process exit code. */

@@ -50,6 +50,26 @@ static char *slurp(const char *path, size_t *len) {
 
 /* ------------------------------------------------------------------ KV */
 
+/* The slots' byte budget: growth past it is refused (KV_OVER_BUDGET, nothing changed), a slot's
+ * room is what the others leave, and a released slot gives its bytes back. */
+static void test_kv_budget(void) {
+    kv_cache c;
+    CHECK(kv_init(&c, 2, 1000, 3, 8) == 0, "kv_init");
+    const size_t pos = kv_pos_bytes(&c);
+    CHECK(pos == 3 * 16 * 4 + sizeof(int), "bytes a position: %zu", pos);
+    kv_set_budget(&c, 300 * pos);
+    CHECK(kv_room(&c, 0) == 300, "room of an empty cache: %d", kv_room(&c, 0));
+    CHECK(kv_reserve(&c, 0, 200) == 0 && c.slots[0].cap == 256 && c.used == 256 * pos, "doubling inside the budget");
+    CHECK(kv_room(&c, 1) == 44, "slot 1's room beside 256 positions: %d", kv_room(&c, 1));
+    CHECK(kv_reserve(&c, 1, 45) == KV_OVER_BUDGET && c.slots[1].cap == 0, "past the budget: refused, unchanged");
+    CHECK(kv_reserve(&c, 1, 40) == 0 && c.slots[1].cap == 44, "doubling clamped to the room: cap %d", c.slots[1].cap);
+    CHECK(kv_reserve(&c, 0, 260) == KV_OVER_BUDGET && c.slots[0].cap == 256, "slot 0 held to what slot 1 leaves");
+    kv_release(&c, 1);
+    CHECK(c.slots[1].cap == 0 && c.slots[1].n_pos == 0 && c.used == (size_t)c.slots[0].cap * pos, "released");
+    CHECK(kv_reserve(&c, 1, 40) == 0, "the released bytes serve again");
+    kv_free(&c);
+}
+
 static void test_kv(void) {
     kv_cache c;
     CHECK(kv_init(&c, 2, 100, 3, 8) == 0, "kv_init");
@@ -895,6 +915,7 @@ int main(void) {
         return 1;
     }
     test_kv();
+    test_kv_budget();
     test_kv_f16();
     test_kv_widths();
     test_kv_window();

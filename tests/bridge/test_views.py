@@ -34,10 +34,17 @@ def own_prefix():
 def test_it_reports_a_healthy_engine(client, state):
     state(up=True, status="up", model={"name": "tiny"}, slots=2, queue=1, restarts=3)
     r = client.get("/health")
-    assert r.status_code == 200
+    assert r.status_code == 200, r.json()
     assert r.json() == {"engine": "up", "bridge": "up", "redis": "up", "model": "tiny", "slots": 2, "queue": 1,
                         "restarts": 3, "experts": None, "sampling": {"temperature": 0.7, "top_p": 1.0},
-                        "bridge_id": "main", "bridges": [], "models": []}  # no registration written here
+                        "memory": None, "bridge_id": "main", "bridges": [], "models": []}  # no registration written here
+
+
+def test_it_reports_the_engines_memory_split(client, state):
+    split = {"budget_mb": 3891.2, "source": "cgroup", "dense_mb": 1012.5, "kv_mb": 392.0, "work_mb": 301.7,
+             "experts_mb": 2185.0, "prefill_chunk": 1024}
+    state(up=True, status="up", model={"name": "moe", "memory": split})
+    assert client.get("/health").json()["memory"] == split
 
 
 def test_it_reports_the_served_models_recommended_sampling(client, state):

@@ -84,3 +84,16 @@ def test_the_last_turns_expert_io_is_in_v1_stats_ops_and_metrics(staff, alice_ke
 
 def test_an_engine_without_iostat_leaves_io_null(staff):
     assert client_for(staff).get("/ops/stats.json").json()["io"] is None
+
+
+def test_the_engines_memory_split_is_in_v1_stats_and_ops(staff, alice_key, monkeypatch):
+    split = {"budget_mb": 3891.2, "source": "cgroup", "limit_mb": 4096.0, "margin_mb": 204.8, "dense_mb": 1012.4,
+             "kv_mb": 392.0, "work_mb": 301.7, "experts_mb": 2185.0, "experts_all_mb": 16800.0,
+             "experts_resident": False, "expert_override": False, "prefill_rows": 4096, "prefill_chunk": 1024}
+    state = {"status": "up", "up": True, "updated": 1.0, "slots": 2, "busy": 0, "queue": 0, "restarts": 0,
+             "model": {"name": "moe", "memory": split}}
+    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda bridge=None: state)
+    public = Client().get("/v1/stats", HTTP_AUTHORIZATION=f"Bearer {alice_key}").json()
+    assert public["memory"] == client_for(staff).get("/ops/stats.json").json()["memory"] == split
+    state["model"] = {"name": "another engine"}     # no MODEL memory: null
+    assert client_for(staff).get("/ops/stats.json").json()["memory"] is None

@@ -11,10 +11,18 @@ interface Row {
   value: number;
 }
 
+// The engine's memory budget split (MODEL's `memory`, native/README.md "Memory budget"), MiB.
+interface MemorySplit {
+  budget_mb: number; source: string; limit_mb: number; margin_mb: number; dense_mb: number; kv_mb: number;
+  work_mb: number; experts_mb: number; experts_all_mb: number; experts_resident: boolean;
+  expert_override: boolean; prefill_rows: number; prefill_chunk: number;
+}
+
 interface Stats {
   time: number;
   engine: { up: number; slots: number; busy: number; queue: number; restarts: number };
   io: TurnIo | null;
+  memory?: MemorySplit | null;
   metrics: Record<string, Row[]>;
   bridge?: string; // whose engine figures `engine` and `io` are
   bridges?: BridgeEntry[];
@@ -30,6 +38,25 @@ function renderIo(io: TurnIo | null | undefined): void {
   set("ops-io-turn", io ? `request ${io.id} · ${io.tokens} tokens · ${formatBytes(io.disk_bytes)} read, ${io.stall_s.toFixed(3)} s stalled` : "");
   set("ops-io-note", io ? "From the engine's IOSTAT line, one per turn: the latest finished turn, engine-wide."
     : "No IOSTAT from this engine yet: our engine sends one per turn; the real colibri engine never does.");
+}
+
+// MiB, the unit of MEM_BUDGET_MB and EXPERT_RAM_MB
+const mib = (v: number) => `${v.toFixed(v < 10 ? 1 : 0)} MiB`;
+
+function renderMemory(mem: MemorySplit | null | undefined): void {
+  const panel = document.getElementById("ops-memory");
+  if (!panel) return;
+  panel.dataset.state = mem ? "split" : "none";
+  const set = (id: string, text: string) => { document.getElementById(id)!.textContent = text; };
+  set("mem-budget", mem ? mib(mem.budget_mb) : "–");
+  set("mem-dense", mem ? mib(mem.dense_mb) : "–");
+  set("mem-kv", mem ? mib(mem.kv_mb) : "–");
+  set("mem-work", mem ? mib(mem.work_mb) : "–");
+  set("mem-experts", !mem ? "–" : mem.experts_resident ? `${mib(mem.experts_mb)} (all)`
+    : `${mib(mem.experts_mb)} of ${mib(mem.experts_all_mb)}${mem.expert_override ? " (EXPERT_RAM_MB)" : ""}`);
+  set("mem-prefill", mem ? `${mem.prefill_rows} / ${mem.prefill_chunk}` : "–");
+  set("ops-memory-source", !mem ? "" : mem.source === "MEM_BUDGET_MB" ? "set by MEM_BUDGET_MB"
+    : `${mem.source} ${mib(mem.limit_mb)} less ${mib(mem.margin_mb)}`);
 }
 
 interface Boot {
@@ -188,6 +215,7 @@ function boot(): void {
       slotsEl.textContent = `${cur.engine.busy}/${cur.engine.slots} slots busy · ${cur.engine.queue} waiting`;
       renderTable(cur);
       renderIo(cur.io);
+      renderMemory(cur.memory);
       if (prev && cur.time > prev.time) {
         const dt = cur.time - prev.time;
         for (const def of charts) def.chart.push(cur.time, def.compute(prev, cur, dt));
