@@ -15,6 +15,9 @@ softmax over the top 4, clamped SwiGLU) against the float64 GptOss reference of 
   restored), one that continues the conversation (the windows' rows are live), and one that
   diverges inside the first prompt (recomputed from 0): each turn's tokens and log-probabilities
   are those of a fresh engine given the same prompt, and ACCEPT's reused= says which path ran.
+- A slot file (KVSAVE=1) carries the windows and their checkpoint across a restart; the
+  sliding_window_pattern key is read as llama.cpp reads it; a file without one of the tensors the
+  loader requires is refused naming it.
 The Q4_K_M file runs in test_arch_oracle.py's CASES and the per-tensor type mixes in
 test_arch_type_mixes.py (both through procs.make_arch_fixture).
 """
@@ -223,3 +226,18 @@ def test_slot_file_carries_the_windows_across_a_restart(tiny, engine_binary, tmp
     # the prompts part right after turn 1's prompt, where the saved checkpoint sits)
     assert reused >= n1, f"after the restart the slot reused {reused} positions, turn 1's prompt had {n1}"
     assert (d2, t2) == fresh(engine_binary, tiny, b, steps), "the resumed turn differs from a fresh engine's"
+
+
+@pytest.mark.parametrize("name", ["blk.1.attn_sinks.weight", "blk.0.attn_output.bias", "blk.1.ffn_gate_inp.bias",
+                                  "blk.0.ffn_up_exps.bias", "blk.1.ffn_down_exps.bias"])
+def test_a_file_without_a_gpt_oss_tensor_is_refused(name, tiny, fwd_dump, tmp_path):
+    """Each tensor llama.cpp's openai-moe loader requires: without it, one line naming it."""
+    from tests.model.gguf_slice import add_raw, copy_writer, write_out
+    dst = tmp_path / "missing.gguf"
+    r, w, _ = copy_writer(tiny, dst)
+    for t in r.tensors:
+        if t.name != name:
+            add_raw(w, t)
+    write_out(w, dst)
+    p = subprocess.run([str(fwd_dump), str(dst), str(tmp_path / "x.f32"), "1", "2"], capture_output=True, text=True)
+    assert p.returncode != 0 and f"{name}: tensor missing" in p.stderr, p.stderr
