@@ -15,6 +15,7 @@ softmax over the top 4, clamped SwiGLU) against the float64 GptOss reference of 
   restored), one that continues the conversation (the windows' rows are live), and one that
   diverges inside the first prompt (recomputed from 0): each turn's tokens and log-probabilities
   are those of a fresh engine given the same prompt, and ACCEPT's reused= says which path ran.
+- Two slots decoding in one batch: each turn = the same turn alone.
 - A slot file (KVSAVE=1) carries the windows and their checkpoint across a restart; the
   sliding_window_pattern key is read as llama.cpp reads it; a file without one of the tensors the
   loader requires is refused naming it.
@@ -241,3 +242,26 @@ def test_a_file_without_a_gpt_oss_tensor_is_refused(name, tiny, fwd_dump, tmp_pa
     write_out(w, dst)
     p = subprocess.run([str(fwd_dump), str(dst), str(tmp_path / "x.f32"), "1", "2"], capture_output=True, text=True)
     assert p.returncode != 0 and f"{name}: tensor missing" in p.stderr, p.stderr
+
+
+def test_two_slots_decoding_together_match_each_alone(tiny, engine_binary):
+    """Rows of two slots in one batch (each slot's windows slide on their own): each turn's tokens
+    and log-probabilities are those it gets alone."""
+    steps = 3 * WINDOW
+    prompts = ["<|im_start|>user\nThe capital of France is<|im_end|><|im_start|>",
+               "<|im_start|>user\nList three colours and a number<|im_end|><|im_start|>"]
+    e = Engine(engine_binary, env=base_env(tiny, slots=2, ctx=256))
+    try:
+        rids = [e.submit(p, slot=i, max_tokens=steps, extra=" logprobs=4") for i, p in enumerate(prompts)]
+        got = []
+        for rid in rids:
+            r = e.result(rid, 120)
+            assert r.done is not None, r.errors
+            got.append(([tuple(parts[2:]) for kind, parts, _ in list(e.events)
+                         if kind == "DATA" and int(parts[1]) == rid and len(parts) >= 6], r.text))
+        e.close(10)
+    finally:
+        e.kill()
+    for p, g in zip(prompts, got):
+        assert len(g[0]) > WINDOW
+        assert g == fresh(engine_binary, tiny, p, steps), f"slot of {p!r} differs from its turn alone"
