@@ -65,6 +65,8 @@ from tests.model.arch_ref import REFS  # noqa: E402  (float64 forwards from the 
 sys.path.insert(0, str(ROOT / "bench"))
 import llama_child  # noqa: E402  (the llama.cpp child scripts' prelude: use_extra_bufts off)
 GEN = ROOT / "native" / "tools" / "make_arch_fixture.py"
+GPTOSS_GEN = ROOT / "native" / "tools" / "make_tiny_gptoss.py"   # gpt-oss: its own generator
+GPTOSS_MIXES = {"kquant": "q4_k_m", "f32": "f32", "mxfp4": "mxfp4"}
 FWD_DUMP = ROOT / "native" / "build" / "fwd_dump"
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 TOPN = 32
@@ -182,7 +184,9 @@ def main():
     spec.loader.exec_module(mod)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llama-python", default=str(ROOT / "bench" / ".venv-llama" / "bin" / "python"))
-    ap.add_argument("--arch", nargs="*", default=sorted(mod.ARCHS))
+    ap.add_argument("--arch", nargs="*", default=sorted(mod.ARCHS),
+                    help="architectures (default: the generator's); gpt-oss runs make_tiny_gptoss.py's F32, "
+                         "Q4_K_M-like and MXFP4-experts files")
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -217,12 +221,18 @@ def main():
                     patch[k] = int(v)
             if a.d_expert:
                 patch["d_expert"] = a.d_expert
-            mod.ARCHS[arch] = dict(mod.ARCHS[arch], **patch)
+            gptoss = arch == "gpt-oss"
+            if not gptoss:
+                mod.ARCHS[arch] = dict(mod.ARCHS[arch], **patch)
             # (the generator's own K-quant mix needs widths that are multiples of 256: not with --d-expert)
-            for mix in ([] if a.d_expert else ["kquant"]) + ["f32"] + [f"llama {t}" for t in a.llama_quantize]:
+            for mix in ([] if a.d_expert else ["kquant"]) + ["f32"] + (["mxfp4"] if gptoss else []) + \
+                    [f"llama {t}" for t in a.llama_quantize]:
                 model = Path(tmp) / f"{arch}-{mix.replace(' ', '-')}.gguf"
                 gen = [str(model), "--arch", arch, "--seed", str(a.seed)] + ([] if mix == "kquant" else ["--f32"])
-                if patch:           # the generator in-process, with the patched shape
+                if gptoss:
+                    subprocess.run([sys.executable, str(GPTOSS_GEN), str(model), "--seed", str(a.seed), "--mix",
+                                    GPTOSS_MIXES.get(mix, "f32")], check=True)
+                elif patch:           # the generator in-process, with the patched shape
                     mod.main(gen)
                 else:
                     subprocess.run([sys.executable, str(GEN), *gen], check=True)
@@ -297,7 +307,7 @@ def main():
             print(f"| {r[0]} | {r[1]} | {r[2]} | | | | | | | |")
             continue
         arch, mix, ex, i8, rf = r
-        w = {"kquant": "K-quant mix", "f32": "F32"}.get(mix, mix)
+        w = {"kquant": "K-quant mix", "f32": "F32", "mxfp4": "MXFP4 experts, BF16 elsewhere"}.get(mix, mix)
         ref = f"{rf[1]}/{rf[0]} | {rf[2]:.2e}" if rf else "n/a | n/a"
         print(f"| {arch} | {w} | {ex[1]}/{ex[0]} | {ex[2]:.2e} | {ex[3]:.3f} | {i8[1]}/{i8[0]} | {i8[2]:.2e} | {i8[3]:.3f} "
               f"| {ref} |")

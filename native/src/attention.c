@@ -1,4 +1,5 @@
-/* attention.c — causal attention over the K/V rows of a slot: scores of 8 keys at a time,
+/* attention.c — causal attention over the K/V rows of a slot (all of them, or a sliding
+ * window's; with per-head sink logits in the denominators when the layer has them): scores of 8 keys at a time,
  * softmax with our own exp, V summed as fma chains (see native/README.md "Attention"). One
  * task = up to ATT_R consecutive rows of one slot x one KV head with its query heads. Scores
  * run over the key width, the V sums over the value width (they may differ). */
@@ -207,8 +208,10 @@ static void wsum_v(const float *const *w, int G, const void *vb, size_t vst, int
 }
 
 /* In place over sc[0..nt): sc = scale * sc; p = exp(sc - max); sum of p in double, four
- * partial sums by t % 4 combined as (s0 + s1) + (s2 + s3); sc = p * (float)(1 / sum). */
-static void softmax_scores(float *sc, int nt, float scale) {
+ * partial sums by t % 4 combined as (s0 + s1) + (s2 + s3); sc = p * (float)(1 / sum).
+ * With a sink logit (sink != NULL, unscaled, as ggml's soft_max): max includes it and its
+ * exp(sink - max) is added to the combined sum last; it has no output of its own. */
+static void softmax_scores(float *sc, int nt, float scale, const float *sink) {
     int t = 0;
     float mx = -INFINITY;
 #ifdef __AVX2__
@@ -226,6 +229,7 @@ static void softmax_scores(float *sc, int nt, float scale) {
         sc[t] *= scale;
         if (sc[t] > mx) mx = sc[t];
     }
+    if (sink && *sink > mx) mx = *sink;
     double acc[4] = {0, 0, 0, 0};
     t = 0;
 #ifdef __AVX2__
@@ -243,7 +247,9 @@ static void softmax_scores(float *sc, int nt, float scale) {
         sc[t] = qexp_s(sc[t] - mx);
         acc[t % 4] += sc[t];
     }
-    float inv = (float)(1.0 / ((acc[0] + acc[1]) + (acc[2] + acc[3])));
+    double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    if (sink) sum += qexp_s(*sink - mx);
+    float inv = (float)(1.0 / sum);
     for (t = 0; t < nt; t++) sc[t] *= inv;
 }
 
@@ -256,7 +262,8 @@ void attn_task(void *vctx, int task) {
     const size_t koff = (size_t)kh * hdk * kv_elt(kv), voff = (size_t)kh * hdv * kv_elt(kv);
     float *scr = A->ascr + (size_t)pool_thread_id() * ATT_G * (size_t)A->sc_len;
     for (int i = i0; i < i1; i++) {
-        const int nt = A->rows[i].pos + 1;
+        const int p = A->rows[i].pos, lo = A->window > 0 && p + 1 > A->window ? p + 1 - A->window : 0;
+        const int nt = p + 1 - lo;      /* keys lo .. p */
         for (int g0 = 0; g0 < A->grp; g0 += ATT_G) {
             const int G = A->grp - g0 < ATT_G ? A->grp - g0 : ATT_G;
             const float *qv[ATT_G];
@@ -271,14 +278,15 @@ void attn_task(void *vctx, int task) {
                 const void *kp[8];
                 float *out[ATT_G];
                 for (int j = 0; j < 8; j++) {
-                    kp[j] = (const char *)kv_k(kv, s, l, t0 + j < nt ? t0 + j : nt - 1) + koff;
-                    if (g0 == 0 && t0 + j + ATT_PF < nt) prefetch_l2((const char *)kv_k(kv, s, l, t0 + j + ATT_PF) + koff, hdk * (int)kv_elt(kv));
+                    kp[j] = (const char *)kv_k(kv, s, l, lo + (t0 + j < nt ? t0 + j : nt - 1)) + koff;
+                    if (g0 == 0 && t0 + j + ATT_PF < nt) prefetch_l2((const char *)kv_k(kv, s, l, lo + t0 + j + ATT_PF) + koff, hdk * (int)kv_elt(kv));
                 }
                 for (int g = 0; g < G; g++) out[g] = sc[g] + t0;
                 score8(qv, G, kp, hdk, kv->f16, out);
             }
-            for (int g = 0; g < G; g++) softmax_scores(sc[g], nt, A->scale);
-            wsum_v((const float *const *)sc, G, (const char *)kv_v(kv, s, l, 0) + voff, (size_t)kv->v_dim, nt, hdv, kv->f16, o);
+            for (int g = 0; g < G; g++)
+                softmax_scores(sc[g], nt, A->scale, A->sinks ? A->sinks + kh * A->grp + g0 + g : NULL);
+            wsum_v((const float *const *)sc, G, (const char *)kv_v(kv, s, l, lo) + voff, (size_t)kv->v_dim, nt, hdv, kv->f16, o);
         }
     }
 }

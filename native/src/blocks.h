@@ -52,15 +52,18 @@ typedef struct {
     float scale;            /* score scale; 0: 1/sqrt(head_dim_k) */
 } attn_opts;
 /* Layer l's self-attention on h: q, k, v (+ their biases when the layer has them), q/k norms,
- * RoPE on the key width, K/V appended to the rows' slots, causal GQA attention, the output
- * projection into the branch (tmp). */
+ * RoPE on the key width, K/V appended to the rows' slots, causal GQA attention (over the
+ * layer's sliding window when it has one, with its per-head sinks when it has them), the output
+ * projection (+ its bias) into the branch (tmp). */
 void fwd_attention(fwd *F, int l, const attn_opts *o);
 
 /* Dense SiLU-gated FFN of layer L on h into the branch. 0, or -1 out of memory. */
 int fwd_ffn(fwd *F, const layer_w *L);
 /* The MoE FFN of layer L on h (routed experts + the layer's shared expert; moe.c) into the
- * branch. 0, or -1 (out of memory, expert read failure). */
+ * branch. 0, or -1 (out of memory, expert read failure). fwd_moe_with: with the gating and
+ * expert activation the architecture passes (moe_opts, model_impl.h). */
 int fwd_moe(fwd *F, const layer_w *L);
+int fwd_moe_with(fwd *F, const layer_w *L, const moe_opts *o);
 /* x += the pending branch; the rows that want logits: output(rmsnorm(x, output_norm)),
  * divided by div when it is not 1 (Granite's logit_scale). 0, or -1 out of memory. */
 int fwd_head(fwd *F, float div);

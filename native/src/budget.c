@@ -260,12 +260,25 @@ static int refuse(const mem_budget *b, size_t one_kv, int ctx, char *err, size_t
 int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16, long expert_mb, char *err,
                  size_t errlen) {
     const model_config *c = &m->c;
-    const size_t pos = (size_t)c->n_layers * (size_t)c->n_kv_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) *
-                       (kv_f16 ? 2 : 4) + sizeof(int);
-    const size_t one_kv = (size_t)ctx * pos, all_kv = one_kv * (size_t)n_slots;
+    b->chunk = pick_chunk(m, b->total, ctx);
+    /* a slot's KV: the full-attention layers' rows for every position; a sliding-window layer's
+     * buffer (two windows, or a window and a prefill chunk) and its checkpoint (a window) */
+    const size_t row = (size_t)c->n_kv_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) * (kv_f16 ? 2 : 4);
+    size_t n_full = 0, win_bytes = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const size_t w = (size_t)m->layers[l].window;
+        if (!w) {
+            n_full++;
+            continue;
+        }
+        size_t rows = 2 * w > w - 1 + (size_t)b->chunk ? 2 * w : w - 1 + (size_t)b->chunk;
+        if (rows > (size_t)ctx) rows = (size_t)ctx;
+        win_bytes += (rows + w - 1) * row;
+    }
+    const size_t pos = n_full * row + sizeof(int);
+    const size_t one_kv = (size_t)ctx * pos + win_bytes, all_kv = one_kv * (size_t)n_slots;
     b->experts_all = es_all_bytes(m->es);
     b->dense = rss_now() + mapped_dense(m);
-    b->chunk = pick_chunk(m, b->total, ctx);
     b->rows = pick_rows(m, b->total, ctx, b->chunk);
     b->hold = c->n_experts ? pick_hold(c, n_slots) : 0;
     b->work = work_bytes(m, n_slots, ctx, b->rows, b->chunk, b->hold);

@@ -5,7 +5,8 @@
  *   RMSNorm y = x / sqrt(mean(x^2) + eps) * w (the sum of squares in double);
  *   RoPE on the first rope_dim values of each q / k head (key width), angle pos * inv_freq_i
  *   (model_load.c's table), pairs (2i, 2i+1) or NeoX (i, i + rope_dim/2);
- *   causal GQA attention over [0, pos] of the row's slot (attention.c's fixed orders);
+ *   causal GQA attention over [0, pos] of the row's slot, or its last `window` keys, with the
+ *   layer's sinks in the softmax denominators (attention.c's fixed orders);
  *   FFN down(silu(gate h) * up h).
  * Which of them a layer uses, with which scales, is its architecture's forward (arch_<name>.c). */
 #include "blocks.h"
@@ -245,11 +246,14 @@ static void attn_rows(fwd *F, int l, const attn_opts *o) {
      * on it: each (row, head) task is computed the same way either way) */
     long awork = (long)n * nh * (long)(F->maxpos + 1) * hk;
     attn_ctx A = {F->kv, F->rows, F->blk, F->Q, F->att, F->ascr, F->sc_len, l, nh, nkv, hk, hv, nh * hk, nh * hv,
-                  nh / nkv, scale};
+                  nh / nkv, scale, L->window, L->sinks};
     if (awork > (1L << 15)) pool_run(attn_task, &A, F->nblk * nkv);
     else
         for (int task = 0; task < F->nblk * nkv; task++) attn_task(&A, task);
     mm(F->P, &L->o, F->att, n, F->tmp);
+    if (L->o_b)
+        for (int i = 0; i < n; i++)
+            for (int q = 0; q < c->d_model; q++) F->tmp[(size_t)i * c->d_model + q] += L->o_b[q];
     m->perf.t_attn += mnow() - t0;
 }
 
@@ -281,7 +285,11 @@ static int ffn_rows(fwd *F, const layer_w *L) {
     return 0;
 }
 
-int fwd_moe(fwd *F, const layer_w *L) { return moe_ffn(F->m, L, F->h, F->n, F->rows, F->tmp); }
+int fwd_moe(fwd *F, const layer_w *L) { return moe_ffn(F->m, L, F->h, F->n, F->rows, F->tmp, NULL); }
+
+int fwd_moe_with(fwd *F, const layer_w *L, const moe_opts *o) {
+    return moe_ffn(F->m, L, F->h, F->n, F->rows, F->tmp, o);
+}
 
 int fwd_head(fwd *F, float div) {
     model *m = F->m;

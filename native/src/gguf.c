@@ -26,7 +26,7 @@ const char *ggml_type_name(uint32_t type)
         [13] = "Q5_K", [14] = "Q6_K", [15] = "Q8_K", [16] = "IQ2_XXS", [17] = "IQ2_XS",
         [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S",
         [23] = "IQ4_XS", [24] = "I8", [25] = "I16", [26] = "I32", [27] = "I64", [28] = "F64",
-        [29] = "IQ1_M", [30] = "BF16", [34] = "TQ1_0", [35] = "TQ2_0",
+        [29] = "IQ1_M", [30] = "BF16", [34] = "TQ1_0", [35] = "TQ2_0", [39] = "MXFP4",
     };
     if (type < sizeof names / sizeof names[0] && names[type]) return names[type];
     return "unknown";
@@ -37,7 +37,7 @@ int ggml_type_known(uint32_t type)
     return ggml_row_bytes(type, 256) != 0;
 }
 
-const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS"; }
+const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4"; }
 
 size_t ggml_row_bytes(uint32_t type, uint64_t n)
 {
@@ -58,6 +58,7 @@ size_t ggml_row_bytes(uint32_t type, uint64_t n)
     case GGML_Q6_K: blk = 256; bytes = 210; break;
     case GGML_IQ4_NL: blk = 32; bytes = 18; break;
     case GGML_IQ4_XS: blk = 256; bytes = 136; break;
+    case GGML_MXFP4: blk = 32; bytes = 17; break;
     default: return 0;
     }
     if (n == 0 || n % blk) return 0;

@@ -12,17 +12,24 @@
 typedef struct {
     int *tokens;    /* history: tokens whose K/V are stored, n_pos of them */
     int n_pos;
-    int cap;        /* positions allocated */
+    int cap;        /* positions allocated (tokens, layers without a window) */
     void **k;       /* [n_layers] -> cap * k_dim elements (float, or uint16_t fp16) */
     void **v;       /* [n_layers] -> cap * v_dim elements */
+    /* Sliding-window layers hold rows wbase .. n_pos - 1 only, row pos at index pos - wbase of
+     * a wcap-row buffer (kv_reserve_from slides it when full). A checkpoint keeps the window
+     * that ended at ckpos (rows cklo .. ckpos - 1; -1: none): kv_rewind restores it. */
+    int wbase, wcap, ckpos, cklo;
+    void **ck, **cv;    /* [n_layers] -> (window - 1) rows, windowed layers only (NULL until used) */
 } kv_slot;
 
 typedef struct {
     int n_slots, ctx, n_layers;
     int k_dim, v_dim;   /* K and V row widths (KV heads x key / value head width): they may differ */
     int f16;        /* elements are fp16 (kv_set_f16), else float */
+    int window;     /* the windowed layers' window (keys p - window + 1 .. p); 0: none */
+    uint8_t *windowed;  /* [n_layers]: 1 for a sliding-window layer; NULL: none */
     size_t budget;  /* bytes all slots' buffers may take together (kv_set_budget); 0: no limit */
-    size_t used;    /* bytes the slots' buffers take now */
+    size_t used;    /* bytes the slots' buffers take now (windows and checkpoints included) */
     kv_slot *slots;
 } kv_cache;
 
@@ -32,14 +39,21 @@ int kv_init_kv(kv_cache *c, int n_slots, int ctx, int n_layers, int k_dim, int v
 int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim);
 /* 0 ok, -1 when a slot already holds rows. */
 int kv_set_f16(kv_cache *c, int on);
+/* Layer `layer` attends over a sliding window of `window` keys and keeps only those rows (every
+ * windowed layer of a cache has the same window). Before anything is stored: 0, or -1. */
+int kv_set_window(kv_cache *c, int layer, int window);
 /* The KV_TYPE setting: 1 fp16 rows (unset, empty or "f16"), 0 float32 ("f32"), -1 anything else. */
 int kv_type_f16(const char *setting);
 void kv_free(kv_cache *c);
-/* Make room for n_pos positions in slot s (n_pos <= ctx). 0 ok, -1 OOM, KV_OVER_BUDGET when
- * the slots' buffers would pass the cache's budget (nothing changed then). */
+/* Make room for n_pos positions in slot s (n_pos <= ctx), for a forward whose first row is at
+ * `first` (windowed layers keep rows first - window + 1 .. and may drop older ones). kv_reserve:
+ * first = the slot's n_pos. 0 ok, -1 OOM, KV_OVER_BUDGET when the slots' buffers would pass the
+ * cache's budget (nothing changed then). */
 #define KV_OVER_BUDGET (-2)
+int kv_reserve_from(kv_cache *c, int s, int first, int n_pos);
 int kv_reserve(kv_cache *c, int s, int n_pos);
-/* Bytes one position takes in every layer (K and V rows and its token id). */
+/* Bytes one position takes in the layers that grow with the context (all but the sliding-window
+ * ones: K and V rows) and its token id. */
 size_t kv_pos_bytes(const kv_cache *c);
 /* The share all slots' buffers may take together (0: no limit). */
 void kv_set_budget(kv_cache *c, size_t bytes);
@@ -48,21 +62,37 @@ int kv_room(const kv_cache *c, int s);
 /* Frees slot s's buffers and forgets its history (its share goes back to the others). */
 void kv_release(kv_cache *c, int s);
 static inline size_t kv_elt(const kv_cache *c) { return c->f16 ? 2 : 4; }
-/* Row `pos` of layer `layer` of slot s: k_dim (v_dim) elements of the cache's type. */
+/* The buffer row of position pos in layer `layer` of slot s. */
+static inline size_t kv_row(const kv_cache *c, int s, int layer, int pos) {
+    return (size_t)(c->windowed && c->windowed[layer] ? pos - c->slots[s].wbase : pos);
+}
+/* Row `pos` of layer `layer` of slot s: k_dim (v_dim) elements of the cache's type (a windowed
+ * layer: pos must be one of the rows it holds). */
 static inline void *kv_k(kv_cache *c, int s, int layer, int pos) {
-    return (char *)c->slots[s].k[layer] + (size_t)pos * (size_t)c->k_dim * kv_elt(c);
+    return (char *)c->slots[s].k[layer] + kv_row(c, s, layer, pos) * (size_t)c->k_dim * kv_elt(c);
 }
 static inline void *kv_v(kv_cache *c, int s, int layer, int pos) {
-    return (char *)c->slots[s].v[layer] + (size_t)pos * (size_t)c->v_dim * kv_elt(c);
+    return (char *)c->slots[s].v[layer] + kv_row(c, s, layer, pos) * (size_t)c->v_dim * kv_elt(c);
 }
 /* Stores float rows k (k_dim values), v (v_dim) at (s, layer, pos), converting to fp16. */
 void kv_store(kv_cache *c, int s, int layer, int pos, const float *k, const float *v);
 /* Length of the common prefix of the slot history and ids[0..n). */
 int kv_common_prefix(const kv_cache *c, int s, const int *ids, int n);
-/* Drop positions >= n_keep. */
+/* Drop positions >= n_keep (kv_rewind's, when the cache has windowed layers). */
 void kv_truncate(kv_cache *c, int s, int n_keep);
+/* Keep the first `keep` positions of slot s for a forward that continues at keep: the largest
+ * n <= keep whose rows the next forward can read. keep itself when the windowed layers still
+ * hold keys keep - window + 1 .. keep - 1 (always without windows); else the slot's checkpoint
+ * position when it is <= keep (its window restored); else 0. Positions n .. keep - 1 are then
+ * to be computed again (the same tokens: the same rows). Returns n, the slot's new n_pos. */
+int kv_rewind(kv_cache *c, int s, int keep);
+/* Snapshot of the windowed layers' last window - 1 rows at the slot's n_pos (where a prompt
+ * ends: the next stateless turn shares the prompt and diverges after it), for kv_rewind.
+ * 0, or -1 out of memory (no checkpoint then). */
+int kv_checkpoint(kv_cache *c, int s);
 
-/* Slot files: header (magic, dims, model fingerprint), tokens, K/V rows. Written
+/* Slot files: header (magic, dims, model fingerprint), tokens, K/V rows (a windowed layer's
+ * last window - 1 rows). Written
  * atomically (tmp + rename). load returns 0 and fills the slot, or -1 when the file
  * is absent or does not match (then the slot is left empty). */
 int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint);

@@ -22,7 +22,22 @@ void par_rows(pool_fn fn, void *ctx, int n) {
 
 int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx) {
     const model_config *c = &m->c;
-    return kv_init_kv(kv, n_slots, ctx, c->n_layers, c->n_kv_heads * c->head_dim_k, c->n_kv_heads * c->head_dim_v);
+    if (kv_init_kv(kv, n_slots, ctx, c->n_layers, c->n_kv_heads * c->head_dim_k, c->n_kv_heads * c->head_dim_v) != 0)
+        return -1;
+    for (int l = 0; l < c->n_layers; l++)   /* sliding-window layers keep only their window's rows */
+        if (m->layers[l].window > 0 && kv_set_window(kv, l, m->layers[l].window) != 0) {
+            kv_free(kv);
+            return -1;
+        }
+    return 0;
+}
+
+/* A cache serves the model's layers when each layer's rows are kept in full, or with the
+ * window the layer attends over. */
+static int kv_fits(const model *m, const kv_cache *kv) {
+    for (int l = 0; kv->windowed && l < m->c.n_layers; l++)
+        if (kv->windowed[l] && (m->layers[l].window <= 0 || m->layers[l].window > kv->window)) return 0;
+    return 1;
 }
 
 /* The rows' pass: the blocks' state, then the architecture's own forward (arch_<name>.c). */
@@ -38,7 +53,7 @@ int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     if (!P || !kv || kv->n_layers != c->n_layers || kv->k_dim != c->n_kv_heads * c->head_dim_k ||
-        kv->v_dim != c->n_kv_heads * c->head_dim_v)
+        kv->v_dim != c->n_kv_heads * c->head_dim_v || !kv_fits(m, kv))
         return -1;
     int *slot0 = ib(&P->slot0, (size_t)kv->n_slots);
     if (!slot0) return -1;
@@ -53,7 +68,7 @@ int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n) {
         }
         kv_slot *sl = &kv->slots[s];
         if (slot0[s] < 0) slot0[s] = sl->n_pos;
-        if (rows[i].pos != sl->n_pos || rows[i].pos >= kv->ctx || kv_reserve(kv, s, rows[i].pos + 1) != 0) {
+        if (rows[i].pos != sl->n_pos || rows[i].pos >= kv->ctx || kv_reserve_from(kv, s, slot0[s], rows[i].pos + 1) != 0) {
             rc = -1;
             break;
         }

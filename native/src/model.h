@@ -48,6 +48,11 @@ typedef struct {
     const float *q_norm, *k_norm;              /* optional RMSNorm of q and k [head_dim_k], or over
                                                 * the whole projection (OLMoE's forward) */
     const float *q_b, *k_b, *v_b;              /* optional attention biases (Qwen2, GLM-4.5) */
+    const float *o_b;                          /* optional attn_output bias [d_model] (gpt-oss) */
+    const float *sinks;                        /* optional per-head attention sink logits [n_heads]:
+                                                * one more term in each softmax's denominator (gpt-oss) */
+    int window;                                /* sliding-window attention: a query at p sees keys
+                                                * p - window + 1 .. p (0: every earlier key) */
     const float *sh_gate_inp;                  /* optional shared-expert gate [d_model]: the shared
                                                 * expert's output times sigmoid(h . w) (Qwen2-MoE) */
     const float *exp_bias;                     /* optional expert-selection bias [n_experts] (GLM) */
@@ -55,6 +60,8 @@ typedef struct {
     qmat ffn_gate, ffn_up, ffn_down;           /* dense FFN (rows 0 when MoE) */
     qmat router;                               /* ffn_gate_inp: n_experts x d_model */
     const float *router_b;                     /* optional ffn_gate_inp.bias [n_experts], or NULL */
+    const float *exp_gate_b, *exp_up_b;        /* optional per-expert biases [n_experts][d_expert] */
+    const float *exp_down_b;                   /* ... and [n_experts][d_model] (gpt-oss) */
     qmat sh_gate, sh_up, sh_down;              /* shared expert (rows 0 when absent) */
     int moe_row;                               /* -1 dense layer, else EMAP row */
     int next_moe;                              /* index of the next MoE layer (-1: none), for the

@@ -98,6 +98,8 @@ int ld_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, i
            char *err, size_t errlen);
 /* F32 [n] vector, an owned copy (F16 / BF16 converted); NULL with 0 when optional and absent. */
 int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen);
+/* The same for an F32 [n0, n1] tensor (ggml order: n1 rows of n0), n0 * n1 floats. */
+int ld_vec2(model *m, const char *name, int n0, int n1, int optional, const float **out, char *err, size_t errlen);
 /* "<arch>.<suffix>" into buf (the per-architecture GGUF key names). */
 const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap);
 /* The integer key <arch>.<suffix>: required (1 .. 2^24) or optional (0 .. 2^24, default def). */
@@ -105,8 +107,20 @@ int ld_int_req(const model *m, const char *suffix, int *dst, char *err, size_t e
 int ld_int_opt(const model *m, const char *suffix, int def, int *dst, char *err, size_t errlen);
 
 /* ---- parts of the forward ---- */
-/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out (moe.c). */
-int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out);
+/* How an MoE FFN weighs and runs its experts, chosen by the architecture's forward at the call
+ * (llama.cpp's build_moe_ffn arguments): the gating (GATING_*, model.h) and the experts'
+ * activation: SILU silu(gate) * up (the fused gate/up job), or SWIGLU_OAI (gpt-oss, ggml's
+ * swiglu_oai): g = min(gate, limit), u = clamp(up, -limit, limit), g / (1 + exp(-alpha g)) * (u + 1).
+ * The layer's per-expert biases (layer_w.exp_*_b), when present, are added to gate, up and down. */
+enum { MOE_ACT_SILU = 0, MOE_ACT_SWIGLU_OAI = 1 };
+typedef struct {
+    int gating;
+    int act;
+    float alpha, limit;     /* SWIGLU_OAI's */
+} moe_opts;
+/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out (moe.c).
+ * o NULL: the model_config's gating and SiLU experts. */
+int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out, const moe_opts *o);
 
 /* Attention (attention.c): tasks of up to ATT_R consecutive rows of one slot x one KV head
  * with its query heads (up to ATT_G per kernel call). Scores over the key width hdk (Q rows qd
@@ -121,6 +135,8 @@ typedef struct {
     float *att, *ascr;
     int sc_len, l, nh, nkv, hdk, hdv, qd, od, grp;
     float scale;
+    int window;             /* 0, or keys p - window + 1 .. p only */
+    const float *sinks;     /* NULL, or per query head a logit joining each softmax's denominator */
 } attn_ctx;
 void attn_task(void *vctx, int task);
 #endif

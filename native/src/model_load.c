@@ -15,7 +15,7 @@
 /* ---------------------------------------------------------------- architectures */
 
 static const arch_ops *const arch_table[] = {&arch_llama, &arch_qwen3moe, &arch_olmoe, &arch_qwen2moe,
-                                            &arch_granitemoe, &arch_glm4moe};
+                                            &arch_granitemoe, &arch_glm4moe, &arch_gptoss};
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
 const arch_ops *arch_find(const char *name) {
@@ -58,7 +58,7 @@ static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-const char *ld_mat_types(void) { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"; }
+const char *ld_mat_types(void) { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"; }
 
 const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", m->arch, suffix);
@@ -116,7 +116,8 @@ int ld_mat_type_ok(uint32_t t)
 {
     return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 ||
            t == GGML_Q5_0 || t == GGML_Q5_1 ||
-           (t >= GGML_Q2_K && t <= GGML_Q6_K) || t == GGML_IQ4_NL || t == GGML_IQ4_XS;
+           (t >= GGML_Q2_K && t <= GGML_Q6_K) || t == GGML_IQ4_NL || t == GGML_IQ4_XS ||
+           t == GGML_MXFP4;
 }
 
 int ld_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, int optional, qmat *q,
@@ -159,10 +160,15 @@ static int own(struct model_priv *P, float *p) {
  * fault on a small tensor maps the whole folio around it into this process (serving one
  * conversation with the norms read in place: +72 MB of file pages in RSS). */
 int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen) {
+    return ld_vec2(m, name, n, 1, optional, out, err, errlen);
+}
+
+int ld_vec2(model *m, const char *name, int n0, int n1, int optional, const float **out, char *err, size_t errlen) {
     const gguf_tensor *t;
-    uint64_t e[1] = {(uint64_t)n};
+    uint64_t e[2] = {(uint64_t)n0, (uint64_t)n1};
+    const int n = n0 * n1;
     *out = NULL;
-    if (ld_tensor(&m->g, name, 1, e, optional, &t, err, errlen) != 0) return -1;
+    if (ld_tensor(&m->g, name, n1 == 1 ? 1 : 2, e, optional, &t, err, errlen) != 0) return -1;
     if (!t) return 0;
     if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16)
         return model_fail(err, errlen, "%s: type %s is not supported for a vector (F32, F16 or BF16)", name,

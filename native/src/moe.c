@@ -1,6 +1,7 @@
-/* moe.c — the MoE FFN: routing (router logits, top-k selection, gating weights, usage
+/* moe.c — the MoE FFN: routing (router logits + bias, top-k selection, gating weights, usage
  * bookkeeping), grouping the (row, expert) pairs by expert, the routed and shared experts'
- * matmuls as two parallel jobs, and the fixed-order combine.
+ * matmuls as two parallel jobs (with per-expert biases and the SiLU or gpt-oss's clamped SwiGLU
+ * activation, moe_opts), and the fixed-order combine.
  *
  * Every matmul, the routers' included, goes through the compute tier (P->tier->mul_multi).
  *
@@ -66,8 +67,7 @@ static void top_k_ids(const float *lg, int E, int K, int *s) {
 
 /* Gating weights of the K selected experts s of one row: 1 each (unit), or the softmax of
  * their logits. */
-static void gate_weights_raw(const model_config *c, const float *lg, const int *s, int K, float *w) {
-    const int gating = c->gating;
+static void gate_weights_raw(const model_config *c, int gating, const float *lg, const int *s, int K, float *w) {
     if (gating == GATING_UNIT) {
         for (int j = 0; j < K; j++) w[j] = 1.0f;
         return;
@@ -112,8 +112,8 @@ static void gate_weights_raw(const model_config *c, const float *lg, const int *
     for (int j = 0; j < K; j++) w[j] *= inv;
 }
 
-static void gate_weights(const model_config *c, const float *lg, const int *s, int K, float *w) {
-    gate_weights_raw(c, lg, s, K, w);
+static void gate_weights(const model_config *c, int gating, const float *lg, const int *s, int K, float *w) {
+    gate_weights_raw(c, gating, lg, s, K, w);
     if (c->expert_scale != 1.0f)
         for (int j = 0; j < K; j++) w[j] *= c->expert_scale;
 }
@@ -151,8 +151,8 @@ static void sigmoid_select_scores(const model_config *c, const float *lg, const 
 /* Router logits, each row's selected experts (sel, koff) and their weights (selw); the
  * selections are counted in the expert store (heat unless the row says no_heat, HITS) and in
  * the row's route_counts. */
-static void moe_route(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, const int *koff,
-                      float *rl, int *sel, float *selw) {
+static void moe_route(model *m, const layer_w *L, int gating, const float *h, int n, const fwd_row *rows,
+                      const int *koff, float *rl, int *sel, float *selw) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, r = L->moe_row;
@@ -164,14 +164,14 @@ static void moe_route(model *m, const layer_w *L, const float *h, int n, const f
             for (int e = 0; e < E; e++) lg[e] += L->router_b[e];
         const int K = koff[i + 1] - koff[i];
         int *s = sel + koff[i];
-        if (c->gating == GATING_SIGMOID) {
+        if (gating == GATING_SIGMOID) {
             float scb[512];
             sigmoid_select_scores(c, lg, L->exp_bias, scb);
             top_k_ids(scb, E, K, s);
         } else {
             top_k_ids(lg, E, K, s);
         }
-        gate_weights(c, lg, s, K, selw + koff[i]);
+        gate_weights(c, gating, lg, s, K, selw + koff[i]);
         for (int j = 0; j < K; j++) {
             es_note(m->es, r, s[j], !rows[i].no_heat);
             if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
@@ -196,17 +196,55 @@ static void moe_group(const int *sel, const int *koff, int n, int E, int *ecnt, 
         }
 }
 
+/* ggml's swiglu_oai on one value pair (gate g, up u). */
+static inline float swiglu_oai(float g, float u, float alpha, float limit) {
+    const float x = fminf(g, limit), y = fminf(fmaxf(u, -limit), limit);
+    return x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
+}
+
+/* The separate-job path's activation: each grouped pair q of an expert e with ready[e] == want
+ * (experts outside the phase's group: ready -1):
+ * gate (eg) and up (eu) rows plus the expert's biases, then the opts' activation, into eg. */
+typedef struct {
+    const layer_w *L;
+    const moe_opts *o;
+    const int *eoff, *ready;
+    int want, base, X, NP;  /* eg / eu hold the pairs from grouped pair base on */
+    float *eg;
+    const float *eu;
+} act_ctx;
+static void expert_act_chunk(void *vctx, int c) {
+    const act_ctx *A = vctx;
+    const int X = A->X;
+    int e = 0;
+    for (int q = c * ROW_CHUNK; q < A->NP && q < (c + 1) * ROW_CHUNK; q++) {
+        while (A->eoff[e + 1] <= q) e++;
+        if (A->ready[e] != A->want) continue;
+        const float *gb = A->L->exp_gate_b ? A->L->exp_gate_b + (size_t)e * X : NULL;
+        const float *ub = A->L->exp_up_b ? A->L->exp_up_b + (size_t)e * X : NULL;
+        float *g = A->eg + (size_t)(q - A->base) * X;
+        const float *u = A->eu + (size_t)(q - A->base) * X;
+        for (int k = 0; k < X; k++) {
+            const float gv = g[k] + (gb ? gb[k] : 0.0f), uv = u[k] + (ub ? ub[k] : 0.0f);
+            g[k] = A->o->act == MOE_ACT_SWIGLU_OAI ? swiglu_oai(gv, uv, A->o->alpha, A->o->limit) : qsilu_mul(gv, uv);
+        }
+    }
+}
+
 /* One phase of the experts' matmuls: gate/up (+ SiLU) of the experts whose ready flag equals
  * `want` on their gathered rows (and the shared expert's on all rows, when `shared`) as one
  * parallel job, then their down projections as a second one. P->act still holds h (prepared for
- * the router). eg, eo: the group's pairs (from pair `base` on) x X, x d; sg: n x S, so: n x d.
- * 0 ok, -1 out of memory. */
-static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const int *elist, const int *ready, int want,
-                     int shared, int base, float *eg, float *eo, float *sg, float *so) {
+ * the router). eg, eu, eo: the group's pairs (from pair `base` on) x X, x X, x d; sg: n x S,
+ * so: n x d. Plain SiLU experts without biases run gate and up as one fused job; otherwise gate
+ * into eg and up into eu as two jobs, then expert_act_chunk. 0 ok, -1 out of memory. */
+static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const int *eoff, const int *elist,
+                     const int *ready, int want, int shared, int base, float *eg, float *eu, float *eo, float *sg,
+                     float *so) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, X = c->d_expert;
     const int S = shared && L->sh_gate.rows > 0 ? c->d_shexp : 0;
+    const int fused = o->act == MOE_ACT_SILU && !L->exp_gate_b && !L->exp_up_b;
     qact *gact = P->eact, *dact = P->eact + E, *gview = P->eact + 2 * E;
     mm_job *J = P->jobs;
     int nj = 0;
@@ -214,20 +252,31 @@ static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const i
         int cnt = eoff[e + 1] - eoff[e];
         if (cnt == 0 || ready[e] != want) continue;
         const qmat *g = &P->ew[e].gate, *u = &P->ew[e].up;
+        const qact *x = &gview[e];
         if (qpack_ok(g->type, g->rows, g->cols) && qpack_ok(u->type, u->rows, u->cols)) {
             gview[e] = P->act;                  /* a view (tiled kernels only): rows by index, no copy */
             gview[e].n = cnt;
             gview[e].idx = elist + eoff[e];
-            J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gview[e], eg + (size_t)(eoff[e] - base) * X, X};
-            continue;
+        } else {
+            if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) return -1;
+            x = &gact[e];
         }
-        if (qact_gather(&gact[e], &P->act, elist + eoff[e], cnt) != 0) return -1;
-        J[nj++] = (mm_job){&P->ew[e].gate, &P->ew[e].up, &gact[e], eg + (size_t)(eoff[e] - base) * X, X};
+        const size_t at = (size_t)(eoff[e] - base) * X;
+        if (fused) {
+            J[nj++] = (mm_job){g, u, x, eg + at, X};
+        } else {
+            J[nj++] = (mm_job){g, NULL, x, eg + at, X};
+            J[nj++] = (mm_job){u, NULL, x, eu + at, X};
+        }
     }
     if (S) J[nj++] = (mm_job){&L->sh_gate, &L->sh_up, &P->act, sg, S};
     if (nj == 0) return 0;
     P->tier->mul_multi(J, nj);
     nj = 0;
+    if (!fused) {
+        act_ctx A = {L, o, eoff, ready, want, base, X, eoff[E], eg, eu};
+        par_rows(expert_act_chunk, &A, eoff[E]);
+    }
     for (int e = 0; e < E; e++) {
         int cnt = eoff[e + 1] - eoff[e];
         if (cnt == 0 || ready[e] != want) continue;
@@ -240,6 +289,13 @@ static int moe_phase(model *m, const layer_w *L, int n, const int *eoff, const i
         J[nj++] = (mm_job){&L->sh_down, NULL, &P->sh_act, so, d};
     }
     P->tier->mul_multi(J, nj);
+    if (L->exp_down_b)
+        for (int e = 0; e < E; e++) {
+            if (eoff[e + 1] == eoff[e] || ready[e] != want) continue;
+            const float *db = L->exp_down_b + (size_t)e * d;
+            for (int p = eoff[e]; p < eoff[e + 1]; p++)
+                for (int q = 0; q < d; q++) eo[(size_t)(p - base) * d + q] += db[q];
+        }
     return 0;
 }
 
@@ -259,6 +315,9 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
     P->ahead_act.exact = m->exact;
     qact_prepare(&P->ahead_act, N->router.type, h, n, d);
     P->tier->mul_multi(&(mm_job){&N->router, NULL, &P->ahead_act, lg, E}, 1);
+    if (N->router_b)
+        for (int i = 0; i < n; i++)
+            for (int e = 0; e < E; e++) lg[(size_t)i * E + e] += N->router_b[e];
     int *seen = guess + E, ng = 0;
     memset(seen, 0, sizeof(int) * (size_t)E);
     for (int i = 0; i < n; i++) {
@@ -279,7 +338,7 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
  * eg, eo hold one group of experts' pairs (moe_experts sizes them). */
 typedef struct {
     int *koff, *sel, *ecnt, *eoff, *elist, *slot_of, *ready_k, *ready, *chosen;
-    float *rl, *selw, *eg, *eo, *sg, *so;
+    float *rl, *selw, *eg, *eu, *eo, *sg, *so;
     int NP, S;
 } moe_bufs;
 
@@ -309,7 +368,7 @@ static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, m
     if (!P->eact) {
         P->eact = calloc((size_t)E * 3, sizeof(qact));   /* gathered, down inputs, views */
         P->ew = calloc((size_t)E, sizeof(expert_w));
-        P->jobs = calloc((size_t)E + 2, sizeof(mm_job));
+        P->jobs = calloc((size_t)E * 2 + 2, sizeof(mm_job));   /* gate and up apart: two per expert */
         if (!P->eact || !P->ew || !P->jobs) return -1;
         for (int e = 0; e < 3 * E; e++) P->eact[e].exact = m->exact;
     }
@@ -331,8 +390,8 @@ static void shared_gate(const float *w, const float *h, int n, int d, float *so)
  * group, the shared expert) compute; then the rest; then they are released. While this group
  * computes, the lanes read the next group's misses (next[0..n_next)), or after the last group
  * the next layer's guess. 0 or -1. */
-static int moe_group_run(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, moe_bufs *B,
-                         const int *list, int cnt, const int *next, int n_next, int first, int base) {
+static int moe_group_run(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows,
+                         moe_bufs *B, const int *list, int cnt, const int *next, int n_next, int first, int base) {
     struct model_priv *P = m->priv;
     const int E = m->c.n_experts, r = L->moe_row;
     int rc = es_acquire_begin(m->es, r, list, cnt, P->ew, B->ready_k), held = rc == 0;
@@ -341,7 +400,7 @@ static int moe_group_run(model *m, const layer_w *L, const float *h, int n, cons
     else moe_read_ahead(m, L, h, n, rows);
     for (int e = 0; e < E; e++) B->ready[e] = -1;       /* not in this group: skipped */
     for (int k = 0; k < cnt; k++) B->ready[list[k]] = B->ready_k[k];
-    rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 1, first, base, B->eg, B->eo, B->sg, B->so);
+    rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 1, first, base, B->eg, B->eu, B->eo, B->sg, B->so);
     int pending = 0;
     for (int k = 0; k < cnt; k++) pending |= !B->ready_k[k];
     if (pending) {
@@ -350,7 +409,7 @@ static int moe_group_run(model *m, const layer_w *L, const float *h, int n, cons
         held = rf == 0;                     /* a failed finish holds nothing */
         m->perf.t_emm -= mnow() - tw;       /* the wait is disk time, not matmul time */
         if (rc == 0) rc = rf;
-        if (rc == 0) rc = moe_phase(m, L, n, B->eoff, B->elist, B->ready, 0, 0, base, B->eg, B->eo, B->sg, B->so);
+        if (rc == 0) rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 0, 0, base, B->eg, B->eu, B->eo, B->sg, B->so);
     }
     for (int k = 0; held && k < cnt; k++) es_release(m->es, r, list[k]);
     return rc;
@@ -370,8 +429,8 @@ static int group_end(const moe_bufs *B, int k, int nsel, int G, int cap) {
  * nearly every expert) and at most a prefill chunk's pairs (the eg / eo buffers), each group's
  * misses read while the previous group computes, its outputs added to out. The groups' largest
  * pair count sizes eg / eo. 0 or -1. */
-static int moe_experts(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, moe_bufs *B,
-                       int nsel, float *out) {
+static int moe_experts(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows,
+                       moe_bufs *B, int nsel, float *out) {
     struct model_priv *P = m->priv;
     const int G = es_hold_max(m->es) > 0 ? es_hold_max(m->es) : nsel;
     const int sub = P->part_rows > 0 && P->part_rows < n ? P->part_rows : n;
@@ -383,14 +442,16 @@ static int moe_experts(model *m, const layer_w *L, const float *h, int n, const 
         if (p > maxp) maxp = p;
     }
     B->eg = fb(&P->eg, (size_t)maxp * m->c.d_expert), B->eo = fb(&P->eout, (size_t)maxp * m->c.d_model);
-    if (!B->eg || !B->eo) return -1;
+    const int split = o->act != MOE_ACT_SILU || L->exp_gate_b || L->exp_up_b;   /* moe_phase's two jobs */
+    B->eu = split ? fb(&P->eu, (size_t)maxp * m->c.d_expert) : NULL;
+    if (!B->eg || !B->eo || (split && !B->eu)) return -1;
     double t1 = mnow();
     int rc = 0;
     for (int k = 0, j; rc == 0 && k < nsel; k = j) {
         j = group_end(B, k, nsel, G, cap);
         const int jn = j < nsel ? group_end(B, j, nsel, G, cap) : j;
         const int lo = B->eoff[B->chosen[k]], hi = B->eoff[B->chosen[j - 1] + 1];
-        rc = moe_group_run(m, L, h, n, rows, B, B->chosen + k, j - k, B->chosen + j, jn - j, k == 0, lo);
+        rc = moe_group_run(m, L, o, h, n, rows, B, B->chosen + k, j - k, B->chosen + j, jn - j, k == 0, lo);
         combine_ctx C = {out, B->selw, B->eo, NULL, B->slot_of, B->koff, n, m->c.d_model, lo, hi, k == 0};
         if (rc == 0) par_rows(combine_chunk, &C, n);
     }
@@ -404,17 +465,19 @@ static int moe_experts(model *m, const layer_w *L, const float *h, int n, const 
 }
 
 /* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
-int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out) {
+int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out, const moe_opts *o) {
     const int E = m->c.n_experts;
+    const moe_opts dflt = {m->c.gating, MOE_ACT_SILU, 0.0f, 0.0f};
+    if (!o) o = &dflt;
     moe_bufs B;
     if (moe_scratch(m, L, n, rows, &B) != 0) return -1;
     double t0 = mnow();
-    moe_route(m, L, h, n, rows, B.koff, B.rl, B.sel, B.selw);
+    moe_route(m, L, o->gating, h, n, rows, B.koff, B.rl, B.sel, B.selw);
     moe_group(B.sel, B.koff, n, E, B.ecnt, B.eoff, B.elist, B.slot_of);
     m->perf.t_dense += mnow() - t0;
     int nsel = 0;
     for (int e = 0; e < E; e++)
         if (B.eoff[e + 1] > B.eoff[e]) B.chosen[nsel++] = e;
-    if (moe_experts(m, L, h, n, rows, &B, nsel, out) != 0) return -1;
+    if (moe_experts(m, L, o, h, n, rows, &B, nsel, out) != 0) return -1;
     return 0;
 }

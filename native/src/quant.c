@@ -1,6 +1,6 @@
 /* quant.c — dequant_row: the values of every weight format, one row at a time.
  * Owns: dequant_row's dispatch over the types (the K-quants and BF16 in quant_k.c, IQ4 in
- * quant_iq.c). It sits above the per-format files, which sit on quant_base.c (fp16, the float
+ * quant_iq.c, MXFP4 in quant_fp4.c). It sits above the per-format files, which sit on quant_base.c (fp16, the float
  * dot): the quant layer has no import circle.
  * The rest of quant.h lives beside it: quant_act.c (activations), quant_rows.c (row kernels),
  * quant_pack.c (packed layouts), quant_tile*.c (packed tiles), quant_tp.c (transposed F16),
@@ -24,6 +24,7 @@
  * q5_j = nib_j | ((qh >> j) & 1) << 4 (qh little-endian). */
 #include "quant_impl.h"
 #include "quant_iq.h"
+#include "quant_fp4.h"
 
 void dequant_row(uint32_t type, const void *row, float *out, int n)
 {
@@ -78,6 +79,9 @@ void dequant_row(uint32_t type, const void *row, float *out, int n)
             q5_codes(p + 4, 0, q);
             for (int j = 0; j < QK; j++) out[b * QK + j] = d * (float)q[j] + m;
         }
+        break;
+    case GGML_MXFP4:
+        qfp4_dequant(p, out, n);
         break;
     default:
         if (qiq_is_iq(type)) qiq_dequant(type, p, out, n);

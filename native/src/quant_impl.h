@@ -105,7 +105,12 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  * rows' 6-bit scale and min of that sub-block) and Q4_1's 4 nibble vectors. The kernels form
  * dl = d * sc and ml = -(dmin * m) (dequant_row's products) and run Q4_1's tiles and order:
  * acc = fma(isum, dl * d_x, acc); acc = fma(ml, s_x, acc). */
-#define PK_BLK(t) ((t) == GGML_Q4_1 ? 160 : (t) == GGML_Q5_0 ? 176 : (t) == GGML_Q5_1 ? 192 : 272)
+#define PK_BLK(t) ((t) == GGML_Q4_1 ? 160 : (t) == GGML_Q5_0 ? 176 : (t) == GGML_Q5_1 ? 192 : (t) == GGML_MXFP4 ? 136 : 272)
+/* MXFP4: 136 bytes per block (the file's 8 x 17): u8 e[8] (the rows' E8M0 exponents), then Q4_1's 4
+ * nibble vectors. The tiles look the codes up in kv + 12 (0..24, unsigned: vpdpbusd's operand, one
+ * byte shuffle per vector) and start each block's sum at -12 * sum(x_q) (qact.qi), so
+ * isum = exact sum of kv[c] x_q; then Q8_0's step acc = fma(isum, scale(e) * d_x, acc). */
+#define FP4_OFF 12
 /* Q5_0 / Q5_1 (176 / 192 bytes per block, the file's 8 x 22 / 8 x 24): f16 d[8] [, f16 m[8]], Q4_1's 4
  * nibble vectors, then Q5_K's H vector of the codes' bit 4 (byte 4j+k: values 4t+k at bit t, 16+4t+k at
  * bit 4+t). Q4_1's tile and order: isum = exact sum of (code - 16 for Q5_0) x_q (Q5_0: the codes' sum
@@ -148,10 +153,10 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  * and of values 16+4t+k at bit 4+t (t < 4). */
 #define PK_K5_SB 1440
 #define PK_KSB(t) ((t) == GGML_Q5_K ? PK_K5_SB : PK_K4_SB)
-#define PK_NIB(t) ((t) == GGML_Q4_K || (t) == GGML_Q5_K || (t) == GGML_Q5_0 ? 16 : 32)   /* the nibbles' offset */
+#define PK_NIB(t) ((t) == GGML_Q4_K || (t) == GGML_Q5_K || (t) == GGML_Q5_0 ? 16 : (t) == GGML_MXFP4 ? 8 : 32)   /* the nibbles' offset */
 #define PK_HOFF(t) ((t) == GGML_Q5_1 ? 160 : 144)   /* the H vector's offset (Q5_K, Q5_0, Q5_1) */
 
-/* Block b of a packed group g (Q4_1, Q5_0, Q5_1, Q8_0: fixed stride; K-quants: within its super-block). */
+/* Block b of a packed group g (Q4_1, Q5_0, Q5_1, Q8_0, MXFP4: fixed stride; K-quants: within its super-block). */
 static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
 {
     if (t == GGML_Q4_K) return g + (size_t)(b / 8) * PK_K4_SB + 32 + (size_t)(b % 8) * 144;

@@ -2,13 +2,14 @@
  * their sizes, packing a matrix (qpack) or one group on the fly (pk_group), and reading a row
  * back (qmat_row). The layouts themselves are described in quant_impl.h.
  * Owns: qpack_ok, qpack_bytes, qpack, qmat_row, pk_group_bytes, pk_group (one packer per type
- * family: F16, BF16, Q4_1, Q5_0 / Q5_1, Q8_0, Q4_K, Q5_K, the Q6_K / Q2_K / Q3_K family). */
+ * family: F16, BF16, Q4_1, Q5_0 / Q5_1, Q8_0, MXFP4, Q4_K, Q5_K, the Q6_K / Q2_K / Q3_K family). */
 #include "quant_impl.h"
+#include "quant_fp4.h"
 
 static int pk_type(uint32_t t)
 {
     return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
-           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K || t == GGML_BF16 || t == GGML_Q5_0 || t == GGML_Q5_1;
+           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K || t == GGML_BF16 || t == GGML_Q5_0 || t == GGML_Q5_1 || t == GGML_MXFP4;
 }
 
 int qpack_ok(uint32_t type, int rows, int cols)
@@ -138,6 +139,20 @@ static void pk_group_q80(const uint8_t *const *src, int nb, uint8_t *dst)
                 q4 ^= 0x80808080u;
                 memcpy(o + 16 + 32 * v + 4 * j, &q4, 4);
             }
+        }
+    }
+}
+
+/* MXFP4: per block the rows' exponent bytes, their 16 code bytes as Q4_1's vectors. */
+static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * PK_BLK(GGML_MXFP4);
+        for (int j = 0; j < PK_ROWS; j++) {
+            static const uint8_t zero[MXFP4_BYTES];
+            const uint8_t *s = src[j] ? src[j] + (size_t)b * MXFP4_BYTES : zero;
+            o[j] = s[0];
+            for (int v = 0; v < 4; v++) memcpy(o + PK_NIB(GGML_MXFP4) + 32 * v + 4 * j, s + 1 + 4 * v, 4);
         }
     }
 }
@@ -331,6 +346,7 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
     case GGML_Q5_0:
     case GGML_Q5_1: pk_group_q5(t, src, nb, dst); break;
     case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
+    case GGML_MXFP4: pk_group_fp4(src, nb, dst); break;
     case GGML_Q6_K:
     case GGML_Q3_K:
     case GGML_Q2_K: pk_group_k6(t, src, nb, dst); break;
@@ -419,6 +435,17 @@ static void row_q5(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* de
     }
 }
 
+static void row_fp4(const uint8_t *g, int b, int j, float *o)   /* dequant_row's scale(e) * kv[c] */
+{
+    const uint8_t *blk = g + (size_t)b * PK_BLK(GGML_MXFP4);
+    const float d = qfp4_scale(blk[j]);
+    for (int k = 0; k < 16; k++) {
+        const uint8_t byte = blk[PK_NIB(GGML_MXFP4) + 32 * (k / 4) + 4 * j + k % 4];
+        o[k] = d * (float)qfp4_kvalues[byte & 15];
+        o[k + 16] = d * (float)qfp4_kvalues[byte >> 4];
+    }
+}
+
 static void row_q41(const uint8_t *g, int b, int j, float *o)
 {
     const uint8_t *blk = g + (size_t)b * 160;
@@ -462,6 +489,7 @@ void qmat_row(const qmat *w, int r, float *out)
         else if (K23(w->type)) row_k23(w->type, g, b, j, o);
         else if (w->type == GGML_Q6_K) row_q6k(g, b, j, o);
         else if (w->type == GGML_Q4_K || w->type == GGML_Q5_K) row_k45(w->type, g, b, j, o);
+        else if (w->type == GGML_MXFP4) row_fp4(g, b, j, o);
         else row_q41(g, b, j, o);
     }
 }

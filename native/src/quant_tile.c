@@ -1,7 +1,7 @@
 /* quant_tile.c — the packed tiles: 1-2 groups of 8 weight rows x 1-4 input rows in 256-bit
  * registers (AVX2, vpdpbusd where VNNI has it), and pk_tile, which picks a tile for a type.
- * Owns: pk_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_f16, pk_bf16,
- * pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
+ * Owns: pk_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_fp4 (MXFP4),
+ * pk_f16, pk_bf16, pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
  * all follow the canonical order of quant_impl.h / quant_k.h (bit-identical). */
 #include "quant_tile.h"
 
@@ -322,6 +322,56 @@ FORCE_INLINE void pk_q80(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
+/* MXFP4 (layout in quant_impl.h): the codes through the table kv + 12 (one byte shuffle per nibble
+ * vector), sums started at -12 * sum(x_q), then Q8_0's float step with the rows' scale(e). */
+FORCE_INLINE void pk_fp4(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                         float *res)
+{
+    const int8_t *xq[4];
+    const float *xd[4];
+    const int32_t *xi[4];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    const __m256i tbl = fp4_table(), m15 = _mm256_set1_epi8(15);
+    __m256 acc[2][4];
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *bp[2];
+        __m256i is[2][4];
+        for (int g = 0; g < NG; g++) {
+            bp[g] = pk_blk(GGML_MXFP4, gp[g], b);
+            _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
+        }
+        for (int k = 0; k < NX; k++) {
+            const __m256i c = _mm256_set1_epi32(-FP4_OFF * xi[k][b]);
+            for (int g = 0; g < NG; g++) is[g][k] = c;
+        }
+        for (int t = 0; t < 4; t++) {
+            __m256i lo[2], hi[2];
+            for (int g = 0; g < NG; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp[g] + PK_NIB(GGML_MXFP4) + 32 * t));
+                lo[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(v, m15));
+                hi[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
+            }
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                const __m256i xl = bc4(xk), xh = bc4(xk + 16);
+                /* without VNNI: a pair of products is at most 2 * 24 * 127, maddubs never saturates */
+                for (int g = 0; g < NG; g++) is[g][k] = pk_dot4(pk_dot4(is[g][k], lo[g], xl), hi[g], xh);
+            }
+        }
+        for (int g = 0; g < NG; g++) {
+            const __m256 dw = fp4_scales(bp[g]);
+            for (int k = 0; k < NX; k++)
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[g][k]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b])), acc[g][k]);
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+
 /* BF16 (layout in quant_impl.h): per group and input row 8 accumulators, value k into number k % 8
  * (qdot_exact's order with the 8 rows as lanes); a group at a time, so at most 8 NX registers. */
 FORCE_INLINE void pk_bf16(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int cols,
@@ -400,6 +450,7 @@ FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, 
 #define pk_q3k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q3_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q2_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_fp4(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_MXFP4, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
 #define pk_bf16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_BF16, gp, NG, x, i0, NX, cols, res)
 #endif
@@ -447,6 +498,7 @@ void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0
     else if (t == GGML_Q3_K) { PK_CASE(pk_q3k, nb) }
     else if (t == GGML_Q2_K) { PK_CASE(pk_q2k, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
+    else if (t == GGML_MXFP4) { PK_CASE(pk_fp4, nb) }
     else { PK_CASE(pk_f16, cols) }
 #undef PK_CASE
 }

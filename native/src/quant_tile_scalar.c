@@ -3,6 +3,7 @@
  * the vector tiles' bits.
  * Owns: pk_scalar and its per-type steps (pk_wval: one weight code from a packed block). */
 #include "quant_tile.h"
+#include "quant_fp4.h"
 
 #ifndef __AVX2__
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
@@ -15,6 +16,10 @@ static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
         if (t == GGML_Q5_K || t == GGML_Q5_0 || t == GGML_Q5_1)
             c |= ((blk[PK_HOFF(t) + 4 * j + v % 4] >> ((v % 16) / 4 + (v < 16 ? 0 : 4))) & 1) << 4;
         return t == GGML_Q5_0 ? c - 16 : c;
+    }
+    if (t == GGML_MXFP4) {
+        const uint8_t byte = blk[PK_NIB(t) + 32 * ((v % 16) / 4) + 4 * j + v % 4];
+        return qfp4_kvalues[v < 16 ? byte & 15 : byte >> 4];
     }
     return (int8_t)(blk[16 + 32 * (v / 4) + 4 * j + v % 4] ^ 0x80);
 }
@@ -93,6 +98,10 @@ static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, con
             pk_k4_scales(t, g, b, j, &dl, &ml);
             acc = fmaf((float)is, dl * xd[b], acc);
             acc = fmaf(ml, xs[b], acc);
+            continue;
+        }
+        if (t == GGML_MXFP4) {
+            acc = fmaf((float)is, qfp4_scale(blk[j]) * xd[b], acc);
             continue;
         }
         acc = fmaf((float)is, ld_f16(blk + 2 * j) * xd[b], acc);

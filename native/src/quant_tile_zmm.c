@@ -2,7 +2,8 @@
  * rows) per register and up to 8 input rows, the same per-lane operations and order as the 256-bit
  * tiles with NG = 2 (bit-identical; test_quant checks that a row's output does not depend on the
  * tile computing it).
- * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_bf16, pkz_tile. */
+ * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_fp4 (MXFP4), pkz_bf16,
+ * pkz_tile. */
 #include "quant_tile.h"
 
 #ifdef PK_ZMM
@@ -233,6 +234,42 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
 #define pkz_q3k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q3_K)
 #define pkz_q2k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q2_K)
 
+/* MXFP4: pk_fp4's operations for both groups in one register. */
+FORCE_INLINE void pkz_fp4(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
+{
+    const int8_t *xq[8];
+    const float *xd[8];
+    const int32_t *xi[8];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fp4_table())), m15 = _mm512_set1_epi8(15);
+    const size_t NO = PK_NIB(GGML_MXFP4);
+    __m512 acc[8];
+    for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *b0 = pk_blk(GGML_MXFP4, gp[0], b), *b1 = pk_blk(GGML_MXFP4, gp[1], b);
+        for (int l = 0; l < 3; l++) {
+            _mm_prefetch((const char *)b0 + 64 * l + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)b1 + 64 * l + PK_PFD, PK_HINT);
+        }
+        __m512i is[8];
+        for (int k = 0; k < NX; k++) is[k] = _mm512_set1_epi32(-FP4_OFF * xi[k][b]);
+        for (int t = 0; t < 4; t++) {
+            const __m512i v = z_load2(b0 + NO + 32 * t, b1 + NO + 32 * t);
+            const __m512i lo = _mm512_shuffle_epi8(tbl, _mm512_and_si512(v, m15));
+            const __m512i hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                is[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[k], lo, z_bc4(xk)), hi, z_bc4(xk + 16));
+            }
+        }
+        const __m512 dw = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(fp4_scales(b0))),
+                                                               _mm256_castps_pd(fp4_scales(b1)), 1));
+        for (int k = 0; k < NX; k++)
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[k][b])), acc[k]);
+    }
+    for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
+}
+
 FORCE_INLINE void pkz_q80(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
 {
     const int8_t *xq[8];
@@ -328,6 +365,7 @@ int pkz_tile(uint32_t t, const uint8_t *const *gp, const qact *x, int i0, int NX
     if (NX > 4 && t == GGML_Q3_K) { PKZ_CASE(pkz_q3k) return 1; }
     if (NX > 4 && t == GGML_Q2_K) { PKZ_CASE(pkz_q2k) return 1; }
     if (t == GGML_Q8_0) { PKZ_CASE(pkz_q80) return 1; }
+    if (t == GGML_MXFP4) { PKZ_CASE(pkz_fp4) return 1; }
 #undef PKZ_CASE
     return 0;
 }

@@ -749,6 +749,7 @@ static void cmd_submit(server *S, char *args) {
     /* K/V rows computed with another expert count are not this turn's: recompute them all */
     int keep = experts == r->experts ? kv_common_prefix(&S->kv, slot, S->ids, n) : 0;
     if (keep >= n) keep = n - 1;            /* identical prompt: re-forward the last token */
+    keep = kv_rewind(&S->kv, slot, keep);   /* sliding windows: what their kept rows allow */
     uint64_t room = (uint64_t)(ctx - n - 1);
     r->active = 1;
     r->id = h.id;
@@ -786,6 +787,9 @@ static void cmd_submit(server *S, char *args) {
         finish(S, r, 0);
         return;
     }
+    /* the windows where this prompt ends: the next stateless turn repeats the prompt and may
+     * diverge right after it, past rows the windows will have dropped by then */
+    kv_checkpoint(&S->kv, slot);
     r->t_decode0 = now_s();
     if (r->max_tokens == 0) {              /* max_tokens=0 with logprobs: prompt only */
         finish(S, r, 1);

@@ -1,6 +1,6 @@
 /* bench_kq.c — speed per weight byte of each weight type (not a test): one thread, a decode-like
  * matmul (n input rows) over a matrix too big for the caches, GB/s of weight bytes per CPU-second
- * and the ratio to Q4_1 in the engine's packed layout. usage: bench_kq [rows=16384] [cols=2048] [n=1] [TYPES]
+ * and the ratios to Q4_1 in the engine's packed layout and to Q4_K (measured in the same run). usage: bench_kq [rows=16384] [cols=2048] [n=1] [TYPES]
  * TYPES: a comma-separated list of the names below (e.g. Q2_K,Q3_K): only those (and Q4_1 packed). */
 #include "quant.h"
 #include "gguf.h"
@@ -26,6 +26,8 @@ static double run(uint32_t t, int rows, int cols, int n, int packed) {
             const uint16_t v = (uint16_t)((rand() & 1) << 15 | (120 + rand() % 7) << 7 | (rand() & 0x7f));
             memcpy(W + 2 * i, &v, 2);
         }
+    if (t == GGML_MXFP4)   /* exponent bytes of normal scales (2^-8 .. 2^-1: random bytes make subnormal products) */
+        for (size_t i = 0; i < rb * rows; i += 17) W[i] = (uint8_t)(120 + rand() % 8);
     float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
     for (int i = 0; i < n * cols; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     qmat m = {t, rows, cols, rb, W, 0};
@@ -72,13 +74,17 @@ int main(int argc, char **argv) {
     struct { const char *name; uint32_t t; } ty[] = {
         {"Q4_1 rows", GGML_Q4_1}, {"Q8_0 packed", GGML_Q8_0}, {"Q2_K", GGML_Q2_K}, {"Q3_K", GGML_Q3_K},
         {"Q4_K", GGML_Q4_K}, {"Q5_K", GGML_Q5_K}, {"Q6_K", GGML_Q6_K}, {"BF16", GGML_BF16}, {"F16 packed", GGML_F16},
-        {"Q5_0 packed", GGML_Q5_0}, {"Q5_1 packed", GGML_Q5_1},
+        {"Q5_0 packed", GGML_Q5_0}, {"Q5_1 packed", GGML_Q5_1}, {"IQ4_XS", GGML_IQ4_XS}, {"IQ4_NL", GGML_IQ4_NL},
+        {"MXFP4", GGML_MXFP4},
     };
     const char *only = argc > 4 ? argv[4] : NULL;
+    double q4k = 0;
     for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++) {
         if (only && !in_list(only, ty[i].name)) continue;
         double g = run(ty[i].t, rows, cols, n, i != 0);
-        printf("  %-12s %7.2f  (%.2f)\n", ty[i].name, g, g / base);
+        if (ty[i].t == GGML_Q4_K) q4k = g;
+        if (q4k > 0) printf("  %-12s %7.2f  (%.2f)  x Q4_K %.2f\n", ty[i].name, g, g / base, g / q4k);
+        else printf("  %-12s %7.2f  (%.2f)\n", ty[i].name, g, g / base);
     }
     return 0;
 }

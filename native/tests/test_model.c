@@ -837,6 +837,77 @@ static void test_dense(const char *path) {
     model_free(&m);
 }
 
+/* Sliding-window layers keep only their recent rows (a buffer that slides), the rows a forward
+ * reads survive, rewinds keep what the window allows or fall back to the checkpoint or to 0, and
+ * slot files carry the window. Layers 0 and 2 windowed (5 keys), layer 1 full. */
+static float kvval(int l, int p, int j) { return (float)(l * 100000 + p * 10 + j); }
+static void kv_fill(kv_cache *c, int s, int from, int to) {   /* positions from .. to - 1, one at a time */
+    float k[4], v[4];
+    for (int p = from; p < to; p++) {
+        CHECK(kv_reserve(c, s, p + 1) == 0, "reserve %d", p + 1);
+        for (int l = 0; l < 3; l++) {
+            for (int j = 0; j < 4; j++) k[j] = kvval(l, p, j), v[j] = -kvval(l, p, j);
+            kv_store(c, s, l, p, k, v);
+        }
+        c->slots[s].tokens[p] = p;
+        c->slots[s].n_pos = p + 1;
+    }
+}
+static int kv_rows_ok(kv_cache *c, int s, int l, int from, int to) {
+    int ok = 1;
+    for (int p = from; p < to; p++)
+        for (int j = 0; j < 4; j++)
+            ok &= ((float *)kv_k(c, s, l, p))[j] == kvval(l, p, j) && ((float *)kv_v(c, s, l, p))[j] == -kvval(l, p, j);
+    return ok;
+}
+static void test_kv_window(void) {
+    kv_cache c;
+    CHECK(kv_init(&c, 2, 400, 3, 4) == 0 && kv_set_window(&c, 0, 5) == 0 && kv_set_window(&c, 2, 5) == 0, "windowed cache");
+    CHECK(kv_set_window(&c, 1, 6) != 0, "a second window size refused");
+    kv_fill(&c, 0, 0, 100);
+    CHECK(kv_rows_ok(&c, 0, 0, 96, 100) && kv_rows_ok(&c, 0, 2, 96, 100) && kv_rows_ok(&c, 0, 1, 0, 100),
+          "decode: the windows' last 4 rows and every full-layer row");
+    CHECK(c.slots[0].wcap == 10 && c.slots[0].wbase > 0, "windowed rows in two windows' room (cap %d)", c.slots[0].wcap);
+    /* a 30-row batch from 100: its first row reads keys 96 .. 100 */
+    CHECK(kv_reserve_from(&c, 0, 100, 130) == 0, "batch reserve");
+    CHECK(kv_rows_ok(&c, 0, 0, 96, 100) && c.slots[0].wbase <= 96 && c.slots[0].wcap >= 34,
+          "the batch's oldest key kept through the slide (wbase %d)", c.slots[0].wbase);
+    kv_fill(&c, 0, 100, 130);
+    CHECK(kv_rows_ok(&c, 0, 0, 96, 130) && kv_rows_ok(&c, 0, 2, 96, 130), "batch rows");
+    CHECK(kv_rewind(&c, 0, 120) == 120 && c.slots[0].n_pos == 120, "rewind within the kept rows");
+    CHECK(kv_rewind(&c, 0, 50) == 0 && c.slots[0].n_pos == 0, "rewind past the window, no checkpoint: from 0");
+    kv_fill(&c, 0, 0, 60);
+    CHECK(kv_checkpoint(&c, 0) == 0 && c.slots[0].ckpos == 60, "checkpoint at 60");
+    kv_fill(&c, 0, 60, 100);
+    CHECK(kv_rewind(&c, 0, 70) == 60 && kv_rows_ok(&c, 0, 0, 56, 60) && kv_rows_ok(&c, 0, 2, 56, 60) &&
+              kv_rows_ok(&c, 0, 1, 0, 60), "rewind to 70: the checkpoint's window at 60 restored");
+    kv_fill(&c, 0, 60, 100);
+    CHECK(kv_rows_ok(&c, 0, 0, 96, 100), "decode again after the restore");
+    CHECK(kv_rewind(&c, 0, 59) == 0, "before the checkpoint, past the window: from 0");
+    kv_fill(&c, 0, 0, 100);
+    char path[512];
+    tpath(path, sizeof path, "slot-win.kv");
+    CHECK(kv_save(&c, 0, path, 5) == 0 && kv_load(&c, 1, path, 5) == 0 && c.slots[1].n_pos == 100, "slot file");
+    CHECK(kv_rows_ok(&c, 1, 0, 96, 100) && kv_rows_ok(&c, 1, 2, 96, 100) && kv_rows_ok(&c, 1, 1, 0, 100) &&
+              c.slots[1].tokens[99] == 99, "the loaded slot holds the windows and the full layer");
+    kv_fill(&c, 1, 100, 120);
+    CHECK(kv_rows_ok(&c, 1, 0, 116, 120), "decode on the loaded slot");
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size == 8 + 16 + 8 + 400 + (100 + 4 + 4) * 32 + 8,
+          "file size: windows' rows only, no checkpoint");
+    /* a checkpoint at 90 saved with the slot at 100 and restored after the load */
+    kv_rewind(&c, 0, 0);
+    kv_fill(&c, 0, 0, 90);
+    CHECK(kv_checkpoint(&c, 0) == 0, "checkpoint at 90");
+    kv_fill(&c, 0, 90, 100);
+    CHECK(kv_save(&c, 0, path, 5) == 0 && kv_load(&c, 1, path, 5) == 0 && c.slots[1].ckpos == 90, "saved with it");
+    CHECK(stat(path, &st) == 0 && st.st_size == 8 + 16 + 8 + 400 + (100 + 4 + 4) * 32 + 8 + 2 * 4 * 32,
+          "file size with the checkpoint's rows");
+    CHECK(kv_rewind(&c, 1, 91) == 90 && kv_rows_ok(&c, 1, 0, 86, 90) && kv_rows_ok(&c, 1, 2, 86, 90),
+          "the loaded slot rewinds to its checkpoint");
+    kv_free(&c);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_model.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -847,6 +918,7 @@ int main(void) {
     test_kv_budget();
     test_kv_f16();
     test_kv_widths();
+    test_kv_window();
     test_experts();
 
     char moe[512], moesh[512], dense[512];

@@ -168,7 +168,7 @@ MIXES["ud_q2_k_xl"] = ("Q2_K", "Q6_K")
 # of whole 256-blocks, the rest whole 32-blocks); routers from the float types llama.cpp's
 # converters write (it never quantizes a router).
 DRAW_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL")
+              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL", "MXFP4")
 ROUTER_TYPES = ("F32", "F16", "BF16")
 SUPER_BLOCK_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
 

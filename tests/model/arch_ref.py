@@ -26,6 +26,8 @@ scores, choice by scores + e_score_correction_bias within the topk_group best of
 (group score: sum of its top 2), weights = chosen scores, / sum when norm_topk_prob, *
 routed_scaling_factor; plus the shared experts' MLP; the MTP (nextn) layers are not in the
 causal LM forward.
+gpt-oss (GptOssForCausalLM): see GptOss below (sinks, alternating sliding windows, YaRN as
+llama.cpp rounds it, router bias with a softmax over the top k, clamped SwiGLU with biases).
 """
 from __future__ import annotations
 
@@ -310,7 +312,107 @@ class Glm4Moe(Ref):
         return self.mlp(h, f"blk.{l}.", "_shexp")
 
 
-REFS = {"llama": Llama, "qwen3moe": Qwen3Moe, "olmoe": Olmoe, "qwen2moe": Qwen2Moe, "granitemoe": GraniteMoe, "glm4moe": Glm4Moe}
+def yarn_inv_freq(base, d, factor, orig, beta_fast=32.0, beta_slow=1.0):
+    """(inv_freq [d/2], cos/sin factor) of YaRN as llama.cpp computes it (ggml_rope_yarn_corr_dims):
+    transformers' _compute_yarn_parameters with the correction range rounded outwards (floor / ceil,
+    clipped to [0, d - 1]; gpt-oss's HF config says truncate false, llama.cpp rounds: it runs the
+    GGUF files, so it is the contract here); interpolation 1 / (factor base^(2i/d)) blended with
+    extrapolation by 1 - ramp_i; cos/sin times 1 + 0.1 ln(factor)."""
+    pos_freqs = base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+
+    def corr(rot):
+        return d * np.log(orig / (rot * 2 * np.pi)) / (2 * np.log(base))
+
+    low, high = max(np.floor(corr(beta_fast)), 0.0), min(np.ceil(corr(beta_slow)), d - 1.0)
+    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / max(high - low, 0.001), 0, 1)
+    extra = 1 - ramp
+    inv = (1.0 / (factor * pos_freqs)) * (1 - extra) + (1.0 / pos_freqs) * extra
+    return inv, 1.0 + 0.1 * np.log(factor)
+
+
+def swiglu_oai(g, u, alpha=1.702, limit=7.0):
+    """gpt-oss's expert activation (HF GptOssExperts._apply_gate, ggml's swiglu_oai)."""
+    g = np.minimum(g, limit)
+    u = np.clip(u, -limit, limit)
+    return g / (1.0 + np.exp(-alpha * g)) * (u + 1.0)
+
+
+class GptOss(Ref):
+    """gpt-oss (transformers GptOssForCausalLM; llama.cpp's openai-moe graph): q/k/v/o with bias;
+    NeoX rotary with YaRN (yarn_inv_freq); each head's sink logit joins its softmax and is dropped
+    (GptOssAttention: cat(scores, sink), softmax, drop the last column); layer_types alternate
+    sliding_attention (even layers: a query at p sees keys p - W < k <= p) and full_attention;
+    post_attention_layernorm before the MoE; GptOssTopKRouter: logits + bias, top-k, softmax over
+    the k; GptOssExperts: gate/up with biases, swiglu_oai, down with bias, weighted sum."""
+    arch = "gpt-oss"
+    ffn_norm = "post_attention_norm"
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.window = int(self.key("attention.sliding_window"))
+        self.inv, self.mscale = yarn_inv_freq(self.base, self.RD, float(self.key("rope.scaling.factor")),
+                                              float(self.key("rope.scaling.original_context_length")))
+
+    def swa(self, l):
+        """llama.cpp's set_swa_pattern(n): l % n < n - 1, n = attention.sliding_window_pattern (2)."""
+        n = int(self.key("attention.sliding_window_pattern", 2))
+        return n == 0 or l % n < n - 1
+
+    def rope(self, x, pos):
+        d = self.RD
+        ang = pos[:, None] * self.inv[None, :]
+        cos, sin = (np.cos(ang) * self.mscale)[:, None, :], (np.sin(ang) * self.mscale)[:, None, :]
+        out = x.copy()
+        a, b = x[..., : d // 2], x[..., d // 2:d]
+        out[..., : d // 2], out[..., d // 2:d] = a * cos - b * sin, b * cos + a * sin
+        return out
+
+    def attention(self, l, h, pos):
+        W, p, n = self.w, f"blk.{l}.", len(h)
+        q = self.rope(self.proj(h, p, "attn_q").reshape(n, self.H, self.HDK), pos)
+        k = self.rope(self.proj(h, p, "attn_k").reshape(n, self.KVH, self.HDK), pos)
+        v = self.proj(h, p, "attn_v").reshape(n, self.KVH, self.HDV)
+        rep = self.H // self.KVH
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        qi, ki = np.arange(n)[:, None], np.arange(n)[None, :]
+        visible = (ki <= qi) & ((qi - ki < self.window) if self.swa(l) else True)
+        s = np.einsum("qhd,khd->hqk", q, k) * self.attn_scale() + np.where(visible, 0.0, -np.inf)
+        sink = W(p + "attn_sinks.weight")[:, None, None] * np.ones((1, n, 1))
+        full = np.concatenate([s, sink], axis=-1)
+        probs = softmax(full)[..., :-1]
+        o = np.einsum("hqk,khd->qhd", probs, v).reshape(n, self.H * self.HDV)
+        return self.proj(o, p, "attn_output")
+
+    def route(self, l, lg):
+        sel = np.argsort(-lg, kind="stable")[: self.top_k]
+        return sel, softmax(lg[sel])
+
+    def experts(self, p, h_i, sel, wts):
+        W = self.w
+        out = np.zeros(self.D)
+        for e, wt in zip(sel, wts):
+            g = h_i @ self.expert(p, "gate", e).T + W(p + "ffn_gate_exps.bias")[e]
+            u = h_i @ self.expert(p, "up", e).T + W(p + "ffn_up_exps.bias")[e]
+            out += wt * (swiglu_oai(g, u) @ self.expert(p, "down", e).T + W(p + "ffn_down_exps.bias")[e])
+        return out
+
+    def ffn(self, l, h):
+        W, p = self.w, f"blk.{l}."
+        logits = h @ W(p + "ffn_gate_inp.weight").T + W(p + "ffn_gate_inp.bias")
+        return np.stack([self.experts(p, h[i], *self.route(l, logits[i])) for i in range(len(h))])
+
+    def forward(self, ids):
+        W = self.w
+        pos = np.arange(len(ids), dtype=np.float64)
+        x = self.embed(ids)
+        for l in range(self.L):
+            p = f"blk.{l}."
+            x = x + self.attention(l, rmsnorm(x, W(p + "attn_norm.weight"), self.eps), pos)
+            x = x + self.ffn(l, rmsnorm(x, W(p + self.ffn_norm + ".weight"), self.eps))
+        return self.head(x)
+
+
+REFS = {"llama": Llama, "qwen3moe": Qwen3Moe, "olmoe": Olmoe, "qwen2moe": Qwen2Moe, "granitemoe": GraniteMoe, "glm4moe": Glm4Moe, "gpt-oss": GptOss}
 
 
 def log_softmax(z):

@@ -11,9 +11,10 @@ activations on these random models are chaotic; the kernels themselves are pinne
 by native/tests/test_quant.c, the mixed gate/up job included).
 
 The property: for each architecture, files whose every matrix independently draws its type
-(make_arch_fixture.py --random-types, over F32 … IQ4_NL where the width allows; hypothesis draws
-the seed, derandomized so that every run tries the same files); plus the realistic mixes: a
-UD-Q2_K_XL-like file and `--tensor-type` overrides that split gate from up.
+(make_arch_fixture.py --random-types, over F32 … IQ4_NL and MXFP4 where the width allows; hypothesis
+draws the seed, derandomized so that every run tries the same files); plus the realistic mixes: a
+UD-Q2_K_XL-like file, every architecture's experts in MXFP4 (gpt-oss's releases), and
+`--tensor-type` overrides that split gate from up.
 """
 from __future__ import annotations
 
@@ -98,6 +99,17 @@ def test_random_per_tensor_types_match_the_f32_copy(arch, seed, fwd_dump, tmp_pa
     procs.make_arch_fixture(model, arch, "--random-types", str(seed))
     types = tensor_types(model)
     assert len({t for n, t in types.items() if n.endswith("_exps.weight")}) > 1, "the draw gave every expert tensor one type"
+    check_against_f32_copy(fwd_dump, model, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_mxfp4_experts_match_the_f32_copy(arch, fwd_dump, tmp_path):
+    """Routed experts in MXFP4, the rest Q8_0: how gpt-oss's GGUF releases store them."""
+    model = procs.make_arch_fixture(tmp_path / f"{arch}-mxfp4.gguf", arch, "--mix", "q8_0",
+                                    "--tensor-type", "_exps\\.weight$=MXFP4")
+    types = tensor_types(model)
+    exps = {t for n, t in types.items() if n.endswith("_exps.weight")}
+    assert exps == {"MXFP4"}, f"expert types {exps}"
     check_against_f32_copy(fwd_dump, model, tmp_path)
 
 

@@ -1,9 +1,14 @@
-"""K-quant, Q5_0/Q5_1, IQ4_NL/IQ4_XS and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
+"""K-quant, Q5_0/Q5_1, IQ4_NL/IQ4_XS, MXFP4 and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
 its kernels' weights are) equals gguf's numpy dequantizers bit for bit, on random blocks (random
 codes and scales, finite fp16 d/dmin) and on blocks with extreme scales."""
 from __future__ import annotations
 
+import ctypes
+import os
 import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,4 +79,85 @@ def test_bf16_dequant_is_bit_exact(deq_dump, tmp_path):
     raw = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
     want = dequantize(raw, T.BF16).astype(np.float32)
     got = engine_dequant(deq_dump, tmp_path, T.BF16, raw, 256)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+# ---- MXFP4 (GGML 39): the oracles are gguf-py's MXFP4 dequantizer (gguf >= 0.19; with an older
+# gguf, the one in a llama.cpp source tree's gguf-py where there is one), the OCP spec re-derived
+# here in float64 (e2m1 from its bits, the block's E8M0 exponent), and, where it is built here,
+# llama.cpp's C dequantize_row_mxfp4 (libggml-base, via ctypes).
+MXFP4 = 39
+MXFP4_BLOCK = 17                 # u8 e, then 16 bytes: byte i = value i (low nibble), 16 + i (high)
+LLAMA_CPP_SRC = Path(os.environ.get(
+    "LLAMA_CPP_SRC", "/work/llcpp-src/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+LLCPP_SITE = Path(os.environ.get("LLCPP_VENV", "/work/llcpp-venv")) / "lib"
+
+
+def mxfp4_blocks(rng: np.random.Generator, rows: int, per_row: int) -> np.ndarray:
+    """Random codes; every exponent byte 0..255 appears (block k of the whole set has e = k % 256)."""
+    b = rng.integers(0, 256, size=(rows * per_row, MXFP4_BLOCK), dtype=np.uint8)
+    b[:, 0] = np.arange(rows * per_row) % 256
+    return b.reshape(rows, per_row * MXFP4_BLOCK)
+
+
+def mxfp4_spec_f64(raw: np.ndarray) -> np.ndarray:
+    """float64 values from the spec: e2m1 code s.ee.m = (-1)^s (ee ? (1 + m/2) 2^(ee-1) : m/2),
+    times the scale 2^(e - 127); -0 reads as +0 (llama.cpp's int8 table of doubled values)."""
+    blocks = raw.reshape(-1, MXFP4_BLOCK)
+    e = blocks[:, :1].astype(np.float64)
+    qs = blocks[:, 1:]
+    codes = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int64)
+    sign = np.where(codes & 8, -1.0, 1.0)
+    ex, m = (codes >> 1) & 3, codes & 1
+    mag = np.where(ex == 0, m * 0.5, (1.0 + m * 0.5) * np.exp2(ex - 1.0))
+    vals = np.where(mag == 0, 0.0, sign * mag) * np.exp2(e - 127.0)
+    return vals.reshape(raw.shape[0], -1)
+
+
+@pytest.fixture(scope="module")
+def mxfp4_raw() -> np.ndarray:
+    return mxfp4_blocks(np.random.default_rng(39), 16, 64)   # 1024 blocks: each exponent 4 times
+
+
+def test_mxfp4_dequant_equals_the_spec(deq_dump, tmp_path, mxfp4_raw):
+    want64 = mxfp4_spec_f64(mxfp4_raw)
+    got = engine_dequant(deq_dump, tmp_path, MXFP4, mxfp4_raw, 64 * 32)
+    with np.errstate(over="ignore"):
+        want = want64.astype(np.float32)        # exact, or inf where 6 * 2^128 > FLT_MAX (e = 255)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+    finite = np.isfinite(got)
+    assert np.array_equal(got[finite].astype(np.float64), want64[finite])
+    assert (~finite).any()                      # the e = 255 blocks' largest codes did overflow
+
+
+def test_mxfp4_dequant_equals_gguf_py(deq_dump, tmp_path, mxfp4_raw):
+    if hasattr(T, "MXFP4"):
+        with np.errstate(over="ignore"):        # e = 255: 6 * 2^128 is inf in float32
+            want = dequantize(mxfp4_raw, T.MXFP4).astype(np.float32)
+    else:
+        quants = LLAMA_CPP_SRC / "gguf-py"
+        if "class MXFP4" not in ((quants / "gguf" / "quants.py").read_text() if quants.exists() else ""):
+            pytest.skip(f"gguf {version('gguf')} has no MXFP4 and no gguf-py with it at {quants} (set LLAMA_CPP_SRC)")
+        src, dst = tmp_path / "raw.npy", tmp_path / "want.npy"
+        np.save(src, mxfp4_raw)
+        code = ("import sys, numpy as np; from gguf.quants import dequantize; from gguf import GGMLQuantizationType as T; "
+                "np.save(sys.argv[2], dequantize(np.load(sys.argv[1]), T.MXFP4).astype(np.float32))")
+        subprocess.run([sys.executable, "-c", code, str(src), str(dst)], check=True,
+                       env={**os.environ, "PYTHONPATH": str(quants)})
+        want = np.load(dst)
+    got = engine_dequant(deq_dump, tmp_path, MXFP4, mxfp4_raw, 64 * 32)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+def test_mxfp4_dequant_equals_llama_cpp(deq_dump, tmp_path, mxfp4_raw):
+    libs = sorted(LLCPP_SITE.glob("python3*/site-packages/llama_cpp/lib/libggml-base.so"))
+    if not libs:
+        pytest.skip(f"no llama-cpp-python build under {LLCPP_SITE} (set LLCPP_VENV)")
+    lib = ctypes.CDLL(str(libs[0]))
+    fn = lib.dequantize_row_mxfp4
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    raw = np.ascontiguousarray(mxfp4_raw)
+    want = np.empty((raw.shape[0], 64 * 32), dtype=np.float32)
+    fn(raw.ctypes.data, want.ctypes.data, want.size)
+    got = engine_dequant(deq_dump, tmp_path, MXFP4, raw, 64 * 32)
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))

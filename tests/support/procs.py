@@ -58,9 +58,14 @@ def make_tiny_model(out_path, *extra_args):
 
 
 def make_arch_fixture(out_path, arch, *extra_args):
-    """A small random model in one architecture's exact GGUF layout (native/tools/make_arch_fixture.py)."""
-    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(out_path), "--arch", arch,
-                    *extra_args], check=True)
+    """A small random model in one architecture's exact GGUF layout (native/tools/make_arch_fixture.py;
+    gpt-oss: native/tools/make_tiny_gptoss.py, which takes the same --mix / --random-types / --tensor-type)."""
+    if arch == "gpt-oss":
+        cmd = [PYTHON, str(ROOT / "native" / "tools" / "make_tiny_gptoss.py"), str(out_path), *extra_args]
+    else:
+        cmd = [PYTHON, str(ROOT / "native" / "tools" / "make_arch_fixture.py"), str(out_path), "--arch", arch,
+               *extra_args]
+    subprocess.run(cmd, check=True)
     return Path(out_path)
 
 
