@@ -378,7 +378,9 @@ class _Stream:
         while self.expected in self.pending:
             events.extend(self.pending.pop(self.expected)["events"])
             self.expected += 1
-        merged = _merge_text(events)
+        # `alive`: the bridge's engine works on this request without output yet (a long prefill);
+        # it has reset the idle deadline above and is not the caller's business
+        merged = _merge_text([event for event in events if event["kind"] != "alive"])
         for event in merged:
             self.queued = event["kind"] == "queued"
             if event["kind"] in FINAL_KINDS:

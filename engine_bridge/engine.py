@@ -275,6 +275,25 @@ class Engine:
     async def cancel(self, req_id: int) -> None:
         await self.write(protocol.format_cancel(req_id))
 
+    def work_done(self) -> int | None:
+        """A figure that grows while the engine works: its CPU time in ticks (every thread's) plus
+        the bytes it read from storage. A long prefill under a small memory budget runs for
+        minutes without a line on stdout and without reading a command; this tells it from a
+        hang. None when /proc cannot tell."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks = int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError, TypeError):
+            return None
+        read = 0
+        try:
+            with open(f"/proc/{self.pid}/io") as f:
+                read = next((int(ln.split()[1]) for ln in f if ln.startswith("read_bytes:")), 0)
+        except (OSError, ValueError):
+            pass
+        return ticks + read
+
     def stopped(self) -> bool:
         """True while the engine process is stopped (SIGSTOP, a debugger): /proc says so at once,
         where an unanswered ping would take a while."""

@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 
 WATCH_S = 0.5        # how often the bridge looks at its engine (watch_engine)
 PING_AFTER_S = 2.0   # an engine silent this long is asked something it must answer
-HUNG_AFTER_S = 10.0  # that question unanswered this long (no output at all): the engine is hung
+HUNG_AFTER_S = 10.0  # that question unanswered this long (no output, no work): the engine is hung
+ALIVE_EVERY_S = 10.0  # a silent engine that works (a long prefill) keeps its streams alive this often
 
 
 class Bridge:
@@ -118,16 +119,24 @@ class Bridge:
     async def watch_engine(self) -> None:
         """Keeps telemetry `hung` true while the running engine is stopped (SIGSTOP: /proc says
         so, seen within WATCH_S) or does not answer: an engine silent for PING_AFTER_S gets a STOP
-        of an id no request uses, which any live engine answers at once (ERROR <id> NOT_FOUND,
-        ignored by Streams.error); no output at all HUNG_AFTER_S after it means hung. /health
-        reports it (issue 24); the engine is not restarted for it, and `hung` clears once it answers."""
-        ping_at = None
+        of an id no request uses, which an engine reading its commands answers at once (ERROR <id>
+        NOT_FOUND, ignored by Streams.error); no output and no work (Engine.work_done: CPU time,
+        storage reads) HUNG_AFTER_S after it means hung. An engine in a long forward (a long
+        prompt's prefill under a small memory budget reads no command for minutes) works, so it
+        is not hung, and its running streams get an `alive` event every ALIVE_EVERY_S, which
+        keeps their clients from giving up on a silent bridge (client.IDLE_TIMEOUT). /health
+        reports `hung` (issue 24); the engine is not restarted for it, and it clears once the
+        engine answers."""
+        ping_at, work, worked_at, alive_at = None, None, time.monotonic(), 0.0
         while True:
             await asyncio.sleep(WATCH_S)
             engine, hung, now = self.supervisor.engine, False, time.monotonic()
             if engine is None:
-                ping_at = None
+                ping_at, work = None, None
             else:
+                done = engine.work_done()
+                if done is not None and done != work:
+                    work, worked_at = done, now
                 if ping_at is not None and engine.last_output > ping_at:
                     ping_at = None  # it spoke since the question
                 if engine.stopped():
@@ -135,8 +144,13 @@ class Bridge:
                 elif ping_at is None and now - engine.last_output > PING_AFTER_S:
                     ping_at = now
                     send_command(engine.stop(next_id()))
-                elif ping_at is not None and now - ping_at > HUNG_AFTER_S:
+                elif ping_at is not None and now - ping_at > HUNG_AFTER_S and now - worked_at > HUNG_AFTER_S:
                     hung = True
+                silent, working = now - engine.last_output > ALIVE_EVERY_S, now - worked_at < ALIVE_EVERY_S
+                if not hung and silent and working and now - alive_at > ALIVE_EVERY_S:
+                    alive_at = now
+                    for r in list(self.pacer.running.values()):
+                        self.pacer.emit(r, {"kind": "alive"})
             if hung != self.publisher.state.get("hung", False):
                 (log.error if hung else log.warning)("engine %s", "stopped or not answering" if hung else "answers again")
                 self.publisher.update(hung=hung)

@@ -49,12 +49,15 @@ async def test_an_engine_that_cannot_start_is_answered_at_once(redis_url, engine
         await _wait_for(lambda: _has_boot(), 30, "the bridge's heartbeat")
         for _ in range(3):  # also after several failed starts: backoff is capped low
             t0 = time.monotonic()
-            events = await collect(GenerationRequest(prompt="hello", max_tokens=4), timeout=20)
+            events = await collect(GenerationRequest(prompt="hello", max_tokens=4), timeout=60, idle_timeout=60)
             elapsed = time.monotonic() - t0
             err = final(events)
+            # the bridge's own refusal (retry_after: the client's idle rule carries none), not a wait
+            # for an engine that will not come: well before the client would give up (the bound
+            # leaves a loaded host its scheduling delays; 3 s failed under a CPU hog)
             assert err["kind"] == "error" and err["code"] == "ENGINE_UNAVAILABLE", err
             assert 1 <= err["retry_after"] <= 10, err
-            assert elapsed < 3, f"answered after {elapsed:.1f}s"
+            assert elapsed < 15, f"answered after {elapsed:.1f}s"
             await asyncio.sleep(1.5)
         state = await aget_state()
         assert state["status"] in ("down", "starting") and state["restarts"] >= 2

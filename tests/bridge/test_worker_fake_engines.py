@@ -131,3 +131,22 @@ async def test_a_grammar_is_refused_for_an_engine_that_does_not_announce_it(redi
                                                         grammar=grammar_for_json_object())))
             assert err["code"] == "BAD_REQUEST", err
             assert "constrained decoding is not supported by this engine" in err["message"], err
+
+
+async def test_a_long_silent_prefill_is_neither_hung_nor_idle(redis_url):
+    """A long prompt's prefill under a small memory budget: the engine computes for longer than a
+    client waits on a silent bridge (idle_timeout) without a line on stdout and without reading
+    its commands. It works (CPU time grows), so the bridge does not call it hung and keeps the
+    stream alive; the request ends with its text."""
+    with bridge(redis_url, "mux_fake.py", FAKE_BUSY_PREFILL="14"):
+        stream = Stream(GenerationRequest(prompt="a long prompt", max_tokens=3), idle_timeout=12)
+        await stream.seen("accepted")
+        hung_seen = []
+        while not stream.task.done():
+            hung_seen.append((await aget_state())["hung"])
+            await asyncio.sleep(0.5)
+        events = await stream.result()
+        assert final(events)["kind"] == "done", final(events)
+        assert text_of(events) == "héllo"
+        assert len(hung_seen) > 20 and not any(hung_seen), hung_seen
+        assert not [e for e in events if e is not None and e["kind"] == "alive"]  # the client's own

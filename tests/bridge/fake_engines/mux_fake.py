@@ -7,7 +7,9 @@ FAKE_BANNER=1 prints banner lines before READY; FAKE_UNKNOWN=1 sprinkles unknown
 FAKE_SCRIPT=1: a prompt holding `<<SAY>>text<</SAY>>` gets exactly the last such text (still two
 bytes per frame) and then ends as at EOS (DONE not length-limited) — deterministic model output
 for the wire tests (tool calls the tiny random model would never write); a continuation of it
-says `<<THEN>>text<</THEN>>` (scripted()).
+says `<<THEN>>text<</THEN>>` (scripted()). FAKE_BUSY_PREFILL=S: after each ACCEPT, S seconds of
+CPU work with no output and no reading of commands, as a real engine's long prefill under a small
+memory budget (its forward does not read stdin).
 """
 import os
 import queue
@@ -22,6 +24,7 @@ CTX = int(os.environ.get("CTX", "4096"))
 DELAY = float(os.environ.get("FAKE_DELAY", "0.005"))
 UNKNOWN = os.environ.get("FAKE_UNKNOWN") == "1"
 SCRIPT = os.environ.get("FAKE_SCRIPT") == "1"
+BUSY_PREFILL = float(os.environ.get("FAKE_BUSY_PREFILL", "0"))
 SAY, SAY_END = b"<<SAY>>", b"<</SAY>>"
 THEN, THEN_END = b"<<THEN>>", b"<</THEN>>"
 
@@ -129,6 +132,9 @@ def main(crash_after=None):
                     while reused < min(len(old), len(payload)) and old[reused] == payload[reused]:
                         reused += 1
                     line(f"ACCEPT {rid} {len(payload)} reused={reused}")
+                    busy_until = time.monotonic() + BUSY_PREFILL
+                    while time.monotonic() < busy_until:  # computing, silent
+                        sum(i * i for i in range(10000))
                     limit = min(max_tokens, CTX - len(payload) - 1)
                     active[rid] = [slot, payload, limit, 0, b"", scripted(payload)]
             else:
