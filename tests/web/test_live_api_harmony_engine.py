@@ -151,6 +151,12 @@ def test_tool_call_on_every_surface(stack, key):
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "tool_calls" and msg.model_extra["reasoning_content"] == "Need the weather."
     assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [("get_weather", {"city": "Paris"})]
+    chunks = list(oai.chat.completions.create(model="colibri", messages=[{"role": "user", "content": ASK}],
+                                              tools=tools, stream=True))
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert calls[0].function.name == "get_weather"
+    assert json.loads("".join(tc.function.arguments or "" for tc in calls)) == {"city": "Paris"}
     m = ant.messages.create(model="colibri", max_tokens=300, messages=[{"role": "user", "content": ASK}],
                             tools=[{"name": "get_weather", "description": "Weather", "input_schema": SCHEMA}])
     assert m.stop_reason == "tool_use" and [b.type for b in m.content] == ["thinking", "tool_use"]
@@ -159,3 +165,15 @@ def test_tool_call_on_every_surface(stack, key):
                                 tools=[{"type": "function", "name": "get_weather", "parameters": SCHEMA}])
     assert [i.type for i in resp.output] == ["reasoning", "function_call"]
     assert resp.output[1].name == "get_weather" and json.loads(resp.output[1].arguments) == {"city": "Paris"}
+
+
+def test_a_script_the_window_cannot_tell_apart_is_refused(tmp_path):
+    """Two exchanges whose windows agree but whose next tokens differ: the generator names the
+    window instead of writing a file that would not say the script."""
+    sys.path.insert(0, str(procs.ROOT / "native" / "tools"))
+    import make_tiny_gptoss
+
+    spec = {"template": "{{ messages }}", "window": 4, "exchanges": [
+        {"context": _context(GREET), "output": OUT}, {"context": _context(GREET), "output": CALL}]}
+    with pytest.raises(ValueError, match="widen the window"):
+        make_tiny_gptoss.write_scripted(str(tmp_path / "x.gguf"), spec)
