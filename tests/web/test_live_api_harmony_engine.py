@@ -177,3 +177,22 @@ def test_a_script_the_window_cannot_tell_apart_is_refused(tmp_path):
         {"context": _context(GREET), "output": OUT}, {"context": _context(GREET), "output": CALL}]}
     with pytest.raises(ValueError, match="widen the window"):
         make_tiny_gptoss.write_scripted(str(tmp_path / "x.gguf"), spec)
+
+
+def test_raw_streams_pass_the_wire_oracles(stack, key):
+    """Every record of the Chat and Messages streams of the forced exchange validates against the
+    SDKs' own event types; the thinking comes in its own deltas and blocks."""
+    def raw(route, body):
+        with httpx.stream("POST", stack.url + route, json={**body, "stream": True}, timeout=60,
+                          headers={"Authorization": f"Bearer {key}"}) as r:
+            assert r.status_code == 200, r.read()
+            return r.read().decode()
+
+    msgs = [{"role": "user", "content": GREET}]
+    chat = oracles.check_openai_stream(raw("/v1/chat/completions", {"model": "colibri", "messages": msgs}),
+                                       "chat.completion.chunk")
+    oracles.strict_openai_chunks(chat, "chat.completion.chunk")
+    assert "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chat if c["choices"]) == THOUGHT
+    events = oracles.check_anthropic_stream(raw("/v1/messages", {"model": "colibri", "max_tokens": 400, "messages": msgs}))
+    oracles.strict_anthropic_events(events)
+    assert [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"] == ["thinking", "text"]
