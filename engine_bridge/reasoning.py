@@ -111,7 +111,9 @@ class ThinkSplitter:
         self._run(out, final=False)
         return out.items
 
-    def finish(self) -> list[Segment]:
+    def finish(self, end_token: bool = False) -> list[Segment]:
+        """The rest at the end of the output (end_token: as HarmonyParser.finish; no marker here
+        is an end-of-generation token)."""
         out = _Out()
         self._run(out, final=True)
         if self.state == "start":  # whitespace or a `<think` prefix that never became the marker
@@ -206,9 +208,16 @@ class HarmonyParser:
         self._run(out, final=False)
         return out.items
 
-    def finish(self) -> list[Segment]:
+    def finish(self, end_token: bool = False) -> list[Segment]:
+        """The rest at the end of the output. end_token: the engine ended it at an
+        end-of-generation token (`<|return|>` / `<|call|>`, the file's EOG tokens), which it does
+        not write as text: an open body ends as that marker would end it (a call is closed)."""
         out = _Out()
         self._run(out, final=True)
+        if end_token and self.state == "body":
+            out.add(self.kind, self.buf)
+            self.buf = ""
+            self._close(CALL if self.call is not None else RETURN, out)
         if self.state == "body":
             out.add(self.kind, self.buf)  # cut mid-message (a call stays unclosed: cut)
         elif self.state == "header" and "<|" not in self._plain_header():  # words, not a cut header

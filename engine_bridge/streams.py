@@ -89,16 +89,17 @@ class Streams:
             self.pacer.emit(r, {"kind": "text", "text": r.text[r.sent:end]})
             r.sent = end
 
-    def take(self, r: Request, piece: str, final: bool = False) -> None:
+    def take(self, r: Request, piece: str, final: bool = False, end_token: bool = False) -> None:
         """New decoded output of r: all answer, or (a reasoning job) split into `reasoning`
         events, sent as they come, and answer text, which goes through the stop strings. The
-        splitter's end of output (harmony's <|return|> / <|call|>) STOPs the engine."""
+        splitter's end of output (harmony's <|return|> / <|call|>) STOPs the engine. end_token:
+        the engine ended the output at an end-of-generation token (not written as text)."""
         split = r.split
         if split is None:
             r.text += piece
             self.emit_text(r, final=final)
             return
-        segments = split.feed(piece) + (split.finish() if final else [])
+        segments = split.feed(piece) + (split.finish(end_token) if final else [])
         for kind, text in segments:
             if r.stopped:  # a stop string cut the answer: nothing after it goes out
                 break
@@ -109,7 +110,7 @@ class Streams:
                 self.emit_text(r)
         if final and not r.stopped:
             self.emit_text(r, final=True)
-        if split.ended and not (r.stopped or r.cancelled):
+        if split.ended and not (final or r.stopped or r.cancelled):  # at the final piece the engine has ended
             self.admission.stop(r)
 
     def engine_down(self) -> None:
@@ -185,7 +186,7 @@ class Streams:
         if r.budget_cut and not r.stopped and self.continue_after_budget(r, ev):
             return
         if not r.stopped:
-            self.take(r, r.decoder.decode(b"", final=True), final=True)
+            self.take(r, r.decoder.decode(b"", final=True), final=True, end_token=not ev.length_limited)
         self.emit_text(r, final=True)
         self.admission.finish(r, self.done_event(r, ev, block))
         self.admission.release(r)

@@ -186,3 +186,22 @@ def test_harmony_parser_matches_the_messages_it_was_written_from(messages, last_
             else merged + [("text", "after the end")]
     assert got == merged
     assert parser.ended == ended
+
+
+def test_harmony_end_token_not_written_closes_the_open_call():
+    """Our engine ends the output at <|call|> / <|return|> (the file's end-of-generation tokens)
+    without writing them: finish(end_token=True) ends the open body as the marker would; without
+    it (a length cut) the call stays unclosed."""
+    out = ('<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary '
+           'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}')
+    with_marker = split_all(HarmonyParser.for_prompt("<|start|>assistant"), [out + "<|call|>"])
+    ended = HarmonyParser.for_prompt("<|start|>assistant")
+    segments = ended.feed(out) + ended.finish(end_token=True)
+    assert ended.ended and "".join(t for k, t in segments if k == "text") == "".join(
+        t for k, t in with_marker if k == "text")
+    cut = HarmonyParser.for_prompt("<|start|>assistant")
+    text = "".join(t for k, t in cut.feed(out) + cut.finish() if k == "text")
+    assert not cut.ended and not text.endswith("</tool_call>")
+    answer = HarmonyParser.for_prompt("<|start|>assistant")
+    final = "<|channel|>final<|message|>Hello!"
+    assert answer.feed(final) + answer.finish(end_token=True) == [("text", "Hello!")] and answer.ended
