@@ -61,8 +61,6 @@ from make_tiny_moe import bytes_to_unicode  # noqa: E402
 from o200k_vocab import CONTROL, HARMONY_SPECIALS  # noqa: E402
 
 Q = GGMLQuantizationType
-if not hasattr(Q, "MXFP4"):
-    sys.exit("make_gptoss_big.py needs gguf >= 0.19 (MXFP4, type 39); this gguf has no MXFP4")
 
 ARCH = "gpt-oss"
 D, HQ, HKV, HD, X, TOP_K = 2880, 64, 8, 64, 2880, 4
@@ -210,7 +208,7 @@ def stream_matrix(fout, spec: Spec, rng: np.random.Generator) -> None:
         for r0 in range(0, rows, per):
             n = min(per, rows - r0)
             x = rng.standard_normal((n, cols), dtype=np.float32) * np.float32(spec.std)
-            fout.write(memoryview((x.view(np.uint32) >> 16).astype(np.uint16)).cast("B"))
+            fout.write((x.view(np.uint32) >> 16).astype(np.uint16).data)
         return
     block, size = GGML_QUANT_SIZES[spec.qtype]
     nb = cols // block
@@ -220,7 +218,7 @@ def stream_matrix(fout, spec: Spec, rng: np.random.Generator) -> None:
         n = min(per, rows - r0)
         blk = rng.integers(0, 256, (n, nb, size), dtype=np.uint8)
         fill(blk, spec.std)
-        fout.write(memoryview(blk).cast("B"))
+        fout.write(blk.data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experts", type=int, help="override the shape's expert count (tests; >= 5)")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
+    if not hasattr(Q, "MXFP4"):
+        ap.error("gguf >= 0.19 is needed (MXFP4, type 39); this gguf has no MXFP4")
     layers, experts = SHAPES[a.shape]
     layers = a.layers if a.layers is not None else layers
     experts = a.experts if a.experts is not None else experts
@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
+    assert w.fout is not None
     fout = w.fout[0]
     w.write_padding(fout, fout.tell())
 
