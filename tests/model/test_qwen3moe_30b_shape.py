@@ -140,6 +140,6 @@ def test_engine_generates_and_skew_moves_expert_use(engine_binary, files, tmp_pa
     # --skew 0.55: Zipf popularity, a quarter of the experts takes about half of the picks (0.51-0.52)
     assert shares["skew"].min() > 0.44, shares
     assert (shares["skew"] - shares["uniform"]).min() > 0.1, shares
-    # --profile realistic: measured 0.45-0.46 / 0.68-0.70 / 0.89-0.90 here (a 3,000-character prompt:
-    # 0.450 / 0.684 / 0.889); uniform 0.17 / 0.33 / 0.60 with ~54 picks per expert
+    # --profile realistic: measured 0.447-0.451 / 0.673-0.697 / 0.887-0.896 on this prompt (the
+    # uniform file: 0.16-0.18 / 0.31-0.32 / 0.58-0.59, ~54 picks per expert)
     assert (np.abs(curves["realistic"] - rp.TARGET) < 0.06).all(), curves
