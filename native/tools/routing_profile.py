@@ -15,7 +15,9 @@ experts are picked more often, for every token through its own hidden state (no 
 (c, p) depend on the expert count and top-k; REALISTIC holds them fitted (a grid search of
 `fit`, common random numbers) for the shapes the generators write: (128, 8) is Qwen3-30B-A3B's
 and the reference note's (1 + rank/4)^-0.5; (32, 4) gpt-oss-20b's, where this family reaches
-about 43 / 69 / 91 % at best; (128, 4) gpt-oss-120b's. Other shapes are fitted on demand.
+about 43 / 69 / 91 % at best (a scaled logit tops its median for half of the tokens only, so the
+hottest 4 of 32 experts cannot take much more than half of top-4's picks); (128, 4)
+gpt-oss-120b's. Other shapes are fitted on demand.
 `uniform` scales nothing.
 """
 from __future__ import annotations
