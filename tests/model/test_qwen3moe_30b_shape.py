@@ -1,7 +1,8 @@
 """The Qwen3-30B-A3B-shaped generator (native/tools/make_qwen3moe_30b.py, issue 23 item 2) on its
 2-layer sibling: the tensor types and shapes of llama.cpp's Q4_K_M rules for that shape, the engine
 loading it and generating with finite, varied log-probs, and --skew moving the engine's own expert
-usage counts from near-uniform to a quarter of the experts taking about half the picks.
+usage counts from near-uniform to a quarter of the experts taking about half the picks, and
+--profile realistic to routing_profile's curve (hottest 12.5 / 25 / 50 % ~ 45 / 67 / 89 %).
 
 The full 48-layer file (17 GiB) is never needed here: bench/scale.py uses it. ~30 s on a 2-core box
 (two 1.1 GiB files written into tmp_path, two engine runs with an ~850-token prompt).
@@ -21,6 +22,7 @@ from tests.native.engine import Engine, base_env
 from tests.support.procs import ROOT
 
 sys.path.insert(0, str(ROOT / "native" / "tools"))
+import routing_profile as rp  # noqa: E402
 from make_arch_fixture import use_more_bits  # noqa: E402
 
 LAYERS = 2
@@ -31,7 +33,7 @@ GEN = ROOT / "native" / "tools" / "make_qwen3moe_30b.py"
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("q30b")
     out = {}
-    for name, extra in (("uniform", []), ("skew", ["--skew", "0.55"])):
+    for name, extra in (("uniform", []), ("skew", ["--skew", "0.55"]), ("realistic", ["--profile", "realistic"])):
         out[name] = d / f"q30b-L{LAYERS}-{name}.gguf"
         subprocess.run([sys.executable, str(GEN), str(out[name]), "--layers", str(LAYERS), "-q", *extra], check=True)
     return out
@@ -121,7 +123,8 @@ def test_engine_generates_and_skew_moves_expert_use(engine_binary, files, tmp_pa
     prompt = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ") for _ in range(1500))
     n = 8
     shares = {}
-    for name in ("uniform", "skew"):
+    curves = {}
+    for name in ("uniform", "skew", "realistic"):
         r, lps, counts = run_engine(engine_binary, files[name], tmp_path / f"{name}.usage", prompt, n)
         st = r.stat()
         assert st["prompt_tokens"] > 600
@@ -131,8 +134,12 @@ def test_engine_generates_and_skew_moves_expert_use(engine_binary, files, tmp_pa
         forwarded = st["prompt_tokens"] + st["emitted"] - 1
         assert np.all(counts.sum(axis=1) == 8 * forwarded) or np.all(counts.sum(axis=1) >= 8 * st["prompt_tokens"])
         shares[name] = top_quarter_share(counts)
+        curves[name] = rp.top_shares(counts)
     # uniform: 0.25 plus sampling noise (~0.29 for ~50 picks per expert); measured 0.32-0.33
     assert shares["uniform"].max() < 0.38, shares
     # --skew 0.55: Zipf popularity, a quarter of the experts takes about half of the picks (0.51-0.52)
     assert shares["skew"].min() > 0.44, shares
     assert (shares["skew"] - shares["uniform"]).min() > 0.1, shares
+    # --profile realistic: measured 0.447-0.451 / 0.673-0.697 / 0.887-0.896 on this prompt (the
+    # uniform file: 0.16-0.18 / 0.31-0.32 / 0.58-0.59, ~54 picks per expert)
+    assert (np.abs(curves["realistic"] - rp.TARGET) < 0.06).all(), curves
