@@ -9,6 +9,9 @@ chromium_up
 reference_up
 export WERROR=1   # native/Makefile: -Werror for every C build the tests use
 build_native
+# The default model is built here, once, not inside the tests' fixture: its first build (a download
+# and a conversion, ~2 min quiet) ran past pytest's 300 s per-test limit on a loaded host.
+bash scripts/build_model.sh
 build_frontend
 export DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/colibri}"
 export COLIBRI_DEV=1
