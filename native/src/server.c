@@ -749,6 +749,7 @@ static void cmd_submit(server *S, char *args) {
     /* K/V rows computed with another expert count are not this turn's: recompute them all */
     int keep = experts == r->experts ? kv_common_prefix(&S->kv, slot, S->ids, n) : 0;
     if (keep >= n) keep = n - 1;            /* identical prompt: re-forward the last token */
+    keep = model_resume(S->m, &S->kv, slot, keep);   /* a hybrid's recurrent state: exact or 0 */
     uint64_t room = (uint64_t)(ctx - n - 1);
     r->active = 1;
     r->id = h.id;
