@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGUFWriter
@@ -28,7 +29,7 @@ from make_arch_fixture import QWEN3_TEMPLATE, add_tokenizer  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
 ARCH = "qwen35moe"
-SHAPE = dict(d_model=128, layers=4, interval=3, n_heads=4, n_kv=2, head_dim=32, rope_dim=16, sections=[3, 2, 2, 1],
+SHAPE: dict[str, Any] = dict(d_model=128, layers=4, interval=3, n_heads=4, n_kv=2, head_dim=32, rope_dim=16, sections=[3, 2, 2, 1],
              rope_base=1e7, eps=1e-6, ctx=4096, d_conv=4, k_heads=2, v_heads=4, ssm_head=16, experts=8, top_k=2,
              d_expert=64, d_shexp=96)
 
