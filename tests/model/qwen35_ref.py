@@ -22,6 +22,8 @@ The MTP block (the trailing nextn_predict_layers) is not part of the causal LM f
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tests.model.arch_ref import Weights, rmsnorm, silu, softmax, softmax_topk
@@ -41,7 +43,7 @@ class Qwen35Moe:
     def __init__(self, path: str) -> None:
         self.w = W = Weights(path)
 
-        def key(s: str, default: object = None) -> object:
+        def key(s: str, default: Any = None) -> Any:
             return W.key(f"{self.arch}.{s}", default)
 
         self.L = int(key("block_count")) - int(key("nextn_predict_layers", 0))
