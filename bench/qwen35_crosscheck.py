@@ -5,9 +5,12 @@ on a llama.cpp build). native/tools/make_tiny_qwen35moe.py's F32 file runs throu
 (native/build/fwd_dump, EXACT=1 KV_TYPE=f32) and through tests/model/qwen35_ref.py's float64
 forward, on the same ids: llama.cpp's own greedy continuation of a 10-token prompt, then the whole
 sequence teacher-forced (one prefill each). Prints, per pair, greedy agreement over the
-continuation and max |d log-prob| over the first side's top 32 tokens.
+continuation and max |d log-prob| over the first side's top 32 tokens. With --q8, llama.cpp's CPU
+matmuls quantize activations to Q8_0 rows for Q8_0 weights: its distance to the float64 reference
+is then its own rounding (our default int8 path is the like-for-like row).
 
-    bench/qwen35_crosscheck.py [--llama-python /work/llcpp-venv/bin/python] [--steps 12] [--no-mtp]
+    bench/qwen35_crosscheck.py [--llama-python /work/llcpp-venv/bin/python] [--steps 12]
+                               [--no-mtp] [--interval N] [--q8]     (the generator's options)
 """
 from __future__ import annotations
 
@@ -65,11 +68,15 @@ def main() -> None:
     ap.add_argument("--llama-python", default="/work/llcpp-venv/bin/python")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--no-mtp", action="store_true")
+    ap.add_argument("--interval", type=int)
+    ap.add_argument("--q8", action="store_true")
     a = ap.parse_args()
+    gen = (["--no-mtp"] if a.no_mtp else []) + (["--q8"] if a.q8 else []) + (
+        ["--interval", str(a.interval)] if a.interval is not None else [])
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "tiny-qwen35moe.gguf"
-        subprocess.run([sys.executable, str(ROOT / "native/tools/make_tiny_qwen35moe.py"), str(model),
-                        *(["--no-mtp"] if a.no_mtp else [])], check=True)
+        subprocess.run([sys.executable, str(ROOT / "native/tools/make_tiny_qwen35moe.py"), str(model), *gen],
+                       check=True)
         out = Path(tmp) / "llama.npy"
         r = subprocess.run([a.llama_python, "-c", SCRIPT, str(model), str(a.steps), json.dumps(PROMPT), str(out)],
                            capture_output=True, text=True)
@@ -82,10 +89,13 @@ def main() -> None:
         subprocess.run([str(ROOT / "native/build/fwd_dump"), str(model), str(eo), *map(str, ids)], check=True,
                        env=dict(os.environ, EXACT="1", KV_TYPE="f32"))
         ours = log_softmax(np.fromfile(eo, dtype=np.float32).reshape(len(ids), -1).astype(np.float64))
+        subprocess.run([str(ROOT / "native/build/fwd_dump"), str(model), str(eo), *map(str, ids)], check=True)
+        dflt = log_softmax(np.fromfile(eo, dtype=np.float32).reshape(len(ids), -1).astype(np.float64))
         ref = log_softmax(Qwen35Moe(str(model)).forward(ids))
     print(f"ids: {ids}")
     for name, x, y in (("llama.cpp vs ours EXACT", llama, ours), ("llama.cpp vs float64 reference", llama, ref),
-                       ("float64 reference vs ours EXACT", ref, ours)):
+                       ("float64 reference vs ours EXACT", ref, ours),
+                       ("llama.cpp vs ours default (int8 activations, fp16 K/V)", llama, dflt)):
         agree, steps, err = compare(x, y, len(PROMPT), ids)
         print(f"{name}: greedy {agree}/{steps}, max |d log-prob| (top 32) {err:.2e}")
 

@@ -2,7 +2,7 @@
 """make_tiny_qwen35moe.py — a seeded random-weight file in llama.cpp's `qwen35moe` layout
 (Qwen3.5 / Qwen3.6-35B-A3B's tensors and keys, scaled down), F32 throughout.
 
-    make_tiny_qwen35moe.py OUT.gguf [--seed 0] [--no-mtp]
+    make_tiny_qwen35moe.py OUT.gguf [--seed 0] [--no-mtp] [--interval N] [--q8]
 
 Shape: d_model 128; 4 layers, full_attention_interval 3 (layer 2 gated full attention, 0, 1
 and 3 Gated DeltaNet: the interval is the file's, not Qwen's 4); attention 4 query heads / 2 KV
@@ -12,7 +12,9 @@ section's: it does not turn for text); DeltaNet: conv kernel 4, 2 q/k heads and 
 (v head h reads q/k head h mod 2); 8 experts of 64, top-2, shared expert 96 wide with its sigmoid
 gate; untied head; the tiny byte-level BPE vocabulary of make_tiny_moe.py and a ChatML template.
 One trailing MTP block (nextn_predict_layers 1: nextn.eh_proj / enorm / hnorm and a full
-attention + MoE block) unless --no-mtp. Same arguments -> same bytes.
+attention + MoE block) unless --no-mtp. --interval N: full_attention_interval N instead (0: the key
+left out, which the engine refuses). --q8: every matrix Q8_0 (router, norms, conv and vectors F32).
+Same arguments -> same bytes.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_arch_fixture import QWEN3_TEMPLATE, add_tokenizer  # noqa: E402
@@ -39,8 +42,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-mtp", action="store_true", help="no trailing MTP block")
+    ap.add_argument("--interval", type=int, default=SHAPE["interval"], help="full_attention_interval (0: no key)")
+    ap.add_argument("--q8", action="store_true", help="matrices Q8_0")
     a = ap.parse_args(argv)
-    h = SHAPE
+    h = dict(SHAPE, interval=a.interval)
     rng = np.random.default_rng(a.seed)
     tokens, types, merges = build_vocab()
     V, D, E, X, SX = len(tokens), h["d_model"], h["experts"], h["d_expert"], h["d_shexp"]
@@ -56,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
     w = GGUFWriter(a.out, ARCH)
-    w.add_name("tiny-qwen35moe-f32")
+    w.add_name("tiny-qwen35moe-q8_0" if a.q8 else "tiny-qwen35moe-f32")
     w.add_block_count(h["layers"] + nextn)
     w.add_context_length(h["ctx"])
     w.add_embedding_length(D)
@@ -72,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     w.add_expert_used_count(h["top_k"])
     w.add_uint32(f"{ARCH}.expert_feed_forward_length", X)
     w.add_uint32(f"{ARCH}.expert_shared_feed_forward_length", SX)
-    w.add_uint32(f"{ARCH}.full_attention_interval", h["interval"])
+    if h["interval"]:
+        w.add_uint32(f"{ARCH}.full_attention_interval", h["interval"])
     w.add_uint32(f"{ARCH}.ssm.conv_kernel", h["d_conv"])
     w.add_uint32(f"{ARCH}.ssm.state_size", S)
     w.add_uint32(f"{ARCH}.ssm.group_count", HK)
@@ -81,52 +87,61 @@ def main(argv: list[str] | None = None) -> None:
     if nextn:
         w.add_uint32(f"{ARCH}.nextn_predict_layers", nextn)
     add_tokenizer(w, tokens, types, merges, QWEN3_TEMPLATE)
+    interval = h["interval"] or 4     # the layout llama.cpp assumes without the key
+    add_tensor = w.add_tensor
 
-    w.add_tensor("token_embd.weight", mat(V, D, scale=np.sqrt(D) * 0.5))
-    w.add_tensor("output_norm.weight", norm_w(D))
-    w.add_tensor("output.weight", mat(V, D, scale=2.0))
+    def put(name: str, arr: np.ndarray) -> None:
+        """Matrices (2-D and up, not the routers) Q8_0 under --q8; the rest F32."""
+        if a.q8 and arr.ndim >= 2 and "gate_inp" not in name and "conv1d" not in name:
+            add_tensor(name, quantize(arr, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            add_tensor(name, arr)
+
+    put("token_embd.weight", mat(V, D, scale=np.sqrt(D) * 0.5))
+    put("output_norm.weight", norm_w(D))
+    put("output.weight", mat(V, D, scale=2.0))
 
     def attention(p: str) -> None:
-        w.add_tensor(p + "attn_q.weight", mat(2 * H * HD, D))
-        w.add_tensor(p + "attn_k.weight", mat(KVH * HD, D))
-        w.add_tensor(p + "attn_v.weight", mat(KVH * HD, D))
-        w.add_tensor(p + "attn_output.weight", mat(D, H * HD))
-        w.add_tensor(p + "attn_q_norm.weight", norm_w(HD))
-        w.add_tensor(p + "attn_k_norm.weight", norm_w(HD))
+        put(p + "attn_q.weight", mat(2 * H * HD, D))
+        put(p + "attn_k.weight", mat(KVH * HD, D))
+        put(p + "attn_v.weight", mat(KVH * HD, D))
+        put(p + "attn_output.weight", mat(D, H * HD))
+        put(p + "attn_q_norm.weight", norm_w(HD))
+        put(p + "attn_k_norm.weight", norm_w(HD))
 
     def moe(p: str) -> None:
-        w.add_tensor(p + "ffn_gate_inp.weight", mat(E, D, scale=2.0))
-        w.add_tensor(p + "ffn_gate_exps.weight", mat(E, X, D))
-        w.add_tensor(p + "ffn_up_exps.weight", mat(E, X, D))
-        w.add_tensor(p + "ffn_down_exps.weight", mat(E, D, X))
-        w.add_tensor(p + "ffn_gate_inp_shexp.weight", mat(D, scale=2.0))
-        w.add_tensor(p + "ffn_gate_shexp.weight", mat(SX, D))
-        w.add_tensor(p + "ffn_up_shexp.weight", mat(SX, D))
-        w.add_tensor(p + "ffn_down_shexp.weight", mat(D, SX))
+        put(p + "ffn_gate_inp.weight", mat(E, D, scale=2.0))
+        put(p + "ffn_gate_exps.weight", mat(E, X, D))
+        put(p + "ffn_up_exps.weight", mat(E, X, D))
+        put(p + "ffn_down_exps.weight", mat(E, D, X))
+        put(p + "ffn_gate_inp_shexp.weight", mat(D, scale=2.0))
+        put(p + "ffn_gate_shexp.weight", mat(SX, D))
+        put(p + "ffn_up_shexp.weight", mat(SX, D))
+        put(p + "ffn_down_shexp.weight", mat(D, SX))
 
     for l in range(h["layers"] + nextn):
         p = f"blk.{l}."
-        w.add_tensor(p + "attn_norm.weight", norm_w(D))
-        w.add_tensor(p + "post_attention_norm.weight", norm_w(D))
-        if l < h["layers"] and (l + 1) % h["interval"] != 0:
-            w.add_tensor(p + "attn_qkv.weight", mat(CH, D))
-            w.add_tensor(p + "attn_gate.weight", mat(HV * S, D))
-            w.add_tensor(p + "ssm_conv1d.weight", mat(CH, h["d_conv"], scale=1.5))
-            w.add_tensor(p + "ssm_dt.bias", rng.uniform(-1.0, 1.0, HV).astype(np.float32))
+        put(p + "attn_norm.weight", norm_w(D))
+        put(p + "post_attention_norm.weight", norm_w(D))
+        if l < h["layers"] and (l + 1) % interval != 0:
+            put(p + "attn_qkv.weight", mat(CH, D))
+            put(p + "attn_gate.weight", mat(HV * S, D))
+            put(p + "ssm_conv1d.weight", mat(CH, h["d_conv"], scale=1.5))
+            put(p + "ssm_dt.bias", rng.uniform(-1.0, 1.0, HV).astype(np.float32))
             # ssm_a = -exp(A_log), A_log ~ U(0, log 16) as Qwen3-Next's initialisation
-            w.add_tensor(p + "ssm_a", (-np.exp(rng.uniform(0.0, np.log(16.0), HV))).astype(np.float32))
-            w.add_tensor(p + "ssm_beta.weight", mat(HV, D, scale=2.0))
-            w.add_tensor(p + "ssm_alpha.weight", mat(HV, D, scale=2.0))
-            w.add_tensor(p + "ssm_norm.weight", norm_w(S))
-            w.add_tensor(p + "ssm_out.weight", mat(D, HV * S))
+            put(p + "ssm_a", (-np.exp(rng.uniform(0.0, np.log(16.0), HV))).astype(np.float32))
+            put(p + "ssm_beta.weight", mat(HV, D, scale=2.0))
+            put(p + "ssm_alpha.weight", mat(HV, D, scale=2.0))
+            put(p + "ssm_norm.weight", norm_w(S))
+            put(p + "ssm_out.weight", mat(D, HV * S))
         else:
             attention(p)
         moe(p)
         if l >= h["layers"]:
-            w.add_tensor(p + "nextn.eh_proj.weight", mat(D, 2 * D))
-            w.add_tensor(p + "nextn.enorm.weight", norm_w(D))
-            w.add_tensor(p + "nextn.hnorm.weight", norm_w(D))
-            w.add_tensor(p + "nextn.shared_head_norm.weight", norm_w(D))
+            put(p + "nextn.eh_proj.weight", mat(D, 2 * D))
+            put(p + "nextn.enorm.weight", norm_w(D))
+            put(p + "nextn.hnorm.weight", norm_w(D))
+            put(p + "nextn.shared_head_norm.weight", norm_w(D))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
