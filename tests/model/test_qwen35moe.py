@@ -9,6 +9,7 @@ float64 forward, in EXACT mode (float activations, F32 K/V):
     state (reused > 0) and answers as a fresh prefill on another slot; a turn that does not extend
     the slot's history re-prefills (reused = 0: no K/V prefix without its recurrent state) and
     answers as a fresh prefill;
+  - a 40-token prompt with the budget's prefill chunk at 32 rows (CTX 60) answers as in one part;
   - also a file with full_attention_interval 2 and a Q8_0 one; a file without the layer pattern
     is refused naming the key;
   - the file's MTP block is not run: the reference has no MTP either.
@@ -137,3 +138,22 @@ def test_turns_on_one_slot(engine_binary, model):
             e.close(10)
         finally:
             e.kill()
+
+
+def test_prefill_parts(engine_binary, model):
+    """CTX 60: the budget's prefill chunk is 32 rows, so a longer prompt's forward runs its blocks
+    (the DeltaNet layers' too) a part at a time: the same text as with CTX 512 (one part)."""
+    prompt = chatml("Tell me a long story about a cat and a dog, please.").encode()
+    texts = []
+    for ctx in (60, 512):
+        e = Engine(engine_binary, env=base_env(model, slots=1, ctx=ctx))
+        try:
+            r = e.generate(prompt, slot=0, max_tokens=6)
+            texts.append((r.prompt_tokens, r.text, e.stderr_text()))
+        finally:
+            try:
+                e.close(10)
+            finally:
+                e.kill()
+    assert 32 < texts[0][0] <= 52, f"prompt of {texts[0][0]} tokens does not span two 32-row parts"
+    assert texts[0][1] == texts[1][1], "prefill in parts differs from one part"
