@@ -174,16 +174,11 @@ static int qwen35moe_block(model *m, int l, expert_layer_src *src, char *err, si
 
 /* ---------------------------------------------------------------- recurrent state */
 
-/* Floats of one recurrent layer's state: conv inputs [channels x (d_conv - 1)], then Hv x S x S. */
+/* Floats of one recurrent layer's state: conv inputs [channels x (d_conv - 1)], then Hv x S x S
+ * (model_state_bytes: all of a slot's layers, in rec_row order). */
 static size_t layer_state(const model_config *c) {
     const size_t S = (size_t)c->ssm_head, ch = (size_t)(2 * c->ssm_k_heads + c->ssm_v_heads) * S;
     return ch * (size_t)(c->ssm_d_conv - 1) + (size_t)c->ssm_v_heads * S * S;
-}
-
-static int n_rec(const model *m) {
-    int n = 0;
-    for (int l = 0; l < m->c.n_layers; l++) n += m->layers[l].rec_row >= 0;
-    return n;
 }
 
 /* Slot s's state, grown on first use (NULL out of memory). */
@@ -197,7 +192,7 @@ static rstate *slot_state(model *m, int s, int n_slots) {
     }
     rstate *r = &P->rs[s];
     if (!r->p) {
-        r->n = layer_state(&m->c) * (size_t)n_rec(m);
+        r->n = model_state_bytes(m) / sizeof(float);
         if (!(r->p = calloc(r->n ? r->n : 1, sizeof(float)))) return NULL;
         r->n_pos = -1;
     }

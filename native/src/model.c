@@ -34,6 +34,14 @@ int model_resume(const model *m, const kv_cache *kv, int s, int keep) {
     return P->rs[s].hash == rstate_hash(kv->slots[s].tokens, keep) ? keep : 0;
 }
 
+size_t model_state_bytes(const model *m) {
+    const model_config *c = &m->c;
+    const size_t S = (size_t)c->ssm_head, ch = (size_t)(2 * c->ssm_k_heads + c->ssm_v_heads) * S;
+    size_t n = 0;
+    for (int l = 0; m->layers && l < c->n_layers; l++) n += m->layers[l].rec_row >= 0;
+    return c->ssm_v_heads ? n * (ch * (size_t)(c->ssm_d_conv - 1) + (size_t)c->ssm_v_heads * S * S) * sizeof(float) : 0;
+}
+
 int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx) {
     const model_config *c = &m->c;
     return kv_init_kv(kv, n_slots, ctx, c->n_layers, c->n_kv_heads * c->head_dim_k, c->n_kv_heads * c->head_dim_v);

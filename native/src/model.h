@@ -124,6 +124,9 @@ int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n);
  * transformer; for a hybrid (recurrent layers) keep only when the slot's recurrent state stands
  * exactly after those keep tokens, else 0 (re-prefill: state cannot be truncated as K/V can). */
 int model_resume(const model *m, const kv_cache *kv, int s, int keep);
+/* Bytes of one slot's recurrent state (0 for a transformer): every recurrent layer's last
+ * ssm_d_conv - 1 conv inputs and its v heads' S x S delta-rule matrices, floats. */
+size_t model_state_bytes(const model *m);
 
 /* A KV cache for m's rows (K and V row widths from its heads): kv_init_kv's result. */
 int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx);
