@@ -14,6 +14,7 @@ gate; untied head; the tiny byte-level BPE vocabulary of make_tiny_moe.py and a 
 One trailing MTP block (nextn_predict_layers 1: nextn.eh_proj / enorm / hnorm and a full
 attention + MoE block) unless --no-mtp. --interval N: full_attention_interval N instead (0: the key
 left out, which the engine refuses). --q8: every matrix Q8_0 (router, norms, conv and vectors F32).
+--shape K=V,...: other integer sizes (timings on Qwen3.6-35B-A3B's layer widths).
 Same arguments -> same bytes.
 """
 from __future__ import annotations
@@ -44,8 +45,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-mtp", action="store_true", help="no trailing MTP block")
     ap.add_argument("--interval", type=int, default=SHAPE["interval"], help="full_attention_interval (0: no key)")
     ap.add_argument("--q8", action="store_true", help="matrices Q8_0")
+    ap.add_argument("--shape", default="", metavar="K=V,...",
+                    help="integer fields of SHAPE changed (e.g. d_model=2048,ssm_head=128 for timings)")
     a = ap.parse_args(argv)
     h = dict(SHAPE, interval=a.interval)
+    for kv in filter(None, a.shape.split(",")):
+        k, _, v = kv.partition("=")
+        if k not in SHAPE or not isinstance(SHAPE[k], int):
+            ap.error(f"--shape {kv!r}: not an integer field of SHAPE")
+        h[k] = int(v)
     rng = np.random.default_rng(a.seed)
     tokens, types, merges = build_vocab()
     V, D, E, X, SX = len(tokens), h["d_model"], h["experts"], h["d_expert"], h["d_shexp"]
