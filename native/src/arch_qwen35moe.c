@@ -201,21 +201,30 @@ static rstate *slot_state(model *m, int s, int n_slots) {
 }
 
 /* Before the layers: each slot with rows here gets its state ready (zeros at position 0, else
- * the state must stand after exactly the slot's first p tokens) and marked in flight. */
+ * the state must stand after exactly the slot's first p tokens), all checked before any is
+ * marked in flight, so one slot's refusal leaves the others' states valid. */
+static int first_of_slot(const fwd *F, int i) {
+    for (int j = 0; j < i; j++)
+        if (F->rows[j].slot == F->rows[i].slot) return 0;
+    return 1;
+}
+
 static int states_begin(fwd *F) {
     model *m = F->m;
     for (int i = 0; i < F->n; i++) {
         const int s = F->rows[i].slot, p = F->rows[i].pos;
-        int first = 1;
-        for (int j = 0; j < i && first; j++) first = F->rows[j].slot != s;
-        if (!first) continue;
+        if (!first_of_slot(F, i)) continue;
         rstate *r = slot_state(m, s, F->kv->n_slots);
         if (!r) return -1;
-        if (p == 0) memset(r->p, 0, r->n * sizeof(float));
-        else if (r->n_pos != p || r->hash != rstate_hash(F->kv->slots[s].tokens, p)) {
+        if (p > 0 && (r->n_pos != p || r->hash != rstate_hash(F->kv->slots[s].tokens, p))) {
             fprintf(stderr, "qwen35moe: slot %d's recurrent state does not stand after its %d tokens (re-prefill)\n", s, p);
             return -1;
         }
+    }
+    for (int i = 0; i < F->n; i++) {
+        if (!first_of_slot(F, i)) continue;
+        rstate *r = &F->P->rs[F->rows[i].slot];
+        if (F->rows[i].pos == 0) memset(r->p, 0, r->n * sizeof(float));
         r->n_pos = -1;      /* in flight: a failure leaves it invalid */
     }
     return 0;
