@@ -1022,8 +1022,8 @@ int serve_mux(model *m, const serve_opts *o) {
             char path[1300];
             kv_path(S, s, path, sizeof path);
             if (kv_load(&S->kv, s, path, m->fingerprint) == 0 && S->kv.slots[s].n_pos > 0)
-                fprintf(stderr, "[KV] slot %d resumed from %s: %d tokens (no re-prefill)\n", s, path,
-                        S->kv.slots[s].n_pos);
+                fprintf(stderr, "[KV] slot %d resumed from %s: %d tokens (%s)\n", s, path, S->kv.slots[s].n_pos,
+                        model_state_bytes(m) ? "no recurrent state: its next turn re-prefills" : "no re-prefill");
         }
 
     struct sigaction sa;
