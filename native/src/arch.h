@@ -32,6 +32,7 @@ extern const arch_ops arch_qwen2moe;
 extern const arch_ops arch_granitemoe;
 extern const arch_ops arch_glm4moe;
 extern const arch_ops arch_gptoss;
+extern const arch_ops arch_qwen35moe;
 
 /* Building blocks for arch files (model_load.c), in llama.cpp's key and tensor names. */
 /* <arch>.block_count, embedding_length, attention.head_count(_kv), feed_forward_length,

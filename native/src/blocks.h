@@ -34,6 +34,14 @@ typedef struct fwd {
  * architecture's forward). 0, or -1 out of memory. */
 int fwd_begin(fwd *F, model *m, kv_cache *kv, fwd_row *rows, int n);
 
+/* Rows a block takes at once in a long forward (the budget's prefill chunk), and F narrowed to
+ * its rows a .. a + cnt - 1 (per-row buffers and rows offset): blocks run a part at a time. */
+int part_rows(const fwd *F);
+fwd fwd_part(const fwd *F, int a, int cnt);
+/* outs[i] = ws[i] x for the n rows of x (widths ws[i]->cols, the same for all): one call into the
+ * compute tier (an architecture's own block keeps the one seam). */
+void fwd_mm(fwd *F, const float *x, int n, const qmat *const *ws, float *const *outs, int cnt);
+
 /* x = token_embd[token] (times scale when it is not 1: Granite's embedding_scale). */
 void fwd_embed(fwd *F, float scale);
 /* x += the pending branch; h = rmsnorm(x, w) (w NULL: the add only). */
@@ -52,10 +60,12 @@ typedef struct {
     float scale;            /* score scale; 0: 1/sqrt(head_dim_k) */
 } attn_opts;
 /* Layer l's self-attention on h: q, k, v (+ their biases when the layer has them), q/k norms,
+ * (a gated layer, whose attn_q has 2 x heads x head_dim_k rows, gives each head [q | gate], and
+ * each head's output is times sigmoid(gate) before attn_output: Qwen3.5 / Qwen3-Next),
  * RoPE on the key width, K/V appended to the rows' slots, causal GQA attention (over the
  * layer's sliding window when it has one, with its per-head sinks when it has them), the output
  * projection (+ its bias) into the branch (tmp). */
-void fwd_attention(fwd *F, int l, const attn_opts *o);
+int fwd_attention(fwd *F, int l, const attn_opts *o);   /* 0, or -1 out of memory (gated only) */
 
 /* Dense SiLU-gated FFN of layer L on h into the branch. 0, or -1 out of memory. */
 int fwd_ffn(fwd *F, const layer_w *L);

@@ -179,7 +179,8 @@ static size_t mapped_dense(const model *m) {
     for (int l = 0; l < m->c.n_layers; l++) {
         const layer_w *L = &m->layers[l];
         const qmat *ms[] = {&L->q, &L->k, &L->v, &L->o, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                            &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
+                            &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->ssm_qkv, &L->ssm_z,
+                            &L->ssm_beta, &L->ssm_alpha, &L->ssm_out};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
             if (ms[i]->rows > 0 && ms[i]->data >= lo && ms[i]->data < hi) sum += (size_t)ms[i]->rows * ms[i]->row_bytes;
     }
@@ -196,8 +197,12 @@ static size_t row_bytes(const model_config *c) {
     const size_t fl = 4 * d + (size_t)c->n_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) +
                       (size_t)c->n_kv_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) + (size_t)c->rope_dim +
                       (size_t)c->n_experts + 4 * K + K * (X + d) + 2 * ff + S + d;
+    /* a hybrid's recurrent layers (conv channels, z, output, beta, alpha) and gated attention (q|gate, gate) */
+    const size_t vd = (size_t)c->ssm_v_heads * (size_t)c->ssm_head;
+    const size_t gdn = c->ssm_v_heads ? 2 * (size_t)c->ssm_k_heads * (size_t)c->ssm_head + 3 * vd + 2 * (size_t)c->ssm_v_heads +
+                                            3 * (size_t)c->n_heads * (size_t)c->head_dim_k : 0;
     const size_t q8 = (d + K * (d + X) + ff + S) * 5 / 4;
-    return (fl * 4 + q8) * 5 / 4;
+    return ((fl + gdn) * 4 + q8) * 5 / 4;
 }
 
 /* What a forward holds for each of all its rows: the residual stream, the branch input and
@@ -215,7 +220,8 @@ static size_t whole_row_bytes(const model_config *c) {
 static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int chunk, int hold) {
     const model_config *c = &m->c;
     const size_t rows = (size_t)(chunk > n_slots ? chunk : n_slots);
-    const size_t per_slot = (size_t)c->vocab * 8 + (size_t)c->n_moe_rows * (size_t)c->n_experts * 4;
+    const size_t per_slot = (size_t)c->vocab * 8 + (size_t)c->n_moe_rows * (size_t)c->n_experts * 4 +
+                            model_state_bytes(m);      /* a hybrid's recurrent state */
     const size_t once = (size_t)c->vocab * 8 + (size_t)ctx * 8 + (size_t)pool_threads() * ATT_G * (size_t)ctx * 4;
     const size_t held = (size_t)(2 * hold + io_lanes() + 1) * es_expert_bytes(m->es);
     return rows * row_bytes(c) + (size_t)rows_all * whole_row_bytes(c) + (size_t)n_slots * per_slot + once + held;

@@ -73,6 +73,10 @@ static void mm_many(struct model_priv *P, const float *x, int n, const qmat *con
     P->tier->mul_multi(J, cnt);
 }
 
+void fwd_mm(fwd *F, const float *x, int n, const qmat *const *ws, float *const *outs, int cnt) {
+    mm_many(F->P, x, n, ws, outs, cnt);
+}
+
 static void mm(struct model_priv *P, const qmat *w, const float *x, int n, float *out) {
     mm_many(P, x, n, &w, &out, 1);
 }
@@ -80,7 +84,7 @@ static void mm(struct model_priv *P, const qmat *w, const float *x, int n, float
 /* ---------------------------------------------------------------- setup, embedding, norms */
 
 /* Rows the per-part blocks (attention, dense FFN) take at once: the budget's prefill chunk. */
-static int part_rows(const fwd *F) {
+int part_rows(const fwd *F) {
     const int sub = F->P->part_rows;
     return sub > 0 && sub < F->n ? sub : F->n;
 }
@@ -121,7 +125,7 @@ static void attn_blocks(fwd *F) {
 
 /* F narrowed to its rows a .. a + cnt - 1 (the per-row buffers and the rows offset), for a
  * block that runs a long prefill a part at a time. */
-static fwd fwd_part(const fwd *F, int a, int cnt) {
+fwd fwd_part(const fwd *F, int a, int cnt) {
     fwd S = *F;
     const size_t d = (size_t)F->m->c.d_model;
     S.rows += a, S.n = cnt, S.x += (size_t)a * d, S.h += (size_t)a * d, S.tmp += (size_t)a * d;
@@ -203,11 +207,21 @@ static void rope_chunk(void *vctx, int c) {
     }
 }
 
-/* Q, K, V = Wq h, Wk h, Wv h (one call into the tier), plus the layer's biases. */
-static void attn_qkv(fwd *F, const layer_w *L) {
+/* Q, K, V = Wq h, Wk h, Wv h (one call into the tier), plus the layer's biases. Gated: Wq h is
+ * [q | gate] per head into QG, split into Q and G (each n x heads x head width). */
+static void attn_qkv(fwd *F, const layer_w *L, float *QG, float *G) {
     const qmat *ws[3] = {&L->q, &L->k, &L->v};
-    float *os[3] = {F->Q, F->K, F->V};
+    float *os[3] = {QG ? QG : F->Q, F->K, F->V};
     mm_many(F->P, F->h, F->n, ws, os, 3);
+    if (QG) {
+        const int nh = F->m->c.n_heads, hd = F->m->c.head_dim_k;
+        for (int i = 0; i < F->n; i++)
+            for (int hh = 0; hh < nh; hh++) {
+                const float *src = QG + ((size_t)i * nh + hh) * 2 * hd;
+                memcpy(F->Q + ((size_t)i * nh + hh) * hd, src, sizeof(float) * hd);
+                memcpy(G + ((size_t)i * nh + hh) * hd, src + hd, sizeof(float) * hd);
+            }
+    }
     const float *bs[3] = {L->q_b, L->k_b, L->v_b};
     for (int k = 0; k < 3; k++) {
         const int w = ws[k]->rows;
@@ -217,26 +231,32 @@ static void attn_qkv(fwd *F, const layer_w *L) {
     }
 }
 
-static void attn_rows(fwd *F, int l, const attn_opts *o);
+static int attn_rows(fwd *F, int l, const attn_opts *o);
 
 /* A part at a time (the prefill chunk): the K/V of a part's rows are stored before its
  * attention, and every earlier part's before it, so each row sees exactly its past. */
-void fwd_attention(fwd *F, int l, const attn_opts *o) {
+int fwd_attention(fwd *F, int l, const attn_opts *o) {
     const int sub = part_rows(F);
     for (int a = 0; a < F->n; a += sub) {
         fwd S = fwd_part(F, a, F->n - a < sub ? F->n - a : sub);
         attn_blocks(&S);
-        attn_rows(&S, l, o);
+        if (attn_rows(&S, l, o) != 0) return -1;
     }
+    return 0;
 }
 
-static void attn_rows(fwd *F, int l, const attn_opts *o) {
+static int attn_rows(fwd *F, int l, const attn_opts *o) {
     model *m = F->m;
     const model_config *c = &m->c;
     const layer_w *L = &m->layers[l];
     const int nh = c->n_heads, nkv = c->n_kv_heads, hk = c->head_dim_k, hv = c->head_dim_v, n = F->n;
     double t0 = mnow();
-    attn_qkv(F, L);
+    float *QG = NULL, *G = NULL;    /* the gate's scratch: the dense FFN's, free during attention */
+    if (L->q.rows == 2 * nh * hk) {
+        QG = fb(&F->P->fg, (size_t)n * nh * 2 * hk), G = fb(&F->P->fu, (size_t)n * nh * hk);
+        if (!QG || !G) return -1;
+    }
+    attn_qkv(F, L, QG, G);
     const int qkn = o->qk_norm != QKN_NONE;
     rope_ctx R = {F->kv, F->rows, F->Q, F->K, F->V, F->rope, n, l, nh, nkv, hk, F->P->rope_dim, qkn ? L->q_norm : NULL,
                   qkn ? L->k_norm : NULL, c->rms_eps, o->rope == ROPE_NEOX, o->qk_norm == QKN_FULL};
@@ -250,11 +270,14 @@ static void attn_rows(fwd *F, int l, const attn_opts *o) {
     if (awork > (1L << 15)) pool_run(attn_task, &A, F->nblk * nkv);
     else
         for (int task = 0; task < F->nblk * nkv; task++) attn_task(&A, task);
+    if (G)      /* head width hv == hk (the loader checks) */
+        for (size_t q = 0; q < (size_t)n * nh * hv; q++) F->att[q] *= 1.0f / (1.0f + expf(-G[q]));
     mm(F->P, &L->o, F->att, n, F->tmp);
     if (L->o_b)
         for (int i = 0; i < n; i++)
             for (int q = 0; q < c->d_model; q++) F->tmp[(size_t)i * c->d_model + q] += L->o_b[q];
     m->perf.t_attn += mnow() - t0;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- FFN, head */

@@ -41,6 +41,11 @@ typedef struct {
     float rope_freq_scale, rope_ext_factor, rope_attn_factor, rope_beta_fast, rope_beta_slow;
     int rope_ctx_orig;                         /* YaRN's original context (ramp range) */
     int n_moe_rows;                            /* MoE layers (EMAP rows) */
+    int rope_imrope[4];                        /* interleaved M-RoPE sections (Qwen3.5; all 0: none):
+                                                * for text every pair turns with the position except
+                                                * those the sections leave to the 4th, which stay put */
+    int ssm_d_conv, ssm_k_heads, ssm_v_heads, ssm_head;  /* Gated DeltaNet layers (0: none): conv
+                                                * kernel, q/k heads, v heads, head width */
 } model_config;
 
 typedef struct {
@@ -63,6 +68,11 @@ typedef struct {
     const float *exp_gate_b, *exp_up_b;        /* optional per-expert biases [n_experts][d_expert] */
     const float *exp_down_b;                   /* ... and [n_experts][d_model] (gpt-oss) */
     qmat sh_gate, sh_up, sh_down;              /* shared expert (rows 0 when absent) */
+    /* a Gated DeltaNet layer (linear attention, arch_qwen35moe.c; rows 0 elsewhere): the joint
+     * q|k|v input of the conv, the output gate z, beta and alpha per v head, the output */
+    qmat ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
+    const float *ssm_conv, *ssm_dt, *ssm_a, *ssm_norm;  /* [conv channels x d_conv], [v heads] x2, [head] */
+    int rec_row;                               /* -1, or the layer's index among the recurrent ones */
     int moe_row;                               /* -1 dense layer, else EMAP row */
     int next_moe;                              /* index of the next MoE layer (-1: none), for the
                                                 * read-ahead; set once at load */
@@ -116,6 +126,14 @@ typedef struct {
 /* Runs all rows through the model in one pass (weight rows read once per pass).
  * 0 ok, -1 on OOM/expert read failure. */
 int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n);
+
+/* Positions of slot s's history a new turn may keep, given `keep` shared with it: keep for a
+ * transformer; for a hybrid (recurrent layers) keep only when the slot's recurrent state stands
+ * exactly after those keep tokens, else 0 (re-prefill: state cannot be truncated as K/V can). */
+int model_resume(const model *m, const kv_cache *kv, int s, int keep);
+/* Bytes of one slot's recurrent state (0 for a transformer): every recurrent layer's last
+ * ssm_d_conv - 1 conv inputs and its v heads' S x S delta-rule matrices, floats. */
+size_t model_state_bytes(const model *m);
 
 /* A KV cache for m's rows (K and V row widths from its heads): kv_init_kv's result. */
 int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx);

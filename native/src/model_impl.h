@@ -29,6 +29,11 @@ typedef struct compute_tier {
 } compute_tier;
 extern const compute_tier compute_cpu;
 
+/* One slot's recurrent state (hybrid architectures, arch_qwen35moe.c): every recurrent layer's
+ * conv and delta-rule states, valid for exactly the n_pos tokens whose hash it keeps (-1: none). */
+typedef struct { float *p; size_t n; int n_pos; uint64_t hash; } rstate;
+uint64_t rstate_hash(const int *tokens, int n);   /* what a state's hash is of */
+
 struct arch_ops;
 struct model_priv {
     int g_open;
@@ -45,6 +50,9 @@ struct model_priv {
     fbuf ahead_lg;
     int part_rows;          /* rows the attention, dense FFN and routed experts take at once in a
                              * long forward (the budget's prefill chunk); 0: all of them */
+    rstate *rs;             /* per slot (hybrids; NULL otherwise), n_rs of them */
+    int n_rs;
+    fbuf gdn;               /* the recurrent layers' scratch */
     qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
     expert_w *ew;
     mm_job *jobs;
@@ -100,6 +108,9 @@ int ld_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, i
 int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen);
 /* The same for an F32 [n0, n1] tensor (ggml order: n1 rows of n0), n0 * n1 floats. */
 int ld_vec2(model *m, const char *name, int n0, int n1, int optional, const float **out, char *err, size_t errlen);
+/* The same for an F32 array of nd dims e[0..nd) (a row-major copy: ssm_conv1d's [d_conv, channels]). */
+int ld_vec_nd(model *m, const char *name, int nd, const uint64_t *e, int optional, const float **out, char *err,
+              size_t errlen);
 /* "<arch>.<suffix>" into buf (the per-architecture GGUF key names). */
 const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap);
 /* The integer key <arch>.<suffix>: required (1 .. 2^24) or optional (0 .. 2^24, default def). */

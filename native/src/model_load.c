@@ -15,7 +15,7 @@
 /* ---------------------------------------------------------------- architectures */
 
 static const arch_ops *const arch_table[] = {&arch_llama, &arch_qwen3moe, &arch_olmoe, &arch_qwen2moe,
-                                            &arch_granitemoe, &arch_glm4moe, &arch_gptoss};
+                                            &arch_granitemoe, &arch_glm4moe, &arch_gptoss, &arch_qwen35moe};
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
 const arch_ops *arch_find(const char *name) {
@@ -160,34 +160,41 @@ static int own(struct model_priv *P, float *p) {
  * fault on a small tensor maps the whole folio around it into this process (serving one
  * conversation with the norms read in place: +72 MB of file pages in RSS). */
 int ld_vec(model *m, const char *name, int n, int optional, const float **out, char *err, size_t errlen) {
-    return ld_vec2(m, name, n, 1, optional, out, err, errlen);
+    uint64_t e[1] = {(uint64_t)n};
+    return ld_vec_nd(m, name, 1, e, optional, out, err, errlen);
 }
 
 int ld_vec2(model *m, const char *name, int n0, int n1, int optional, const float **out, char *err, size_t errlen) {
-    const gguf_tensor *t;
     uint64_t e[2] = {(uint64_t)n0, (uint64_t)n1};
-    const int n = n0 * n1;
+    return ld_vec_nd(m, name, n1 == 1 ? 1 : 2, e, optional, out, err, errlen);
+}
+
+int ld_vec_nd(model *m, const char *name, int nd, const uint64_t *e, int optional, const float **out, char *err,
+              size_t errlen) {
+    const gguf_tensor *t;
+    size_t n = 1;
+    for (int i = 0; i < nd; i++) n *= (size_t)e[i];
     *out = NULL;
-    if (ld_tensor(&m->g, name, n1 == 1 ? 1 : 2, e, optional, &t, err, errlen) != 0) return -1;
+    if (ld_tensor(&m->g, name, nd, e, optional, &t, err, errlen) != 0) return -1;
     if (!t) return 0;
     if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16)
         return model_fail(err, errlen, "%s: type %s is not supported for a vector (F32, F16 or BF16)", name,
                     ggml_type_name(t->type));
-    float *b = malloc(sizeof(float) * (size_t)n);
+    float *b = malloc(sizeof(float) * n);
     if (!b || own(m->priv, b) != 0) {
         free(b);
         return model_fail(err, errlen, "%s: out of memory", name);
     }
     if (t->type == GGML_F32) {
-        if (read_mapped(&m->g, t->data, sizeof(float) * (size_t)n, b) != 0)
+        if (read_mapped(&m->g, t->data, sizeof(float) * n, b) != 0)
             return model_fail(err, errlen, "%s: cannot read the file", name);
     } else {
-        uint16_t *h = malloc(2 * (size_t)n);
-        if (!h || read_mapped(&m->g, t->data, 2 * (size_t)n, h) != 0) {
+        uint16_t *h = malloc(2 * n);
+        if (!h || read_mapped(&m->g, t->data, 2 * n, h) != 0) {
             free(h);
             return model_fail(err, errlen, "%s: cannot read the file", name);
         }
-        for (int i = 0; i < n; i++) {
+        for (size_t i = 0; i < n; i++) {
             if (t->type == GGML_F16) b[i] = fp16_to_f32(h[i]);
             else {     /* BF16: the upper half of the float's bits (a converter's bf16 output keeps
                         * 2-D [n, 1] vectors such as qwen2moe's ffn_gate_inp_shexp in it) */
@@ -535,6 +542,7 @@ static int load_blocks(model *m, const arch_ops *ops, const expert_opts *eo, cha
         goto out;
     }
     c->n_moe_rows = 0;
+    for (int l = 0; l < c->n_layers; l++) m->layers[l].rec_row = -1;   /* a hybrid's block hook sets them */
     for (int l = 0; l < c->n_layers; l++) {
         m->layers[l].moe_row = -1;
         int k = ops->block(m, l, &src[c->n_moe_rows], err, errlen);
@@ -586,13 +594,26 @@ static int pack_all(model *m, char *err, size_t errlen) {
     for (int l = 0; l < m->c.n_layers; l++) {
         layer_w *L = &m->layers[l];
         qmat *ms[] = {&L->q, &L->k, &L->v, &L->o, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                      &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
+                      &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->ssm_qkv, &L->ssm_z,
+                      &L->ssm_beta, &L->ssm_alpha, &L->ssm_out};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
             if (pack_mat(m, ms[i], 1) != 0)
                 return model_fail(err, errlen, "blk.%d: out of memory or unreadable tensor data", l);
         drop_readahead(m);   /* per layer: the read-ahead pages never pile up (the load's peak) */
     }
     return 0;
+}
+
+/* Interleaved M-RoPE (ggml's IMROPE) for text: pair i's sector i mod (the sections' sum) turns
+ * with the position when sector % 3 is t/h/w's (0/1/2) and below 3 x that section; the others
+ * take the 4th position, 0 for text, so they do not turn (angle 0). */
+static void imrope_mask(const model_config *c, double *inv_freq) {
+    const int *s = c->rope_imrope, sum = s[0] + s[1] + s[2] + s[3];
+    if (sum <= 0) return;
+    for (int i = 0; i < c->rope_dim / 2; i++) {
+        const int sec = i % sum, r = sec % 3;
+        if (!(sec < 3 * s[r])) inv_freq[i] = 0.0;
+    }
 }
 
 /* Name, chat template, sampling, the K/V fingerprint and the RoPE table. */
@@ -636,6 +657,7 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
         if (ext != 0.0) mix = (1.0 - fmin(1.0, fmax(0.0, (i - lo) / fmax(0.001, hi - lo)))) * ext;
         P->inv_freq[i] = pow((double)c->rope_base, -2.0 * i / (double)rd) * (fs * (1.0 - mix) + mix);
     }
+    imrope_mask(c, P->inv_freq);
     P->rope_mscale = (double)c->rope_attn_factor * (ext != 0.0 ? 1.0 + 0.1 * log(1.0 / fs) : 1.0);
     /* rope_freqs.weight [rope_dim/2] (Llama 3.1+'s "llama3" scaling, written out by the converter):
      * pair i's angle divided by its factor, before the scaling above (ggml's freq_factors) */
@@ -692,6 +714,9 @@ void model_free(model *m) {
     for (int i = 0; i < P->n_owned; i++) free(P->owned[i]);
     free(P->owned);
     free(P->inv_freq);
+    for (int s = 0; s < P->n_rs; s++) free(P->rs[s].p);
+    free(P->rs);
+    free(P->gdn.p);
     qact_free(&P->act);
     qact_free(&P->ahead_act);
     qact_free(&P->sh_act);

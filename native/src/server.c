@@ -750,6 +750,7 @@ static void cmd_submit(server *S, char *args) {
     int keep = experts == r->experts ? kv_common_prefix(&S->kv, slot, S->ids, n) : 0;
     if (keep >= n) keep = n - 1;            /* identical prompt: re-forward the last token */
     keep = kv_rewind(&S->kv, slot, keep);   /* sliding windows: what their kept rows allow */
+    keep = model_resume(S->m, &S->kv, slot, keep);   /* a hybrid's recurrent state: exact or 0 */
     uint64_t room = (uint64_t)(ctx - n - 1);
     r->active = 1;
     r->id = h.id;
@@ -1025,8 +1026,8 @@ int serve_mux(model *m, const serve_opts *o) {
             char path[1300];
             kv_path(S, s, path, sizeof path);
             if (kv_load(&S->kv, s, path, m->fingerprint) == 0 && S->kv.slots[s].n_pos > 0)
-                fprintf(stderr, "[KV] slot %d resumed from %s: %d tokens (no re-prefill)\n", s, path,
-                        S->kv.slots[s].n_pos);
+                fprintf(stderr, "[KV] slot %d resumed from %s: %d tokens (%s)\n", s, path, S->kv.slots[s].n_pos,
+                        model_state_bytes(m) ? "no recurrent state: its next turn re-prefills" : "no re-prefill");
         }
 
     struct sigaction sa;

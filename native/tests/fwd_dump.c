@@ -1,7 +1,8 @@
 /* fwd_dump.c — forward driver for numpy comparisons (not a unit test).
  *   fwd_dump MODEL.gguf OUT.f32 ID...   prefill the ids in one batch on slot 0 and write
  *   the float32 logits of every position (n_ids x vocab, row-major) to OUT.f32.
- *   Set FWD_DUMP_SERIAL=1 to forward one token at a time instead; EXACT=1 and KV_TYPE as
+ *   Set FWD_DUMP_SERIAL=1 to forward one token at a time instead, FWD_DUMP_SPLIT=k to forward
+ *   the first k ids, then the rest (a prompt in two chunks); EXACT=1 and KV_TYPE as
  *   colibri-engine.
  * Build: make -C native build/fwd_dump */
 #include <stdio.h>
@@ -36,8 +37,11 @@ int main(int argc, char **argv) {
     if (!lg || !rows) return 1;
     for (int i = 0; i < n; i++) rows[i] = (fwd_row){0, i, atoi(argv[3 + i]), lg + (size_t)i * V, NULL, 0, 0};
     int serial = getenv("FWD_DUMP_SERIAL") && atoi(getenv("FWD_DUMP_SERIAL"));
+    int split = getenv("FWD_DUMP_SPLIT") ? atoi(getenv("FWD_DUMP_SPLIT")) : 0;
+    if (split <= 0 || split >= n) split = n;
     for (int i = 0; i < (serial ? n : 1); i++)
-        if (model_forward(&m, &kv, serial ? rows + i : rows, serial ? 1 : n) != 0) {
+        if (model_forward(&m, &kv, serial ? rows + i : rows, serial ? 1 : split) != 0 ||
+            (!serial && split < n && model_forward(&m, &kv, rows + split, n - split) != 0)) {
             fprintf(stderr, "fwd_dump: forward failed\n");
             return 1;
         }

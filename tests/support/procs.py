@@ -69,6 +69,13 @@ def make_arch_fixture(out_path, arch, *extra_args):
     return Path(out_path)
 
 
+def make_tiny_qwen35moe(out_path, *extra_args):
+    """The tiny random qwen35moe file (native/tools/make_tiny_qwen35moe.py), F32."""
+    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_tiny_qwen35moe.py"), str(out_path), *extra_args],
+                   check=True)
+    return Path(out_path)
+
+
 def claim_redis_db(url="redis://127.0.0.1:6379", ttl=3600):
     """Claims a Redis database (1..15) for this test session so concurrent sessions do not share
     the `engine-bridge` channel; returns its redis:// URL. The claim is a key in db 0 with a TTL."""

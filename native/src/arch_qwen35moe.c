@@ -1,0 +1,394 @@
+/* arch_qwen35moe.c — llama.cpp's `qwen35moe` (Qwen3.5 / Qwen3.6-35B-A3B and larger): a hybrid.
+ * Most layers are Gated DeltaNet linear attention, every full_attention_interval-th (or the file's
+ * attention.recurrent_layers array says which) a gated full-attention layer; every layer's FFN
+ * MoE (softmax router over all experts, top-k renormalized) plus a shared expert times
+ * sigmoid(h . ffn_gate_inp_shexp); post_attention_norm before the FFN; untied head.
+ * Owns: the Gated DeltaNet layer and each slot's recurrent state (rstate, model_impl.h).
+ *
+ * Full attention (llama.cpp's build_layer_attn): attn_q gives per head [q | gate]; per-head RMS
+ * q/k norms; interleaved M-RoPE with the file's rope.dimension_sections (for text: NeoX pairs,
+ * the pairs the sections leave to the 4th position unturned; model_load.c's imrope_mask); the
+ * heads' outputs times sigmoid(gate) before attn_output (blocks.h's gated attention).
+ *
+ * Gated DeltaNet (build_layer_attn_linear and ggml's ssm_conv / gated_delta_net ops), per row in
+ * order on its slot's state, with Hk = ssm.group_count q/k heads and Hv = ssm.time_step_rank v
+ * heads of width S = ssm.state_size (= ssm.inner_size / Hv):
+ *   [q | k | v] = attn_qkv h (conv channels 2 Hk S + Hv S), z = attn_gate h,
+ *   b = sigmoid(ssm_beta h), g = softplus(ssm_alpha h + ssm_dt.bias) * ssm_a  (per v head);
+ *   each channel: conv over its last d_conv inputs (ssm_conv1d row, the d_conv - 1 previous ones
+ *   kept in the state), then SiLU;
+ *   q, k per head L2-normalized: x / sqrt(sum x^2 + eps); v head h reads q/k head h mod Hk;
+ *   state M (S x S per v head, M[j][i]: value j, key i): M *= exp(g); d_j = (v_j - M[j] . k) b;
+ *   M[j] += d_j k; o_j = (M[j] . q) / sqrt(S)  (row j at a time: each row's update needs only its d_j;
+ *   dots in 8 partial sums, dot8);
+ *   o per head: rmsnorm(o, ssm_norm) * silu(z); ssm_out o into the branch.
+ *
+ * State: a slot's rstate holds, per recurrent layer, the conv inputs and M; it stands after
+ * exactly n_pos tokens whose hash it keeps. A forward whose first row of a slot is at position 0
+ * starts from zeros; at p > 0 it needs the state of exactly the slot's first p tokens (-1
+ * otherwise: the caller re-prefills, model_resume). Checkpoints are not kept.
+ * The trailing nextn_predict_layers blocks (MTP) are not loaded nor in the trunk. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "arch.h"
+
+#define GDN_MAX_CONV 16
+
+/* ---------------------------------------------------------------- loading */
+
+static int rec_layers_from_file(model *m, int *rec, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    char k[128];
+    const gguf_kv *kv = gguf_find_kv(&m->g, ld_key(m, "attention.recurrent_layers", k, sizeof k));
+    if (kv) {
+        if (kv->type != GGUF_T_ARRAY || kv->arr_len < (uint64_t)c->n_layers)
+            return model_fail(err, errlen, "%s must be an array of at least %d flags", k, c->n_layers);
+        for (int l = 0; l < c->n_layers; l++) rec[l] = gguf_array_int(kv, (uint64_t)l) != 0;
+        return 0;
+    }
+    int64_t iv = gguf_get_int(&m->g, ld_key(m, "full_attention_interval", k, sizeof k), -1);
+    if (iv < 1 || iv > c->n_layers + 1)
+        return model_fail(err, errlen, "%s is missing or invalid (%lld) and %s.attention.recurrent_layers is absent",
+                          k, (long long)iv, m->arch);
+    for (int l = 0; l < c->n_layers; l++) rec[l] = (l + 1) % iv != 0;
+    return 0;
+}
+
+static int qwen35moe_hparams(model *m, char *err, size_t errlen) {
+    if (ld_hparams_common(m, 1, err, errlen) != 0) return -1;
+    model_config *c = &m->c;
+    const gguf_file *g = &m->g;
+    char k[128];
+    if (c->n_experts < 1) return model_fail(err, errlen, "qwen35moe.expert_count is missing or invalid");
+    if (c->head_dim_v != c->head_dim_k)
+        return model_fail(err, errlen, "qwen35moe: attention.value_length %d != key_length %d", c->head_dim_v, c->head_dim_k);
+    int64_t nextn = gguf_get_int(g, ld_key(m, "nextn_predict_layers", k, sizeof k), 0);
+    if (nextn < 0 || nextn >= c->n_layers) return model_fail(err, errlen, "%s = %lld is invalid", k, (long long)nextn);
+    c->n_layers -= (int)nextn;
+    c->gating = GATING_SOFTMAX_ALL;
+    c->norm_topk = 1;       /* llama.cpp's graph renormalizes the selected weights always */
+    double sc = gguf_get_float(g, ld_key(m, "expert_weights_scale", k, sizeof k), 0.0);
+    if (!isfinite(sc) || sc < 0.0) return model_fail(err, errlen, "%s = %g is invalid", k, sc);
+    c->expert_scale = sc == 0.0 ? 1.0f : (float)sc;
+    const gguf_kv *sk = gguf_find_kv(g, ld_key(m, "rope.dimension_sections", k, sizeof k));
+    if (!sk || sk->type != GGUF_T_ARRAY || sk->arr_len < 3 || sk->arr_len > 4)
+        return model_fail(err, errlen, "%s is missing or not an array of 4", k);
+    for (uint64_t i = 0; i < sk->arr_len; i++) {
+        int64_t v = gguf_array_int(sk, i);
+        if (v < 0 || v > c->rope_dim) return model_fail(err, errlen, "%s[%llu] = %lld is invalid", k, (unsigned long long)i, (long long)v);
+        c->rope_imrope[i] = (int)v;
+    }
+    if (c->rope_imrope[0] + c->rope_imrope[1] + c->rope_imrope[2] < 1) return model_fail(err, errlen, "%s are all 0", k);
+    if (ld_int_req(m, "ssm.conv_kernel", &c->ssm_d_conv, err, errlen) ||
+        ld_int_req(m, "ssm.state_size", &c->ssm_head, err, errlen) ||
+        ld_int_req(m, "ssm.time_step_rank", &c->ssm_v_heads, err, errlen) ||
+        ld_int_req(m, "ssm.group_count", &c->ssm_k_heads, err, errlen))
+        return -1;
+    int inner;
+    if (ld_int_req(m, "ssm.inner_size", &inner, err, errlen)) return -1;
+    if (c->ssm_d_conv < 2 || c->ssm_d_conv > GDN_MAX_CONV)
+        return model_fail(err, errlen, "%s.ssm.conv_kernel %d is not supported (2..%d)", m->arch, c->ssm_d_conv, GDN_MAX_CONV);
+    if (inner != c->ssm_v_heads * c->ssm_head)
+        return model_fail(err, errlen, "%s.ssm.inner_size %d != time_step_rank %d x state_size %d (value and key heads "
+                          "of one width)", m->arch, inner, c->ssm_v_heads, c->ssm_head);
+    if (c->ssm_head < 1 || c->ssm_head > 1024)
+        return model_fail(err, errlen, "%s.ssm.state_size %d is not supported (1..1024)", m->arch, c->ssm_head);
+    if (c->ssm_v_heads % c->ssm_k_heads)
+        return model_fail(err, errlen, "%s.ssm.time_step_rank %d is not a multiple of group_count %d", m->arch,
+                          c->ssm_v_heads, c->ssm_k_heads);
+    ld_expert_widths(m);
+    return 0;
+}
+
+/* The tensors of a Gated DeltaNet layer. */
+static int gdn_block(model *m, int l, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    layer_w *L = &m->layers[l];
+    const gguf_file *g = &m->g;
+    char nm[160];
+    const int S = c->ssm_head, Hv = c->ssm_v_heads, kd = c->ssm_k_heads * S, vd = Hv * S;
+    const uint64_t D = (uint64_t)c->d_model, CH = (uint64_t)(2 * kd + vd);
+#define NM(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if (ld_mat(g, NM("attn_qkv.weight"), D, CH, 0, &L->ssm_qkv, err, errlen) ||
+        ld_mat(g, NM("attn_gate.weight"), D, (uint64_t)vd, 0, &L->ssm_z, err, errlen) ||
+        ld_mat(g, NM("ssm_beta.weight"), D, (uint64_t)Hv, 0, &L->ssm_beta, err, errlen) ||
+        ld_mat(g, NM("ssm_alpha.weight"), D, (uint64_t)Hv, 0, &L->ssm_alpha, err, errlen) ||
+        ld_mat(g, NM("ssm_out.weight"), (uint64_t)vd, D, 0, &L->ssm_out, err, errlen))
+        return -1;
+    const uint64_t ce[2] = {(uint64_t)c->ssm_d_conv, CH};
+    if (ld_vec_nd(m, NM("ssm_conv1d.weight"), 2, ce, 0, &L->ssm_conv, err, errlen) ||
+        ld_vec(m, NM("ssm_dt.bias"), Hv, 0, &L->ssm_dt, err, errlen) || ld_vec(m, NM("ssm_a"), Hv, 0, &L->ssm_a, err, errlen) ||
+        ld_vec(m, NM("ssm_norm.weight"), S, 0, &L->ssm_norm, err, errlen))
+        return -1;
+    return 0;
+}
+
+/* The tensors of a gated full-attention layer: attn_q is heads x [q | gate]. */
+static int attn_block(model *m, int l, char *err, size_t errlen) {
+    const model_config *c = &m->c;
+    layer_w *L = &m->layers[l];
+    const gguf_file *g = &m->g;
+    char nm[160];
+    const uint64_t D = (uint64_t)c->d_model, hd = (uint64_t)c->head_dim_k, QD = (uint64_t)c->n_heads * hd,
+                   KV = (uint64_t)c->n_kv_heads * hd;
+    if (ld_mat(g, NM("attn_q.weight"), D, 2 * QD, 0, &L->q, err, errlen) ||
+        ld_mat(g, NM("attn_k.weight"), D, KV, 0, &L->k, err, errlen) ||
+        ld_mat(g, NM("attn_v.weight"), D, KV, 0, &L->v, err, errlen) ||
+        ld_mat(g, NM("attn_output.weight"), QD, D, 0, &L->o, err, errlen) ||
+        ld_vec(m, NM("attn_q_norm.weight"), (int)hd, 0, &L->q_norm, err, errlen) ||
+        ld_vec(m, NM("attn_k_norm.weight"), (int)hd, 0, &L->k_norm, err, errlen))
+        return -1;
+    const char *bias[3] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(nm, sizeof nm, "blk.%d.%s", l, bias[i]);
+        if (gguf_find_tensor(g, nm)) return model_fail(err, errlen, "%s: attention biases are not supported in qwen35moe", nm);
+    }
+    return 0;
+}
+
+static int qwen35moe_block(model *m, int l, expert_layer_src *src, char *err, size_t errlen) {
+    layer_w *L = &m->layers[l];
+    char nm[160];
+    if (l == 0) {   /* which layers are recurrent: once, for all (their rec_row numbering) */
+        int rec[4096];
+        if (m->c.n_layers > 4096) return model_fail(err, errlen, "qwen35moe: %d layers are too many", m->c.n_layers);
+        if (rec_layers_from_file(m, rec, err, errlen) != 0) return -1;
+        for (int i = 0, r = 0; i < m->c.n_layers; i++) m->layers[i].rec_row = rec[i] ? r++ : -1;
+    }
+    if (ld_vec(m, NM("attn_norm.weight"), m->c.d_model, 0, &L->attn_norm, err, errlen) ||
+        ld_vec(m, NM("post_attention_norm.weight"), m->c.d_model, 0, &L->ffn_norm, err, errlen))
+        return -1;
+    if ((L->rec_row >= 0 ? gdn_block(m, l, err, errlen) : attn_block(m, l, err, errlen)) != 0) return -1;
+    if (!gguf_find_tensor(&m->g, NM("ffn_gate_exps.weight")) && gguf_find_tensor(&m->g, NM("ffn_gate_up_exps.weight")))
+        return model_fail(err, errlen, "%s: fused gate/up experts are not supported yet", nm);
+    if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
+    if (gguf_find_tensor(&m->g, NM("ffn_gate_shexp.weight"))) {
+        if (ld_shared_expert(m, l, err, errlen) != 0 ||
+            ld_vec(m, NM("ffn_gate_inp_shexp.weight"), m->c.d_model, 0, &L->sh_gate_inp, err, errlen) != 0)
+            return -1;
+    }
+    return 1;
+}
+#undef NM
+
+/* ---------------------------------------------------------------- recurrent state */
+
+/* Floats of one recurrent layer's state: conv inputs [channels x (d_conv - 1)], then Hv x S x S
+ * (model_state_bytes: all of a slot's layers, in rec_row order). */
+static size_t layer_state(const model_config *c) {
+    const size_t S = (size_t)c->ssm_head, ch = (size_t)(2 * c->ssm_k_heads + c->ssm_v_heads) * S;
+    return ch * (size_t)(c->ssm_d_conv - 1) + (size_t)c->ssm_v_heads * S * S;
+}
+
+/* Slot s's state, grown on first use (NULL out of memory). */
+static rstate *slot_state(model *m, int s, int n_slots) {
+    struct model_priv *P = m->priv;
+    if (n_slots > P->n_rs) {
+        rstate *r = realloc(P->rs, sizeof *r * (size_t)n_slots);
+        if (!r) return NULL;
+        for (int i = P->n_rs; i < n_slots; i++) r[i] = (rstate){NULL, 0, -1, 0};
+        P->rs = r, P->n_rs = n_slots;
+    }
+    rstate *r = &P->rs[s];
+    if (!r->p) {
+        r->n = model_state_bytes(m) / sizeof(float);
+        if (!(r->p = calloc(r->n ? r->n : 1, sizeof(float)))) return NULL;
+        r->n_pos = -1;
+    }
+    return r;
+}
+
+/* Before the layers: each slot with rows here gets its state ready (zeros at position 0, else
+ * the state must stand after exactly the slot's first p tokens), all checked before any is
+ * marked in flight, so one slot's refusal leaves the others' states valid. */
+static int first_of_slot(const fwd *F, int i) {
+    for (int j = 0; j < i; j++)
+        if (F->rows[j].slot == F->rows[i].slot) return 0;
+    return 1;
+}
+
+static int states_begin(fwd *F) {
+    model *m = F->m;
+    for (int i = 0; i < F->n; i++) {
+        const int s = F->rows[i].slot, p = F->rows[i].pos;
+        if (!first_of_slot(F, i)) continue;
+        rstate *r = slot_state(m, s, F->kv->n_slots);
+        if (!r) return -1;
+        if (p > 0 && (r->n_pos != p || r->hash != rstate_hash(F->kv->slots[s].tokens, p))) {
+            fprintf(stderr, "qwen35moe: slot %d's recurrent state does not stand after its %d tokens (re-prefill)\n", s, p);
+            return -1;
+        }
+    }
+    for (int i = 0; i < F->n; i++) {
+        if (!first_of_slot(F, i)) continue;
+        rstate *r = &F->P->rs[F->rows[i].slot];
+        if (F->rows[i].pos == 0) memset(r->p, 0, r->n * sizeof(float));
+        r->n_pos = -1;      /* in flight: a failure leaves it invalid */
+    }
+    return 0;
+}
+
+static void states_end(fwd *F) {
+    struct model_priv *P = F->P;
+    for (int i = 0; i < F->n; i++) {
+        const int s = F->rows[i].slot;
+        rstate *r = &P->rs[s];
+        const int np = F->kv->slots[s].n_pos;   /* the history includes this forward's rows */
+        if (r->n_pos != np) r->n_pos = np, r->hash = rstate_hash(F->kv->slots[s].tokens, np);
+    }
+}
+
+/* ---------------------------------------------------------------- the Gated DeltaNet layer */
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Groups of matmuls of one weight type per call into the tier (its activations are per type). */
+static void mm_typed(fwd *F, const float *x, int n, const qmat *const *ws, float *const *outs, int cnt) {
+    for (int a = 0, b; a < cnt; a = b) {
+        for (b = a + 1; b < cnt && ws[b]->type == ws[a]->type; b++) {}
+        fwd_mm(F, x, n, ws + a, outs + a, b - a);
+    }
+}
+
+typedef struct {
+    const model_config *c;
+    const layer_w *L;
+    struct model_priv *P;
+    const fwd_row *rows;
+    int n;
+    size_t st_off;          /* the layer's state within a slot's */
+    const float *qkv, *beta, *alpha;   /* conv'd q|k|v (n x channels), raw beta / alpha (n x Hv) */
+    float *o;               /* n x Hv x S */
+} gdn_ctx;
+
+/* a . b over n values: 8 partial sums (lane t % 8, t ascending), then ((0+1)+(2+3))+((4+5)+(6+7)):
+ * one fixed order, which the compiler can vectorize. */
+static inline float dot8(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int t = 0;
+    for (; t + 8 <= n; t += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[t + l] * b[t + l];
+    for (; t < n; t++) acc[t % 8] += a[t] * b[t];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* Task h: v head h over the rows in order, each on its slot's M. */
+static void gdn_head(void *vctx, int h) {
+    const gdn_ctx *G = vctx;
+    const model_config *c = G->c;
+    const int S = c->ssm_head, Hk = c->ssm_k_heads, Hv = c->ssm_v_heads, kd = Hk * S, ch = 2 * kd + Hv * S;
+    const size_t conv_n = (size_t)ch * (size_t)(c->ssm_d_conv - 1);
+    const float scale = 1.0f / sqrtf((float)S);
+    float q[1024], k[1024], d[1024];
+    for (int i = 0; i < G->n; i++) {
+        float *M = G->P->rs[G->rows[i].slot].p + G->st_off + conv_n + (size_t)h * S * S;
+        const float *x = G->qkv + (size_t)i * ch;
+        const int kh = h % Hk;
+        double sq = 0.0, sk = 0.0;
+        for (int t = 0; t < S; t++) q[t] = x[kh * S + t], k[t] = x[kd + kh * S + t];
+        for (int t = 0; t < S; t++) sq += (double)q[t] * q[t], sk += (double)k[t] * k[t];
+        const float nq = 1.0f / sqrtf((float)sq + c->rms_eps), nk = 1.0f / sqrtf((float)sk + c->rms_eps);
+        for (int t = 0; t < S; t++) q[t] *= nq, k[t] *= nk;
+        const float *v = x + 2 * kd + h * S;
+        const float b = sigmoidf(G->beta[(size_t)i * Hv + h]);
+        const float decay = expf(softplus(G->alpha[(size_t)i * Hv + h] + G->L->ssm_dt[h]) * G->L->ssm_a[h]);
+        float *o = G->o + ((size_t)i * Hv + h) * S;
+        for (int j = 0; j < S; j++) {   /* two passes over row j: decay and M[j].k; update and M[j].q */
+            float *Mj = M + (size_t)j * S;
+            for (int t = 0; t < S; t++) Mj[t] *= decay;
+            d[j] = (v[j] - dot8(Mj, k, S)) * b;
+            for (int t = 0; t < S; t++) Mj[t] += d[j] * k[t];
+            o[j] = dot8(Mj, q, S) * scale;
+        }
+    }
+}
+
+/* Each row in order: channel c's conv over its d_conv - 1 kept inputs and this one, SiLU; the
+ * kept inputs shift by one. In place on qkv (n x channels). */
+static void gdn_conv(const gdn_ctx *G, float *qkv) {
+    const model_config *c = G->c;
+    const int K = c->ssm_d_conv, ch = (2 * c->ssm_k_heads + c->ssm_v_heads) * c->ssm_head;
+    for (int i = 0; i < G->n; i++) {
+        float *st = G->P->rs[G->rows[i].slot].p + G->st_off, *x = qkv + (size_t)i * ch;
+        for (int q = 0; q < ch; q++) {
+            float *s = st + (size_t)q * (K - 1), win[GDN_MAX_CONV];
+            const float *w = G->L->ssm_conv + (size_t)q * K;
+            memcpy(win, s, sizeof(float) * (size_t)(K - 1));
+            win[K - 1] = x[q];
+            float sum = 0.0f;
+            for (int j = 0; j < K; j++) sum += win[j] * w[j];
+            memcpy(s, win + 1, sizeof(float) * (size_t)(K - 1));
+            x[q] = sum / (1.0f + expf(-sum));
+        }
+    }
+}
+
+/* One part of rows through recurrent layer L into the branch (F->tmp). */
+static int gdn_rows(fwd *F, const layer_w *L) {
+    const model_config *c = &F->m->c;
+    const int n = F->n, S = c->ssm_head, Hv = c->ssm_v_heads, vd = Hv * S;
+    const int ch = (2 * c->ssm_k_heads + Hv) * S;
+    const size_t N = (size_t)n;
+    double t0 = mnow();
+    float *buf = fb(&F->P->gdn, N * ((size_t)ch + 2 * (size_t)vd + 2 * (size_t)Hv));
+    if (!buf) return -1;
+    float *qkv = buf, *z = qkv + N * ch, *beta = z + N * vd, *alpha = beta + N * Hv, *o = alpha + N * Hv;
+    const qmat *ws[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
+    float *os[4] = {qkv, z, beta, alpha};
+    mm_typed(F, F->h, n, ws, os, 4);
+    gdn_ctx G = {c, L, F->P, F->rows, n, layer_state(c) * (size_t)L->rec_row, qkv, beta, alpha, o};
+    gdn_conv(&G, qkv);
+    if ((long)n * Hv * S * S > (1L << 16)) pool_run(gdn_head, &G, Hv);
+    else
+        for (int h = 0; h < Hv; h++) gdn_head(&G, h);
+    for (size_t r = 0; r < N * Hv; r++) {   /* rmsnorm(o, ssm_norm) * silu(z), per head */
+        float *oh = o + r * S;
+        const float *zh = z + r * S;
+        double ss = 0.0;
+        for (int t = 0; t < S; t++) ss += (double)(oh[t] * oh[t]);
+        const float inv = 1.0f / sqrtf((float)(ss / S) + c->rms_eps);
+        for (int t = 0; t < S; t++) oh[t] = (oh[t] * inv) * L->ssm_norm[t] * (zh[t] / (1.0f + expf(-zh[t])));
+    }
+    const qmat *wo = &L->ssm_out;
+    float *out = F->tmp;
+    fwd_mm(F, o, n, &wo, &out, 1);
+    F->m->perf.t_attn += mnow() - t0;
+    return 0;
+}
+
+static int fwd_gdn(fwd *F, const layer_w *L) {
+    const int sub = part_rows(F);
+    for (int a = 0; a < F->n; a += sub) {
+        fwd P = fwd_part(F, a, F->n - a < sub ? F->n - a : sub);
+        if (gdn_rows(&P, L) != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the forward */
+
+/* llama.cpp's qwen35moe graph: x += mixer(norm(x)); x += moe(post_attention_norm(x)) with the
+ * gated shared expert; the MTP block is not in the loop (c->n_layers excludes it). */
+static int qwen35moe_forward(fwd *F) {
+    const model *m = F->m;
+    const attn_opts att = {QKN_HEAD, ROPE_NEOX, 0.0f};   /* gated: attn_q is [q | gate] */
+    if (states_begin(F) != 0) return -1;
+    fwd_embed(F, 1.0f);
+    for (int l = 0; l < m->c.n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        fwd_norm(F, L->attn_norm);
+        if ((L->rec_row >= 0 ? fwd_gdn(F, L) : fwd_attention(F, l, &att)) != 0) return -1;
+        fwd_residual(F, 1.0f);
+        fwd_norm(F, L->ffn_norm);
+        if (fwd_moe(F, L) != 0) return -1;
+        fwd_residual(F, 1.0f);
+    }
+    if (fwd_head(F, 1.0f) != 0) return -1;
+    states_end(F);
+    return 0;
+}
+
+const arch_ops arch_qwen35moe = {"qwen35moe", qwen35moe_hparams, qwen35moe_block, qwen35moe_forward};

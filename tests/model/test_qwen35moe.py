@@ -1,0 +1,159 @@
+"""qwen35moe (Qwen3.5 / Qwen3.6 MoE, a Gated DeltaNet / gated attention hybrid): the tiny F32 file
+of native/tools/make_tiny_qwen35moe.py through the engine against tests/model/qwen35_ref.py's
+float64 forward, in EXACT mode (float activations, F32 K/V):
+  - one prefill of a prompt + the reference's greedy continuation: same greedy choices, max
+    |d log-prob| over the top 32 <= 2e-3 (measured: ~1e-5);
+  - the same ids in two chunks (the recurrent state carried between forwards) and one token at a
+    time: bit-identical logits to one pass;
+  - serve mode, one slot, two turns: the second turn extending the first resumes the slot's
+    state (reused > 0) and answers as a fresh prefill on another slot; a turn that does not extend
+    the slot's history re-prefills (reused = 0: no K/V prefix without its recurrent state) and
+    answers as a fresh prefill;
+  - a 40-token prompt with the budget's prefill chunk at 32 rows (CTX 60) answers as in one part;
+  - also a file with full_attention_interval 2 and a Q8_0 one; a file without the layer pattern
+    is refused naming the key;
+  - the file's MTP block is not run: the reference has no MTP either.
+llama.cpp agreement (a one-off, bench/qwen35_crosscheck.py; make test cannot depend on a
+llama.cpp build): see native/README.md.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.model.arch_ref import log_softmax
+from tests.model.qwen35_ref import Qwen35Moe
+from tests.native.engine import Engine, base_env, chatml
+from tests.support import procs
+from tests.support.procs import ROOT
+
+PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
+STEPS = 8
+TOL_EXACT = 2e-3
+
+
+@pytest.fixture(scope="module")
+def fwd_dump(engine_binary):
+    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
+    return ROOT / "native" / "build" / "fwd_dump"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The default tiny file, one with full_attention_interval 2 (layers 1 and 3 attention) and a
+    Q8_0 one (matrices Q8_0; the reference reads them through gguf's dequantizer)."""
+    d = tmp_path_factory.mktemp("q35")
+    return {"f32": procs.make_tiny_qwen35moe(d / "f32.gguf"),
+            "interval2": procs.make_tiny_qwen35moe(d / "i2.gguf", "--interval", "2", "--no-mtp"),
+            "q8_0": procs.make_tiny_qwen35moe(d / "q8.gguf", "--q8")}
+
+
+@pytest.fixture(scope="module")
+def model(files):
+    return files["f32"]
+
+
+def greedy_reference(path):
+    ref = Qwen35Moe(str(path))
+    ids = list(PROMPT)
+    state: dict = {}
+    lg = ref.forward(ids, state)            # incremental greedy: the reference's own state carried
+    for _ in range(STEPS):
+        t = int(np.argmax(lg[-1]))
+        lg = ref.forward([t], state, len(ids))
+        ids.append(t)
+    return ids, log_softmax(ref.forward(ids))
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    return greedy_reference(model)
+
+
+def dump(fwd_dump, model, ids, tmp_path, **env):
+    out = tmp_path / "logits.f32"
+    subprocess.run([str(fwd_dump), str(model), str(out), *map(str, ids)], check=True,
+                   env=dict(os.environ, EXACT="1", KV_TYPE="f32", **env))
+    return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+
+
+@pytest.mark.parametrize("variant", ["f32", "interval2", "q8_0"])
+def test_exact_against_reference(fwd_dump, files, variant, tmp_path):
+    ids, ref = greedy_reference(files[variant])
+    eng = log_softmax(dump(fwd_dump, files[variant], ids, tmp_path).astype(np.float64))
+    agree, err = 0, 0.0
+    for pos in range(len(PROMPT) - 1, len(ids) - 1):
+        agree += int(np.argmax(eng[pos]) == ids[pos + 1])
+        top = np.argsort(-ref[pos])[:32]
+        err = max(err, float(np.abs(ref[pos, top] - eng[pos, top]).max()))
+    print(f"qwen35moe {variant} EXACT=1: greedy {agree}/{STEPS}, max |d log-prob| {err:.2e}")
+    assert agree == STEPS, f"{variant}: greedy choice differs from the reference at {STEPS - agree} steps"
+    assert err <= TOL_EXACT, f"{variant}: log-prob error {err:.3g} > {TOL_EXACT}"
+
+
+def test_refuses_without_layer_pattern(fwd_dump, tmp_path):
+    """No full_attention_interval (nor attention.recurrent_layers): refused naming the key, not a
+    guessed interval."""
+    path = procs.make_tiny_qwen35moe(tmp_path / "nokey.gguf", "--interval", "0")
+    r = subprocess.run([str(fwd_dump), str(path), str(tmp_path / "x.f32"), "5"], capture_output=True, text=True)
+    assert r.returncode != 0 and "qwen35moe.full_attention_interval" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("how", [{"FWD_DUMP_SPLIT": "4"}, {"FWD_DUMP_SPLIT": "11"}, {"FWD_DUMP_SERIAL": "1"}],
+                         ids=["split4", "split11", "serial"])
+def test_chunks_equal_one_pass(fwd_dump, model, reference, tmp_path, how):
+    ids, _ = reference
+    one = dump(fwd_dump, model, ids, tmp_path)
+    parts = dump(fwd_dump, model, ids, tmp_path, **how)
+    assert np.array_equal(one, parts), f"{how}: logits differ from one pass (max {np.abs(one - parts).max():.3g})"
+
+
+def test_turns_on_one_slot(engine_binary, model):
+    e = Engine(engine_binary, env=base_env(model, slots=3, ctx=512))
+    try:
+        p1 = chatml("Hello there, how are you?").encode()
+        r1 = e.generate(p1, slot=0, max_tokens=6)
+        p2 = p1 + r1.text + b"<|im_end|>\n" + chatml("And then?").encode()
+        r2 = e.generate(p2, slot=0, max_tokens=6)
+        assert r2.reused is not None and r2.reused >= r1.prompt_tokens, (
+            f"the extending turn did not resume the slot's state: reused={r2.reused}, first prompt {r1.prompt_tokens}")
+        # not an extension of slot 0's history: a K/V prefix is shared, the recurrent state is not
+        p3 = p1 + b"Something else entirely.<|im_end|>\n" + chatml("Now?").encode()
+        r3 = e.generate(p3, slot=0, max_tokens=6)
+        assert r3.reused == 0, f"a non-extending turn kept {r3.reused} positions without their recurrent state"
+        # fresh prefills of both prompts on two other slots at once (rows of two slots per forward)
+        a, b = e.submit(p2, slot=1, max_tokens=6), e.submit(p3, slot=2, max_tokens=6)
+        fresh, fresh3 = e.result(a), e.result(b)
+        assert fresh.done is not None and fresh3.done is not None, (fresh.errors, fresh3.errors)
+        assert fresh.reused == 0 and fresh.text == r2.text, "resumed turn differs from a fresh prefill"
+        assert r3.text == fresh3.text, "re-prefilled turn differs from a fresh prefill"
+        # the identical prompt again: its last token is re-forwarded, which the state cannot undo
+        r4 = e.generate(p3, slot=0, max_tokens=6)
+        assert r4.reused == 0 and r4.text == r3.text
+    finally:
+        try:
+            e.close(10)
+        finally:
+            e.kill()
+
+
+def test_prefill_parts(engine_binary, model):
+    """CTX 60: the budget's prefill chunk is 32 rows, so a longer prompt's forward runs its blocks
+    (the DeltaNet layers' too) a part at a time: the same text as with CTX 512 (one part)."""
+    prompt = chatml("Tell me a long story about a cat and a dog, please.").encode()
+    texts = []
+    for ctx in (60, 512):
+        e = Engine(engine_binary, env=base_env(model, slots=1, ctx=ctx))
+        try:
+            r = e.generate(prompt, slot=0, max_tokens=6)
+            texts.append((r.prompt_tokens, r.text, e.stderr_text()))
+        finally:
+            try:
+                e.close(10)
+            finally:
+                e.kill()
+    assert 32 < texts[0][0] <= 52, f"prompt of {texts[0][0]} tokens does not span two 32-row parts"
+    assert texts[0][1] == texts[1][1], "prefill in parts differs from one part"
