@@ -459,6 +459,14 @@ int gguf_open(gguf_file *g, const char *path)
         return -1;
     }
     g->map = m;
+    /* No readahead on this file, through the mapping or pread: every read is of exactly the
+     * bytes asked for and done when the call returns (a fault or pread waits for its pages).
+     * The kernel's readahead (up to read_ahead_kb, 8 MB on some disks) around a dense tensor
+     * ran on after the load's last page-cache drop and left up to 3.4 MB of the file's experts
+     * in the page cache, charged to the engine's cgroup outside its budget. Big reads that
+     * want throughput ask for their range with WILLNEED (model_load.c pack_slabs). */
+    (void)madvise(m, g->size, MADV_RANDOM);
+    (void)posix_fadvise(g->fd, 0, 0, POSIX_FADV_RANDOM);
     if (parse(g) != 0) {
         release(g);
         g->n_kv = g->n_tensors = 0;
