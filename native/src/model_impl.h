@@ -45,6 +45,9 @@ struct model_priv {
     fbuf ahead_lg;
     int part_rows;          /* rows the attention, dense FFN and routed experts take at once in a
                              * long forward (the budget's prefill chunk); 0: all of them */
+    int keep_rows;          /* rows an expert's gate/up and down inputs keep their buffers for
+                             * between groups (the budget's slots: decode never reallocates);
+                             * a prefill group's bigger ones are freed after it; 0: all kept */
     qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
     expert_w *ew;
     mm_job *jobs;
