@@ -215,6 +215,22 @@ static size_t whole_row_bytes(const model_config *c) {
     return (fl * 4 + d * 5 / 4) * 5 / 4;
 }
 
+/* A quantized activation buffer of cap values: the floats, the int8 copy and four per-block
+ * figures (qact_prepare), six aligned allocations. */
+static size_t qact_bytes(size_t cap) {
+    if (cap < 64) cap = 64;
+    return cap * 4 + cap + 4 * (cap / 32 + 1) * 4 + 6 * 80;
+}
+
+/* What every expert keeps between groups: its gate/up input of keep rows x d_model and its down
+ * input of keep rows x d_expert (moe.c trim_inputs frees bigger ones after each group; a
+ * group's own, up to a chunk's pairs, are counted in row_bytes). */
+static size_t kept_bytes(const model_config *c, int keep) {
+    if (!c->n_experts) return 0;
+    const size_t k = (size_t)(keep > 0 ? keep : 1);
+    return (size_t)c->n_experts * (qact_bytes(k * (size_t)c->d_model) + qact_bytes(k * (size_t)c->d_expert));
+}
+
 /* The working buffers: `rows`-row prefills run `chunk` rows at a time, n_slots decoding rows,
  * hold experts at once from disk. */
 static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int chunk, int hold) {
@@ -224,7 +240,8 @@ static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int
                             model_state_bytes(m);      /* a hybrid's recurrent state */
     const size_t once = (size_t)c->vocab * 8 + (size_t)ctx * 8 + (size_t)pool_threads() * ATT_G * (size_t)ctx * 4;
     const size_t held = (size_t)(2 * hold + io_lanes() + 1) * es_expert_bytes(m->es);
-    return rows * row_bytes(c) + (size_t)rows_all * whole_row_bytes(c) + (size_t)n_slots * per_slot + once + held;
+    return rows * row_bytes(c) + (size_t)rows_all * whole_row_bytes(c) + (size_t)n_slots * per_slot + once + held +
+           kept_bytes(c, n_slots);
 }
 
 /* Prefill rows per forward: the largest power of two up to 8,192 and the context whose whole-row
@@ -287,6 +304,7 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
     b->dense = rss_now() + mapped_dense(m);
     b->rows = pick_rows(m, b->total, ctx, b->chunk);
     b->hold = c->n_experts ? pick_hold(c, n_slots) : 0;
+    b->keep = n_slots;
     b->work = work_bytes(m, n_slots, ctx, b->rows, b->chunk, b->hold);
     const size_t fixed = b->dense + b->work;
     if (fixed + one_kv > b->total) return refuse(b, one_kv, ctx, err, errlen);
@@ -308,6 +326,7 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
 int budget_apply(const mem_budget *b, model *m, long pin_mb) {
     const size_t pin = pin_mb < 0 ? b->experts : (size_t)pin_mb * MIB;
     m->priv->part_rows = b->chunk;
+    m->priv->keep_rows = b->keep;
     return es_set_budget(m->es, b->experts, pin, b->hold);
 }
 

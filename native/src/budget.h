@@ -25,6 +25,8 @@ typedef struct {
                              * RoPE tables are held whole, so each layer reads its experts once */
     int chunk;              /* rows the attention, dense FFN and a group of experts take at once */
     int hold;               /* experts one acquisition holds at once from disk */
+    int keep;               /* rows each expert's gate/up and down inputs stay allocated for
+                             * between groups (the slots: a decode step's rows) */
 } mem_budget;
 
 /* The figure: mb >= 0 (MEM_BUDGET_MB / --mem-budget) as given, else read from the cgroup / the

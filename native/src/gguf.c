@@ -416,11 +416,33 @@ int gguf_read_at(int fd, const uint8_t *map, size_t map_size, uint64_t off, void
     return 0;
 }
 
+#define HEAD_AHEAD ((size_t)16 << 20)
+#define HEAD_PIECE ((uint64_t)128 << 10)
+
 void gguf_drop_cache(int fd, uint64_t off, size_t n)
 {
     if (fd < 0 || n == 0) return;
     const uint64_t a0 = off & ~(uint64_t)4095, a1 = (off + n + 4095) & ~(uint64_t)4095;
     (void)posix_fadvise(fd, (off_t)a0, (off_t)(a1 - a0), POSIX_FADV_DONTNEED);
+}
+
+void gguf_will_need(int fd, uint64_t off, size_t n)
+{
+    if (fd < 0 || n == 0) return;
+    const uint64_t a0 = off & ~(uint64_t)4095, a1 = (off + n + 4095) & ~(uint64_t)4095;
+    /* in 128 KB pieces: the kernel reads at most its readahead size (read_ahead_kb, 128 KB by
+     * default) of one request and leaves the rest */
+    for (uint64_t a = a0; a < a1; a += HEAD_PIECE)
+        (void)posix_fadvise(fd, (off_t)a, (off_t)(a1 - a < HEAD_PIECE ? a1 - a : HEAD_PIECE), POSIX_FADV_WILLNEED);
+}
+
+/* Every page of [0, n) landed: a pread waits for a page still being read (one byte a page, the
+ * pages are in the cache by now), so none of the header's reads lands after the load's drops. */
+static void settle(const gguf_file *g, size_t n)
+{
+    char c;
+    for (size_t off = 0; off < n; off += 4096)
+        if (pread(g->fd, &c, 1, (off_t)off) < 0) break;
 }
 
 int gguf_open(gguf_file *g, const char *path)
@@ -460,7 +482,20 @@ int gguf_open(gguf_file *g, const char *path)
         return -1;
     }
     g->map = m;
-    if (parse(g) != 0) {
+    /* No readahead on this file, through the mapping or pread: every read is of exactly the
+     * bytes asked for and done when the call returns (a fault or pread waits for its pages).
+     * The kernel's readahead (up to read_ahead_kb, 8 MB on some disks) around a dense tensor
+     * ran on after the load's last page-cache drop and left up to 3.4 MB of the file's experts
+     * in the page cache, charged to the engine's cgroup outside its budget. Big reads that
+     * want throughput ask for their range with WILLNEED (model_load.c pack_slabs); so does the
+     * header, its first 16 MB (the parse walks the tokenizer's arrays), waited for after it. */
+    (void)madvise(m, g->size, MADV_RANDOM);
+    (void)posix_fadvise(g->fd, 0, 0, POSIX_FADV_RANDOM);
+    const size_t head = g->size < HEAD_AHEAD ? g->size : HEAD_AHEAD;
+    gguf_will_need(g->fd, 0, head);
+    const int rc = parse(g);
+    settle(g, head);
+    if (rc != 0) {
         release(g);
         g->n_kv = g->n_tensors = 0;
         g->size = 0;

@@ -56,6 +56,9 @@ typedef struct {
     char err[256];
 } gguf_file;
 
+/* The file's pages over [off, off + n) read in the background, in large requests (the file has
+ * no readahead: gguf_open). The caller reads every one of them before it drops them. */
+void gguf_will_need(int fd, uint64_t off, size_t n);
 /* n bytes at file offset off into dst: pread on fd (never touching the mapping's pages), or a
  * copy from the mapping when fd < 0. 0 ok, -1 error or out of range. */
 int gguf_read_at(int fd, const uint8_t *map, size_t map_size, uint64_t off, void *dst, size_t n);

@@ -53,6 +53,9 @@ struct model_priv {
     rstate *rs;             /* per slot (hybrids; NULL otherwise), n_rs of them */
     int n_rs;
     fbuf gdn;               /* the recurrent layers' scratch */
+    int keep_rows;          /* rows an expert's gate/up and down inputs keep their buffers for
+                             * between groups (the budget's slots: decode never reallocates);
+                             * a prefill group's bigger ones are freed after it; 0: all kept */
     qact *eact;             /* per expert: gate/up input (E), down input (E), row views of act (E) */
     expert_w *ew;
     mm_job *jobs;

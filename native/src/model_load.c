@@ -217,20 +217,36 @@ static void drop_mapped(model *m, const uint8_t *p, size_t n) {
     gguf_drop_cache(m->g.fd, (uint64_t)(p - m->g.map), n);
 }
 
+/* The file pages of [p, p + n) read in the background, in large requests: the mapping has no
+ * readahead (gguf_open), so a slab would otherwise fault in a page at a time. Exactly these
+ * pages: the packing touches each of them (waiting for any still in flight) before they are
+ * dropped, so no read of the load is still landing in the page cache after its last drop. */
+static void will_need(const model *m, const uint8_t *p, size_t n) {
+    gguf_will_need(m->g.fd, (uint64_t)(p - m->g.map), n);
+}
+
 #define PACK_SLAB_BYTES ((size_t)16 << 20)
 
 /* w's packed layout into b, a 16 MB slab of file rows at a time; drop: each slab's file pages
  * are released as soon as it is packed, so the file's copy and the packed copy of a big matrix
- * (a 151,936-row head: 250 MB) are never both in memory, only one slab of them. */
+ * (a 151,936-row head: 250 MB) are never both in memory, only two slabs of them (the one packed
+ * and the next, being read). */
 static void pack_slabs(model *m, const qmat *w, uint8_t *b, int drop) {
     size_t per = PACK_SLAB_BYTES / (w->row_bytes ? w->row_bytes : 1);
     const int slab = per < 8 ? 8 : (int)(per & ~(size_t)7);
     for (int r = 0; r < w->rows; r += slab) {
+        const int n = slab < w->rows - r ? slab : w->rows - r;
+        /* this slab (the first), and the next one, read while this one is packed */
+        if (r == 0) will_need(m, w->data, (size_t)n * w->row_bytes);
+        if (r + n < w->rows) {
+            const int nn = slab < w->rows - r - n ? slab : w->rows - r - n;
+            will_need(m, w->data + (size_t)(r + n) * w->row_bytes, (size_t)nn * w->row_bytes);
+        }
         if (qpack_rows(w, r, slab, b) != 0) {
+            will_need(m, w->data, (size_t)w->rows * w->row_bytes);
             qpack(w, b);
             return;
         }
-        const int n = slab < w->rows - r ? slab : w->rows - r;
         if (drop) drop_mapped(m, w->data + (size_t)r * w->row_bytes, (size_t)n * w->row_bytes);
     }
 }
@@ -677,6 +693,8 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     gguf_file *g = &m->g;
     if (gguf_open(g, path) != 0) return model_fail(err, errlen, "%s", g->err[0] ? g->err : "cannot open model");
     m->priv->g_open = 1;
+    /* EXACT computes from the mapping in place: its pages are the weights, read ahead as usual */
+    if (m->exact) (void)madvise((void *)g->map, g->size, MADV_NORMAL);
     const arch_ops *ops = load_arch(m, err, errlen);
     if (!ops || ops->hparams(m, err, errlen) != 0 || topk_override(m, err, errlen) != 0) return -1;
     m->priv->ops = ops;

@@ -385,6 +385,21 @@ static void shared_gate(const float *w, const float *h, int n, int d, float *so)
     }
 }
 
+/* The group's per-expert gate/up and down inputs bigger than keep_rows rows are freed: each
+ * expert keeps its own, so kept at their largest they added up to every expert's biggest prefill
+ * share (2.7 MB over a 32 MB budget on 256 experts), where the budget counts one chunk's pairs
+ * in flight and keep_rows rows per expert kept. */
+static void trim_inputs(model *m, const int *list, int cnt) {
+    struct model_priv *P = m->priv;
+    const int E = m->c.n_experts;
+    if (P->keep_rows <= 0) return;
+    for (int k = 0; k < cnt; k++) {
+        qact *g = &P->eact[list[k]], *dn = &P->eact[E + list[k]];
+        if (g->cap > 64 && g->cap > (size_t)P->keep_rows * (size_t)m->c.d_model) qact_free(g);
+        if (dn->cap > 64 && dn->cap > (size_t)P->keep_rows * (size_t)m->c.d_expert) qact_free(dn);
+    }
+}
+
 /* One group of the chosen experts, list[0..cnt), whose pairs start at grouped pair `base`: the
  * ones in RAM at once, the misses on the I/O lanes while the resident ones (and, in the first
  * group, the shared expert) compute; then the rest; then they are released. While this group
@@ -412,6 +427,7 @@ static int moe_group_run(model *m, const layer_w *L, const moe_opts *o, const fl
         if (rc == 0) rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 0, 0, base, B->eg, B->eu, B->eo, B->sg, B->so);
     }
     for (int k = 0; held && k < cnt; k++) es_release(m->es, r, list[k]);
+    trim_inputs(m, list, cnt);
     return rc;
 }
 
