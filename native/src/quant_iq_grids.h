@@ -11,4 +11,7 @@ extern const uint64_t qiq_grid_iq2xs[512];
 extern const uint64_t qiq_grid_iq2s[1024];
 extern const uint32_t qiq_grid_iq3xxs[256];    /* 4 values each: 4 .. 62 */
 extern const uint32_t qiq_grid_iq3s[512];      /* 1 .. 15 */
+/* the 8 sign bits (bit k: value k negative) a 7-bit sign field s stands for: s, and the parity of s
+ * as bit 7 (llama.cpp's ksigns_iq2xs) */
+extern const uint8_t qiq_ksigns[128];
 #endif

@@ -35,7 +35,7 @@
 #include <math.h>
 #include <string.h>
 
-#ifdef __AVX2__
+#if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -60,35 +60,44 @@ static size_t sb_bytes(uint32_t t)
 
 static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static inline float h2f(uint16_t h) { return fp16_to_f32(h); }
+static inline float h2f(uint16_t h)
+{
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    return fp16_to_f32(h);
+#endif
+}
 
-/* the 8 sign bits a 7-bit field stands for */
+/* the 8 sign bits a 7-bit field stands for (quant_iq_grids.c's table) */
 static inline uint32_t ksign(uint32_t s)
 {
-    s &= 127;
-    uint32_t p = s;
-    p ^= p >> 4;
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return s | (p & 1) << 7;
+    return qiq_ksigns[s & 127];
 }
 
 /* Block j (0..7) of super-block p, as fields: the grid rows of its groups (idx[0..3] for 8-value
  * grids, idx[0..7] for IQ3's 4-value ones), neg (bit v: value v negative; IQ2 / IQ3), the scale
- * fields ls[2] of values 0-15 / 16-31, dneg (IQ1: bit l: group l's delta is negative), d. */
+ * fields ls[2] of values 0-15 / 16-31, dneg (IQ1: bit l: group l's delta is negative). */
 typedef struct {
     uint32_t idx[8], neg, dneg;
     int ls[2];
-    float d;
 } iq_raw;
 
-static void raw_block(uint32_t t, const uint8_t *p, int j, iq_raw *r)
+/* The super-block's d (IQ1_M: its f16 bits from the top nibbles of sc[0..3]). */
+static inline float sb_d(uint32_t t, const uint8_t *p)
+{
+    if (t != GGML_IQ1_M) return h2f(rd16(p));
+    uint16_t h = 0;
+    for (int i = 0; i < 4; i++) h |= (uint16_t)((rd16(p + 48 + 2 * i) >> 12) << (4 * i));
+    return h2f(h);
+}
+
+static inline __attribute__((always_inline)) void raw_block(uint32_t t, const uint8_t *p, int j, iq_raw *r)
 {
     r->neg = r->dneg = 0;
     switch (t) {
     case GGML_IQ2_XXS: {
         const uint32_t a0 = rd32(p + 2 + 8 * j), a1 = rd32(p + 6 + 8 * j);
-        r->d = h2f(rd16(p));
         for (int l = 0; l < 4; l++) {
             r->idx[l] = (a0 >> (8 * l)) & 255;
             r->neg |= ksign(a1 >> (7 * l)) << (8 * l);
@@ -97,7 +106,6 @@ static void raw_block(uint32_t t, const uint8_t *p, int j, iq_raw *r)
         break;
     }
     case GGML_IQ2_XS:
-        r->d = h2f(rd16(p));
         for (int l = 0; l < 4; l++) {
             const uint32_t v = rd16(p + 2 + 2 * (4 * j + l));
             r->idx[l] = v & 511;
@@ -107,7 +115,6 @@ static void raw_block(uint32_t t, const uint8_t *p, int j, iq_raw *r)
         r->ls[1] = p[66 + j] >> 4;
         break;
     case GGML_IQ2_S:
-        r->d = h2f(rd16(p));
         for (int l = 0; l < 4; l++) {
             r->idx[l] = p[2 + 4 * j + l] | ((uint32_t)(p[66 + j] >> (2 * l)) & 3) << 8;
             r->neg |= (uint32_t)p[34 + 4 * j + l] << (8 * l);
@@ -117,21 +124,18 @@ static void raw_block(uint32_t t, const uint8_t *p, int j, iq_raw *r)
         break;
     case GGML_IQ3_XXS: {
         const uint32_t a = rd32(p + 66 + 4 * j);
-        r->d = h2f(rd16(p));
         for (int i = 0; i < 8; i++) r->idx[i] = p[2 + 8 * j + i];
         for (int l = 0; l < 4; l++) r->neg |= ksign(a >> (7 * l)) << (8 * l);
         r->ls[0] = r->ls[1] = (int)(a >> 28);
         break;
     }
     case GGML_IQ3_S:
-        r->d = h2f(rd16(p));
         for (int i = 0; i < 8; i++) r->idx[i] = p[2 + 8 * j + i] | ((uint32_t)(p[66 + j] >> i) & 1) << 8;
         r->neg = rd32(p + 74 + 4 * j);
         r->ls[0] = r->ls[1] = (p[106 + j / 2] >> (4 * (j % 2))) & 15;
         break;
     case GGML_IQ1_S: {
         const uint32_t h = rd16(p + 34 + 2 * j);
-        r->d = h2f(rd16(p));
         for (int l = 0; l < 4; l++) r->idx[l] = p[2 + 4 * j + l] | ((h >> (3 * l)) & 7) << 8;
         r->ls[0] = r->ls[1] = (int)((h >> 12) & 7);
         r->dneg = h & 0x8000 ? 15 : 0;
@@ -140,7 +144,6 @@ static void raw_block(uint32_t t, const uint8_t *p, int j, iq_raw *r)
     default: {   /* IQ1_M */
         uint16_t sc[4];
         for (int i = 0; i < 4; i++) sc[i] = rd16(p + 48 + 2 * i);
-        r->d = h2f((uint16_t)((sc[0] >> 12) | (sc[1] >> 12) << 4 | (sc[2] >> 12) << 8 | (sc[3] >> 12) << 12));
         for (int l = 0; l < 4; l++) {
             const uint32_t nib = (uint32_t)(p[32 + 2 * j + l / 2] >> (4 * (l % 2))) & 15;
             r->idx[l] = p[4 * j + l] | (nib & 7) << 8;
@@ -172,6 +175,7 @@ void qiql_dequant(uint32_t t, const uint8_t *row, float *out, int n)
     const size_t sbb = sb_bytes(t);
     for (int s = 0; s < n / 256; s++) {
         const uint8_t *p = row + (size_t)s * sbb;
+        const float d = sb_d(t, p);
         for (int j = 0; j < 8; j++) {
             iq_raw r;
             raw_block(t, p, j, &r);
@@ -179,10 +183,10 @@ void qiql_dequant(uint32_t t, const uint8_t *row, float *out, int n)
             for (int h = 0; h < 2; h++) {
                 const float ls = (float)r.ls[h];
                 float db;
-                if (is_iq1(t)) db = r.d * (float)(2 * r.ls[h] + 1);
-                else if (t == GGML_IQ3_S) db = r.d * (float)(1 + 2 * r.ls[h]);
-                else if (t == GGML_IQ3_XXS) db = (r.d * (0.5f + ls)) * 0.5f;
-                else db = (r.d * (0.5f + ls)) * 0.25f;
+                if (is_iq1(t)) db = d * (float)(2 * r.ls[h] + 1);
+                else if (t == GGML_IQ3_S) db = d * (float)(1 + 2 * r.ls[h]);
+                else if (t == GGML_IQ3_XXS) db = (d * (0.5f + ls)) * 0.5f;
+                else db = (d * (0.5f + ls)) * 0.25f;
                 for (int v = 16 * h; v < 16 * h + 16; v++) {
                     const float g = (float)grid_val(t, &r, v);
                     if (is_iq1(t)) o[v] = db * (g + ((r.dneg >> (v / 8)) & 1 ? -0.125f : 0.125f));
@@ -194,18 +198,19 @@ void qiql_dequant(uint32_t t, const uint8_t *row, float *out, int n)
 }
 
 /* the kernel's integer multipliers and factor of a decoded block (quant_iqlow.h) */
-static inline float blk_factor(uint32_t t, const iq_raw *r, int32_t m[2])
+static inline float blk_factor(uint32_t t, const iq_raw *r, float d, int32_t m[2])
 {
     m[0] = 2 * r->ls[0] + 1;
     m[1] = 2 * r->ls[1] + 1;
-    return t == GGML_IQ3_S ? r->d : t == GGML_IQ3_XXS ? r->d * 0.25f : r->d * 0.125f;
+    return t == GGML_IQ3_S ? d : t == GGML_IQ3_XXS ? d * 0.25f : d * 0.125f;
 }
 
 void qiql_block(uint32_t t, const uint8_t *row, int b, int8_t q[32], int32_t m[2], float *f)
 {
     iq_raw r;
-    raw_block(t, row + (size_t)(b / 8) * sb_bytes(t), b % 8, &r);
-    *f = blk_factor(t, &r, m);
+    const uint8_t *p = row + (size_t)(b / 8) * sb_bytes(t);
+    raw_block(t, p, b % 8, &r);
+    *f = blk_factor(t, &r, sb_d(t, p), m);
     for (int v = 0; v < 32; v++) {
         const int g = grid_val(t, &r, v);
         q[v] = (int8_t)(is_iq1(t) ? 8 * g + ((r.dneg >> (v / 8)) & 1 ? -1 : 1) : (r.neg >> v) & 1 ? -g : g);
@@ -215,9 +220,10 @@ void qiql_block(uint32_t t, const uint8_t *row, int b, int8_t q[32], int32_t m[2
 #define IQL_NX 4    /* activation rows per call, at most (quant_impl.h's QDOT_MAX) */
 
 #ifdef __AVX2__
-/* A decoded block's 32 signed codes as one vector: the grid rows side by side, then the signs
- * (IQ2 / IQ3: a byte mask from neg) or IQ1's 8 g +- 1. */
-static inline __m256i blk_vec(uint32_t t, const iq_raw *r)
+/* A decoded block's 32 codes as vpdpbusd's operands: *a their magnitudes (unsigned), *sv a vector whose
+ * byte signs are theirs (the activations take them by vpsignb). IQ2 / IQ3: the grid rows side by
+ * side, the signs a byte mask from neg; IQ1: 8 g +- 1. */
+static inline __attribute__((always_inline)) void blk_vec(uint32_t t, const iq_raw *r, __m256i *a, __m256i *sv)
 {
     __m256i g;
     if (is_iq3(t)) {
@@ -230,24 +236,27 @@ static inline __m256i blk_vec(uint32_t t, const iq_raw *r)
         g = _mm256_setr_epi64x((long long)grid[r->idx[0]], (long long)grid[r->idx[1]], (long long)grid[r->idx[2]],
                                (long long)grid[r->idx[3]]);
     }
-    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     if (is_iq1(t)) {   /* 8 g + 1, minus 2 where the group's delta is negative */
         const __m256i dn = _mm256_setr_epi64x(r->dneg & 1 ? -1 : 0, r->dneg & 2 ? -1 : 0, r->dneg & 4 ? -1 : 0,
                                               r->dneg & 8 ? -1 : 0);
         const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
         const __m256i g8 = _mm256_add_epi8(_mm256_add_epi8(g4, g4), _mm256_set1_epi8(1));
-        return _mm256_sub_epi8(g8, _mm256_and_si256(dn, _mm256_set1_epi8(2)));
+        *sv = _mm256_sub_epi8(g8, _mm256_and_si256(dn, _mm256_set1_epi8(2)));
+        *a = _mm256_abs_epi8(*sv);
+        return;
     }
-    __m256i s = _mm256_shuffle_epi8(_mm256_set1_epi32((int)r->neg), sel);
-    s = _mm256_cmpeq_epi8(_mm256_and_si256(s, bit), bit);          /* 0xff: negative */
-    return _mm256_sub_epi8(_mm256_xor_si256(g, s), s);             /* -g where set */
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i s = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)r->neg), sel), bit);
+    *sv = _mm256_or_si256(_mm256_cmpeq_epi8(s, bit), _mm256_set1_epi8(1));   /* -1 where negative, else 1 */
+    *a = g;                                                                   /* grid values: 1 .. 62 */
 }
 
-static inline __m256i dot32(__m256i q, __m256i x)
+/* 8 int32 lanes, each the exact sum of 4 products a x sign(sv): |a| <= 62, so maddubs never saturates. */
+static inline __m256i dot32(__m256i a, __m256i sv, __m256i x)
 {
-    const __m256i a = _mm256_sign_epi8(q, q), b = _mm256_sign_epi8(x, q);   /* |q| <= 62: no saturation */
+    const __m256i b = _mm256_sign_epi8(x, sv);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
 #elif defined(__AVXVNNI__)
@@ -257,34 +266,40 @@ static inline __m256i dot32(__m256i q, __m256i x)
 #endif
 }
 
-void qiql_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)
+static inline __attribute__((always_inline)) void dot_t(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb,
+                                                        float *res)
 {
     const size_t cols = (size_t)x->cols, sbb = sb_bytes(t);
     __m256 acc[IQL_NX];
     for (int k = 0; k < nx; k++) acc[k] = _mm256_setzero_ps();
     for (int s = 0; s < nb / 8; s++) {
         const uint8_t *p = w + (size_t)s * sbb;
-        __m256i q[8], mv[8];
+        const float d = sb_d(t, p);
+        __m256i qa[8], qs[8];
+        int32_t ma[8], mb[8];
         float f = 0.0f;
         for (int j = 0; j < 8; j++) {
             iq_raw r;
             int32_t m[2];
             raw_block(t, p, j, &r);
-            f = blk_factor(t, &r, m);
-            q[j] = blk_vec(t, &r);
-            mv[j] = _mm256_setr_epi32(m[0], m[0], m[0], m[0], m[1], m[1], m[1], m[1]);
+            f = blk_factor(t, &r, d, m);
+            ma[j] = m[0];
+            mb[j] = m[1];
+            blk_vec(t, &r, &qa[j], &qs[j]);
         }
+        const __m256i mav = _mm256_loadu_si256((const __m256i *)ma), mbv = _mm256_loadu_si256((const __m256i *)mb);
         const __m256 fv = _mm256_set1_ps(f);
         for (int k = 0; k < nx; k++) {
             const size_t i = (size_t)(i0 + k);
             const int8_t *xq = x->q + i * cols + (size_t)s * 256;
             __m256i sq[8];
-            for (int j = 0; j < 8; j++)   /* lanes 0-3: values 0-15, 4-7: 16-31, times their multiplier */
-                sq[j] = _mm256_mullo_epi32(dot32(q[j], _mm256_loadu_si256((const __m256i *)(xq + 32 * j))), mv[j]);
+            for (int j = 0; j < 8; j++)   /* lanes 0-3: values 0-15, 4-7: 16-31 */
+                sq[j] = dot32(qa[j], qs[j], _mm256_loadu_si256((const __m256i *)(xq + 32 * j)));
             const __m256i t0 = _mm256_hadd_epi32(_mm256_hadd_epi32(sq[0], sq[1]), _mm256_hadd_epi32(sq[2], sq[3]));
             const __m256i t1 = _mm256_hadd_epi32(_mm256_hadd_epi32(sq[4], sq[5]), _mm256_hadd_epi32(sq[6], sq[7]));
-            /* t0: blocks 0-3's sums of the low 128-bit lane | of the high one (integer adds: exact) */
-            const __m256i is = _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
+            /* t0: blocks 0-3's sums over values 0-15 | over 16-31; t1 blocks 4-7's (integer adds: exact) */
+            const __m256i lo = _mm256_permute2x128_si256(t0, t1, 0x20), hi = _mm256_permute2x128_si256(t0, t1, 0x31);
+            const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(lo, mav), _mm256_mullo_epi32(hi, mbv));
             const __m256 xd = _mm256_loadu_ps(x->qd + i * (size_t)nb + (size_t)s * 8);
             acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(fv, xd), acc[k]);
         }
@@ -293,6 +308,20 @@ void qiql_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int n
         float P[8];
         _mm256_storeu_ps(P, acc[k]);
         res[k] = ((P[0] + P[4]) + (P[2] + P[6])) + ((P[1] + P[5]) + (P[3] + P[7]));
+    }
+}
+
+/* one copy of the kernel per type (the layout's branches fold away) */
+void qiql_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)
+{
+    switch (t) {
+    case GGML_IQ1_S: dot_t(GGML_IQ1_S, w, x, i0, nx, nb, res); break;
+    case GGML_IQ1_M: dot_t(GGML_IQ1_M, w, x, i0, nx, nb, res); break;
+    case GGML_IQ2_XXS: dot_t(GGML_IQ2_XXS, w, x, i0, nx, nb, res); break;
+    case GGML_IQ2_XS: dot_t(GGML_IQ2_XS, w, x, i0, nx, nb, res); break;
+    case GGML_IQ2_S: dot_t(GGML_IQ2_S, w, x, i0, nx, nb, res); break;
+    case GGML_IQ3_XXS: dot_t(GGML_IQ3_XXS, w, x, i0, nx, nb, res); break;
+    default: dot_t(GGML_IQ3_S, w, x, i0, nx, nb, res); break;
     }
 }
 #else

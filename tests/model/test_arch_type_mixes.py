@@ -113,6 +113,35 @@ def test_mxfp4_experts_match_the_f32_copy(arch, fwd_dump, tmp_path):
     check_against_f32_copy(fwd_dump, model, tmp_path)
 
 
+IQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"]
+IQ_STEP_UP = dict(zip(IQ_TYPES, IQ_TYPES[1:] + ["IQ4_XS"]))
+
+
+@pytest.mark.parametrize("qtype", IQ_TYPES)
+def test_iq_experts_match_the_f32_copy(qtype, fwd_dump, tmp_path):
+    """Routed gate / up in each IQ type, the downs one step above (the dynamic files' ladder)."""
+    down = IQ_STEP_UP[qtype]
+    model = procs.make_arch_fixture(tmp_path / f"qwen3moe-{qtype}.gguf", "qwen3moe", "--mix", "q4_k_m",
+                                    "--tensor-type", f"ffn_(gate|up)_exps\\.weight$={qtype}",
+                                    "--tensor-type", f"ffn_down_exps\\.weight$={down}")
+    types = tensor_types(model)
+    assert (types["blk.1.ffn_gate_exps.weight"], types["blk.1.ffn_up_exps.weight"],
+            types["blk.1.ffn_down_exps.weight"]) == (qtype, qtype, down)
+    check_against_f32_copy(fwd_dump, model, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "glm4moe", "qwen2moe"])
+def test_ud_iq2_m_like_mix_matches_the_f32_copy(arch, fwd_dump, tmp_path):
+    model = procs.make_arch_fixture(tmp_path / f"{arch}-ud-iq2.gguf", arch, "--mix", "ud_iq2_m")
+    types = tensor_types(model)
+    moe = sorted(int(n.split(".")[1]) for n in types if n.endswith("ffn_gate_exps.weight"))
+    for layer in moe:       # even layers IQ2_XXS gate / IQ2_XS up, odd ones the other way; downs a step up
+        gate, up, down = (types[f"blk.{layer}.ffn_{k}_exps.weight"] for k in ("gate", "up", "down"))
+        assert (gate, up, down) == (("IQ2_XXS", "IQ2_XS", "IQ2_S") if layer % 2 == 0 else ("IQ2_XS", "IQ2_XXS", "IQ2_XS"))
+    assert types["output.weight"] == "Q6_K" and types["blk.0.attn_v.weight"] == "Q6_K"
+    check_against_f32_copy(fwd_dump, model, tmp_path)
+
+
 @pytest.mark.parametrize("arch", ["qwen3moe", "glm4moe", "qwen2moe"])
 def test_ud_q2_k_xl_like_mix_matches_the_f32_copy(arch, fwd_dump, tmp_path):
     model = procs.make_arch_fixture(tmp_path / f"{arch}-ud.gguf", arch, "--mix", "ud_q2_k_xl")
