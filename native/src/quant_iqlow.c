@@ -217,6 +217,68 @@ void qiql_block(uint32_t t, const uint8_t *row, int b, int8_t q[32], int32_t m[2
     }
 }
 
+/* ---- the packed layout's view (quant_impl.h) ---- */
+
+void qiql_table(uint32_t t, int8_t tab[16], int *off)
+{
+    static const int8_t iq2[3] = {8, 25, 43}, iq3x[8] = {4, 12, 20, 28, 36, 44, 52, 62},
+                        iq3s[8] = {1, 3, 5, 7, 9, 11, 13, 15}, iq1[3] = {1, 7, 9};
+    const int8_t *lv = is_iq1(t) ? iq1 : t == GGML_IQ3_XXS ? iq3x : t == GGML_IQ3_S ? iq3s : iq2;
+    const int n = is_iq3(t) ? 8 : 3;
+    memset(tab, 0, 16);
+    for (int i = 0; i < n; i++) {
+        tab[i] = lv[i];
+        tab[8 + i] = (int8_t)-lv[i];
+    }
+    *off = lv[n - 1];
+}
+
+float qiql_fscale(uint32_t t) { return t == GGML_IQ3_S ? 1.0f : t == GGML_IQ3_XXS ? 0.25f : 0.125f; }
+
+uint16_t qiql_dbits(uint32_t t, const uint8_t *row, int b)
+{
+    const uint8_t *p = row + (size_t)(b / 8) * sb_bytes(t);
+    if (t != GGML_IQ1_M) return rd16(p);
+    uint16_t h = 0;
+    for (int i = 0; i < 4; i++) h |= (uint16_t)((rd16(p + 48 + 2 * i) >> 12) << (4 * i));
+    return h;
+}
+
+static inline int code_of(const int8_t tab[16], int q)
+{
+    for (int c = 0; c < 16; c++)
+        if (tab[c] == q) return c;
+    return 0;   /* not reached: every code qiql_block gives is in the table */
+}
+
+void qiql_codes(uint32_t t, const uint8_t *row, int b, uint8_t codes[16], uint8_t m[2])
+{
+    int8_t q[32], tab[16];
+    int32_t mm[2];
+    int off;
+    float f;
+    qiql_block(t, row, b, q, mm, &f);
+    qiql_table(t, tab, &off);
+    for (int i = 0; i < 16; i++) codes[i] = (uint8_t)(code_of(tab, q[i]) | code_of(tab, q[16 + i]) << 4);
+    m[0] = (uint8_t)mm[0];
+    m[1] = (uint8_t)mm[1];
+}
+
+float qiql_value(uint32_t t, float d, int m, int q)
+{
+    const int ls = (m - 1) / 2;
+    if (is_iq1(t)) {   /* q = 8 g +- 1 */
+        const int g = (q + (q > 0 ? 4 : -4)) / 8;
+        return (d * (float)m) * ((float)g + (q - 8 * g > 0 ? 0.125f : -0.125f));
+    }
+    const int g = q < 0 ? -q : q;
+    float db;
+    if (t == GGML_IQ3_S) db = d * (float)m;
+    else if (t == GGML_IQ3_XXS) db = (d * (0.5f + (float)ls)) * 0.5f;
+    else db = (d * (0.5f + (float)ls)) * 0.25f;
+    return (db * (float)g) * (q < 0 ? -1.0f : 1.0f);
+}
+
 #define IQL_NX 4    /* activation rows per call, at most (quant_impl.h's QDOT_MAX) */
 
 #ifdef __AVX2__

@@ -22,6 +22,17 @@ void qiql_dequant(uint32_t type, const uint8_t *row, float *out, int n);
  * in integers and applies f once). */
 void qiql_block(uint32_t type, const uint8_t *row, int b, int8_t q[32], int32_t m[2], float *f);
 
+/* The packed layout's view of a type (quant_impl.h): the 16 signed values its 4-bit codes stand for
+ * (*off: the largest magnitude, the tiles' unsigned offset), the factor f / d (1/8, 1/4 or 1), a
+ * super-block's d as f16 bits, and block b's codes (byte i: value i low nibble, 16 + i high) and
+ * half multipliers m[0], m[1] (2 ls + 1). Codes index qiql_table's values: code(q) is q's index. */
+void qiql_table(uint32_t type, int8_t tab[16], int *off);
+float qiql_fscale(uint32_t type);
+uint16_t qiql_dbits(uint32_t type, const uint8_t *row, int b);
+void qiql_codes(uint32_t type, const uint8_t *row, int b, uint8_t codes[16], uint8_t m[2]);
+/* dequant_row's value of signed code q with multiplier m and super-block d (the packed copy's rows) */
+float qiql_value(uint32_t type, float d, int m, int q);
+
 /* res[k] = dot(weight row w, activation row i0 + k of x), k < nx (<= 4); nb = cols / 32.
  * Canonical order, every path (AVX2, AVX-VNNI or portable) the same bits: 8 float lanes, lane l
  * takes block l of every super-block in order: isum = m[0] * (exact sum of q x_q over values 0-15)

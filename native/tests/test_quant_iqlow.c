@@ -69,7 +69,9 @@ static void test_block(uint32_t t)
     free(W); free(v);
 }
 
-/* qmat_mul == the canonical order bit for bit, and near the double dot of the dequantized row. */
+/* qmat_mul (the packed tiles: one accumulator per output, blocks in order) and qiql_dot (the row
+ * kernel: 8 lanes) == their canonical orders bit for bit, and near the double dot of the
+ * dequantized row. */
 static void test_kernel(uint32_t t, int rows, int cols, int n)
 {
     const size_t rb = ggml_row_bytes(t, (uint64_t)cols);
@@ -88,7 +90,7 @@ static void test_kernel(uint32_t t, int rows, int cols, int n)
         dequant_row(t, W + r * rb, deq, cols);
         for (int i = 0; i < n; i++) {
             const int8_t *xq = a.q + (size_t)i * cols;
-            float L[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float L[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc = 0.0f;
             for (int b = 0; b < nb; b++) {
                 int8_t q[32];
                 int32_t mm[2], sa = 0, sb = 0;
@@ -98,11 +100,15 @@ static void test_kernel(uint32_t t, int rows, int cols, int n)
                     sa += q[j] * xq[32 * b + j];
                     sb += q[16 + j] * xq[32 * b + 16 + j];
                 }
-                L[b % 8] = fmaf((float)(mm[0] * sa + mm[1] * sb), f * a.qd[(size_t)i * nb + b], L[b % 8]);
+                const float isum = (float)(mm[0] * sa + mm[1] * sb), s = f * a.qd[(size_t)i * nb + b];
+                acc = fmaf(isum, s, acc);                 /* the packed tiles: blocks in order */
+                L[b % 8] = fmaf(isum, s, L[b % 8]);       /* the row kernel: 8 lanes */
             }
-            const float want = ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
+            const float lanes = ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
             const float got = out[(size_t)i * rows + r];
-            same &= fbits(got) == fbits(want);
+            float rk;
+            qiql_dot(t, W + r * rb, &a, i, 1, nb, &rk);
+            same &= fbits(got) == fbits(acc) && fbits(rk) == fbits(lanes);
             double ref = 0, mag = 0, qerr = 0;
             const float *xi = x + (size_t)i * cols;
             for (int b = 0; b < nb; b++) {
@@ -172,6 +178,49 @@ static void test_determinism_exact(uint32_t t, int rows, int cols)
     free(W); free(x); free(big); free(first); free(one); free(deq);
 }
 
+/* The packed copy (the files' values transcoded to table codes): qmat_row = dequant_row bit for
+ * bit; a row's output does not depend on the tile (8- or 16-row) computing it. */
+static void test_packed(uint32_t t)
+{
+    const int rows = 24, cols = 512, n = 5;
+    const size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+    uint8_t *W = malloc(rb * rows), *P = malloc(qpack_bytes(t, rows, cols)), *S = malloc(rb * 16);
+    float *a = malloc(sizeof(float) * cols), *b = malloc(sizeof(float) * cols);
+    float *x = malloc(sizeof(float) * n * cols), *full = malloc(sizeof(float) * n * rows), *sub = malloc(sizeof(float) * n * 16),
+          *one = malloc(sizeof(float) * n * 8), *pk = malloc(sizeof(float) * n * rows);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int i = 0; i < n * cols; i++) x[i] = frand();
+    const qmat w = {t, rows, cols, rb, W, 0};
+    qpack(&w, P);
+    const qmat p = {t, rows, cols, rb, P, 1};
+    int rows_same = 1;
+    for (int r = 0; r < rows; r++) {
+        dequant_row(t, W + r * rb, a, cols);
+        qmat_row(&p, r, b);
+        rows_same &= memcmp(a, b, sizeof(float) * cols) == 0;
+    }
+    CHECK(rows_same, "%s: qmat_row of the packed copy differs from dequant_row", ggml_type_name(t));
+    memcpy(S, W + 16 * rb, 8 * rb);
+    memcpy(S + 8 * rb, W, 8 * rb);
+    const qmat ms = {t, 16, cols, rb, S, 0}, m8 = {t, 8, cols, rb, W, 0};
+    qact q = {0};
+    qact_prepare(&q, t, x, n, cols);
+    qmat_mul(&w, &q, full, rows);
+    qmat_mul(&p, &q, pk, rows);
+    qmat_mul(&ms, &q, sub, 16);
+    qmat_mul(&m8, &q, one, 8);
+    int tiles = memcmp(full, pk, sizeof(float) * n * rows) == 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < 8; j++)
+            tiles &= fbits(sub[i * 16 + j]) == fbits(full[i * rows + 16 + j]) && fbits(sub[i * 16 + 8 + j]) == fbits(full[i * rows + j]) &&
+                     fbits(one[i * 8 + j]) == fbits(full[i * rows + j]);
+    CHECK(tiles, "%s: a row's output depends on the tile or the packing computing it", ggml_type_name(t));
+    printf("  %-7s packed rows = dequant_row: %s; packed = on the fly, 8- / 16-row tiles the same bits: %s (%zu bytes per row, file %zu)\n",
+           ggml_type_name(t), rows_same ? "yes" : "NO", tiles ? "yes" : "NO", qpack_bytes(t, 8, cols) / 8, rb);
+    qact_free(&q);
+    free(W); free(P); free(S); free(a); free(b); free(x); free(full); free(sub); free(one); free(pk);
+}
+
 int main(void)
 {
     printf("IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S\n");
@@ -180,6 +229,7 @@ int main(void)
         test_kernel(TYPES[k], 19, 512, 5);
         test_kernel(TYPES[k], 300, 256, 3);    /* large enough to run in parallel */
         test_determinism_exact(TYPES[k], 301, 256);
+        test_packed(TYPES[k]);
     }
     if (fails) {
         printf("test_quant_iqlow: %d FAILED\n", fails);
