@@ -159,15 +159,33 @@ def test_mxfp4_dequant_equals_gguf_py(deq_dump, tmp_path, mxfp4_raw):
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
 
 
-def test_mxfp4_dequant_equals_llama_cpp(deq_dump, tmp_path, mxfp4_raw):
+def llama_cpp_dequant(name: str, raw: np.ndarray, n: int) -> np.ndarray:
+    """llama.cpp's own C dequantizer of a type (libggml-base's dequantize_row_<name>, via ctypes)."""
     libs = sorted(LLCPP_SITE.glob("python3*/site-packages/llama_cpp/lib/libggml-base.so"))
     if not libs:
         pytest.skip(f"no llama-cpp-python build under {LLCPP_SITE} (set LLCPP_VENV)")
-    lib = ctypes.CDLL(str(libs[0]))
-    fn = lib.dequantize_row_mxfp4
+    fn = getattr(ctypes.CDLL(str(libs[0])), f"dequantize_row_{name}")
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    raw = np.ascontiguousarray(mxfp4_raw)
-    want = np.empty((raw.shape[0], 64 * 32), dtype=np.float32)
-    fn(raw.ctypes.data, want.ctypes.data, want.size)
-    got = engine_dequant(deq_dump, tmp_path, MXFP4, raw, 64 * 32)
+    raw = np.ascontiguousarray(raw)
+    out = np.empty((raw.shape[0], n), dtype=np.float32)
+    fn(raw.ctypes.data, out.ctypes.data, out.size)
+    return out
+
+
+def test_mxfp4_dequant_equals_llama_cpp(deq_dump, tmp_path, mxfp4_raw):
+    want = llama_cpp_dequant("mxfp4", mxfp4_raw, 64 * 32)
+    got = engine_dequant(deq_dump, tmp_path, MXFP4, mxfp4_raw, 64 * 32)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+IQ_LOW = [T.IQ1_S, T.IQ1_M, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S]
+
+
+@pytest.mark.parametrize("qtype", IQ_LOW, ids=lambda t: t.name)
+def test_iq_dequant_equals_llama_cpp(deq_dump, tmp_path, qtype):
+    """The grid types against llama.cpp's C dequantizers too (its grids, not gguf-py's copies)."""
+    rng = np.random.default_rng(int(qtype) * 11)
+    raw = random_blocks(rng, qtype, 16 * 4).reshape(16, -1)
+    want = llama_cpp_dequant(qtype.name.lower(), raw, 1024)
+    got = engine_dequant(deq_dump, tmp_path, qtype, raw, 1024)
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
