@@ -235,33 +235,13 @@ void qiql_table(uint32_t t, int8_t tab[16], int *off)
 
 float qiql_fscale(uint32_t t) { return t == GGML_IQ3_S ? 1.0f : t == GGML_IQ3_XXS ? 0.25f : 0.125f; }
 
-uint16_t qiql_dbits(uint32_t t, const uint8_t *row, int b)
+/* a signed code's index in qiql_table: its level (position among the magnitudes) + 8 if negative */
+static inline int code_of(uint32_t t, int q)
 {
-    const uint8_t *p = row + (size_t)(b / 8) * sb_bytes(t);
-    if (t != GGML_IQ1_M) return rd16(p);
-    uint16_t h = 0;
-    for (int i = 0; i < 4; i++) h |= (uint16_t)((rd16(p + 48 + 2 * i) >> 12) << (4 * i));
-    return h;
-}
-
-static inline int code_of(const int8_t tab[16], int q)
-{
-    for (int c = 0; c < 16; c++)
-        if (tab[c] == q) return c;
-    return 0;   /* not reached: every code qiql_block gives is in the table */
-}
-
-void qiql_codes(uint32_t t, const uint8_t *row, int b, uint8_t codes[16], uint8_t m[2])
-{
-    int8_t q[32], tab[16];
-    int32_t mm[2];
-    int off;
-    float f;
-    qiql_block(t, row, b, q, mm, &f);
-    qiql_table(t, tab, &off);
-    for (int i = 0; i < 16; i++) codes[i] = (uint8_t)(code_of(tab, q[i]) | code_of(tab, q[16 + i]) << 4);
-    m[0] = (uint8_t)mm[0];
-    m[1] = (uint8_t)mm[1];
+    const int a = q < 0 ? -q : q;
+    const int lv = is_iq1(t) ? (a > 1) + (a > 7) : t == GGML_IQ3_XXS ? (a - 4) >> 3 : t == GGML_IQ3_S ? (a - 1) >> 1
+                 : (a > 8) + (a > 25);
+    return lv | (q < 0) << 3;
 }
 
 float qiql_value(uint32_t t, float d, int m, int q)
@@ -328,6 +308,29 @@ static inline __m256i dot32(__m256i a, __m256i sv, __m256i x)
 #endif
 }
 
+/* A block's 32 codes from its decoded vectors (the levels from the magnitudes, bit 3 the sign), as
+ * 16 bytes of nibble pairs. */
+static inline __attribute__((always_inline)) void blk_codes(uint32_t t, const iq_raw *r, uint8_t out[16])
+{
+    __m256i a, sv;
+    blk_vec(t, r, &a, &sv);
+    const __m256i one = _mm256_set1_epi8(1), m7 = _mm256_set1_epi8(7);
+    __m256i lv;
+    if (is_iq1(t) || t == GGML_IQ2_XXS || t == GGML_IQ2_XS || t == GGML_IQ2_S) {   /* (a > lo) + (a > mid) */
+        const int lo = is_iq1(t) ? 1 : 8, mid = is_iq1(t) ? 7 : 25;
+        lv = _mm256_sub_epi8(_mm256_setzero_si256(), _mm256_add_epi8(_mm256_cmpgt_epi8(a, _mm256_set1_epi8((char)lo)),
+                                                                    _mm256_cmpgt_epi8(a, _mm256_set1_epi8((char)mid))));
+    } else if (t == GGML_IQ3_XXS) {
+        lv = _mm256_and_si256(_mm256_srli_epi16(_mm256_sub_epi8(a, _mm256_set1_epi8(4)), 3), m7);
+    } else {
+        lv = _mm256_and_si256(_mm256_srli_epi16(_mm256_sub_epi8(a, one), 1), m7);
+    }
+    const __m256i neg = _mm256_and_si256(_mm256_cmpgt_epi8(_mm256_setzero_si256(), sv), _mm256_set1_epi8(8));
+    const __m256i c = _mm256_or_si256(lv, neg);
+    const __m128i nib = _mm_or_si128(_mm256_castsi256_si128(c), _mm_slli_epi16(_mm256_extracti128_si256(c, 1), 4));
+    _mm_storeu_si128((__m128i *)out, nib);
+}
+
 static inline __attribute__((always_inline)) void dot_t(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb,
                                                         float *res)
 {
@@ -387,6 +390,16 @@ void qiql_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int n
     }
 }
 #else
+static inline void blk_codes(uint32_t t, const iq_raw *r, uint8_t out[16])
+{
+    int c[32];
+    for (int v = 0; v < 32; v++) {
+        const int g = grid_val(t, r, v);
+        c[v] = code_of(t, is_iq1(t) ? 8 * g + ((r->dneg >> (v / 8)) & 1 ? -1 : 1) : (r->neg >> v) & 1 ? -g : g);
+    }
+    for (int i = 0; i < 16; i++) out[i] = (uint8_t)(c[i] | c[16 + i] << 4);
+}
+
 void qiql_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)
 {
     const size_t cols = (size_t)x->cols;
@@ -413,3 +426,34 @@ void qiql_dot(uint32_t t, const uint8_t *w, const qact *x, int i0, int nx, int n
     }
 }
 #endif
+
+static inline __attribute__((always_inline)) uint16_t transcode_t(uint32_t t, const uint8_t *p, uint8_t codes[8][16],
+                                                                  uint8_t m[8][2])
+{
+    uint16_t d = rd16(p);
+    if (t == GGML_IQ1_M) {
+        d = 0;
+        for (int i = 0; i < 4; i++) d |= (uint16_t)((rd16(p + 48 + 2 * i) >> 12) << (4 * i));
+    }
+    for (int j = 0; j < 8; j++) {
+        iq_raw r;
+        raw_block(t, p, j, &r);
+        m[j][0] = (uint8_t)(2 * r.ls[0] + 1);
+        m[j][1] = (uint8_t)(2 * r.ls[1] + 1);
+        blk_codes(t, &r, codes[j]);
+    }
+    return d;
+}
+
+uint16_t qiql_transcode(uint32_t t, const uint8_t *sb, uint8_t codes[8][16], uint8_t m[8][2])
+{
+    switch (t) {
+    case GGML_IQ1_S: return transcode_t(GGML_IQ1_S, sb, codes, m);
+    case GGML_IQ1_M: return transcode_t(GGML_IQ1_M, sb, codes, m);
+    case GGML_IQ2_XXS: return transcode_t(GGML_IQ2_XXS, sb, codes, m);
+    case GGML_IQ2_XS: return transcode_t(GGML_IQ2_XS, sb, codes, m);
+    case GGML_IQ2_S: return transcode_t(GGML_IQ2_S, sb, codes, m);
+    case GGML_IQ3_XXS: return transcode_t(GGML_IQ3_XXS, sb, codes, m);
+    default: return transcode_t(GGML_IQ3_S, sb, codes, m);
+    }
+}

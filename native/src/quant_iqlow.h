@@ -28,8 +28,9 @@ void qiql_block(uint32_t type, const uint8_t *row, int b, int8_t q[32], int32_t 
  * half multipliers m[0], m[1] (2 ls + 1). Codes index qiql_table's values: code(q) is q's index. */
 void qiql_table(uint32_t type, int8_t tab[16], int *off);
 float qiql_fscale(uint32_t type);
-uint16_t qiql_dbits(uint32_t type, const uint8_t *row, int b);
-void qiql_codes(uint32_t type, const uint8_t *row, int b, uint8_t codes[16], uint8_t m[2]);
+/* One super-block sb transcoded: block j's codes (byte i: value i low nibble, 16 + i high) and half
+ * multipliers m[j][0], m[j][1] (2 ls + 1); returns d's f16 bits. */
+uint16_t qiql_transcode(uint32_t type, const uint8_t *sb, uint8_t codes[8][16], uint8_t m[8][2]);
 /* dequant_row's value of signed code q with multiplier m and super-block d (the packed copy's rows) */
 float qiql_value(uint32_t type, float d, int m, int q);
 

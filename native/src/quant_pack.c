@@ -162,23 +162,28 @@ static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
     }
 }
 
-/* IQ1_S … IQ3_S: each row's blocks transcoded (qiql_codes) into the group's code vectors and
- * multipliers, its super-blocks' d into the headers. */
+/* IQ1_S … IQ3_S: each row's super-blocks transcoded (qiql_transcode) into the group's code vectors
+ * and multipliers, their d into the headers. */
 static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
 {
-    for (int b = 0; b < nb; b++) {
-        uint8_t *h = dst + (size_t)(b / 8) * PK_IQL_SB, *o = (uint8_t *)pk_blk(t, dst, b);
+    const size_t sbb = ggml_row_bytes(t, 256);
+    for (int s = 0; s < nb / 8; s++) {
+        uint8_t *h = dst + (size_t)s * PK_IQL_SB;
         for (int j = 0; j < PK_ROWS; j++) {
-            uint8_t codes[16] = {0}, m[2] = {0, 0};
+            uint8_t codes[8][16], m[8][2];
             uint16_t d = 0;
-            if (src[j]) {
-                qiql_codes(t, src[j], b, codes, m);
-                d = qiql_dbits(t, src[j], b);
+            if (src[j]) d = qiql_transcode(t, src[j] + (size_t)s * sbb, codes, m);
+            else {
+                memset(codes, 0, sizeof codes);
+                memset(m, 0, sizeof m);
             }
-            if (b % 8 == 0) memcpy(h + 2 * j, &d, 2);
-            o[j] = m[0];
-            o[8 + j] = m[1];
-            for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, codes + 4 * v, 4);
+            memcpy(h + 2 * j, &d, 2);
+            for (int bb = 0; bb < 8; bb++) {
+                uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb);
+                o[j] = m[bb][0];
+                o[8 + j] = m[bb][1];
+                for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
+            }
         }
     }
 }
