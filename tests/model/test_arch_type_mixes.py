@@ -158,9 +158,9 @@ def llama_cpp_logprobs(model, ids, tmp_path):
 
 
 @pytest.mark.skipif(not LLCPP_PYTHON.exists(), reason="no llama-cpp-python build (set LLCPP_VENV)")
-@pytest.mark.parametrize("qtype", IQ_TYPES)
+@pytest.mark.parametrize("qtype", IQ_TYPES + ["MXFP4"])
 def test_llama_cpp_quantized_iq_experts(qtype, fwd_dump, tmp_path):
-    """Experts quantized by llama.cpp's own quantizer (ggml_quantize_chunk, a generated importance
+    """Experts (MXFP4 too, gpt-oss's) quantized by llama.cpp's own quantizer (ggml_quantize_chunk, a generated importance
     matrix where the type needs one; native/tools/llama_requant.py), the rest F32: EXACT equal to the
     file's F32 copy; llama.cpp on that copy makes our greedy choices, and on the IQ file any choice of
     ours it does not share is a tie within its own activation rounding (the largest log-prob move
@@ -168,7 +168,7 @@ def test_llama_cpp_quantized_iq_experts(qtype, fwd_dump, tmp_path):
     f32 = procs.make_arch_fixture(tmp_path / "qwen3moe-f32.gguf", "qwen3moe", "--f32")
     model = tmp_path / f"qwen3moe-llama-{qtype}.gguf"
     subprocess.run([str(LLCPP_PYTHON), str(ROOT / "native" / "tools" / "llama_requant.py"), str(f32), str(model),
-                    f"ffn_(gate|up)_exps\\.weight$={qtype}", f"ffn_down_exps\\.weight$={IQ_STEP_UP[qtype]}"],
+                    f"ffn_(gate|up)_exps\\.weight$={qtype}", f"ffn_down_exps\\.weight$={IQ_STEP_UP.get(qtype, qtype)}"],
                    check=True)
     assert tensor_types(model)["blk.1.ffn_gate_exps.weight"] == qtype
     check_against_f32_copy(fwd_dump, model, tmp_path)
