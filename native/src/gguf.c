@@ -37,7 +37,7 @@ int ggml_type_known(uint32_t type)
     return ggml_row_bytes(type, 256) != 0;
 }
 
-const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4"; }
+const char *ggml_known_types(void) { return "F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ4_NL IQ4_XS MXFP4"; }
 
 size_t ggml_row_bytes(uint32_t type, uint64_t n)
 {
@@ -59,6 +59,13 @@ size_t ggml_row_bytes(uint32_t type, uint64_t n)
     case GGML_IQ4_NL: blk = 32; bytes = 18; break;
     case GGML_IQ4_XS: blk = 256; bytes = 136; break;
     case GGML_MXFP4: blk = 32; bytes = 17; break;
+    case GGML_IQ1_S: blk = 256; bytes = 50; break;
+    case GGML_IQ1_M: blk = 256; bytes = 56; break;
+    case GGML_IQ2_XXS: blk = 256; bytes = 66; break;
+    case GGML_IQ2_XS: blk = 256; bytes = 74; break;
+    case GGML_IQ2_S: blk = 256; bytes = 82; break;
+    case GGML_IQ3_XXS: blk = 256; bytes = 98; break;
+    case GGML_IQ3_S: blk = 256; bytes = 110; break;
     default: return 0;
     }
     if (n == 0 || n % blk) return 0;

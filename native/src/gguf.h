@@ -16,8 +16,9 @@ enum gguf_vtype {
 /* ggml tensor types we know by number (others load as "unsupported"). */
 enum ggml_type {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8,
-    GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20,
-    GGML_IQ4_XS = 23, GGML_BF16 = 30, GGML_MXFP4 = 39,
+    GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ2_XXS = 16,
+    GGML_IQ2_XS = 17, GGML_IQ3_XXS = 18, GGML_IQ1_S = 19, GGML_IQ4_NL = 20, GGML_IQ3_S = 21, GGML_IQ2_S = 22,
+    GGML_IQ4_XS = 23, GGML_IQ1_M = 29, GGML_BF16 = 30, GGML_MXFP4 = 39,
 };
 
 typedef struct { const char *ptr; uint64_t len; } gguf_str;   /* not NUL-terminated */

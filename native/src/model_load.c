@@ -11,6 +11,7 @@
 
 #include "arch.h"
 #include "mem.h"
+#include "quant_iqlow.h"
 
 /* ---------------------------------------------------------------- architectures */
 
@@ -58,7 +59,7 @@ static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-const char *ld_mat_types(void) { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"; }
+const char *ld_mat_types(void) { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4"; }
 
 const char *ld_key(const model *m, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", m->arch, suffix);
@@ -117,7 +118,7 @@ int ld_mat_type_ok(uint32_t t)
     return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 ||
            t == GGML_Q5_0 || t == GGML_Q5_1 ||
            (t >= GGML_Q2_K && t <= GGML_Q6_K) || t == GGML_IQ4_NL || t == GGML_IQ4_XS ||
-           t == GGML_MXFP4;
+           t == GGML_MXFP4 || qiql_is(t);
 }
 
 int ld_mat(const gguf_file *g, const char *name, uint64_t cols, uint64_t rows, int optional, qmat *q,

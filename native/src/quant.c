@@ -1,6 +1,6 @@
 /* quant.c — dequant_row: the values of every weight format, one row at a time.
  * Owns: dequant_row's dispatch over the types (the K-quants and BF16 in quant_k.c, IQ4 in
- * quant_iq.c, MXFP4 in quant_fp4.c). It sits above the per-format files, which sit on quant_base.c (fp16, the float
+ * quant_iq.c, IQ1-IQ3 in quant_iqlow.c, MXFP4 in quant_fp4.c). It sits above the per-format files, which sit on quant_base.c (fp16, the float
  * dot): the quant layer has no import circle.
  * The rest of quant.h lives beside it: quant_act.c (activations), quant_rows.c (row kernels),
  * quant_pack.c (packed layouts), quant_tile*.c (packed tiles), quant_tp.c (transposed F16),
@@ -25,6 +25,7 @@
 #include "quant_impl.h"
 #include "quant_iq.h"
 #include "quant_fp4.h"
+#include "quant_iqlow.h"
 
 void dequant_row(uint32_t type, const void *row, float *out, int n)
 {
@@ -85,6 +86,7 @@ void dequant_row(uint32_t type, const void *row, float *out, int n)
         break;
     default:
         if (qiq_is_iq(type)) qiq_dequant(type, p, out, n);
+        else if (qiql_is(type)) qiql_dequant(type, p, out, n);
         else if (qk_is_k(type) || type == GGML_BF16) qk_dequant(type, p, out, n);
         else memset(out, 0, (size_t)n * sizeof(float));
         break;

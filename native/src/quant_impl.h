@@ -156,6 +156,18 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
 #define PK_NIB(t) ((t) == GGML_Q4_K || (t) == GGML_Q5_K || (t) == GGML_Q5_0 ? 16 : (t) == GGML_MXFP4 ? 8 : 32)   /* the nibbles' offset */
 #define PK_HOFF(t) ((t) == GGML_Q5_1 ? 160 : 144)   /* the H vector's offset (Q5_K, Q5_0, Q5_1) */
 
+/* IQ1_S … IQ3_S (quant_iqlow.h), transcoded at pack time: 1168 bytes per super-block of a group
+ * (146 per row and 256 values, Q4_K's size; the files' 50-110): f16 d[8] (the rows' super-block d),
+ * then 8 blocks of 144 bytes: u8 m_a[8], m_b[8] (the rows' half multipliers 2 ls + 1), then Q4_1's 4
+ * nibble vectors of 4-bit codes into the type's 16-value table (qiql_table: IQ2 +-8, 25, 43; IQ3
+ * +-levels; IQ1 8 g +- 1). The tile looks the codes up in table + off (unsigned, one vpshufb per
+ * vector), sums the two halves apart starting at -off * (their activation sums: qact.qh, qi - qh),
+ * and takes isum = m_a sum_a + m_b sum_b, acc = fma(isum, (d * fscale) * d_x, acc), blocks in
+ * order. */
+#define PK_IQL_SB 1168
+#define IQL(t) ((t) == GGML_IQ1_S || (t) == GGML_IQ1_M || (t) == GGML_IQ2_XXS || (t) == GGML_IQ2_XS || \
+                (t) == GGML_IQ2_S || (t) == GGML_IQ3_XXS || (t) == GGML_IQ3_S)
+
 /* Block b of a packed group g (Q4_1, Q5_0, Q5_1, Q8_0, MXFP4: fixed stride; K-quants: within its super-block). */
 static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
 {
@@ -163,6 +175,7 @@ static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
     if (t == GGML_Q5_K) return g + (size_t)(b / 8) * PK_K5_SB + 32 + (size_t)(b % 8) * 176;
     if (t == GGML_Q6_K) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
     if (K23(t)) return g + (size_t)(b / 8) * K23SB(t) + K23HDR(t) + (size_t)(b % 8) * K23BLK(t);
+    if (IQL(t)) return g + (size_t)(b / 8) * PK_IQL_SB + 16 + (size_t)(b % 8) * 144;
     return g + (size_t)b * PK_BLK(t);
 }
 

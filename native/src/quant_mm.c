@@ -6,6 +6,7 @@
  * into pk_scratch's per-thread buffer). */
 #include "quant_impl.h"
 #include "quant_iq.h"
+#include "quant_iqlow.h"
 #include "pool.h"
 
 /* ---- activations --------------------------------------------------------------------- */
@@ -13,7 +14,7 @@
 static int is_quant(uint32_t t)
 {
     return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_1 || t == GGML_Q5_0 || t == GGML_Q5_1 ||
-           qk_is_k(t) || qiq_is_iq(t) || t == GGML_MXFP4;
+           qk_is_k(t) || qiq_is_iq(t) || qiql_is(t) || t == GGML_MXFP4;
 }
 /* types whose kernels read the float activations */
 static int is_float(uint32_t t) { return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16; }

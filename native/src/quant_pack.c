@@ -2,20 +2,24 @@
  * their sizes, packing a matrix (qpack) or one group on the fly (pk_group), and reading a row
  * back (qmat_row). The layouts themselves are described in quant_impl.h.
  * Owns: qpack_ok, qpack_bytes, qpack, qmat_row, pk_group_bytes, pk_group (one packer per type
- * family: F16, BF16, Q4_1, Q5_0 / Q5_1, Q8_0, MXFP4, Q4_K, Q5_K, the Q6_K / Q2_K / Q3_K family). */
+ * family: F16, BF16, Q4_1, Q5_0 / Q5_1, Q8_0, MXFP4, Q4_K, Q5_K, the Q6_K / Q2_K / Q3_K family, the IQ1-IQ3
+ * types transcoded). */
 #include "quant_impl.h"
 #include "quant_fp4.h"
+#include "quant_iqlow.h"
 
 static int pk_type(uint32_t t)
 {
     return t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_F16 || t == GGML_Q4_K || t == GGML_Q5_K ||
-           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K || t == GGML_BF16 || t == GGML_Q5_0 || t == GGML_Q5_1 || t == GGML_MXFP4;
+           t == GGML_Q6_K || t == GGML_Q3_K || t == GGML_Q2_K || t == GGML_BF16 || t == GGML_Q5_0 || t == GGML_Q5_1 || t == GGML_MXFP4 ||
+           IQL(t);
 }
 
 int qpack_ok(uint32_t type, int rows, int cols)
 {
     if (!pk_type(type) || rows <= 0 || cols <= 0) return 0;
-    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q3_K || type == GGML_Q2_K;
+    const int k = type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K || type == GGML_Q3_K || type == GGML_Q2_K ||
+                  IQL(type);
     if (type == GGML_BF16) return cols % 2 == 0;
     return type == GGML_F16 || cols % (k ? 256 : QK) == 0;
 }
@@ -25,6 +29,7 @@ size_t pk_group_bytes(uint32_t t, int cols)
     if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
     if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
     if (K23(t)) return (size_t)(cols / 256) * K23SB(t);
+    if (IQL(t)) return (size_t)(cols / 256) * PK_IQL_SB;
     return t == GGML_F16 || t == GGML_BF16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -153,6 +158,32 @@ static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
             const uint8_t *s = src[j] ? src[j] + (size_t)b * MXFP4_BYTES : zero;
             o[j] = s[0];
             for (int v = 0; v < 4; v++) memcpy(o + PK_NIB(GGML_MXFP4) + 32 * v + 4 * j, s + 1 + 4 * v, 4);
+        }
+    }
+}
+
+/* IQ1_S … IQ3_S: each row's super-blocks transcoded (qiql_transcode) into the group's code vectors
+ * and multipliers, their d into the headers. */
+static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    const size_t sbb = ggml_row_bytes(t, 256);
+    for (int s = 0; s < nb / 8; s++) {
+        uint8_t *h = dst + (size_t)s * PK_IQL_SB;
+        for (int j = 0; j < PK_ROWS; j++) {
+            uint8_t codes[8][16], m[8][2];
+            uint16_t d = 0;
+            if (src[j]) d = qiql_transcode(t, src[j] + (size_t)s * sbb, codes, m);
+            else {
+                memset(codes, 0, sizeof codes);
+                memset(m, 0, sizeof m);
+            }
+            memcpy(h + 2 * j, &d, 2);
+            for (int bb = 0; bb < 8; bb++) {
+                uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb);
+                o[j] = m[bb][0];
+                o[8 + j] = m[bb][1];
+                for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
+            }
         }
     }
 }
@@ -347,6 +378,13 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
     case GGML_Q5_1: pk_group_q5(t, src, nb, dst); break;
     case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
     case GGML_MXFP4: pk_group_fp4(src, nb, dst); break;
+    case GGML_IQ1_S:
+    case GGML_IQ1_M:
+    case GGML_IQ2_XXS:
+    case GGML_IQ2_XS:
+    case GGML_IQ2_S:
+    case GGML_IQ3_XXS:
+    case GGML_IQ3_S: pk_group_iql(t, src, nb, dst); break;
     case GGML_Q6_K:
     case GGML_Q3_K:
     case GGML_Q2_K: pk_group_k6(t, src, nb, dst); break;
@@ -446,6 +484,20 @@ static void row_fp4(const uint8_t *g, int b, int j, float *o)   /* dequant_row's
     }
 }
 
+static void row_iql(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* dequant_row's values (qiql_value) */
+{
+    const uint8_t *blk = pk_blk(t, g, b);
+    const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB + 2 * j);
+    int8_t tab[16];
+    int off;
+    qiql_table(t, tab, &off);
+    for (int k = 0; k < 16; k++) {
+        const uint8_t byte = blk[16 + 32 * (k / 4) + 4 * j + k % 4];
+        o[k] = qiql_value(t, d, blk[j], tab[byte & 15]);
+        o[k + 16] = qiql_value(t, d, blk[8 + j], tab[byte >> 4]);
+    }
+}
+
 static void row_q41(const uint8_t *g, int b, int j, float *o)
 {
     const uint8_t *blk = g + (size_t)b * 160;
@@ -490,6 +542,7 @@ void qmat_row(const qmat *w, int r, float *out)
         else if (w->type == GGML_Q6_K) row_q6k(g, b, j, o);
         else if (w->type == GGML_Q4_K || w->type == GGML_Q5_K) row_k45(w->type, g, b, j, o);
         else if (w->type == GGML_MXFP4) row_fp4(g, b, j, o);
+        else if (IQL(w->type)) row_iql(w->type, g, b, j, o);
         else row_q41(g, b, j, o);
     }
 }

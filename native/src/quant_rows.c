@@ -1,10 +1,11 @@
 /* quant_rows.c — the row kernels: one unpacked weight row against up to QDOT_MAX prepared
  * activation rows, for the types and shapes that are not packed (Q4_0, Q5_0, Q5_1, F32, F16, the
- * K-quants' and BF16's row kernels through qk_dot, any matrix whose shape qpack_ok refuses).
+ * K-quants' and BF16's row kernels through qk_dot, IQ4 through qiq_dot, IQ1-IQ3 through qiql_dot, any matrix whose shape qpack_ok refuses).
  * Owns: dot_f32 / dot_f16 (float activations), qdot_n (AVX2: int8 blocks, 4 blocks per step) and
  * the portable loops, kern_for (the kernel of a type) and row_all (one row against all inputs). */
 #include "quant_impl.h"
 #include "quant_iq.h"
+#include "quant_iqlow.h"
 
 /* ---- dot kernels: one weight row . one prepared activation row ------------------------ */
 
@@ -404,6 +405,18 @@ QDOT_K(qdot_q6_k, GGML_Q6_K)
 QDOT_K(qdot_bf16, GGML_BF16)
 static void qdot_iq4_nl(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res) { qiq_dot(GGML_IQ4_NL, w, x, i0, nx, nb, res); }
 static void qdot_iq4_xs(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res) { qiq_dot(GGML_IQ4_XS, w, x, i0, nx, nb, res); }
+#define QDOT_IQL(name, T)                                                                   \
+    static void name(const uint8_t *w, const qact *x, int i0, int nx, int nb, float *res)   \
+    {                                                                                       \
+        qiql_dot(T, w, x, i0, nx, nb, res);                                                 \
+    }
+QDOT_IQL(qdot_iq1_s, GGML_IQ1_S)
+QDOT_IQL(qdot_iq1_m, GGML_IQ1_M)
+QDOT_IQL(qdot_iq2_xxs, GGML_IQ2_XXS)
+QDOT_IQL(qdot_iq2_xs, GGML_IQ2_XS)
+QDOT_IQL(qdot_iq2_s, GGML_IQ2_S)
+QDOT_IQL(qdot_iq3_xxs, GGML_IQ3_XXS)
+QDOT_IQL(qdot_iq3_s, GGML_IQ3_S)
 
 qkern kern_for(uint32_t t)
 {
@@ -421,6 +434,13 @@ qkern kern_for(uint32_t t)
     case GGML_BF16: return qdot_bf16;
     case GGML_IQ4_NL: return qdot_iq4_nl;
     case GGML_IQ4_XS: return qdot_iq4_xs;
+    case GGML_IQ1_S: return qdot_iq1_s;
+    case GGML_IQ1_M: return qdot_iq1_m;
+    case GGML_IQ2_XXS: return qdot_iq2_xxs;
+    case GGML_IQ2_XS: return qdot_iq2_xs;
+    case GGML_IQ2_S: return qdot_iq2_s;
+    case GGML_IQ3_XXS: return qdot_iq3_xxs;
+    case GGML_IQ3_S: return qdot_iq3_s;
     default: return NULL;
     }
 }

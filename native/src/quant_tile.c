@@ -1,9 +1,10 @@
 /* quant_tile.c — the packed tiles: 1-2 groups of 8 weight rows x 1-4 input rows in 256-bit
  * registers (AVX2, vpdpbusd where VNNI has it), and pk_tile, which picks a tile for a type.
  * Owns: pk_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pk_q6k (Q6_K), pk_q23k (Q2_K, Q3_K), pk_q80, pk_fp4 (MXFP4),
- * pk_f16, pk_bf16, pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
+ * pk_iql (IQ1_S … IQ3_S), pk_f16, pk_bf16, pk_tile. The 512-bit tiles are in quant_tile_zmm.c, the portable one in quant_tile_scalar.c;
  * all follow the canonical order of quant_impl.h / quant_k.h (bit-identical). */
 #include "quant_tile.h"
+#include "quant_iqlow.h"
 
 /* Kernel: res[k * 8 * NG + g * 8 + j] = output (row j of group gp[g], input row i0 + k)
  * for g < NG, k < NX. */
@@ -372,6 +373,70 @@ FORCE_INLINE void pk_fp4(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
+/* IQ1_S … IQ3_S transcoded (layout in quant_impl.h): the codes through the type's table + off
+ * (one shuffle per vector), the halves' sums started at -off * their activation sums, the half
+ * multipliers applied in int32, then acc = fma(isum, (d * fscale) * d_x, acc). */
+FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int nb,
+                         float *res)
+{
+    const int8_t *xq[4];
+    const float *xd[4];
+    const int32_t *xi[4], *xh[4];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    act_hrows(x, i0, NX, nb, xh);
+    int8_t tab[16];
+    int off;
+    qiql_table(T, tab, &off);
+    for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);   /* 0 .. 2 off <= 124: unsigned */
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab)), m15 = _mm256_set1_epi8(15);
+    const __m256 fs = _mm256_set1_ps(qiql_fscale(T));
+    __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int g = 0; g < NG; g++)
+        for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *bp[2];
+        __m256i ia[2][4], ib[2][4];
+        for (int g = 0; g < NG; g++) {
+            if (b % 8 == 0)
+                dv[g] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_IQL_SB))), fs);
+            bp[g] = pk_blk(T, gp[g], b);
+            _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
+            for (int k = 0; k < NX; k++) {
+                ia[g][k] = _mm256_set1_epi32(-off * xh[k][b]);
+                ib[g][k] = _mm256_set1_epi32(-off * (xi[k][b] - xh[k][b]));
+            }
+        }
+        for (int t = 0; t < 4; t++) {
+            __m256i lo[2], hi[2];
+            for (int g = 0; g < NG; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp[g] + 16 + 32 * t));
+                lo[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(v, m15));
+                hi[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
+            }
+            k_halves_step(ia, ib, lo, hi, xq, b, t, NG, NX);
+        }
+        for (int g = 0; g < NG; g++) {
+            const __m256i ma = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
+            const __m256i mb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+            for (int k = 0; k < NX; k++) {
+                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(ia[g][k], ma), _mm256_mullo_epi32(ib[g][k], mb));
+                acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], _mm256_set1_ps(xd[k][b])), acc[g][k]);
+            }
+        }
+    }
+    for (int k = 0; k < NX; k++)
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
+}
+#define pk_iq1s(gp, NG, x, i0, NX, nb, res) pk_iql(GGML_IQ1_S, gp, NG, x, i0, NX, nb, res)
+#define pk_iq1m(gp, NG, x, i0, NX, nb, res) pk_iql(GGML_IQ1_M, gp, NG, x, i0, NX, nb, res)
+#define pk_iq2xxs(gp, NG, x, i0, NX, nb, res) pk_iql(GGML_IQ2_XXS, gp, NG, x, i0, NX, nb, res)
+#define pk_iq2xs(gp, NG, x, i0, NX, nb, res) pk_iql(GGML_IQ2_XS, gp, NG, x, i0, NX, nb, res)
+#define pk_iq2s(gp, NG, x, i0, NX, nb, res) pk_iql(GGML_IQ2_S, gp, NG, x, i0, NX, nb, res)
+#define pk_iq3xxs(gp, NG, x, i0, NX, nb, res) pk_iql(GGML_IQ3_XXS, gp, NG, x, i0, NX, nb, res)
+#define pk_iq3s(gp, NG, x, i0, NX, nb, res) pk_iql(GGML_IQ3_S, gp, NG, x, i0, NX, nb, res)
+
 /* BF16 (layout in quant_impl.h): per group and input row 8 accumulators, value k into number k % 8
  * (qdot_exact's order with the 8 rows as lanes); a group at a time, so at most 8 NX registers. */
 FORCE_INLINE void pk_bf16(const uint8_t *const *gp, const int NG, const qact *x, int i0, const int NX, int cols,
@@ -451,6 +516,13 @@ FORCE_INLINE void pk_f16(const uint8_t *const *gp, const int NG, const qact *x, 
 #define pk_q2k(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q2_K, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_q80(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_Q8_0, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_fp4(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_MXFP4, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_iq1s(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_IQ1_S, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_iq1m(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_IQ1_M, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_iq2xxs(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_IQ2_XXS, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_iq2xs(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_IQ2_XS, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_iq2s(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_IQ2_S, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_iq3xxs(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_IQ3_XXS, gp, NG, x, i0, NX, (nb) * QK, res)
+#define pk_iq3s(gp, NG, x, i0, NX, nb, res) pk_scalar(GGML_IQ3_S, gp, NG, x, i0, NX, (nb) * QK, res)
 #define pk_f16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_F16, gp, NG, x, i0, NX, cols, res)
 #define pk_bf16(gp, NG, x, i0, NX, cols, res) pk_scalar(GGML_BF16, gp, NG, x, i0, NX, cols, res)
 #endif
@@ -499,6 +571,13 @@ void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0
     else if (t == GGML_Q2_K) { PK_CASE(pk_q2k, nb) }
     else if (t == GGML_Q8_0) { PK_CASE(pk_q80, nb) }
     else if (t == GGML_MXFP4) { PK_CASE(pk_fp4, nb) }
+    else if (t == GGML_IQ1_S) { PK_CASE(pk_iq1s, nb) }
+    else if (t == GGML_IQ1_M) { PK_CASE(pk_iq1m, nb) }
+    else if (t == GGML_IQ2_XXS) { PK_CASE(pk_iq2xxs, nb) }
+    else if (t == GGML_IQ2_XS) { PK_CASE(pk_iq2xs, nb) }
+    else if (t == GGML_IQ2_S) { PK_CASE(pk_iq2s, nb) }
+    else if (t == GGML_IQ3_XXS) { PK_CASE(pk_iq3xxs, nb) }
+    else if (t == GGML_IQ3_S) { PK_CASE(pk_iq3s, nb) }
     else { PK_CASE(pk_f16, cols) }
 #undef PK_CASE
 }

@@ -4,6 +4,7 @@
  * Owns: pk_scalar and its per-type steps (pk_wval: one weight code from a packed block). */
 #include "quant_tile.h"
 #include "quant_fp4.h"
+#include "quant_iqlow.h"
 
 #ifndef __AVX2__
 static int pk_wval(uint32_t t, const uint8_t *blk, int j, int v)
@@ -89,6 +90,20 @@ static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, con
         const uint8_t *blk = pk_blk(t, g, b);
         if (t == GGML_Q6_K || K23(t)) {
             acc = pk_step_k6(t, g, blk, b, j, xq, xd[b], acc);
+            continue;
+        }
+        if (IQL(t)) {   /* halves apart, their multipliers, (d * fscale) * d_x */
+            int8_t tab[16];
+            int off;
+            qiql_table(t, tab, &off);
+            int32_t sa = 0, sb = 0;
+            for (int v = 0; v < 16; v++) {
+                const uint8_t byte = blk[16 + 32 * (v / 4) + 4 * j + v % 4];
+                sa += tab[byte & 15] * xq[b * QK + v];
+                sb += tab[byte >> 4] * xq[b * QK + 16 + v];
+            }
+            const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB + 2 * j) * qiql_fscale(t);
+            acc = fmaf((float)(blk[j] * sa + blk[8 + j] * sb), d * xd[b], acc);
             continue;
         }
         int32_t is = 0;

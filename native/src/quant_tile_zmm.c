@@ -2,11 +2,15 @@
  * rows) per register and up to 8 input rows, the same per-lane operations and order as the 256-bit
  * tiles with NG = 2 (bit-identical; test_quant checks that a row's output does not depend on the
  * tile computing it).
- * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_fp4 (MXFP4), pkz_bf16,
- * pkz_tile. */
+ * Owns: pkz_q41k (Q4_1, Q4_K, Q5_K, Q5_0, Q5_1), pkz_k6f (Q6_K, Q3_K, Q2_K), pkz_q80, pkz_fp4 (MXFP4),
+ * pkz_iql (IQ1_S … IQ3_S), pkz_bf16, pkz_tile. */
 #include "quant_tile.h"
+#include "quant_iqlow.h"
 
 #ifdef PK_ZMM
+#ifndef IQL_ZMM_NX
+#define IQL_ZMM_NX 1    /* the IQ types take the 512-bit tile from this many input rows */
+#endif
 /* Two groups (16 rows) in one 512-bit register: the same per-lane operations and order as
  * pk_q41 / pk_q80 with NG = 2 (bit-identical), half the instructions, and registers for 8
  * input rows, so a batch of 8 unpacks each weight vector once. */
@@ -234,6 +238,56 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
 #define pkz_q3k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q3_K)
 #define pkz_q2k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q2_K)
 
+/* IQ1_S … IQ3_S: pk_iql's operations for both groups in one register. */
+FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res, const uint32_t T)
+{
+    const int8_t *xq[8];
+    const float *xd[8];
+    const int32_t *xi[8], *xh[8];
+    act_rows(x, i0, NX, nb, xq, xd, NULL, xi);
+    act_hrows(x, i0, NX, nb, xh);
+    int8_t tab[16];
+    int off;
+    qiql_table(T, tab, &off);
+    for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab)), m15 = _mm512_set1_epi8(15);
+    const __m512 fs = _mm512_set1_ps(qiql_fscale(T));
+    __m512 acc[8], dv = _mm512_setzero_ps();
+    for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (b % 8 == 0)
+            dv = _mm512_mul_ps(z_half2(gp[0] + (size_t)(b / 8) * PK_IQL_SB, gp[1] + (size_t)(b / 8) * PK_IQL_SB), fs);
+        const uint8_t *b0 = pk_blk(T, gp[0], b), *b1 = pk_blk(T, gp[1], b);
+        for (int l = 0; l < 3; l++) {
+            _mm_prefetch((const char *)b0 + 64 * l + PK_PFD, PK_HINT);
+            _mm_prefetch((const char *)b1 + 64 * l + PK_PFD, PK_HINT);
+        }
+        __m512i ia[8], ib[8];
+        for (int k = 0; k < NX; k++) {
+            ia[k] = _mm512_set1_epi32(-off * xh[k][b]);
+            ib[k] = _mm512_set1_epi32(-off * (xi[k][b] - xh[k][b]));
+        }
+        for (int t = 0; t < 4; t++) {
+            const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
+            const __m512i lo = _mm512_shuffle_epi8(tbl, _mm512_and_si512(v, m15));
+            const __m512i hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+            for (int k = 0; k < NX; k++) {
+                const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
+                ia[k] = _mm512_dpbusd_epi32(ia[k], lo, z_bc4(xk));
+                ib[k] = _mm512_dpbusd_epi32(ib[k], hi, z_bc4(xk + 16));
+            }
+        }
+        const __m512i ma = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1)));
+        const __m512i mb = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)),
+                                                                   _mm_loadl_epi64((const __m128i *)(b1 + 8))));
+        for (int k = 0; k < NX; k++) {
+            const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(ia[k], ma), _mm512_mullo_epi32(ib[k], mb));
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dv, _mm512_set1_ps(xd[k][b])), acc[k]);
+        }
+    }
+    for (int k = 0; k < NX; k++) _mm512_storeu_ps(res + 16 * k, acc[k]);
+}
+
 /* MXFP4: pk_fp4's operations for both groups in one register. */
 FORCE_INLINE void pkz_fp4(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res)
 {
@@ -366,6 +420,30 @@ int pkz_tile(uint32_t t, const uint8_t *const *gp, const qact *x, int i0, int NX
     if (NX > 4 && t == GGML_Q2_K) { PKZ_CASE(pkz_q2k) return 1; }
     if (t == GGML_Q8_0) { PKZ_CASE(pkz_q80) return 1; }
     if (t == GGML_MXFP4) { PKZ_CASE(pkz_fp4) return 1; }
+#define PKZ_IQL(T)                                                                          \
+    switch (NX) {                                                                           \
+    case 1: pkz_iql(gp, x, i0, 1, nb, res, T); break;                                       \
+    case 2: pkz_iql(gp, x, i0, 2, nb, res, T); break;                                       \
+    case 3: pkz_iql(gp, x, i0, 3, nb, res, T); break;                                       \
+    case 4: pkz_iql(gp, x, i0, 4, nb, res, T); break;                                       \
+    case 5: pkz_iql(gp, x, i0, 5, nb, res, T); break;                                       \
+    case 6: pkz_iql(gp, x, i0, 6, nb, res, T); break;                                       \
+    case 7: pkz_iql(gp, x, i0, 7, nb, res, T); break;                                       \
+    default: pkz_iql(gp, x, i0, 8, nb, res, T); break;                                      \
+    }
+    if (NX >= IQL_ZMM_NX) {
+        switch (t) {
+        case GGML_IQ1_S: PKZ_IQL(GGML_IQ1_S) return 1;
+        case GGML_IQ1_M: PKZ_IQL(GGML_IQ1_M) return 1;
+        case GGML_IQ2_XXS: PKZ_IQL(GGML_IQ2_XXS) return 1;
+        case GGML_IQ2_XS: PKZ_IQL(GGML_IQ2_XS) return 1;
+        case GGML_IQ2_S: PKZ_IQL(GGML_IQ2_S) return 1;
+        case GGML_IQ3_XXS: PKZ_IQL(GGML_IQ3_XXS) return 1;
+        case GGML_IQ3_S: PKZ_IQL(GGML_IQ3_S) return 1;
+        default: break;
+        }
+    }
+#undef PKZ_IQL
 #undef PKZ_CASE
     return 0;
 }

@@ -4,6 +4,7 @@
  * TYPES: a comma-separated list of the names below (e.g. Q2_K,Q3_K): only those (and Q4_1 packed). */
 #include "quant.h"
 #include "gguf.h"
+#include "quant_iqlow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,15 @@ static double run(uint32_t t, int rows, int cols, int n, int packed) {
         }
     if (t == GGML_MXFP4)   /* exponent bytes of normal scales (2^-8 .. 2^-1: random bytes make subnormal products) */
         for (size_t i = 0; i < rb * rows; i += 17) W[i] = (uint8_t)(120 + rand() % 8);
+    if (qiql_is(t)) {   /* a normal f16 d per super-block (random bytes give subnormal products: microcode assists) */
+        const size_t sbb = ggml_row_bytes(t, 256);
+        const uint16_t d = f32_to_fp16(0.001f);
+        for (size_t o = 0; o < rb * rows; o += sbb) {
+            if (t != GGML_IQ1_M) memcpy(W + o, &d, 2);
+            else
+                for (int i = 0; i < 4; i++) W[o + 49 + 2 * i] = (uint8_t)((W[o + 49 + 2 * i] & 0x0f) | ((d >> (4 * i)) & 15) << 4);
+        }
+    }
     float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows);
     for (int i = 0; i < n * cols; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     qmat m = {t, rows, cols, rb, W, 0};
@@ -75,7 +85,8 @@ int main(int argc, char **argv) {
         {"Q4_1 rows", GGML_Q4_1}, {"Q8_0 packed", GGML_Q8_0}, {"Q2_K", GGML_Q2_K}, {"Q3_K", GGML_Q3_K},
         {"Q4_K", GGML_Q4_K}, {"Q5_K", GGML_Q5_K}, {"Q6_K", GGML_Q6_K}, {"BF16", GGML_BF16}, {"F16 packed", GGML_F16},
         {"Q5_0 packed", GGML_Q5_0}, {"Q5_1 packed", GGML_Q5_1}, {"IQ4_XS", GGML_IQ4_XS}, {"IQ4_NL", GGML_IQ4_NL},
-        {"MXFP4", GGML_MXFP4},
+        {"MXFP4", GGML_MXFP4}, {"IQ1_S", GGML_IQ1_S}, {"IQ1_M", GGML_IQ1_M}, {"IQ2_XXS", GGML_IQ2_XXS},
+        {"IQ2_XS", GGML_IQ2_XS}, {"IQ2_S", GGML_IQ2_S}, {"IQ3_XXS", GGML_IQ3_XXS}, {"IQ3_S", GGML_IQ3_S},
     };
     const char *only = argc > 4 ? argv[4] : NULL;
     double q4k = 0;

@@ -16,7 +16,8 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     const int rows = argc > 1 ? atoi(argv[1]) : 768, cols = argc > 2 ? atoi(argv[2]) : 2048;
-    const uint32_t types[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q8_0, GGML_Q4_1};
+    const uint32_t types[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q8_0, GGML_Q4_1, GGML_MXFP4, GGML_IQ1_S, GGML_IQ2_XXS, GGML_IQ2_XS,
+                              GGML_IQ3_S};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         const uint32_t t = types[k];
         const size_t rb = ggml_row_bytes(t, cols), bytes = rb * rows;

@@ -236,12 +236,13 @@ static void test_bad(void)
     free(c);
 
     /* unsupported tensor type */
-    tdesc t5[] = {{"blk.0.ffn_down.weight", 2, {256, 2, 1, 1}, 22}};
+    tdesc t5[] = {{"blk.0.ffn_down.weight", 2, {256, 2, 1, 1}, 35}};
     uint64_t o1[1];
     buf bb = build(3, 0, t5, 1, &doff, o1);
     expect_refused(bb.p, bb.n,
-                   "tensor blk.0.ffn_down.weight has type IQ2_S (22), supported: F32 F16 BF16 Q4_0 Q4_1 "
-                   "Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS", "IQ2_S tensor");
+                   "tensor blk.0.ffn_down.weight has type TQ2_0 (35), supported: F32 F16 BF16 Q4_0 Q4_1 "
+                   "Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S "
+                   "IQ4_NL IQ4_XS MXFP4", "TQ2_0 tensor");
     free(bb.p);
 
     /* row length not a block multiple */

@@ -16,7 +16,8 @@ qwen3moe (llama.cpp's QWEN3MOE tensors and keys; Qwen3-30B-A3B's shape, scaled d
   --f32: every matrix F32 (the same random values), for oracle checks free of quantization.
   --mix NAME: other weight-type mixes (MIXES below), e.g. iq4_xs; ud_q2_k_xl is a dynamic mix
   in the manner of the "UD" files (see ud_q2_k_xl_type): gate, up and down of a layer of
-  different K types, attention Q4_K / Q6_K, head Q6_K.
+  different K types, attention Q4_K / Q6_K, head Q6_K; ud_iq2_m the same with IQ2_XXS / IQ2_XS
+  experts (see ud_iq2_m_type).
   --random-types SEED: every matrix independently draws its type (DRAW_TYPES, where its width
   allows) from a generator seeded by SEED and the tensor's name; routers draw a float type.
   --tensor-type REGEX=TYPE (repeatable, first match wins): llama-quantize's per-tensor override,
@@ -41,6 +42,7 @@ from gguf.quants import quantize as gguf_quantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kquant import quant_iq4_nl, quant_iq4_xs, quant_q2_k, quant_q3_k, quant_q4_k, quant_q5_k, quant_q6_k  # noqa: E402
+from iqquant import ENCODERS as IQ_ENCODERS  # noqa: E402
 from make_tiny_moe import build_vocab  # noqa: E402
 
 # Chat templates in each family's prompt format (written here, not the published files: the
@@ -163,14 +165,17 @@ MIX_TENSORS = {"iq4_xs": IQ4_TENSORS, "iq4_xs_nl": IQ4_TENSORS}
 # people download holds, for the speed comparison per weight byte.
 MIXES["q4_k_m_file"] = ("Q4_K", "Q6_K")
 MIXES["ud_q2_k_xl"] = ("Q2_K", "Q6_K")
+MIXES["ud_iq2_m"] = ("IQ2_XS", "Q6_K")
 
 # --random-types draws from every type the engine computes with (K-quants and IQ4_XS need rows
 # of whole 256-blocks, the rest whole 32-blocks); routers from the float types llama.cpp's
 # converters write (it never quantizes a router).
 DRAW_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL", "MXFP4")
+              "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL", "MXFP4",
+              "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
 ROUTER_TYPES = ("F32", "F16", "BF16")
-SUPER_BLOCK_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
+SUPER_BLOCK_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS",
+                     "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"}
 
 
 def drawn_type(seed, name, cols, router=False):
@@ -180,6 +185,30 @@ def drawn_type(seed, name, cols, router=False):
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     pool = ROUTER_TYPES if router else [t for t in DRAW_TYPES if cols % (256 if t in SUPER_BLOCK_TYPES else 32) == 0]
     return str(pool[rng.integers(len(pool))])
+
+
+# the IQ ladder of the dynamic IQ files: each expert down one step above its gate / up
+IQ_STEP_UP = {"IQ1_S": "IQ1_M", "IQ1_M": "IQ2_XXS", "IQ2_XXS": "IQ2_XS", "IQ2_XS": "IQ2_S", "IQ2_S": "IQ3_XXS",
+              "IQ3_XXS": "IQ3_S", "IQ3_S": "IQ4_XS"}
+
+
+def ud_iq2_m_type(name, kind):
+    """A dynamic IQ mix of the kind the "UD-IQ2_M" files hold: routed gate IQ2_XXS and up IQ2_XS on
+    even layers (the other way on odd ones), each down one step above its up; attention Q4_K with v
+    Q6_K, shared experts and dense FFNs Q4_K with Q6_K downs, embedding Q4_K, head Q6_K."""
+    if not name.startswith("blk."):
+        return "Q4_K" if kind == "q4k" else "Q6_K"
+    layer, rest = int(name.split(".")[1]), name.split(".", 2)[2]
+    gate, up = ("IQ2_XXS", "IQ2_XS") if layer % 2 == 0 else ("IQ2_XS", "IQ2_XXS")
+    if rest.startswith("ffn_gate_exps"):
+        return gate
+    if rest.startswith("ffn_up_exps"):
+        return up
+    if rest.startswith("ffn_down_exps"):
+        return IQ_STEP_UP[up]
+    if rest.startswith("attn_v") or rest.startswith("ffn_down"):
+        return "Q6_K"
+    return "Q4_K"
 
 
 def ud_q2_k_xl_type(name, kind):
@@ -218,7 +247,7 @@ def q4_k_m_file_type(name, kind, n_layer, n_expert):
         return "Q5_K"
     return "Q6_K" if kind != "q4k" and use_more_bits(layer, n_layer) else "Q4_K"
 ENCODERS = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k, "Q6_K": quant_q6_k,
-            "IQ4_XS": quant_iq4_xs, "IQ4_NL": quant_iq4_nl}
+            "IQ4_XS": quant_iq4_xs, "IQ4_NL": quant_iq4_nl, **IQ_ENCODERS}
 
 
 def add_tokenizer(w, tokens, types, merges, template):
@@ -298,6 +327,8 @@ def main(argv=None):
             tname = q4_k_m_file_type(name, kind, h["layers"], E)
         if a.mix == "ud_q2_k_xl":
             tname = ud_q2_k_xl_type(name, kind)
+        if a.mix == "ud_iq2_m":
+            tname = ud_iq2_m_type(name, kind)
         if a.random_types is not None:
             tname = drawn_type(a.random_types, name, arr.shape[-1])
         tname = next((tn for pat, tn in overrides if pat.search(name)), tname)

@@ -18,8 +18,11 @@ UD-Q2_K_XL-like file, every architecture's experts in MXFP4 (gpt-oss's releases)
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,6 +113,89 @@ def test_mxfp4_experts_match_the_f32_copy(arch, fwd_dump, tmp_path):
     types = tensor_types(model)
     exps = {t for n, t in types.items() if n.endswith("_exps.weight")}
     assert exps == {"MXFP4"}, f"expert types {exps}"
+    check_against_f32_copy(fwd_dump, model, tmp_path)
+
+
+IQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"]
+IQ_STEP_UP = dict(zip(IQ_TYPES, IQ_TYPES[1:] + ["IQ4_XS"]))
+
+
+@pytest.mark.parametrize("qtype", IQ_TYPES)
+def test_iq_experts_match_the_f32_copy(qtype, fwd_dump, tmp_path):
+    """Routed gate / up in each IQ type, the downs one step above (the dynamic files' ladder)."""
+    down = IQ_STEP_UP[qtype]
+    model = procs.make_arch_fixture(tmp_path / f"qwen3moe-{qtype}.gguf", "qwen3moe", "--mix", "q4_k_m",
+                                    "--tensor-type", f"ffn_(gate|up)_exps\\.weight$={qtype}",
+                                    "--tensor-type", f"ffn_down_exps\\.weight$={down}")
+    types = tensor_types(model)
+    assert (types["blk.1.ffn_gate_exps.weight"], types["blk.1.ffn_up_exps.weight"],
+            types["blk.1.ffn_down_exps.weight"]) == (qtype, qtype, down)
+    check_against_f32_copy(fwd_dump, model, tmp_path)
+
+
+LLCPP_PYTHON = Path(os.environ.get("LLCPP_VENV", "/work/llcpp-venv")) / "bin" / "python"
+_spec = importlib.util.spec_from_file_location("llama_child", ROOT / "bench" / "llama_child.py")
+assert _spec and _spec.loader
+_llama_child = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_llama_child)
+LLAMA_LOGITS = _llama_child.PRELUDE + """
+import sys, json, numpy as np
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], n_threads=2, n_ctx=64, n_batch=64, logits_all=True, type_k=0, type_v=0, verbose=False)
+ids = json.loads(sys.argv[2])
+llm.eval(ids)
+np.save(sys.argv[3], np.asarray(llm.scores[:len(ids)], dtype=np.float32))
+"""
+
+
+def llama_cpp_logprobs(model, ids, tmp_path):
+    """llama.cpp's log-probabilities of every position of ids (one teacher-forced prefill, K/V in F32)."""
+    out = tmp_path / f"{model.stem}.llama.npy"
+    subprocess.run([str(LLCPP_PYTHON), "-c", LLAMA_LOGITS, str(model), json.dumps(ids), str(out)], check=True,
+                   capture_output=True)
+    x = np.load(out).astype(np.float64)
+    return x - (np.log(np.exp(x - x.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)) + x.max(axis=1, keepdims=True))
+
+
+@pytest.mark.skipif(not LLCPP_PYTHON.exists(), reason="no llama-cpp-python build (set LLCPP_VENV)")
+@pytest.mark.parametrize("qtype", IQ_TYPES + ["MXFP4"])
+def test_llama_cpp_quantized_iq_experts(qtype, fwd_dump, tmp_path):
+    """Experts (MXFP4 too, gpt-oss's) quantized by llama.cpp's own quantizer (ggml_quantize_chunk, a generated importance
+    matrix where the type needs one; native/tools/llama_requant.py), the rest F32: EXACT equal to the
+    file's F32 copy; llama.cpp on that copy makes our greedy choices, and on the IQ file any choice of
+    ours it does not share is a tie within its own activation rounding (the largest log-prob move
+    between its two runs: the weights hold the same values)."""
+    f32 = procs.make_arch_fixture(tmp_path / "qwen3moe-f32.gguf", "qwen3moe", "--f32")
+    model = tmp_path / f"qwen3moe-llama-{qtype}.gguf"
+    subprocess.run([str(LLCPP_PYTHON), str(ROOT / "native" / "tools" / "llama_requant.py"), str(f32), str(model),
+                    f"ffn_(gate|up)_exps\\.weight$={qtype}", f"ffn_down_exps\\.weight$={IQ_STEP_UP.get(qtype, qtype)}"],
+                   check=True)
+    assert tensor_types(model)["blk.1.ffn_gate_exps.weight"] == qtype
+    check_against_f32_copy(fwd_dump, model, tmp_path)
+    copy = tmp_path / f"{model.stem}-f32.gguf"
+    ids = greedy_ids(fwd_dump, copy, tmp_path)
+    steps = range(len(PROMPT) - 1, len(ids) - 1)
+    ref_f32 = llama_cpp_logprobs(copy, ids, tmp_path)
+    f32_gaps = [float(ref_f32[p].max() - ref_f32[p, ids[p + 1]]) for p in steps]
+    assert max(f32_gaps) < 1e-3, f"{qtype}: llama.cpp on the F32 copy prefers other tokens: {f32_gaps}"
+    ref = llama_cpp_logprobs(model, ids, tmp_path)
+    # the same weight values: what moves llama.cpp's log-probs between the two files is its own int8
+    # (Q8_K) activations for the IQ experts; a choice of ours it does not share must be a tie within that
+    noise = float(np.abs(ref - ref_f32)[list(steps)].max())
+    gaps = [float(ref[p].max() - ref[p, ids[p + 1]]) for p in steps]
+    print(f"{qtype}: llama.cpp's gaps to our choices {max(gaps):.3g}, its activation rounding moves log-probs {noise:.3g}")
+    assert max(gaps) <= noise, f"{qtype}: llama.cpp prefers another token by {max(gaps):.3g} > its own noise {noise:.3g}"
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "glm4moe", "qwen2moe"])
+def test_ud_iq2_m_like_mix_matches_the_f32_copy(arch, fwd_dump, tmp_path):
+    model = procs.make_arch_fixture(tmp_path / f"{arch}-ud-iq2.gguf", arch, "--mix", "ud_iq2_m")
+    types = tensor_types(model)
+    moe = sorted(int(n.split(".")[1]) for n in types if n.endswith("ffn_gate_exps.weight"))
+    for layer in moe:       # even layers IQ2_XXS gate / IQ2_XS up, odd ones the other way; downs a step up
+        gate, up, down = (types[f"blk.{layer}.ffn_{k}_exps.weight"] for k in ("gate", "up", "down"))
+        assert (gate, up, down) == (("IQ2_XXS", "IQ2_XS", "IQ2_S") if layer % 2 == 0 else ("IQ2_XS", "IQ2_XXS", "IQ2_XS"))
+    assert types["output.weight"] == "Q6_K" and types["blk.0.attn_v.weight"] == "Q6_K"
     check_against_f32_copy(fwd_dump, model, tmp_path)
 
 

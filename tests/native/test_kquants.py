@@ -1,4 +1,4 @@
-"""K-quant, Q5_0/Q5_1, IQ4_NL/IQ4_XS, MXFP4 and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
+"""K-quant, Q5_0/Q5_1, IQ1_S … IQ4_XS, MXFP4 and BF16 dequantization: the engine's dequant_row (the values its EXACT mode and
 its kernels' weights are) equals gguf's numpy dequantizers bit for bit, on random blocks (random
 codes and scales, finite fp16 d/dmin) and on blocks with extreme scales."""
 from __future__ import annotations
@@ -28,6 +28,9 @@ LAYOUT = {
     T.Q5_1: (24, (0, 2)),       # f16 d, f16 m, u32 qh, 16 nibble bytes
     T.IQ4_NL: (18, (0,)),       # blocks of 32: f16 d, 16 bytes of codes into the int8 table
     T.IQ4_XS: (136, (0,)),      # f16 d, u16 scales_h, u8 scales_l[4], 128 bytes of codes
+    # the grid types: f16 d first (IQ1_M: its bits in the top nibbles of the last 4 u16s, set below)
+    T.IQ1_S: (50, (0,)), T.IQ1_M: (56, ()), T.IQ2_XXS: (66, (0,)), T.IQ2_XS: (74, (0,)),
+    T.IQ2_S: (82, (0,)), T.IQ3_XXS: (98, (0,)), T.IQ3_S: (110, (0,)),
 }
 BLOCK_VALUES = {T.Q5_0: 32, T.Q5_1: 32, T.IQ4_NL: 32}   # others: 256
 
@@ -54,6 +57,13 @@ def random_blocks(rng, qtype, n_blocks, extreme=False):
         else:
             vals = (rng.standard_normal(n_blocks) * 0.01).astype(np.float16)
         b[:, off:off + 2] = vals.view(np.uint8).reshape(n_blocks, 2)
+    if qtype == T.IQ1_M:        # d's f16 bits, 4 at a time, in the top nibbles of u16 sc[0..3] (bytes 48-55)
+        d = (rng.choice(np.array([65504.0, -65504.0, 6e-8, 0.0, 1.0], dtype=np.float16), n_blocks) if extreme
+             else (rng.standard_normal(n_blocks) * 0.01).astype(np.float16)).view(np.uint16)
+        sc = b[:, 48:56].copy().view(np.uint16) & np.uint16(0x0FFF)
+        for i in range(4):
+            sc[:, i] |= ((d >> np.uint16(4 * i)) & np.uint16(15)) << np.uint16(12)
+        b[:, 48:56] = sc.view(np.uint8)
     return b
 
 
@@ -149,15 +159,33 @@ def test_mxfp4_dequant_equals_gguf_py(deq_dump, tmp_path, mxfp4_raw):
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
 
 
-def test_mxfp4_dequant_equals_llama_cpp(deq_dump, tmp_path, mxfp4_raw):
+def llama_cpp_dequant(name: str, raw: np.ndarray, n: int) -> np.ndarray:
+    """llama.cpp's own C dequantizer of a type (libggml-base's dequantize_row_<name>, via ctypes)."""
     libs = sorted(LLCPP_SITE.glob("python3*/site-packages/llama_cpp/lib/libggml-base.so"))
     if not libs:
         pytest.skip(f"no llama-cpp-python build under {LLCPP_SITE} (set LLCPP_VENV)")
-    lib = ctypes.CDLL(str(libs[0]))
-    fn = lib.dequantize_row_mxfp4
+    fn = getattr(ctypes.CDLL(str(libs[0])), f"dequantize_row_{name}")
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    raw = np.ascontiguousarray(mxfp4_raw)
-    want = np.empty((raw.shape[0], 64 * 32), dtype=np.float32)
-    fn(raw.ctypes.data, want.ctypes.data, want.size)
-    got = engine_dequant(deq_dump, tmp_path, MXFP4, raw, 64 * 32)
+    raw = np.ascontiguousarray(raw)
+    out = np.empty((raw.shape[0], n), dtype=np.float32)
+    fn(raw.ctypes.data, out.ctypes.data, out.size)
+    return out
+
+
+def test_mxfp4_dequant_equals_llama_cpp(deq_dump, tmp_path, mxfp4_raw):
+    want = llama_cpp_dequant("mxfp4", mxfp4_raw, 64 * 32)
+    got = engine_dequant(deq_dump, tmp_path, MXFP4, mxfp4_raw, 64 * 32)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+IQ_LOW = [T.IQ1_S, T.IQ1_M, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S]
+
+
+@pytest.mark.parametrize("qtype", IQ_LOW, ids=lambda t: t.name)
+def test_iq_dequant_equals_llama_cpp(deq_dump, tmp_path, qtype):
+    """The grid types against llama.cpp's C dequantizers too (its grids, not gguf-py's copies)."""
+    rng = np.random.default_rng(int(qtype) * 11)
+    raw = random_blocks(rng, qtype, 16 * 4).reshape(16, -1)
+    want = llama_cpp_dequant(qtype.name.lower(), raw, 1024)
+    got = engine_dequant(deq_dump, tmp_path, qtype, raw, 1024)
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
