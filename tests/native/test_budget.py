@@ -199,6 +199,8 @@ def test_the_kv_share_bounds_the_slots_together(engine_bin, wide_model):
     long prompt beside another slot's running turn gets CONTEXT_EXCEEDED with the positions the
     share leaves it (not a kill); once that turn is over, the same prompt runs, the idle slot's
     history freed for it."""
+    if ASAN:
+        pytest.skip("a sanitizer build's shadow memory is measured in the dense part: 16 MB cannot hold it")
     pos = 8 * 2 * 64 * 2 + 4                    # a position: 8 layers x K and V x 64 fp16 + its token
     env = dict(USAGE_SAVE="0", USAGE_FILE="/dev/null")
     probe = Engine(engine_bin, env=base_env(wide_model, 2, CTX, MEM_BUDGET_MB="16", **env))
@@ -225,7 +227,7 @@ def test_the_kv_share_bounds_the_slots_together(engine_bin, wide_model):
         assert e.result(busy).stat()["emitted"] == 40
         again = e.generate(PROMPTS[3], slot=1, max_tokens=4)
         assert again.prompt_tokens == n
-        assert "[KV] slot 0's history freed for slot 1" in e.stderr_text()
+        e.wait_stderr("[KV] slot 0's history freed for slot 1")  # stderr is read by its own thread
         assert e.close() == 0
     finally:
         e.kill()
