@@ -10,9 +10,12 @@ is never passed through (api_engine_message).
 import logging
 from typing import Any
 
+import redis
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
+
+from engine_bridge.client import BROKER_RETRY_S
 
 log = logging.getLogger(__name__)
 
@@ -143,13 +146,20 @@ def as_api_error(exc: BaseException) -> ApiError:
         return ApiError(exc.status_code, str(exc.detail))
     if isinstance(exc, Http404):
         return ApiError(404, "Not found.", code="not_found")
-    from api import outage  # (it imports this module)
-
-    if isinstance(exc, outage.BROKER_ERRORS):  # a Redis read no step rode out: come back, not a 500
+    if isinstance(exc, BROKER_ERRORS):  # a Redis read no step rode out: come back, not a 500
         log.warning("Redis out under a /v1 view: %r", exc)
-        return outage.broker_unavailable()
+        return broker_unavailable()
     log.exception("unexpected error in a /v1 view", exc_info=exc)
     return ApiError(500, "Internal server error.", type="server_error", code="internal_error")
+
+
+# What says Redis is unreachable (api.outage rides these out; nothing else is ridden out).
+BROKER_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, OSError, TimeoutError)
+
+
+def broker_unavailable() -> ApiError:
+    return ApiError(503, "The service cannot reach its message broker right now; retry shortly.",
+                    type="server_error", code="service_unavailable", headers={"Retry-After": str(BROKER_RETRY_S)})
 
 
 def render(envelope: "Envelope", err: ApiError) -> Response:

@@ -22,16 +22,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
-import redis
-
-from api.errors import ApiError
-from engine_bridge.client import BROKER_OUTAGE_S, BROKER_RETRY_S
+from api.errors import BROKER_ERRORS, broker_unavailable
+from engine_bridge.client import BROKER_OUTAGE_S
 
 T = TypeVar("T")
 
 # Connection refused or reset, a timeout, Redis still loading its data after a restart
 # (BusyLoadingError is a ConnectionError): the broker is out, not the request wrong.
-BROKER_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, OSError, TimeoutError)
 ATTEMPT_S = 1.0  # one try's bound: a frozen Redis (SIGSTOP) never answers, a dead one refuses at once
 POLL_S = 0.25    # between tries; also the shortest try
 
@@ -57,11 +54,6 @@ def _current() -> _Window:
         window = _Window(time.monotonic() + BROKER_OUTAGE_S)
         _window.set(window)
     return window
-
-
-def broker_unavailable() -> ApiError:
-    return ApiError(503, "The service cannot reach its message broker right now; retry shortly.",
-                    type="server_error", code="service_unavailable", headers={"Retry-After": str(BROKER_RETRY_S)})
 
 
 def met() -> None:

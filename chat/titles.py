@@ -11,6 +11,7 @@ from chat.text import fallback_title, storable
 from colibri_base.layers import channel_layer
 from engine_bridge import toolsyntax
 from engine_bridge.reasoning import mode_for
+from engine_bridge.served import served_model_get
 
 log = logging.getLogger(__name__)
 TITLE_MAX_TOKENS = 16
@@ -54,9 +55,9 @@ def title_conversation(conversation_id: int) -> str | None:
     try:
         # the conversation's own model and template; a reasoning model is asked not to think (the
         # answer is the title) and its thinking, if any, is kept out of the title
-        from chat.services import conversation_served  # services imports the task that imports this
-
-        served = conversation_served(conv)
+        served = served_model_get(conv.model or None)
+        if served is None:
+            raise LookupError(f"the model {conv.model!r} of this conversation is not served now")
         prompt = toolsyntax.render(history + [{"role": "user", "content": INSTRUCTION}], (), served, thinking=False)
         title = clean_title(async_to_sync(_generate_text)(prompt, served.id, mode_for(served.template)))
     except Exception as exc:  # titles are cosmetic: fall back, never fail the task
