@@ -107,7 +107,7 @@ def test_a_title_uses_the_conversations_own_model_and_template(conv, fake_bridge
         "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
         "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"))
     asked = []
-    monkeypatch.setattr("chat.services.served_model_get", lambda model=None: asked.append(model) or other)
+    monkeypatch.setattr("chat.titles.served_model_get", lambda model=None: asked.append(model) or other)
     conv.model = "qwen3-think"
     conv.save()
     fake_bridge.script(*reply("Bistros of Paris"))
