@@ -350,7 +350,11 @@ async def _publish_delta(conv_id: int, msg_id: int, state: _State, kind: str, pi
         return
     offset = len(state.text)
     state.text += text
-    await _log_tail(msg_id, offset, text)  # before any socket has it: what a reader saw is kept
+    # before any socket has it, what a reader will see is kept: in the tail log, or, when that
+    # write failed (Redis slow on a loaded host: 0.25 s passed; a gap in the log ends the sweep's
+    # recovery there), in the row itself
+    if not await _log_tail(msg_id, offset, text):
+        await database_sync_to_async(services.message_save_partial)(msg_id, state.text, thinking=state.thinking)
     if state.thinking_from is not None and state.thinking_s is None:
         state.thinking_s = round(time.monotonic() - state.thinking_from, 3)
     await publish(conv_id, server_frames.delta(msg_id, offset, text))
@@ -416,11 +420,15 @@ def tail_key(message_id: int) -> str:
     return cache.make_key(f"chat:tail:{message_id}")
 
 
-async def _log_tail(message_id: int, offset: int, text: str) -> None:
+async def _log_tail(message_id: int, offset: int, text: str) -> bool:
+    """Appends a delta to the message's tail log; False when it may not be there (the write failed
+    or timed out, or the log is skipped after a failure): the caller then saves the row itself."""
     global _tail_down_until
     client = async_client(cache)
-    if client is None or time.monotonic() < _tail_down_until:
-        return
+    if client is None:
+        return True  # a cache without Redis (tests' local memory): no log to keep
+    if time.monotonic() < _tail_down_until:
+        return False
     key = tail_key(message_id)
     try:
         async with asyncio.timeout(TAIL_TIMEOUT_S):
@@ -428,10 +436,12 @@ async def _log_tail(message_id: int, offset: int, text: str) -> None:
             pipe.rpush(key, json.dumps([offset, text]))
             pipe.expire(key, TAIL_TTL_S)
             await pipe.execute()
+        return True
     except Exception as exc:
         if time.monotonic() >= _tail_down_until:
             log.warning("the tail log of message %s failed (%s); skipped for %gs", message_id, exc, GROUP_DOWN_S)
         _tail_down_until = time.monotonic() + GROUP_DOWN_S
+        return False
 
 
 async def _drop_tail(message_id: int) -> None:
