@@ -10,6 +10,7 @@ import redis.asyncio
 from channels.layers import get_channel_layer
 
 from engine_bridge import telemetry
+from tests.bridge.helpers import until
 
 pytestmark = pytest.mark.asyncio
 HITS = {"rows": 2, "cols": 8, "hex": "0100"}
@@ -64,10 +65,10 @@ async def test_a_status_change_is_written_at_once_while_figures_wait(redis_url, 
     try:
         loop = asyncio.get_running_loop()
         publisher.update(status="up", up=True)
-        deadline = loop.time() + 10
-        while await client.get(telemetry.state_key()) is None:  # written; the pause runs
-            assert loop.time() < deadline, "the first status was never written"
-            await asyncio.sleep(0.01)
+        async def written() -> bool:
+            return await client.get(telemetry.state_key()) is not None
+
+        await until(written, 10, "the first status written")  # written; now the pause runs
         publisher.update(hits=HITS)
         await asyncio.sleep(0.2)
         assert json.loads(await client.get(telemetry.state_key()))["hits"] is None  # figures wait
