@@ -334,7 +334,9 @@ async def _consume(conv_id: int, msg_id: int, queue: EventQueue, stopper: asynci
         if state.outcome is None and size != saved_len and now - last_save >= RELAY_SAVE_EVERY_S:
             await database_sync_to_async(services.message_save_partial)(msg_id, state.text, thinking=state.thinking)
             last_save, saved_len = now, size
-            await _drop_tail(msg_id)  # the row holds it all now
+            # The log is not emptied here: a DELETE that Redis runs after a later RPUSH (two
+            # connections, served out of order on a loaded host once the DELETE's 0.25 s bound
+            # passed) wiped text a reader already had. It is dropped once the final row is stored.
 
 
 async def _publish_delta(conv_id: int, msg_id: int, state: _State, kind: str, pieces: list[str]) -> None:
@@ -404,10 +406,11 @@ ERROR_DETAIL = {
 
 
 # The tail log: the text since the row's last save survives the web process. Each delta is
-# appended to a Redis list (one [offset, text] per delta) before any socket gets it, the list is
-# emptied at each save of the row, and the sweep of a reply whose process died extends the row's
-# text with it (recovered_text). So a swept reply holds all a reader received, and beyond it at
-# most the one delta being delivered when the process died (it was logged, not yet on the wire).
+# appended to a Redis list (one [offset, text] per delta) before any socket gets it, the list lives
+# until the final row is stored (or TAIL_TTL_S), and the sweep of a reply whose process died
+# extends the row's text with it (recovered_text), skipping the pieces the row already holds. So
+# a swept reply holds all a reader received, and beyond it at most the one delta being delivered
+# when the process died (it was logged, not yet on the wire).
 # While Redis fails the log is skipped for GROUP_DOWN_S at a time, the turn never waits on it
 # (TAIL_TIMEOUT_S bounds one write), and the loss falls back to RELAY_SAVE_EVERY_S of text: a
 # piece after a gap is never applied.
@@ -416,8 +419,11 @@ TAIL_TIMEOUT_S = 0.25   # one write's bound: a frozen Redis must not stall the t
 _tail_down_until = 0.0
 
 
-def tail_key(message_id: int) -> str:
-    return cache.make_key(f"chat:tail:{message_id}")
+def tail_key(message_id: int, owner: str = PROCESS) -> str:
+    """The log of one relay's message: its process (Message.relay_owner) is in the key, so a log
+    left by a process that died never meets a later message with the same id (a recreated
+    database, as every test session's)."""
+    return cache.make_key(f"chat:tail:{message_id}:{owner}")
 
 
 async def _log_tail(message_id: int, offset: int, text: str) -> bool:
@@ -444,13 +450,13 @@ async def _log_tail(message_id: int, offset: int, text: str) -> bool:
         return False
 
 
-async def _drop_tail(message_id: int) -> None:
+async def drop_tail(message_id: int, owner: str = PROCESS) -> None:
     client = async_client(cache)
     if client is None:
         return
     try:
         async with asyncio.timeout(TAIL_TIMEOUT_S):
-            await client.delete(tail_key(message_id))
+            await client.delete(tail_key(message_id, owner))
     except Exception:  # it expires (TAIL_TTL_S); the sweep applies no piece the row already holds
         log.debug("dropping the tail log of message %s failed", message_id, exc_info=True)
 
@@ -467,12 +473,13 @@ def extended(text: str, pieces: list) -> str:
     return text
 
 
-def recovered_text(message_id: int, saved: str) -> str:
-    """What a reader of the cut-off reply received: its row's text extended by its tail log (the
-    sweep calls this, in a thread); the row's text alone when Redis cannot say."""
+def recovered_text(message_id: int, owner: str, saved: str) -> str:
+    """What a reader of the cut-off reply received: its row's text extended by the tail log of its
+    relay's process `owner` (the sweep calls this, in a thread); the row's text alone when Redis
+    cannot say."""
     try:
         client = cast(RedisCache, cache)._cache.get_client(None, write=False)
-        raw = cast(list[bytes], client.lrange(tail_key(message_id), 0, -1))  # redis-py: `Awaitable | list`
+        raw = cast(list[bytes], client.lrange(tail_key(message_id, owner), 0, -1))  # redis-py: `Awaitable | list`
         return extended(saved, [json.loads(item) for item in raw])
     except Exception as exc:
         log.warning("the tail log of message %s could not be read (%s): its saved text stands", message_id, exc)
@@ -528,7 +535,7 @@ async def _finish(conv_id: int, msg_id: int, state: _State) -> None:
         stats.setdefault("finish_reason", "stopped")
     msg = await _store_final(conv_id, msg_id, state, status, stats)
     if msg is not _UNSAVED:  # (unsaved: the row stays streaming, and the sweep recovers it from the log)
-        await _drop_tail(msg_id)
+        await drop_tail(msg_id)
     if msg is _UNSAVED:  # the reader keeps the reply on screen and is told it was not stored
         await publish(conv_id, server_frames.error(msg_id, "SAVE_FAILED", SAVE_FAILED_DETAIL))
         msg = Message(pk=msg_id, conversation_id=conv_id, role=Message.Role.ASSISTANT, text=state.text,

@@ -158,12 +158,12 @@ def _interrupt(msg: Message, text: str | None = None) -> None:
 
 
 def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool]],
-                               recover: Callable[[int, str], str] | None = None) -> list[Message]:
+                               recover: Callable[[int, str, str], str] | None = None) -> list[Message]:
     """Interrupts every streaming message whose relay is gone, whatever the crash (issue 24): its
     web process (relay_owner) no longer renews its lease — `owners_alive(set of owners)` answers
     {owner: bool} and raises when it cannot tell, which sweeps nothing — or, for a row without an
     owner, it was not saved for STALE_STREAMING. Rows younger than ORPHAN_MIN_AGE are left alone
-    (their relay may not have begun). `recover(pk, saved text)`: the text its readers received,
+    (their relay may not have begun). `recover(pk, relay_owner, saved text)`: the text its readers received,
     when the row's was saved before the end (chat.relay.recovered_text). Returns the messages it
     ended, as stored."""
     now = timezone.now()
@@ -179,7 +179,7 @@ def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool
         with transaction.atomic():
             msg = Message.objects.select_for_update().filter(pk=pk, status=Message.Status.STREAMING).first()
             if msg is not None:  # its relay may have finished it meanwhile
-                _interrupt(msg, recover(pk, msg.text) if recover else None)
+                _interrupt(msg, recover(pk, msg.relay_owner, msg.text) if recover else None)
                 ended.append(msg)
     return ended
 

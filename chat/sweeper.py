@@ -65,6 +65,7 @@ async def sweep_once() -> int:
         log.warning("orphan sweep skipped (%s)", exc)
         return 0
     for msg in ended:
+        await relay.drop_tail(msg.pk, msg.relay_owner)  # the row holds what it recovered
         log.warning("message %s of conversation %s was left streaming by a process that is gone; "
                     "marked %s", msg.pk, msg.conversation_id, msg.status)
         try:

@@ -152,18 +152,18 @@ def test_a_tail_log_written_by_the_relay_is_what_the_sweep_recovers():
 
     try:
         asyncio.run(write())
-        assert relay.recovered_text(msg_id, "") == "Hello, world 😀"
-        assert relay.recovered_text(msg_id, "Hello, w") == "Hello, world 😀"  # a save in between
-        asyncio.run(relay._drop_tail(msg_id))
-        assert relay.recovered_text(msg_id, "Hello") == "Hello"
+        assert relay.recovered_text(msg_id, relay.PROCESS, "") == "Hello, world 😀"
+        assert relay.recovered_text(msg_id, relay.PROCESS, "Hello, w") == "Hello, world 😀"  # a save in between
+        asyncio.run(relay.drop_tail(msg_id))
+        assert relay.recovered_text(msg_id, relay.PROCESS, "Hello") == "Hello"
     finally:
-        asyncio.run(relay._drop_tail(msg_id))
+        asyncio.run(relay.drop_tail(msg_id))
 
 
 def test_the_sweep_keeps_the_saved_text_when_the_tail_log_cannot_be_read(redis_out):
     from chat import relay
 
-    assert relay.recovered_text(1, "saved") == "saved"
+    assert relay.recovered_text(1, relay.PROCESS, "saved") == "saved"
 
 
 def test_a_delta_the_tail_log_cannot_take_is_in_the_row_before_any_socket_gets_it(redis_out, alice, monkeypatch):
@@ -188,3 +188,84 @@ def test_a_delta_the_tail_log_cannot_take_is_in_the_row_before_any_socket_gets_i
 
     asyncio.run(relay._publish_delta(conv.pk, msg.pk, state, "text", [", world"]))
     assert state.text == "Hello, world" and rows_at_publish == ["Hello, world"]
+
+
+def test_a_tail_log_delete_that_redis_runs_late_loses_no_delivered_text(alice, monkeypatch):
+    """Under load a relay's DELETE of its tail log passed its 0.25 s bound and reached Redis after
+    the next delta's RPUSH (two connections, served out of order): the sweep then recovered the
+    row's last save, short of text the reader had (CI: 4,668 characters received, 4,067 stored).
+    The double below is that fault: every DELETE of a tail log runs after the next write to it.
+    Mid-turn, the row and its log must together hold every delta published."""
+    from chat import relay
+    from chat.models import Conversation, Message
+
+    conv = Conversation.objects.create(owner=alice)
+    msg = Message.objects.create(conversation=conv, role=Message.Role.ASSISTANT, text="",
+                                 status=Message.Status.STREAMING)
+    published: list[str] = []
+    checks: list[tuple[str, str]] = []
+
+    class LateDeleteClient:  # test double: Redis serving a DELETE after a later RPUSH
+        def __init__(self, real):
+            self.real, self.late = real, []
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        async def delete(self, key):
+            self.late.append(key)
+
+        def pipeline(self, **kw):
+            pipe, late = self.real.pipeline(**kw), self
+
+            class Pipe:
+                def __getattr__(self, name):
+                    return getattr(pipe, name)
+
+                async def execute(self):
+                    result = await pipe.execute()
+                    for key in late.late:
+                        await late.real.delete(key)
+                    late.late.clear()
+                    return result
+            return Pipe()
+
+    clients: dict = {}
+
+    def late_client(c):
+        loop = asyncio.get_running_loop()
+        if loop not in clients:
+            clients[loop] = LateDeleteClient(relay.async_client.__wrapped__(c))
+        return clients[loop]
+
+    late_client.__wrapped__ = relay.async_client
+    monkeypatch.setattr(relay, "async_client", late_client)
+    monkeypatch.setattr(relay, "RELAY_SAVE_EVERY_S", 0.25)  # a save every third batch or so
+
+    async def publish(conversation_id, frame):
+        if frame["type"] == "delta":
+            published.append(frame["text"])
+
+    monkeypatch.setattr(relay, "publish", publish)
+
+    async def turn():
+        queue: asyncio.Queue = asyncio.Queue()
+        state = relay._State()
+        never = asyncio.get_running_loop().create_future()
+        consumer = asyncio.ensure_future(relay._consume(conv.pk, msg.pk, queue, never, state))
+        for i in range(12):
+            await queue.put({"kind": "text", "text": f"piece {i}; "})
+            while not queue.empty():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # the batch is published (and, every third or so, saved)
+            row = await relay.database_sync_to_async(lambda: Message.objects.get(pk=msg.pk).text)()
+            recovered = await relay.database_sync_to_async(relay.recovered_text)(msg.pk, relay.PROCESS, row)
+            checks.append(("".join(published), recovered))
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
+        await relay.drop_tail(msg.pk)
+
+    asyncio.run(turn())
+    assert len(checks) == 12 and checks[-1][0].count("piece") == 12
+    for delivered, recovered in checks:
+        assert recovered.startswith(delivered), (delivered, recovered)
