@@ -343,23 +343,23 @@ async def _publish_delta(conv_id: int, msg_id: int, state: _State, kind: str, pi
     """One `delta` (answer) or `thinking` frame; offset counts the Unicode code points of the
     message's text, or thinking, before it."""
     text = "".join(pieces)
-    if kind == "reasoning":
-        offset = len(state.thinking)
+    thinking = kind == "reasoning"
+    offset = len(state.thinking if thinking else state.text)
+    if thinking:
         state.thinking += text
         if state.thinking_from is None:
             state.thinking_from = time.monotonic()
-        await publish(conv_id, server_frames.thinking(msg_id, offset, text))
-        return
-    offset = len(state.text)
-    state.text += text
+    else:
+        state.text += text
+        if state.thinking_from is not None and state.thinking_s is None:
+            state.thinking_s = round(time.monotonic() - state.thinking_from, 3)
     # before any socket has it, what a reader will see is kept: in the tail log, or, when that
     # write failed (Redis slow on a loaded host: 0.25 s passed; a gap in the log ends the sweep's
     # recovery there), in the row itself
-    if not await _log_tail(msg_id, offset, text):
+    if not await _log_tail(msg_id, offset, text, THINKING if thinking else ANSWER):
         await database_sync_to_async(services.message_save_partial)(msg_id, state.text, thinking=state.thinking)
-    if state.thinking_from is not None and state.thinking_s is None:
-        state.thinking_s = round(time.monotonic() - state.thinking_from, 3)
-    await publish(conv_id, server_frames.delta(msg_id, offset, text))
+    frame = server_frames.thinking if thinking else server_frames.delta
+    await publish(conv_id, frame(msg_id, offset, text))
 
 
 async def _handle(conv_id: int, msg_id: int, event: dict, state: _State) -> None:
@@ -411,6 +411,7 @@ ERROR_DETAIL = {
 # extends the row's text with it (recovered_text), skipping the pieces the row already holds. So
 # a swept reply holds all a reader received, and beyond it at most the one delta being delivered
 # when the process died (it was logged, not yet on the wire).
+# The thinking of a reasoning model is logged beside the answer, tagged, and recovered the same way.
 # While Redis fails the log is skipped for GROUP_DOWN_S at a time, the turn never waits on it
 # (TAIL_TIMEOUT_S bounds one write), and the loss falls back to RELAY_SAVE_EVERY_S of text: a
 # piece after a gap is never applied.
@@ -426,9 +427,13 @@ def tail_key(message_id: int, owner: str = PROCESS) -> str:
     return cache.make_key(f"chat:tail:{message_id}:{owner}")
 
 
-async def _log_tail(message_id: int, offset: int, text: str) -> bool:
-    """Appends a delta to the message's tail log; False when it may not be there (the write failed
-    or timed out, or the log is skipped after a failure): the caller then saves the row itself."""
+ANSWER, THINKING = 0, 1  # a logged piece's stream: [offset, text] is the answer's, [offset, text, 1] the thinking's
+
+
+async def _log_tail(message_id: int, offset: int, text: str, stream: int = ANSWER) -> bool:
+    """Appends a delta of the answer or the thinking to the message's tail log; False when it may
+    not be there (the write failed or timed out, or the log is skipped after a failure): the
+    caller then saves the row itself."""
     global _tail_down_until
     client = async_client(cache)
     if client is None:
@@ -439,7 +444,7 @@ async def _log_tail(message_id: int, offset: int, text: str) -> bool:
     try:
         async with asyncio.timeout(TAIL_TIMEOUT_S):
             pipe = client.pipeline(transaction=False)  # one round trip for both
-            pipe.rpush(key, json.dumps([offset, text]))
+            pipe.rpush(key, json.dumps([offset, text, THINKING] if stream == THINKING else [offset, text]))
             pipe.expire(key, TAIL_TTL_S)
             await pipe.execute()
         return True
@@ -473,17 +478,20 @@ def extended(text: str, pieces: list) -> str:
     return text
 
 
-def recovered_text(message_id: int, owner: str, saved: str) -> str:
-    """What a reader of the cut-off reply received: its row's text extended by the tail log of its
-    relay's process `owner` (the sweep calls this, in a thread); the row's text alone when Redis
-    cannot say."""
+def recovered_text(message_id: int, owner: str, saved: str, saved_thinking: str = "") -> tuple[str, str]:
+    """What a reader of the cut-off reply received, (answer, thinking): its row's text and thinking
+    extended by the tail log of its relay's process `owner` (the sweep calls this, in a thread);
+    the row's own when Redis cannot say."""
     try:
         client = cast(RedisCache, cache)._cache.get_client(None, write=False)
         raw = cast(list[bytes], client.lrange(tail_key(message_id, owner), 0, -1))  # redis-py: `Awaitable | list`
-        return extended(saved, [json.loads(item) for item in raw])
+        pieces = [json.loads(item) for item in raw]
     except Exception as exc:
         log.warning("the tail log of message %s could not be read (%s): its saved text stands", message_id, exc)
-        return saved
+        return saved, saved_thinking
+    answer = [piece[:2] for piece in pieces if len(piece) == 2]
+    thinking = [piece[:2] for piece in pieces if len(piece) == 3 and piece[2] == THINKING]
+    return extended(saved, answer), extended(saved_thinking, thinking)
 
 
 SAVE_RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds: rides out a database restart or failover

@@ -147,25 +147,27 @@ def expire_stale_streaming(conv: Conversation) -> None:
         _interrupt(msg)
 
 
-def _interrupt(msg: Message, text: str | None = None) -> None:
+def _interrupt(msg: Message, recovered: tuple[str, str] | None = None) -> None:
     """Marks a cut-off reply: `interrupted` with its partial text kept (`error` when it has none);
-    `text`: that text as recovered (chat.relay.recovered_text), when it is longer than the row's."""
-    if text is not None:
-        msg.text = storable(text)
+    `recovered`: its (answer, thinking) as its readers received them (chat.relay.recovered_text),
+    when they are longer than the row's."""
+    if recovered is not None:
+        msg.text, msg.thinking = storable(recovered[0]), storable(recovered[1])
     msg.status = Message.Status.INTERRUPTED if msg.text or msg.thinking else Message.Status.ERROR
     msg.stats = {**msg.stats, "error": LOST_ERROR}
-    msg.save(update_fields=["text", "status", "stats", "updated"])
+    msg.save(update_fields=["text", "thinking", "status", "stats", "updated"])
 
 
 def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool]],
-                               recover: Callable[[int, str, str], str] | None = None) -> list[Message]:
-    """Interrupts every streaming message whose relay is gone, whatever the crash (issue 24): its
+                               recover: Callable[[int, str, str, str], tuple[str, str]] | None = None
+                               ) -> list[Message]:
+    """Interrupts every streaming message whose relay is gone, whatever the crash: its
     web process (relay_owner) no longer renews its lease — `owners_alive(set of owners)` answers
     {owner: bool} and raises when it cannot tell, which sweeps nothing — or, for a row without an
     owner, it was not saved for STALE_STREAMING. Rows younger than ORPHAN_MIN_AGE are left alone
-    (their relay may not have begun). `recover(pk, relay_owner, saved text)`: the text its readers received,
-    when the row's was saved before the end (chat.relay.recovered_text). Returns the messages it
-    ended, as stored."""
+    (their relay may not have begun). `recover(pk, relay_owner, saved text, saved thinking)`: the
+    (text, thinking) its readers received, when the row's were saved before the end
+    (chat.relay.recovered_text). Returns the messages it ended, as stored."""
     now = timezone.now()
     rows = list(Message.objects.filter(status=Message.Status.STREAMING, updated__lt=now - ORPHAN_MIN_AGE)
                 .values_list("pk", "relay_owner", "updated"))
@@ -179,7 +181,7 @@ def messages_interrupt_orphans(owners_alive: Callable[[set[str]], dict[str, bool
         with transaction.atomic():
             msg = Message.objects.select_for_update().filter(pk=pk, status=Message.Status.STREAMING).first()
             if msg is not None:  # its relay may have finished it meanwhile
-                _interrupt(msg, recover(pk, msg.relay_owner, msg.text) if recover else None)
+                _interrupt(msg, recover(pk, msg.relay_owner, msg.text, msg.thinking) if recover else None)
                 ended.append(msg)
     return ended
 
