@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from engine_bridge import protocol
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 
 log = logging.getLogger(__name__)
 

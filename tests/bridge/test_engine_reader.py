@@ -11,7 +11,7 @@ import sys
 import time
 
 from engine_bridge import protocol
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 from engine_bridge.engine import Engine
 from tests.bridge.conftest import FAKES
 
