@@ -21,7 +21,7 @@ from django.conf import settings
 
 from api import outage
 from api.errors import ApiError, from_engine_error
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 
 
 def queue_timeout_s() -> float:

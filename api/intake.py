@@ -6,7 +6,7 @@ envelope naming the field, before anything reaches the bridge. The invariants af
 the body is a JSON object of at most settings.DATA_UPLOAD_MAX_MEMORY_SIZE bytes, nested at most
 MAX_DEPTH deep, with no NaN/Infinity literal and no string (or key) that cannot be encoded as
 UTF-8 (a lone surrogate would otherwise fail later, inside the channel layer) and none holding
-NUL (engine_bridge.protocol.has_nul: refused naming the field, as on the chat socket).
+NUL (engine_bridge.request.has_nul: refused naming the field, as on the chat socket).
 Sampling values go through engine_bridge.sampling, the one owner of defaults and ranges.
 """
 import json
@@ -19,8 +19,7 @@ from django.http import HttpRequest
 
 from api.errors import ApiError, bad_param
 from api.projectors import Choices, Projector
-from engine_bridge.client import GenerationRequest
-from engine_bridge.protocol import NUL_REFUSAL, has_nul
+from engine_bridge.request import NUL_REFUSAL, GenerationRequest, has_nul
 from engine_bridge.reasoning import mode_for
 from engine_bridge.sampling import SamplingError, sampling_validate
 from engine_bridge.served import ServedModel

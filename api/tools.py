@@ -22,7 +22,7 @@ from typing import Any
 from api import intake
 from api.errors import bad_param
 from engine_bridge import toolsyntax
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 from engine_bridge.grammar import GrammarError, grammar_for_schema
 from engine_bridge.served import ServedModel
 from engine_bridge.toolsyntax import Message

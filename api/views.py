@@ -44,7 +44,7 @@ from api.projectors import Choices, Projector
 from colibri_base import metrics
 from colibri_base.access import signed_in_user
 from engine_bridge import fleet, telemetry
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 
 KEEPALIVE_S = 10
 QUEUE_POSITION_HEADER = "x-colibri-queue-position"

@@ -8,7 +8,14 @@ runs through llama.cpp (llama-cpp-python built from source) and through our engi
     bench/arch_crosscheck.py [--llama-python bench/.venv-llama/bin/python] [--arch NAME ...]
                              [--steps 24] [--threads 2] [--llama-quantize Q4_K_M Q8_0 ...]
                              [--d-expert 1408] [--shape n_heads=16,n_kv=2,experts=64,top_k=8]
-                             [--rope-scaling yarn:4:64 | linear:2]
+                             [--rope-scaling yarn:4:64 | linear:2] [--no-mtp] [--interval N]
+
+--arch qwen35moe (not in the default list: it needs llama-cpp-python 0.3.36 or later) runs
+native/tools/make_tiny_qwen35moe.py's F32 file and its Q8_0-matrices one (`q8`; --no-mtp,
+--interval and --shape go to that generator), with tests/model/qwen35_ref.py's float64 forward as
+its reference. On the Q8_0 file llama.cpp's CPU matmuls quantize activations to Q8_0 rows, so its
+distance to the float64 reference is its own rounding (our default int8 path is the like-for-like
+row); the stderr line's "reference vs ours EXACT=1" is then the figure to read.
 
 --llama-quantize also runs the F32 fixture quantized by llama.cpp's own llama_model_quantize to
 those file types: the per-tensor type choices of the files people download (Q6_K head and some
@@ -61,15 +68,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.model.arch_ref import REFS  # noqa: E402  (float64 forwards from the published definitions)
+from tests.model.arch_ref import REFS as ARCH_REFS  # noqa: E402  (float64 forwards from the published definitions)
+from tests.model.qwen35_ref import Qwen35Moe  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 import llama_child  # noqa: E402  (the llama.cpp child scripts' prelude: use_extra_bufts off)
 GEN = ROOT / "native" / "tools" / "make_arch_fixture.py"
 GPTOSS_GEN = ROOT / "native" / "tools" / "make_tiny_gptoss.py"   # gpt-oss: its own generator
 GPTOSS_MIXES = {"kquant": "q4_k_m", "f32": "f32", "mxfp4": "mxfp4"}
+QWEN35_GEN = ROOT / "native" / "tools" / "make_tiny_qwen35moe.py"   # qwen35moe: its own generator
+QWEN35_MIXES = {"f32": [], "q8": ["--q8"]}
 FWD_DUMP = ROOT / "native" / "build" / "fwd_dump"
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 TOPN = 32
+REFS = {**ARCH_REFS, "qwen35moe": Qwen35Moe}
 
 LLAMA_SCRIPT = llama_child.PRELUDE + textwrap.dedent("""
     import json, sys
@@ -178,6 +189,12 @@ def ggml_dequant_check(model, llama_python):
     return n, bad
 
 
+def qwen35_options(a):
+    """The qwen35moe generator's options the command line gives (its --shape is the same K=V list)."""
+    return ((["--no-mtp"] if a.no_mtp else []) + (["--interval", str(a.interval)] if a.interval is not None else [])
+            + (["--shape", a.shape] if a.shape else []))
+
+
 def main():
     spec = importlib.util.spec_from_file_location("make_arch_fixture", GEN)
     mod = importlib.util.module_from_spec(spec)
@@ -202,6 +219,8 @@ def main():
     ap.add_argument("--d-expert", type=int, help="expert width of the fixtures instead of the generator's "
                     "(e.g. 1408, Qwen1.5-MoE-A2.7B's: not a multiple of 256, so llama.cpp's K-quant files fall "
                     "back to Q5_0 / Q8_0 for the expert downs)")
+    ap.add_argument("--no-mtp", action="store_true", help="qwen35moe: no trailing MTP block")
+    ap.add_argument("--interval", type=int, help="qwen35moe: full_attention_interval (0: no key)")
     a = ap.parse_args()
     subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
     rows, deq = [], []
@@ -221,17 +240,20 @@ def main():
                     patch[k] = int(v)
             if a.d_expert:
                 patch["d_expert"] = a.d_expert
-            gptoss = arch == "gpt-oss"
-            if not gptoss:
+            gptoss, qwen35 = arch == "gpt-oss", arch == "qwen35moe"
+            if not (gptoss or qwen35):
                 mod.ARCHS[arch] = dict(mod.ARCHS[arch], **patch)
             # (the generator's own K-quant mix needs widths that are multiples of 256: not with --d-expert)
-            for mix in ([] if a.d_expert else ["kquant"]) + ["f32"] + (["mxfp4"] if gptoss else []) + \
-                    [f"llama {t}" for t in a.llama_quantize]:
+            mixes = ["f32", "q8"] if qwen35 else ([] if a.d_expert else ["kquant"]) + ["f32"] + (["mxfp4"] if gptoss else [])
+            for mix in mixes + [f"llama {t}" for t in a.llama_quantize]:
                 model = Path(tmp) / f"{arch}-{mix.replace(' ', '-')}.gguf"
                 gen = [str(model), "--arch", arch, "--seed", str(a.seed)] + ([] if mix == "kquant" else ["--f32"])
                 if gptoss:
                     subprocess.run([sys.executable, str(GPTOSS_GEN), str(model), "--seed", str(a.seed), "--mix",
                                     GPTOSS_MIXES.get(mix, "f32")], check=True)
+                elif qwen35:
+                    subprocess.run([sys.executable, str(QWEN35_GEN), str(model), "--seed", str(a.seed),
+                                    *QWEN35_MIXES.get(mix, []), *qwen35_options(a)], check=True)
                 elif patch:           # the generator in-process, with the patched shape
                     mod.main(gen)
                 else:
@@ -274,7 +296,8 @@ def main():
                 ids, V = info["ids"], info["n_vocab"]
                 ref = log_softmax(np.load(npy).astype(np.float64))
                 try:
-                    ex = compare(ref, log_softmax(ours(model, ids, V, tmp, EXACT="1", KV_TYPE="f32")), len(PROMPT))
+                    exact = log_softmax(ours(model, ids, V, tmp, EXACT="1", KV_TYPE="f32"))
+                    ex = compare(ref, exact, len(PROMPT))
                     i8 = compare(ref, log_softmax(ours(model, ids, V, tmp)), len(PROMPT))
                 except Refused as e:
                     rows.append((arch, mix, f"our engine refuses it: {e}"))
@@ -285,7 +308,7 @@ def main():
                     deq.append(f"{arch} {mix}: {nt - nbad}/{nt} quantized tensors dequantize bit-identically in "
                                "llama.cpp and gguf's numpy")
                     print(deq[-1], file=sys.stderr)
-                rf = None
+                rf = rx = None
                 if arch in REFS and not (a.rope_scaling and "=" in a.rope_scaling):   # (k=v keys: no reference)
                     if a.rope_scaling:   # with the published scaled-RoPE definitions
                         from tests.model.test_arch_rope_scaling import scaled_ref
@@ -293,10 +316,12 @@ def main():
                     else:
                         fwd = REFS[arch](str(model)).forward(ids)
                     rf = compare(ref, log_softmax(fwd), len(PROMPT))
+                    rx = compare(log_softmax(fwd), exact, len(PROMPT))
                 rows.append((arch, mix, ex, i8, rf))
                 print(f"{arch} {mix}: EXACT=1 {ex[1]}/{ex[0]} max {ex[2]:.2e} gap {ex[3]:.3f}; "
                       f"default {i8[1]}/{i8[0]} max {i8[2]:.2e} gap {i8[3]:.3f}"
                       + (f"; float64 reference {rf[1]}/{rf[0]} max {rf[2]:.2e}" if rf else "")
+                      + (f"; reference vs ours EXACT=1 {rx[1]}/{rx[0]} max {rx[2]:.2e}" if rx else "")
                       + f" (use_extra_bufts off: {info['extra_bufts_off']})", file=sys.stderr)
     print("| architecture | weights | ours EXACT=1 (KV f32): greedy = llama.cpp | max \\|Δ log-prob\\| (llama.cpp top 32) "
           "| worst gap | ours default (int8, KV f16): greedy | max \\|Δ log-prob\\| | worst gap "
@@ -307,7 +332,8 @@ def main():
             print(f"| {r[0]} | {r[1]} | {r[2]} | | | | | | | |")
             continue
         arch, mix, ex, i8, rf = r
-        w = {"kquant": "K-quant mix", "f32": "F32", "mxfp4": "MXFP4 experts, BF16 elsewhere"}.get(mix, mix)
+        w = {"kquant": "K-quant mix", "f32": "F32", "mxfp4": "MXFP4 experts, BF16 elsewhere",
+             "q8": "Q8_0 matrices"}.get(mix, mix)
         ref = f"{rf[1]}/{rf[0]} | {rf[2]:.2e}" if rf else "n/a | n/a"
         print(f"| {arch} | {w} | {ex[1]}/{ex[0]} | {ex[2]:.2e} | {ex[3]:.3f} | {i8[1]}/{i8[0]} | {i8[2]:.2e} | {i8[3]:.3f} "
               f"| {ref} |")

@@ -67,7 +67,8 @@ def _start_bridges(args: argparse.Namespace, redis_url: str, model: Path) -> lis
 async def _warm(args: argparse.Namespace, model_id: str) -> list[tuple[str, str]]:
     """Two conversations per bridge (half its slots: p2c need not pack them perfectly), each a
     long prompt: (conversation key, prompt)."""
-    from engine_bridge.client import GenerationRequest, generate
+    from engine_bridge.client import generate
+    from engine_bridge.request import GenerationRequest
 
     conversations = []
     for n in range(args.bridges * 2):
@@ -84,7 +85,8 @@ async def _warm(args: argparse.Namespace, model_id: str) -> list[tuple[str, str]
 
 async def _measure(args: argparse.Namespace, model_id: str) -> None:
     from engine_bridge import client, liveness, registry, routing, served, telemetry
-    from engine_bridge.client import GenerationRequest, generate
+    from engine_bridge.client import generate
+    from engine_bridge.request import GenerationRequest
 
     conversations = await _warm(args, model_id)
     samples: dict[str, list[float]] = {"route": [], "legacy": [], "chain": [], "decide": [],
@@ -141,7 +143,8 @@ async def _measure(args: argparse.Namespace, model_id: str) -> None:
 
 async def _conversation(n: int, model_id: str, turns: int, max_tokens: int, tag: str) -> tuple[int, list[str], list[float]]:
     """One conversation of `turns` turns: (completion tokens, the bridge of each turn, first-text times)."""
-    from engine_bridge.client import GenerationRequest, generate
+    from engine_bridge.client import generate
+    from engine_bridge.request import GenerationRequest
 
     key, history, tokens, bridges, firsts = f"conv:agg{tag}-{n}", "", 0, [], []
     for turn in range(turns):

@@ -7,7 +7,8 @@ owner of their rules, so a frame that passes here can neither break a save nor t
 """
 from typing import Any
 
-from engine_bridge import protocol, sampling
+from engine_bridge import sampling
+from engine_bridge.request import NUL_REFUSAL, encodable, has_nul
 
 MAX_TEXT_CHARS = 100_000
 FRAME_FIELDS = {
@@ -95,10 +96,10 @@ def parse(frame: object) -> tuple[str, dict[str, Any]]:
         if rule == "text":
             if not isinstance(value, str) or not value.strip():
                 raise FrameError(name, f"{name} must be a non-empty string")
-            if not protocol.encodable(value):
+            if not encodable(value):
                 raise FrameError(name, f"{name} is not valid Unicode (it contains a lone surrogate)")
-            if protocol.has_nul(value):
-                raise FrameError(name, f"{name} {protocol.NUL_REFUSAL}")
+            if has_nul(value):
+                raise FrameError(name, f"{name} {NUL_REFUSAL}")
             if len(value) > MAX_TEXT_CHARS:
                 raise FrameError(name, f"{name} is longer than {MAX_TEXT_CHARS} characters")
         if rule == "params":

@@ -16,7 +16,7 @@ from django.db import transaction
 
 from chat.models import Conversation, Message
 from chat.text import fallback_title
-from engine_bridge import protocol
+from engine_bridge.request import NUL_REFUSAL, has_nul
 
 MAX_MESSAGES = 2000
 MAX_CALLS = 128  # per assistant turn
@@ -34,8 +34,8 @@ class ImportRefused(ValueError):
 
 
 def _text(value: str, field: str) -> str:
-    if protocol.has_nul(value):
-        raise ImportRefused(field, protocol.NUL_REFUSAL)
+    if has_nul(value):
+        raise ImportRefused(field, NUL_REFUSAL)
     return value
 
 

@@ -33,7 +33,7 @@ from colibri_base.cache import async_client
 from colibri_base.layers import channel_layer
 
 if TYPE_CHECKING:
-    from engine_bridge.client import GenerationRequest
+    from engine_bridge.request import GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def _generation_request(conv_id: int, prompt: str, params: dict[str, Any], route
     """The turn's job: `model` the conversation's served model (the bridge serving it takes the
     turn), `routes` whether its engine reports which experts answered (services.Turn.routes),
     `reasoning` its reasoning format (services.Turn.reasoning: thinking comes as `reasoning` events)."""
-    from engine_bridge.client import GenerationRequest
+    from engine_bridge.request import GenerationRequest
 
     return GenerationRequest(
         model=model,

@@ -24,8 +24,9 @@ from chat.server_frames import MessageData
 from chat.tasks import title_conversation
 from chat.text import fallback_title, storable
 from colibri_base.socket_access import socket_access_valid
-from engine_bridge import protocol, toolsyntax
+from engine_bridge import toolsyntax
 from engine_bridge.reasoning import mode_for
+from engine_bridge.request import NUL_REFUSAL, encodable, has_nul
 from engine_bridge.served import ServedModel, served_model_get, served_models_get
 
 # A streaming message not saved for this long belongs to a relay that died with its process
@@ -105,9 +106,9 @@ def system_prompt_check(text: str) -> str:
     if len(text) > SYSTEM_PROMPT_CHARS:
         raise ChatError("bad_system_prompt", f"system_prompt is longer than {SYSTEM_PROMPT_CHARS} characters",
                         "system_prompt")
-    if protocol.has_nul(text):
-        raise ChatError("bad_system_prompt", f"system_prompt {protocol.NUL_REFUSAL}", "system_prompt")
-    if not protocol.encodable(text):
+    if has_nul(text):
+        raise ChatError("bad_system_prompt", f"system_prompt {NUL_REFUSAL}", "system_prompt")
+    if not encodable(text):
         raise ChatError("bad_system_prompt", "system_prompt is not valid Unicode (it contains a lone surrogate)",
                         "system_prompt")
     return text

@@ -25,7 +25,8 @@ def clean_title(text: str) -> str:
 
 
 async def _generate_text(prompt: str, model: str | None = None, reasoning: str | None = None) -> str:
-    from engine_bridge.client import GenerationRequest, generate
+    from engine_bridge.client import generate
+    from engine_bridge.request import GenerationRequest
 
     req = GenerationRequest(prompt=prompt, max_tokens=TITLE_MAX_TOKENS, temperature=0.0, priority="background",
                             model=model, reasoning=reasoning)

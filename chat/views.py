@@ -16,8 +16,8 @@ from chat.export import FORMATS, export_content
 from chat.imports import ImportRefused, import_conversation
 from chat.models import MODEL_ID_CHARS, SYSTEM_PROMPT_CHARS, Conversation
 from colibri_base.access import signed_in_user, staff_json
-from engine_bridge import protocol
 from engine_bridge.served import served_model_get, served_models_get
+from engine_bridge.request import NUL_REFUSAL, has_nul
 
 
 class SessionApi(APIView):
@@ -33,7 +33,7 @@ class SessionApi(APIView):
 
 
 # Titles and every other DRF CharField refuse NUL already (DRF's ProhibitNullCharactersValidator:
-# 400 "Null characters are not allowed." naming the field), the rule of engine_bridge.protocol.has_nul.
+# 400 "Null characters are not allowed." naming the field), the rule of engine_bridge.request.has_nul.
 class TitleInput(serializers.Serializer):
     title = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
 
@@ -41,8 +41,8 @@ class TitleInput(serializers.Serializer):
 class ConversationListApi(SessionApi):
     def get(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
-        if protocol.has_nul(q):  # PostgreSQL cannot compare with it: refused like any client text
-            raise ValidationError({"q": [f"q {protocol.NUL_REFUSAL}"]})
+        if has_nul(q):  # PostgreSQL cannot compare with it: refused like any client text
+            raise ValidationError({"q": [f"q {NUL_REFUSAL}"]})
         convs = services.conversation_search(signed_in_user(request), q)[:500]
         return Response({"conversations": [c.as_dict() for c in convs]})
 

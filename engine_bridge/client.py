@@ -15,16 +15,16 @@ its liveness that of the bridge it went to); engine_bridge.listener is the one r
 process's reply list.
 """
 import asyncio
-import base64
 import collections
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from engine_bridge import liveness, protocol, registry, routing, transport
+from engine_bridge import liveness, registry, routing, transport
 from engine_bridge.listener import loop_listener
+from engine_bridge.request import GenerationRequest, encodable, job_message
 
 log = logging.getLogger(__name__)
 
@@ -41,50 +41,12 @@ BROKER_OUTAGE_S = 10.0  # how long a surface rides out a Redis outage before it 
 ROUTE_SNAPSHOT_S = 0.05
 
 
-@dataclass
-class GenerationRequest:
-    prompt: str                      # fully rendered prompt (the caller renders the chat template)
-    max_tokens: int
-    temperature: float | None = 0.0  # 0 = greedy; None = the served model's default (sampling.model_defaults)
-    top_p: float | None = 1.0        # None = the served model's default
-    seed: int | None = None          # sent as seed=<n> to engines with our extensions (MODEL line)
-    stop: list[str] = field(default_factory=list)
-    conversation_key: str | None = None
-    priority: str = "interactive"    # or "background"
-    topk: bool = False
-    experts: int | None = None       # routed experts per token (our engine's experts=N); None = the model's own
-    routes: bool = False             # ask for this request's expert selection counts (done.routing)
-    heat: bool = True                # False: the engine keeps these selections out of its usage heat
-    top_k: int | None = None         # sample among the k most likely tokens (our engine's top_k=); None: no cut
-    logprobs: int = 0                # k > 0: each text event carries its tokens' logprobs and k candidates
-    grammar: bytes | None = None     # CGD1 DFA (engine_bridge.grammar) the output must stay in; only
-                                     # for an engine that announces it (MODEL "grammar"), else refused
-    model: str | None = None         # a served model id (ServedModel.id; "default"/"colibri" too);
-                                     # None: the default model. The router picks its bridge.
-    reasoning: str | None = None     # the output's reasoning format (engine_bridge.reasoning.mode_for
-                                     # of the served template): "think" | "harmony" | None (all answer).
-                                     # Set: thinking comes as `reasoning` events, `text` is the answer only
-    think_budget: int | None = None  # with `reasoning`: thinking tokens at most; then the bridge closes the
-                                     # thinking itself (STOP, and the same slot goes on from the prompt,
-                                     # the output so far and the format's close: its KV prefix is kept)
-
-
 @dataclass(frozen=True)
 class Target:
     """Where a request went: the bridge's id, the boot it was meant for, the host it runs on."""
     bridge: str
     boot: str
     host: str = ""
-
-
-def job_message(request: GenerationRequest) -> dict:
-    """The job as JSON-able data: the grammar's bytes travel as base64 (jobs.parse_job decodes);
-    `model` stays here (it chose the bridge, which serves one)."""
-    job = asdict(request)
-    job.pop("model", None)
-    if job.get("grammar") is not None:
-        job["grammar"] = base64.b64encode(bytes(job["grammar"])).decode("ascii")
-    return job
 
 
 def _error(code: str, message: str, **extra: object) -> dict:
@@ -164,7 +126,7 @@ async def _admissible(request: GenerationRequest, boot: str | None, req: str) ->
     """(where to submit, {}), or (None, the error that ends the stream before any submit): text
     the engine cannot take, Redis not answering, no bridge running or none serving the model."""
     texts = (request.prompt, *request.stop) if isinstance(request.stop, (list, tuple)) else (None,)
-    if not all(protocol.encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
+    if not all(encodable(text) for text in texts):  # lone surrogates pass JSON, not the engine
         return None, _error("BAD_REQUEST", "The prompt or a stop string is not valid Unicode (a lone surrogate).")
     try:
         bridges = _with_recent_holds(await registry.abridges_get(ROUTE_SNAPSHOT_S))

@@ -23,12 +23,13 @@ import shlex
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.conf import settings
 
 from engine_bridge import protocol
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,17 @@ class SupervisorHooks(Protocol):
     def on_ready(self, engine: "Engine", /) -> None: ...
     def on_event(self, event: protocol.Event, /) -> None: ...
     def on_down(self, reason: str, /) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """The engine process as /proc shows it at one moment (Engine.sample)."""
+    # A figure that grows while the engine works: its CPU time in ticks plus the bytes it read
+    # from storage. A long prefill under a small memory budget runs for minutes without a line on
+    # stdout and without reading a command; this tells it from a hang. None: /proc cannot tell.
+    work: int | None
+    # Stopped (SIGSTOP, a debugger): /proc says so at once, where an unanswered ping takes a while.
+    stopped: bool
 
 
 class Engine:
@@ -275,33 +287,28 @@ class Engine:
     async def cancel(self, req_id: int) -> None:
         await self.write(protocol.format_cancel(req_id))
 
-    def work_done(self) -> int | None:
-        """A figure that grows while the engine works: its CPU time in ticks (every thread's) plus
-        the bytes it read from storage. A long prefill under a small memory budget runs for
-        minutes without a line on stdout and without reading a command; this tells it from a
-        hang. None when /proc cannot tell."""
+    def sample(self) -> ProcSample:
+        """What /proc shows of the engine process now, from one read of its stat: the watchdog
+        asks once per tick. Nothing readable (no process, no /proc): no work figure, not stopped."""
         try:
             with open(f"/proc/{self.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            ticks = int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError, TypeError):
-            return None
-        read = 0
+        except (OSError, IndexError):
+            return ProcSample(None, False)
+        stopped = bool(fields) and fields[0] in ("T", "t")
+        try:
+            ticks = int(fields[11]) + int(fields[12])  # utime, stime (every thread's)
+        except (IndexError, ValueError):
+            return ProcSample(None, stopped)
+        return ProcSample(ticks + self._read_bytes(), stopped)
+
+    def _read_bytes(self) -> int:
+        """The bytes the engine read from storage (/proc/<pid>/io read_bytes); 0 when unreadable."""
         try:
             with open(f"/proc/{self.pid}/io") as f:
-                read = next((int(ln.split()[1]) for ln in f if ln.startswith("read_bytes:")), 0)
+                return next((int(ln.split()[1]) for ln in f if ln.startswith("read_bytes:")), 0)
         except (OSError, ValueError):
-            pass
-        return ticks + read
-
-    def stopped(self) -> bool:
-        """True while the engine process is stopped (SIGSTOP, a debugger): /proc says so at once,
-        where an unanswered ping would take a while."""
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-        except (OSError, IndexError, TypeError):
-            return False
+            return 0
 
     def _signal(self, sig: int) -> None:
         if self.proc and self.proc.returncode is None:

@@ -20,7 +20,7 @@ from django.conf import settings
 
 from engine_bridge import protocol as p
 from engine_bridge import sampling
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest, encodable
 from engine_bridge.reasoning import MODES as REASONING_MODES, Splitter
 from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS, StopMatcher
 
@@ -86,7 +86,7 @@ def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:
         raise p.SubmitError("stop must be a list of non-empty strings")
     if len(job.stop) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in job.stop):
         raise p.SubmitError(f"stop: at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters")
-    if not all(p.encodable(s) for s in (job.prompt, *job.stop)):
+    if not all(encodable(s) for s in (job.prompt, *job.stop)):
         raise p.SubmitError("prompt and stop must be valid UTF-8 (no lone surrogates)")
     # The wire form of every number, decided by the one owner of the rules: a value the engine
     # would refuse in the header must never reach it (that refusal is a stream-level ERROR 0).
@@ -112,7 +112,7 @@ def parse_job(raw: object, model_info: dict | None = None) -> GenerationRequest:
         except (binascii.Error, ValueError):
             job.grammar = None
         if not job.grammar:
-            raise p.SubmitError("grammar must be non-empty base64 (engine_bridge.client.job_message)")
+            raise p.SubmitError("grammar must be non-empty base64 (engine_bridge.request.job_message)")
     p.format_submit(1, 0, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=1, top_k=job.top_k,
                     logprobs=job.logprobs, grammar=job.grammar)
     return job

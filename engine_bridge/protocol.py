@@ -557,29 +557,6 @@ class Parser:
 
 # --- commands ----------------------------------------------------------------------------------
 
-def encodable(text: object) -> bool:
-    """True when text can go on the wire as UTF-8: a str without lone surrogates (JSON parsers
-    accept those; the engine, the database and every encoder after them do not)."""
-    if not isinstance(text, str):
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-NUL_REFUSAL = "contains a NUL character (U+0000), which this server does not accept in text"
-
-
-def has_nul(text: object) -> bool:
-    """True when a client's text holds U+0000: PostgreSQL text and jsonb cannot store it and the
-    engine refuses it in a prompt, so every surface refuses it up front with NUL_REFUSAL naming the
-    field (one rule everywhere: websocket frames, every /v1 body, titles and key names), never a
-    server error later. Model output is not client text: chat.text.storable replaces it."""
-    return isinstance(text, str) and "\x00" in text
-
-
 def format_number(value: float) -> str:
     """Shortest decimal form without exponent: 0.7 -> '0.7', 1.0 -> '1', 1e-05 -> '0.00001'."""
     text = format(Decimal(repr(float(value))), "f")

@@ -120,7 +120,7 @@ class Bridge:
         """Keeps telemetry `hung` true while the running engine is stopped (SIGSTOP: /proc says
         so, seen within WATCH_S) or does not answer: an engine silent for PING_AFTER_S gets a STOP
         of an id no request uses, which an engine reading its commands answers at once (ERROR <id>
-        NOT_FOUND, ignored by Streams.error); no output and no work (Engine.work_done: CPU time,
+        NOT_FOUND, ignored by Streams.error); no output and no work (Engine.sample: CPU time,
         storage reads) HUNG_AFTER_S after it means hung. An engine in a long forward (a long
         prompt's prefill under a small memory budget reads no command for minutes) works, so it
         is not hung, and its running streams get an `alive` event every ALIVE_EVERY_S, which
@@ -134,12 +134,12 @@ class Bridge:
             if engine is None:
                 ping_at, work = None, None
             else:
-                done = engine.work_done()
-                if done is not None and done != work:
-                    work, worked_at = done, now
+                seen = engine.sample()
+                if seen.work is not None and seen.work != work:
+                    work, worked_at = seen.work, now
                 if ping_at is not None and engine.last_output > ping_at:
                     ping_at = None  # it spoke since the question
-                if engine.stopped():
+                if seen.stopped:
                     hung = True
                 elif ping_at is None and now - engine.last_output > PING_AFTER_S:
                     ping_at = now

@@ -54,6 +54,7 @@ import numpy as np
 from colibri_base.layers import channel_layer
 from engine_bridge import client as bridge_client
 from engine_bridge import telemetry
+from engine_bridge.request import GenerationRequest
 
 PROBES_FILE = Path(__file__).parent / "data" / "probes.json"
 MIN_COUNT = 30
@@ -239,7 +240,7 @@ def leave_one_out(runs: Iterable[tuple[str, Any]], categories: Sequence[str]) ->
 
 # --- running the probes (async, through the bridge) ----------------------------------------------
 
-async def probe_generate(request: bridge_client.GenerationRequest) -> tuple[dict, dict]:
+async def probe_generate(request: GenerationRequest) -> tuple[dict, dict]:
     """One probe through the bridge -> (its accepted event or {}, its done event); BuildError
     when the engine refuses it."""
     accepted: dict | None = None
@@ -275,7 +276,7 @@ class RoutesRunner:
         return None
 
     async def _generate(self, prompt: str, routes: bool) -> tuple[dict, dict]:
-        return await probe_generate(bridge_client.GenerationRequest(
+        return await probe_generate(GenerationRequest(
             prompt=prompt, max_tokens=1, temperature=0.0, seed=SEED, conversation_key=self.key,
             priority="background", experts=self.experts, routes=routes, heat=False, model=self.model))
 
@@ -333,7 +334,7 @@ class ProbeRunner:
                 self.inbox.put_nowait((message.get("boot"), item))
 
     async def _generate(self, prompt: str, max_tokens: int) -> tuple[dict, dict]:
-        return await probe_generate(bridge_client.GenerationRequest(
+        return await probe_generate(GenerationRequest(
             prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=SEED,
             conversation_key=self.key, priority="background", experts=self.experts, model=self.model))
 

@@ -1,6 +1,6 @@
 """The layering of the packages holds (issue 26 item 7): the import-linter contracts of
-pyproject.toml pass on the tree, and they do bite — a peer import or an import circle planted in a
-copy of the tree, even inside a function, breaks them.
+pyproject.toml pass on the tree, and they do bite — a peer import, an import circle or an import
+across the bridge's two sides planted in a copy of the tree, even inside a function, breaks them.
 
 Why a copy for the second part: a contract that never fails proves nothing; planting the imports in
 the real tree would race other tests that import it.
@@ -50,6 +50,12 @@ PLANTED = {
     # a circle inside an app, closed by a function-level import (relay imports services)
     "circle": ("chat/services.py", "\n\ndef _planted():\n    from chat import relay\n\n    return relay\n",
                "No cycles are allowed in chat"),
+    # the bridge's engine side reaching its web side (how jobs and engine took GenerationRequest
+    # from client), and the web side reaching the engine side
+    "engine-to-web": ("engine_bridge/jobs.py", "\n\ndef _planted():\n    from engine_bridge.client import generate\n\n"
+                      "    return generate\n", "engine_bridge.jobs is not allowed to import engine_bridge.client"),
+    "web-to-engine": ("engine_bridge/client.py", "\n\ndef _planted():\n    from engine_bridge import protocol\n\n"
+                      "    return protocol\n", "engine_bridge.client is not allowed to import engine_bridge.protocol"),
 }
 
 

@@ -3,24 +3,24 @@
  * which tests/native/test_kquants.py pins bit for bit); qmat_mul (int8 activations) equal, bit for
  * bit, to quant_iqlow.h's canonical order written out in scalar code (whatever SIMD path the build
  * took) and within the activation rounding of a double dot; identical bits for n = 1 / n = 8 and
- * 1-3 threads; EXACT (float activations) = qdot_exact of the dequantized row. */
+ * 1-3 threads; EXACT (float activations) = qdot_exact of the dequantized row. The kernel checks
+ * are iq_driver.h's; this file gives the rows and the canonical orders. */
 #include "gguf.h"
 #include "quant.h"
 #include "quant_iqlow.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TEST_SEED 0x243f6a8885a308d3ull
 #include "check.h"
+#include "iq_driver.h"
 
 static const uint32_t TYPES[] = {GGML_IQ1_S, GGML_IQ1_M, GGML_IQ2_XXS, GGML_IQ2_XS, GGML_IQ2_S, GGML_IQ3_XXS, GGML_IQ3_S};
 #define NTYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
-static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 /* Random bytes with a sane f16 d (IQ1_M: its bits in the top nibbles of the super-block's last
  * four u16s). */
@@ -69,113 +69,30 @@ static void test_block(uint32_t t)
     free(W); free(v);
 }
 
-/* qmat_mul (the packed tiles: one accumulator per output, blocks in order) and qiql_dot (the row
- * kernel: 8 lanes) == their canonical orders bit for bit, and near the double dot of the
- * dequantized row. */
-static void test_kernel(uint32_t t, int rows, int cols, int n)
+/* The canonical orders: qmat_mul (the packed tiles: one accumulator per output, blocks in
+ * order) and qiql_dot (the row kernel: 8 lanes). */
+static int iqlow_order(uint32_t t, const uint8_t *row, const qact *a, int i, int cols, float got)
 {
-    const size_t rb = ggml_row_bytes(t, (uint64_t)cols);
     const int nb = cols / 32;
-    uint8_t *W = malloc(rb * rows);
-    float *x = malloc(sizeof(float) * n * cols), *out = malloc(sizeof(float) * n * rows), *deq = malloc(sizeof(float) * cols);
-    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
-    for (int i = 0; i < n * cols; i++) x[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
-    const qmat m = {t, rows, cols, rb, W, 0};
-    qact a = {0};
-    qact_prepare(&a, t, x, n, cols);
-    qmat_mul(&m, &a, out, rows);
-    int same = 1;
-    double worst = 0;
-    for (int r = 0; r < rows; r++) {
-        dequant_row(t, W + r * rb, deq, cols);
-        for (int i = 0; i < n; i++) {
-            const int8_t *xq = a.q + (size_t)i * cols;
-            float L[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc = 0.0f;
-            for (int b = 0; b < nb; b++) {
-                int8_t q[32];
-                int32_t mm[2], sa = 0, sb = 0;
-                float f;
-                qiql_block(t, W + r * rb, b, q, mm, &f);
-                for (int j = 0; j < 16; j++) {
-                    sa += q[j] * xq[32 * b + j];
-                    sb += q[16 + j] * xq[32 * b + 16 + j];
-                }
-                const float isum = (float)(mm[0] * sa + mm[1] * sb), s = f * a.qd[(size_t)i * nb + b];
-                acc = fmaf(isum, s, acc);                 /* the packed tiles: blocks in order */
-                L[b % 8] = fmaf(isum, s, L[b % 8]);       /* the row kernel: 8 lanes */
-            }
-            const float lanes = ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
-            const float got = out[(size_t)i * rows + r];
-            float rk;
-            qiql_dot(t, W + r * rb, &a, i, 1, nb, &rk);
-            same &= fbits(got) == fbits(acc) && fbits(rk) == fbits(lanes);
-            double ref = 0, mag = 0, qerr = 0;
-            const float *xi = x + (size_t)i * cols;
-            for (int b = 0; b < nb; b++) {
-                double amax = 0, sw = 0;
-                for (int j = 32 * b; j < 32 * b + 32; j++) {
-                    ref += (double)deq[j] * xi[j];
-                    mag += fabs((double)deq[j] * xi[j]);
-                    amax = fmax(amax, fabs(xi[j]));
-                    sw += fabs(deq[j]);
-                }
-                qerr += amax / 127.0 * 0.5 * 1.0001 * sw;
-            }
-            const double tol = 1e-5 * mag + qerr + 1e-6, err = fabs(got - ref);
-            if (err / tol > worst) worst = err / tol;
-            CHECK(err <= tol, "%s %dx%d: out[%d][%d] = %.7g, ref %.7g", ggml_type_name(t), rows, cols, i, r, got, ref);
+    const int8_t *xq = a->q + (size_t)i * cols;
+    float L[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        int8_t q[32];
+        int32_t mm[2], sa = 0, sb = 0;
+        float f;
+        qiql_block(t, row, b, q, mm, &f);
+        for (int j = 0; j < 16; j++) {
+            sa += q[j] * xq[32 * b + j];
+            sb += q[16 + j] * xq[32 * b + 16 + j];
         }
+        const float isum = (float)(mm[0] * sa + mm[1] * sb), s = f * a->qd[(size_t)i * nb + b];
+        acc = fmaf(isum, s, acc);
+        L[b % 8] = fmaf(isum, s, L[b % 8]);
     }
-    CHECK(same, "%s %dx%d n=%d: qmat_mul differs from the canonical order", ggml_type_name(t), rows, cols, n);
-    printf("  %-7s %4dx%-4d n=%d  canonical order bit-identical: %s, worst err/tol = %.3f\n", ggml_type_name(t), rows, cols,
-           n, same ? "yes" : "NO", worst);
-    qact_free(&a);
-    free(W); free(x); free(out); free(deq);
-}
-
-/* n = 1 against n = 8, 1-3 threads: the same bits; EXACT = qdot_exact of dequant_row's values. */
-static void test_determinism_exact(uint32_t t, int rows, int cols)
-{
-    const int n = 8;
-    const size_t rb = ggml_row_bytes(t, (uint64_t)cols);
-    uint8_t *W = malloc(rb * rows);
-    float *x = malloc(sizeof(float) * n * cols), *big = malloc(sizeof(float) * n * rows);
-    float *first = malloc(sizeof(float) * n * rows), *one = malloc(sizeof(float) * rows), *deq = malloc(sizeof(float) * cols);
-    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
-    for (int i = 0; i < n * cols; i++) x[i] = frand();
-    const qmat m = {t, rows, cols, rb, W, 0};
-    qact a = {0};
-    int same = 1;
-    for (int threads = 1; threads <= 3; threads++) {
-        omp_set_num_threads(threads);
-        qact_prepare(&a, t, x, n, cols);
-        qmat_mul(&m, &a, big, rows);
-        for (int i = 0; i < n; i++) {
-            qact_prepare(&a, t, x + (size_t)i * cols, 1, cols);
-            qmat_mul(&m, &a, one, rows);
-            same &= memcmp(one, big + (size_t)i * rows, sizeof(float) * rows) == 0;
-        }
-        if (threads == 1) memcpy(first, big, sizeof(float) * n * rows);
-        else same &= memcmp(first, big, sizeof(float) * n * rows) == 0;
-    }
-    omp_set_num_threads(omp_get_num_procs());
-    CHECK(same, "%s %dx%d: outputs differ between n=1/n=8 or thread counts", ggml_type_name(t), rows, cols);
-    qact e = {0};
-    e.exact = 1;
-    qact_prepare(&e, t, x, n, cols);
-    qmat_mul(&m, &e, big, rows);
-    int exact = 1;
-    for (int r = 0; r < rows; r++) {
-        dequant_row(t, W + r * rb, deq, cols);
-        for (int i = 0; i < n; i++)
-            exact &= fbits(big[(size_t)i * rows + r]) == fbits(qdot_exact(deq, x + (size_t)i * cols, cols));
-    }
-    CHECK(exact, "%s %dx%d: EXACT differs from qdot_exact of dequant_row", ggml_type_name(t), rows, cols);
-    printf("  %-7s %4dx%-4d bit-identical for n=1/n=8, 1-3 threads: %s; EXACT = qdot_exact(dequant_row): %s\n",
-           ggml_type_name(t), rows, cols, same ? "yes" : "NO", exact ? "yes" : "NO");
-    qact_free(&a);
-    qact_free(&e);
-    free(W); free(x); free(big); free(first); free(one); free(deq);
+    const float lanes = ((L[0] + L[4]) + (L[2] + L[6])) + ((L[1] + L[5]) + (L[3] + L[7]));
+    float rk;
+    qiql_dot(t, row, a, i, 1, nb, &rk);
+    return fbits(got) == fbits(acc) && fbits(rk) == fbits(lanes);
 }
 
 /* The packed copy (the files' values transcoded to table codes): qmat_row = dequant_row bit for
@@ -226,9 +143,9 @@ int main(void)
     printf("IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S\n");
     for (int k = 0; k < NTYPES; k++) {
         test_block(TYPES[k]);
-        test_kernel(TYPES[k], 19, 512, 5);
-        test_kernel(TYPES[k], 300, 256, 3);    /* large enough to run in parallel */
-        test_determinism_exact(TYPES[k], 301, 256);
+        iq_test_kernel(TYPES[k], 19, 512, 5, make_row, iqlow_order);
+        iq_test_kernel(TYPES[k], 300, 256, 3, make_row, iqlow_order);    /* large enough to run in parallel */
+        iq_test_determinism_exact(TYPES[k], 301, 256, make_row);
         test_packed(TYPES[k]);
     }
     if (fails) {

@@ -5,7 +5,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from engine_bridge import registry, served
-from engine_bridge.client import GenerationRequest, generate
+from engine_bridge.client import generate
+from engine_bridge.request import GenerationRequest
 from tests.support import procs
 
 CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"

@@ -9,7 +9,7 @@ import pytest
 from gguf import GGUFReader
 
 from engine_bridge import prompting, telemetry
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 from tests.bridge.conftest import bridge_env
 from tests.bridge.helpers import collect, final, text_of
 from tests.support import procs

@@ -12,7 +12,7 @@ import pytest
 
 from engine_bridge import pacing
 from engine_bridge.jobs import Request
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 from tests.support.vclock import on_virtual_clock, patch_monotonic
 
 

@@ -10,7 +10,7 @@ import redis.asyncio
 from django.conf import settings
 
 from engine_bridge import client, liveness, transport
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 
 
 async def _bridge_by_hand(boot: str) -> redis.asyncio.Redis:

@@ -7,12 +7,13 @@ FAKE_DELAY seconds, like a real engine decoding one stream.
 """
 import asyncio
 import os
+import signal
 import sys
 import time
 
 from engine_bridge import protocol
-from engine_bridge.client import GenerationRequest
-from engine_bridge.engine import Engine
+from engine_bridge.engine import Engine, ProcSample
+from engine_bridge.request import GenerationRequest
 from tests.bridge.conftest import FAKES
 
 
@@ -111,5 +112,29 @@ async def test_a_command_sent_is_in_the_pipe_before_send_returns():
         engine.send(protocol.format_stop(1))
         await recorder.until(lambda e: isinstance(e, protocol.Done) and e.id == 1, timeout=5)
         assert [type(e) for e in recorder.events if getattr(e, "id", None) == 1][0] is protocol.Accept
+    finally:
+        await engine.kill()
+
+
+async def test_one_sample_of_proc_tells_the_work_figure_and_a_stopped_engine():
+    """Engine.sample (the watchdog's one /proc read a tick): a running engine has a work figure
+    and is not stopped; SIGSTOP shows at once, SIGCONT clears it; before a start it tells nothing."""
+    recorder = Recorder()
+    assert Engine(["true"], {}, recorder, slots=1).sample() == ProcSample(None, False)
+    engine = await start_fake(recorder, lambda events, cycle: 0.0, delay=0.001)
+    try:
+        running = engine.sample()
+        assert isinstance(running.work, int) and running.work > 0 and not running.stopped
+        os.kill(engine.pid, signal.SIGSTOP)
+        try:
+            async with asyncio.timeout(5):  # the kernel marks the stop as the signal is taken
+                while not engine.sample().stopped:
+                    await asyncio.sleep(0.01)
+            assert engine.sample().work is not None
+        finally:
+            os.kill(engine.pid, signal.SIGCONT)
+        async with asyncio.timeout(5):
+            while engine.sample().stopped:
+                await asyncio.sleep(0.01)
     finally:
         await engine.kill()

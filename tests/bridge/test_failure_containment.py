@@ -12,7 +12,8 @@ import time
 
 from engine_bridge import liveness
 from engine_bridge import transport
-from engine_bridge.client import GenerationRequest, generate
+from engine_bridge.client import generate
+from engine_bridge.request import GenerationRequest
 from engine_bridge.telemetry import aget_state
 from tests.bridge.conftest import bridge_env
 from tests.bridge.helpers import CHATML, collect, final, text_of

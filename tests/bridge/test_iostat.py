@@ -4,7 +4,7 @@ its done event (`io`, stored with a chat message and shown beside its routing). 
 sends none (the real colibri binary) leaves both None."""
 from engine_bridge import protocol as p
 from engine_bridge import worker
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 
 
 def bridge_with_request(eng_id):

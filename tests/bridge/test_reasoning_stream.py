@@ -2,7 +2,7 @@
 double: a random-weight model never writes `<think>` or a harmony channel; FAKE_SCRIPT=1 makes
 the prompt's last `<<SAY>>…<</SAY>>` the output, two bytes per DATA frame, so every marker
 arrives cut)."""
-from engine_bridge.client import GenerationRequest
+from engine_bridge.request import GenerationRequest
 from tests.bridge.helpers import collect, final, text_of
 from tests.bridge.test_worker_fake_engines import bridge
 

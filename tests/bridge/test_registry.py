@@ -122,7 +122,7 @@ async def test_the_served_model_read_and_the_route_share_one_registry_read(
     (client._admissible): one registry round trip for both (issue 26), the route's snapshot
     dating each beat as a fresh read would."""
     from engine_bridge import client as generation, served
-    from engine_bridge.client import GenerationRequest
+    from engine_bridge.request import GenerationRequest
 
     heart = liveness.Heart("reg-once")
     heart.describe = lambda: _describe("reg-once", heart)

@@ -10,7 +10,8 @@ import uuid
 import pytest
 
 from engine_bridge import liveness, transport
-from engine_bridge.client import GenerationRequest, generate
+from engine_bridge.client import generate
+from engine_bridge.request import GenerationRequest
 from engine_bridge.telemetry import aget_state
 from tests.bridge.conftest import bridge_env
 from tests.bridge.helpers import CHATML

@@ -5,7 +5,8 @@ import contextlib
 import time
 
 
-from engine_bridge.client import GenerationRequest, generate
+from engine_bridge.client import generate
+from engine_bridge.request import GenerationRequest
 from engine_bridge.telemetry import aget_state
 from tests.bridge.conftest import bridge_env, fake_command
 from tests.bridge.helpers import Stream, collect, final, text_of, until

@@ -7,7 +7,8 @@ import uuid
 import pytest
 
 from engine_bridge import liveness, transport
-from engine_bridge.client import GenerationRequest, cancel, generate
+from engine_bridge.client import cancel, generate
+from engine_bridge.request import GenerationRequest
 from tests.bridge.helpers import CHATML, collect, final, text_of
 
 pytestmark = pytest.mark.usefixtures("real_bridge")

@@ -17,7 +17,8 @@ from django.core.management import call_command
 from django.test.utils import override_settings
 
 from engine_bridge import telemetry
-from engine_bridge.client import GenerationRequest, generate
+from engine_bridge.client import generate
+from engine_bridge.request import GenerationRequest
 from experts import atlas_format, builder, services
 from experts.models import Atlas, AtlasBuild
 from tests.support import procs

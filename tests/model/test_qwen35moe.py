@@ -13,7 +13,7 @@ float64 forward, in EXACT mode (float activations, F32 K/V):
   - also a file with full_attention_interval 2 and a Q8_0 one; a file without the layer pattern
     is refused naming the key;
   - the file's MTP block is not run: the reference has no MTP either.
-llama.cpp agreement (a one-off, bench/qwen35_crosscheck.py; make test cannot depend on a
+llama.cpp agreement (a one-off, bench/arch_crosscheck.py --arch qwen35moe; make test cannot depend on a
 llama.cpp build): see native/README.md.
 """
 from __future__ import annotations

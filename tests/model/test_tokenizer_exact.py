@@ -11,7 +11,7 @@ Corpus, > 1 MB, per category so a failure names what broke:
   mixed    check_tokenizer's deterministic generator: stdlib Python and C headers from this
            machine, numbers, whitespace runs, CJK, emoji, ChatML specials, invalid UTF-8.
 The engine side is native/tests/tok_ids (one process for every chunk file), so the whole file
-takes a few seconds.
+takes a few seconds; the comparison is tests/model/tok_compare's.
 """
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ from tests.support.procs import ROOT
 
 sys.path.insert(0, str(ROOT / "native" / "tools"))
 import check_tokenizer as ct  # noqa: E402
+from tests.model.tok_compare import assert_identical, build_tok_ids  # noqa: E402
 
 CHUNK = 4096
 
 
 @pytest.fixture(scope="module")
 def tok_ids(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/tok_ids"], check=True)
-    return ROOT / "native" / "build" / "tok_ids"
+    return build_tok_ids()
 
 
 @pytest.fixture(scope="module")
@@ -68,27 +68,8 @@ def test_corpus_is_big_and_mixed(corpus):
 @pytest.mark.parametrize("category", ["kjv", "pydoc", "mixed"])
 def test_ids_identical_to_hf_tokenizers(category, corpus, reference, tok_ids, default_model, tmp_path):
     parts = ct.chunks(corpus[category], CHUNK)
-    files = []
-    for i, p in enumerate(parts):
-        f = tmp_path / f"c{i:05d}.txt"
-        f.write_bytes(p)
-        files.append(str(f))
-    res = subprocess.run([str(tok_ids), str(default_model), *files], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    ours = [[int(x) for x in ln.split()] for ln in res.stdout.splitlines()]
-    assert len(ours) == len(parts)
-    bad, n_tok = [], 0
-    for p, mine in zip(parts, ours):
-        theirs = reference.encode(p)
-        n_tok += len(theirs)
-        if mine != theirs:
-            k = next((i for i in range(min(len(mine), len(theirs))) if mine[i] != theirs[i]),
-                     min(len(mine), len(theirs)))
-            bad.append(f"chunk {p[:40]!r}: first difference at token {k}: "
-                       f"engine {[reference.tk.id_to_token(x) for x in mine[max(0, k - 2):k + 4]]} "
-                       f"hf {[reference.tk.id_to_token(x) for x in theirs[max(0, k - 2):k + 4]]}")
-    assert not bad, f"{len(bad)}/{len(parts)} {category} chunks differ:\n" + "\n".join(bad[:5])
-    assert n_tok > 20_000
+    ours = assert_identical(reference, tok_ids, default_model, parts, tmp_path, category)
+    assert sum(map(len, ours)) > 20_000
 
 
 def test_specials_atomic_and_digits_split(reference, default_model, tmp_path):
@@ -136,24 +117,5 @@ def test_llama3_family_pre_tokenizers_identical_to_hf(pre, pre_variant, corpus, 
     """Qwen's (qwen2: single digits) and GLM's / Llama 3's (runs of up to 3 digits) split
     patterns, over the same mixed corpus as above (code, CJK, emoji, invalid UTF-8, specials)."""
     model = pre_variant(pre)
-    ref = ct.Reference(str(model))
     parts = ct.chunks(corpus["mixed"] + corpus["pydoc"][:100_000], CHUNK)
-    files = []
-    for i, p in enumerate(parts):
-        f = tmp_path / f"c{i:05d}.txt"
-        f.write_bytes(p)
-        files.append(str(f))
-    res = subprocess.run([str(tok_ids), str(model), *files], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    assert "not known" not in res.stderr, res.stderr
-    ours = [[int(x) for x in ln.split()] for ln in res.stdout.splitlines()]
-    bad = []
-    for p, mine in zip(parts, ours):
-        theirs = ref.encode(p)
-        if mine != theirs:
-            k = next((i for i in range(min(len(mine), len(theirs))) if mine[i] != theirs[i]),
-                     min(len(mine), len(theirs)))
-            bad.append(f"chunk {p[:40]!r}: token {k}: engine "
-                       f"{[ref.tk.id_to_token(x) for x in mine[max(0, k - 2):k + 4]]} "
-                       f"hf {[ref.tk.id_to_token(x) for x in theirs[max(0, k - 2):k + 4]]}")
-    assert not bad, f"{pre}: {len(bad)}/{len(parts)} chunks differ:\n" + "\n".join(bad[:5])
+    assert_identical(ct.Reference(str(model)), tok_ids, model, parts, tmp_path, pre)

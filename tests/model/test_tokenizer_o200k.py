@@ -38,6 +38,7 @@ from tests.support.procs import ROOT
 sys.path.insert(0, str(ROOT / "native" / "tools"))
 import check_tokenizer as ct  # noqa: E402
 import o200k_vocab  # noqa: E402
+from tests.model.tok_compare import assert_identical, build_tok_ids, engine_encode  # noqa: E402
 
 CHUNK = 4096
 
@@ -99,8 +100,7 @@ def o200k_soup(size: int, seed: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def tok_ids(engine_binary: Path) -> Path:
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/tok_ids"], check=True)
-    return ROOT / "native" / "build" / "tok_ids"
+    return build_tok_ids()
 
 
 @pytest.fixture(scope="module", params=["o200k", "traps"])
@@ -153,33 +153,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     }
 
 
-def engine_encode(tok_ids: Path, model: Path, parts: list[bytes], tmp_path: Path) -> list[list[int]]:
-    files = []
-    for i, p in enumerate(parts):
-        f = tmp_path / f"c{i:05d}.txt"
-        f.write_bytes(p)
-        files.append(str(f))
-    res = subprocess.run([str(tok_ids), str(model), *files], capture_output=True, text=True)
-    assert "not known" not in res.stderr, res.stderr
-    assert res.returncode == 0, res.stderr     # includes: pieces give back the input bytes
-    ours = [[int(x) for x in ln.split()] for ln in res.stdout.splitlines()]
-    assert len(ours) == len(parts)
-    return ours
-
-
-def differences(reference: ct.Reference, parts: list[bytes], ours: list[list[int]]) -> list[str]:
-    bad = []
-    for p, mine in zip(parts, ours):
-        theirs = reference.encode(p)
-        if mine != theirs:
-            k = next((i for i in range(min(len(mine), len(theirs))) if mine[i] != theirs[i]),
-                     min(len(mine), len(theirs)))
-            bad.append(f"chunk {p[:60]!r}: first difference at token {k}: "
-                       f"engine {[reference.tk.id_to_token(x) for x in mine[max(0, k - 2):k + 4]]} "
-                       f"hf {[reference.tk.id_to_token(x) for x in theirs[max(0, k - 2):k + 4]]}")
-    return bad
-
-
 def test_corpus_has_what_the_pattern_treats_specially(corpus: dict[str, bytes]) -> None:
     soup = corpus["o200k"]
     for needle in ("XMLHttpRequest", "DON'T", "'ſ", "\u0301", "ǅ", "ʰ", "日本語", "1234567", "!!/\n/",
@@ -204,9 +177,7 @@ def test_gguf_carries_the_trained_tokenizer(trained: tuple[Any, Path], reference
 def test_ids_identical_to_hf_tokenizers(category: str, corpus: dict[str, bytes], reference: ct.Reference,
                                         tok_ids: Path, trained: tuple[Any, Path], tmp_path: Path) -> None:
     parts = ct.chunks(corpus[category], CHUNK)
-    ours = engine_encode(tok_ids, trained[1], parts, tmp_path)
-    bad = differences(reference, parts, ours)
-    assert not bad, f"{len(bad)}/{len(parts)} {category} chunks differ:\n" + "\n".join(bad[:5])
+    ours = assert_identical(reference, tok_ids, trained[1], parts, tmp_path, category)
     assert sum(map(len, ours)) > 20_000
     # decode round trip through HF's decoder, for the chunks HF can take
     n_checked = 0
@@ -242,9 +213,7 @@ def _strings() -> st.SearchStrategy[list[str]]:
 def test_random_strings_identical_to_hf(texts: list[str], reference: ct.Reference, tok_ids: Path,
                                         trained: tuple[Any, Path], tmp_path: Path) -> None:
     parts = [t.encode() for t in texts]
-    ours = engine_encode(tok_ids, trained[1], parts, tmp_path)
-    bad = differences(reference, parts, ours)
-    assert not bad, "\n".join(bad[:5])
+    ours = assert_identical(reference, tok_ids, trained[1], parts, tmp_path, "random strings")
     for t, mine in zip(texts, ours):
         assert reference.tk.decode(mine, skip_special_tokens=False) == t
 

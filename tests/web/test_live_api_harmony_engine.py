@@ -29,18 +29,15 @@ from tests.support.reference import chat_template
 from tests.web import sse_oracles as oracles
 from tests.web.conftest import anthropic_client, openai_client
 from tests.web.live import start_stack
+from tests.web.reasoning_sdk import (ANSWER, CALL, SCHEMA, THOUGHT, chat_reasoning, messages_thinking, raw_stream,
+                                     responses_reasoning, tool_call_on_every_surface)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-THOUGHT = "The user greets me.\nI greet back."
-ANSWER = "Hello there!"
 GREET, ASK = "Say hello.", "Weather in Paris?"
 OUT = (f"<|channel|>analysis<|message|>{THOUGHT}<|end|><|start|>assistant<|channel|>final<|message|>"
        f"{ANSWER}<|return|>")
-CALL = ('<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary '
-        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')
 WINDOW = 12  # tokens: enough to see the user turn from the analysis header, and the analysis from the final one
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 def _context(user: str) -> str:
@@ -82,89 +79,34 @@ def test_the_engine_writes_the_script(stack, key):
 
 
 def test_chat_reasoning_content_buffered_and_streamed(stack, key):
-    oai = openai_client(stack.url, key)
-    messages = [{"role": "user", "content": GREET}]
-    r = oai.chat.completions.create(model="colibri", messages=messages, reasoning_effort="high")
-    msg = r.choices[0].message
-    assert msg.content == ANSWER and msg.model_extra["reasoning_content"] == THOUGHT
-    assert r.choices[0].finish_reason == "stop"
-    assert 0 < r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens
-    chunks = list(oai.chat.completions.create(model="colibri", messages=messages, stream=True,
-                                              stream_options={"include_usage": True}))
-    deltas = [c.choices[0].delta for c in chunks if c.choices]
-    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == THOUGHT
-    assert "".join(d.content or "" for d in deltas) == ANSWER
-    usage = [c.usage for c in chunks if c.usage][0]
-    assert usage.completion_tokens_details.reasoning_tokens == r.usage.completion_tokens_details.reasoning_tokens
-    # the turn sent back with its reasoning: rendered (analysis dropped) and answered again
-    messages += [msg.model_dump(exclude_none=True), {"role": "user", "content": GREET}]
-    again = oai.chat.completions.create(model="colibri", messages=messages)
-    assert again.choices[0].message.content == ANSWER
+    """The turn sent back with its reasoning is rendered with the analysis dropped (the renderer's
+    rule) and answered again; the stream's usage counts the reasoning tokens the buffered one does."""
+    buffered, streamed = chat_reasoning(openai_client(stack.url, key), GREET)
+    assert streamed == buffered
 
 
 def test_messages_thinking_events_streamed_and_buffered(stack, key):
-    ant = anthropic_client(stack.url, key)
-    body = {"model": "colibri", "max_tokens": 400, "messages": [{"role": "user", "content": GREET}],
-            "thinking": {"type": "enabled", "budget_tokens": 1024}}
-    thinking, signatures, text = [], [], []
-    with ant.messages.stream(**body) as s:
-        for event in s:
-            if event.type == "thinking":
-                thinking.append(event.thinking)
-            elif event.type == "signature":
-                signatures.append(event.signature)
-            elif event.type == "text":
-                text.append(event.text)
-        final = s.get_final_message()
-    assert "".join(thinking) == THOUGHT and "".join(text) == ANSWER and len(signatures) == 1 and signatures[0]
-    assert [b.type for b in final.content] == ["thinking", "text"] and final.stop_reason == "end_turn"
-    msg = ant.messages.create(**body)
-    assert [b.type for b in msg.content] == ["thinking", "text"]
-    assert msg.content[0].thinking == THOUGHT and msg.content[1].text == ANSWER
+    messages_thinking(anthropic_client(stack.url, key), GREET)
 
 
 def test_responses_reasoning_items(stack, key):
-    oai = openai_client(stack.url, key)
-    r = oai.responses.create(model="colibri", input=GREET, reasoning={"effort": "low"})
-    assert [i.type for i in r.output] == ["reasoning", "message"]
-    assert r.output[0].content[0].text == THOUGHT and r.output_text == ANSWER
-    assert 0 < r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens
-    kinds, deltas = [], []
-    with oai.responses.stream(model="colibri", input=GREET) as s:
-        for event in s:
-            kinds.append(event.type)
-            if event.type == "response.reasoning_text.delta":
-                deltas.append(event.delta)
-        final = s.get_final_response()
-    assert "".join(deltas) == THOUGHT and final.output_text == ANSWER
-    assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
+    responses_reasoning(openai_client(stack.url, key), GREET)
     raw = httpx.post(stack.url + "/v1/responses", json={"model": "colibri", "input": GREET, "stream": True},
                      headers={"Authorization": f"Bearer {key}"}, timeout=60).text
     oracles.strict_responses_events(oracles.check_responses_stream(raw))
 
 
 def test_tool_call_on_every_surface(stack, key):
-    """The commentary channel addressed to=functions.get_weather, ended by <|call|>."""
-    oai, ant = openai_client(stack.url, key), anthropic_client(stack.url, key)
+    """The commentary channel addressed to=functions.get_weather, ended by <|call|>; streamed on Chat too."""
+    oai = openai_client(stack.url, key)
+    tool_call_on_every_surface(oai, anthropic_client(stack.url, key), ASK)
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": SCHEMA}}]
-    r = oai.chat.completions.create(model="colibri", messages=[{"role": "user", "content": ASK}], tools=tools)
-    msg = r.choices[0].message
-    assert r.choices[0].finish_reason == "tool_calls" and msg.model_extra["reasoning_content"] == "Need the weather."
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [("get_weather", {"city": "Paris"})]
     chunks = list(oai.chat.completions.create(model="colibri", messages=[{"role": "user", "content": ASK}],
                                               tools=tools, stream=True))
     calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
     assert calls[0].function.name == "get_weather"
     assert json.loads("".join(tc.function.arguments or "" for tc in calls)) == {"city": "Paris"}
-    m = ant.messages.create(model="colibri", max_tokens=300, messages=[{"role": "user", "content": ASK}],
-                            tools=[{"name": "get_weather", "description": "Weather", "input_schema": SCHEMA}])
-    assert m.stop_reason == "tool_use" and [b.type for b in m.content] == ["thinking", "tool_use"]
-    assert m.content[1].name == "get_weather" and m.content[1].input == {"city": "Paris"}
-    resp = oai.responses.create(model="colibri", input=ASK,
-                                tools=[{"type": "function", "name": "get_weather", "parameters": SCHEMA}])
-    assert [i.type for i in resp.output] == ["reasoning", "function_call"]
-    assert resp.output[1].name == "get_weather" and json.loads(resp.output[1].arguments) == {"city": "Paris"}
 
 
 def test_a_script_the_window_cannot_tell_apart_is_refused(tmp_path):
@@ -183,10 +125,7 @@ def test_raw_streams_pass_the_wire_oracles(stack, key):
     """Every record of the Chat and Messages streams of the forced exchange validates against the
     SDKs' own event types; the thinking comes in its own deltas and blocks."""
     def raw(route, body):
-        with httpx.stream("POST", stack.url + route, json={**body, "stream": True}, timeout=60,
-                          headers={"Authorization": f"Bearer {key}"}) as r:
-            assert r.status_code == 200, r.read()
-            return r.read().decode()
+        return raw_stream(stack.url, key, route, body)
 
     msgs = [{"role": "user", "content": GREET}]
     chat = oracles.check_openai_stream(raw("/v1/chat/completions", {"model": "colibri", "messages": msgs}),

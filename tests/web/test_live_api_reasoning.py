@@ -7,7 +7,6 @@ prompt's last `<<SAY>>…<</SAY>>`, two bytes per DATA frame, so every marker ar
 served template is set with CHAT_TEMPLATE: a Qwen3-style `<think>` template written for this test
 (it renders `reasoning_content` and honours `enable_thinking`), or any template with harmony's
 markers (harmony prompts are rendered by engine_bridge.harmony, not by the template)."""
-import json
 import sys
 
 import httpx
@@ -18,6 +17,8 @@ from tests.support import procs
 from tests.web import sse_oracles as oracles
 from tests.web.conftest import anthropic_client, openai_client
 from tests.web.live import start_stack
+from tests.web.reasoning_sdk import (ANSWER, CALL, THOUGHT, chat_reasoning, messages_thinking, raw_stream,
+                                     responses_reasoning, tool_call_on_every_surface)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,14 +30,9 @@ THINK_TEMPLATE = (
     "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
 HARMONY_TEMPLATE = "{# a gpt-oss model: <|start|>role<|channel|>… (rendered by engine_bridge.harmony) #}"
 
-THOUGHT = "The user greets me.\nI greet back."
-ANSWER = "Hello there!"
 QWEN_OUT = f"<think>\n{THOUGHT}\n</think>\n\n{ANSWER}"
 HARMONY_OUT = (f"<|channel|>analysis<|message|>{THOUGHT}<|end|><|start|>assistant<|channel|>final<|message|>"
                f"{ANSWER}<|return|>")
-HARMONY_CALL = ('<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary '
-                'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 def say(text):
@@ -68,45 +64,12 @@ def output(stack):
 
 
 def test_chat_reasoning_content_buffered_and_streamed(stack, key):
-    oai = openai_client(stack.url, key)
-    messages = [{"role": "user", "content": say(output(stack))}]
-    r = oai.chat.completions.create(model="colibri", messages=messages, reasoning_effort="high")
-    msg = r.choices[0].message
-    assert msg.content == ANSWER and msg.model_extra["reasoning_content"] == THOUGHT
-    assert r.choices[0].finish_reason == "stop"
-    assert 0 < r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens
-    chunks = list(oai.chat.completions.create(model="colibri", messages=messages, stream=True,
-                                              stream_options={"include_usage": True}))
-    deltas = [c.choices[0].delta for c in chunks if c.choices]
-    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == THOUGHT
-    assert "".join(d.content or "" for d in deltas) == ANSWER
-    assert [c.usage for c in chunks if c.usage][0].completion_tokens_details.reasoning_tokens > 0
-    # the turn sent back with its reasoning renders and answers again
-    messages += [msg.model_dump(exclude_none=True), {"role": "user", "content": say(output(stack))}]
-    again = oai.chat.completions.create(model="colibri", messages=messages)
-    assert again.choices[0].message.content == ANSWER
+    chat_reasoning(openai_client(stack.url, key), say(output(stack)))
 
 
 def test_messages_thinking_blocks_streamed_and_buffered(stack, key):
     ant = anthropic_client(stack.url, key)
-    body = {"model": "colibri", "max_tokens": 400, "messages": [{"role": "user", "content": say(output(stack))}],
-            "thinking": {"type": "enabled", "budget_tokens": 1024}}
-    thinking, signatures, text = [], [], []
-    with ant.messages.stream(**body) as s:
-        for event in s:
-            if event.type == "thinking":
-                thinking.append(event.thinking)
-            elif event.type == "signature":
-                signatures.append(event.signature)
-            elif event.type == "text":
-                text.append(event.text)
-        final = s.get_final_message()
-    assert "".join(thinking) == THOUGHT and "".join(text) == ANSWER and len(signatures) == 1 and signatures[0]
-    assert [b.type for b in final.content] == ["thinking", "text"]
-    assert final.content[0].thinking == THOUGHT and final.content[0].signature == signatures[0]
-    assert final.stop_reason == "end_turn"
-    msg = ant.messages.create(**body)
-    assert [b.type for b in msg.content] == ["thinking", "text"] and msg.content[1].text == ANSWER
+    body, msg = messages_thinking(ant, say(output(stack)))
     # the assistant turn sent back with its thinking block
     body["messages"] += [{"role": "assistant", "content": [b.model_dump() for b in msg.content]},
                          {"role": "user", "content": say(output(stack))}]
@@ -115,19 +78,7 @@ def test_messages_thinking_blocks_streamed_and_buffered(stack, key):
 
 def test_responses_reasoning_items(stack, key):
     oai = openai_client(stack.url, key)
-    r = oai.responses.create(model="colibri", input=say(output(stack)), reasoning={"effort": "low"})
-    assert [i.type for i in r.output] == ["reasoning", "message"]
-    assert r.output[0].content[0].text == THOUGHT and r.output_text == ANSWER
-    assert r.usage.output_tokens_details.reasoning_tokens > 0
-    kinds, deltas = [], []
-    with oai.responses.stream(model="colibri", input=say(output(stack))) as s:
-        for event in s:
-            kinds.append(event.type)
-            if event.type == "response.reasoning_text.delta":
-                deltas.append(event.delta)
-        final = s.get_final_response()
-    assert "".join(deltas) == THOUGHT and final.output_text == ANSWER
-    assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
+    r = responses_reasoning(oai, say(output(stack)))
     raw = httpx.post(stack.url + "/v1/responses", json={"model": "colibri", "input": say(output(stack)), "stream": True},
                      headers={"Authorization": f"Bearer {key}"}, timeout=60).text
     oracles.check_responses_stream(raw)
@@ -139,21 +90,7 @@ def test_responses_reasoning_items(stack, key):
 
 @pytest.mark.parametrize("stack", ["harmony"], indirect=True)  # harmony's commentary channel
 def test_harmony_tool_call_on_every_surface(stack, key):
-    oai, ant = openai_client(stack.url, key), anthropic_client(stack.url, key)
-    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": SCHEMA}}]
-    r = oai.chat.completions.create(model="colibri", messages=[{"role": "user", "content": say(HARMONY_CALL)}],
-                                    tools=tools)
-    msg = r.choices[0].message
-    assert r.choices[0].finish_reason == "tool_calls" and msg.model_extra["reasoning_content"] == "Need the weather."
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [("get_weather", {"city": "Paris"})]
-    m = ant.messages.create(model="colibri", max_tokens=300, messages=[{"role": "user", "content": say(HARMONY_CALL)}],
-                            tools=[{"name": "get_weather", "description": "Weather", "input_schema": SCHEMA}])
-    assert m.stop_reason == "tool_use" and [b.type for b in m.content] == ["thinking", "tool_use"]
-    assert m.content[1].input == {"city": "Paris"}
-    resp = oai.responses.create(model="colibri", input=say(HARMONY_CALL),
-                                tools=[{"type": "function", "name": "get_weather", "parameters": SCHEMA}])
-    assert [i.type for i in resp.output] == ["reasoning", "function_call"]
-    assert json.loads(resp.output[1].arguments) == {"city": "Paris"}
+    tool_call_on_every_surface(openai_client(stack.url, key), anthropic_client(stack.url, key), say(CALL))
 
 
 def test_models_without_reasoning_fields_are_unaffected_by_the_split(stack, key):
@@ -184,10 +121,7 @@ def test_messages_thinking_budget_is_enforced(stack, key):
 def test_raw_streams_pass_the_wire_oracles(stack, key):
     """Every record of the three streams validates against the SDKs' own event types."""
     def raw(route, body):
-        with httpx.stream("POST", stack.url + route, json={**body, "stream": True}, timeout=60,
-                          headers={"Authorization": f"Bearer {key}"}) as r:
-            assert r.status_code == 200, r.read()
-            return r.read().decode()
+        return raw_stream(stack.url, key, route, body)
 
     msgs = [{"role": "user", "content": say(output(stack))}]
     chat = oracles.check_openai_stream(raw("/v1/chat/completions", {"model": "colibri", "messages": msgs}),

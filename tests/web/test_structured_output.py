@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from engine_bridge import protocol, worker
-from engine_bridge.client import GenerationRequest, job_message
+from engine_bridge.request import GenerationRequest, job_message
 from engine_bridge.grammar import grammar_for_json_object, grammar_for_schema
 from tests.web.fakes import reply, serve_state
 
