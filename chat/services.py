@@ -416,9 +416,10 @@ def routing_phases_unpack(packed: dict[str, Any]) -> dict[str, dict[str, Any]] |
     phases = packed.get("phases")
     if not isinstance(phases, dict):
         return None
+    # in turn order: PostgreSQL's jsonb keeps an object's keys in an order of its own
     return {name: {"counts": _unpack_cells(ph, packed["cols"]), "experts": ph["experts"],
                    "selections": ph["selections"], "positions": ph.get("positions", 0)}
-            for name, ph in phases.items()}
+            for name in ROUTING_PHASES if isinstance(ph := phases.get(name), dict)}
 
 
 def message_routing(message_id: int) -> dict[str, Any] | None:

@@ -59,6 +59,7 @@ class PhaseRouting:
         self.steps = True          # every leg so far asked for steps
         self.legs = 0
         self.broken = False        # the steps did not fit the counts: no phases
+        self._base: list[int] = []
         self._leg_start()
 
     def _leg_start(self) -> None:
@@ -95,9 +96,10 @@ class PhaseRouting:
             return
         phase = self.pending.popleft()
         cells = self.leg_steps.setdefault(phase, [0] * (self.rows * self.cols))
-        k, cols = ev.k, self.cols
-        for i, expert in enumerate(ev.picks):
-            cells[(i // k) * cols + expert] += 1
+        if len(self._base) != len(ev.picks):  # each pick's row offset, made once per request
+            self._base = [row * self.cols for row in range(ev.rows) for _ in range(ev.k)]
+        for base, expert in zip(self._base, ev.picks):
+            cells[base + expert] += 1
         self.leg_positions[phase] += 1
 
     def routes(self, ev: p.Routes) -> None:

@@ -2,7 +2,8 @@
 model, 4 MoE layers x 8 experts). A staff user's reply shows "expert hits" as a link; it opens
 /atlas?message=<id> in a new tab, which fetches that message's routing, says "message N: K
 experts" with K the experts the engine reported for it, paints those cells and dims the rest;
-Clear filter removes it. A member's reply shows the same stat as plain text: no link."""
+its phase buttons (the engine's per-token routing) show the prompt's or the answer's experts
+alone; Clear filter removes it. A member's reply shows the same stat as plain text: no link."""
 import pytest
 
 from chat.models import Message
@@ -60,6 +61,25 @@ def test_a_staff_reply_links_to_the_experts_that_answered_it(live_stack, browser
     cell = first_row * 8 + first_expert
     assert atlas.evaluate(f"window.colibriAtlas.grid.filter.get({cell})") == first_count
     screenshot(atlas, "atlas-message-filter")
+    # The turn split by phase (the engine's per-token routing): a model without reasoning has a
+    # prompt and an answer; a phase's button shows that phase's experts alone.
+    phases = routing["phases"]
+    assert list(phases) == ["prompt", "answer"], phases
+    buttons = atlas.locator("#filter-phases button")
+    assert [b.get_attribute("data-phase") for b in buttons.all()] == ["all", "prompt", "answer"]
+    assert buttons.first.get_attribute("aria-pressed") == "true"
+    answer = phases["answer"]
+    atlas.click("#filter-phases button[data-phase=answer]")
+    assert atlas.get_attribute("#filter-phases button[data-phase=answer]", "aria-pressed") == "true"
+    assert atlas.inner_text("#filter-text").startswith(
+        f"message {msg_id} · answer: {answer['experts']} experts · {answer['selections']} selections over {answer['positions']} tokens")
+    assert atlas.evaluate("window.colibriAtlas.grid.filter.size") == answer["experts"]
+    row, expert, count = answer["counts"][-1]
+    assert atlas.evaluate(f"window.colibriAtlas.grid.filter.get({row * 8 + expert})") == count
+    assert atlas.locator("#filter-overlap").is_hidden()  # no thinking to compare with
+    screenshot(atlas, "atlas-message-filter-answer")
+    atlas.click("#filter-phases button[data-phase=all]")
+    assert atlas.evaluate("window.colibriAtlas.grid.filter.size") == experts
     atlas.click("#filter-clear")
     assert atlas.evaluate("window.colibriAtlas.grid.filter") is None
     assert atlas.locator("#atlas-filter").is_hidden() and atlas.url.endswith("/atlas")
