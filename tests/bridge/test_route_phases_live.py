@@ -78,3 +78,25 @@ def test_phases_split_the_turn_at_the_thinking_end(real_bridge):
     assert split["prompt"] == dense(probe_done["routing"]["counts"])
     assert probe_done["routing"]["phases"]["answer"] == [] and "thinking" not in probe_done["routing"]["phases"]
     assert split["thinking"] != split["answer"]  # different tokens, different experts (seen on this model)
+
+
+def test_a_thinking_budgets_two_legs_add_up(real_bridge):
+    """think_budget: the bridge STOPs the thinking and goes on in the same slot with the close of
+    the thinking; the continuation's prefill counts as thinking, and the phases of both legs
+    still add up to the counts of both."""
+    async def go():
+        await run(RESET, max_tokens=1)  # PROMPT is prefilled whole
+        return await run(PROMPT, max_tokens=40, reasoning="think", think_budget=8)
+    events = asyncio.run(go())
+    done = final(events)
+    assert done["kind"] == "done", done
+    routing, usage = done["routing"], done["usage"]
+    phases, positions = routing["phases"], routing["positions"]
+    assert positions["prompt"] == usage["prompt_tokens"] and positions["answer"] >= 1, positions
+    # the first leg's thinking tokens, and the continuation's prefill (the close and the token the
+    # first leg sampled last, which it did not forward) on top
+    assert positions["thinking"] > done["reasoning_tokens"] >= 8, (positions, done["reasoning_tokens"])
+    split = {name: dense(triples) for name, triples in phases.items()}
+    assert [a + b + c for a, b, c in zip(split["prompt"], split["thinking"], split["answer"])] == dense(routing["counts"])
+    for name, n in positions.items():
+        assert row_sums(split[name]) == [TOP_K * n] * ROWS, (name, row_sums(split[name]), n)
