@@ -70,7 +70,9 @@ _sampling: dict[str, s.Field] = {
         '/health reports (omitted: the model\'s default); {"topk": true} per-token candidates '
         '(Chat Completions); {"routing": true} this request\'s expert selections, returned as '
         '`colibri.routing` = {"rows": R, "cols": C, "counts": [[row, expert, count], ...]} (rows = MoE '
-        "layers in the engine's order, nonzero counts only) in the answer's `colibri` object, or in the "
+        "layers in the engine's order, nonzero counts only; with an engine that reports per-token routing also "
+        '`phases` = {"prompt", "thinking" (reasoning models only), "answer"}: the same counts split by where '
+        "the position was, adding up to `counts`, and `positions` = positions per phase) in the answer's `colibri` object, or in the "
         "stream's final event (Chat/Completions: a last chunk with empty choices; Messages: message_stop; "
         "Responses: the terminal event's response); off by default; 400 naming colibri.routing on an "
         "engine without our extensions")),

@@ -7,6 +7,7 @@ reload at any moment shows what the database has.
 import array
 import base64
 import json
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from engine_bridge import toolsyntax
 from engine_bridge.reasoning import mode_for
 from engine_bridge.request import NUL_REFUSAL, encodable, has_nul
 from engine_bridge.served import ServedModel, served_model_get, served_models_get
+
+log = logging.getLogger(__name__)
 
 # A streaming message not saved for this long belongs to a relay that died with its process
 # (the live relay saves at least every RELAY_SAVE_EVERY_S while text flows, and on every event).
@@ -356,41 +359,78 @@ def _enqueue_title(conversation_id: int) -> None:
     transaction.on_commit(lambda: title_conversation.delay(conversation_id), robust=True)
 
 
-def routing_pack(routing: object) -> dict[str, Any] | None:
-    """A request's routing as a message keeps it: every cell's count, row-major, as little-endian
-    u16 (u32 when a count needs it) in base64, with rows, cols and the totals. Measured on a
-    synthetic GLM-5-size turn (78 x 256, ~700 positions at top-8): 53 KB of JSON, 26 KB stored
-    by PostgreSQL, where the [row, expert, n] triples take 281 KB and 103 KB; the default
-    model's 30 x 16: 1.4 KB (triples 6.8 KB). None stays None."""
-    if not isinstance(routing, dict) or not routing.get("counts"):
-        return None
-    rows, cols = int(routing["rows"]), int(routing["cols"])
+ROUTING_PHASES = ("prompt", "thinking", "answer")  # engine_bridge.route_phases, in turn order
+
+
+def _pack_cells(triples: list, rows: int, cols: int) -> dict[str, Any]:
+    """[row, expert, n] triples -> every cell's count, row-major, little-endian u16 (u32 when a
+    count needs it) in base64, with the totals."""
     dense = [0] * (rows * cols)
-    for row, expert, n in routing["counts"]:
-        dense[row * cols + expert] += int(n)
-    dtype = "u16" if max(dense) < 1 << 16 else "u32"
+    for row, expert, n in triples:
+        if not (0 <= int(row) < rows and 0 <= int(expert) < cols):
+            raise ValueError(f"routing cell {row}:{expert} outside {rows} x {cols}")
+        dense[int(row) * cols + int(expert)] += int(n)
+    dtype = "u16" if max(dense, default=0) < 1 << 16 else "u32"
     cells = array.array("H" if dtype == "u16" else "I", dense)
     if sys.byteorder == "big":
         cells.byteswap()
-    return {"rows": rows, "cols": cols, "experts": sum(1 for n in dense if n), "selections": sum(dense),
+    return {"experts": sum(1 for n in dense if n), "selections": sum(dense),
             "dtype": dtype, "counts_b64": base64.b64encode(cells.tobytes()).decode("ascii")}
 
 
-def routing_unpack(packed: dict[str, Any]) -> list[list[int]]:
-    """routing_pack's inverse: the nonzero [row, expert, n] triples, by row then expert."""
+def _unpack_cells(packed: dict[str, Any], cols: int) -> list[list[int]]:
     cells = array.array("H" if packed["dtype"] == "u16" else "I")
     cells.frombytes(base64.b64decode(packed["counts_b64"]))
     if sys.byteorder == "big":
         cells.byteswap()
-    cols = packed["cols"]
     return [[i // cols, i % cols, n] for i, n in enumerate(cells) if n]
+
+
+def routing_pack(routing: object) -> dict[str, Any] | None:
+    """A request's routing as a message keeps it: every cell's count (_pack_cells), with rows,
+    cols and the totals; with the bridge's split by phase (done.routing.phases, see
+    engine_bridge.route_phases) each phase the same way under "phases", with its positions.
+    Measured on a synthetic GLM-5-size turn (78 x 256, ~700 positions at top-8): 53 KB of JSON,
+    26 KB stored by PostgreSQL, where the [row, expert, n] triples take 281 KB and 103 KB; the
+    default model's 30 x 16: 1.4 KB (triples 6.8 KB). Phases add at most one such array each.
+    None stays None."""
+    if not isinstance(routing, dict) or not routing.get("counts"):
+        return None
+    rows, cols = int(routing["rows"]), int(routing["cols"])
+    packed = {"rows": rows, "cols": cols, **_pack_cells(routing["counts"], rows, cols)}
+    phases, positions = routing.get("phases"), routing.get("positions") or {}
+    if isinstance(phases, dict):
+        try:
+            packed["phases"] = {name: {**_pack_cells(phases[name], rows, cols), "positions": int(positions[name])}
+                                for name in ROUTING_PHASES if name in phases}
+        except (ValueError, TypeError, KeyError) as exc:  # the whole-turn counts are still worth keeping
+            log.warning("routing phases not kept: %r", exc)
+    return packed
+
+
+def routing_unpack(packed: dict[str, Any]) -> list[list[int]]:
+    """routing_pack's inverse: the nonzero [row, expert, n] triples, by row then expert."""
+    return _unpack_cells(packed, packed["cols"])
+
+
+def routing_phases_unpack(packed: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """The packed phases as {phase: {"counts": triples, "experts", "selections", "positions"}},
+    in turn order; None when the message's routing has no split (an engine without routes=2)."""
+    phases = packed.get("phases")
+    if not isinstance(phases, dict):
+        return None
+    # in turn order: PostgreSQL's jsonb keeps an object's keys in an order of its own
+    return {name: {"counts": _unpack_cells(ph, packed["cols"]), "experts": ph["experts"],
+                   "selections": ph["selections"], "positions": ph.get("positions", 0)}
+            for name in ROUTING_PHASES if isinstance(ph := phases.get(name), dict)}
 
 
 def message_routing(message_id: int) -> dict[str, Any] | None:
     """Which experts answered an assistant message: {"message", "conversation", "role", "rows",
     "cols", "counts": [[row, expert, selections], ...], "experts", "selections", "io"}; None when
     the message does not exist, counts None when no routing was recorded for it; io = its turn's
-    expert I/O (stats.io, the engine's IOSTAT figures) or None."""
+    expert I/O (stats.io, the engine's IOSTAT figures) or None; phases = the counts split into
+    prompt / thinking / answer (routing_phases_unpack) or None."""
     msg = Message.objects.filter(pk=message_id).only("id", "conversation_id", "role", "routing", "stats").first()
     if msg is None:
         return None
@@ -401,4 +441,5 @@ def message_routing(message_id: int) -> dict[str, Any] | None:
         "rows": packed.get("rows"), "cols": packed.get("cols"), "counts": counts,
         "experts": packed.get("experts", 0), "selections": packed.get("selections", 0),
         "io": (msg.stats or {}).get("io"),
+        "phases": routing_phases_unpack(packed) if packed.get("counts_b64") else None,
     }

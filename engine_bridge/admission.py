@@ -24,6 +24,7 @@ from engine_bridge.jobs import UNREAD_JOB, Request, extension_refusal, parse_job
 from engine_bridge.liveness import Heart
 from engine_bridge.pacing import Pacer
 from engine_bridge.reasoning import splitter_for
+from engine_bridge.route_phases import PhaseRouting
 from engine_bridge.scheduler import Job, QueueFull, Scheduler
 from engine_bridge.telemetry import Publisher
 
@@ -122,6 +123,10 @@ class Admission:
         self.running[r.eng_id] = r
         engine = self.supervisor.engine
         assert engine is not None  # the scheduler starts nothing while the engine is down (paused)
+        if r.job.routes:
+            if r.routing is None:
+                r.routing = PhaseRouting(reasoning=r.split is not None)
+            r.routing.leg(engine.route_steps(r.job))
         try:
             engine.send(engine.submit_command(r.eng_id, slot, r.job))
         except EngineFailed as exc:  # the engine is going down: on_down fails r with the others

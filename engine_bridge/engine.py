@@ -275,8 +275,14 @@ class Engine:
         # MODEL line); the bridge refuses such a request for any other engine before it gets here.
         return protocol.format_submit(
             req_id, slot, job.prompt, job.max_tokens, job.temperature, job.top_p, slots=self.slots,
-            seed=job.seed, experts=job.experts, routes=job.routes, heat=job.heat, top_k=job.top_k,
+            seed=job.seed, experts=job.experts, routes=job.routes, route_steps=self.route_steps(job),
+            heat=job.heat, top_k=job.top_k,
             logprobs=job.logprobs, grammar=job.grammar)
+
+    def route_steps(self, job: GenerationRequest) -> bool:
+        """Whether this job's routing comes with per-token steps (routes=2): asked for routing,
+        from an engine whose MODEL line says it takes routes=2 (engine_bridge.route_phases)."""
+        return job.routes and (self.model_info or {}).get("routes") == 2
 
     async def submit(self, req_id: int, slot: int, job: GenerationRequest) -> None:
         await self.write(self.submit_command(req_id, slot, job))

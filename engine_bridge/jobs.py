@@ -22,6 +22,7 @@ from engine_bridge import protocol as p
 from engine_bridge import sampling
 from engine_bridge.request import GenerationRequest, encodable
 from engine_bridge.reasoning import MODES as REASONING_MODES, Splitter
+from engine_bridge.route_phases import PhaseRouting
 from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS, StopMatcher
 
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
@@ -58,7 +59,7 @@ class Request:
     topk: list = field(default_factory=list)
     lp_pending: list = field(default_factory=list)  # logprob entries of tokens whose text is not sent yet
     perf: dict | None = None
-    routing: dict | None = None  # the engine's ROUTES for this turn (routes=True)
+    routing: PhaseRouting | None = None  # the engine's ROUTES (and steps) for this turn (routes=True)
     io: dict | None = None       # the engine's IOSTAT for this turn, as IoStat.figures()
     outbox: list = field(default_factory=list)
     seq: int = 0

@@ -153,6 +153,16 @@ class Routes:
 
 
 @dataclass
+class RouteStep:
+    """ROUTESTEP (routes=2): the expert selections of one generated token the engine forwarded."""
+    id: int
+    rows: int
+    cols: int
+    k: int          # experts per token: `picks` holds k ids per MoE row
+    picks: list     # rows * k expert ids, row-major, each < cols
+
+
+@dataclass
 class Repin:
     layer: int
     expert: int
@@ -403,6 +413,23 @@ def _routes(toks: list[str], line: str) -> Routes:
     return Routes(rid, rows, cols, counts)
 
 
+def _routestep(toks: list[str], line: str) -> RouteStep:
+    _need(toks, 6, "ROUTESTEP")
+    rid, rows, cols, k = _int(toks[1], 1), _int(toks[2], 1), _int(toks[3], 1), _int(toks[4], 1)
+    width = 4 if cols > 256 else 2
+    hexed = toks[5]
+    if len(toks) != 6 or len(hexed) != rows * k * width:
+        raise ProtocolError(f"ROUTESTEP: expected {rows}x{k} ids of {width} hex digits")
+    try:
+        raw = bytes.fromhex(hexed)
+    except ValueError:
+        raise ProtocolError("ROUTESTEP: bad hex") from None
+    picks = list(raw) if width == 2 else [int.from_bytes(raw[i:i + 2], "big") for i in range(0, len(raw), 2)]
+    if k > cols or max(picks) >= cols:
+        raise ProtocolError(f"ROUTESTEP: an expert outside 0..{cols - 1} or k above it")
+    return RouteStep(rid, rows, cols, k, picks)
+
+
 def _repin(toks: list[str], line: str) -> Repin:
     _need(toks, 5, "REPIN")
     return Repin(*(_int(t) for t in toks[1:5]))
@@ -442,13 +469,13 @@ def _error(toks: list[str], line: str) -> Error:
 
 
 Event = (Banner | Ready | Stat | Caps | HwInfo | Tiers | Emap | Hits | Gpus | GpuDetail | Model | Accept | Data
-         | TopK | Perf | Prof | Entropy | Routes | Repin | IoStat | Done | Error | Tool | Echo)
+         | TopK | Perf | Prof | Entropy | Routes | RouteStep | Repin | IoStat | Done | Error | Tool | Echo)
 
 LINE_KINDS: dict[str, Callable[[list[str], str], Event]] = {
     "STAT": _stat, "CAPS": lambda t, l: Caps(_kv(t[1:])), "HWINFO": _hwinfo, "TIERS": _tiers,
     "EMAP": _emap, "HITS": _hits, "GPUS": _gpus, "GPUDETAIL": lambda t, l: GpuDetail(),
     "MODEL": _model, "ACCEPT": _accept, "TOPK": _topk, "PERF": _perf, "PROF": _prof,
-    "ENTROPY": _entropy, "ROUTES": _routes, "REPIN": _repin, "IOSTAT": _iostat, "DONE": _done, "ERROR": _error,
+    "ENTROPY": _entropy, "ROUTES": _routes, "ROUTESTEP": _routestep, "REPIN": _repin, "IOSTAT": _iostat, "DONE": _done, "ERROR": _error,
 }
 FRAME_KINDS = {"DATA", "TOOL", "ECHO"}
 
@@ -571,12 +598,13 @@ MAX_LOGPROBS = 32  # the engine's logprobs=k bound
 def format_submit(req_id: int, slot: int, payload: str | bytes, max_tokens: int, temperature: float | None,
                   top_p: float | None, *,
                   slots: int, seed: int | None = None, experts: int | None = None, routes: bool = False,
-                  heat: bool = True, top_k: int | None = None, logprobs: int = 0,
+                  route_steps: bool = False, heat: bool = True, top_k: int | None = None, logprobs: int = 0,
                   grammar: bytes | None = None) -> bytes:
     """SUBMIT header + payload + '\\n' as one bytes object; SubmitError if the engine would refuse.
 
     `seed`, `experts`, `routes`, `heat`, `top_k` and `logprobs` become key=value fields
-    (`seed=<u64>`, `experts=<n>`, `routes=1`, `heat=0`, `top_k=<n>`, `logprobs=<k> lptext=1`; a
+    (`seed=<u64>`, `experts=<n>`, `routes=1` (`routes=2` with route_steps: also a ROUTESTEP line
+    per generated token, for an engine whose MODEL line says "routes": 2), `heat=0`, `top_k=<n>`, `logprobs=<k> lptext=1`; a
     field at its default is not written): only engines that announce our
     extensions (the MODEL line) take them; the real colibri engine refuses unknown keys.
     `grammar` (CGD1 bytes, engine_bridge.grammar) goes as the 7th positional field's bytes with
@@ -615,7 +643,7 @@ def format_submit(req_id: int, slot: int, payload: str | bytes, max_tokens: int,
             raise SubmitError("experts must be a positive integer")
         extra += f" experts={experts}"
     if routes:
-        extra += " routes=1"
+        extra += " routes=2" if route_steps else " routes=1"
     if not heat:
         extra += " heat=0"
     if top_k is not None:  # our engine's top-k cut (0 = none)

@@ -1,5 +1,5 @@
 """A running request's engine events turned into its client events: ACCEPT, DATA (incremental
-UTF-8, logprobs), TOPK, PERF / ROUTES / IOSTAT for its done event, stop strings, and its end
+UTF-8, logprobs), TOPK, PERF / ROUTES / ROUTESTEP / IOSTAT for its done event, stop strings, and its end
 (DONE, ERROR, or the engine's death); mux-protocol.md §12 items 10, 11, 14–16.
 
 Why stop strings here: a stop string is the bridge's job (the engine knows only token ids), and
@@ -20,6 +20,7 @@ from engine_bridge import protocol as p
 from engine_bridge.admission import CANCELLED, Admission
 from engine_bridge.jobs import Request
 from engine_bridge.pacing import Pacer
+from engine_bridge.route_phases import ANSWER, THINKING
 from engine_bridge.stops import StopMatcher
 from engine_bridge.telemetry_events import EngineTelemetry
 
@@ -68,7 +69,7 @@ class Streams:
     def handlers(self) -> dict[type, Callable]:
         """Event type -> handler, for the per-request engine events."""
         return {p.Accept: self.accept, p.Data: self.data, p.TopK: self.topk, p.Perf: self.perf,
-                p.Routes: self.routes, p.IoStat: self.iostat, p.Done: self.done, p.Error: self.error}
+                p.Routes: self.routes, p.RouteStep: self.routestep, p.IoStat: self.iostat, p.Done: self.done, p.Error: self.error}
 
     def emit_text(self, r: Request, final: bool = False) -> None:
         """Sends the new text, holding back a tail that may still grow into a stop string; a
@@ -127,6 +128,8 @@ class Streams:
 
     def accept(self, ev: p.Accept) -> None:
         r = self.admission.running.get(ev.id)
+        if r is not None and r.routing is not None:  # every leg's: its prefill's positions
+            r.routing.accept(ev.prompt_tokens, ev.extras.get("reused"))
         if r is None or r.prompt_tokens is not None:
             if r is not None and not r.earlier_tokens:  # a budget continuation's ACCEPT is expected
                 log.error("duplicate ACCEPT for id %s", ev.id)
@@ -137,7 +140,11 @@ class Streams:
 
     def data(self, ev: p.Data) -> None:
         r = self.admission.running.get(ev.id)
-        if r is None or r.cancelled or r.stopped or r.budget_cut:
+        if r is None:
+            return
+        if r.cancelled or r.stopped or r.budget_cut:
+            if r.routing is not None:  # the engine still forwards it: its phase is its predecessor's
+                r.routing.token(None)
             return
         r.tokens += 1
         if r.job.logprobs and ev.logprob is not None:
@@ -146,7 +153,10 @@ class Streams:
         if r.job.think_budget is not None:
             r.raw += ev.data
         self.take(r, r.decoder.decode(ev.data))
-        if thinking or (r.split is not None and r.split.thinking):
+        thinking = thinking or (r.split is not None and r.split.thinking)
+        if r.routing is not None:
+            r.routing.token(THINKING if thinking else ANSWER)
+        if thinking:
             r.reasoning_tokens += 1
             budget = r.job.think_budget
             if budget is not None and r.reasoning_tokens >= budget and r.split is not None and r.split.closable:
@@ -166,8 +176,13 @@ class Streams:
 
     def routes(self, ev: p.Routes) -> None:
         r = self.admission.running.get(ev.id)
-        if r:
-            r.routing = {"rows": ev.rows, "cols": ev.cols, "counts": ev.counts}
+        if r and r.routing is not None:
+            r.routing.routes(ev)
+
+    def routestep(self, ev: p.RouteStep) -> None:
+        r = self.admission.running.get(ev.id)
+        if r and r.routing is not None:
+            r.routing.step(ev)
 
     def iostat(self, ev: p.IoStat) -> None:
         figures = self.telemetry.iostat(ev)
@@ -232,7 +247,7 @@ class Streams:
             "gpus": block.get("gpus"),
             "repin": block.get("repin", []),
             "topk": r.topk if r.job.topk else None,
-            "routing": r.routing if r.job.routes else None,
+            "routing": r.routing.summary() if r.routing is not None else None,
             "io": r.io,
             **({"logprobs": r.lp_pending} if r.lp_pending else {}),  # tokens whose text was empty or held
         }

@@ -121,6 +121,8 @@ typedef struct {
                              * of range: callers validate) = the model's top_k */
     int no_heat;            /* 1: this row's selections do not add to the store's cumulative
                              * counts (SUBMIT heat=0); HITS and route_counts still see them */
+    uint16_t *picks;        /* NULL or n_moe_rows*K slots: this row's selected experts, K per
+                             * MoE row in selection order (per-token routing, SUBMIT routes=2) */
 } fwd_row;
 
 /* Runs all rows through the model in one pass (weight rows read once per pass).

@@ -150,7 +150,7 @@ static void sigmoid_select_scores(const model_config *c, const float *lg, const 
 
 /* Router logits, each row's selected experts (sel, koff) and their weights (selw); the
  * selections are counted in the expert store (heat unless the row says no_heat, HITS) and in
- * the row's route_counts. */
+ * the row's route_counts, and written to its picks. */
 static void moe_route(model *m, const layer_w *L, int gating, const float *h, int n, const fwd_row *rows,
                       const int *koff, float *rl, int *sel, float *selw) {
     struct model_priv *P = m->priv;
@@ -175,6 +175,7 @@ static void moe_route(model *m, const layer_w *L, int gating, const float *h, in
         for (int j = 0; j < K; j++) {
             es_note(m->es, r, s[j], !rows[i].no_heat);
             if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
+            if (rows[i].picks) rows[i].picks[(size_t)r * K + j] = (uint16_t)s[j];
         }
     }
 }

@@ -53,7 +53,8 @@ typedef struct {
                                  * model's top_k); kept after the turn: the count that computed
                                  * the slot's K/V history, which a turn with another count
                                  * does not reuse */
-    int routes;                 /* routes=1: a ROUTES line after ENTROPY */
+    int routes;                 /* routes=1: a ROUTES line after ENTROPY; routes=2: also a
+                                 * ROUTESTEP line per generated token forwarded */
     int heat;                   /* heat=0: selections not added to the cumulative counts */
     gram *g;                    /* grammar=1: the DFA the output must stay in, else NULL */
     const uint64_t *allow;      /* the mask the last token was sampled under (NULL: none) */
@@ -61,6 +62,7 @@ typedef struct {
     utf8s u8;
     int next_tok;               /* sampled and sent, to be forwarded by the next step */
     uint32_t *route;            /* n_rows * n_cols routing counts of this turn */
+    uint16_t *picks;            /* n_rows * experts: the last forwarded token's selections */
     float *logits;              /* vocab floats */
     double t_accept, t_decode0;
     perf_counters perf0;
@@ -242,6 +244,23 @@ static void emit_routes(server *S, const request *r) {
         if (r->route[i])
             len += (size_t)snprintf(buf + len, cap - len, " %d:%d:%u", (int)(i / (size_t)S->cols),
                                     (int)(i % (size_t)S->cols), (unsigned)r->route[i]);
+    out_raw_line(buf, len);
+    free(buf);
+}
+
+/* ROUTESTEP <id> <rows> <cols> <k> <hex>: the selections of the generated token this step
+ * forwarded (routes=2): per MoE row, k expert ids in selection order, each as 2 hex digits
+ * (4 when cols > 256). A bridge that knows which tokens were thinking splits the turn's
+ * ROUTES by phase from these, exactly (the engine does not know the markers). */
+static void emit_routestep(server *S, const request *r) {
+    const int w = S->cols > 256 ? 4 : 2;
+    const size_t n = (size_t)S->rows * (size_t)r->experts, cap = 96 + n * (size_t)w;
+    char *buf = malloc(cap);
+    if (!buf) return;
+    size_t len = (size_t)snprintf(buf, cap, "ROUTESTEP %llu %d %d %d ", (unsigned long long)r->id,
+                                  S->rows, S->cols, r->experts);
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, cap - len, w == 2 ? "%02x" : "%04x", (unsigned)r->picks[i]);
     out_raw_line(buf, len);
     free(buf);
 }
@@ -433,6 +452,7 @@ int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
             rows[i].route_counts = route_counts;
             rows[i].n_experts = n_experts;
             rows[i].no_heat = no_heat;
+            rows[i].picks = NULL;           /* per-token routing is for generated tokens only */
         }
         if (model_forward(m, kv, rows, cnt) != 0) return -1;
     }
@@ -479,7 +499,7 @@ static void decode_step(server *S) {
         }
         S->fwd[n++] = (fwd_row){ .slot = s, .pos = pos, .token = r->next_tok, .logits = r->logits,
                                  .route_counts = r->route, .n_experts = r->experts,
-                                 .no_heat = !r->heat };
+                                 .no_heat = !r->heat, .picks = r->routes == 2 && S->rows ? r->picks : NULL };
     }
     if (n == 0) return;
     if (model_forward(S->m, &S->kv, S->fwd, n) != 0) {
@@ -487,6 +507,9 @@ static void decode_step(server *S) {
         for (int i = 0; i < n; i++) finish(S, &S->req[S->fwd[i].slot], 0);
         return;
     }
+    /* Each forwarded token's selections go out before the DATA of the token it predicts. */
+    for (int i = 0; i < n; i++)
+        if (S->fwd[i].picks) emit_routestep(S, &S->req[S->fwd[i].slot]);
     /* Copy the slots first: take_token may finish a request, but never reuses S->fwd. */
     for (int i = 0; i < n; i++) take_token(S, &S->req[S->fwd[i].slot]);
 }
@@ -622,7 +645,7 @@ static int parse_submit(char *args, submit_hdr *h, long long *consume) {
             h->have_experts = 1;
             h->experts = val;
         } else if (!strcmp(k, "routes")) {
-            if (h->have_routes || val > 1) return -1;
+            if (h->have_routes || val > 2) return -1;
             h->have_routes = 1;
             h->routes = (int)val;
         } else if (!strcmp(k, "top_k")) {   /* 0 = no cut; >= vocab is no cut either */
@@ -925,8 +948,9 @@ static void emit_model_line(server *S) {
     } else {
         len += (size_t)snprintf(b + len, cap - len, "null");
     }
-    /* grammar: SUBMIT takes grammar=1 with a DFA of this format as its gbytes (grammar.h) */
-    len += (size_t)snprintf(b + len, cap - len, ",\"slots\":%d,\"grammar\":\"CGD1\"", S->o->n_slots);
+    /* grammar: SUBMIT takes grammar=1 with a DFA of this format as its gbytes (grammar.h);
+     * routes: the highest routes= level SUBMIT takes (2: per-token ROUTESTEP lines) */
+    len += (size_t)snprintf(b + len, cap - len, ",\"slots\":%d,\"grammar\":\"CGD1\",\"routes\":2", S->o->n_slots);
     if (S->o->budget) {                 /* how the memory budget was split (budget.h) */
         len += (size_t)snprintf(b + len, cap - len, ",\"memory\":{");
         len += (size_t)budget_json(S->o->budget, b + len, cap - len);
@@ -941,6 +965,7 @@ static void server_free(server *S) {
     if (S->req)
         for (int s = 0; s < S->o->n_slots; s++) {
             free(S->req[s].route);
+            free(S->req[s].picks);
             free(S->req[s].logits);
         }
     if (S->req)
@@ -1011,9 +1036,10 @@ int serve_mux(model *m, const serve_opts *o) {
     ok = ok && S->gv && S->req && S->scratch && S->fwd && S->ids && S->emap && S->hits && S->hex && S->line;
     for (int s = 0; ok && s < o->n_slots; s++) {
         S->req[s].route = calloc(ncells + 1, sizeof *S->req[s].route);
+        S->req[s].picks = calloc(ncells + 1, sizeof *S->req[s].picks);   /* experts <= cols */
         S->req[s].logits = malloc((size_t)S->vocab * sizeof(float));
         S->req[s].experts = m->c.top_k;     /* what a loaded slot file's rows were computed with */
-        ok = S->req[s].route && S->req[s].logits;
+        ok = S->req[s].route && S->req[s].picks && S->req[s].logits;
     }
     if (!ok) {
         fprintf(stderr, "colibri-engine: out of memory setting up %d slots\n", o->n_slots);

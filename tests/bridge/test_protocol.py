@@ -44,6 +44,8 @@ def test_it_parses_telemetry_lines():
     assert one(b"REPIN 3 7 1 0\n") == p.Repin(3, 7, 1, 0)
     assert one(b"ROUTES 4 2 16 0:3:5 1:15:1\n") == p.Routes(4, 2, 16, [[0, 3, 5], [1, 15, 1]])
     assert one(b"ROUTES 4 0 0\n") == p.Routes(4, 0, 0, [])
+    assert one(b"ROUTESTEP 4 2 16 2 030f0100\n") == p.RouteStep(4, 2, 16, 2, [3, 15, 1, 0])
+    assert one(b"ROUTESTEP 4 1 384 2 017f0002\n") == p.RouteStep(4, 1, 384, 2, [383, 2])  # 4 digits past 256
     topk = one(b"TOPK 4 2 -0.1 6869 -2.5 c3a9\n")
     assert topk.id == 4 and topk.candidates == [[-0.1, "hi"], [-2.5, "é"]]
 
@@ -99,7 +101,9 @@ def test_it_ignores_unknown_kinds():
     b"DONE 1 STAT 8 fast 96.4 0.01 11 1\n", b"DONE 1 8 1 1 1 1 1\n", b"ACCEPT x 3\n",
     b"EMAP 2 8 00\n", b"HITS 2 8 zz\n", b"STAT 0 0 0\n", b"HWINFO 2 x 1 0 0 cpu|\n",
     b"MODEL {nope\n", b"ERROR\n", b"ROUTES 1 2 16 2:0:1\n", b"ROUTES 1 2 16 0:16:1\n",
-    b"ROUTES 1 2 16 0:1:0\n", b"ROUTES 1 2 16 0:1\n", b"ROUTES 1 2\n", b"TIERS 1 2\n", b"GPUS 2 1 2 3\n", b"DATA 1 -1\n", b"PROF 1 2 nan 4 5 6 7 8 9\n",
+    b"ROUTES 1 2 16 0:1:0\n", b"ROUTES 1 2 16 0:1\n", b"ROUTES 1 2\n",
+    b"ROUTESTEP 1 2 16 2 030f01\n", b"ROUTESTEP 1 2 16 2 030f0110\n", b"ROUTESTEP 1 2 16 2 030f01zz\n",
+    b"ROUTESTEP 1 0 16 2 \n", b"ROUTESTEP 1 1 4 5 0001020304\n", b"ROUTESTEP 1 1 16 2 0001 x\n", b"TIERS 1 2\n", b"GPUS 2 1 2 3\n", b"DATA 1 -1\n", b"PROF 1 2 nan 4 5 6 7 8 9\n",
     b"IOSTAT 1 2 3 4 5 6 0.1 7\n", b"IOSTAT 0 2 3 4 5 6 0.1 7 8\n", b"IOSTAT 1 2 -3 4 5 6 0.1 7 8\n",
     b"IOSTAT 1 2 3 4 5 6 nan 7 8\n", b"IOSTAT 1 2 3 4 5 6 -0.1 7 8\n", b"IOSTAT 1 2 3 4 7 6 0.1 7 8\n",
     b"IOSTAT 1 2 3 4.5 5 6 0.1 7 8\n",
@@ -132,6 +136,8 @@ def test_it_writes_extension_fields_only_when_they_differ_from_the_default():
     assert plain.split(b"\n")[0] == b"SUBMIT 2 0 1 4 0 1"
     header = p.format_submit(2, 0, "x", 4, 0, 1, slots=1, seed=9, experts=3, routes=True, heat=False)
     assert header.split(b"\n")[0] == b"SUBMIT 2 0 1 4 0 1 seed=9 experts=3 routes=1 heat=0"
+    steps = p.format_submit(2, 0, "x", 4, 0, 1, slots=1, routes=True, route_steps=True)
+    assert steps.split(b"\n")[0] == b"SUBMIT 2 0 1 4 0 1 routes=2"
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -8,10 +8,14 @@ import pytest
 
 from chat import relay
 from chat.models import Conversation, Message
-from chat.services import message_finish, routing_pack, routing_unpack
+from chat.services import message_finish, routing_pack, routing_phases_unpack, routing_unpack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_bridge")]
 ROUTING = {"rows": 4, "cols": 8, "counts": [[0, 1, 12], [0, 5, 3], [3, 7, 40]]}
+# As the bridge splits a reasoning turn (engine_bridge.route_phases): the phases add up to counts.
+PHASED = {**ROUTING, "phases": {"prompt": [[0, 1, 10], [3, 7, 30]], "thinking": [[0, 1, 2], [3, 7, 6]],
+                                "answer": [[0, 5, 3], [3, 7, 4]]},
+          "positions": {"prompt": 20, "thinking": 4, "answer": 3}}
 
 
 def _stored(user, routing=ROUTING):
@@ -28,7 +32,8 @@ def test_staff_read_a_messages_routing(staff, staff_client):
     assert response.status_code == 200
     body = response.json()
     assert body == {"message": msg.pk, "conversation": msg.conversation_id, "role": "assistant",
-                    "rows": 4, "cols": 8, "counts": ROUTING["counts"], "experts": 3, "selections": 55, "io": None}
+                    "rows": 4, "cols": 8, "counts": ROUTING["counts"], "experts": 3, "selections": 55, "io": None,
+                    "phases": None}
     assert "text" not in body
     assert "routing" not in msg.as_dict()  # kept off the chat socket
 
@@ -121,6 +126,30 @@ def test_routing_is_kept_packed_and_unpacks_exactly():
     assert big["dtype"] == "u32" and routing_unpack(big) == [[0, 0, 1], [77, 255, 70000]]
     assert len(big["counts_b64"]) == 106_496  # 78 x 256 x 4 bytes in base64
     assert routing_pack(None) is None and routing_pack({"rows": 4, "cols": 8, "counts": []}) is None
+
+
+def test_phases_are_kept_packed_and_served_in_turn_order(staff, staff_client, monkeypatch):
+    packed = routing_pack(PHASED)
+    assert list(packed["phases"]) == ["prompt", "thinking", "answer"]
+    assert {k: (v["experts"], v["selections"], v["positions"]) for k, v in packed["phases"].items()} == {
+        "prompt": (2, 40, 20), "thinking": (2, 8, 4), "answer": (2, 7, 3)}
+    assert routing_phases_unpack(packed) == {
+        name: {"counts": PHASED["phases"][name], "experts": 2, "selections": sel, "positions": PHASED["positions"][name]}
+        for name, sel in (("prompt", 40), ("thinking", 8), ("answer", 7))}
+    assert routing_phases_unpack(routing_pack(ROUTING)) is None  # an engine without per-token routing
+    plain = routing_pack({**ROUTING, "phases": {"prompt": [[0, 1, 12]], "answer": [[0, 5, 3], [3, 7, 40]]},
+                          "positions": {"prompt": 6, "answer": 20}})
+    assert list(plain["phases"]) == ["prompt", "answer"]  # a model without reasoning: no thinking
+    # a phase outside the map is dropped, the turn's counts are kept
+    bad = routing_pack({**PHASED, "phases": {"prompt": [[4, 0, 1]]}})
+    assert "phases" not in bad and routing_unpack(bad) == ROUTING["counts"]
+
+    monkeypatch.setattr(relay, "publish", lambda *a: asyncio.sleep(0))
+    msg = _relayed(staff, routing=PHASED)
+    body = staff_client.get(f"/atlas/api/messages/{msg.pk}/routing").json()
+    assert list(body["phases"]) == ["prompt", "thinking", "answer"]
+    assert body["phases"]["thinking"] == {"counts": [[0, 1, 2], [3, 7, 6]], "experts": 2, "selections": 8, "positions": 4}
+    assert body["counts"] == ROUTING["counts"] and msg.stats["experts_routed"] == 3
 
 
 def test_a_reply_with_a_nul_is_stored(staff):

@@ -1,5 +1,6 @@
 """Off-by-default mux extensions (native/README.md "Commands", "Responses per request",
-"Handshake"): SUBMIT's `routes=1` (a ROUTES line of the turn's expert selection counts),
+"Handshake"): SUBMIT's `routes=1` (a ROUTES line of the turn's expert selection counts) and
+`routes=2` (also a ROUTESTEP line per generated token forwarded),
 `heat=0` (selections kept out of the cumulative usage heat) and MODEL's `sampling` (the file's
 general.sampling.* recommendation)."""
 from __future__ import annotations
@@ -60,7 +61,57 @@ def test_routes_on_a_dense_model(spawn):
     assert r.block_line("ROUTES") == f"ROUTES {r.id} 0 0", r.block
 
 
-@pytest.mark.parametrize("extra", [" routes=2", " heat=2", " routes=1 routes=1", " heat=0 heat=0",
+def parse_routestep(line: str, rid: int) -> list[list[int]]:
+    """ROUTESTEP <id> <rows> <cols> <k> <hex> -> per MoE row, the k experts that token selected."""
+    p = line.split(" ")
+    assert p[0] == "ROUTESTEP" and int(p[1]) == rid and len(p) == 6, line
+    rows, cols, k = int(p[2]), int(p[3]), int(p[4])
+    assert (rows, cols, k) == (ROWS, COLS, TOP_K) and len(p[5]) == rows * k * 2, line
+    ids = list(bytes.fromhex(p[5]))
+    return [ids[r * k:(r + 1) * k] for r in range(rows)]
+
+
+def test_routestep_lines_are_each_forwarded_tokens_selections(spawn):
+    """routes=2: one ROUTESTEP per generated token the turn forwards, between that token's DATA and
+    the next; with the prefill's counts (a max_tokens=1 turn's ROUTES on a fresh slot) they add up
+    to the turn's ROUTES exactly, cell by cell."""
+    e = spawn(slots=2)
+    e.sync()  # the handshake's lines are all read
+    assert parse_model_line(e.latest["MODEL"]).get("routes") == 2
+    r = e.result(e.submit(PROMPT, slot=0, max_tokens=12, extra=" routes=2"))
+    probe = e.result(e.submit(PROMPT, slot=1, max_tokens=1, extra=" routes=1 heat=0"))
+    assert r.reused == probe.reused == 0 and probe.stat()["emitted"] == 1
+    kinds = [k for k, parts, _ in e.events[r.first_event:r.last_event + 1]
+             if k in ("DATA", "ROUTESTEP") and int(parts[1]) == r.id]
+    emitted, limited = r.stat()["emitted"], r.stat()["length_limited"]
+    assert emitted >= 3, "too short a turn to test"
+    steps = emitted - limited  # the last token is forwarded only when an end-of-generation token followed it
+    assert kinds == (["DATA", "ROUTESTEP"] * emitted)[:emitted + steps], kinds
+    lines = [" ".join(parts) for k, parts, _ in e.events[r.first_event:r.last_event + 1] if k == "ROUTESTEP"]
+    picked = [0] * (ROWS * COLS)
+    for ln in lines:
+        for row, experts in enumerate(parse_routestep(ln, r.id)):
+            assert len(set(experts)) == TOP_K and all(x < COLS for x in experts), ln
+            for x in experts:
+                picked[row * COLS + x] += 1
+    _, _, turn = parse_routes(r.block_line("ROUTES"), r.id)
+    _, _, prefill = parse_routes(probe.block_line("ROUTES"), probe.id)
+    for i in range(ROWS * COLS):
+        cell = (i // COLS, i % COLS)
+        assert prefill.get(cell, 0) + picked[i] == turn.get(cell, 0), (cell, prefill.get(cell), picked[i], turn.get(cell))
+    # off without routes=2
+    q = e.result(e.submit(PROMPT, slot=0, max_tokens=4, extra=" routes=1"))
+    assert not [k for k, parts, _ in e.events[q.first_event:q.last_event + 1] if k == "ROUTESTEP"]
+
+
+def test_routestep_on_a_dense_model(spawn):
+    d = spawn(model="dense", slots=1)
+    r = d.result(d.submit(PROMPT, max_tokens=4, extra=" routes=2"))
+    assert r.block_line("ROUTES") == f"ROUTES {r.id} 0 0", r.block
+    assert not [k for k, _, _ in d.events[r.first_event:r.last_event + 1] if k == "ROUTESTEP"]
+
+
+@pytest.mark.parametrize("extra", [" routes=3", " heat=2", " routes=1 routes=1", " heat=0 heat=0",
                                    " routes=", " heat=-1", " routes=yes"])
 def test_bad_routes_or_heat_rejects_the_header(eng, extra):
     n0 = len(eng.errors0)

@@ -9,12 +9,12 @@ import { MapView } from "./map";
 import { addRepins, renderEntropy, renderLegend, renderSeries } from "./panels";
 import { HostPicker } from "../hosts";
 import { ioFigures } from "../ops/io";
-import type { AtlasDoc, AtlasInfo, MessageRouting, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
+import type { AtlasDoc, AtlasInfo, MessageRouting, PhaseRouting, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const SERIES_KEEP = 120;
 
-interface Debug { grid: GridView; frames: () => number; hitFrames: number; lastHitAt: number; lastHitWall: number; lastHitCells: number[]; doc: () => AtlasDoc | null; routing: () => MessageRouting | null }
+interface Debug { grid: GridView; frames: () => number; hitFrames: number; lastHitAt: number; lastHitWall: number; lastHitCells: number[]; doc: () => AtlasDoc | null; routing: () => MessageRouting | null; phase: () => string | null }
 declare global { interface Window { colibriAtlas?: Debug } }
 
 export function mount(): void {
@@ -36,7 +36,8 @@ export function mount(): void {
   }
   const repinned = new Set<number>();
   let routing: MessageRouting | null = null;
-  const debug: Debug = { grid, frames: () => grid.frames, hitFrames: 0, lastHitAt: 0, lastHitWall: 0, lastHitCells: [], doc: () => doc, routing: () => routing };
+  let phase: string | null = null;   // the part of the message's turn shown (null: all of it)
+  const debug: Debug = { grid, frames: () => grid.frames, hitFrames: 0, lastHitAt: 0, lastHitWall: 0, lastHitCells: [], doc: () => doc, routing: () => routing, phase: () => phase };
   window.colibriAtlas = debug;
 
   const library = new Library(http, (cur: AtlasInfo | null) => void loadAtlas(cur));
@@ -77,10 +78,42 @@ export function mount(): void {
     el.textContent = `Its turn's expert I/O (${r.io.tokens} tokens): ${f.disk} read from disk per token · ideal ${f.ideal} · `
       + `hit ${f.hit} · stall ${f.stall} per token · prefetch ${f.prefetch}`;
   }
+  // With the engine's per-token routing the turn splits into prompt / thinking / answer: one
+  // button per phase shows that phase's experts alone, and a line says which experts fired only
+  // while thinking, only while answering, or in both.
+  function showPhases(r: MessageRouting | null): void {
+    const box = $("filter-phases"), overlap = $("filter-overlap");
+    const phases = r?.phases ?? null;
+    box.replaceChildren();
+    box.hidden = !phases;
+    overlap.hidden = true;
+    if (!r || !phases) return;
+    const add = (name: string | null, text: string) => {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "btn";
+      b.dataset.phase = name ?? "all";
+      b.textContent = text;
+      b.setAttribute("aria-pressed", String(phase === name));
+      b.addEventListener("click", () => { phase = name; applyFilter(); });
+      box.append(b);
+    };
+    add(null, `whole turn · ${r.experts} experts`);
+    for (const [name, p] of Object.entries(phases)) add(name, `${name} · ${p.positions} tokens · ${p.experts} experts`);
+    const think = phases.thinking, answer = phases.answer;
+    if (!think || !answer) return;
+    const cells = (p: PhaseRouting) => new Set(p.counts.map(([row, e]) => row * r.cols + e));
+    const t = cells(think), a = cells(answer);
+    const both = [...t].filter((c) => a.has(c)).length;
+    overlap.textContent = `Experts only while thinking: ${t.size - both} · only while answering: ${a.size - both} · in both: ${both}`;
+    overlap.hidden = false;
+  }
   function applyFilter(): void {
     showIo(routing);
+    showPhases(routing);
     if (!routing) { grid.setFilter(null); filterBox.hidden = true; return; }
     const r = routing;
+    const part = phase !== null ? r.phases?.[phase] ?? null : null;
     filterBox.hidden = false;
     if (!grid.rows) { $("filter-text").textContent = `message ${r.message}: ${r.experts} experts (waiting for the expert map)`; return; }
     if (r.rows !== grid.rows || r.cols !== grid.cols) {
@@ -88,13 +121,16 @@ export function mount(): void {
       $("filter-text").textContent = `message ${r.message}: ${r.experts} experts, on a ${r.rows} × ${r.cols} map; the engine now has ${grid.rows} × ${grid.cols}`;
       return;
     }
-    grid.setFilter(new Map(r.counts.map(([row, e, c]) => [row * grid.cols + e, c])));
-    $("filter-text").textContent = `message ${r.message}: ${r.experts} experts · ${r.selections} selections`;
+    grid.setFilter(new Map((part ?? r).counts.map(([row, e, c]) => [row * grid.cols + e, c])));
+    $("filter-text").textContent = part
+      ? `message ${r.message} · ${phase}: ${part.experts} experts · ${part.selections} selections over ${part.positions} tokens`
+      : `message ${r.message}: ${r.experts} experts · ${r.selections} selections`;
   }
   async function loadFilter(): Promise<void> {
     const id = Number(new URLSearchParams(location.search).get("message"));
     if (!Number.isInteger(id) || id <= 0) return;
     filterBox.hidden = false;
+    phase = null;
     $("filter-text").textContent = `message ${id}: loading…`;
     try {
       routing = await http.routing(id);
@@ -106,6 +142,7 @@ export function mount(): void {
   }
   $("filter-clear").addEventListener("click", () => {
     routing = null;
+    phase = null;
     const url = new URL(location.href);
     url.searchParams.delete("message");
     history.replaceState(null, "", url.pathname + url.search);

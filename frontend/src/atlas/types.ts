@@ -51,12 +51,21 @@ export interface Build {
   error: string; wall_s: number | null; created: string;
 }
 
-// One chat message's routing (experts/views.py message_routing): rows in EMAP order.
+// One phase of a message's turn (chat.services.routing_phases_unpack): the positions it
+// forwarded and their selections.
+export interface PhaseRouting {
+  counts: [number, number, number][]; experts: number; selections: number; positions: number;
+}
+
+// One chat message's routing (chat/views.py message_routing): rows in EMAP order.
 export interface MessageRouting {
   message: number; conversation: number; rows: number; cols: number;
   counts: [number, number, number][];   // [row, expert, selections], nonzero only
   experts: number; selections: number;
   io?: TurnIo | null;   // that turn's expert I/O (the engine's IOSTAT), when it sent one
+  // The same counts split by phase, in turn order ("prompt", "thinking" for a reasoning model,
+  // "answer"); null when the engine reported no per-token routing.
+  phases?: Record<string, PhaseRouting> | null;
 }
 
 export type ServerFrame =
