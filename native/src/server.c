@@ -43,17 +43,28 @@ static void save_slot(server *S, int slot) {
     if (!S->o->kvsave) return;
     char path[1300];
     kv_path(S, slot, path, sizeof path);
-    if (kv_save(&S->kv, slot, path, model_fingerprint_k(S->m, S->req[slot].experts)) != 0)
+    const uint64_t fp = model_fingerprint_k(S->m, S->req[slot].experts);
+    if (kv_save(&S->kv, slot, path, fp) != 0)
         fprintf(stderr, "[KV] could not save slot %d to %s\n", slot, path);
+    if (!model_state_bytes(S->m)) return;
+    strcat(path, ".rs");                /* the recurrent state and its checkpoints beside it */
+    if (model_state_save(S->m, &S->kv, slot, path, fp) != 0)
+        fprintf(stderr, "[KV] could not save slot %d's recurrent state to %s\n", slot, path);
 }
 
 static void load_slots(server *S) {
     for (int s = 0; S->o->kvsave && s < S->o->n_slots; s++) {
         char path[1300];
         kv_path(S, s, path, sizeof path);
-        if (kv_load(&S->kv, s, path, S->m->fingerprint) == 0 && S->kv.slots[s].n_pos > 0)
-            fprintf(stderr, "[KV] slot %d resumed from %s: %d tokens (%s)\n", s, path, S->kv.slots[s].n_pos,
-                    model_state_bytes(S->m) ? "no recurrent state: its next turn re-prefills" : "no re-prefill");
+        if (kv_load(&S->kv, s, path, S->m->fingerprint) != 0 || S->kv.slots[s].n_pos == 0) continue;
+        int n_ckpt = 0;
+        if (model_state_bytes(S->m)) {
+            strcat(path, ".rs");
+            if (model_state_load(S->m, &S->kv, s, path, S->m->fingerprint) == 0)
+                model_slot_state_bytes(S->m, s, &n_ckpt);
+        }
+        fprintf(stderr, "[KV] slot %d resumed from %s: %d tokens (%s, %d state checkpoint(s))\n", s, path,
+                S->kv.slots[s].n_pos, model_state_bytes(S->m) ? "recurrent state" : "no re-prefill", n_ckpt);
     }
 }
 
@@ -71,8 +82,12 @@ int srv_any_active(const server *S) {
 
 /* ------------------------------------------------------------------ turn end */
 
-/* The slot is free again; its history stays for the next turn's prefix reuse. */
+/* The slot is free again; its history stays for the next turn's prefix reuse, and a hybrid's
+ * state where the turn ended is kept as a checkpoint (a next turn that edits this one's end
+ * resumes from an earlier turn's). */
 static void release_request(server *S, request *r) {
+    if (model_checkpoint(S->m, &S->kv, r->slot) != 0)
+        fprintf(stderr, "[KV] out of memory for slot %d's state checkpoint\n", r->slot);
     r->active = 0;
     gram_free(r->g);
     r->g = NULL;

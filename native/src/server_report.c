@@ -125,6 +125,15 @@ static void on_repin(void *ud, int layer, int eid, int old_tier, int gpu) {
     out_line("REPIN %d %d %d %d", layer, eid, old_tier, gpu);
 }
 
+/* SLOTMEM <slot> <kv_bytes> <state_bytes> <checkpoints>: what the slot holds now — its K/V rows
+ * (the positions reserved), a hybrid's recurrent state with its checkpoints (0 otherwise). */
+static void rep_slotmem(server *S, int s) {
+    int n_ckpt = 0;
+    const size_t kvb = (size_t)S->kv.slots[s].cap * kv_pos_bytes(&S->kv);
+    const size_t stb = model_slot_state_bytes(S->m, s, &n_ckpt);
+    out_line("SLOTMEM %d %zu %zu %d", s, kvb, stb, n_ckpt);
+}
+
 void rep_turn_end(server *S, const request *r, double t_end) {
     perf_counters d = S->m->perf;
     d.t_edisk -= r->perf0.t_edisk;
@@ -146,7 +155,9 @@ void rep_turn_end(server *S, const request *r, double t_end) {
     out_line("PROF %.3f %d %d %.3f %.3f %.3f %.3f %.3f %ld", wall, r->n_prompt, r->emitted,
              d.t_edisk, 0.0, d.t_emm, d.t_attn, d.t_head, d.forwards);
     rep_iostat(S, r);
+    rep_slotmem(S, r->slot);
 }
+
 
 void rep_repin(server *S) {
     if (S->m->es) es_repin(S->m->es, on_repin, NULL);
@@ -317,6 +328,9 @@ static void json_model_body(server *S, jbuf *j, const char *bt, const char *et) 
     json_sampling(j, m);
     /* grammar: SUBMIT takes grammar=1 with a DFA of this format as its gbytes (grammar.h) */
     jb_printf(j, ",\"slots\":%d,\"grammar\":\"CGD1\"", S->o->n_slots);
+    if (model_state_bytes(m))           /* a hybrid's per-slot state, its checkpoints (SLOTMEM: held now) */
+        jb_printf(j, ",\"recurrent_state\":{\"bytes\":%zu,\"checkpoints\":%d,\"every\":%d}",
+                  model_state_bytes(m), MODEL_STATE_CKPTS, S->o->ckpt_every);
     if (S->o->budget) {                 /* how the memory budget was split (budget.h) */
         jb_printf(j, ",\"memory\":{");
         j->len += (size_t)budget_json(S->o->budget, j->b + j->len, j->cap - j->len);

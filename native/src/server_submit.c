@@ -118,7 +118,8 @@ static int submit_tokenize(server *S, const submit_hdr *h, const char *payload, 
 
 /* Step: the positions of the slot's history this prompt reuses (the rest is prefilled). */
 static int submit_reuse(server *S, int slot, int n, int experts) {
-    /* K/V rows computed with another expert count are not this turn's: recompute them all */
+    /* K/V rows (and states) computed with another expert count are not this turn's: recompute */
+    if (experts != S->req[slot].experts) model_forget(S->m, slot);
     int keep = experts == S->req[slot].experts ? kv_common_prefix(&S->kv, slot, S->ids, n) : 0;
     if (keep >= n) keep = n - 1;            /* identical prompt: re-forward the last token */
     keep = kv_rewind(&S->kv, slot, keep);   /* sliding windows: what their kept rows allow */
@@ -146,13 +147,35 @@ static request *submit_start(server *S, const submit_hdr *h, gram *g, int n, int
     return r;
 }
 
+/* Where a hybrid's prefill part starting at p stops: the next multiple of `every` (0: none),
+ * at most the prompt's last-but-one position, then its end. */
+static int part_end(int p, int n, int every) {
+    const int e = every > 0 ? (p / every + 1) * every : n;
+    if (e < n - 1) return e;
+    return p < n - 1 ? n - 1 : n;
+}
+
+/* Forwards the prompt's positions [from, n). A hybrid's in parts, its state checkpointed after
+ * each but the last: every ckpt_every positions of a long prompt, and before the prompt's last
+ * token, where the same prompt sent again (a regenerated reply) resumes; the turn's end keeps
+ * the last. 0 ok, -1 as prefill_tail. */
+static int prefill_parts(server *S, request *r, int from) {
+    const int n = r->n_prompt, hybrid = model_state_bytes(S->m) != 0;
+    for (int p = from, e; p < n; p = e) {
+        e = hybrid ? part_end(p, n, S->o->ckpt_every) : n;
+        if (prefill_tail(S->m, &S->kv, r->slot, S->ids, p, e, r->logits, r->route, r->experts, !r->heat,
+                         S->fwd, S->chunk) != 0)
+            return -1;
+        if (e < n && model_checkpoint(S->m, &S->kv, r->slot) != 0) return -1;
+    }
+    return 0;
+}
+
 /* Step: prefill the prompt past the reused prefix. 0 ok; -1 after ending the turn. */
 static int submit_prefill(server *S, request *r) {
     const int slot = r->slot, keep = r->reused, n = r->n_prompt;
     kv_truncate(&S->kv, slot, keep);
-    if (srv_kv_grow(S, slot, n) != 0 ||
-        prefill_tail(S->m, &S->kv, slot, S->ids, keep, n, r->logits, r->route, r->experts, !r->heat,
-                     S->fwd, S->chunk) != 0) {
+    if (srv_kv_grow(S, slot, n) != 0 || prefill_parts(S, r, keep) != 0) {
         fprintf(stderr, "[API] prefill failed for id=%llu (out of memory or expert read error)\n",
                 (unsigned long long)r->id);
         kv_truncate(&S->kv, slot, keep);
