@@ -34,6 +34,7 @@ int srv_kv_grow(server *S, int s, int n_pos) {
         if (o != s && !S->req[o].active && S->kv.slots[o].cap > 0) {
             fprintf(stderr, "[KV] slot %d's history freed for slot %d (KV share full)\n", o, s);
             kv_release(&S->kv, o);
+            model_forget(S->m, o);      /* its state checkpoints stood on that history */
             rc = kv_reserve(&S->kv, s, n_pos);
         }
     return rc;
