@@ -162,6 +162,9 @@ def stats(read_bridge_state: BridgeState) -> dict:
             # How the engine split its memory budget (the MODEL line's `memory`, native/README.md
             # "Memory budget"); null unless our engine described itself.
             "memory": _memory_split(bridge.state),
+            # Each slot's memory after its last turn (protocol.SlotMem.figures: K/V, a hybrid's
+            # recurrent state with its checkpoints); null unless our engine sends SLOTMEM.
+            "slot_memory": (bridge.state or {}).get("slot_memory") if (bridge.state or {}).get("updated") is not None else None,
             "metrics": families}
 
 

@@ -202,6 +202,20 @@ class IoStat:
 
 
 @dataclass
+class SlotMem:
+    """Our engine's memory of one slot after a turn (SLOTMEM, in the turn-end block): its K/V rows,
+    a linear-attention hybrid's recurrent state with its checkpoints (0 for a transformer)."""
+    slot: int
+    kv_bytes: int
+    state_bytes: int       # the live state plus its checkpoints
+    checkpoints: int
+
+    def figures(self) -> dict[str, int]:
+        return {"kv_bytes": self.kv_bytes, "state_bytes": self.state_bytes, "checkpoints": self.checkpoints,
+                "total_bytes": self.kv_bytes + self.state_bytes}
+
+
+@dataclass
 class Done:
     id: int
     emitted: int
@@ -435,6 +449,11 @@ def _repin(toks: list[str], line: str) -> Repin:
     return Repin(*(_int(t) for t in toks[1:5]))
 
 
+def _slotmem(toks: list[str], line: str) -> SlotMem:
+    _need(toks, 5, "SLOTMEM")
+    return SlotMem(*(_int(t, 0) for t in toks[1:5]))
+
+
 def _iostat(toks: list[str], line: str) -> IoStat:
     _need(toks, 10, "IOSTAT")
     rid, tokens, disk, ideal, hits, acq = _int(toks[1], 1), *(_int(t, 0) for t in toks[2:7])
@@ -469,13 +488,14 @@ def _error(toks: list[str], line: str) -> Error:
 
 
 Event = (Banner | Ready | Stat | Caps | HwInfo | Tiers | Emap | Hits | Gpus | GpuDetail | Model | Accept | Data
-         | TopK | Perf | Prof | Entropy | Routes | RouteStep | Repin | IoStat | Done | Error | Tool | Echo)
+         | TopK | Perf | Prof | Entropy | Routes | RouteStep | Repin | IoStat | SlotMem | Done | Error | Tool | Echo)
 
 LINE_KINDS: dict[str, Callable[[list[str], str], Event]] = {
     "STAT": _stat, "CAPS": lambda t, l: Caps(_kv(t[1:])), "HWINFO": _hwinfo, "TIERS": _tiers,
     "EMAP": _emap, "HITS": _hits, "GPUS": _gpus, "GPUDETAIL": lambda t, l: GpuDetail(),
     "MODEL": _model, "ACCEPT": _accept, "TOPK": _topk, "PERF": _perf, "PROF": _prof,
-    "ENTROPY": _entropy, "ROUTES": _routes, "ROUTESTEP": _routestep, "REPIN": _repin, "IOSTAT": _iostat, "DONE": _done, "ERROR": _error,
+    "ENTROPY": _entropy, "ROUTES": _routes, "ROUTESTEP": _routestep, "REPIN": _repin, "IOSTAT": _iostat,
+    "SLOTMEM": _slotmem, "DONE": _done, "ERROR": _error,
 }
 FRAME_KINDS = {"DATA", "TOOL", "ECHO"}
 

@@ -74,6 +74,7 @@ def empty_state() -> dict[str, Any]:
     return {
         "up": False, "status": "down", "model": None, "hwinfo": None, "tiers": None,
         "iostat": None,  # the last finished turn's IOSTAT figures (protocol.IoStat.figures), our engine only
+        "slot_memory": None,  # {slot: protocol.SlotMem.figures()} after each slot's last turn, our engine only
         "emap": None, "hits": None, "seq": 0, "gpus": None, "entropy": None, "repin": [],
         "slots": 0, "busy": 0, "queue": 0, "restarts": 0, "updated": None, "hung": False,
     }

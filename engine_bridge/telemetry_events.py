@@ -1,5 +1,5 @@
 """The engine-wide telemetry lines (MODEL, HWINFO, TIERS, EMAP, HITS, GPUS, ENTROPY, REPIN, PROF,
-IOSTAT) into the bridge's published state (engine_bridge.telemetry.Publisher), and the per-turn
+IOSTAT, SLOTMEM) into the bridge's published state (engine_bridge.telemetry.Publisher), and the per-turn
 block that belongs to the next DONE (mux-protocol.md §4.6, §12 item 12).
 
 Why a table: one engine line per token passes the bridge's dispatch, so each kind maps to its
@@ -26,7 +26,7 @@ class EngineTelemetry:
         """Event type -> handler, for the engine-wide telemetry lines."""
         return {p.Model: self.model, p.HwInfo: self.hwinfo, p.Tiers: self.tiers, p.Emap: self.emap,
                 p.Hits: self.hits, p.Gpus: self.gpus, p.Entropy: self.entropy, p.Repin: self.repin,
-                p.Prof: self.prof}
+                p.Prof: self.prof, p.SlotMem: self.slotmem}
 
     def ready(self, model_info: dict | None) -> None:
         """For an engine that sends no MODEL line (the real colibri binary), the served model's
@@ -49,6 +49,10 @@ class EngineTelemetry:
         figures = ev.figures()
         self.publisher.update(iostat=figures)
         return figures
+
+    def slotmem(self, ev: p.SlotMem) -> None:
+        """A slot's memory after its turn (/ops): K/V, recurrent state and checkpoints, by slot."""
+        self.publisher.update(slot_memory={**(self.publisher.state.get("slot_memory") or {}), str(ev.slot): ev.figures()})
 
     def model(self, ev: p.Model) -> None:
         """The MODEL line, with the model file it came from (`file`, unless the engine named one):

@@ -26,7 +26,7 @@
  * State: a slot's rstate holds, per recurrent layer, the conv inputs and M; it stands after
  * exactly n_pos tokens whose hash it keeps. A forward whose first row of a slot is at position 0
  * starts from zeros; at p > 0 it needs the state of exactly the slot's first p tokens (-1
- * otherwise: the caller re-prefills, model_resume). Checkpoints are not kept.
+ * otherwise: the caller resumes from a checkpoint or re-prefills, model_resume in rstate.c).
  * The trailing nextn_predict_layers blocks (MTP) are not loaded nor in the trunk. */
 #include <math.h>
 #include <stdio.h>
@@ -182,24 +182,6 @@ static size_t layer_state(const model_config *c) {
     return ch * (size_t)(c->ssm_d_conv - 1) + (size_t)c->ssm_v_heads * S * S;
 }
 
-/* Slot s's state, grown on first use (NULL out of memory). */
-static rstate *slot_state(model *m, int s, int n_slots) {
-    struct model_priv *P = m->priv;
-    if (n_slots > P->n_rs) {
-        rstate *r = realloc(P->rs, sizeof *r * (size_t)n_slots);
-        if (!r) return NULL;
-        for (int i = P->n_rs; i < n_slots; i++) r[i] = (rstate){NULL, 0, -1, 0};
-        P->rs = r, P->n_rs = n_slots;
-    }
-    rstate *r = &P->rs[s];
-    if (!r->p) {
-        r->n = model_state_bytes(m) / sizeof(float);
-        if (!(r->p = calloc(r->n ? r->n : 1, sizeof(float)))) return NULL;
-        r->n_pos = -1;
-    }
-    return r;
-}
-
 /* Before the layers: each slot with rows here gets its state ready (zeros at position 0, else
  * the state must stand after exactly the slot's first p tokens), all checked before any is
  * marked in flight, so one slot's refusal leaves the others' states valid. */
@@ -214,7 +196,7 @@ static int states_begin(fwd *F) {
     for (int i = 0; i < F->n; i++) {
         const int s = F->rows[i].slot, p = F->rows[i].pos;
         if (!first_of_slot(F, i)) continue;
-        rstate *r = slot_state(m, s, F->kv->n_slots);
+        rstate *r = rstate_slot(m, s, F->kv->n_slots);
         if (!r) return -1;
         if (p > 0 && (r->n_pos != p || r->hash != rstate_hash(F->kv->slots[s].tokens, p))) {
             fprintf(stderr, "qwen35moe: slot %d's recurrent state does not stand after its %d tokens (re-prefill)\n", s, p);

@@ -237,7 +237,7 @@ static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int
     const model_config *c = &m->c;
     const size_t rows = (size_t)(chunk > n_slots ? chunk : n_slots);
     const size_t per_slot = (size_t)c->vocab * 8 + (size_t)c->n_moe_rows * (size_t)c->n_experts * 4 +
-                            model_state_bytes(m);      /* a hybrid's recurrent state */
+                            model_state_bytes(m) * (1 + RS_CKPTS);   /* a hybrid's state, its checkpoints */
     const size_t once = (size_t)c->vocab * 8 + (size_t)ctx * 8 + (size_t)pool_threads() * ATT_G * (size_t)ctx * 4;
     const size_t held = (size_t)(2 * hold + io_lanes() + 1) * es_expert_bytes(m->es);
     return rows * row_bytes(c) + (size_t)rows_all * whole_row_bytes(c) + (size_t)n_slots * per_slot + once + held +

@@ -456,6 +456,7 @@ int main(int argc, char **argv) {
         so.kvsave = env_is("KVSAVE", "1");
         so.serve_topk = env_is("SERVE_TOPK", "1");
         so.usage_save = eo.usage_save;
+        so.ckpt_every = (int)int_setting(NULL, "STATE_CKPT_EVERY", 1024, 0, 1 << 20, "STATE_CKPT_EVERY");
         so.budget = &mb;
         const char *kd = getenv("KV_DIR");
         if (kd && *kd) {

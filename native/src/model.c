@@ -20,20 +20,6 @@ void par_rows(pool_fn fn, void *ctx, int n) {
         for (int c = 0; c < nc; c++) fn(ctx, c);
 }
 
-uint64_t rstate_hash(const int *t, int n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * 1099511628211ull;
-    return h;
-}
-
-int model_resume(const model *m, const kv_cache *kv, int s, int keep) {
-    const struct model_priv *P = m->priv;
-    if (m->c.ssm_v_heads == 0) return keep;     /* no recurrent layers: K/V truncate exactly */
-    if (keep <= 0 || s < 0 || s >= P->n_rs || !P->rs[s].p || P->rs[s].n_pos != keep || keep > kv->slots[s].n_pos)
-        return 0;
-    return P->rs[s].hash == rstate_hash(kv->slots[s].tokens, keep) ? keep : 0;
-}
-
 size_t model_state_bytes(const model *m) {
     const model_config *c = &m->c;
     const size_t S = (size_t)c->ssm_head, ch = (size_t)(2 * c->ssm_k_heads + c->ssm_v_heads) * S;

@@ -130,9 +130,23 @@ typedef struct {
 int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n);
 
 /* Positions of slot s's history a new turn may keep, given `keep` shared with it: keep for a
- * transformer; for a hybrid (recurrent layers) keep only when the slot's recurrent state stands
- * exactly after those keep tokens, else 0 (re-prefill: state cannot be truncated as K/V can). */
-int model_resume(const model *m, const kv_cache *kv, int s, int keep);
+ * transformer; for a hybrid (recurrent layers) keep when the slot's recurrent state stands
+ * exactly after those keep tokens, else the position of its longest checkpoint within them
+ * (restored as the live state), else 0 (re-prefill: state cannot be truncated as K/V can). */
+int model_resume(model *m, const kv_cache *kv, int s, int keep);
+#define MODEL_STATE_CKPTS 4     /* checkpoints a slot of a hybrid keeps */
+/* A hybrid: keeps a copy of slot s's state, when it stands after the slot's whole history, as
+ * a checkpoint (the least recently used of RS_CKPTS goes). 0 (also: nothing to keep), -1 OOM. */
+int model_checkpoint(model *m, const kv_cache *kv, int s);
+/* Drops slot s's checkpoints (its history is being recomputed another way, e.g. expert count). */
+void model_forget(model *m, int s);
+/* Bytes slot s's recurrent state and its checkpoints take now; *n_ckpt: checkpoints held. */
+size_t model_slot_state_bytes(const model *m, int s, int *n_ckpt);
+/* Slot s's state and checkpoints to / from the file beside its K/V file (fp: the K/V file's
+ * fingerprint). Loaded states become checkpoints that model_resume validates against the
+ * slot's tokens. 0 ok (save: also nothing to save), -1 on I/O error or a foreign file. */
+int model_state_save(const model *m, const kv_cache *kv, int s, const char *path, uint64_t fp);
+int model_state_load(model *m, const kv_cache *kv, int s, const char *path, uint64_t fp);
 /* Bytes of one slot's recurrent state (0 for a transformer): every recurrent layer's last
  * ssm_d_conv - 1 conv inputs and its v heads' S x S delta-rule matrices, floats. */
 size_t model_state_bytes(const model *m);

@@ -29,10 +29,17 @@ typedef struct compute_tier {
 } compute_tier;
 extern const compute_tier compute_cpu;
 
-/* One slot's recurrent state (hybrid architectures, arch_qwen35moe.c): every recurrent layer's
- * conv and delta-rule states, valid for exactly the n_pos tokens whose hash it keeps (-1: none). */
-typedef struct { float *p; size_t n; int n_pos; uint64_t hash; } rstate;
+/* One slot's recurrent state (hybrid architectures, arch_qwen35moe.c; rstate.c): every recurrent
+ * layer's conv and delta-rule states, valid for exactly the n_pos tokens whose hash it keeps
+ * (-1: none), and up to RS_CKPTS copies of earlier states (checkpoints, p NULL: unused) that a
+ * turn sharing only part of the history resumes from. */
+#define RS_CKPTS MODEL_STATE_CKPTS
+typedef struct { float *p; int n_pos; uint64_t hash; unsigned used; } rs_ckpt;
+typedef struct { float *p; size_t n; int n_pos; uint64_t hash; rs_ckpt ck[RS_CKPTS]; unsigned tick; } rstate;
 uint64_t rstate_hash(const int *tokens, int n);   /* what a state's hash is of */
+/* Slot s's record with its live state allocated (the array grown to n_slots); NULL out of memory. */
+rstate *rstate_slot(model *m, int s, int n_slots);
+void rstate_free(rstate *r);
 
 struct arch_ops;
 struct model_priv {

@@ -733,7 +733,7 @@ void model_free(model *m) {
     for (int i = 0; i < P->n_owned; i++) free(P->owned[i]);
     free(P->owned);
     free(P->inv_freq);
-    for (int s = 0; s < P->n_rs; s++) free(P->rs[s].p);
+    for (int s = 0; s < P->n_rs; s++) rstate_free(&P->rs[s]);
     free(P->rs);
     free(P->gdn.p);
     qact_free(&P->act);

@@ -1,7 +1,7 @@
 /* server.h — the mux serve protocol (colibri-compatible, SERVE=1 SERVE_BATCH=1).
  * Owns: reading commands from stdin (poll between decode steps), SUBMIT validation
  * and admission, per-slot prefix reuse and serial prefill, continuously batched
- * decode, per-turn telemetry, KV slot persistence and shutdown (EOF, BAD_FRAME,
+ * decode, per-turn telemetry, KV slot (and recurrent state) persistence and shutdown (EOF, BAD_FRAME,
  * SIGINT, SIGTERM). Wire format: native/README.md and shared/reference/mux-protocol.md. */
 #ifndef COLI_SERVER_H
 #define COLI_SERVER_H
@@ -18,6 +18,8 @@ typedef struct {
     char kv_base[1200];     /* slot s lives in "<kv_base>.<s>" */
     int serve_topk;         /* SERVE_TOPK=1: a TOPK line after each DATA */
     int usage_save;         /* 0: never write the usage file */
+    int ckpt_every;         /* STATE_CKPT_EVERY: a hybrid's prefill checkpoints its recurrent state
+                             * every this many positions (and every turn at its end) */
     const mem_budget *budget;   /* the split: the KV share, the prefill chunk (MODEL reports it) */
 } serve_opts;
 

@@ -1,6 +1,7 @@
 /* test_hybrid.c — a hybrid model's per-slot recurrent state (qwen35moe): the forward continues a
  * slot only from the state of exactly its history, model_resume says how much of a history a new
- * turn may keep, and a slot that restarts at position 0 computes what a fresh slot does.
+ * turn may keep (the live state or a checkpoint, also through the state file), and a slot that
+ * restarts at position 0 computes what a fresh slot does.
  * Uses native/tools/make_tiny_qwen35moe.py (python with numpy + gguf: $COLI_PYTHON, else
  * ../.venv/bin/python, else python3); skipped with a note when it cannot run. */
 #include "kv.h"
@@ -76,6 +77,24 @@ int main(void) {
     kv.slots[0].tokens[2] = 43;     /* same length, other tokens: what a slot file of another turn holds */
     CHECK(model_resume(&m, &kv, 0, 6) == 0, "a history with other tokens does not match the state");
     CHECK(run(&m, &kv, 0, 6, a, 1, l1) != 0, "nor can the forward continue it");
+
+    /* checkpoints: slot 2 keeps its state at 4, runs on to 6, then a turn sharing 5 resumes at 4
+     * and continues as a fresh slot; a file round trip brings the checkpoint back */
+    CHECK(run(&m, &kv, 2, 0, a, 4, l1) == 0 && model_checkpoint(&m, &kv, 2) == 0, "checkpoint at 4");
+    CHECK(run(&m, &kv, 2, 4, a + 4, 2, l1) == 0, "slot 2 on to 6");
+    int n_ck = 0;
+    CHECK(model_slot_state_bytes(&m, 2, &n_ck) == 2 * model_state_bytes(&m) && n_ck == 1, "state + 1 checkpoint");
+    CHECK(model_resume(&m, &kv, 2, 5) == 4, "a turn sharing 5 resumes from the checkpoint at 4");
+    kv_truncate(&kv, 2, 4);
+    CHECK(run(&m, &kv, 2, 4, a + 4, 2, l1) == 0, "and continues from it");
+    CHECK(memcmp(l1, l2, sizeof(float) * (size_t)V) == 0, "as a fresh slot computes");
+    snprintf(path, sizeof path, "%s/slot2.rs", dir);
+    CHECK(model_state_save(&m, &kv, 2, path, 7) == 0, "state file written");
+    model_forget(&m, 2);
+    CHECK(model_resume(&m, &kv, 2, 5) == 0, "forgotten: nothing to resume from");
+    CHECK(model_state_load(&m, &kv, 2, path, 8) != 0, "another fingerprint is refused");
+    CHECK(model_state_load(&m, &kv, 2, path, 7) == 0, "state file read");
+    CHECK(model_resume(&m, &kv, 2, 5) == 4, "the loaded checkpoint resumes at 4");
 
     free(l1);
     free(l2);

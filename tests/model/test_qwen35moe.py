@@ -8,7 +8,12 @@ float64 forward, in EXACT mode (float activations, F32 K/V):
   - serve mode, one slot, two turns: the second turn extending the first resumes the slot's
     state (reused > 0) and answers as a fresh prefill on another slot; a turn that does not extend
     the slot's history re-prefills (reused = 0: no K/V prefix without its recurrent state) and
-    answers as a fresh prefill;
+    answers as a fresh prefill; the same prompt again resumes from the checkpoint before its last
+    token;
+  - checkpoints (rstate.c): a turn that edits the last user message (a shorter shared prefix than
+    the slot's history) resumes from the first turn's end, a long prompt's prefill checkpoints
+    every STATE_CKPT_EVERY positions, and KVSAVE=1 keeps state and checkpoints across a restart:
+    each answers as a cold prefill, EXACT=1;
   - a 40-token prompt with the budget's prefill chunk at 32 rows (CTX 60) answers as in one part;
   - also a file with full_attention_interval 2 and a Q8_0 one; a file without the layer pattern
     is refused naming the key;
@@ -123,16 +128,19 @@ def test_turns_on_one_slot(engine_binary, model):
         # not an extension of slot 0's history: a K/V prefix is shared, the recurrent state is not
         p3 = p1 + b"Something else entirely.<|im_end|>\n" + chatml("Now?").encode()
         r3 = e.generate(p3, slot=0, max_tokens=6)
-        assert r3.reused == 0, f"a non-extending turn kept {r3.reused} positions without their recurrent state"
+        # only where a state was kept: the checkpoint turn 1's prefill made before its last token
+        assert r3.reused == r1.prompt_tokens - 1, (
+            f"a non-extending turn kept {r3.reused} positions, not turn 1's checkpoint at {r1.prompt_tokens - 1}")
         # fresh prefills of both prompts on two other slots at once (rows of two slots per forward)
         a, b = e.submit(p2, slot=1, max_tokens=6), e.submit(p3, slot=2, max_tokens=6)
         fresh, fresh3 = e.result(a), e.result(b)
         assert fresh.done is not None and fresh3.done is not None, (fresh.errors, fresh3.errors)
         assert fresh.reused == 0 and fresh.text == r2.text, "resumed turn differs from a fresh prefill"
         assert r3.text == fresh3.text, "re-prefilled turn differs from a fresh prefill"
-        # the identical prompt again: its last token is re-forwarded, which the state cannot undo
+        # the identical prompt again: its last token is re-forwarded, from the checkpoint its
+        # prefill kept before that token
         r4 = e.generate(p3, slot=0, max_tokens=6)
-        assert r4.reused == 0 and r4.text == r3.text
+        assert r4.reused == r3.prompt_tokens - 1 and r4.text == r3.text, (r4.reused, r3.prompt_tokens)
     finally:
         try:
             e.close(10)
@@ -157,3 +165,104 @@ def test_prefill_parts(engine_binary, model):
                 e.kill()
     assert 32 < texts[0][0] <= 52, f"prompt of {texts[0][0]} tokens does not span two 32-row parts"
     assert texts[0][1] == texts[1][1], "prefill in parts differs from one part"
+
+
+def _stop(e):
+    try:
+        e.close(10)
+    finally:
+        e.kill()
+
+
+def _slotmem(r, slot):
+    """The turn's SLOTMEM line: (kv_bytes, state_bytes, checkpoints)."""
+    f = r.block_line("SLOTMEM").split()
+    assert f[1] == str(slot), f
+    return int(f[2]), int(f[3]), int(f[4])
+
+
+def _exact_env(model, **extra):
+    return base_env(model, slots=3, ctx=512, EXACT=1, KV_TYPE="f32", **extra)
+
+
+def _gen(e, prompt, slot, max_tokens):
+    """A greedy turn with logprobs=5: (request, each DATA's log-probability and top-5 fields).
+    EXACT=1: a resumed turn's figures equal a cold run's to the printed digit."""
+    r = e.result(e.submit(prompt, slot=slot, max_tokens=max_tokens, extra=" logprobs=5"))
+    assert r.done is not None, r.errors
+    lps = [parts[3:] for kind, parts, _ in e.events[r.first_event:r.last_event + 1]
+           if kind == "DATA" and parts[1] == str(r.id)]
+    return r, lps
+
+
+def test_edited_turn_resumes_from_a_checkpoint(engine_binary, model):
+    """Turn 3 re-sends turn 2's conversation with its last user message edited: the slot's
+    history (turn 2's) shares less than turn 2's prompt, its live state is past that, and the
+    turn resumes from turn 1's end instead of re-prefilling. Same text as a cold run."""
+    e = Engine(engine_binary, env=_exact_env(model))
+    try:
+        p1 = chatml("Hello there, how are you?").encode()
+        r1 = e.generate(p1, slot=0, max_tokens=6)
+        head = p1 + r1.text + b"<|im_end|>\n"
+        r2 = e.generate(head + chatml("And then?").encode(), slot=0, max_tokens=6)
+        assert r2.reused >= r1.prompt_tokens
+        kv_b, st_b, n_ck = _slotmem(r2, 0)
+        assert kv_b > 0 and n_ck >= 2 and st_b > 0, (kv_b, st_b, n_ck)
+        p3 = head + chatml("What about the weather tomorrow?").encode()
+        r3, lp3 = _gen(e, p3, 0, 8)
+        turn1_end = r1.prompt_tokens + len(r1.data) - 1     # the last sampled token is not forwarded
+        assert r3.reused == turn1_end, f"edited turn reused {r3.reused}, turn 1 ended at {turn1_end}"
+        cold, lpc = _gen(e, p3, 1, 8)
+        assert cold.reused == 0 and cold.text == r3.text and lpc == lp3, (cold.text, r3.text)
+        assert cold.prompt_tokens == r3.prompt_tokens
+    finally:
+        _stop(e)
+
+
+def test_long_prefill_checkpoints_every_n(engine_binary, model):
+    """STATE_CKPT_EVERY=16: a long prompt's prefill keeps its state at 16, 32, ... (the last
+    MODEL_STATE_CKPTS of them and of the prompt's and turn's ends); a second prompt sharing 90 % of
+    it then diverging resumes from a multiple of 16."""
+    e = Engine(engine_binary, env=_exact_env(model, STATE_CKPT_EVERY=16))
+    try:
+        story = "Tell me a long story about a cat, a dog and a very patient mouse, please. " * 2
+        r1 = e.generate(chatml(story).encode(), slot=0, max_tokens=2)
+        assert r1.prompt_tokens > 40, r1.prompt_tokens
+        full = chatml(story).encode()
+        p2 = full[:len(full) * 9 // 10] + b" Actually, never mind."
+        r2, lp2 = _gen(e, p2, 0, 6)
+        assert r2.reused > 0 and r2.reused % 16 == 0, f"reused {r2.reused}: not a checkpoint at a multiple of 16"
+        cold, lpc = _gen(e, p2, 1, 6)
+        assert cold.reused == 0 and cold.text == r2.text and lpc == lp2
+    finally:
+        _stop(e)
+
+
+def test_kvsave_keeps_state_across_a_restart(engine_binary, model, tmp_path):
+    """KVSAVE=1: each slot's file and its state file beside it. After a restart, slot 1's next
+    turn extends its history from the saved live state, and slot 0's edited turn resumes from
+    turn 1's end (a saved checkpoint); each answers as a cold run."""
+    env = _exact_env(model, KVSAVE=1, KV_DIR=tmp_path)
+    p1 = chatml("Hello there, how are you?").encode()
+    e = Engine(engine_binary, env=env)
+    try:
+        r1 = e.generate(p1, slot=0, max_tokens=6)
+        head = p1 + r1.text + b"<|im_end|>\n"
+        e.generate(head + chatml("And then?").encode(), slot=0, max_tokens=6)
+        e.generate(p1, slot=1, max_tokens=6)
+    finally:
+        _stop(e)
+    assert sorted(p.name.rsplit(".", 2)[-2:][0] for p in tmp_path.glob("*.rs")) == ["0", "1"], list(tmp_path.iterdir())
+    p_edit = head + chatml("What about the weather tomorrow?").encode()
+    p_ext = head + chatml("And then?").encode()
+    e = Engine(engine_binary, env=env)
+    try:
+        r_ext, lp_ext = _gen(e, p_ext, 1, 8)
+        r_edit, lp_edit = _gen(e, p_edit, 0, 8)
+        assert r_ext.reused == r1.prompt_tokens + len(r1.data) - 1, f"extension after restart reused {r_ext.reused}"
+        assert r_edit.reused == r1.prompt_tokens + len(r1.data) - 1, f"edit after restart reused {r_edit.reused}"
+        (cold_ext, lpc_ext), (cold_edit, lpc_edit) = _gen(e, p_ext, 2, 8), _gen(e, p_edit, 2, 8)
+        assert cold_ext.reused == 0 and cold_ext.text == r_ext.text and lpc_ext == lp_ext
+        assert cold_edit.reused == 0 and cold_edit.text == r_edit.text and lpc_edit == lp_edit
+    finally:
+        _stop(e)

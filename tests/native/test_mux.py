@@ -214,7 +214,7 @@ def test_it_stop_gives_done(spawn):
 
 
 def test_a_long_decode_sends_the_expert_tiers_and_heat_while_it_runs(spawn):
-    """LIVE_EVERY_S (server.c): a decode that lasts seconds sends TIERS + EMAP and HITS at least
+    """LIVE_EVERY_S (server_report.c): a decode that lasts seconds sends TIERS + EMAP and HITS at least
     once a second between its DATA frames, not only in the turn-end block, so that the atlas moves
     while a slow big model decodes. Each live EMAP agrees with the TIERS line sent with it."""
     eng = spawn(model="endless", slots=1, ctx=LONG_CTX, EXPERT_RAM_MB="1")

@@ -1,4 +1,4 @@
-"""The engine's serve loop prefers prefill to decode (native/src/server.c read_commands): SUBMITs
+"""The engine's serve loop prefers prefill to decode (native/src/server_wire.c wire_read_commands): SUBMITs
 that arrive while a prefill runs are prefilled before the next decode step, so a burst of clients
 admitted one after another by a web front end gets its first tokens as if it had come in one
 write, instead of each waiting behind decode steps of the ones before (issue 14)."""

@@ -97,3 +97,14 @@ def test_the_engines_memory_split_is_in_v1_stats_and_ops(staff, alice_key, monke
     assert public["memory"] == client_for(staff).get("/ops/stats.json").json()["memory"] == split
     state["model"] = {"name": "another engine"}     # no MODEL memory: null
     assert client_for(staff).get("/ops/stats.json").json()["memory"] is None
+
+
+def test_the_slots_memory_is_in_ops_stats(staff, monkeypatch):
+    """SLOTMEM figures by slot (engine_bridge.telemetry_events.slotmem) travel to /ops/stats.json."""
+    slots = {"0": {"kv_bytes": 131584, "state_bytes": 84480, "checkpoints": 4, "total_bytes": 216064}}
+    state = {"status": "up", "up": True, "updated": 1.0, "slots": 2, "busy": 0, "queue": 0, "restarts": 0,
+             "model": {"name": "moe"}, "slot_memory": slots}
+    monkeypatch.setattr("engine_bridge.telemetry.get_state", lambda bridge=None: state)
+    assert client_for(staff).get("/ops/stats.json").json()["slot_memory"] == slots
+    state["slot_memory"] = None
+    assert client_for(staff).get("/ops/stats.json").json()["slot_memory"] is None

@@ -18,11 +18,17 @@ interface MemorySplit {
   expert_override: boolean; prefill_rows: number; prefill_chunk: number;
 }
 
+// Each slot's memory after its last turn (SLOTMEM; engine_bridge.protocol.SlotMem.figures), by slot.
+interface SlotMemory {
+  kv_bytes: number; state_bytes: number; checkpoints: number; total_bytes: number;
+}
+
 interface Stats {
   time: number;
   engine: { up: number; slots: number; busy: number; queue: number; restarts: number };
   io: TurnIo | null;
   memory?: MemorySplit | null;
+  slot_memory?: Record<string, SlotMemory> | null;
   metrics: Record<string, Row[]>;
   bridge?: string; // whose engine figures `engine` and `io` are
   bridges?: BridgeEntry[];
@@ -57,6 +63,18 @@ function renderMemory(mem: MemorySplit | null | undefined): void {
   set("mem-prefill", mem ? `${mem.prefill_rows} / ${mem.prefill_chunk}` : "–");
   set("ops-memory-source", !mem ? "" : mem.source === "MEM_BUDGET_MB" ? "set by MEM_BUDGET_MB"
     : `${mem.source} ${mib(mem.limit_mb)} less ${mib(mem.margin_mb)}`);
+}
+
+// The slots' memory now: K/V plus a hybrid's recurrent state and its checkpoints, summed.
+function renderSlotMemory(slots: Record<string, SlotMemory> | null | undefined): void {
+  const el = document.getElementById("mem-slots");
+  if (!el) return;
+  const all = Object.values(slots ?? {});
+  if (!all.length) { el.textContent = "–"; return; }
+  const sum = (k: keyof SlotMemory) => all.reduce((a, s) => a + s[k], 0);
+  const state = sum("state_bytes");
+  el.textContent = `${formatBytes(sum("total_bytes"))} in ${all.length} slot${all.length === 1 ? "" : "s"}`
+    + (state ? ` (state ${formatBytes(state)}, ${sum("checkpoints")} checkpoints)` : "");
 }
 
 interface Boot {
@@ -216,6 +234,7 @@ function boot(): void {
       renderTable(cur);
       renderIo(cur.io);
       renderMemory(cur.memory);
+      renderSlotMemory(cur.slot_memory);
       if (prev && cur.time > prev.time) {
         const dt = cur.time - prev.time;
         for (const def of charts) def.chart.push(cur.time, def.compute(prev, cur, dt));
