@@ -339,6 +339,37 @@ static int rope_scaling(model *m, char *err, size_t errlen) {
     return 0;
 }
 
+/* <arch>.nextn_predict_layers: the file's last blocks are MTP / NextN heads (GLM-4.5, Qwen3.5),
+ * counted in block_count but not in the trunk (llama.cpp's n_layer()); their tensors stay in the
+ * file, unread. */
+static int trailing_blocks(model *m, char *err, size_t errlen) {
+    model_config *c = &m->c;
+    char k[128];
+    int64_t nextn = gguf_get_int(&m->g, ld_key(m, "nextn_predict_layers", k, sizeof k), 0);
+    if (nextn < 0 || nextn >= c->n_layers) return model_fail(err, errlen, "%s = %lld is invalid", k, (long long)nextn);
+    c->n_nextn = (int)nextn;
+    c->n_layers -= (int)nextn;
+    return 0;
+}
+
+/* The routing's defaults (moe_opts: softmax over the selected, SiLU experts) and the file's
+ * grouped top-k, <arch>.expert_group_count / expert_group_used_count, which llama.cpp's MoE
+ * applies for any architecture (groups > 1). */
+static int moe_groups(model *m, char *err, size_t errlen) {
+    moe_opts *o = &m->priv->moe;
+    char k[128];
+    *o = (moe_opts){GATING_SOFTMAX, 0, 1.0f, 0, 0, 0, MOE_ACT_SILU, 0.0f, 0.0f};
+    int64_t G = gguf_get_int(&m->g, ld_key(m, "expert_group_count", k, sizeof k), 0);
+    int64_t U = gguf_get_int(&m->g, ld_key(m, "expert_group_used_count", k, sizeof k), 0);
+    const int E = m->c.n_experts;
+    if (G <= 1) return 0;
+    if (G > 64 || E % G || U < 1 || U > G)
+        return model_fail(err, errlen, "%s.expert_group_count %lld / expert_group_used_count %lld are invalid for %d "
+                          "experts (groups 2..64 dividing them, 1..groups used)", m->arch, (long long)G, (long long)U, E);
+    o->n_group = (int)G, o->group_used = (int)U;
+    return 0;
+}
+
 int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
     model_config *c = &m->c;
     const gguf_file *g = &m->g;
@@ -382,8 +413,9 @@ int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
         return model_fail(err, errlen, "%s %d is invalid for %d experts", ld_key(m, "expert_used_count", k, sizeof k),
                           c->top_k, c->n_experts);
     if (c->n_experts == 0) c->top_k = 0;
-    c->expert_scale = c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
+    c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
     c->attn_scale = 0.0f;
+    if (trailing_blocks(m, err, errlen) != 0 || moe_groups(m, err, errlen) != 0) return -1;
     return rope_scaling(m, err, errlen);
 }
 
@@ -650,7 +682,7 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
     /* what K/V rows depend on: the shapes, the effective top-k, the file, EXACT's arithmetic */
     const int rd = c->rope_dim;
     int64_t fp[17] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim_k, c->d_ff, c->vocab,
-                      c->n_experts, c->top_k, c->d_expert, c->d_shexp, c->gating, c->n_moe_rows, rd,
+                      c->n_experts, c->top_k, c->d_expert, c->d_shexp, P->moe.gating, c->n_moe_rows, rd,
                       (int64_t)g->size, (int64_t)g->n_tensors, m->exact};
     m->fingerprint = fnv1a64(1469598103934665603ull, fp, sizeof fp);
     if (c->head_dim_v != c->head_dim_k) {    /* the value width too (equal widths: as before the split) */
