@@ -160,8 +160,6 @@ static int qwen35moe_block(model *m, int l, expert_layer_src *src, char *err, si
         ld_vec(m, NM("post_attention_norm.weight"), m->c.d_model, 0, &L->ffn_norm, err, errlen))
         return -1;
     if ((L->rec_row >= 0 ? gdn_block(m, l, err, errlen) : attn_block(m, l, err, errlen)) != 0) return -1;
-    if (!gguf_find_tensor(&m->g, NM("ffn_gate_exps.weight")) && gguf_find_tensor(&m->g, NM("ffn_gate_up_exps.weight")))
-        return model_fail(err, errlen, "%s: fused gate/up experts are not supported yet", nm);
     if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
     if (gguf_find_tensor(&m->g, NM("ffn_gate_shexp.weight"))) {
         if (ld_shared_expert(m, l, err, errlen) != 0 ||

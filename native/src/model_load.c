@@ -430,6 +430,8 @@ void ld_expert_widths(model *m) {
         const gguf_tensor *t;
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", l);
         if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)t->ne[1];
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_up_exps.weight", l);     /* gate and up fused: twice as wide */
+        if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)(t->ne[1] / 2);
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate.0.weight", l);   /* one tensor per expert (old Mixtral files) */
         if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)t->ne[1];
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
@@ -515,9 +517,19 @@ int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen)
         gguf_find_tensor(g, NAME("ffn_gate.0.weight")))
         return ld_moe_per_expert(m, l, src, err, errlen);
     const gguf_tensor *te[3];
-    uint64_t eg[3] = {D, X, E}, ed[3] = {X, D, E};
-    if (ld_tensor(g, NAME("ffn_gate_exps.weight"), 3, eg, 0, &te[0], err, errlen)) return -1;
-    if (ld_tensor(g, NAME("ffn_up_exps.weight"), 3, eg, 0, &te[1], err, errlen)) return -1;
+    uint64_t eg[3] = {D, X, E}, egu[3] = {D, 2 * X, E}, ed[3] = {X, D, E};
+    /* gate and up fused in one tensor (llama.cpp's ffn_gate_up_exps: each expert's gate rows,
+     * then its up rows), read as the two halves of each expert's slice; else the two tensors */
+    src->fused = !gguf_find_tensor(g, NAME("ffn_gate_exps.weight")) && gguf_find_tensor(g, NAME("ffn_gate_up_exps.weight"));
+    if (src->fused) {
+        if (gguf_find_tensor(g, NAME("ffn_up_exps.weight")))
+            return model_fail(err, errlen, "blk.%d: both ffn_gate_up_exps and ffn_up_exps", l);
+        if (ld_tensor(g, NAME("ffn_gate_up_exps.weight"), 3, egu, 0, &te[0], err, errlen)) return -1;
+        te[1] = te[0];
+    } else if (ld_tensor(g, NAME("ffn_gate_exps.weight"), 3, eg, 0, &te[0], err, errlen) ||
+               ld_tensor(g, NAME("ffn_up_exps.weight"), 3, eg, 0, &te[1], err, errlen)) {
+        return -1;
+    }
     if (ld_tensor(g, NAME("ffn_down_exps.weight"), 3, ed, 0, &te[2], err, errlen)) return -1;
     for (int k = 0; k < 3; k++)
         if (!ld_mat_type_ok(te[k]->type))

@@ -150,9 +150,12 @@ class Ref:
         return (silu(h @ W(p + f"ffn_gate{kind}.weight").T) * (h @ W(p + f"ffn_up{kind}.weight").T)) @ W(p + f"ffn_down{kind}.weight").T
 
     def expert(self, p, kind, e):
-        """Expert e's matrix: a slice of the stacked ffn_{kind}_exps, or (older llama files) its own
-        tensor ffn_{kind}.{e}."""
+        """Expert e's matrix: a slice of the stacked ffn_{kind}_exps (gate and up: halves of
+        ffn_gate_up_exps when fused), or (older llama files) its own tensor ffn_{kind}.{e}."""
         W = self.w
+        if kind != "down" and W.has(p + "ffn_gate_up_exps.weight"):   # fused: gate rows, then up rows
+            gu = W(p + "ffn_gate_up_exps.weight")[e]
+            return gu[: len(gu) // 2] if kind == "gate" else gu[len(gu) // 2:]
         return W(p + f"ffn_{kind}_exps.weight")[e] if W.has(p + f"ffn_{kind}_exps.weight") else W(p + f"ffn_{kind}.{e}.weight")
 
     def experts(self, p, h_i, sel, wts):
