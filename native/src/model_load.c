@@ -734,6 +734,49 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+/* Whether tensor t is in one of the trailing MTP / NextN blocks (blk.L., L >= n_layers), which
+ * are known and skipped. */
+static int in_skipped_block(const model *m, const gguf_tensor *t) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "%.*s", (int)(t->name.len < 63 ? t->name.len : 63), t->name.ptr);
+    int l, at = 0;
+    if (sscanf(nm, "blk.%d.%n", &l, &at) != 1 || at == 0) return 0;
+    return l >= m->c.n_layers && l < m->c.n_layers + m->c.n_nextn;
+}
+
+/* <arch>. keys a file may carry that change nothing here: the vocabulary's size (the tokenizer's
+ * list decides), the shared experts' count and the leading dense blocks (the tensors decide, as
+ * the blocks' loaders read them), the converters' layout and fine-tuning notes. */
+static int key_harmless(const char *suffix) {
+    static const char *const ok[] = {"vocab_size", "expert_shared_count", "leading_dense_block_count",
+                                     "tensor_data_layout", "rope.scaling.finetuned"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcmp(suffix, ok[i]) == 0) return 1;
+    return 0;
+}
+
+/* A file is run only as a whole: a tensor the architecture never read (outside its skipped MTP
+ * blocks), or a key of its namespace it never read, would be silently ignored, so either refuses
+ * the load naming it (llama.cpp refuses a tensor count that differs from its loader's). */
+static int check_unread(model *m, char *err, size_t errlen) {
+    const gguf_file *g = &m->g;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (!t->seen && !in_skipped_block(m, t))
+            return model_fail(err, errlen, "tensor %.*s is not known to this engine's %s loader (unsupported file)",
+                              (int)t->name.len, t->name.ptr, m->arch);
+    }
+    const size_t na = strlen(m->arch);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        char key[160];
+        snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 159 ? kv->key.len : 159), kv->key.ptr);
+        if (kv->seen || strncmp(key, m->arch, na) != 0 || key[na] != '.' || key_harmless(key + na + 1)) continue;
+        return model_fail(err, errlen, "key %s is not known to this engine's %s loader (unsupported file)", key, m->arch);
+    }
+    return 0;
+}
+
 static int load_inner(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
     gguf_file *g = &m->g;
     if (gguf_open(g, path) != 0) return model_fail(err, errlen, "%s", g->err[0] ? g->err : "cannot open model");
@@ -748,7 +791,8 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     m->c.vocab = tok_n_vocab(m->tok);
     if (m->c.vocab < 1) return model_fail(err, errlen, "tokenizer has no tokens");
     if (load_io(m, err, errlen) || load_blocks(m, ops, eo, err, errlen) || pack_all(m, err, errlen)) return -1;
-    return load_finish(m, path, err, errlen);
+    if (load_finish(m, path, err, errlen) != 0) return -1;
+    return check_unread(m, err, errlen);
 }
 
 int model_load(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
