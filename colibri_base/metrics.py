@@ -162,6 +162,9 @@ def stats(read_bridge_state: BridgeState) -> dict:
             # How the engine split its memory budget (the MODEL line's `memory`, native/README.md
             # "Memory budget"); null unless our engine described itself.
             "memory": _memory_split(bridge.state),
+            # The engine's reason for refusing its model file (the bridge then does not restart it
+            # until the file changes); null otherwise.
+            "refusal": (bridge.state or {}).get("refused") if (bridge.state or {}).get("status") == "refused" else None,
             "metrics": families}
 
 
