@@ -1,7 +1,8 @@
-/* moe.c — the MoE FFN: routing (router logits + bias, top-k selection, gating weights, usage
- * bookkeeping), grouping the (row, expert) pairs by expert, the routed and shared experts'
- * matmuls as two parallel jobs (with per-expert biases and the SiLU or gpt-oss's clamped SwiGLU
- * activation, moe_opts), and the fixed-order combine.
+/* moe.c — the MoE FFN, routed as the architecture's forward says at each call (moe_opts):
+ * routing (router logits + bias, top-k selection by logits or by probability + selection bias
+ * within the kept expert groups, gating weights, usage bookkeeping), grouping the (row, expert)
+ * pairs by expert, the routed and shared experts' matmuls as two parallel jobs (with per-expert
+ * biases and the SiLU or gpt-oss's clamped SwiGLU activation), and the fixed-order combine.
  *
  * Every matmul, the routers' included, goes through the compute tier (P->tier->mul_multi).
  *
@@ -310,7 +311,7 @@ static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const
  * experts it will select there, read ahead on the I/O lanes while this layer computes (a
  * token's hidden state changes little from one layer to the next). Only for decode-sized
  * batches of a store that reads from disk. */
-static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows) {
+static void moe_read_ahead(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     if (n > 4 || L->next_moe < 0 || !es_lookahead(m->es)) return;
@@ -330,8 +331,10 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
     for (int i = 0; i < n; i++) {
         const int K = row_experts(c, &rows[i]);
         int s[512];
+        float sc[512];
         if (K > 512) return;
-        top_k_ids(lg + (size_t)i * E, E, K, s);
+        if (E <= 512) select_experts(o, lg + (size_t)i * E, N->exp_bias, E, K, sc, s);   /* the selection's rule */
+        else top_k_ids(lg + (size_t)i * E, E, K, s);
         for (int j = 0; j < K; j++)
             if (!seen[s[j]]) {
                 seen[s[j]] = 1;
@@ -420,7 +423,7 @@ static int moe_group_run(model *m, const layer_w *L, const moe_opts *o, const fl
     int rc = es_acquire_begin(m->es, r, list, cnt, P->ew, B->ready_k), held = rc == 0;
     if (rc != 0) return rc;
     if (n_next > 0) es_read_ahead(m->es, r, next, n_next);
-    else moe_read_ahead(m, L, h, n, rows);
+    else moe_read_ahead(m, L, o, h, n, rows);
     for (int e = 0; e < E; e++) B->ready[e] = -1;       /* not in this group: skipped */
     for (int k = 0; k < cnt; k++) B->ready[list[k]] = B->ready_k[k];
     rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 1, first, base, B->eg, B->eu, B->eo, B->sg, B->so);
