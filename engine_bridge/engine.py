@@ -374,6 +374,7 @@ class Supervisor:
         self.status = "starting"
         self.next_attempt = time.monotonic()
         self.last_start_s = 1.0  # how long the last start took (READY or failure)
+        self.refusal: str | None = None  # while status is "refused": the engine's reason
 
     def retry_after(self) -> int:
         """Whole seconds until an engine may be up again (for Retry-After), at least 1."""
@@ -404,6 +405,7 @@ class Supervisor:
                 refusal = exc.refusal if isinstance(exc, EngineFailed) else None
             else:
                 ready = True
+                self.refusal = None
                 self.last_start_s = time.monotonic() - started
                 delay = BACKOFF_FIRST  # it started: the next crash is retried quickly again
                 self.engine = engine
@@ -433,6 +435,7 @@ class Supervisor:
         """Reports the engine's refusal of its model file, then waits until that file changes (a
         new file may load) or, when the bridge does not know the file, REFUSED_RETRY_S."""
         log.error("engine refused its model; not restarting until the file changes: %s", refusal)
+        self.refusal = refusal
         self._status("refused")
         on_refused = getattr(self.hooks, "on_refused", None)
         if on_refused:
@@ -440,7 +443,8 @@ class Supervisor:
         path = self.command[1].get("SNAP")
         seen = _file_id(path)
         deadline = time.monotonic() + (REFUSED_RETRY_S if not path else float("inf"))
-        self.next_attempt = deadline
+        # Retry-After: the next look at the file (a finite figure; the change may come at any time)
+        self.next_attempt = min(deadline, time.monotonic() + REFUSED_POLL_S)
         while not self.stopping and time.monotonic() < deadline and _file_id(path) == seen:
             await asyncio.sleep(REFUSED_POLL_S)
 

@@ -1,8 +1,9 @@
 """An engine that refuses its model file at load (exit code 3 and a "refused" stderr line: an
 architecture, tensor, key or type it does not know) is reported, not restarted: the real bridge
 worker with the real engine on a generated file of an unknown architecture publishes status
-"refused" with the engine's reason, /health answers it (503, engine "refused", `refusal`), its
-restart count stays 0, and once the model file is replaced by one the engine knows it starts."""
+"refused" with the engine's reason, /health answers it (503, engine "refused", `refusal`), a
+request is answered ENGINE_UNAVAILABLE with that reason, its restart count stays 0, and once the model file is replaced by one the engine knows it starts."""
+import asyncio
 import os
 import shutil
 import struct
@@ -11,7 +12,9 @@ import time
 
 import pytest
 
+from engine_bridge.client import GenerationRequest
 from tests.bridge.conftest import bridge_env
+from tests.bridge.helpers import CHATML, collect, final
 from tests.support import procs
 
 pytestmark = pytest.mark.django_db
@@ -57,6 +60,9 @@ def test_a_refused_model_is_reported_not_restarted(engine_binary, tiny_model, re
         body = r.json()
         assert r.status_code == 503 and body["engine"] == "refused", body
         assert f"architecture '{arch}' is not supported" in body["refusal"], body
+        events = asyncio.run(collect(GenerationRequest(prompt=CHATML.format("Hi"), max_tokens=2)))
+        err = final(events)
+        assert err["code"] == "ENGINE_UNAVAILABLE" and "refused its model file" in err["message"], err
         shutil.copyfile(tiny_model, model)      # a file the engine knows: it starts
         state = wait_state(full, lambda s: s.get("up"), 60, "the engine up on the replaced file")
         assert state["refused"] is None and state["restarts"] == 1, state
