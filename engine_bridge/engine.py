@@ -14,8 +14,9 @@ backoff resets once an engine reaches READY and is capped at BACKOFF_MAX, so one
 about a second and a crash loop costs at most BACKOFF_MAX between attempts.
 An engine that refuses its model file at load (exit code EXIT_REFUSED, after a stderr line
 "colibri-engine: refused PATH: REASON") is not restarted: the same file fails the same way. The
-supervisor reports the reason (status "refused", on_refused) and starts again only once the
-model file changes (its size, time or inode), or every REFUSED_RETRY_S when the file is unknown.
+supervisor reports the reason (status "refused", on_refused) and starts again once the model file
+changes (its size, time or inode), else after REFUSED_RETRY_S (what the file lacked may be the
+host's: memory, a file system that was not mounted yet).
 """
 import asyncio
 import contextlib
@@ -40,7 +41,7 @@ ROUTINE_STDERR = (b"[API] done id=", b"[API] KV slot ")
 EXIT_REFUSED = 3  # the engine refused its model file at load (native/src/main.c)
 REFUSED_LINE = b"colibri-engine: refused "
 REFUSED_POLL_S = 2.0  # how often a refused model file is looked at for a change
-REFUSED_RETRY_S = 300.0  # a retry after a refusal whose file the bridge cannot watch
+REFUSED_RETRY_S = 300.0  # a retry after a refusal when the model file did not change
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
 TERM_GRACE = 5.0
@@ -433,7 +434,7 @@ class Supervisor:
 
     async def _refused(self, refusal: str) -> None:
         """Reports the engine's refusal of its model file, then waits until that file changes (a
-        new file may load) or, when the bridge does not know the file, REFUSED_RETRY_S."""
+        new file may load) or REFUSED_RETRY_S have passed."""
         log.error("engine refused its model; not restarting until the file changes: %s", refusal)
         self.refusal = refusal
         self._status("refused")
@@ -442,9 +443,9 @@ class Supervisor:
             on_refused(refusal)
         path = self.command[1].get("SNAP")
         seen = _file_id(path)
-        deadline = time.monotonic() + (REFUSED_RETRY_S if not path else float("inf"))
-        # Retry-After: the next look at the file (a finite figure; the change may come at any time)
-        self.next_attempt = min(deadline, time.monotonic() + REFUSED_POLL_S)
+        deadline = time.monotonic() + REFUSED_RETRY_S
+        # Retry-After: the next look at the file (the change may come at any time)
+        self.next_attempt = time.monotonic() + (REFUSED_POLL_S if path else REFUSED_RETRY_S)
         while not self.stopping and time.monotonic() < deadline and _file_id(path) == seen:
             await asyncio.sleep(REFUSED_POLL_S)
 
