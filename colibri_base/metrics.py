@@ -165,6 +165,9 @@ def stats(read_bridge_state: BridgeState) -> dict:
             # Each slot's memory after its last turn (protocol.SlotMem.figures: K/V, a hybrid's
             # recurrent state with its checkpoints); null unless our engine sends SLOTMEM.
             "slot_memory": (bridge.state or {}).get("slot_memory") if (bridge.state or {}).get("updated") is not None else None,
+            # The engine's reason for refusing its model file (the bridge then does not restart it
+            # until the file changes); null otherwise.
+            "refusal": (bridge.state or {}).get("refused") if (bridge.state or {}).get("status") == "refused" else None,
             "metrics": families}
 
 

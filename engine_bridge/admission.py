@@ -102,8 +102,10 @@ class Admission:
 
     def unavailable(self) -> dict:
         status, retry_after = self.supervisor.status, self.supervisor.retry_after()
-        return {"kind": "error", "code": "ENGINE_UNAVAILABLE", "retry_after": retry_after,
-                "message": UNAVAILABLE_MESSAGE.format(status=status, retry_after=retry_after)}
+        message = UNAVAILABLE_MESSAGE.format(status=status, retry_after=retry_after)
+        if status == "refused" and self.supervisor.refusal:  # an operator must change the file
+            message = f"The engine refused its model file: {self.supervisor.refusal}"
+        return {"kind": "error", "code": "ENGINE_UNAVAILABLE", "retry_after": retry_after, "message": message}
 
     def start_all(self, started: list[tuple[Job, int]]) -> None:
         """Starts what the scheduler handed out, tells the waiting their new places."""

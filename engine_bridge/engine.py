@@ -12,6 +12,11 @@ Supervisor: start an Engine, report its events, and when it dies or breaks the p
 ProtocolError, BAD_FRAME, ERROR 0) tell the owner, then restart with exponential backoff. The
 backoff resets once an engine reaches READY and is capped at BACKOFF_MAX, so one crash costs
 about a second and a crash loop costs at most BACKOFF_MAX between attempts.
+An engine that refuses its model file at load (exit code EXIT_REFUSED, after a stderr line
+"colibri-engine: refused PATH: REASON") is not restarted: the same file fails the same way. The
+supervisor reports the reason (status "refused", on_refused) and starts again once the model file
+changes (its size, time or inode), else after REFUSED_RETRY_S (what the file lacked may be the
+host's: memory, a file system that was not mounted yet).
 """
 import asyncio
 import contextlib
@@ -34,6 +39,10 @@ from engine_bridge.request import GenerationRequest
 log = logging.getLogger(__name__)
 
 ROUTINE_STDERR = (b"[API] done id=", b"[API] KV slot ")
+EXIT_REFUSED = 3  # the engine refused its model file at load (native/src/main.c)
+REFUSED_LINE = b"colibri-engine: refused "
+REFUSED_POLL_S = 2.0  # how often a refused model file is looked at for a change
+REFUSED_RETRY_S = 300.0  # a retry after a refusal when the model file did not change
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
 TERM_GRACE = 5.0
@@ -65,7 +74,9 @@ def engine_command() -> tuple[list[str], dict[str, str]]:
 
 
 class EngineFailed(Exception):
-    pass
+    def __init__(self, reason: str, refusal: str | None = None) -> None:
+        super().__init__(reason)
+        self.refusal = refusal  # the engine's reason for refusing its model file, if it did
 
 
 # (events the last read held, seconds since the read before) -> seconds to wait before the next read
@@ -109,6 +120,7 @@ class Engine:
         self.model_info: dict | None = None
         self.stdout_fd: int | None = None
         self.wake = asyncio.Event()   # set by a write: the reader's pause ends
+        self.refusal: str | None = None  # the reason of a "refused" stderr line (a model file refused at load)
         self.last_output = time.monotonic()  # when stdout last held something (the watchdog's clock)
 
     @property
@@ -138,8 +150,9 @@ class Engine:
         if self.ready.done():
             return
         reason = self.exited.result() if self.exited.done() else f"no READY within {ready_timeout:g}s"
-        await self.kill()
-        raise EngineFailed(reason)
+        await self.kill()  # (the stderr reader has read to the end: a refusal's line is in)
+        refused = self.exited.done() and self.proc is not None and self.proc.returncode == EXIT_REFUSED
+        raise EngineFailed(reason, (self.refusal or reason) if refused else None)
 
     async def _read(self) -> None:
         assert self.proc is not None and self.stdout_fd is not None  # started
@@ -242,6 +255,9 @@ class Engine:
                 return
             # The engine's two routine lines per request say what the bridge's own "req" line
             # says: debug, so a busy bridge writes one log line per request, not three.
+            if line.startswith(REFUSED_LINE):  # "... refused PATH: REASON": the reason, as said
+                text = line.decode("utf-8", "replace").rstrip()
+                self.refusal = text.split(": ", 2)[-1] if text.count(": ") >= 2 else text
             level = logging.DEBUG if line.startswith(ROUTINE_STDERR) else logging.INFO
             if log.isEnabledFor(level):
                 log.log(level, "engine: %s", line.decode("utf-8", "replace").rstrip())
@@ -347,9 +363,19 @@ class Engine:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+def _file_id(path: str | None) -> tuple[int, int, int] | None:
+    """What tells a file's replacement: (inode, size, modification time), None when absent."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns) if st else None
+
+
 class Supervisor:
     """Keeps one engine running. hooks: on_status(str), on_ready(engine), on_event(event),
-    on_down(reason) — on_down is where in-flight requests get ENGINE_DIED."""
+    on_down(reason) — on_down is where in-flight requests get ENGINE_DIED — and, optional,
+    on_refused(reason): the engine refused its model file (status "refused" until it changes)."""
 
     def __init__(self, hooks: SupervisorHooks, command: tuple[list[str], dict[str, str]] | None = None,
                  ready_timeout: float | None = None) -> None:
@@ -362,6 +388,7 @@ class Supervisor:
         self.status = "starting"
         self.next_attempt = time.monotonic()
         self.last_start_s = 1.0  # how long the last start took (READY or failure)
+        self.refusal: str | None = None  # while status is "refused": the engine's reason
 
     def retry_after(self) -> int:
         """Whole seconds until an engine may be up again (for Retry-After), at least 1."""
@@ -389,8 +416,10 @@ class Supervisor:
             except (EngineFailed, OSError) as exc:
                 log.error("engine failed to start: %s", exc)
                 reason, ready = str(exc), False
+                refusal = exc.refusal if isinstance(exc, EngineFailed) else None
             else:
                 ready = True
+                self.refusal = None
                 self.last_start_s = time.monotonic() - started
                 delay = BACKOFF_FIRST  # it started: the next crash is retried quickly again
                 self.engine = engine
@@ -409,8 +438,29 @@ class Supervisor:
                 on_start_failed = getattr(self.hooks, "on_start_failed", None)
                 if on_start_failed:
                     on_start_failed(reason)
+                if refusal:
+                    await self._refused(refusal)
+                    delay = BACKOFF_FIRST
+                    continue
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _refused(self, refusal: str) -> None:
+        """Reports the engine's refusal of its model file, then waits until that file changes (a
+        new file may load) or REFUSED_RETRY_S have passed."""
+        log.error("engine refused its model; not restarting until the file changes: %s", refusal)
+        self.refusal = refusal
+        self._status("refused")
+        on_refused = getattr(self.hooks, "on_refused", None)
+        if on_refused:
+            on_refused(refusal)
+        path = self.command[1].get("SNAP")
+        seen = _file_id(path)
+        deadline = time.monotonic() + REFUSED_RETRY_S
+        # Retry-After: the next look at the file (the change may come at any time)
+        self.next_attempt = time.monotonic() + (REFUSED_POLL_S if path else REFUSED_RETRY_S)
+        while not self.stopping and time.monotonic() < deadline and _file_id(path) == seen:
+            await asyncio.sleep(REFUSED_POLL_S)
 
     async def shutdown(self, drain_timeout: float = 30.0) -> None:
         self.stopping = True

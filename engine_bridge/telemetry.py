@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT = 5.0
 STALE_AFTER = 15
 MIN_INTERVAL = 0.5  # between two writes for telemetry-only changes
-URGENT = ("up", "status", "model", "restarts", "slots", "hung")  # fields /health and the API act on: written at once
+URGENT = ("up", "status", "model", "restarts", "slots", "hung", "refused")  # fields /health and the API act on: written at once
 WATCH_CHECK_S = 1.0  # how often the pusher asks whether anybody is in the group
 REPIN_KEEP = 64
 GROUP = "telemetry"
@@ -77,6 +77,7 @@ def empty_state() -> dict[str, Any]:
         "slot_memory": None,  # {slot: protocol.SlotMem.figures()} after each slot's last turn, our engine only
         "emap": None, "hits": None, "seq": 0, "gpus": None, "entropy": None, "repin": [],
         "slots": 0, "busy": 0, "queue": 0, "restarts": 0, "updated": None, "hung": False,
+        "refused": None,  # the engine's reason for refusing its model file (status "refused"), else None
     }
 
 

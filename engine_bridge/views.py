@@ -40,8 +40,8 @@ async def health(request: HttpRequest) -> JsonResponse:
     if facts is None:
         body: dict[str, object] = {"engine": "unknown", "bridge": "unknown", "redis": "down", "model": None,
                                    "slots": None, "queue": None, "restarts": None, "experts": None,
-                                   "sampling": None, "memory": None, "bridge_id": None, "bridges": [],
-                                   "models": []}
+                                   "sampling": None, "memory": None, "refusal": None, "bridge_id": None,
+                                   "bridges": [], "models": []}
         return _answer(body, up=False)
     assert bridges is not None  # facts were read from them
     state = decode_state(facts.state_raw)
@@ -66,6 +66,8 @@ async def health(request: HttpRequest) -> JsonResponse:
         "sampling": dict(zip(("temperature", "top_p"), served.sampling_defaults)),
         # how our engine split its memory budget (MODEL's `memory`; null for another engine)
         "memory": (state["model"] or {}).get("memory"),
+        # engine "refused": the engine's one-line reason for refusing its model file (else null)
+        "refusal": state.get("refused") if status == "refused" else None,
         **_fleet(fleet.fleet_report(bridges)),
     }
     return _answer(body, up=bool(state["up"] and beating and status == "up"))

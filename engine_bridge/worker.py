@@ -174,7 +174,12 @@ class Bridge:
         self.publisher.update(status=status, up=status == "up", restarts=self.supervisor.restarts)
         self.heart.wake()
 
+    def on_refused(self, reason: str) -> None:
+        """The engine refused its model file: /health and the ops page say why (status "refused")."""
+        self.publisher.update(refused=reason)
+
     def on_ready(self, engine: Engine) -> None:
+        self.publisher.update(refused=None)
         self.telemetry.ready(engine.model_info)
         self.scheduler.paused = False
         self.admission.start_all(self.scheduler.dispatch())

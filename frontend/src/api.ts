@@ -253,12 +253,13 @@ export class Http {
     } catch {
       /* a non-JSON answer still has a status code */
     }
-    // engine_bridge/views.py: {"engine": "up" | "starting" | "down", "restarts": n, ...}
+    // engine_bridge/views.py: {"engine": "up" | "starting" | "down" | "refused", "restarts": n,
+    // "refusal": the engine's reason for refusing its model file, ...}
     const engineState = typeof body.engine === "string" ? body.engine : undefined;
     let state = String(engineState ?? body.state ?? body.status ?? (res.ok ? "up" : "down"));
     if (state === "starting" && Number(body.restarts) > 0) state = "restarting";
     const ok = res.ok && body.up !== false && (state === "up" || state === "ok");
-    const reason = String(body.reason ?? body.detail ?? "");
+    const reason = String(body.refusal ?? body.reason ?? body.detail ?? "");
     const e = body.experts as Partial<ExpertRange> | null | undefined;
     const experts =
       e && Number.isInteger(e.min) && Number.isInteger(e.max) && Number.isInteger(e.default)

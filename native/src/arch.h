@@ -38,7 +38,9 @@ extern const arch_ops arch_qwen35moe;
 /* <arch>.block_count, embedding_length, attention.head_count(_kv), feed_forward_length,
  * context_length, expert_count, expert_used_count, expert_(shared_)feed_forward_length,
  * rope.freq_base, attention.layer_norm_rms_epsilon, attention.key/value_length,
- * rope.dimension_count: into m->c, with their checks. */
+ * rope.dimension_count: into m->c, with their checks; nextn_predict_layers (the trailing MTP
+ * blocks, out of n_layers) and expert_group_count / expert_group_used_count with the routing's
+ * defaults into m->priv->moe (the arch's hparams hook sets the rest of its moe_opts). */
 int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen);
 /* own_head_dim: head_dim_k = attention.key_length (even, <= 1024) and head_dim_v =
  * attention.value_length (<= 1024, default the key's), which need not be embedding_length /
@@ -54,8 +56,9 @@ int ld_attention(model *m, int l, int qk_norm, const char *ffn_norm, char *err, 
 void ld_expert_widths(model *m);
 /* blk.l.ffn_{gate,up,down}.weight (d_ff wide); returns 0 (a dense block) or -1. */
 int ld_dense_ffn(model *m, int l, char *err, size_t errlen);
-/* blk.l.ffn_gate_inp.weight (+ optional .bias) and the stacked ffn_{gate,up,down}_exps into
- * m->layers[l] and *src. 0 or -1. */
+/* blk.l.ffn_gate_inp.weight (+ optional .bias) and the stacked ffn_{gate,up,down}_exps (gate and
+ * up may be one ffn_gate_up_exps, each expert's gate rows then its up rows) into m->layers[l] and
+ * *src. 0 or -1. */
 int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen);
 /* blk.l.ffn_{gate,up,down}_shexp.weight (d_shexp wide). 0 or -1. */
 int ld_shared_expert(model *m, int l, char *err, size_t errlen);

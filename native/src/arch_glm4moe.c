@@ -19,21 +19,14 @@ static int glm4moe_hparams(model *m, char *err, size_t errlen) {
     char k[128];
     if (c->n_experts < 1 || c->n_experts > 512)
         return model_fail(err, errlen, "glm4moe.expert_count %d is not supported (1..512)", c->n_experts);
-    int64_t nextn = gguf_get_int(g, ld_key(m, "nextn_predict_layers", k, sizeof k), 0);
-    if (nextn < 0 || nextn >= c->n_layers) return model_fail(err, errlen, "%s = %lld is invalid", k, (long long)nextn);
-    c->n_layers -= (int)nextn;
     int64_t func = gguf_get_int(g, ld_key(m, "expert_gating_func", k, sizeof k), 2);
     if (func != 2) return model_fail(err, errlen, "%s = %lld is not supported (2: sigmoid)", k, (long long)func);
-    c->gating = GATING_SIGMOID;
-    c->norm_topk = gguf_get_int(g, ld_key(m, "expert_weights_norm", k, sizeof k), 1) != 0;
+    moe_opts *o = &m->priv->moe;        /* the groups: ld_hparams_common's */
+    o->gating = GATING_SIGMOID;
+    o->norm = gguf_get_int(g, ld_key(m, "expert_weights_norm", k, sizeof k), 1) != 0;
     double sc = gguf_get_float(g, ld_key(m, "expert_weights_scale", k, sizeof k), 1.0);
     if (!(sc > 0.0) || !isfinite(sc)) return model_fail(err, errlen, "%s = %g is invalid", k, sc);
-    c->expert_scale = (float)sc;
-    c->n_group = (int)gguf_get_int(g, ld_key(m, "expert_group_count", k, sizeof k), 0);
-    c->topk_group = (int)gguf_get_int(g, ld_key(m, "expert_group_used_count", k, sizeof k), 0);
-    if (c->n_group > 1 && (c->n_group > 64 || c->n_experts % c->n_group || c->topk_group < 1 || c->topk_group > c->n_group))
-        return model_fail(err, errlen, "glm4moe expert groups %d / %d are invalid for %d experts", c->n_group,
-                          c->topk_group, c->n_experts);
+    o->scale = (float)sc;
     ld_expert_widths(m);
     return 0;
 }
@@ -64,7 +57,7 @@ static int glm4moe_forward(fwd *F) {
         fwd_attention(F, l, &att);
         fwd_residual(F, 1.0f);
         fwd_norm(F, L->ffn_norm);          /* post_attention_norm in GLM's files */
-        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L)) != 0) return -1;
+        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L, &F->P->moe)) != 0) return -1;
         fwd_residual(F, 1.0f);
     }
     return fwd_head(F, 1.0f);

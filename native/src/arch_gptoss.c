@@ -34,7 +34,7 @@ static int gptoss_hparams(model *m, char *err, size_t errlen) {
     if (c->n_experts < 1 || c->n_experts > 512)
         return model_fail(err, errlen, "gpt-oss.expert_count %d is not supported (1..512)", c->n_experts);
     if (c->d_expert < 1) return model_fail(err, errlen, "gpt-oss.expert_feed_forward_length is missing or invalid");
-    c->gating = GATING_SOFTMAX;     /* as passed at the call (moe_opts): the fingerprint's */
+    m->priv->moe.gating = GATING_SOFTMAX;   /* as its forward passes it: the fingerprint's */
     return 0;
 }
 
@@ -71,7 +71,8 @@ static int gptoss_block(model *m, int l, expert_layer_src *src, char *err, size_
 static int gptoss_forward(fwd *F) {
     const model *m = F->m;
     const attn_opts att = {QKN_NONE, ROPE_NEOX, 0.0f};
-    const moe_opts moe = {GATING_SOFTMAX, MOE_ACT_SWIGLU_OAI, OAI_ALPHA, OAI_LIMIT};
+    moe_opts moe = F->P->moe;      /* softmax over the selected; the file's groups, if any */
+    moe.act = MOE_ACT_SWIGLU_OAI, moe.alpha = OAI_ALPHA, moe.limit = OAI_LIMIT;
     fwd_embed(F, 1.0f);
     for (int l = 0; l < m->c.n_layers; l++) {
         const layer_w *L = &m->layers[l];
@@ -79,7 +80,7 @@ static int gptoss_forward(fwd *F) {
         fwd_attention(F, l, &att);
         fwd_residual(F, 1.0f);
         fwd_norm(F, L->ffn_norm);          /* post_attention_norm in gpt-oss files */
-        if (fwd_moe_with(F, L, &moe) != 0) return -1;
+        if (fwd_moe(F, L, &moe) != 0) return -1;
         fwd_residual(F, 1.0f);
     }
     return fwd_head(F, 1.0f);

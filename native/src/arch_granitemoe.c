@@ -22,7 +22,6 @@ static int granitemoe_hparams(model *m, char *err, size_t errlen) {
     if (ld_hparams_common(m, 0, err, errlen) != 0) return -1;
     model_config *c = &m->c;
     if (c->n_experts < 1) return model_fail(err, errlen, "granitemoe.expert_count is missing or invalid");
-    c->gating = GATING_SOFTMAX;
     if (granite_scale(m, "embedding_scale", &c->embd_scale, err, errlen) ||
         granite_scale(m, "residual_scale", &c->resid_scale, err, errlen) ||
         granite_scale(m, "attention.scale", &c->attn_scale, err, errlen) ||
@@ -49,7 +48,7 @@ static int granitemoe_forward(fwd *F) {
         fwd_attention(F, l, &att);
         fwd_residual(F, c->resid_scale);
         fwd_norm(F, L->ffn_norm);
-        if (fwd_moe(F, L) != 0) return -1;
+        if (fwd_moe(F, L, &F->P->moe) != 0) return -1;
         fwd_residual(F, c->resid_scale);
     }
     return fwd_head(F, c->logit_scale);

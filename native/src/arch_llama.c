@@ -13,12 +13,10 @@
 
 static int llama_hparams(model *m, char *err, size_t errlen) {
     if (ld_hparams_common(m, 0, err, errlen) != 0) return -1;
-    model_config *c = &m->c;
-    c->gating = GATING_SOFTMAX;
     char *gs = gguf_get_string(&m->g, "colibri.expert_gating");
     if (gs) {
-        if (strcmp(gs, "softmax") == 0) c->gating = GATING_SOFTMAX;
-        else if (strcmp(gs, "unit") == 0) c->gating = GATING_UNIT;
+        if (strcmp(gs, "softmax") == 0) m->priv->moe.gating = GATING_SOFTMAX;
+        else if (strcmp(gs, "unit") == 0) m->priv->moe.gating = GATING_UNIT;
         else {
             model_fail(err, errlen, "colibri.expert_gating '%s' is not supported (softmax or unit)", gs);
             free(gs);
@@ -63,7 +61,7 @@ static int llama_forward(fwd *F) {
         fwd_attention(F, l, &att);
         fwd_residual(F, 1.0f);
         fwd_norm(F, L->ffn_norm);
-        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L)) != 0) return -1;
+        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L, &F->P->moe)) != 0) return -1;
         fwd_residual(F, 1.0f);
     }
     return fwd_head(F, 1.0f);

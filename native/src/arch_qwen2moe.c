@@ -12,8 +12,9 @@ static int qwen2moe_hparams(model *m, char *err, size_t errlen) {
     model_config *c = &m->c;
     char k[128];
     if (c->n_experts < 1) return model_fail(err, errlen, "qwen2moe.expert_count is missing or invalid");
-    c->gating = GATING_SOFTMAX_ALL;
-    c->norm_topk = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 0) != 0;
+    m->priv->moe.gating = GATING_SOFTMAX_ALL;
+    m->priv->moe.norm = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 0) != 0;
+    m->priv->moe.shexp_gated = 1;
     ld_expert_widths(m);
     return 0;
 }
@@ -43,7 +44,7 @@ static int qwen2moe_forward(fwd *F) {
         fwd_attention(F, l, &att);
         fwd_residual(F, 1.0f);
         fwd_norm(F, L->ffn_norm);
-        if (fwd_moe(F, L) != 0) return -1;
+        if (fwd_moe(F, L, &F->P->moe) != 0) return -1;
         fwd_residual(F, 1.0f);
     }
     return fwd_head(F, 1.0f);

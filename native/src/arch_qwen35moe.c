@@ -64,14 +64,13 @@ static int qwen35moe_hparams(model *m, char *err, size_t errlen) {
     if (c->n_experts < 1) return model_fail(err, errlen, "qwen35moe.expert_count is missing or invalid");
     if (c->head_dim_v != c->head_dim_k)
         return model_fail(err, errlen, "qwen35moe: attention.value_length %d != key_length %d", c->head_dim_v, c->head_dim_k);
-    int64_t nextn = gguf_get_int(g, ld_key(m, "nextn_predict_layers", k, sizeof k), 0);
-    if (nextn < 0 || nextn >= c->n_layers) return model_fail(err, errlen, "%s = %lld is invalid", k, (long long)nextn);
-    c->n_layers -= (int)nextn;
-    c->gating = GATING_SOFTMAX_ALL;
-    c->norm_topk = 1;       /* llama.cpp's graph renormalizes the selected weights always */
+    moe_opts *o = &m->priv->moe;
+    o->gating = GATING_SOFTMAX_ALL;
+    o->norm = 1;            /* llama.cpp's graph renormalizes the selected weights always */
+    o->shexp_gated = 1;
     double sc = gguf_get_float(g, ld_key(m, "expert_weights_scale", k, sizeof k), 0.0);
     if (!isfinite(sc) || sc < 0.0) return model_fail(err, errlen, "%s = %g is invalid", k, sc);
-    c->expert_scale = sc == 0.0 ? 1.0f : (float)sc;
+    o->scale = sc == 0.0 ? 1.0f : (float)sc;
     const gguf_kv *sk = gguf_find_kv(g, ld_key(m, "rope.dimension_sections", k, sizeof k));
     if (!sk || sk->type != GGUF_T_ARRAY || sk->arr_len < 3 || sk->arr_len > 4)
         return model_fail(err, errlen, "%s is missing or not an array of 4", k);
@@ -161,8 +160,6 @@ static int qwen35moe_block(model *m, int l, expert_layer_src *src, char *err, si
         ld_vec(m, NM("post_attention_norm.weight"), m->c.d_model, 0, &L->ffn_norm, err, errlen))
         return -1;
     if ((L->rec_row >= 0 ? gdn_block(m, l, err, errlen) : attn_block(m, l, err, errlen)) != 0) return -1;
-    if (!gguf_find_tensor(&m->g, NM("ffn_gate_exps.weight")) && gguf_find_tensor(&m->g, NM("ffn_gate_up_exps.weight")))
-        return model_fail(err, errlen, "%s: fused gate/up experts are not supported yet", nm);
     if (ld_moe_ffn(m, l, src, err, errlen) != 0) return -1;
     if (gguf_find_tensor(&m->g, NM("ffn_gate_shexp.weight"))) {
         if (ld_shared_expert(m, l, err, errlen) != 0 ||
@@ -365,7 +362,7 @@ static int qwen35moe_forward(fwd *F) {
         if ((L->rec_row >= 0 ? fwd_gdn(F, L) : fwd_attention(F, l, &att)) != 0) return -1;
         fwd_residual(F, 1.0f);
         fwd_norm(F, L->ffn_norm);
-        if (fwd_moe(F, L) != 0) return -1;
+        if (fwd_moe(F, L, &F->P->moe) != 0) return -1;
         fwd_residual(F, 1.0f);
     }
     if (fwd_head(F, 1.0f) != 0) return -1;

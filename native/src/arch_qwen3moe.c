@@ -15,8 +15,8 @@ static int qwen3moe_hparams(model *m, char *err, size_t errlen) {
     if (ld_hparams_common(m, 1, err, errlen) != 0) return -1;
     model_config *c = &m->c;
     char k[128];
-    c->gating = GATING_SOFTMAX_ALL;
-    c->norm_topk = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 1) != 0;
+    m->priv->moe.gating = GATING_SOFTMAX_ALL;
+    m->priv->moe.norm = gguf_get_int(&m->g, ld_key(m, "expert_weights_norm", k, sizeof k), 1) != 0;
     if (c->n_experts < 1) return model_fail(err, errlen, "qwen3moe.expert_count is missing or invalid");
     ld_expert_widths(m);
     return 0;
@@ -41,7 +41,7 @@ static int qwen3moe_forward(fwd *F) {
         fwd_attention(F, l, &att);
         fwd_residual(F, 1.0f);
         fwd_norm(F, L->ffn_norm);
-        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L)) != 0) return -1;
+        if ((L->moe_row < 0 ? fwd_ffn(F, L) : fwd_moe(F, L, &F->P->moe)) != 0) return -1;
         fwd_residual(F, 1.0f);
     }
     return fwd_head(F, 1.0f);

@@ -8,7 +8,7 @@
  *   fwd_norm(F, L->attn_norm);              h = rmsnorm(x)   (after adding the pending branch)
  *   fwd_attention(F, l, &opts);             branch = Wo attn(rope(norm(Wq h)), ...)
  *   fwd_residual(F, scale);                 x += branch * scale   (done by the next norm/head)
- *   fwd_norm(F, L->ffn_norm); fwd_moe(F, L) or fwd_ffn(F, L); fwd_residual(F, scale);
+ *   fwd_norm(F, L->ffn_norm); fwd_moe(F, L, &moe) or fwd_ffn(F, L); fwd_residual(F, scale);
  * and ends with fwd_head(F, divisor). The pending residual lets one pass over the rows add the
  * branch and normalize (the same operations, in the same order, as two passes). Every matmul
  * goes through the compute tier (P->tier->mul_multi). */
@@ -70,10 +70,9 @@ int fwd_attention(fwd *F, int l, const attn_opts *o);   /* 0, or -1 out of memor
 /* Dense SiLU-gated FFN of layer L on h into the branch. 0, or -1 out of memory. */
 int fwd_ffn(fwd *F, const layer_w *L);
 /* The MoE FFN of layer L on h (routed experts + the layer's shared expert; moe.c) into the
- * branch. 0, or -1 (out of memory, expert read failure). fwd_moe_with: with the gating and
- * expert activation the architecture passes (moe_opts, model_impl.h). */
-int fwd_moe(fwd *F, const layer_w *L);
-int fwd_moe_with(fwd *F, const layer_w *L, const moe_opts *o);
+ * branch, routed as the architecture passes (moe_opts, model_impl.h). 0, or -1 (out of
+ * memory, expert read failure). */
+int fwd_moe(fwd *F, const layer_w *L, const moe_opts *o);
 /* x += the pending branch; the rows that want logits: output(rmsnorm(x, output_norm)),
  * divided by div when it is not 1 (Granite's logit_scale). 0, or -1 out of memory. */
 int fwd_head(fwd *F, float div);

@@ -51,6 +51,8 @@ typedef struct {
     uint64_t off[3];        /* absolute file offset of expert 0's slice */
     uint64_t *eoff;         /* NULL, or per-expert tensors: eoff[k * n_experts + e], expert e's slice */
     size_t slice[3];        /* bytes of one expert in that tensor */
+    uint64_t stride[3];     /* bytes from one expert's slice to the next's: slice, or 2 x slice for
+                             * the halves of a fused gate/up tensor */
     size_t held[3];         /* bytes of its copy in RAM: the packed layout's (Q4_K's is 148/144 of
                              * the file's), else slice */
     size_t bytes;           /* held[0] + held[1] + held[2] */
@@ -204,7 +206,7 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
     const es_row *R = &s->row[r];
     size_t at = 0;
     for (int j = 0; j < k; j++) at += R->held[j];
-    const uint64_t off = R->eoff ? R->eoff[(size_t)k * (size_t)s->cols + (size_t)e] : R->off[k] + (uint64_t)e * R->slice[k];
+    const uint64_t off = R->eoff ? R->eoff[(size_t)k * (size_t)s->cols + (size_t)e] : R->off[k] + (uint64_t)e * R->stride[k];
     const uint8_t *src = read_landed(s, off, R->slice[k]);
     if (!src) return -1;
     if (s->o.exact || !packs(R, k)) {
@@ -624,12 +626,14 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
                 es_free(s);
                 return NULL;
             }
+            const int half = rows[r].fused && k < 2;    /* gate or up: half of each expert's rows */
             R->type[k] = t[k]->type;
             R->cols[k] = (int)t[k]->ne[0];
-            R->rows[k] = (int)t[k]->ne[1];
+            R->rows[k] = (int)(t[k]->ne[1] >> half);
             R->row_bytes[k] = ggml_row_bytes(t[k]->type, t[k]->ne[0]);
-            R->slice[k] = R->row_bytes[k] * (size_t)t[k]->ne[1];
-            R->off[k] = t[k]->file_offset;
+            R->slice[k] = R->row_bytes[k] * (size_t)R->rows[k];
+            R->stride[k] = (uint64_t)R->slice[k] << half;
+            R->off[k] = t[k]->file_offset + (k == 1 && half ? R->slice[k] : 0);
             for (int e = 0; per && e < n_experts; e++) {   /* every expert's tensor like expert 0's */
                 const gguf_tensor *x = per[(size_t)k * (size_t)n_experts + (size_t)e];
                 if (!x || x->type != t[k]->type || x->n_dims > 2 || x->ne[0] != t[k]->ne[0] || x->ne[1] != t[k]->ne[1] ||
@@ -643,7 +647,7 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
                 R->eoff[(size_t)k * (size_t)n_experts + (size_t)e] = x->file_offset;
             }
             if (R->row_bytes[k] == 0 ||
-                (!per && R->off[k] + R->slice[k] * (uint64_t)n_experts > (g ? g->size : 0))) {
+                (!per && R->off[k] + R->stride[k] * (uint64_t)(n_experts - 1) + R->slice[k] > (g ? g->size : 0))) {
                 if (err && errlen)
                     snprintf(err, errlen, "%.*s: unsupported type or data outside the file", (int)t[k]->name.len,
                              t[k]->name.ptr);

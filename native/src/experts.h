@@ -29,6 +29,8 @@ typedef struct { qmat gate, up, down; } expert_w;   /* gate/up: d_exp x d_model,
 typedef struct {
     int layer;              /* absolute layer index */
     const gguf_tensor *gate, *up, *down;    /* stacked [*, *, n_experts]; per expert: expert 0's */
+    int fused;              /* gate is blk.N.ffn_gate_up_exps [d_model, 2 x d_exp, n_experts]: each
+                             * expert's gate rows, then its up rows (up is gate) */
     const gguf_tensor **per;    /* NULL (stacked), or per[k * n_experts + e]: expert e's 2-D tensor
                                  * of k = 0 gate, 1 up, 2 down (owned by the caller) */
 } expert_layer_src;

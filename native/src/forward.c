@@ -308,9 +308,7 @@ static int ffn_rows(fwd *F, const layer_w *L) {
     return 0;
 }
 
-int fwd_moe(fwd *F, const layer_w *L) { return moe_ffn(F->m, L, F->h, F->n, F->rows, F->tmp, NULL); }
-
-int fwd_moe_with(fwd *F, const layer_w *L, const moe_opts *o) {
+int fwd_moe(fwd *F, const layer_w *L, const moe_opts *o) {
     return moe_ffn(F->m, L, F->h, F->n, F->rows, F->tmp, o);
 }
 

@@ -525,7 +525,10 @@ const gguf_kv *gguf_find_kv(const gguf_file *g, const char *key)
 {
     if (!g || !g->kv || !key) return NULL;
     for (uint64_t i = 0; i < g->n_kv; i++)
-        if (g->kv[i].key.ptr && str_eq(g->kv[i].key, key)) return &g->kv[i];
+        if (g->kv[i].key.ptr && str_eq(g->kv[i].key, key)) {
+            g->kv[i].seen = 1;
+            return &g->kv[i];
+        }
     return NULL;
 }
 
@@ -533,7 +536,10 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name)
 {
     if (!g || !g->tensors || !name) return NULL;
     for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (str_eq(g->tensors[i].name, name)) return &g->tensors[i];
+        if (str_eq(g->tensors[i].name, name)) {
+            g->tensors[i].seen = 1;
+            return &g->tensors[i];
+        }
     return NULL;
 }
 

@@ -30,6 +30,7 @@ typedef struct {
     uint64_t arr_len;
     const uint8_t *data;    /* raw little-endian value (or first array element) in the map */
     uint64_t *str_off;      /* string arrays: offset of element i from data (owned by gguf.c) */
+    uint8_t seen;           /* a lookup found it (gguf_find_kv): what a loader never read is not */
 } gguf_kv;
 
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
     const uint8_t *data;    /* pointer into the map */
     uint64_t nbytes;
     uint64_t file_offset;   /* absolute offset in the file, for pread by the expert store */
+    uint8_t seen;           /* a lookup found it (gguf_find_tensor) */
 } gguf_tensor;
 
 typedef struct {
@@ -72,6 +74,8 @@ void gguf_drop_cache(int fd, uint64_t off, size_t n);
 int gguf_open(gguf_file *g, const char *path);
 void gguf_close(gguf_file *g);
 
+/* The lookups mark what they find as seen (the one change through a const file: the load's
+ * check that it read every tensor and every key of its architecture). */
 const gguf_kv *gguf_find_kv(const gguf_file *g, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name);
 /* Typed getters: return `def` when the key is missing or of a non-numeric type. */

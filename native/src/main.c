@@ -24,6 +24,9 @@
 #include "utf8stream.h"
 
 #define MAX_SLOTS 64
+/* The model file is refused at load (unsupported or invalid: the line before says what): the
+ * same file fails the same way, so a supervisor reports it instead of restarting. */
+#define EXIT_REFUSED 3
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -436,8 +439,9 @@ int main(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     double t0 = now_s();
     if (model_load(&m, path, &eo, err, sizeof err) != 0) {
-        fprintf(stderr, "colibri-engine: cannot load %s: %s\n", path, err);
-        return 1;
+        /* one line a supervisor can show; the exit code says a restart will not help */
+        fprintf(stderr, "colibri-engine: refused %s: %s\n", path, err);
+        return EXIT_REFUSED;
     }
     if (split_budget(&mb, &m, serve_mode ? n_slots : 1, ctx, kv_f16, ram_mb, pin_mb) != 0) {
         model_free(&m);

@@ -10,16 +10,14 @@
 #include "experts.h"
 #include "tokenizer.h"
 
-/* Expert weights of the selected experts: SOFTMAX over their logits (Mixtral, colibri), UNIT
- * (1 each), SOFTMAX_ALL: the softmax over every expert's logit, renormalized over the selected
- * ones when model_config.norm_topk (Qwen's norm_topk_prob, OLMoE without). */
+/* Expert weights of the selected experts (moe_opts.gating, model_impl.h): SOFTMAX over their
+ * logits (Mixtral, colibri), UNIT (1 each), SOFTMAX_ALL: the softmax over every expert's logit,
+ * SIGMOID (GLM-4.5, DeepSeek-V3): sigmoid of each logit. */
 enum { GATING_SOFTMAX = 0, GATING_UNIT = 1, GATING_SOFTMAX_ALL = 2, GATING_SIGMOID = 3 };
-/* GATING_SIGMOID (GLM-4.5, DeepSeek-V3): s = sigmoid(logit); experts chosen by s + the layer's
- * selection bias (exp_probs_b), within the best expert_group_used_count of expert_group_count
- * groups when the file groups them; weights s of the chosen, renormalized when norm_topk. Every
- * gating's weights are then multiplied by model_config.expert_scale. */
 
 typedef struct {
+    int n_nextn;                               /* trailing MTP / NextN blocks of the file, after the
+                                                * n_layers of the trunk: not run, not read */
     int n_layers, d_model, n_heads, n_kv_heads, d_ff, vocab, ctx_train;
     /* A head's widths: q and k have head_dim_k (attention.key_length; RoPE and the scores work
      * on it), v and each head's attention output head_dim_v (attention.value_length). head_dim
@@ -27,10 +25,6 @@ typedef struct {
     union { int head_dim_k; int head_dim; };
     int head_dim_v;
     int n_experts, top_k, d_expert, d_shexp;   /* n_experts == 0: dense */
-    int gating;                                /* GATING_* */
-    int norm_topk;                             /* GATING_SOFTMAX_ALL: renormalize the selected */
-    int n_group, topk_group;                   /* GATING_SIGMOID's expert groups (0: none) */
-    float expert_scale;                        /* routed weights' multiplier (1) */
     float embd_scale, resid_scale, logit_scale; /* Granite's multipliers (1: none); read by its forward */
     float attn_scale;                          /* Granite's attention score scale (0: 1/sqrt(head_dim_k)) */
     float rope_base, rms_eps;
@@ -60,7 +54,8 @@ typedef struct {
                                                 * p - window + 1 .. p (0: every earlier key) */
     const float *sh_gate_inp;                  /* optional shared-expert gate [d_model]: the shared
                                                 * expert's output times sigmoid(h . w) (Qwen2-MoE) */
-    const float *exp_bias;                     /* optional expert-selection bias [n_experts] (GLM) */
+    const float *exp_bias;                     /* optional expert-selection bias [n_experts]
+                                                * (exp_probs_b: chooses experts, never weighs them) */
     qmat q, k, v, o;
     qmat ffn_gate, ffn_up, ffn_down;           /* dense FFN (rows 0 when MoE) */
     qmat router;                               /* ffn_gate_inp: n_experts x d_model */

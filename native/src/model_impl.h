@@ -41,10 +41,41 @@ uint64_t rstate_hash(const int *tokens, int n);   /* what a state's hash is of *
 rstate *rstate_slot(model *m, int s, int n_slots);
 void rstate_free(rstate *r);
 
+/* How an MoE FFN routes, weighs and runs its experts: passed by the architecture's forward at
+ * each call (llama.cpp's build_moe_ffn arguments), never read from model_config.
+ *   gating      GATING_* (model.h): the weights' function of the router logits
+ *   norm        the selected weights divided by their sum (Qwen's norm_topk_prob, GLM's
+ *               expert_weights_norm); SOFTMAX's already sum to 1
+ *   scale       the routed weights' multiplier (GLM's expert_weights_scale; 1: none)
+ *   n_group, group_used   grouped top-k (DeepSeek-V3, GLM): experts in n_group equal groups, a
+ *               group's score the sum of its two best selection scores, only the best
+ *               group_used groups' experts compete (n_group <= 1: none)
+ *   shexp_gated the shared expert's output times sigmoid(h . ffn_gate_inp_shexp) (Qwen2-MoE,
+ *               Qwen3.5); else added as it is (GLM)
+ *   act         the experts' activation: SILU silu(gate) * up (the fused gate/up job), or
+ *               SWIGLU_OAI (gpt-oss, ggml's swiglu_oai): g = min(gate, limit),
+ *               u = clamp(up, -limit, limit), g / (1 + exp(-alpha g)) * (u + 1)
+ * The experts are chosen by the top-k selection scores: the router logits, or, with a layer's
+ * exp_probs_b or with groups, the gating's probabilities (SIGMOID: always) plus that bias (the
+ * bias chooses, the weights stay unbiased). The layer's per-expert biases (layer_w.exp_*_b),
+ * when present, are added to gate, up and down. */
+enum { MOE_ACT_SILU = 0, MOE_ACT_SWIGLU_OAI = 1 };
+typedef struct {
+    int gating;
+    int norm;
+    float scale;
+    int n_group, group_used;
+    int shexp_gated;
+    int act;
+    float alpha, limit;     /* SWIGLU_OAI's */
+} moe_opts;
+
 struct arch_ops;
 struct model_priv {
     int g_open;
     const struct arch_ops *ops;     /* the file's architecture (its forward) */
+    moe_opts moe;           /* the routing the file's keys set (the hparams hook reads them); the
+                             * architecture's forward passes it, or its own, at each MoE call */
     float **owned;          /* owned copies: converted norm vectors, packed matrices */
     int n_owned, cap_owned;
     double *inv_freq;       /* RoPE: base^(-2i/rope_dim), i < rope_dim/2 (x the scaling's factor) */
@@ -128,19 +159,8 @@ int ld_int_req(const model *m, const char *suffix, int *dst, char *err, size_t e
 int ld_int_opt(const model *m, const char *suffix, int def, int *dst, char *err, size_t errlen);
 
 /* ---- parts of the forward ---- */
-/* How an MoE FFN weighs and runs its experts, chosen by the architecture's forward at the call
- * (llama.cpp's build_moe_ffn arguments): the gating (GATING_*, model.h) and the experts'
- * activation: SILU silu(gate) * up (the fused gate/up job), or SWIGLU_OAI (gpt-oss, ggml's
- * swiglu_oai): g = min(gate, limit), u = clamp(up, -limit, limit), g / (1 + exp(-alpha g)) * (u + 1).
- * The layer's per-expert biases (layer_w.exp_*_b), when present, are added to gate, up and down. */
-enum { MOE_ACT_SILU = 0, MOE_ACT_SWIGLU_OAI = 1 };
-typedef struct {
-    int gating;
-    int act;
-    float alpha, limit;     /* SWIGLU_OAI's */
-} moe_opts;
-/* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out (moe.c).
- * o NULL: the model_config's gating and SiLU experts. */
+/* MoE FFN of layer L for n rows of normalized input h, routed as o says; result (not yet
+ * added) in out (moe.c). */
 int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out, const moe_opts *o);
 
 /* Attention (attention.c): tasks of up to ATT_R consecutive rows of one slot x one KV head

@@ -339,6 +339,37 @@ static int rope_scaling(model *m, char *err, size_t errlen) {
     return 0;
 }
 
+/* <arch>.nextn_predict_layers: the file's last blocks are MTP / NextN heads (GLM-4.5, Qwen3.5),
+ * counted in block_count but not in the trunk (llama.cpp's n_layer()); their tensors stay in the
+ * file, unread. */
+static int trailing_blocks(model *m, char *err, size_t errlen) {
+    model_config *c = &m->c;
+    char k[128];
+    int64_t nextn = gguf_get_int(&m->g, ld_key(m, "nextn_predict_layers", k, sizeof k), 0);
+    if (nextn < 0 || nextn >= c->n_layers) return model_fail(err, errlen, "%s = %lld is invalid", k, (long long)nextn);
+    c->n_nextn = (int)nextn;
+    c->n_layers -= (int)nextn;
+    return 0;
+}
+
+/* The routing's defaults (moe_opts: softmax over the selected, SiLU experts) and the file's
+ * grouped top-k, <arch>.expert_group_count / expert_group_used_count, which llama.cpp's MoE
+ * applies for any architecture (groups > 1). */
+static int moe_groups(model *m, char *err, size_t errlen) {
+    moe_opts *o = &m->priv->moe;
+    char k[128];
+    *o = (moe_opts){GATING_SOFTMAX, 0, 1.0f, 0, 0, 0, MOE_ACT_SILU, 0.0f, 0.0f};
+    int64_t G = gguf_get_int(&m->g, ld_key(m, "expert_group_count", k, sizeof k), 0);
+    int64_t U = gguf_get_int(&m->g, ld_key(m, "expert_group_used_count", k, sizeof k), 0);
+    const int E = m->c.n_experts;
+    if (G <= 1) return 0;
+    if (G > 64 || E % G || U < 1 || U > G)
+        return model_fail(err, errlen, "%s.expert_group_count %lld / expert_group_used_count %lld are invalid for %d "
+                          "experts (groups 2..64 dividing them, 1..groups used)", m->arch, (long long)G, (long long)U, E);
+    o->n_group = (int)G, o->group_used = (int)U;
+    return 0;
+}
+
 int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
     model_config *c = &m->c;
     const gguf_file *g = &m->g;
@@ -382,8 +413,9 @@ int ld_hparams_common(model *m, int own_head_dim, char *err, size_t errlen) {
         return model_fail(err, errlen, "%s %d is invalid for %d experts", ld_key(m, "expert_used_count", k, sizeof k),
                           c->top_k, c->n_experts);
     if (c->n_experts == 0) c->top_k = 0;
-    c->expert_scale = c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
+    c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
     c->attn_scale = 0.0f;
+    if (trailing_blocks(m, err, errlen) != 0 || moe_groups(m, err, errlen) != 0) return -1;
     return rope_scaling(m, err, errlen);
 }
 
@@ -398,6 +430,8 @@ void ld_expert_widths(model *m) {
         const gguf_tensor *t;
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", l);
         if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)t->ne[1];
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_up_exps.weight", l);     /* gate and up fused: twice as wide */
+        if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)(t->ne[1] / 2);
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate.0.weight", l);   /* one tensor per expert (old Mixtral files) */
         if (c->d_expert == 0 && (t = gguf_find_tensor(g, nm)) && t->ne[1] <= (uint64_t)KEY_LIM) c->d_expert = (int)t->ne[1];
         snprintf(nm, sizeof nm, "blk.%d.ffn_gate_shexp.weight", l);
@@ -483,9 +517,19 @@ int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen)
         gguf_find_tensor(g, NAME("ffn_gate.0.weight")))
         return ld_moe_per_expert(m, l, src, err, errlen);
     const gguf_tensor *te[3];
-    uint64_t eg[3] = {D, X, E}, ed[3] = {X, D, E};
-    if (ld_tensor(g, NAME("ffn_gate_exps.weight"), 3, eg, 0, &te[0], err, errlen)) return -1;
-    if (ld_tensor(g, NAME("ffn_up_exps.weight"), 3, eg, 0, &te[1], err, errlen)) return -1;
+    uint64_t eg[3] = {D, X, E}, egu[3] = {D, 2 * X, E}, ed[3] = {X, D, E};
+    /* gate and up fused in one tensor (llama.cpp's ffn_gate_up_exps: each expert's gate rows,
+     * then its up rows), read as the two halves of each expert's slice; else the two tensors */
+    src->fused = !gguf_find_tensor(g, NAME("ffn_gate_exps.weight")) && gguf_find_tensor(g, NAME("ffn_gate_up_exps.weight"));
+    if (src->fused) {
+        if (gguf_find_tensor(g, NAME("ffn_up_exps.weight")))
+            return model_fail(err, errlen, "blk.%d: both ffn_gate_up_exps and ffn_up_exps", l);
+        if (ld_tensor(g, NAME("ffn_gate_up_exps.weight"), 3, egu, 0, &te[0], err, errlen)) return -1;
+        te[1] = te[0];
+    } else if (ld_tensor(g, NAME("ffn_gate_exps.weight"), 3, eg, 0, &te[0], err, errlen) ||
+               ld_tensor(g, NAME("ffn_up_exps.weight"), 3, eg, 0, &te[1], err, errlen)) {
+        return -1;
+    }
     if (ld_tensor(g, NAME("ffn_down_exps.weight"), 3, ed, 0, &te[2], err, errlen)) return -1;
     for (int k = 0; k < 3; k++)
         if (!ld_mat_type_ok(te[k]->type))
@@ -650,7 +694,7 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
     /* what K/V rows depend on: the shapes, the effective top-k, the file, EXACT's arithmetic */
     const int rd = c->rope_dim;
     int64_t fp[17] = {c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim_k, c->d_ff, c->vocab,
-                      c->n_experts, c->top_k, c->d_expert, c->d_shexp, c->gating, c->n_moe_rows, rd,
+                      c->n_experts, c->top_k, c->d_expert, c->d_shexp, P->moe.gating, c->n_moe_rows, rd,
                       (int64_t)g->size, (int64_t)g->n_tensors, m->exact};
     m->fingerprint = fnv1a64(1469598103934665603ull, fp, sizeof fp);
     if (c->head_dim_v != c->head_dim_k) {    /* the value width too (equal widths: as before the split) */
@@ -690,6 +734,49 @@ static int load_finish(model *m, const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+/* Whether tensor t is in one of the trailing MTP / NextN blocks (blk.L., L >= n_layers), which
+ * are known and skipped. */
+static int in_skipped_block(const model *m, const gguf_tensor *t) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "%.*s", (int)(t->name.len < 63 ? t->name.len : 63), t->name.ptr);
+    int l, at = 0;
+    if (sscanf(nm, "blk.%d.%n", &l, &at) != 1 || at == 0) return 0;
+    return l >= m->c.n_layers && l < m->c.n_layers + m->c.n_nextn;
+}
+
+/* <arch>. keys a file may carry that change nothing here: the vocabulary's size (the tokenizer's
+ * list decides), the shared experts' count and the leading dense blocks (the tensors decide, as
+ * the blocks' loaders read them), the converters' layout and fine-tuning notes. */
+static int key_harmless(const char *suffix) {
+    static const char *const ok[] = {"vocab_size", "expert_shared_count", "leading_dense_block_count",
+                                     "tensor_data_layout", "rope.scaling.finetuned"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcmp(suffix, ok[i]) == 0) return 1;
+    return 0;
+}
+
+/* A file is run only as a whole: a tensor the architecture never read (outside its skipped MTP
+ * blocks), or a key of its namespace it never read, would be silently ignored, so either refuses
+ * the load naming it (llama.cpp refuses a tensor count that differs from its loader's). */
+static int check_unread(model *m, char *err, size_t errlen) {
+    const gguf_file *g = &m->g;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (!t->seen && !in_skipped_block(m, t))
+            return model_fail(err, errlen, "tensor %.*s is not known to this engine's %s loader (unsupported file)",
+                              (int)t->name.len, t->name.ptr, m->arch);
+    }
+    const size_t na = strlen(m->arch);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        char key[160];
+        snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 159 ? kv->key.len : 159), kv->key.ptr);
+        if (kv->seen || strncmp(key, m->arch, na) != 0 || key[na] != '.' || key_harmless(key + na + 1)) continue;
+        return model_fail(err, errlen, "key %s is not known to this engine's %s loader (unsupported file)", key, m->arch);
+    }
+    return 0;
+}
+
 static int load_inner(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {
     gguf_file *g = &m->g;
     if (gguf_open(g, path) != 0) return model_fail(err, errlen, "%s", g->err[0] ? g->err : "cannot open model");
@@ -704,7 +791,8 @@ static int load_inner(model *m, const char *path, const expert_opts *eo, char *e
     m->c.vocab = tok_n_vocab(m->tok);
     if (m->c.vocab < 1) return model_fail(err, errlen, "tokenizer has no tokens");
     if (load_io(m, err, errlen) || load_blocks(m, ops, eo, err, errlen) || pack_all(m, err, errlen)) return -1;
-    return load_finish(m, path, err, errlen);
+    if (load_finish(m, path, err, errlen) != 0) return -1;
+    return check_unread(m, err, errlen);
 }
 
 int model_load(model *m, const char *path, const expert_opts *eo, char *err, size_t errlen) {

@@ -1,7 +1,8 @@
-/* moe.c — the MoE FFN: routing (router logits + bias, top-k selection, gating weights, usage
- * bookkeeping), grouping the (row, expert) pairs by expert, the routed and shared experts'
- * matmuls as two parallel jobs (with per-expert biases and the SiLU or gpt-oss's clamped SwiGLU
- * activation, moe_opts), and the fixed-order combine.
+/* moe.c — the MoE FFN, routed as the architecture's forward says at each call (moe_opts):
+ * routing (router logits + bias, top-k selection by logits or by probability + selection bias
+ * within the kept expert groups, gating weights, usage bookkeeping), grouping the (row, expert)
+ * pairs by expert, the routed and shared experts' matmuls as two parallel jobs (with per-expert
+ * biases and the SiLU or gpt-oss's clamped SwiGLU activation), and the fixed-order combine.
  *
  * Every matmul, the routers' included, goes through the compute tier (P->tier->mul_multi).
  *
@@ -65,70 +66,68 @@ static void top_k_ids(const float *lg, int E, int K, int *s) {
         }
 }
 
-/* Gating weights of the K selected experts s of one row: 1 each (unit), or the softmax of
- * their logits. */
-static void gate_weights_raw(const model_config *c, int gating, const float *lg, const int *s, int K, float *w) {
-    if (gating == GATING_UNIT) {
-        for (int j = 0; j < K; j++) w[j] = 1.0f;
-        return;
-    }
+/* The gating's probability of each of the E experts into p: SIGMOID's sigmoid(logit), else the
+ * softmax over every logit. */
+static void expert_probs(int gating, const float *lg, int E, float *p) {
     if (gating == GATING_SIGMOID) {
-        double sum = 0.0;
-        for (int j = 0; j < K; j++) {
-            w[j] = 1.0f / (1.0f + expf(-lg[s[j]]));
-            sum += w[j];
-        }
-        if (c->norm_topk) {
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j < K; j++) w[j] *= inv;
-        }
+        for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-lg[e]));
         return;
     }
-    if (gating == GATING_SOFTMAX_ALL) {     /* p = softmax over all experts; the selected ones' */
-        const int E = c->n_experts;
+    float mx = lg[0];
+    for (int e = 1; e < E; e++) mx = fmaxf(mx, lg[e]);
+    double sum = 0.0;
+    for (int e = 0; e < E; e++) sum += expf(lg[e] - mx);
+    for (int e = 0; e < E; e++) p[e] = (float)(expf(lg[e] - mx) / sum);
+}
+
+/* Gating weights of the K selected experts s of one row, before o->norm and o->scale: 1 each
+ * (UNIT), the softmax of their logits (SOFTMAX), sigmoid (SIGMOID) or the softmax over all
+ * experts (SOFTMAX_ALL) of each. */
+static void gate_weights_raw(const moe_opts *o, const float *lg, int E, const int *s, int K, float *w) {
+    if (o->gating == GATING_UNIT) {
+        for (int j = 0; j < K; j++) w[j] = 1.0f;
+    } else if (o->gating == GATING_SIGMOID) {
+        for (int j = 0; j < K; j++) w[j] = 1.0f / (1.0f + expf(-lg[s[j]]));
+    } else if (o->gating == GATING_SOFTMAX_ALL) {
         float mx = lg[0];
         for (int e = 1; e < E; e++) mx = fmaxf(mx, lg[e]);
         double sum = 0.0;
         for (int e = 0; e < E; e++) sum += expf(lg[e] - mx);
-        double sel = 0.0;
+        for (int j = 0; j < K; j++) w[j] = (float)(expf(lg[s[j]] - mx) / sum);
+    } else {
+        float mx = lg[s[0]];
+        for (int j = 1; j < K; j++) mx = fmaxf(mx, lg[s[j]]);
+        double sum = 0.0;
         for (int j = 0; j < K; j++) {
-            w[j] = (float)(expf(lg[s[j]] - mx) / sum);
-            sel += w[j];
+            w[j] = expf(lg[s[j]] - mx);
+            sum += w[j];
         }
-        if (c->norm_topk) {
-            float inv = (float)(1.0 / sel);
-            for (int j = 0; j < K; j++) w[j] *= inv;
-        }
-        return;
+        float inv = (float)(1.0 / sum);
+        for (int j = 0; j < K; j++) w[j] *= inv;
     }
-    float mx = lg[s[0]];
-    for (int j = 1; j < K; j++) mx = fmaxf(mx, lg[s[j]]);
-    double sum = 0.0;
-    for (int j = 0; j < K; j++) {
-        w[j] = expf(lg[s[j]] - mx);
-        sum += w[j];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < K; j++) w[j] *= inv;
 }
 
-static void gate_weights(const model_config *c, int gating, const float *lg, const int *s, int K, float *w) {
-    gate_weights_raw(c, gating, lg, s, K, w);
-    if (c->expert_scale != 1.0f)
-        for (int j = 0; j < K; j++) w[j] *= c->expert_scale;
+static void gate_weights(const moe_opts *o, const float *lg, int E, const int *s, int K, float *w) {
+    gate_weights_raw(o, lg, E, s, K, w);
+    if (o->norm && o->gating != GATING_SOFTMAX && o->gating != GATING_UNIT) {
+        double sum = 0.0;
+        for (int j = 0; j < K; j++) sum += w[j];
+        float inv = (float)(1.0 / sum);
+        for (int j = 0; j < K; j++) w[j] *= inv;
+    }
+    if (o->scale != 0.0f && o->scale != 1.0f)
+        for (int j = 0; j < K; j++) w[j] *= o->scale;
 }
 
-/* GATING_SIGMOID's selection scores into sc: sigmoid(logit) + bias; with groups, the experts of
- * all but the topk_group best groups (a group's score: the sum of its two best) get -inf. */
-static void sigmoid_select_scores(const model_config *c, const float *lg, const float *bias, float *sc) {
-    const int E = c->n_experts;
-    for (int e = 0; e < E; e++) sc[e] = 1.0f / (1.0f + expf(-lg[e])) + (bias ? bias[e] : 0.0f);
-    const int G = c->n_group;
-    if (G <= 1 || c->topk_group >= G || E % G) return;
+/* With groups (o->n_group > 1), the experts of all but the o->group_used best groups get -inf in
+ * the selection scores sc (a group's score: the sum of its two best). */
+static void group_mask(const moe_opts *o, int E, float *sc) {
+    const int G = o->n_group;
+    if (G <= 1 || G > 64 || o->group_used >= G || E % G) return;
     const int per = E / G;
     float gs[64];
     int keep[64];
-    for (int g = 0; g < G && g < 64; g++) {
+    for (int g = 0; g < G; g++) {
         float b1 = -INFINITY, b2 = -INFINITY;
         for (int e = g * per; e < (g + 1) * per; e++) {
             if (sc[e] > b1) { b2 = b1; b1 = sc[e]; }
@@ -137,7 +136,7 @@ static void sigmoid_select_scores(const model_config *c, const float *lg, const 
         gs[g] = per > 1 ? b1 + b2 : b1;
         keep[g] = 0;
     }
-    for (int j = 0; j < c->topk_group; j++) {
+    for (int j = 0; j < o->group_used; j++) {
         int best = -1;
         for (int g = 0; g < G; g++)
             if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
@@ -148,11 +147,26 @@ static void sigmoid_select_scores(const model_config *c, const float *lg, const 
             for (int e = g * per; e < (g + 1) * per; e++) sc[e] = -INFINITY;
 }
 
+/* The K experts one row selects, into s in increasing id: by its logits when neither a selection
+ * bias nor groups apply and the gating is monotonic in them; else by the gating's probabilities
+ * plus the bias, within the kept groups. sc: E floats of scratch. */
+static void select_experts(const moe_opts *o, const float *lg, const float *bias, int E, int K, float *sc, int *s) {
+    if (o->gating != GATING_SIGMOID && !bias && o->n_group <= 1) {
+        top_k_ids(lg, E, K, s);
+        return;
+    }
+    expert_probs(o->gating, lg, E, sc);
+    if (bias)
+        for (int e = 0; e < E; e++) sc[e] += bias[e];
+    group_mask(o, E, sc);
+    top_k_ids(sc, E, K, s);
+}
+
 /* Router logits, each row's selected experts (sel, koff) and their weights (selw); the
  * selections are counted in the expert store (heat unless the row says no_heat, HITS) and in
  * the row's route_counts, and written to its picks. */
-static void moe_route(model *m, const layer_w *L, int gating, const float *h, int n, const fwd_row *rows,
-                      const int *koff, float *rl, int *sel, float *selw) {
+static void moe_route(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows,
+                      const int *koff, float *rl, float *sc, int *sel, float *selw) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     const int d = c->d_model, E = c->n_experts, r = L->moe_row;
@@ -164,14 +178,8 @@ static void moe_route(model *m, const layer_w *L, int gating, const float *h, in
             for (int e = 0; e < E; e++) lg[e] += L->router_b[e];
         const int K = koff[i + 1] - koff[i];
         int *s = sel + koff[i];
-        if (gating == GATING_SIGMOID) {
-            float scb[512];
-            sigmoid_select_scores(c, lg, L->exp_bias, scb);
-            top_k_ids(scb, E, K, s);
-        } else {
-            top_k_ids(lg, E, K, s);
-        }
-        gate_weights(c, gating, lg, s, K, selw + koff[i]);
+        select_experts(o, lg, L->exp_bias, E, K, sc, s);
+        gate_weights(o, lg, E, s, K, selw + koff[i]);
         for (int j = 0; j < K; j++) {
             es_note(m->es, r, s[j], !rows[i].no_heat);
             if (rows[i].route_counts) rows[i].route_counts[(size_t)r * E + s[j]]++;
@@ -304,7 +312,7 @@ static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const
  * experts it will select there, read ahead on the I/O lanes while this layer computes (a
  * token's hidden state changes little from one layer to the next). Only for decode-sized
  * batches of a store that reads from disk. */
-static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows) {
+static void moe_read_ahead(model *m, const layer_w *L, const moe_opts *o, const float *h, int n, const fwd_row *rows) {
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
     if (n > 4 || L->next_moe < 0 || !es_lookahead(m->es)) return;
@@ -324,8 +332,10 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
     for (int i = 0; i < n; i++) {
         const int K = row_experts(c, &rows[i]);
         int s[512];
+        float sc[512];
         if (K > 512) return;
-        top_k_ids(lg + (size_t)i * E, E, K, s);
+        if (E <= 512) select_experts(o, lg + (size_t)i * E, N->exp_bias, E, K, sc, s);   /* the selection's rule */
+        else top_k_ids(lg + (size_t)i * E, E, K, s);
         for (int j = 0; j < K; j++)
             if (!seen[s[j]]) {
                 seen[s[j]] = 1;
@@ -339,7 +349,7 @@ static void moe_read_ahead(model *m, const layer_w *L, const float *h, int n, co
  * eg, eo hold one group of experts' pairs (moe_experts sizes them). */
 typedef struct {
     int *koff, *sel, *ecnt, *eoff, *elist, *slot_of, *ready_k, *ready, *chosen;
-    float *rl, *selw, *eg, *eu, *eo, *sg, *so;
+    float *rl, *sc, *selw, *eg, *eu, *eo, *sg, *so;
     int NP, S;
 } moe_bufs;
 
@@ -354,7 +364,7 @@ static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, m
     koff[0] = 0;
     for (int i = 0; i < n; i++) koff[i + 1] = koff[i] + row_experts(c, &rows[i]);
     const int NP = B->NP = koff[n];
-    B->rl = fb(&P->rlog, (size_t)n * E);
+    B->rl = fb(&P->rlog, (size_t)n * E + (size_t)E);   /* the logits, then a row's selection scores */
     B->sel = ib(&P->sel, (size_t)NP);
     B->selw = fb(&P->selw, (size_t)NP);
     B->ecnt = ib(&P->ecnt, (size_t)E + 1);
@@ -365,6 +375,7 @@ static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, m
     if (!B->rl || !B->sel || !B->selw || !B->ecnt || !B->eoff || !B->elist || !B->ready_k ||
         (S && (!B->sg || !B->so)))
         return -1;
+    B->sc = B->rl + (size_t)n * E;
     B->slot_of = B->elist + NP, B->chosen = B->elist + 2 * NP, B->ready = B->ready_k + E;
     if (!P->eact) {
         P->eact = calloc((size_t)E * 3, sizeof(qact));   /* gathered, down inputs, views */
@@ -376,7 +387,7 @@ static int moe_scratch(model *m, const layer_w *L, int n, const fwd_row *rows, m
     return 0;
 }
 
-/* Qwen2-MoE: the shared expert's output so times sigmoid(h . w), per row. */
+/* moe_opts.shexp_gated (Qwen2-MoE, Qwen3.5): the shared expert's output so times sigmoid(h . w), per row. */
 static void shared_gate(const float *w, const float *h, int n, int d, float *so) {
     for (int i = 0; i < n; i++) {
         double z = 0.0;
@@ -413,7 +424,7 @@ static int moe_group_run(model *m, const layer_w *L, const moe_opts *o, const fl
     int rc = es_acquire_begin(m->es, r, list, cnt, P->ew, B->ready_k), held = rc == 0;
     if (rc != 0) return rc;
     if (n_next > 0) es_read_ahead(m->es, r, next, n_next);
-    else moe_read_ahead(m, L, h, n, rows);
+    else moe_read_ahead(m, L, o, h, n, rows);
     for (int e = 0; e < E; e++) B->ready[e] = -1;       /* not in this group: skipped */
     for (int k = 0; k < cnt; k++) B->ready[list[k]] = B->ready_k[k];
     rc = moe_phase(m, L, o, n, B->eoff, B->elist, B->ready, 1, first, base, B->eg, B->eu, B->eo, B->sg, B->so);
@@ -474,7 +485,7 @@ static int moe_experts(model *m, const layer_w *L, const moe_opts *o, const floa
     }
     m->perf.t_emm += mnow() - t1;
     if (rc == 0 && B->S) {                      /* the shared expert's output, after every routed one */
-        if (L->sh_gate_inp) shared_gate(L->sh_gate_inp, h, n, m->c.d_model, B->so);
+        if (o->shexp_gated && L->sh_gate_inp) shared_gate(L->sh_gate_inp, h, n, m->c.d_model, B->so);
         combine_ctx C = {out, B->selw, B->eo, B->so, B->slot_of, B->koff, n, m->c.d_model, 0, 0, nsel == 0};
         par_rows(combine_chunk, &C, n);
     }
@@ -484,12 +495,10 @@ static int moe_experts(model *m, const layer_w *L, const moe_opts *o, const floa
 /* MoE FFN of layer L for n rows of normalized input h; result (not yet added) in out. */
 int moe_ffn(model *m, const layer_w *L, const float *h, int n, const fwd_row *rows, float *out, const moe_opts *o) {
     const int E = m->c.n_experts;
-    const moe_opts dflt = {m->c.gating, MOE_ACT_SILU, 0.0f, 0.0f};
-    if (!o) o = &dflt;
     moe_bufs B;
     if (moe_scratch(m, L, n, rows, &B) != 0) return -1;
     double t0 = mnow();
-    moe_route(m, L, o->gating, h, n, rows, B.koff, B.rl, B.sel, B.selw);
+    moe_route(m, L, o, h, n, rows, B.koff, B.rl, B.sc, B.sel, B.selw);
     moe_group(B.sel, B.koff, n, E, B.ecnt, B.eoff, B.elist, B.slot_of);
     m->perf.t_dense += mnow() - t0;
     int nsel = 0;

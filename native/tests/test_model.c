@@ -647,7 +647,7 @@ static void test_forward(const char *path, int shexp) {
     CHECK(c->n_layers == 4 && c->d_model == 128 && c->n_heads == 4 && c->n_kv_heads == 2 && c->head_dim == 32,
           "config dims");
     CHECK(c->n_experts == 8 && c->top_k == 2 && c->d_expert == 64 && c->d_shexp == (shexp ? 128 : 0) &&
-              c->n_moe_rows == 4 && c->gating == GATING_SOFTMAX,
+              c->n_moe_rows == 4,
           "config experts: %d %d %d %d", c->n_experts, c->top_k, c->d_expert, c->d_shexp);
     CHECK(c->vocab > 259 && m.tok_embd.rows == c->vocab && m.output.rows == c->vocab &&
               (m.output.data == m.tok_embd.data || m.output.packed), "vocab / tied head");

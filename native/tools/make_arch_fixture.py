@@ -27,6 +27,8 @@ qwen3moe (llama.cpp's QWEN3MOE tensors and keys; Qwen3-30B-A3B's shape, scaled d
   head_count x N (llama.cpp's graphs for these assert equal widths; deepseek2's MLA does not).
   --arch llama: Mixtral's layout on llama.cpp's llama architecture; --split-experts writes its
   experts as older llama.cpp files do, one tensor per expert (blk.N.ffn_gate.E.weight ...).
+  --fuse-gate-up: the routed experts' gate and up as one blk.N.ffn_gate_up_exps [d_model, 2 x
+  d_expert, E], each expert's gate rows then its up rows (llama.cpp's layout), of the gate's type.
 
 Same arguments -> same bytes.
 """
@@ -282,7 +284,11 @@ def main(argv=None):
                     help="llama only: one tensor per expert, blk.N.ffn_{gate,up,down}.E.weight (older Mixtral files)")
     ap.add_argument("--value-length", type=int, metavar="N",
                     help="qwen3moe / glm4moe: attention.value_length N (v and the attention output N wide per head)")
+    ap.add_argument("--fuse-gate-up", action="store_true",
+                    help="routed gate and up as one blk.N.ffn_gate_up_exps [d_model, 2 x d_expert, E] (the same values)")
     a = ap.parse_args(argv)
+    if a.fuse_gate_up and a.split_experts:
+        ap.error("--fuse-gate-up: not with --split-experts")
     if a.split_experts and a.arch != "llama":
         ap.error("--split-experts: only llama files have that layout")
     if a.value_length is not None and (a.arch not in ("qwen3moe", "glm4moe") or not 1 <= a.value_length <= 1024
@@ -420,6 +426,9 @@ def main(argv=None):
             for nm, arr, kind in (("ffn_gate", gate, "q4k"), ("ffn_up", up, "q4k"), ("ffn_down", down, "down")):
                 for e in range(E):
                     put(p + f"{nm}.{e}.weight", arr[e], kind)
+        elif a.fuse_gate_up:    # the same values: each expert's gate rows, then its up rows (row-wise blocks)
+            put(p + "ffn_gate_up_exps.weight", np.concatenate([gate, up], axis=1), "q4k")
+            put(p + "ffn_down_exps.weight", down, "down")
         else:
             put(p + "ffn_gate_exps.weight", gate, "q4k")
             put(p + "ffn_up_exps.weight", up, "q4k")

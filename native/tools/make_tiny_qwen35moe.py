@@ -12,7 +12,8 @@ section's: it does not turn for text); DeltaNet: conv kernel 4, 2 q/k heads and 
 (v head h reads q/k head h mod 2); 8 experts of 64, top-2, shared expert 96 wide with its sigmoid
 gate; untied head; the tiny byte-level BPE vocabulary of make_tiny_moe.py and a ChatML template.
 One trailing MTP block (nextn_predict_layers 1: nextn.eh_proj / enorm / hnorm and a full
-attention + MoE block) unless --no-mtp. --interval N: full_attention_interval N instead (0: the key
+attention + MoE block) unless --no-mtp. --fuse-gate-up: the routed experts' gate and up as one
+ffn_gate_up_exps [d_model, 2 x 64, 8] (llama.cpp's layout: each expert's gate rows, then its up rows). --interval N: full_attention_interval N instead (0: the key
 left out, which the engine refuses). --q8: every matrix Q8_0 (router, norms, conv and vectors F32).
 --shape K=V,...: other integer sizes (timings on Qwen3.6-35B-A3B's layer widths).
 Same arguments -> same bytes.
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-mtp", action="store_true", help="no trailing MTP block")
     ap.add_argument("--interval", type=int, default=SHAPE["interval"], help="full_attention_interval (0: no key)")
     ap.add_argument("--q8", action="store_true", help="matrices Q8_0")
+    ap.add_argument("--fuse-gate-up", action="store_true",
+                    help="routed gate and up as one blk.N.ffn_gate_up_exps (the same values)")
     ap.add_argument("--shape", default="", metavar="K=V,...",
                     help="integer fields of SHAPE changed (e.g. d_model=2048,ssm_head=128 for timings)")
     a = ap.parse_args(argv)
@@ -119,8 +122,12 @@ def main(argv: list[str] | None = None) -> None:
 
     def moe(p: str) -> None:
         put(p + "ffn_gate_inp.weight", mat(E, D, scale=2.0))
-        put(p + "ffn_gate_exps.weight", mat(E, X, D))
-        put(p + "ffn_up_exps.weight", mat(E, X, D))
+        gate, up = mat(E, X, D), mat(E, X, D)
+        if a.fuse_gate_up:      # the same values in one tensor: each expert's gate rows, then its up rows
+            put(p + "ffn_gate_up_exps.weight", np.concatenate([gate, up], axis=1))
+        else:
+            put(p + "ffn_gate_exps.weight", gate)
+            put(p + "ffn_up_exps.weight", up)
         put(p + "ffn_down_exps.weight", mat(E, D, X))
         put(p + "ffn_gate_inp_shexp.weight", mat(D, scale=2.0))
         put(p + "ffn_gate_shexp.weight", mat(SX, D))

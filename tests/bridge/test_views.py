@@ -37,7 +37,16 @@ def test_it_reports_a_healthy_engine(client, state):
     assert r.status_code == 200, r.json()
     assert r.json() == {"engine": "up", "bridge": "up", "redis": "up", "model": "tiny", "slots": 2, "queue": 1,
                         "restarts": 3, "experts": None, "sampling": {"temperature": 0.7, "top_p": 1.0},
-                        "memory": None, "bridge_id": "main", "bridges": [], "models": []}  # no registration written here
+                        "memory": None, "refusal": None, "bridge_id": "main", "bridges": [],
+                        "models": []}  # no registration written here
+
+
+def test_it_reports_a_refused_model_with_the_engines_reason(client, state):
+    state(up=False, status="refused", refused="tensor blk.0.ffn_mystery.weight is not known to this engine's "
+                                                "qwen3moe loader (unsupported file)")
+    r = client.get("/health")
+    assert r.status_code == 503 and r["Retry-After"], r.json()
+    assert r.json()["engine"] == "refused" and "blk.0.ffn_mystery.weight" in r.json()["refusal"], r.json()
 
 
 def test_it_reports_the_engines_memory_split(client, state):

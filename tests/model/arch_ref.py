@@ -150,9 +150,12 @@ class Ref:
         return (silu(h @ W(p + f"ffn_gate{kind}.weight").T) * (h @ W(p + f"ffn_up{kind}.weight").T)) @ W(p + f"ffn_down{kind}.weight").T
 
     def expert(self, p, kind, e):
-        """Expert e's matrix: a slice of the stacked ffn_{kind}_exps, or (older llama files) its own
-        tensor ffn_{kind}.{e}."""
+        """Expert e's matrix: a slice of the stacked ffn_{kind}_exps (gate and up: halves of
+        ffn_gate_up_exps when fused), or (older llama files) its own tensor ffn_{kind}.{e}."""
         W = self.w
+        if kind != "down" and W.has(p + "ffn_gate_up_exps.weight"):   # fused: gate rows, then up rows
+            gu = W(p + "ffn_gate_up_exps.weight")[e]
+            return gu[: len(gu) // 2] if kind == "gate" else gu[len(gu) // 2:]
         return W(p + f"ffn_{kind}_exps.weight")[e] if W.has(p + f"ffn_{kind}_exps.weight") else W(p + f"ffn_{kind}.{e}.weight")
 
     def experts(self, p, h_i, sel, wts):
@@ -210,9 +213,22 @@ class Ref:
         return self.head(x)
 
 
-def softmax_topk(logits_i, k, norm):
+def group_mask(choice, groups, used):
+    """Grouped top-k (llama.cpp's build_moe_ffn, DeepSeek-V3): the experts of all but the `used`
+    best of `groups` equal groups (a group's score: the sum of its two best choices) get -inf."""
+    if groups <= 1 or used >= groups:
+        return choice
+    per = len(choice) // groups
+    gs = np.array([np.sort(choice[g * per:(g + 1) * per])[-2:].sum() for g in range(groups)])
+    mask = np.zeros(len(choice), bool)
+    for g in np.argsort(-gs, kind="stable")[:used]:
+        mask[g * per:(g + 1) * per] = True
+    return np.where(mask, choice, -np.inf)
+
+
+def softmax_topk(logits_i, k, norm, groups=(0, 0)):
     probs = softmax(logits_i)
-    sel = np.argsort(-probs, kind="stable")[:k]
+    sel = np.argsort(-group_mask(probs, *groups), kind="stable")[:k]
     wts = probs[sel]
     return sel, (wts / wts.sum() if norm else wts)
 
@@ -238,7 +254,8 @@ class Qwen3Moe(Ref):
         return q, k
 
     def route(self, l, lg):
-        return softmax_topk(lg, self.top_k, bool(self.key("expert_weights_norm", True)))
+        groups = int(self.key("expert_group_count", 0)), int(self.key("expert_group_used_count", 0))
+        return softmax_topk(lg, self.top_k, bool(self.key("expert_weights_norm", True)), groups)
 
 
 class Olmoe(Ref):
@@ -293,15 +310,7 @@ class Glm4Moe(Ref):
         W = self.w
         scores = 1.0 / (1.0 + np.exp(-lg))
         choice = scores + W(f"blk.{l}.exp_probs_b.bias")
-        G, TG = int(self.key("expert_group_count", 1)), int(self.key("expert_group_used_count", 1))
-        if G > 1 and TG < G:
-            per = len(lg) // G
-            gs = np.array([np.sort(choice[g * per:(g + 1) * per])[-2:].sum() for g in range(G)])
-            keep = np.argsort(-gs, kind="stable")[:TG]
-            mask = np.zeros(len(lg), bool)
-            for g in keep:
-                mask[g * per:(g + 1) * per] = True
-            choice = np.where(mask, choice, -np.inf)
+        choice = group_mask(choice, int(self.key("expert_group_count", 1)), int(self.key("expert_group_used_count", 1)))
         sel = np.argsort(-choice, kind="stable")[: self.top_k]
         wts = scores[sel]
         if bool(self.key("expert_weights_norm", True)):

@@ -134,8 +134,12 @@ class Qwen35Moe:
         for i in range(len(h)):
             sel, wts = softmax_topk(logits[i], self.top_k, True)
             for e, wt in zip(sel, wts):
-                gt = h[i] @ W(p + "ffn_gate_exps.weight")[e].T
-                up = h[i] @ W(p + "ffn_up_exps.weight")[e].T
+                if W.has(p + "ffn_gate_up_exps.weight"):   # fused: each expert's gate rows, then its up rows
+                    gu = W(p + "ffn_gate_up_exps.weight")[e]
+                    gw, uw = gu[: len(gu) // 2], gu[len(gu) // 2:]
+                else:
+                    gw, uw = W(p + "ffn_gate_exps.weight")[e], W(p + "ffn_up_exps.weight")[e]
+                gt, up = h[i] @ gw.T, h[i] @ uw.T
                 out[i] += wt * ((silu(gt) * up) @ W(p + "ffn_down_exps.weight")[e].T)
         sh = (silu(h @ W(p + "ffn_gate_shexp.weight").T) * (h @ W(p + "ffn_up_shexp.weight").T)) @ W(
             p + "ffn_down_shexp.weight").T

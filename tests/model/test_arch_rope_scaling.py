@@ -166,7 +166,7 @@ def test_unsupported_rope_scaling_refused(keys, named, engine_binary, tmp_path):
     p = subprocess.run([str(engine_binary), "-m", str(bad), "-p", "hi", "-n", "1"], capture_output=True, text=True,
                        timeout=60)
     lines = p.stderr.strip().splitlines()
-    assert p.returncode == 1 and lines and named in lines[-1], (p.returncode, p.stderr[-500:])
+    assert p.returncode == 3 and lines and named in lines[-1], (p.returncode, p.stderr[-500:])
 
 
 def llama3_inv_freq(base, d, factor=8.0, low=1.0, high=4.0, orig=64):

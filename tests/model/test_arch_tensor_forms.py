@@ -89,4 +89,4 @@ def test_quantized_shared_expert_gate_refused(plain, engine_binary, tmp_path):
     p = subprocess.run([str(engine_binary), "-m", str(path), "-p", "hi", "-n", "1"], capture_output=True, text=True,
                        timeout=60)
     last = (p.stderr.strip().splitlines() or [""])[-1]
-    assert p.returncode == 1 and "blk.0.ffn_gate_inp_shexp.weight: type Q8_0 is not supported" in last, p.stderr[-400:]
+    assert p.returncode == 3 and "blk.0.ffn_gate_inp_shexp.weight: type Q8_0 is not supported" in last, p.stderr[-400:]

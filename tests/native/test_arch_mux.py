@@ -152,7 +152,7 @@ def _refusal(spawn, src, dst, old, new):
     e = spawn(model=dst, wait_ready=False)
     rc = e.wait_exit(T)
     err = e.stderr_text().strip()
-    assert not e.ready and rc == 1, f"{old!r} renamed: rc {rc}, stderr {err[-400:]}"
+    assert not e.ready and rc == 3, f"{old!r} renamed: rc {rc}, stderr {err[-400:]}"
     lines = err.splitlines()
     assert lines and 0 < len(lines[-1]) <= 400, err
     return lines[-1]

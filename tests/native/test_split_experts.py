@@ -46,5 +46,5 @@ def test_missing_expert_tensor_is_refused(spawn, tmp_path):
     e = spawn(model=str(bad), wait_ready=False)
     rc = e.wait_exit(60 * SCALE)
     lines = e.stderr_text().strip().splitlines()
-    assert not e.ready and rc == 1 and lines, (rc, lines[-3:])
+    assert not e.ready and rc == 3 and lines, (rc, lines[-3:])
     assert "blk.1.ffn_up.5.weight" in lines[-1] and len(lines[-1]) <= 400, lines[-1]

@@ -29,6 +29,7 @@ interface Stats {
   io: TurnIo | null;
   memory?: MemorySplit | null;
   slot_memory?: Record<string, SlotMemory> | null;
+  refusal?: string | null; // the engine refused its model file: why (the bridge waits for a new file)
   metrics: Record<string, Row[]>;
   bridge?: string; // whose engine figures `engine` and `io` are
   bridges?: BridgeEntry[];
@@ -228,8 +229,8 @@ function boot(): void {
       }
       const cur = (await r.json()) as Stats;
       if (cur.bridge) hosts.set(cur.bridges ?? [], cur.bridge);
-      engineEl.textContent = cur.engine.up ? "engine up" : "engine down";
-      engineEl.dataset.state = cur.engine.up ? "up" : "down";
+      engineEl.textContent = cur.engine.up ? "engine up" : cur.refusal ? `model refused: ${cur.refusal}` : "engine down";
+      engineEl.dataset.state = cur.engine.up ? "up" : cur.refusal ? "refused" : "down";
       slotsEl.textContent = `${cur.engine.busy}/${cur.engine.slots} slots busy · ${cur.engine.queue} waiting`;
       renderTable(cur);
       renderIo(cur.io);
