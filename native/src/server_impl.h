@@ -34,7 +34,8 @@ typedef struct {
                                  * model's top_k); kept after the turn: the count that computed
                                  * the slot's K/V history, which a turn with another count
                                  * does not reuse */
-    int routes;                 /* routes=1: a ROUTES line after ENTROPY */
+    int routes;                 /* routes=1: a ROUTES line after ENTROPY; routes=2: also a
+                                 * ROUTESTEP line per generated token forwarded */
     int heat;                   /* heat=0: selections not added to the cumulative counts */
     gram *g;                    /* grammar=1: the DFA the output must stay in, else NULL */
     const uint64_t *allow;      /* the mask the last token was sampled under (NULL: none) */
@@ -42,6 +43,7 @@ typedef struct {
     utf8s u8;
     int next_tok;               /* sampled and sent, to be forwarded by the next step */
     uint32_t *route;            /* n_rows * n_cols routing counts of this turn */
+    uint16_t *picks;            /* n_rows * experts: the last forwarded token's selections */
     float *logits;              /* vocab floats */
     double t_accept, t_decode0;
     perf_counters perf0;
@@ -113,4 +115,5 @@ void rep_token(server *S, request *r, int tok, int last);
 /* The turn-end block before DONE: HWINFO .. IOSTAT, then REPIN. */
 void rep_turn_end(server *S, const request *r, double t_end);
 void rep_repin(server *S);      /* REPIN lines for the experts the store moved */
+void rep_routestep(server *S, const request *r);   /* routes=2: the forwarded token's selections */
 #endif

@@ -105,6 +105,23 @@ static void rep_routes(server *S, const request *r) {
     free(buf);
 }
 
+/* ROUTESTEP <id> <rows> <cols> <k> <hex>: the selections of the generated token this step
+ * forwarded (routes=2): per MoE row, k expert ids in selection order, each as 2 hex digits
+ * (4 when cols > 256). A bridge that knows which tokens were thinking splits the turn's
+ * ROUTES by phase from these, exactly (the engine does not know the markers). */
+void rep_routestep(server *S, const request *r) {
+    const int w = S->cols > 256 ? 4 : 2;
+    const size_t n = (size_t)S->rows * (size_t)r->experts, cap = 96 + n * (size_t)w;
+    char *buf = malloc(cap);
+    if (!buf) return;
+    size_t len = (size_t)snprintf(buf, cap, "ROUTESTEP %llu %d %d %d ", (unsigned long long)r->id,
+                                  S->rows, S->cols, r->experts);
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, cap - len, w == 2 ? "%02x" : "%04x", (unsigned)r->picks[i]);
+    out_raw_line(buf, len);
+    free(buf);
+}
+
 /* IOSTAT <id> <tokens> <disk_bytes> <ideal_bytes> <hits> <acquisitions> <stall_s> <ahead_issued>
  * <ahead_used>: the expert store's I/O over this turn (our extension; concurrent turns share
  * the counters of the steps they share). tokens: those the turn ran through the model. */
@@ -327,7 +344,8 @@ static void json_model_body(server *S, jbuf *j, const char *bt, const char *et) 
     jb_printf(j, ",\"sampling\":");
     json_sampling(j, m);
     /* grammar: SUBMIT takes grammar=1 with a DFA of this format as its gbytes (grammar.h) */
-    jb_printf(j, ",\"slots\":%d,\"grammar\":\"CGD1\"", S->o->n_slots);
+    /* routes: the highest routes= level SUBMIT takes (2: per-token ROUTESTEP lines) */
+    jb_printf(j, ",\"slots\":%d,\"grammar\":\"CGD1\",\"routes\":2", S->o->n_slots);
     if (model_state_bytes(m))           /* a hybrid's per-slot state, its checkpoints (SLOTMEM: held now) */
         jb_printf(j, ",\"recurrent_state\":{\"bytes\":%zu,\"checkpoints\":%d,\"every\":%d}",
                   model_state_bytes(m), MODEL_STATE_CKPTS, S->o->ckpt_every);

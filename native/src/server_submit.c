@@ -22,6 +22,7 @@ int prefill_tail(model *m, kv_cache *kv, int s, const int *ids, int from, int n,
             rows[i].route_counts = route_counts;
             rows[i].n_experts = n_experts;
             rows[i].no_heat = no_heat;
+            rows[i].picks = NULL;           /* per-token routing is for generated tokens only */
         }
         if (model_forward(m, kv, rows, cnt) != 0) return -1;
     }
@@ -136,7 +137,7 @@ static request *submit_start(server *S, const submit_hdr *h, gram *g, int n, int
                     .temperature = (float)h->temperature, .top_p = (float)h->top_p,
                     .logprobs = h->logprobs, .lptext = h->lptext, .top_k = (int)h->top_k,
                     .experts = experts, .routes = h->routes, .heat = h->heat, .g = g,
-                    .route = r->route, .logits = r->logits };
+                    .route = r->route, .picks = r->picks, .logits = r->logits };
     rng_seed(&r->rng, h->have_seed ? h->seed : h->id);
     utf8s_init(&r->u8);
     memset(r->route, 0, (size_t)S->rows * S->cols * sizeof *r->route);

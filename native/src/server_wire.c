@@ -122,8 +122,11 @@ static int parse_option(char *field, submit_hdr *h) {
         if (h->have_top_k || val > INT32_MAX) return -1;
         h->have_top_k = 1;
         h->top_k = val;
-    } else if (!strcmp(k, "routes")) return set_flag(&h->have_routes, &h->routes, val);
-    else if (!strcmp(k, "lptext")) return set_flag(&h->have_lptext, &h->lptext, val);
+    } else if (!strcmp(k, "routes")) {             /* 2: per-token ROUTESTEP lines too */
+        if (h->have_routes || val > 2) return -1;
+        h->have_routes = 1;
+        h->routes = (int)val;
+    } else if (!strcmp(k, "lptext")) return set_flag(&h->have_lptext, &h->lptext, val);
     else if (!strcmp(k, "heat")) return set_flag(&h->have_heat, &h->heat, val);
     else if (!strcmp(k, "grammar")) {
         if (h->grammar || val != 1) return -1;
