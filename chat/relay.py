@@ -14,6 +14,7 @@ other processes; a socket drops a group copy that came from its own process (it 
 """
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
@@ -41,7 +42,20 @@ RELAY_SAVE_EVERY_S = 0.5
 STOP_POLL_S = 0.2
 _running: dict[int, asyncio.Task] = {}  # conversation id -> relay task; also keeps tasks referenced
 _stop_events: dict[int, asyncio.Event] = {}
-PROCESS = uuid.uuid4().hex  # tags group copies of frames this process delivered itself
+
+
+def deployment_tag() -> str:
+    """8 hex digits naming this deployment: its cache (Redis and key prefix), which holds the relay
+    leases and tail logs. Web processes of one deployment share it; a process of another
+    deployment on the same database (the live test stacks, each on its own Redis) has another."""
+    cache_conf = settings.CACHES["default"]
+    where = f"{cache_conf.get('LOCATION', '')}|{cache_conf.get('KEY_PREFIX', '')}"
+    return hashlib.sha256(where.encode()).hexdigest()[:8]
+
+
+# This process's relay owner id (Message.relay_owner, 32 characters): its deployment's tag, then
+# a random part. It also tags group copies of frames this process delivered itself.
+PROCESS = deployment_tag() + uuid.uuid4().hex[:24]
 
 
 class LocalSocket(Protocol):

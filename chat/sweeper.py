@@ -40,10 +40,13 @@ def owner_key(owner: str) -> str:
 
 def owners_alive(owners: set) -> dict:
     """{owner: whether its lease exists} (this process always lives); raises when the cache cannot
-    be read."""
-    others = [o for o in owners if o != relay.PROCESS]
+    be read. An owner of another deployment (relay.deployment_tag) counts as alive: its leases and
+    tail logs are in another cache, so this one can neither judge it nor recover its text (a
+    sweep from there stored the row's last save, short of what its reader had)."""
+    mine = relay.PROCESS[:8]
+    others = [o for o in owners if o != relay.PROCESS and o.startswith(mine)]
     found = cache.get_many([owner_key(o) for o in others]) if others else {}
-    return {o: o == relay.PROCESS or owner_key(o) in found for o in owners}
+    return {o: o == relay.PROCESS or not o.startswith(mine) or owner_key(o) in found for o in owners}
 
 
 def ensure_started() -> None:

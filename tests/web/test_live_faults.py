@@ -631,6 +631,10 @@ def test_a_reply_cut_by_a_web_process_kill_keeps_what_its_reader_received(stack,
                 received[f["message"]] = text + f["text"]
                 biggest[f["message"]] = max(biggest.get(f["message"], 0), len(f["text"]))
     saved = {m.pk: m.text for m in Message.objects.filter(pk__in=received)}  # the rows as the kill left them
+    logs = {}  # each reply's tail log as the kill left it: shown when a check fails
+    for m in Message.objects.filter(pk__in=received):
+        pieces = stack.client().lrange(f"{stack.prefix}:1:chat:tail:{m.pk}:{m.relay_owner}", 0, -1)
+        logs[m.pk] = [json.loads(p)[:1] + [len(json.loads(p)[1])] + json.loads(p)[2:] for p in pieces]
     stack.start_daphne()
 
     def swept():
@@ -643,7 +647,7 @@ def test_a_reply_cut_by_a_web_process_kill_keeps_what_its_reader_received(stack,
         print(f"  message {m.pk}: {len(seen)} / {len(saved[m.pk])} / {len(m.text)}"
               f" (largest delta {biggest[m.pk]})")
         assert m.status == "interrupted", m.status
-        assert m.text.startswith(seen), (len(seen), len(m.text), m.text[:80], seen[:80])
+        assert m.text.startswith(seen), (len(seen), len(m.text), "log [offset, length]:", logs[m.pk][-40:])
         # Beyond it, at most the delta being delivered at the kill: the reader cannot know its
         # size, so the check is the largest delta it got or 512 characters, whichever is more.
         assert len(m.text) - len(seen) <= max(biggest[m.pk], 512), (len(m.text), len(seen), biggest[m.pk])

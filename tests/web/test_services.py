@@ -148,3 +148,15 @@ def test_the_orphan_sweep_ends_only_replies_whose_process_is_gone(alice):
     assert Message.objects.get(pk=young.pk).status == "streaming"
     assert sweeper.owners_alive(set()) == {}
     assert sweeper.owners_alive({sweeper.relay.PROCESS}) == {sweeper.relay.PROCESS: True}  # never itself
+
+
+def test_the_sweep_judges_only_the_relays_of_its_own_deployment():
+    """Two deployments on one database (the live test stacks, each with its own Redis): one
+    swept the other's cut-off reply with no access to its tail log and stored the row's last
+    save, short of what the reader had. A relay owner of another deployment is not judged."""
+    from chat import sweeper
+
+    mine = sweeper.relay.PROCESS[:8]
+    dead_mine, foreign = mine + "0" * 24, ("0" if mine[0] != "0" else "1") * 8 + "0" * 24
+    assert len(sweeper.relay.PROCESS) == 32 and sweeper.relay.deployment_tag() == mine
+    assert sweeper.owners_alive({dead_mine, foreign}) == {dead_mine: False, foreign: True}
