@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     fwd_row *rows = calloc((size_t)NR, sizeof *rows);
     /* prefill CTX0 tokens per slot */
     for (int s = 0; s < S; s++) {
-        for (int i = 0; i < CTX0; i++) rows[i] = (fwd_row){s, i, (100 + (7 * i + s) % 4000) % m.c.vocab, i == CTX0 - 1 ? logits : NULL, NULL, 0, 0};
+        for (int i = 0; i < CTX0; i++) rows[i] = (fwd_row){s, i, (100 + (7 * i + s) % 4000) % m.c.vocab, i == CTX0 - 1 ? logits : NULL, NULL, 0, 0, NULL};
         if (model_forward(&m, &kv, rows, CTX0) != 0) return 1;
     }
     struct rusage ru0, ru1;
@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
     for (int t = 0; t < steps; t++) {
         for (int s = 0; s < B; s++)
-            rows[s] = (fwd_row){s, kv.slots[s].n_pos, (200 + (t * 31 + s * 17) % 1000) % m.c.vocab, logits + (size_t)s * m.c.vocab, NULL, 0, 0};
+            rows[s] = (fwd_row){s, kv.slots[s].n_pos, (200 + (t * 31 + s * 17) % 1000) % m.c.vocab, logits + (size_t)s * m.c.vocab, NULL, 0, 0, NULL};
         if (model_forward(&m, &kv, rows, B) != 0) return 1;
     }
     double w1 = now(CLOCK_MONOTONIC), c1 = now(CLOCK_PROCESS_CPUTIME_ID);
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     printf("  per step, wall ms: attn %.2f, experts %.2f, other dense %.2f, head %.2f\n",
            (m.perf.t_attn - pd.t_attn) * 1e3 / steps, (m.perf.t_emm - pd.t_emm) * 1e3 / steps,
            (m.perf.t_dense - pd.t_dense) * 1e3 / steps, (m.perf.t_head - pd.t_head) * 1e3 / steps);
-    for (int i = 0; i < PR; i++) rows[i] = (fwd_row){S, i, (300 + (i * 13) % 2000) % m.c.vocab, i == PR - 1 ? logits : NULL, NULL, 0, 0};
+    for (int i = 0; i < PR; i++) rows[i] = (fwd_row){S, i, (300 + (i * 13) % 2000) % m.c.vocab, i == PR - 1 ? logits : NULL, NULL, 0, 0, NULL};
     perf_counters pc0 = m.perf;
     w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
     if (model_forward(&m, &kv, rows, PR) != 0) return 1;

@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     float *lg = malloc(sizeof(float) * (size_t)n * V);
     fwd_row *rows = calloc((size_t)n, sizeof *rows);
     if (!lg || !rows) return 1;
-    for (int i = 0; i < n; i++) rows[i] = (fwd_row){0, i, atoi(argv[3 + i]), lg + (size_t)i * V, NULL, 0, 0};
+    for (int i = 0; i < n; i++) rows[i] = (fwd_row){0, i, atoi(argv[3 + i]), lg + (size_t)i * V, NULL, 0, 0, NULL};
     int serial = getenv("FWD_DUMP_SERIAL") && atoi(getenv("FWD_DUMP_SERIAL"));
     int split = getenv("FWD_DUMP_SPLIT") ? atoi(getenv("FWD_DUMP_SPLIT")) : 0;
     if (split <= 0 || split >= n) split = n;

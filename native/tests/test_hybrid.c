@@ -24,7 +24,7 @@ static const char *python(void) {
 /* Slot s: tokens ids[0..n) from position pos, logits of the last row into lg. */
 static int run(model *m, kv_cache *kv, int s, int pos, const int *ids, int n, float *lg) {
     fwd_row rows[16];
-    for (int i = 0; i < n; i++) rows[i] = (fwd_row){s, pos + i, ids[i], i == n - 1 ? lg : NULL, NULL, 0, 0};
+    for (int i = 0; i < n; i++) rows[i] = (fwd_row){s, pos + i, ids[i], i == n - 1 ? lg : NULL, NULL, 0, 0, NULL};
     return model_forward(m, kv, rows, n);
 }
 

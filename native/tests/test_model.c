@@ -348,7 +348,7 @@ static expert_store *open_store(gguf_file *g, const expert_opts *o, uint32_t id)
             t[r * 3 + k] = gguf_find_tensor(g, nm);
         }
     }
-    expert_layer_src src[2] = {{xlayers[0], t[0], t[1], t[2], NULL}, {xlayers[1], t[3], t[4], t[5], NULL}};
+    expert_layer_src src[2] = {{xlayers[0], t[0], t[1], t[2], 0, NULL}, {xlayers[1], t[3], t[4], t[5], 0, NULL}};
     char err[256] = "";
     expert_store *s = es_create(g, src, 2, XN, o, id, 4, err, sizeof err);
     if (!s) printf("es_create: %s\n", err);
@@ -664,11 +664,11 @@ static void test_forward(const char *path, int shexp) {
     /* prefill slot 0 in one batch (logits on every row), slot 1 token by token */
     fwd_row rows[8];
     for (int i = 0; i < 6; i++)
-        rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, rc, 0, 0};
+        rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, rc, 0, 0, NULL};
     CHECK(model_forward(&m, &kv, rows, 6) == 0, "batched prefill");
     double maxd = 0;
     for (int i = 0; i < 6; i++) {
-        fwd_row r1 = {1, i, prompt[i], lg2 + (size_t)i * V, NULL, 0, 0};
+        fwd_row r1 = {1, i, prompt[i], lg2 + (size_t)i * V, NULL, 0, 0, NULL};
         CHECK(model_forward(&m, &kv, &r1, 1) == 0, "single-row forward");
         for (int j = 0; j < V; j++) maxd = fmax(maxd, fabs(lg[(size_t)i * V + j] - lg2[(size_t)i * V + j]));
     }
@@ -678,7 +678,7 @@ static void test_forward(const char *path, int shexp) {
     CHECK(total == (uint64_t)6 * c->n_moe_rows * c->top_k, "route counts %llu", (unsigned long long)total);
     CHECK(kv.slots[0].n_pos == 6 && kv.slots[0].tokens[5] == 5, "history appended");
     int bad_pos = kv.slots[0].n_pos;
-    fwd_row wrong = {0, 3, 7, NULL, NULL, 0, 0};
+    fwd_row wrong = {0, 3, 7, NULL, NULL, 0, 0, NULL};
     CHECK(model_forward(&m, &kv, &wrong, 1) != 0 && kv.slots[0].n_pos == bad_pos, "wrong pos refused");
 
     /* greedy decode: slot 0 alone vs slot 0 batched with slot 1 (different history) */
@@ -686,12 +686,12 @@ static void test_forward(const char *path, int shexp) {
     kv_cache kv2;
     kv_init(&kv2, 2, 64, c->n_layers, c->n_kv_heads * c->head_dim);
     for (int i = 0; i < 6; i++) {
-        fwd_row r1 = {0, i, prompt[i], NULL, NULL, 0, 0};
+        fwd_row r1 = {0, i, prompt[i], NULL, NULL, 0, 0, NULL};
         model_forward(&m, &kv2, &r1, 1);
     }
     int cur = t0;
     for (int s = 0; s < 8; s++) {
-        fwd_row r1 = {0, 6 + s, cur, lg, NULL, 0, 0};
+        fwd_row r1 = {0, 6 + s, cur, lg, NULL, 0, 0, NULL};
         model_forward(&m, &kv2, &r1, 1);
         alone[s] = cur = argmax(lg, V);
     }
@@ -699,7 +699,7 @@ static void test_forward(const char *path, int shexp) {
     cur = t0;
     int cur1 = 9;
     for (int s = 0; s < 8; s++) {
-        fwd_row rr[2] = {{1, kv.slots[1].n_pos, cur1, lg + V, NULL, 0, 0}, {0, 6 + s, cur, lg, NULL, 0, 0}};
+        fwd_row rr[2] = {{1, kv.slots[1].n_pos, cur1, lg + V, NULL, 0, 0, NULL}, {0, 6 + s, cur, lg, NULL, 0, 0, NULL}};
         CHECK(model_forward(&m, &kv, rr, 2) == 0, "mixed batch");
         mixed[s] = cur = argmax(lg, V);
         cur1 = argmax(lg + V, V);
@@ -713,11 +713,11 @@ static void test_forward(const char *path, int shexp) {
     CHECK(model_load(&m2, path, &o, err, sizeof err) == 0, "load with small budget: %s", err);
     kv_cache kv3;
     kv_init(&kv3, 1, 64, c->n_layers, c->n_kv_heads * c->head_dim);
-    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg2 + (size_t)i * V, NULL, 0, 0};
+    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg2 + (size_t)i * V, NULL, 0, 0, NULL};
     model_forward(&m2, &kv3, rows, 6);
     kv_cache kv4;
     kv_init(&kv4, 1, 64, c->n_layers, c->n_kv_heads * c->head_dim);
-    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, NULL, 0, 0};
+    for (int i = 0; i < 6; i++) rows[i] = (fwd_row){0, i, prompt[i], lg + (size_t)i * V, NULL, 0, 0, NULL};
     model_forward(&m, &kv4, rows, 6);
     CHECK(memcmp(lg, lg2, sizeof(float) * V * 6) == 0, "small expert budget: same logits");
     int vr, ram, disk;
@@ -733,7 +733,7 @@ static void test_forward(const char *path, int shexp) {
     tpath(kpath, sizeof kpath, "model.kv");
     CHECK(kv_save(&kv4, 0, kpath, m.fingerprint) == 0, "kv_save");
     CHECK(kv_load(&kv3, 0, kpath, m.fingerprint) == 0 && kv3.slots[0].n_pos == 6, "kv_load");
-    fwd_row ra = {0, 6, 42, lg, NULL, 0, 0}, rb = {0, 6, 42, lg2, NULL, 0, 0};
+    fwd_row ra = {0, 6, 42, lg, NULL, 0, 0, NULL}, rb = {0, 6, 42, lg2, NULL, 0, 0, NULL};
     model_forward(&m, &kv4, &ra, 1);
     model_forward(&m, &kv3, &rb, 1);
     CHECK(memcmp(lg, lg2, sizeof(float) * V) == 0, "continuation after kv_load identical");
@@ -773,7 +773,7 @@ static void test_row_experts(const char *path) {
     for (int s = 0; s < NS; s++) {               /* each slot alone, its own kv */
         kv_init(&kv, 1, 16, c->n_layers, c->n_kv_heads * c->head_dim);
         for (int i = 0; i < NT; i++)
-            rows[i] = (fwd_row){0, i, prompt[i], alone + (size_t)(s * NT + i) * V, NULL, counts[s], 0};
+            rows[i] = (fwd_row){0, i, prompt[i], alone + (size_t)(s * NT + i) * V, NULL, counts[s], 0, NULL};
         CHECK(model_forward(&m, &kv, rows, NT) == 0, "forward alone, experts=%d", counts[s]);
         kv_free(&kv);
     }
@@ -783,7 +783,7 @@ static void test_row_experts(const char *path) {
     for (int i = 0; i < NT; i++)
         for (int s = 0; s < NS; s++)
             rows[n++] = (fwd_row){s, i, prompt[i], batch + (size_t)(s * NT + i) * V,
-                                  rc + (size_t)s * c->n_moe_rows * E, counts[s], 0};
+                                  rc + (size_t)s * c->n_moe_rows * E, counts[s], 0, NULL};
     CHECK(model_forward(&m, &kv, rows, n) == 0, "mixed-count batch");
     CHECK(memcmp(alone, batch, sizeof(float) * V * NS * NT) == 0, "each row as its slot alone (bit-identical)");
     for (int s = 0; s < NS; s++) {
@@ -804,7 +804,7 @@ static void test_row_experts(const char *path) {
     if (ok) {
         kv_free(&kv);
         kv_init(&kv, 1, 16, c->n_layers, c->n_kv_heads * c->head_dim);
-        for (int i = 0; i < NT; i++) rows[i] = (fwd_row){0, i, prompt[i], batch + (size_t)i * V, NULL, 0, 0};
+        for (int i = 0; i < NT; i++) rows[i] = (fwd_row){0, i, prompt[i], batch + (size_t)i * V, NULL, 0, 0, NULL};
         CHECK(model_forward(&mk, &kv, rows, NT) == 0, "forward TOPK=5");
         CHECK(memcmp(batch, alone + (size_t)2 * NT * V, sizeof(float) * V * NT) == 0, "TOPK=5 == experts=5");
         model_free(&mk);
@@ -827,7 +827,7 @@ static void test_dense(const char *path) {
     kv_cache kv;
     kv_init(&kv, 1, 16, m.c.n_layers, m.c.n_kv_heads * m.c.head_dim);
     float *lg = malloc(sizeof(float) * m.c.vocab);
-    fwd_row r[3] = {{0, 0, 1, NULL, NULL, 0, 0}, {0, 1, 50, NULL, NULL, 0, 0}, {0, 2, 60, lg, NULL, 0, 0}};
+    fwd_row r[3] = {{0, 0, 1, NULL, NULL, 0, 0, NULL}, {0, 1, 50, NULL, NULL, 0, 0, NULL}, {0, 2, 60, lg, NULL, 0, 0, NULL}};
     CHECK(model_forward(&m, &kv, r, 3) == 0, "dense forward");
     int finite = 1;
     for (int i = 0; i < m.c.vocab; i++) finite &= isfinite(lg[i]);
