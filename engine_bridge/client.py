@@ -318,6 +318,8 @@ class _Stream:
         """After a quiet spell: the error that ends the stream (its bridge restarted or gone, or no
         answer in time while not queued), or None to wait on."""
         now_boot = await liveness.aget_boot(self.target.bridge)
+        if now_boot == "" and await liveness.abroker_is_young():
+            now_boot = None  # Redis restarted and lost the beat: the bridge writes it again
         if now_boot is not None and now_boot != self.target.boot:
             return self._fail(_error("ENGINE_UNAVAILABLE", _gone_message(self.target, restarted=bool(now_boot)),
                                      retry_after=5, bridge=self.target.bridge))

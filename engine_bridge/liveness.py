@@ -9,7 +9,9 @@ TTL + BEAT seconds, instead of the 120 s idle timeout. The telemetry state has a
 far longer, because it is a cache of the last engine facts, not a heartbeat.
 
 Redis outages: the writer keeps beating through them (errors are logged, not raised); a reader
-that cannot reach Redis gets None, i.e. "cannot tell", never "dead".
+that cannot reach Redis gets None, i.e. "cannot tell", never "dead". A Redis that restarted has
+lost every key, so for its first YOUNG_BROKER_S a missing key says nothing either
+(`abroker_is_young`): the bridge writes it again at its next beat once it has reconnected.
 
 Freshness (issue 24): the key outlives a dead bridge by up to TTL seconds, which /health must
 not take for life. The bridge beats every BEAT = 0.5 s, so the key's remaining time to live says
@@ -36,6 +38,7 @@ BEAT = 0.5
 TTL = 3
 STALE_S = 1.5          # a beat older than this: the bridge is not beating (3 beats missed)
 HEALTH_TIMEOUT_S = 0.4  # /health's bound on each Redis read: it must answer while Redis hangs
+YOUNG_BROKER_S = 2 * TTL  # a Redis up for less than this may simply not have had a beat yet
 EARLY_BEAT_GAP_S = 0.02  # a woken heart beats at most this often (slot changes come in bursts)
 
 
@@ -61,6 +64,19 @@ async def aget_boot(bridge: str | None = None) -> str | None:
     except (redis.RedisError, OSError):
         return None
     return boot_from(raw)
+
+
+async def abroker_is_young() -> bool:
+    """Has Redis been up for less than YOUNG_BROKER_S (a restart that lost every beat)? True when
+    Redis cannot be reached (cannot tell); False where INFO is refused (a managed Redis that
+    renamed it), so a dead bridge is still seen there."""
+    try:
+        info = await _client().info("server")
+    except redis.ResponseError:
+        return False
+    except (redis.RedisError, OSError):
+        return True
+    return int(info.get("uptime_in_seconds", YOUNG_BROKER_S)) < YOUNG_BROKER_S
 
 
 def get_boot(bridge: str | None = None) -> str | None:

@@ -101,3 +101,29 @@ async def test_ticks_come_while_nothing_arrives_and_a_restart_seen_after_one_end
     assert "restarted" in events[4]["message"]
     assert await _inbox_types() == ["gen.submit", "gen.cancel"]
     await r.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_redis_restart_that_lost_the_beat_does_not_end_the_stream(private_redis):
+    """A restarted Redis has no alive key until the bridge's next beat; a stream that asks then must
+    wait for that beat, not report its bridge gone (the bridge and its engine never stopped)."""
+    r = await _bridge_by_hand("boot-a")
+    loop = asyncio.get_running_loop()
+
+    async def bridge():
+        (submit,) = await transport.bridge_next()
+        private_redis.stop()
+        private_redis.start()  # empty: the alive key is gone, as after any Redis restart
+        await asyncio.sleep(2.5 * client.LIVENESS_POLL)  # the stream asks liveness at least twice
+        beat = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        await beat.set(liveness.alive_key(), "boot-a", ex=liveness.TTL)  # the bridge's next beat
+        await transport.reply(submit["reply"], [_batch(submit["req"], 0, {"kind": "text", "text": "x"},
+                                                       {"kind": "done", "reason": "stop"})])
+        await beat.aclose()
+        return loop.time()
+
+    task = asyncio.create_task(bridge())
+    events = await _consume(client.generate(GenerationRequest(prompt="p", max_tokens=4)))
+    await task
+    assert [e["kind"] for e in events if e] == ["submitted", "routed", "text", "done"], events
+    await r.aclose()
