@@ -16,7 +16,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers as s
 
 from api.intake import MAX_CHOICES, MAX_TOP_LOGPROBS
-from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
+from engine_bridge.request import MAX_STOP_CHARS, MAX_STOPS
 
 F = TypeVar("F", bound=Callable[..., Any])
 

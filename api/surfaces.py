@@ -40,7 +40,7 @@ from api.errors import ANTHROPIC, OPENAI, Envelope
 from api.intake import Call
 from api.projectors import AnthropicProjector, CompletionProjector, OpenAIChatProjector, ResponsesProjector
 from colibri_base import metrics
-from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
+from engine_bridge.request import MAX_STOP_CHARS, MAX_STOPS
 
 # Stream framings: how a surface's SSE stream is cut into records.
 FRAMINGS = {

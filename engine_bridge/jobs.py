@@ -23,7 +23,8 @@ from engine_bridge import sampling
 from engine_bridge.request import GenerationRequest, encodable
 from engine_bridge.reasoning import MODES as REASONING_MODES, Splitter
 from engine_bridge.route_phases import PhaseRouting
-from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS, StopMatcher
+from engine_bridge.request import MAX_STOP_CHARS, MAX_STOPS
+from engine_bridge.stops import StopMatcher
 
 JOB_FIELDS = set(GenerationRequest.__dataclass_fields__)
 # Job fields that travel as key=value extensions (our engine only), with the value that sends none.

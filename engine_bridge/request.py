@@ -59,6 +59,11 @@ def encodable(text: object) -> bool:
     return True
 
 
+# The bridge's bounds on stop strings (the surfaces may bound tighter, api.surfaces): the stop
+# automaton of the largest accepted list (8,192 characters) builds in about 15 ms, once per request.
+MAX_STOPS = 32          # stop strings per request (OpenAI allows 4; Anthropic documents none)
+MAX_STOP_CHARS = 256    # characters per stop string
+
 NUL_REFUSAL = "contains a NUL character (U+0000), which this server does not accept in text"
 
 

@@ -18,11 +18,6 @@ Invariant: `held` is the depth of the automaton's state, so it never exceeds the
 from collections import deque
 from collections.abc import Iterable
 
-# The bridge's bounds (the surfaces may bound tighter, api.surfaces): the automaton of the
-# largest accepted list (8,192 characters) builds in about 15 ms, once per request.
-MAX_STOPS = 32          # stop strings per request (OpenAI allows 4; Anthropic documents none)
-MAX_STOP_CHARS = 256    # characters per stop string
-
 
 class StopMatcher:
     def __init__(self, stops: Iterable[str]) -> None:

@@ -231,7 +231,7 @@ def test_stop_lists_past_the_bounds_are_400_naming_the_field(fake_bridge, alice_
 
 
 def test_stop_lists_at_the_bounds_are_accepted(fake_bridge, alice_key):
-    from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
+    from engine_bridge.request import MAX_STOP_CHARS, MAX_STOPS
 
     fake_bridge.script(*script("ok"))
     r = post(alice_key, "/v1/messages", {"model": "tiny", "messages": MSG, "max_tokens": 4,

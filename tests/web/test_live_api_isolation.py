@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from api.models import ApiKey
-from engine_bridge.stops import MAX_STOP_CHARS, MAX_STOPS
+from engine_bridge.request import MAX_STOP_CHARS, MAX_STOPS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MESSAGES = [{"role": "user", "content": "Tell me about the sea."}]
