@@ -29,7 +29,7 @@ size_t pk_group_bytes(uint32_t t, int cols)
     if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
     if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
     if (K23(t)) return (size_t)(cols / 256) * K23SB(t);
-    if (IQL(t)) return (size_t)(cols / 256) * PK_IQL_SB;
+    if (IQL(t)) return (size_t)(cols / 256) * PK_IQL_SB(t);
     return t == GGML_F16 || t == GGML_BF16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -162,13 +162,35 @@ static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
     }
 }
 
+/* Row j's 32 codes c (qiql_transcode's byte i: value i's code | value 16 + i's << 4) into packed
+ * block o: IQ3's nibble vectors, or the IQ1 / IQ2 types' level vectors C0, C1 and sign vector H. */
+static void pk_iql_codes(uint32_t t, const uint8_t c[16], int j, uint8_t *o)
+{
+    if (!IQL3(t)) {
+        for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, c + 4 * v, 4);
+        return;
+    }
+    for (int k = 0; k < 4; k++) {
+        uint8_t c0 = 0, c1 = 0, h = 0;
+        for (int tt = 0; tt < 4; tt++) {
+            const uint8_t lo = c[4 * tt + k] & 15, hi = c[4 * tt + k] >> 4;
+            c0 |= (uint8_t)((lo & 3) << (2 * tt));
+            c1 |= (uint8_t)((hi & 3) << (2 * tt));
+            h |= (uint8_t)((lo >> 3) << tt | (hi >> 3) << (4 + tt));
+        }
+        o[16 + 4 * j + k] = c0;
+        o[48 + 4 * j + k] = c1;
+        o[80 + 4 * j + k] = h;
+    }
+}
+
 /* IQ1_S … IQ3_S: each row's super-blocks transcoded (qiql_transcode) into the group's code vectors
  * and multipliers, their d into the headers. */
 static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
 {
     const size_t sbb = ggml_row_bytes(t, 256);
     for (int s = 0; s < nb / 8; s++) {
-        uint8_t *h = dst + (size_t)s * PK_IQL_SB;
+        uint8_t *h = dst + (size_t)s * PK_IQL_SB(t);
         for (int j = 0; j < PK_ROWS; j++) {
             uint8_t codes[8][16], m[8][2];
             uint16_t d = 0;
@@ -182,7 +204,7 @@ static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t 
                 uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb);
                 o[j] = m[bb][0];
                 o[8 + j] = m[bb][1];
-                for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
+                pk_iql_codes(t, codes[bb], j, o);
             }
         }
     }
@@ -487,14 +509,13 @@ static void row_fp4(const uint8_t *g, int b, int j, float *o)   /* dequant_row's
 static void row_iql(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* dequant_row's values (qiql_value) */
 {
     const uint8_t *blk = pk_blk(t, g, b);
-    const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB + 2 * j);
+    const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB(t) + 2 * j);
     int8_t tab[16];
     int off;
     qiql_table(t, tab, &off);
     for (int k = 0; k < 16; k++) {
-        const uint8_t byte = blk[16 + 32 * (k / 4) + 4 * j + k % 4];
-        o[k] = qiql_value(t, d, blk[j], tab[byte & 15]);
-        o[k + 16] = qiql_value(t, d, blk[8 + j], tab[byte >> 4]);
+        o[k] = qiql_value(t, d, blk[j], tab[pk_iql_code(t, blk, j, k)]);
+        o[k + 16] = qiql_value(t, d, blk[8 + j], tab[pk_iql_code(t, blk, j, 16 + k)]);
     }
 }
 

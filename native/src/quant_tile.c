@@ -373,6 +373,25 @@ FORCE_INLINE void pk_fp4(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
+/* IQ1_S … IQ3_S: the table indices of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed
+ * block bp (H: the IQ1 / IQ2 types' sign vector): IQ3's nibbles, or the 2-bit levels with the
+ * sign's bit t (lo) or 4 + t (hi) of H moved to bit 3. */
+FORCE_INLINE void iql_codes(uint32_t T, const uint8_t *bp, __m256i H, int t, __m256i *lo, __m256i *hi)
+{
+    if (!IQL3(T)) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * t)), m15 = _mm256_set1_epi8(15);
+        *lo = _mm256_and_si256(v, m15);
+        *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+        return;
+    }
+    const __m256i m3 = _mm256_set1_epi8(3), m8 = _mm256_set1_epi8(8);
+    const __m256i hl = t < 3 ? _mm256_slli_epi16(H, 3 - t) : H;
+    *lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(bp + 16)), 2 * t), m3),
+                          _mm256_and_si256(hl, m8));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(bp + 48)), 2 * t), m3),
+                          _mm256_and_si256(_mm256_srli_epi16(H, 1 + t), m8));
+}
+
 /* IQ1_S … IQ3_S transcoded (layout in quant_impl.h): the codes through the type's table + off
  * (one shuffle per vector), the halves' sums started at -off * their activation sums, the half
  * multipliers applied in int32, then acc = fma(isum, (d * fscale) * d_x, acc). */
@@ -388,21 +407,22 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
     int off;
     qiql_table(T, tab, &off);
     for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);   /* 0 .. 2 off <= 124: unsigned */
-    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab)), m15 = _mm256_set1_epi8(15);
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
     const __m256 fs = _mm256_set1_ps(qiql_fscale(T));
     __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int g = 0; g < NG; g++)
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *bp[2];
-        __m256i ia[2][4], ib[2][4];
+        __m256i ia[2][4], ib[2][4], H[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int g = 0; g < NG; g++) {
             if (b % 8 == 0)
-                dv[g] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_IQL_SB))), fs);
+                dv[g] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_IQL_SB(T)))), fs);
             bp[g] = pk_blk(T, gp[g], b);
             _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
+            if (IQL3(T)) H[g] = _mm256_loadu_si256((const __m256i *)(bp[g] + 80));
             for (int k = 0; k < NX; k++) {
                 ia[g][k] = _mm256_set1_epi32(-off * xh[k][b]);
                 ib[g][k] = _mm256_set1_epi32(-off * (xi[k][b] - xh[k][b]));
@@ -411,9 +431,9 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             for (int g = 0; g < NG; g++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp[g] + 16 + 32 * t));
-                lo[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(v, m15));
-                hi[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
+                iql_codes(T, bp[g], H[g], t, &lo[g], &hi[g]);
+                lo[g] = _mm256_shuffle_epi8(tbl, lo[g]);
+                hi[g] = _mm256_shuffle_epi8(tbl, hi[g]);
             }
             k_halves_step(ia, ib, lo, hi, xq, b, t, NG, NX);
         }

@@ -238,6 +238,22 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
 #define pkz_q3k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q3_K)
 #define pkz_q2k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q2_K)
 
+/* IQ1_S … IQ3_S: iql_codes's indices for blocks b0, b1 (H0: their sign vectors). */
+FORCE_INLINE void z_iql_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i H0, int t, __m512i *lo, __m512i *hi)
+{
+    if (!IQL3(T)) {
+        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t), m15 = _mm512_set1_epi8(15);
+        *lo = _mm512_and_si512(v, m15);
+        *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+        return;
+    }
+    const __m512i m3 = _mm512_set1_epi8(3), m8 = _mm512_set1_epi8(8);
+    const __m512i hl = t < 3 ? _mm512_slli_epi16(H0, 3 - t) : H0;
+    *lo = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + 16, b1 + 16), 2 * t), m3), _mm512_and_si512(hl, m8));
+    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + 48, b1 + 48), 2 * t), m3),
+                          _mm512_and_si512(_mm512_srli_epi16(H0, 1 + t), m8));
+}
+
 /* IQ1_S … IQ3_S: pk_iql's operations for both groups in one register. */
 FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res, const uint32_t T)
 {
@@ -250,13 +266,13 @@ FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const
     int off;
     qiql_table(T, tab, &off);
     for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);
-    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab)), m15 = _mm512_set1_epi8(15);
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab));
     const __m512 fs = _mm512_set1_ps(qiql_fscale(T));
     __m512 acc[8], dv = _mm512_setzero_ps();
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (b % 8 == 0)
-            dv = _mm512_mul_ps(z_half2(gp[0] + (size_t)(b / 8) * PK_IQL_SB, gp[1] + (size_t)(b / 8) * PK_IQL_SB), fs);
+            dv = _mm512_mul_ps(z_half2(gp[0] + (size_t)(b / 8) * PK_IQL_SB(T), gp[1] + (size_t)(b / 8) * PK_IQL_SB(T)), fs);
         const uint8_t *b0 = pk_blk(T, gp[0], b), *b1 = pk_blk(T, gp[1], b);
         for (int l = 0; l < 3; l++) {
             _mm_prefetch((const char *)b0 + 64 * l + PK_PFD, PK_HINT);
@@ -267,10 +283,12 @@ FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const
             ia[k] = _mm512_set1_epi32(-off * xh[k][b]);
             ib[k] = _mm512_set1_epi32(-off * (xi[k][b] - xh[k][b]));
         }
+        const __m512i H0 = IQL3(T) ? z_load2(b0 + 80, b1 + 80) : _mm512_setzero_si512();
         for (int t = 0; t < 4; t++) {
-            const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
-            const __m512i lo = _mm512_shuffle_epi8(tbl, _mm512_and_si512(v, m15));
-            const __m512i hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+            __m512i lo, hi;
+            z_iql_codes(T, b0, b1, H0, t, &lo, &hi);
+            lo = _mm512_shuffle_epi8(tbl, lo);
+            hi = _mm512_shuffle_epi8(tbl, hi);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 ia[k] = _mm512_dpbusd_epi32(ia[k], lo, z_bc4(xk));
