@@ -163,9 +163,10 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  *   IQ3_XXS, IQ3_S (8 levels: 4 bits a value), 1168 bytes (146 per row and 256 values; the files'
  *       98, 110): blocks of 144 bytes, the codes as Q4_1's 4 nibble vectors;
  *   IQ1_S … IQ2_S (3 levels: 3 bits a value), 912 bytes (114 per row; the files' 50-82): blocks of
- *       112 bytes, the codes as Q3_K's vectors: C0, C1 with their levels (bits 0-1; byte 4j+k of C0
- *       holds row j's of values k, 4+k, 8+k, 12+k at bits 0, 2, 4, 6, C1 those of 16+k, ..), then H
- *       with their signs (bit 3; byte 4j+k: of values 4t+k at bit t, of 16+4t+k at bit 4+t).
+ *       112 bytes, the codes in 3 bits, c3 = level | 4 when negative, in 3 vectors V0, V1, V2 of 32
+ *       bytes: byte 4j+k of V_t holds row j's c3 of value 4t+k at bits 0-2 and of 16+4t+k at bits
+ *       4-6, and bit i of the c3 of value 12+k at bit 3 (of 28+k at bit 7) of V_i. The tile's table
+ *       has index bit 3 as don't-care, so steps 0-2 are a mask and a shuffle as the nibbles are.
  *       (Until 2026-12-06 the nibble layout too: 1.3-2.9x the file's bytes in the expert cache.)
  * The tile looks the codes up in table + off (unsigned, one vpshufb per vector), sums the two
  * halves apart starting at -off * (their activation sums: qact.qh, qi - qh), and takes
@@ -196,8 +197,11 @@ static inline int pk_iql_code(uint32_t t, const uint8_t *blk, int j, int v)
         const uint8_t byte = blk[16 + 32 * tt + 4 * j + k];
         return h ? byte >> 4 : byte & 15;
     }
-    const int lv = (blk[16 + 32 * h + 4 * j + k] >> (2 * tt)) & 3, neg = (blk[80 + 4 * j + k] >> (4 * h + tt)) & 1;
-    return lv | neg << 3;
+    int c3 = 0;
+    if (tt < 3) c3 = (blk[16 + 32 * tt + 4 * j + k] >> (4 * h)) & 7;
+    else
+        for (int i = 0; i < 3; i++) c3 |= ((blk[16 + 32 * i + 4 * j + k] >> (3 + 4 * h)) & 1) << i;
+    return (c3 & 3) | (c3 & 4) << 1;
 }
 
 /* Q4_K: row j's dl and ml of block b of packed group g (scalar, the kernels' values). */

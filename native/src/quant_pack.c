@@ -163,34 +163,29 @@ static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
 }
 
 /* Row j's 32 codes c (qiql_transcode's byte i: value i's code | value 16 + i's << 4) into packed
- * block o: IQ3's nibble vectors, or the IQ1 / IQ2 types' level vectors C0, C1 and sign vector H. */
-static void pk_iql_codes(uint32_t t, const uint8_t c[16], int j, uint8_t *o)
+ * block o: the IQ1 / IQ2 types' 3-bit vectors (quant_impl.h), four lanes k of a step at once in a
+ * 32-bit word. */
+static inline __attribute__((always_inline)) void pk_iql3_codes(const uint8_t c[16], int j, uint8_t *o)
 {
-    if (!IQL3(t)) {
-        for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, c + 4 * v, 4);
-        return;
+    uint32_t w[4];
+    for (int tt = 0; tt < 4; tt++) {
+        memcpy(&w[tt], c + 4 * tt, 4);
+        w[tt] = (w[tt] & 0x33333333u) | ((w[tt] >> 1) & 0x44444444u);     /* sign bit 3 -> 2 per nibble */
     }
-    for (int k = 0; k < 4; k++) {
-        uint8_t c0 = 0, c1 = 0, h = 0;
-        for (int tt = 0; tt < 4; tt++) {
-            const uint8_t lo = c[4 * tt + k] & 15, hi = c[4 * tt + k] >> 4;
-            c0 |= (uint8_t)((lo & 3) << (2 * tt));
-            c1 |= (uint8_t)((hi & 3) << (2 * tt));
-            h |= (uint8_t)((lo >> 3) << tt | (hi >> 3) << (4 + tt));
-        }
-        o[16 + 4 * j + k] = c0;
-        o[48 + 4 * j + k] = c1;
-        o[80 + 4 * j + k] = h;
+    for (int i = 0; i < 3; i++) {
+        const uint32_t v = w[i] | ((w[3] >> i) & 0x11111111u) << 3;
+        memcpy(o + 16 + 32 * i + 4 * j, &v, 4);
     }
 }
 
 /* IQ1_S … IQ3_S: each row's super-blocks transcoded (qiql_transcode) into the group's code vectors
- * and multipliers, their d into the headers. */
+ * (IQ3's nibble vectors, the others' 3-bit ones) and multipliers, their d into the headers. */
 static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
 {
-    const size_t sbb = ggml_row_bytes(t, 256);
+    const size_t sbb = ggml_row_bytes(t, 256), gsb = PK_IQL_SB(t), blk = PK_IQL_BLK(t);
+    const int c3 = IQL3(t);
     for (int s = 0; s < nb / 8; s++) {
-        uint8_t *h = dst + (size_t)s * PK_IQL_SB(t);
+        uint8_t *h = dst + (size_t)s * gsb;
         for (int j = 0; j < PK_ROWS; j++) {
             uint8_t codes[8][16], m[8][2];
             uint16_t d = 0;
@@ -201,10 +196,12 @@ static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t 
             }
             memcpy(h + 2 * j, &d, 2);
             for (int bb = 0; bb < 8; bb++) {
-                uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb);
+                uint8_t *o = h + 16 + (size_t)bb * blk;
                 o[j] = m[bb][0];
                 o[8 + j] = m[bb][1];
-                pk_iql_codes(t, codes[bb], j, o);
+                if (c3) pk_iql3_codes(codes[bb], j, o);
+                else
+                    for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
             }
         }
     }

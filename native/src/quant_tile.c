@@ -374,22 +374,24 @@ FORCE_INLINE void pk_fp4(const uint8_t *const *gp, const int NG, const qact *x, 
 }
 
 /* IQ1_S … IQ3_S: the table indices of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed
- * block bp (H: the IQ1 / IQ2 types' sign vector): IQ3's nibbles, or the 2-bit levels with the
- * sign's bit t (lo) or 4 + t (hi) of H moved to bit 3. */
-FORCE_INLINE void iql_codes(uint32_t T, const uint8_t *bp, __m256i H, int t, __m256i *lo, __m256i *hi)
+ * block bp: IQ3's nibbles; the IQ1 / IQ2 types' 3-bit codes (bit 3 is don't-care in their table),
+ * step 3's gathered from bits 3 and 7 of the three vectors. */
+FORCE_INLINE void iql_codes(uint32_t T, const uint8_t *bp, int t, __m256i *lo, __m256i *hi)
 {
-    if (!IQL3(T)) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * t)), m15 = _mm256_set1_epi8(15);
+    const __m256i m15 = _mm256_set1_epi8(15);
+    if (!IQL3(T) || t < 3) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * t));
         *lo = _mm256_and_si256(v, m15);
         *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
         return;
     }
-    const __m256i m3 = _mm256_set1_epi8(3), m8 = _mm256_set1_epi8(8);
-    const __m256i hl = t < 3 ? _mm256_slli_epi16(H, 3 - t) : H;
-    *lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(bp + 16)), 2 * t), m3),
-                          _mm256_and_si256(hl, m8));
-    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(bp + 48)), 2 * t), m3),
-                          _mm256_and_si256(_mm256_srli_epi16(H, 1 + t), m8));
+    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(bp + 16)), v1 = _mm256_loadu_si256((const __m256i *)(bp + 48)),
+                  v2 = _mm256_loadu_si256((const __m256i *)(bp + 80));
+    const __m256i d = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 3), _mm256_set1_epi8(0x11)),
+                                                      _mm256_and_si256(_mm256_srli_epi16(v1, 2), _mm256_set1_epi8(0x22))),
+                                      _mm256_and_si256(_mm256_srli_epi16(v2, 1), _mm256_set1_epi8(0x44)));
+    *lo = d;                            /* bits 3 and 7 are 0: the shuffle reads bits 0-2 */
+    *hi = _mm256_srli_epi16(d, 4);      /* the next byte's bit 3 (0) lands in bit 7 */
 }
 
 /* IQ1_S … IQ3_S transcoded (layout in quant_impl.h): the codes through the type's table + off
@@ -405,8 +407,7 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
     act_hrows(x, i0, NX, nb, xh);
     int8_t tab[16];
     int off;
-    qiql_table(T, tab, &off);
-    for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);   /* 0 .. 2 off <= 124: unsigned */
+    iql_tile_table(T, tab, &off);
     const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
     const __m256 fs = _mm256_set1_ps(qiql_fscale(T));
     __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -414,7 +415,7 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
         for (int k = 0; k < NX; k++) acc[g][k] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *bp[2];
-        __m256i ia[2][4], ib[2][4], H[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        __m256i ia[2][4], ib[2][4];
         for (int g = 0; g < NG; g++) {
             if (b % 8 == 0)
                 dv[g] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_IQL_SB(T)))), fs);
@@ -422,7 +423,6 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
             _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 128 + PK_PFD, PK_HINT);
-            if (IQL3(T)) H[g] = _mm256_loadu_si256((const __m256i *)(bp[g] + 80));
             for (int k = 0; k < NX; k++) {
                 ia[g][k] = _mm256_set1_epi32(-off * xh[k][b]);
                 ib[g][k] = _mm256_set1_epi32(-off * (xi[k][b] - xh[k][b]));
@@ -431,7 +431,7 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             for (int g = 0; g < NG; g++) {
-                iql_codes(T, bp[g], H[g], t, &lo[g], &hi[g]);
+                iql_codes(T, bp[g], t, &lo[g], &hi[g]);
                 lo[g] = _mm256_shuffle_epi8(tbl, lo[g]);
                 hi[g] = _mm256_shuffle_epi8(tbl, hi[g]);
             }

@@ -238,20 +238,23 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
 #define pkz_q3k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q3_K)
 #define pkz_q2k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q2_K)
 
-/* IQ1_S … IQ3_S: iql_codes's indices for blocks b0, b1 (H0: their sign vectors). */
-FORCE_INLINE void z_iql_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, __m512i H0, int t, __m512i *lo, __m512i *hi)
+/* IQ1_S … IQ3_S: iql_codes's indices for blocks b0, b1 (step 3 of the 3-bit codes: two bit selects). */
+FORCE_INLINE void z_iql_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, int t, __m512i *lo, __m512i *hi)
 {
-    if (!IQL3(T)) {
-        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t), m15 = _mm512_set1_epi8(15);
+    const __m512i m15 = _mm512_set1_epi8(15);
+    if (!IQL3(T) || t < 3) {
+        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
         *lo = _mm512_and_si512(v, m15);
         *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
         return;
     }
-    const __m512i m3 = _mm512_set1_epi8(3), m8 = _mm512_set1_epi8(8);
-    const __m512i hl = t < 3 ? _mm512_slli_epi16(H0, 3 - t) : H0;
-    *lo = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + 16, b1 + 16), 2 * t), m3), _mm512_and_si512(hl, m8));
-    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + 48, b1 + 48), 2 * t), m3),
-                          _mm512_and_si512(_mm512_srli_epi16(H0, 1 + t), m8));
+    const __m512i s0 = _mm512_srli_epi16(z_load2(b0 + 16, b1 + 16), 3), s1 = _mm512_srli_epi16(z_load2(b0 + 48, b1 + 48), 2);
+    const __m512i s2 = _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + 80, b1 + 80), 1), _mm512_set1_epi8(0x44));
+    /* 0xE4: c ? a : b (a bit select by the constant c) */
+    const __m512i d12 = _mm512_ternarylogic_epi32(s1, s2, _mm512_set1_epi8(0x22), 0xE4);
+    const __m512i d = _mm512_ternarylogic_epi32(s0, d12, _mm512_set1_epi8(0x11), 0xE4);
+    *lo = d;
+    *hi = _mm512_srli_epi16(d, 4);
 }
 
 /* IQ1_S … IQ3_S: pk_iql's operations for both groups in one register. */
@@ -264,8 +267,7 @@ FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const
     act_hrows(x, i0, NX, nb, xh);
     int8_t tab[16];
     int off;
-    qiql_table(T, tab, &off);
-    for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);
+    iql_tile_table(T, tab, &off);
     const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab));
     const __m512 fs = _mm512_set1_ps(qiql_fscale(T));
     __m512 acc[8], dv = _mm512_setzero_ps();
@@ -283,10 +285,9 @@ FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const
             ia[k] = _mm512_set1_epi32(-off * xh[k][b]);
             ib[k] = _mm512_set1_epi32(-off * (xi[k][b] - xh[k][b]));
         }
-        const __m512i H0 = IQL3(T) ? z_load2(b0 + 80, b1 + 80) : _mm512_setzero_si512();
         for (int t = 0; t < 4; t++) {
             __m512i lo, hi;
-            z_iql_codes(T, b0, b1, H0, t, &lo, &hi);
+            z_iql_codes(T, b0, b1, t, &lo, &hi);
             lo = _mm512_shuffle_epi8(tbl, lo);
             hi = _mm512_shuffle_epi8(tbl, hi);
             for (int k = 0; k < NX; k++) {
