@@ -174,12 +174,13 @@ static inline __attribute__((always_inline)) void pk_iql3_codes(const uint8_t c[
     }
     for (int i = 0; i < 3; i++) {
         const uint32_t v = w[i] | ((w[3] >> i) & 0x11111111u) << 3;
-        memcpy(o + 16 + 32 * i + 4 * j, &v, 4);
+        memcpy(o + PK_IQL_C + 32 * i + 4 * j, &v, 4);
     }
 }
 
 /* IQ1_S … IQ3_S: each row's super-blocks transcoded (qiql_transcode) into the group's code vectors
- * (IQ3's nibble vectors, the others' 3-bit ones) and multipliers, their d into the headers. */
+ * (IQ3's nibble vectors, the others' 3-bit ones) and half scales (m = 2 ls + 1 -> ls, a nibble
+ * each: every type's ls is 0..15), their d into the headers. */
 static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
 {
     const size_t sbb = ggml_row_bytes(t, 256), gsb = PK_IQL_SB(t), blk = PK_IQL_BLK(t);
@@ -197,11 +198,10 @@ static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t 
             memcpy(h + 2 * j, &d, 2);
             for (int bb = 0; bb < 8; bb++) {
                 uint8_t *o = h + 16 + (size_t)bb * blk;
-                o[j] = m[bb][0];
-                o[8 + j] = m[bb][1];
+                o[j] = (uint8_t)((m[bb][0] ? (m[bb][0] - 1) / 2 : 0) | (m[bb][1] ? (m[bb][1] - 1) / 2 : 0) << 4);
                 if (c3) pk_iql3_codes(codes[bb], j, o);
                 else
-                    for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
+                    for (int v = 0; v < 4; v++) memcpy(o + PK_IQL_C + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
             }
         }
     }
@@ -511,8 +511,8 @@ static void row_iql(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* d
     int off;
     qiql_table(t, tab, &off);
     for (int k = 0; k < 16; k++) {
-        o[k] = qiql_value(t, d, blk[j], tab[pk_iql_code(t, blk, j, k)]);
-        o[k + 16] = qiql_value(t, d, blk[8 + j], tab[pk_iql_code(t, blk, j, 16 + k)]);
+        o[k] = qiql_value(t, d, pk_iql_m(blk, j, 0), tab[pk_iql_code(t, blk, j, k)]);
+        o[k + 16] = qiql_value(t, d, pk_iql_m(blk, j, 1), tab[pk_iql_code(t, blk, j, 16 + k)]);
     }
 }
 

@@ -380,18 +380,27 @@ FORCE_INLINE void iql_codes(uint32_t T, const uint8_t *bp, int t, __m256i *lo, _
 {
     const __m256i m15 = _mm256_set1_epi8(15);
     if (!IQL3(T) || t < 3) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 16 + 32 * t));
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C + 32 * t));
         *lo = _mm256_and_si256(v, m15);
         *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
         return;
     }
-    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(bp + 16)), v1 = _mm256_loadu_si256((const __m256i *)(bp + 48)),
-                  v2 = _mm256_loadu_si256((const __m256i *)(bp + 80));
+    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C)),
+                  v1 = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C + 32)),
+                  v2 = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C + 64));
     const __m256i d = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 3), _mm256_set1_epi8(0x11)),
                                                       _mm256_and_si256(_mm256_srli_epi16(v1, 2), _mm256_set1_epi8(0x22))),
                                       _mm256_and_si256(_mm256_srli_epi16(v2, 1), _mm256_set1_epi8(0x44)));
     *lo = d;                            /* bits 3 and 7 are 0: the shuffle reads bits 0-2 */
     *hi = _mm256_srli_epi16(d, 4);      /* the next byte's bit 3 (0) lands in bit 7 */
+}
+
+/* IQ1_S … IQ3_S: the half multipliers 2 ls + 1 of 8 rows from their ls bytes (one a lane). */
+FORCE_INLINE void iql_mults(__m256i ls, __m256i *ma, __m256i *mb)
+{
+    const __m256i one = _mm256_set1_epi32(1);
+    *ma = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(ls, _mm256_set1_epi32(15)), 1), one);
+    *mb = _mm256_or_si256(_mm256_srli_epi32(ls, 3), one);   /* bits 4-7 to 1-4; bit 0 is then ls_a's bit 3 */
 }
 
 /* IQ1_S … IQ3_S transcoded (layout in quant_impl.h): the codes through the type's table + off
@@ -438,8 +447,8 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
             k_halves_step(ia, ib, lo, hi, xq, b, t, NG, NX);
         }
         for (int g = 0; g < NG; g++) {
-            const __m256i ma = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
-            const __m256i mb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+            __m256i ma, mb;
+            iql_mults(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g])), &ma, &mb);
             for (int k = 0; k < NX; k++) {
                 const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(ia[g][k], ma), _mm256_mullo_epi32(ib[g][k], mb));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], _mm256_set1_ps(xd[k][b])), acc[g][k]);

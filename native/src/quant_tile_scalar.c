@@ -102,7 +102,7 @@ static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, con
                 sb += tab[pk_iql_code(t, blk, j, 16 + v)] * xq[b * QK + 16 + v];
             }
             const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB(t) + 2 * j) * qiql_fscale(t);
-            acc = fmaf((float)(blk[j] * sa + blk[8 + j] * sb), d * xd[b], acc);
+            acc = fmaf((float)(pk_iql_m(blk, j, 0) * sa + pk_iql_m(blk, j, 1) * sb), d * xd[b], acc);
             continue;
         }
         int32_t is = 0;

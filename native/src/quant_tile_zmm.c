@@ -243,13 +243,14 @@ FORCE_INLINE void z_iql_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, 
 {
     const __m512i m15 = _mm512_set1_epi8(15);
     if (!IQL3(T) || t < 3) {
-        const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
+        const __m512i v = z_load2(b0 + PK_IQL_C + 32 * t, b1 + PK_IQL_C + 32 * t);
         *lo = _mm512_and_si512(v, m15);
         *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
         return;
     }
-    const __m512i s0 = _mm512_srli_epi16(z_load2(b0 + 16, b1 + 16), 3), s1 = _mm512_srli_epi16(z_load2(b0 + 48, b1 + 48), 2);
-    const __m512i s2 = _mm512_and_si512(_mm512_srli_epi16(z_load2(b0 + 80, b1 + 80), 1), _mm512_set1_epi8(0x44));
+    const uint8_t *c0 = b0 + PK_IQL_C, *c1 = b1 + PK_IQL_C;
+    const __m512i s0 = _mm512_srli_epi16(z_load2(c0, c1), 3), s1 = _mm512_srli_epi16(z_load2(c0 + 32, c1 + 32), 2);
+    const __m512i s2 = _mm512_and_si512(_mm512_srli_epi16(z_load2(c0 + 64, c1 + 64), 1), _mm512_set1_epi8(0x44));
     /* 0xE4: c ? a : b (a bit select by the constant c) */
     const __m512i d12 = _mm512_ternarylogic_epi32(s1, s2, _mm512_set1_epi8(0x22), 0xE4);
     const __m512i d = _mm512_ternarylogic_epi32(s0, d12, _mm512_set1_epi8(0x11), 0xE4);
@@ -296,9 +297,11 @@ FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const
                 ib[k] = _mm512_dpbusd_epi32(ib[k], hi, z_bc4(xk + 16));
             }
         }
-        const __m512i ma = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1)));
-        const __m512i mb = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)),
-                                                                   _mm_loadl_epi64((const __m128i *)(b1 + 8))));
+        /* the multipliers 2 ls + 1 from the ls bytes (quant_tile.c iql_mults) */
+        const __m512i ls = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1)));
+        const __m512i one = _mm512_set1_epi32(1);
+        const __m512i ma = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(ls, _mm512_set1_epi32(15)), 1), one);
+        const __m512i mb = _mm512_or_si512(_mm512_srli_epi32(ls, 3), one);
         for (int k = 0; k < NX; k++) {
             const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(ia[k], ma), _mm512_mullo_epi32(ib[k], mb));
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dv, _mm512_set1_ps(xd[k][b])), acc[k]);

@@ -140,13 +140,13 @@ static void test_packed(uint32_t t)
 }
 
 /* The packed copy's size, which the expert cache allocates and counts: per row and 256 values the
- * f16 d, the 16 half multipliers and each value's code in as few bits as its signed levels need
+ * f16 d, the 16 half scales (4 bits each: ls <= 15) and each value's code in as few bits as its signed levels need
  * (IQ1 8 g +- 1, g in -1..1, and IQ2 +-{8, 25, 43}: 6 values, 3 bits; IQ3: 8 levels, +-: 4 bits);
  * qpack writes exactly that many bytes (a canary after them stays). */
 static void test_packed_size(uint32_t t)
 {
     const int rows = 16, cols = 512, bits = t == GGML_IQ3_XXS || t == GGML_IQ3_S ? 4 : 3;
-    const size_t want = (size_t)rows * (size_t)(cols / 256) * (2 + 16 + 256 * (size_t)bits / 8), rb = ggml_row_bytes(t, cols);
+    const size_t want = (size_t)rows * (size_t)(cols / 256) * (2 + 16 * 4 / 8 + 256 * (size_t)bits / 8), rb = ggml_row_bytes(t, cols);
     CHECK(qpack_bytes(t, rows, cols) == want, "%s: packed %zu bytes, expected %zu", ggml_type_name(t), qpack_bytes(t, rows, cols), want);
     uint8_t *W = malloc(rb * rows), *P = malloc(want + 64);
     for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
