@@ -13,7 +13,7 @@ typedef struct {
     int *tokens;    /* history: tokens whose K/V are stored, n_pos of them */
     int n_pos;
     int cap;        /* positions allocated (tokens, layers without a window) */
-    void **k;       /* [n_layers] -> cap * k_dim elements (float, or uint16_t fp16) */
+    void **k;       /* [n_layers] -> cap * k_dim elements (float, or uint16_t fp16); NULL: rowless */
     void **v;       /* [n_layers] -> cap * v_dim elements */
     /* Sliding-window layers hold rows wbase .. n_pos - 1 only, row pos at index pos - wbase of
      * a wcap-row buffer (kv_reserve_from slides it when full). A checkpoint keeps the window

@@ -198,7 +198,7 @@ static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t 
             memcpy(h + 2 * j, &d, 2);
             for (int bb = 0; bb < 8; bb++) {
                 uint8_t *o = h + 16 + (size_t)bb * blk;
-                o[j] = (uint8_t)((m[bb][0] ? (m[bb][0] - 1) / 2 : 0) | (m[bb][1] ? (m[bb][1] - 1) / 2 : 0) << 4);
+                o[j] = (uint8_t)(m[bb][0] >> 1 | (m[bb][1] >> 1) << 4);     /* m odd: ls = m >> 1 */
                 if (c3) pk_iql3_codes(codes[bb], j, o);
                 else
                     for (int v = 0; v < 4; v++) memcpy(o + PK_IQL_C + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
