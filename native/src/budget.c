@@ -285,11 +285,13 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
     const model_config *c = &m->c;
     b->chunk = pick_chunk(m, b->total, ctx);
     /* a slot's KV: the full-attention layers' rows for every position; a sliding-window layer's
-     * buffer (two windows, or a window and a prefill chunk) and its checkpoint (a window) */
+     * buffer (two windows, or a window and a prefill chunk) and its checkpoint (a window); a
+     * hybrid's recurrent layers none (their state counts in the working buffers) */
     const size_t row = (size_t)c->n_kv_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) * (kv_f16 ? 2 : 4);
     size_t n_full = 0, win_bytes = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const size_t w = (size_t)m->layers[l].window;
+        if (m->layers[l].rec_row >= 0) continue;
         if (!w) {
             n_full++;
             continue;

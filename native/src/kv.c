@@ -2,17 +2,20 @@
  * recent rows that slides), prefix bookkeeping with the windows' checkpoints, slot files.
  *
  * Slot file layout (little-endian):
- *   char magic[8] = "COLIKV01"
+ *   char magic[8] = "COLIKV01", or "COLIKV02" for a cache with rowless layers (none of their rows
+ *   are in the file: a COLIKV01 file holds every layer's but the windowed ones' n_pos rows)
  *   int32 n_layers, k_dim, n_pos, f16 (0: float32 rows, 1: fp16 rows)
  *   uint64 fingerprint
  *   int32 tokens[n_pos]
- *   per layer: K[n_pos][k_dim], then V[n_pos][v_dim], elements as the cache holds them (a
- *   sliding-window layer: its last window - 1 positions' rows only, what a forward continuing at
- *   n_pos reads)
+ *   per layer but the rowless ones: K[n_pos][k_dim], then V[n_pos][v_dim], elements as the cache
+ *   holds them (a sliding-window layer: its last window - 1 positions' rows only, what a forward
+ *   continuing at n_pos reads)
  *   with sliding-window layers: int32 ckpos (-1: no checkpoint), cklo; then per windowed layer
  *   the checkpoint's K[ckpos - cklo][k_dim] and V rows (kv_rewind's fallback survives a restart)
  * (v_dim is not in the header: the exact size check below tells it, and the model's
  * fingerprint covers both widths; files of equal widths are those of before the split)
+ * A COLIKV01 file of a cache with rowless layers (written before those kept none, by the same
+ * model: the fingerprint) loads too, its rowless layers' rows skipped: the forward never read them.
  * Written to "<path>.tmp" then renamed over <path>. Loaded only when magic, dims,
  * element type, fingerprint and the exact file size all match, and n_pos fits the context.
  * Both drop the file's pages from the page cache when done.
@@ -32,6 +35,18 @@
 #endif
 
 static const char KV_MAGIC[8] = {'C', 'O', 'L', 'I', 'K', 'V', '0', '1'};
+static const char KV_MAGIC2[8] = {'C', 'O', 'L', 'I', 'K', 'V', '0', '2'};
+
+static int is_win(const kv_cache *c, int l) { return c->windowed && c->windowed[l]; }
+static int is_rowless(const kv_cache *c, int l) { return c->rowless && c->rowless[l]; }
+/* A layer whose rows grow with the context: neither windowed nor rowless. */
+static int is_full(const kv_cache *c, int l) { return !is_win(c, l) && !is_rowless(c, l); }
+
+static int slots_empty(const kv_cache *c) {
+    for (int s = 0; s < c->n_slots; s++)
+        if (c->slots[s].cap > 0 || c->slots[s].wcap > 0) return 0;
+    return 1;
+}
 
 int kv_init_kv(kv_cache *c, int n_slots, int ctx, int n_layers, int k_dim, int v_dim) {
     memset(c, 0, sizeof *c);
@@ -57,15 +72,25 @@ int kv_init_kv(kv_cache *c, int n_slots, int ctx, int n_layers, int k_dim, int v
 
 int kv_set_window(kv_cache *c, int layer, int window) {
     if (layer < 0 || layer >= c->n_layers || window < 1 || (c->window && window != c->window)) return -1;
-    for (int s = 0; s < c->n_slots; s++)
-        if (c->slots[s].cap > 0 || c->slots[s].wcap > 0) return -1;
+    if (!slots_empty(c) || is_rowless(c, layer)) return -1;
     if (!c->windowed && !(c->windowed = calloc((size_t)c->n_layers, 1))) return -1;
     c->windowed[layer] = 1;
     c->window = window;
     return 0;
 }
 
-static int is_win(const kv_cache *c, int l) { return c->windowed && c->windowed[l]; }
+int kv_set_rowless(kv_cache *c, int layer) {
+    if (layer < 0 || layer >= c->n_layers || is_win(c, layer) || !slots_empty(c)) return -1;
+    if (!c->rowless && !(c->rowless = calloc((size_t)c->n_layers, 1))) return -1;
+    c->rowless[layer] = 1;
+    return 0;
+}
+
+int kv_layers(const kv_cache *c) {
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += !is_rowless(c, l);
+    return n;
+}
 
 int kv_init(kv_cache *c, int n_slots, int ctx, int n_layers, int kv_dim) {
     return kv_init_kv(c, n_slots, ctx, n_layers, kv_dim, kv_dim);
@@ -121,14 +146,15 @@ void kv_free(kv_cache *c) {
     }
     free(c->slots);
     free(c->windowed);
+    free(c->rowless);
     memset(c, 0, sizeof *c);
 }
 
 /* Bytes one position takes in the layers that grow with the context (every layer but the
- * sliding-window ones) and its token id. */
+ * sliding-window and rowless ones) and its token id. */
 size_t kv_pos_bytes(const kv_cache *c) {
     int full = 0;
-    for (int l = 0; l < c->n_layers; l++) full += !is_win(c, l);
+    for (int l = 0; l < c->n_layers; l++) full += is_full(c, l);
     return (size_t)full * ((size_t)c->k_dim + (size_t)c->v_dim) * kv_elt(c) + sizeof(int);
 }
 
@@ -222,7 +248,7 @@ int kv_reserve_from(kv_cache *c, int s, int first, int n_pos) {
     sl->tokens = t;
     size_t kb = (size_t)cap * (size_t)c->k_dim * kv_elt(c), vb = (size_t)cap * (size_t)c->v_dim * kv_elt(c);
     for (int l = 0; l < c->n_layers; l++) {
-        if (is_win(c, l)) continue;
+        if (!is_full(c, l)) continue;
         void *k = realloc(sl->k[l], kb);
         if (!k) return -1;
         sl->k[l] = k;
@@ -358,7 +384,7 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
         return -1;
     }
     int32_t hdr[4] = {c->n_layers, c->k_dim, sl->n_pos, c->f16};
-    int rc = write_all(f, KV_MAGIC, sizeof KV_MAGIC);
+    int rc = write_all(f, c->rowless ? KV_MAGIC2 : KV_MAGIC, sizeof KV_MAGIC);
     rc |= write_all(f, hdr, sizeof hdr);
     rc |= write_all(f, &fingerprint, sizeof fingerprint);
     rc |= write_all(f, sl->tokens, (size_t)sl->n_pos * sizeof(int32_t));
@@ -366,7 +392,7 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     const size_t kr = (size_t)c->k_dim * kv_elt(c), vr = (size_t)c->v_dim * kv_elt(c);
     for (int l = 0; l < c->n_layers && rc == 0; l++) {
         const int from = is_win(c, l) ? lo : 0;
-        if (sl->n_pos > from) {
+        if (!is_rowless(c, l) && sl->n_pos > from) {
             rc |= write_all(f, kv_k((kv_cache *)c, s, l, from), (size_t)(sl->n_pos - from) * kr);
             rc |= write_all(f, kv_v((kv_cache *)c, s, l, from), (size_t)(sl->n_pos - from) * vr);
         }
@@ -390,6 +416,29 @@ int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     return rc;
 }
 
+/* Rows of layer l a file of n positions holds (from: its first; legacy: a COLIKV01 file of a
+ * cache with rowless layers, which holds their n rows too). */
+static int file_rows(const kv_cache *c, int l, int n, int lo, int legacy, int *from) {
+    *from = is_win(c, l) ? lo : 0;
+    if (is_rowless(c, l)) return legacy ? n : 0;
+    return n - *from;
+}
+
+/* The layers' rows of a file of n positions into slot s (the file at its first row). 0 or -1. */
+static int read_rows(kv_cache *c, int s, FILE *f, int n, int lo, int legacy) {
+    const size_t kr = (size_t)c->k_dim * kv_elt(c), vr = (size_t)c->v_dim * kv_elt(c);
+    for (int l = 0; l < c->n_layers; l++) {
+        int from;
+        const int rows = file_rows(c, l, n, lo, legacy, &from);
+        if (rows <= 0) continue;
+        if (is_rowless(c, l)) {     /* a legacy file's rows of a layer that keeps none: skipped */
+            if (fseek(f, (long)((size_t)rows * (kr + vr)), SEEK_CUR) != 0) return -1;
+        } else if (read_all(f, kv_k(c, s, l, from), (size_t)rows * kr) || read_all(f, kv_v(c, s, l, from), (size_t)rows * vr))
+            return -1;
+    }
+    return 0;
+}
+
 int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     if (s < 0 || s >= c->n_slots || !path || !*path) return -1;
     kv_slot *sl = &c->slots[s];
@@ -400,7 +449,9 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     int32_t hdr[4];
     uint64_t fp;
     int rc = -1;
-    if (read_all(f, magic, 8) || memcmp(magic, KV_MAGIC, 8) != 0) goto out;
+    if (read_all(f, magic, 8)) goto out;
+    const int legacy = c->rowless && !memcmp(magic, KV_MAGIC, 8);
+    if (!legacy && memcmp(magic, c->rowless ? KV_MAGIC2 : KV_MAGIC, 8) != 0) goto out;
     if (read_all(f, hdr, sizeof hdr) || read_all(f, &fp, sizeof fp)) goto out;
     if (hdr[0] != c->n_layers || hdr[1] != c->k_dim || hdr[3] != c->f16 || fp != fingerprint) goto out;
     int n = hdr[2];
@@ -409,9 +460,9 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     const int lo = win_lo(c, n);
     const size_t kr = (size_t)c->k_dim * kv_elt(c), vr = (size_t)c->v_dim * kv_elt(c);
     long want = (long)(8 + sizeof hdr + sizeof fp) + (long)n * 4;
-    int n_win = 0;
+    int n_win = 0, from;
     for (int l = 0; l < c->n_layers; l++) {
-        want += (long)((size_t)(n - (is_win(c, l) ? lo : 0)) * (kr + vr));
+        want += (long)((size_t)file_rows(c, l, n, lo, legacy, &from) * (kr + vr));
         n_win += is_win(c, l);
     }
     int32_t ck[2] = {-1, 0};
@@ -426,13 +477,7 @@ int kv_load(kv_cache *c, int s, const char *path, uint64_t fingerprint) {
     sl->wbase = lo;     /* the windowed rows read below are lo .. n - 1 */
     sl->ckpos = -1;
     if (kv_reserve_from(c, s, n, n) != 0) goto out;
-    if (read_all(f, sl->tokens, (size_t)n * sizeof(int32_t))) goto out;
-    for (int l = 0; l < c->n_layers; l++) {
-        const int from = is_win(c, l) ? lo : 0;
-        if (n > from && (read_all(f, kv_k(c, s, l, from), (size_t)(n - from) * kr) ||
-                         read_all(f, kv_v(c, s, l, from), (size_t)(n - from) * vr)))
-            goto out;
-    }
+    if (read_all(f, sl->tokens, (size_t)n * sizeof(int32_t)) || read_rows(c, s, f, n, lo, legacy)) goto out;
     if (ck[0] >= 0) {
         if (ck_alloc(c, sl) != 0 || fseek(f, (long)sizeof ck, SEEK_CUR) != 0) goto out;
         for (int l = 0; l < c->n_layers && ck[0] > ck[1]; l++)

@@ -13,7 +13,7 @@ typedef struct {
     int *tokens;    /* history: tokens whose K/V are stored, n_pos of them */
     int n_pos;
     int cap;        /* positions allocated (tokens, layers without a window) */
-    void **k;       /* [n_layers] -> cap * k_dim elements (float, or uint16_t fp16) */
+    void **k;       /* [n_layers] -> cap * k_dim elements (float, or uint16_t fp16); NULL: rowless */
     void **v;       /* [n_layers] -> cap * v_dim elements */
     /* Sliding-window layers hold rows wbase .. n_pos - 1 only, row pos at index pos - wbase of
      * a wcap-row buffer (kv_reserve_from slides it when full). A checkpoint keeps the window
@@ -28,6 +28,8 @@ typedef struct {
     int f16;        /* elements are fp16 (kv_set_f16), else float */
     int window;     /* the windowed layers' window (keys p - window + 1 .. p); 0: none */
     uint8_t *windowed;  /* [n_layers]: 1 for a sliding-window layer; NULL: none */
+    uint8_t *rowless;   /* [n_layers]: 1 for a layer that keeps no rows (a hybrid's recurrent
+                         * layers: their state is the model's); NULL: none */
     size_t budget;  /* bytes all slots' buffers may take together (kv_set_budget); 0: no limit */
     size_t used;    /* bytes the slots' buffers take now (windows and checkpoints included) */
     kv_slot *slots;
@@ -42,6 +44,11 @@ int kv_set_f16(kv_cache *c, int on);
 /* Layer `layer` attends over a sliding window of `window` keys and keeps only those rows (every
  * windowed layer of a cache has the same window). Before anything is stored: 0, or -1. */
 int kv_set_window(kv_cache *c, int layer, int window);
+/* Layer `layer` keeps no K/V rows (a recurrent layer of a hybrid): nothing is allocated, counted
+ * or saved for it. Before anything is stored, not on a windowed layer: 0, or -1. */
+int kv_set_rowless(kv_cache *c, int layer);
+/* Layers that keep K/V rows (all but the rowless ones). */
+int kv_layers(const kv_cache *c);
 /* The KV_TYPE setting: 1 fp16 rows (unset, empty or "f16"), 0 float32 ("f32"), -1 anything else. */
 int kv_type_f16(const char *setting);
 void kv_free(kv_cache *c);
@@ -53,7 +60,7 @@ void kv_free(kv_cache *c);
 int kv_reserve_from(kv_cache *c, int s, int first, int n_pos);
 int kv_reserve(kv_cache *c, int s, int n_pos);
 /* Bytes one position takes in the layers that grow with the context (all but the sliding-window
- * ones: K and V rows) and its token id. */
+ * and rowless ones: K and V rows) and its token id. */
 size_t kv_pos_bytes(const kv_cache *c);
 /* The share all slots' buffers may take together (0: no limit). */
 void kv_set_budget(kv_cache *c, size_t bytes);
@@ -92,7 +99,7 @@ int kv_rewind(kv_cache *c, int s, int keep);
 int kv_checkpoint(kv_cache *c, int s);
 
 /* Slot files: header (magic, dims, model fingerprint), tokens, K/V rows (a windowed layer's
- * last window - 1 rows). Written
+ * last window - 1 rows; none for a rowless layer). Written
  * atomically (tmp + rename). load returns 0 and fills the slot, or -1 when the file
  * is absent or does not match (then the slot is left empty). */
 int kv_save(const kv_cache *c, int s, const char *path, uint64_t fingerprint);

@@ -32,8 +32,10 @@ int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx) {
     const model_config *c = &m->c;
     if (kv_init_kv(kv, n_slots, ctx, c->n_layers, c->n_kv_heads * c->head_dim_k, c->n_kv_heads * c->head_dim_v) != 0)
         return -1;
-    for (int l = 0; l < c->n_layers; l++)   /* sliding-window layers keep only their window's rows */
-        if (m->layers[l].window > 0 && kv_set_window(kv, l, m->layers[l].window) != 0) {
+    /* sliding-window layers keep only their window's rows; a hybrid's recurrent layers none */
+    for (int l = 0; l < c->n_layers; l++)
+        if ((m->layers[l].window > 0 && kv_set_window(kv, l, m->layers[l].window) != 0) ||
+            (m->layers[l].rec_row >= 0 && kv_set_rowless(kv, l) != 0)) {
             kv_free(kv);
             return -1;
         }
@@ -41,10 +43,12 @@ int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx) {
 }
 
 /* A cache serves the model's layers when each layer's rows are kept in full, or with the
- * window the layer attends over. */
+ * window the layer attends over, and only a recurrent layer keeps none. */
 static int kv_fits(const model *m, const kv_cache *kv) {
     for (int l = 0; kv->windowed && l < m->c.n_layers; l++)
         if (kv->windowed[l] && (m->layers[l].window <= 0 || m->layers[l].window > kv->window)) return 0;
+    for (int l = 0; kv->rowless && l < m->c.n_layers; l++)
+        if (kv->rowless[l] && m->layers[l].rec_row < 0) return 0;
     return 1;
 }
 

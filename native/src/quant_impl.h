@@ -156,17 +156,30 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
 #define PK_NIB(t) ((t) == GGML_Q4_K || (t) == GGML_Q5_K || (t) == GGML_Q5_0 ? 16 : (t) == GGML_MXFP4 ? 8 : 32)   /* the nibbles' offset */
 #define PK_HOFF(t) ((t) == GGML_Q5_1 ? 160 : 144)   /* the H vector's offset (Q5_K, Q5_0, Q5_1) */
 
-/* IQ1_S … IQ3_S (quant_iqlow.h), transcoded at pack time: 1168 bytes per super-block of a group
- * (146 per row and 256 values, Q4_K's size; the files' 50-110): f16 d[8] (the rows' super-block d),
- * then 8 blocks of 144 bytes: u8 m_a[8], m_b[8] (the rows' half multipliers 2 ls + 1), then Q4_1's 4
- * nibble vectors of 4-bit codes into the type's 16-value table (qiql_table: IQ2 +-8, 25, 43; IQ3
- * +-levels; IQ1 8 g +- 1). The tile looks the codes up in table + off (unsigned, one vpshufb per
- * vector), sums the two halves apart starting at -off * (their activation sums: qact.qh, qi - qh),
- * and takes isum = m_a sum_a + m_b sum_b, acc = fma(isum, (d * fscale) * d_x, acc), blocks in
- * order. */
-#define PK_IQL_SB 1168
+/* IQ1_S … IQ3_S (quant_iqlow.h), transcoded at pack time into 4-bit codes of the type's 16-value
+ * table (qiql_table: IQ2 +-8, 25, 43; IQ3 +-levels; IQ1 8 g +- 1): a code is the value's level
+ * (bits 0-2) + 8 when negative. A super-block of a group: f16 d[8] (the rows' super-block d), then 8
+ * blocks of u8 ls[8] (byte j: row j's half scales ls_a | ls_b << 4, each 0..15; the multipliers are
+ * m = 2 ls + 1) and, from PK_IQL_C, the codes:
+ *   IQ3_XXS, IQ3_S (8 levels: 4 bits a value), 1104 bytes (138 per row and 256 values; the files'
+ *       98, 110): blocks of 136 bytes, the codes as Q4_1's 4 nibble vectors;
+ *   IQ1_S … IQ2_S (3 levels: 3 bits a value), 848 bytes (106 per row; the files' 50-82): blocks of
+ *       104 bytes, the codes in 3 bits, c3 = level | 4 when negative, in 3 vectors V0, V1, V2 of 32
+ *       bytes: byte 4j+k of V_t holds row j's c3 of value 4t+k at bits 0-2 and of 16+4t+k at bits
+ *       4-6, and bit i of the c3 of value 12+k at bit 3 (of 28+k at bit 7) of V_i. The tile's table
+ *       has index bit 3 as don't-care, so steps 0-2 are a mask and a shuffle as the nibbles are.
+ *       (Until 2026-12-06 the nibble layout too, and byte multipliers: 146 bytes a row, 1.3-2.9x
+ *       the file's bytes in the expert cache.)
+ * The tile looks the codes up in table + off (unsigned, one vpshufb per vector), sums the two
+ * halves apart starting at -off * (their activation sums: qact.qh, qi - qh), and takes
+ * isum = m_a sum_a + m_b sum_b, acc = fma(isum, (d * fscale) * d_x, acc), blocks in order. */
 #define IQL(t) ((t) == GGML_IQ1_S || (t) == GGML_IQ1_M || (t) == GGML_IQ2_XXS || (t) == GGML_IQ2_XS || \
                 (t) == GGML_IQ2_S || (t) == GGML_IQ3_XXS || (t) == GGML_IQ3_S)
+#define IQL3(t) ((t) == GGML_IQ1_S || (t) == GGML_IQ1_M || (t) == GGML_IQ2_XXS || (t) == GGML_IQ2_XS || \
+                 (t) == GGML_IQ2_S)
+#define PK_IQL_C 8                                     /* the codes' offset in a block */
+#define PK_IQL_BLK(t) (PK_IQL_C + (IQL3(t) ? 96 : 128))  /* bytes per block of a group */
+#define PK_IQL_SB(t) (16 + 8 * PK_IQL_BLK(t))          /* bytes per super-block of a group */
 
 /* Block b of a packed group g (Q4_1, Q5_0, Q5_1, Q8_0, MXFP4: fixed stride; K-quants: within its super-block). */
 static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
@@ -175,9 +188,27 @@ static inline const uint8_t *pk_blk(uint32_t t, const uint8_t *g, int b)
     if (t == GGML_Q5_K) return g + (size_t)(b / 8) * PK_K5_SB + 32 + (size_t)(b % 8) * 176;
     if (t == GGML_Q6_K) return g + (size_t)(b / 8) * PK_K6_SB + 16 + (size_t)(b % 8) * 208;
     if (K23(t)) return g + (size_t)(b / 8) * K23SB(t) + K23HDR(t) + (size_t)(b % 8) * K23BLK(t);
-    if (IQL(t)) return g + (size_t)(b / 8) * PK_IQL_SB + 16 + (size_t)(b % 8) * 144;
+    if (IQL(t)) return g + (size_t)(b / 8) * PK_IQL_SB(t) + 16 + (size_t)(b % 8) * PK_IQL_BLK(t);
     return g + (size_t)b * PK_BLK(t);
 }
+
+/* IQ1_S … IQ3_S: row j's code (the level + 8 when negative) of value v (0..31) of packed block blk. */
+static inline int pk_iql_code(uint32_t t, const uint8_t *blk, int j, int v)
+{
+    const int h = v / 16, tt = (v % 16) / 4, k = v % 4;
+    if (!IQL3(t)) {
+        const uint8_t byte = blk[PK_IQL_C + 32 * tt + 4 * j + k];
+        return h ? byte >> 4 : byte & 15;
+    }
+    int c3 = 0;
+    if (tt < 3) c3 = (blk[PK_IQL_C + 32 * tt + 4 * j + k] >> (4 * h)) & 7;
+    else
+        for (int i = 0; i < 3; i++) c3 |= ((blk[PK_IQL_C + 32 * i + 4 * j + k] >> (3 + 4 * h)) & 1) << i;
+    return (c3 & 3) | (c3 & 4) << 1;
+}
+
+/* IQ1_S … IQ3_S: row j's multiplier 2 ls + 1 of half h (0, 1) of packed block blk. */
+static inline int pk_iql_m(const uint8_t *blk, int j, int h) { return 2 * ((blk[j] >> (4 * h)) & 15) + 1; }
 
 /* Q4_K: row j's dl and ml of block b of packed group g (scalar, the kernels' values). */
 static inline void pk_k4_scales(uint32_t t, const uint8_t *g, int b, int j, float *dl, float *ml)

@@ -29,7 +29,7 @@ size_t pk_group_bytes(uint32_t t, int cols)
     if (t == GGML_Q4_K || t == GGML_Q5_K) return (size_t)(cols / 256) * PK_KSB(t);
     if (t == GGML_Q6_K) return (size_t)(cols / 256) * PK_K6_SB;
     if (K23(t)) return (size_t)(cols / 256) * K23SB(t);
-    if (IQL(t)) return (size_t)(cols / 256) * PK_IQL_SB;
+    if (IQL(t)) return (size_t)(cols / 256) * PK_IQL_SB(t);
     return t == GGML_F16 || t == GGML_BF16 ? (size_t)cols * 16 : (size_t)(cols / QK) * PK_BLK(t);
 }
 
@@ -162,13 +162,31 @@ static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
     }
 }
 
+/* Row j's 32 codes c (qiql_transcode's byte i: value i's code | value 16 + i's << 4) into packed
+ * block o: the IQ1 / IQ2 types' 3-bit vectors (quant_impl.h), four lanes k of a step at once in a
+ * 32-bit word. */
+static inline __attribute__((always_inline)) void pk_iql3_codes(const uint8_t c[16], int j, uint8_t *o)
+{
+    uint32_t w[4];
+    for (int tt = 0; tt < 4; tt++) {
+        memcpy(&w[tt], c + 4 * tt, 4);
+        w[tt] = (w[tt] & 0x33333333u) | ((w[tt] >> 1) & 0x44444444u);     /* sign bit 3 -> 2 per nibble */
+    }
+    for (int i = 0; i < 3; i++) {
+        const uint32_t v = w[i] | ((w[3] >> i) & 0x11111111u) << 3;
+        memcpy(o + PK_IQL_C + 32 * i + 4 * j, &v, 4);
+    }
+}
+
 /* IQ1_S … IQ3_S: each row's super-blocks transcoded (qiql_transcode) into the group's code vectors
- * and multipliers, their d into the headers. */
+ * (IQ3's nibble vectors, the others' 3-bit ones) and half scales (m = 2 ls + 1 -> ls, a nibble
+ * each: every type's ls is 0..15), their d into the headers. */
 static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
 {
-    const size_t sbb = ggml_row_bytes(t, 256);
+    const size_t sbb = ggml_row_bytes(t, 256), gsb = PK_IQL_SB(t), blk = PK_IQL_BLK(t);
+    const int c3 = IQL3(t);
     for (int s = 0; s < nb / 8; s++) {
-        uint8_t *h = dst + (size_t)s * PK_IQL_SB;
+        uint8_t *h = dst + (size_t)s * gsb;
         for (int j = 0; j < PK_ROWS; j++) {
             uint8_t codes[8][16], m[8][2];
             uint16_t d = 0;
@@ -179,10 +197,11 @@ static void pk_group_iql(uint32_t t, const uint8_t *const *src, int nb, uint8_t 
             }
             memcpy(h + 2 * j, &d, 2);
             for (int bb = 0; bb < 8; bb++) {
-                uint8_t *o = (uint8_t *)pk_blk(t, dst, 8 * s + bb);
-                o[j] = m[bb][0];
-                o[8 + j] = m[bb][1];
-                for (int v = 0; v < 4; v++) memcpy(o + 16 + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
+                uint8_t *o = h + 16 + (size_t)bb * blk;
+                o[j] = (uint8_t)(m[bb][0] >> 1 | (m[bb][1] >> 1) << 4);     /* m odd: ls = m >> 1 */
+                if (c3) pk_iql3_codes(codes[bb], j, o);
+                else
+                    for (int v = 0; v < 4; v++) memcpy(o + PK_IQL_C + 32 * v + 4 * j, codes[bb] + 4 * v, 4);
             }
         }
     }
@@ -487,14 +506,13 @@ static void row_fp4(const uint8_t *g, int b, int j, float *o)   /* dequant_row's
 static void row_iql(uint32_t t, const uint8_t *g, int b, int j, float *o)   /* dequant_row's values (qiql_value) */
 {
     const uint8_t *blk = pk_blk(t, g, b);
-    const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB + 2 * j);
+    const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB(t) + 2 * j);
     int8_t tab[16];
     int off;
     qiql_table(t, tab, &off);
     for (int k = 0; k < 16; k++) {
-        const uint8_t byte = blk[16 + 32 * (k / 4) + 4 * j + k % 4];
-        o[k] = qiql_value(t, d, blk[j], tab[byte & 15]);
-        o[k + 16] = qiql_value(t, d, blk[8 + j], tab[byte >> 4]);
+        o[k] = qiql_value(t, d, pk_iql_m(blk, j, 0), tab[pk_iql_code(t, blk, j, k)]);
+        o[k + 16] = qiql_value(t, d, pk_iql_m(blk, j, 1), tab[pk_iql_code(t, blk, j, 16 + k)]);
     }
 }
 

@@ -373,6 +373,36 @@ FORCE_INLINE void pk_fp4(const uint8_t *const *gp, const int NG, const qact *x, 
         for (int g = 0; g < NG; g++) _mm256_storeu_ps(res + k * 8 * NG + g * 8, acc[g][k]);
 }
 
+/* IQ1_S … IQ3_S: the table indices of values 4t..4t+3 (lo) and 16+4t.. (hi) of the 8 rows of packed
+ * block bp: IQ3's nibbles; the IQ1 / IQ2 types' 3-bit codes (bit 3 is don't-care in their table),
+ * step 3's gathered from bits 3 and 7 of the three vectors. */
+FORCE_INLINE void iql_codes(uint32_t T, const uint8_t *bp, int t, __m256i *lo, __m256i *hi)
+{
+    const __m256i m15 = _mm256_set1_epi8(15);
+    if (!IQL3(T) || t < 3) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C + 32 * t));
+        *lo = _mm256_and_si256(v, m15);
+        *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+        return;
+    }
+    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C)),
+                  v1 = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C + 32)),
+                  v2 = _mm256_loadu_si256((const __m256i *)(bp + PK_IQL_C + 64));
+    const __m256i d = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 3), _mm256_set1_epi8(0x11)),
+                                                      _mm256_and_si256(_mm256_srli_epi16(v1, 2), _mm256_set1_epi8(0x22))),
+                                      _mm256_and_si256(_mm256_srli_epi16(v2, 1), _mm256_set1_epi8(0x44)));
+    *lo = d;                            /* bits 3 and 7 are 0: the shuffle reads bits 0-2 */
+    *hi = _mm256_srli_epi16(d, 4);      /* the next byte's bit 3 (0) lands in bit 7 */
+}
+
+/* IQ1_S … IQ3_S: the half multipliers 2 ls + 1 of 8 rows from their ls bytes (one a lane). */
+FORCE_INLINE void iql_mults(__m256i ls, __m256i *ma, __m256i *mb)
+{
+    const __m256i one = _mm256_set1_epi32(1);
+    *ma = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(ls, _mm256_set1_epi32(15)), 1), one);
+    *mb = _mm256_or_si256(_mm256_srli_epi32(ls, 3), one);   /* bits 4-7 to 1-4; bit 0 is then ls_a's bit 3 */
+}
+
 /* IQ1_S … IQ3_S transcoded (layout in quant_impl.h): the codes through the type's table + off
  * (one shuffle per vector), the halves' sums started at -off * their activation sums, the half
  * multipliers applied in int32, then acc = fma(isum, (d * fscale) * d_x, acc). */
@@ -386,9 +416,8 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
     act_hrows(x, i0, NX, nb, xh);
     int8_t tab[16];
     int off;
-    qiql_table(T, tab, &off);
-    for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);   /* 0 .. 2 off <= 124: unsigned */
-    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab)), m15 = _mm256_set1_epi8(15);
+    iql_tile_table(T, tab, &off);
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
     const __m256 fs = _mm256_set1_ps(qiql_fscale(T));
     __m256 acc[2][4], dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int g = 0; g < NG; g++)
@@ -398,7 +427,7 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
         __m256i ia[2][4], ib[2][4];
         for (int g = 0; g < NG; g++) {
             if (b % 8 == 0)
-                dv[g] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_IQL_SB))), fs);
+                dv[g] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp[g] + (size_t)(b / 8) * PK_IQL_SB(T)))), fs);
             bp[g] = pk_blk(T, gp[g], b);
             _mm_prefetch((const char *)bp[g] + PK_PFD, PK_HINT);
             _mm_prefetch((const char *)bp[g] + 64 + PK_PFD, PK_HINT);
@@ -411,15 +440,15 @@ FORCE_INLINE void pk_iql(uint32_t T, const uint8_t *const *gp, const int NG, con
         for (int t = 0; t < 4; t++) {
             __m256i lo[2], hi[2];
             for (int g = 0; g < NG; g++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp[g] + 16 + 32 * t));
-                lo[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(v, m15));
-                hi[g] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
+                iql_codes(T, bp[g], t, &lo[g], &hi[g]);
+                lo[g] = _mm256_shuffle_epi8(tbl, lo[g]);
+                hi[g] = _mm256_shuffle_epi8(tbl, hi[g]);
             }
             k_halves_step(ia, ib, lo, hi, xq, b, t, NG, NX);
         }
         for (int g = 0; g < NG; g++) {
-            const __m256i ma = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g]));
-            const __m256i mb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp[g] + 8)));
+            __m256i ma, mb;
+            iql_mults(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[g])), &ma, &mb);
             for (int k = 0; k < NX; k++) {
                 const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(ia[g][k], ma), _mm256_mullo_epi32(ib[g][k], mb));
                 acc[g][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv[g], _mm256_set1_ps(xd[k][b])), acc[g][k]);

@@ -1,10 +1,22 @@
 /* quant_tile.h — the AVX2 helpers the packed tiles share (quant_tile.c, quant_tile_zmm.c).
  * Owns: pk_dot4 (vpdpbusd or maddubs+madd), act_rows (an activation row's int8 blocks, scales and
  * sums, through qact.idx), act_hrows (its half sums), bc4, fp4_table / fp4_scales (MXFP4), the prefetch distance PK_PFD, k4_super / k4_scales (Q4_K/Q5_K's
- * d * sc and -(dmin * m) of 8 rows), k23_scales (Q2_K/Q3_K's scales and mins of 8 rows). */
+ * d * sc and -(dmin * m) of 8 rows), k23_scales (Q2_K/Q3_K's scales and mins of 8 rows),
+ * iql_tile_table (IQ1_S … IQ3_S's shuffle table). */
 #ifndef COLI_QUANT_TILE_H
 #define COLI_QUANT_TILE_H
 #include "quant_impl.h"
+#include "quant_iqlow.h"
+
+/* The tiles' table of an IQ type: qiql_table's values + off (0 .. 2 off <= 124: unsigned), indexed
+ * by the packed code; the IQ1 / IQ2 types' 3-bit codes (level | 4 when negative) with bit 3
+ * don't-care (quant_impl.h). */
+static inline void iql_tile_table(uint32_t T, int8_t tab[16], int *off)
+{
+    int8_t t4[16];
+    qiql_table(T, t4, off);
+    for (int c = 0; c < 16; c++) tab[c] = (int8_t)(t4[IQL3(T) ? (c & 3) | (c & 4) << 1 : c] + *off);
+}
 
 #ifdef __AVX2__
 FORCE_INLINE __m256i pk_dot4(__m256i acc, __m256i a, __m256i b)

@@ -98,12 +98,11 @@ static float pk_out_q(uint32_t t, const uint8_t *g, int j, const int8_t *xq, con
             qiql_table(t, tab, &off);
             int32_t sa = 0, sb = 0;
             for (int v = 0; v < 16; v++) {
-                const uint8_t byte = blk[16 + 32 * (v / 4) + 4 * j + v % 4];
-                sa += tab[byte & 15] * xq[b * QK + v];
-                sb += tab[byte >> 4] * xq[b * QK + 16 + v];
+                sa += tab[pk_iql_code(t, blk, j, v)] * xq[b * QK + v];
+                sb += tab[pk_iql_code(t, blk, j, 16 + v)] * xq[b * QK + 16 + v];
             }
-            const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB + 2 * j) * qiql_fscale(t);
-            acc = fmaf((float)(blk[j] * sa + blk[8 + j] * sb), d * xd[b], acc);
+            const float d = ld_f16(g + (size_t)(b / 8) * PK_IQL_SB(t) + 2 * j) * qiql_fscale(t);
+            acc = fmaf((float)(pk_iql_m(blk, j, 0) * sa + pk_iql_m(blk, j, 1) * sb), d * xd[b], acc);
             continue;
         }
         int32_t is = 0;

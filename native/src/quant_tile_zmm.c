@@ -238,6 +238,26 @@ FORCE_INLINE void pkz_k6f(const uint8_t *const *gp, const qact *x, int i0, const
 #define pkz_q3k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q3_K)
 #define pkz_q2k(gp, x, i0, NX, nb, res) pkz_k6f(gp, x, i0, NX, nb, res, GGML_Q2_K)
 
+/* IQ1_S … IQ3_S: iql_codes's indices for blocks b0, b1 (step 3 of the 3-bit codes: two bit selects). */
+FORCE_INLINE void z_iql_codes(uint32_t T, const uint8_t *b0, const uint8_t *b1, int t, __m512i *lo, __m512i *hi)
+{
+    const __m512i m15 = _mm512_set1_epi8(15);
+    if (!IQL3(T) || t < 3) {
+        const __m512i v = z_load2(b0 + PK_IQL_C + 32 * t, b1 + PK_IQL_C + 32 * t);
+        *lo = _mm512_and_si512(v, m15);
+        *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+        return;
+    }
+    const uint8_t *c0 = b0 + PK_IQL_C, *c1 = b1 + PK_IQL_C;
+    const __m512i s0 = _mm512_srli_epi16(z_load2(c0, c1), 3), s1 = _mm512_srli_epi16(z_load2(c0 + 32, c1 + 32), 2);
+    const __m512i s2 = _mm512_and_si512(_mm512_srli_epi16(z_load2(c0 + 64, c1 + 64), 1), _mm512_set1_epi8(0x44));
+    /* 0xE4: c ? a : b (a bit select by the constant c) */
+    const __m512i d12 = _mm512_ternarylogic_epi32(s1, s2, _mm512_set1_epi8(0x22), 0xE4);
+    const __m512i d = _mm512_ternarylogic_epi32(s0, d12, _mm512_set1_epi8(0x11), 0xE4);
+    *lo = d;
+    *hi = _mm512_srli_epi16(d, 4);
+}
+
 /* IQ1_S … IQ3_S: pk_iql's operations for both groups in one register. */
 FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const int NX, int nb, float *res, const uint32_t T)
 {
@@ -248,15 +268,14 @@ FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const
     act_hrows(x, i0, NX, nb, xh);
     int8_t tab[16];
     int off;
-    qiql_table(T, tab, &off);
-    for (int c = 0; c < 16; c++) tab[c] = (int8_t)(tab[c] + off);
-    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab)), m15 = _mm512_set1_epi8(15);
+    iql_tile_table(T, tab, &off);
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tab));
     const __m512 fs = _mm512_set1_ps(qiql_fscale(T));
     __m512 acc[8], dv = _mm512_setzero_ps();
     for (int k = 0; k < NX; k++) acc[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (b % 8 == 0)
-            dv = _mm512_mul_ps(z_half2(gp[0] + (size_t)(b / 8) * PK_IQL_SB, gp[1] + (size_t)(b / 8) * PK_IQL_SB), fs);
+            dv = _mm512_mul_ps(z_half2(gp[0] + (size_t)(b / 8) * PK_IQL_SB(T), gp[1] + (size_t)(b / 8) * PK_IQL_SB(T)), fs);
         const uint8_t *b0 = pk_blk(T, gp[0], b), *b1 = pk_blk(T, gp[1], b);
         for (int l = 0; l < 3; l++) {
             _mm_prefetch((const char *)b0 + 64 * l + PK_PFD, PK_HINT);
@@ -268,18 +287,21 @@ FORCE_INLINE void pkz_iql(const uint8_t *const *gp, const qact *x, int i0, const
             ib[k] = _mm512_set1_epi32(-off * (xi[k][b] - xh[k][b]));
         }
         for (int t = 0; t < 4; t++) {
-            const __m512i v = z_load2(b0 + 16 + 32 * t, b1 + 16 + 32 * t);
-            const __m512i lo = _mm512_shuffle_epi8(tbl, _mm512_and_si512(v, m15));
-            const __m512i hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+            __m512i lo, hi;
+            z_iql_codes(T, b0, b1, t, &lo, &hi);
+            lo = _mm512_shuffle_epi8(tbl, lo);
+            hi = _mm512_shuffle_epi8(tbl, hi);
             for (int k = 0; k < NX; k++) {
                 const int8_t *xk = xq[k] + (size_t)b * QK + 4 * t;
                 ia[k] = _mm512_dpbusd_epi32(ia[k], lo, z_bc4(xk));
                 ib[k] = _mm512_dpbusd_epi32(ib[k], hi, z_bc4(xk + 16));
             }
         }
-        const __m512i ma = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1)));
-        const __m512i mb = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 8)),
-                                                                   _mm_loadl_epi64((const __m128i *)(b1 + 8))));
+        /* the multipliers 2 ls + 1 from the ls bytes (quant_tile.c iql_mults) */
+        const __m512i ls = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)b0), _mm_loadl_epi64((const __m128i *)b1)));
+        const __m512i one = _mm512_set1_epi32(1);
+        const __m512i ma = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(ls, _mm512_set1_epi32(15)), 1), one);
+        const __m512i mb = _mm512_or_si512(_mm512_srli_epi32(ls, 3), one);
         for (int k = 0; k < NX; k++) {
             const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(ia[k], ma), _mm512_mullo_epi32(ib[k], mb));
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dv, _mm512_set1_ps(xd[k][b])), acc[k]);

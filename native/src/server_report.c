@@ -346,6 +346,8 @@ static void json_model_body(server *S, jbuf *j, const char *bt, const char *et) 
     /* grammar: SUBMIT takes grammar=1 with a DFA of this format as its gbytes (grammar.h) */
     /* routes: the highest routes= level SUBMIT takes (2: per-token ROUTESTEP lines) */
     jb_printf(j, ",\"slots\":%d,\"grammar\":\"CGD1\",\"routes\":2", S->o->n_slots);
+    /* the layers that keep K/V rows (a hybrid's attention layers) and what a position takes in them */
+    jb_printf(j, ",\"kv\":{\"layers\":%d,\"pos_bytes\":%zu}", kv_layers(&S->kv), kv_pos_bytes(&S->kv));
     if (model_state_bytes(m))           /* a hybrid's per-slot state, its checkpoints (SLOTMEM: held now) */
         jb_printf(j, ",\"recurrent_state\":{\"bytes\":%zu,\"checkpoints\":%d,\"every\":%d}",
                   model_state_bytes(m), MODEL_STATE_CKPTS, S->o->ckpt_every);

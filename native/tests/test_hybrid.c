@@ -1,9 +1,11 @@
 /* test_hybrid.c — a hybrid model's per-slot recurrent state (qwen35moe): the forward continues a
  * slot only from the state of exactly its history, model_resume says how much of a history a new
  * turn may keep (the live state or a checkpoint, also through the state file), and a slot that
- * restarts at position 0 computes what a fresh slot does.
+ * restarts at position 0 computes what a fresh slot does; only the attention layers keep K/V
+ * (buffers, budget share, slot files; a file of before, with every layer's rows, still loads).
  * Uses native/tools/make_tiny_qwen35moe.py (python with numpy + gguf: $COLI_PYTHON, else
  * ../.venv/bin/python, else python3); skipped with a note when it cannot run. */
+#include "budget.h"
 #include "kv.h"
 #include "model.h"
 
@@ -26,6 +28,83 @@ static int run(model *m, kv_cache *kv, int s, int pos, const int *ids, int n, fl
     fwd_row rows[16];
     for (int i = 0; i < n; i++) rows[i] = (fwd_row){s, pos + i, ids[i], i == n - 1 ? lg : NULL, NULL, 0, 0, NULL};
     return model_forward(m, kv, rows, n);
+}
+
+/* Layers of the tool's default file that attend: every 3rd (full_attention_interval 3). */
+static int attention_layers(const model *m) {
+    int n = 0;
+    for (int l = 0; l < m->c.n_layers; l++) n += (l + 1) % 3 == 0;
+    return n;
+}
+
+/* Only the attention layers keep K/V: two slots at the whole context hold n_attention x ctx
+ * rows of K and V (float32) and the token ids, and the budget's KV share counts the same. */
+static void check_kv_bytes(const model *m) {
+    const int ctx = 64, n_att = attention_layers(m);
+    const size_t row = (size_t)m->c.n_kv_heads * (size_t)(m->c.head_dim_k + m->c.head_dim_v) * sizeof(float);
+    const size_t slot = (size_t)ctx * ((size_t)n_att * row + sizeof(int));
+    kv_cache kv;
+    CHECK(n_att == 1 && m->c.n_layers == 4, "the tool's file: layer 2 of 4 attends");
+    CHECK(model_kv_init(m, &kv, 2, ctx) == 0 && kv_reserve(&kv, 0, ctx) == 0 && kv_reserve(&kv, 1, ctx) == 0, "kv");
+    CHECK(kv.used == 2 * slot, "KV of two slots %zu, expected %zu", kv.used, 2 * slot);
+    CHECK(kv.slots[0].cap * kv_pos_bytes(&kv) == slot, "one slot's KV (SLOTMEM's figure)");
+    CHECK(kv_layers(&kv) == n_att, "%d layers keep rows, expected %d", kv_layers(&kv), n_att);
+    for (int l = 0; l < m->c.n_layers; l++)
+        CHECK((kv.slots[0].k[l] != NULL) == ((l + 1) % 3 == 0), "layer %d's K buffer", l);
+    kv_free(&kv);
+    mem_budget b;
+    char err[512];
+    budget_figure(&b, 1L << 20);    /* 1 TiB: every slot's KV fits */
+    CHECK(budget_split(&b, m, 2, ctx, 0, -1, err, sizeof err) == 0, "split: %s", err);
+    CHECK(b.kv == 2 * slot, "budget's KV share %zu, expected %zu", b.kv, 2 * slot);
+}
+
+/* Bytes of the file at path (-1: none). */
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+/* Slot s of kv (n_pos > 0, float32) saved holds the attention layers' rows only and loads back;
+ * a file of before (every layer's rows, "COLIKV01") loads too, the others' rows skipped; a file
+ * of the new layout is refused by a cache that keeps every layer's rows. */
+static void check_kv_files(const model *m, kv_cache *kv, int s, const char *dir) {
+    char path[160], old_path[160];
+    const int n = kv->slots[s].n_pos, L = m->c.n_layers, att = 2;   /* the tool's attention layer */
+    const size_t kr = (size_t)kv->k_dim * 4, vr = (size_t)kv->v_dim * 4;
+    snprintf(path, sizeof path, "%s/slot.kv", dir);
+    snprintf(old_path, sizeof old_path, "%s/old.kv", dir);
+    CHECK(kv_save(kv, s, path, m->fingerprint) == 0, "slot file written");
+    CHECK(file_size(path) == (long)(32 + (size_t)n * 4 + (size_t)n * (size_t)attention_layers(m) * (kr + vr)),
+          "slot file of %ld bytes", file_size(path));
+    kv_cache old, k2;
+    CHECK(kv_init_kv(&old, 1, kv->ctx, L, kv->k_dim, kv->v_dim) == 0 && kv_reserve(&old, 0, n) == 0, "old cache");
+    CHECK(model_kv_init(m, &k2, 2, kv->ctx) == 0 && kv_load(&k2, 0, path, m->fingerprint) == 0, "loaded");
+    CHECK(kv_load(&old, 0, path, m->fingerprint) != 0, "a cache of every layer's rows refuses the new layout");
+    memcpy(old.slots[0].tokens, kv->slots[s].tokens, sizeof(int) * (size_t)n);
+    for (int l = 0; l < L; l++) {       /* the rows a cache of before held; the recurrent ones' junk */
+        memset(old.slots[0].k[l], 0x5a, (size_t)n * kr);
+        memset(old.slots[0].v[l], 0xa5, (size_t)n * vr);
+    }
+    memcpy(old.slots[0].k[att], kv->slots[s].k[att], (size_t)n * kr);
+    memcpy(old.slots[0].v[att], kv->slots[s].v[att], (size_t)n * vr);
+    old.slots[0].n_pos = n;
+    CHECK(kv_save(&old, 0, old_path, m->fingerprint) == 0 && kv_load(&k2, 1, old_path, m->fingerprint) == 0,
+          "a file of before loads");
+    CHECK(kv_load(&k2, 1, old_path, m->fingerprint + 1) != 0, "another model's is refused");
+    CHECK(kv_load(&k2, 1, old_path, m->fingerprint) == 0, "and again");
+    for (int t = 0; t < 2; t++) {
+        const kv_slot *a = &kv->slots[s], *b = &k2.slots[t];
+        CHECK(b->n_pos == n && memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)n) == 0, "tokens (%d)", t);
+        CHECK(memcmp(a->k[att], b->k[att], (size_t)n * kr) == 0 && memcmp(a->v[att], b->v[att], (size_t)n * vr) == 0,
+              "the attention layer's rows (%d)", t);
+    }
+    kv_free(&old);
+    kv_free(&k2);
 }
 
 int main(void) {
@@ -95,6 +174,9 @@ int main(void) {
     CHECK(model_state_load(&m, &kv, 2, path, 8) != 0, "another fingerprint is refused");
     CHECK(model_state_load(&m, &kv, 2, path, 7) == 0, "state file read");
     CHECK(model_resume(&m, &kv, 2, 5) == 4, "the loaded checkpoint resumes at 4");
+
+    check_kv_bytes(&m);
+    check_kv_files(&m, &kv, 1, dir);
 
     free(l1);
     free(l2);

@@ -3,7 +3,8 @@
  * which tests/native/test_kquants.py pins bit for bit); qmat_mul (int8 activations) equal, bit for
  * bit, to quant_iqlow.h's canonical order written out in scalar code (whatever SIMD path the build
  * took) and within the activation rounding of a double dot; identical bits for n = 1 / n = 8 and
- * 1-3 threads; EXACT (float activations) = qdot_exact of the dequantized row. The kernel checks
+ * 1-3 threads; EXACT (float activations) = qdot_exact of the dequantized row; the packed copy's
+ * size (3 bits a value for IQ1 / IQ2, 4 for IQ3). The kernel checks
  * are iq_driver.h's; this file gives the rows and the canonical orders. */
 #include "gguf.h"
 #include "quant.h"
@@ -138,6 +139,27 @@ static void test_packed(uint32_t t)
     free(W); free(P); free(S); free(a); free(b); free(x); free(full); free(sub); free(one); free(pk);
 }
 
+/* The packed copy's size, which the expert cache allocates and counts: per row and 256 values the
+ * f16 d, the 16 half scales (4 bits each: ls <= 15) and each value's code in as few bits as its signed levels need
+ * (IQ1 8 g +- 1, g in -1..1, and IQ2 +-{8, 25, 43}: 6 values, 3 bits; IQ3: 8 levels, +-: 4 bits);
+ * qpack writes exactly that many bytes (a canary after them stays). */
+static void test_packed_size(uint32_t t)
+{
+    const int rows = 16, cols = 512, bits = t == GGML_IQ3_XXS || t == GGML_IQ3_S ? 4 : 3;
+    const size_t want = (size_t)rows * (size_t)(cols / 256) * (2 + 16 * 4 / 8 + 256 * (size_t)bits / 8), rb = ggml_row_bytes(t, cols);
+    CHECK(qpack_bytes(t, rows, cols) == want, "%s: packed %zu bytes, expected %zu", ggml_type_name(t), qpack_bytes(t, rows, cols), want);
+    uint8_t *W = malloc(rb * rows), *P = malloc(want + 64);
+    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    memset(P, 0xa5, want + 64);
+    const qmat w = {t, rows, cols, rb, W, 0};
+    qpack(&w, P);
+    int kept = 1;
+    for (int i = 0; i < 64; i++) kept &= P[want + i] == 0xa5;
+    CHECK(kept, "%s: qpack wrote past its %zu bytes", ggml_type_name(t), want);
+    free(W);
+    free(P);
+}
+
 int main(void)
 {
     printf("IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S\n");
@@ -147,6 +169,7 @@ int main(void)
         iq_test_kernel(TYPES[k], 300, 256, 3, make_row, iqlow_order);    /* large enough to run in parallel */
         iq_test_determinism_exact(TYPES[k], 301, 256, make_row);
         test_packed(TYPES[k]);
+        test_packed_size(TYPES[k]);
     }
     if (fails) {
         printf("test_quant_iqlow: %d FAILED\n", fails);

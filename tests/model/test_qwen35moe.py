@@ -31,7 +31,7 @@ import pytest
 
 from tests.model.arch_ref import log_softmax
 from tests.model.qwen35_ref import Qwen35Moe
-from tests.native.engine import Engine, base_env, chatml
+from tests.native.engine import Engine, base_env, chatml, parse_model_line
 from tests.support import procs
 from tests.support.procs import ROOT
 
@@ -179,6 +179,25 @@ def _slotmem(r, slot):
     f = r.block_line("SLOTMEM").split()
     assert f[1] == str(slot), f
     return int(f[2]), int(f[3]), int(f[4])
+
+
+@pytest.mark.parametrize("variant,interval", [("f32", 3), ("interval2", 2)])
+def test_kv_only_for_attention_layers(engine_binary, files, variant, interval):
+    """Only the full-attention layers keep K/V: the tool's 4 layers attend where (l + 1) % interval
+    is 0; a position takes their K and V rows (2 KV heads x (32 + 32) float32 values) and its token
+    id, in the MODEL line, the budget's KV share (3 slots x CTX 512) and a turn's SLOTMEM."""
+    n_att = sum((layer + 1) % interval == 0 for layer in range(4))
+    pos_bytes = n_att * 2 * (32 + 32) * 4 + 4
+    e = Engine(engine_binary, env=_exact_env(files[variant]))
+    try:
+        r = e.generate(chatml("Hello there, how are you?").encode(), slot=0, max_tokens=4)
+        info = parse_model_line(e.latest["MODEL"])
+        assert info["kv"] == {"layers": n_att, "pos_bytes": pos_bytes}, info["kv"]
+        assert info["memory"]["kv_mb"] == pytest.approx(3 * 512 * pos_bytes / 2**20, abs=0.05), info["memory"]
+        kv_b, _, _ = _slotmem(r, 0)
+        assert kv_b % pos_bytes == 0 and kv_b // pos_bytes >= r.prompt_tokens, (kv_b, pos_bytes, r.prompt_tokens)
+    finally:
+        _stop(e)
 
 
 def _exact_env(model, **extra):
