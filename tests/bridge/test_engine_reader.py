@@ -123,6 +123,10 @@ async def test_one_sample_of_proc_tells_the_work_figure_and_a_stopped_engine():
     assert Engine(["true"], {}, recorder, slots=1).sample() == ProcSample(None, False)
     engine = await start_fake(recorder, lambda events, cycle: 0.0, delay=0.001)
     try:
+        # the child's first CPU tick may not have come yet on a loaded host: wait for it, not a delay
+        async with asyncio.timeout(10):
+            while not engine.sample().work:
+                await asyncio.sleep(0.01)
         running = engine.sample()
         assert isinstance(running.work, int) and running.work > 0 and not running.stopped
         os.kill(engine.pid, signal.SIGSTOP)
