@@ -13,7 +13,9 @@
  * which become page cache as they are touched); the working buffers (the prefill chunk's rows,
  * the per-slot logits and routing counts, attention scratch, the experts held at once from disk
  * and the I/O lanes' landing buffers); every slot's KV at its context (or what is left, which
- * then bounds the contexts requests get); the expert cache, what remains. */
+ * then bounds the contexts requests get); the expert cache, what remains. The cache also
+ * borrows the KV share's unused part (KV grows lazily), and gives it back as KV grows
+ * (budget_lend). */
 #include "budget.h"
 
 #include <malloc.h>
@@ -332,13 +334,20 @@ int budget_apply(const mem_budget *b, model *m, long pin_mb) {
     return es_set_budget(m->es, b->experts, pin, b->hold);
 }
 
+void budget_lend(const mem_budget *b, model *m, kv_cache *kv) {
+    /* EXPERT_RAM_MB is a figure the caller chose for the experts: it is kept as given */
+    const int on = b && kv && m->es && b->experts != SIZE_MAX && b->kv && !b->expert_override;
+    es_borrow(m->es, on ? &kv->used : NULL, on ? b->kv : 0);
+    if (kv) kv_set_reclaim(kv, on ? es_kv_room : NULL, on ? m->es : NULL);
+}
+
 int budget_json(const mem_budget *b, char *out, size_t cap) {
     const size_t ex = b->experts == SIZE_MAX ? b->experts_all : b->experts;
     return snprintf(out, cap,
                     "\"budget_mb\":%.1f,\"source\":\"%s\",\"limit_mb\":%.1f,\"others_mb\":%.1f,\"margin_mb\":%.1f,\"dense_mb\":%.1f,"
-                    "\"kv_mb\":%.1f,\"work_mb\":%.1f,\"experts_mb\":%.1f,\"experts_all_mb\":%.1f,"
+                    "\"kv_mb\":%.1f,\"work_mb\":%.1f,\"experts_mb\":%.1f,\"experts_borrowable_mb\":%.1f,\"experts_all_mb\":%.1f,"
                     "\"experts_resident\":%s,\"expert_override\":%s,\"prefill_rows\":%d,\"prefill_chunk\":%d",
                     mb(b->total), b->source, mb(b->limit), mb(b->others), mb(b->margin), mb(b->dense), mb(b->kv), mb(b->work),
-                    mb(ex), mb(b->experts_all), b->experts == SIZE_MAX ? "true" : "false",
+                    mb(ex), mb(b->experts == SIZE_MAX || b->expert_override ? 0 : b->kv), mb(b->experts_all), b->experts == SIZE_MAX ? "true" : "false",
                     b->expert_override ? "true" : "false", b->rows, b->chunk);
 }

@@ -40,6 +40,10 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
                  size_t errlen);
 /* The expert share into m's store (pin_mb >= 0: PIN_MB, else the whole share). 0, -1 a read failed. */
 int budget_apply(const mem_budget *b, model *m, long pin_mb);
+/* The expert cache borrows kv's unused share and kv gives it back before growing (experts.h
+ * es_borrow, kv.h kv_set_reclaim), unless EXPERT_RAM_MB set the expert share; b NULL undoes it
+ * (before kv goes away). */
+void budget_lend(const mem_budget *b, model *m, kv_cache *kv);
 /* The split as JSON members ("budget_mb":…,…) into out; its length. */
 int budget_json(const mem_budget *b, char *out, size_t cap);
 #endif

@@ -5,9 +5,10 @@
  * S = row_bytes(ne0) * ne1 of that tensor; in a file with one tensor per expert
  * (blk.N.ffn_{gate,up,down}.E.weight) the slice is that tensor, at its own offset.
  *
- * Tier 1 (RAM): a malloc'ed copy gate|up|down, either pinned (never evicted) or in an
- * LRU list. Pinned + LRU bytes stay within ram_budget; the pinned set is the hottest
- * experts (cumulative selection count, ties: lower index) that fit pin_budget.
+ * Tier 1 (RAM): a malloc'ed copy gate|up|down, either pinned (evicted only to give borrowed
+ * memory back) or in an LRU list. Pinned + LRU bytes stay within ram_budget plus what the KV
+ * share does not use now (es_borrow); the pinned set is the hottest experts (cumulative
+ * selection count, ties: lower index) that fit pin_budget and ram_budget (never borrowed).
  * With ram_budget == SIZE_MAX every expert is read at creation and stays resident.
  * Tier 0 (disk): not resident; es_acquire reads it with pread into a pooled scratch
  * buffer unless the LRU can admit it (evicting least-recently-used unpinned,
@@ -101,6 +102,8 @@ struct expert_store {
     uint8_t *mark;          /* cols: scratch of es_acquire_begin (the experts it was asked for) */
     size_t hits_bytes;
     size_t ram_used, max_bytes;
+    const size_t *kv_used;  /* es_borrow: the KV cache's bytes in use, NULL: no borrowing */
+    size_t kv_share;        /* es_borrow: the KV share those bytes stay within */
     int n_resident;
     int lru_head, lru_tail; /* head = most recently used */
     uint64_t acq_all, acq_ram;
@@ -233,15 +236,29 @@ static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *
     }
 }
 
-/* Evicts unpinned residents until `need` more bytes fit the RAM budget, least frequently
- * selected first (cumulative counts: the usage file's history and this run's), the least
- * recently used among equals; acquired, loading and read-ahead experts stay. An expert is
- * evicted only for a candidate selected at least as often (`cand`), so a skewed workload's hot
- * set survives the one-off picks of cold experts, while equal counts (a fresh start, uniform
- * routing) behave as an LRU. 0 when they fit. */
-static int make_room(expert_store *s, size_t need, uint64_t cand) {
-    if (need > s->o.ram_budget) return -1;
-    while (s->ram_used + need > s->o.ram_budget) {
+/* The RAM the cache may fill now: its own share plus the KV share's unused part (es_borrow). */
+static size_t ram_limit(const expert_store *s) {
+    if (!s->kv_used || s->o.ram_budget == SIZE_MAX) return s->o.ram_budget;
+    return s->o.ram_budget + (s->kv_share > *s->kv_used ? s->kv_share - *s->kv_used : 0);
+}
+
+static void evict(expert_store *s, int i) {
+    if (s->ent[i].pinned) s->ent[i].pinned = 0;
+    else lru_unlink(s, i);
+    free(s->ent[i].buf);
+    s->ent[i].buf = NULL;
+    s->ram_used -= s->row[i / s->cols].bytes;
+    s->n_resident--;
+}
+
+/* Evicts unpinned residents until ram_used <= limit, least frequently selected first
+ * (cumulative counts: the usage file's history and this run's), the least recently used among
+ * equals; acquired, loading and read-ahead experts stay. An expert is evicted only for a
+ * candidate selected at least as often (`cand`), so a skewed workload's hot set survives the
+ * one-off picks of cold experts, while equal counts (a fresh start, uniform routing) behave as
+ * an LRU. 0 when they fit. */
+static int evict_to(expert_store *s, size_t limit, uint64_t cand) {
+    while (s->ram_used > limit) {
         int victim = -1;
         for (int i = s->lru_tail; i >= 0; i = s->ent[i].prev) {
             const es_ent *x = &s->ent[i];
@@ -249,13 +266,16 @@ static int make_room(expert_store *s, size_t need, uint64_t cand) {
             if (victim < 0 || s->count[i] < s->count[victim]) victim = i;
         }
         if (victim < 0 || s->count[victim] > cand) return -1;
-        lru_unlink(s, victim);
-        free(s->ent[victim].buf);
-        s->ent[victim].buf = NULL;
-        s->ram_used -= s->row[victim / s->cols].bytes;
-        s->n_resident--;
+        evict(s, victim);
     }
     return 0;
+}
+
+/* Room for `need` more bytes within ram_limit (evict_to). 0 when they fit. */
+static int make_room(expert_store *s, size_t need, uint64_t cand) {
+    const size_t lim = ram_limit(s);
+    if (need > lim) return -1;
+    return evict_to(s, lim - need, cand);
 }
 
 /* A scratch buffer for an expert read that does not stay resident: a pooled one (the most
@@ -452,7 +472,7 @@ static void heat_order(const expert_store *s, int *idx, int n) {
 static void wanted_pins(const expert_store *s, uint8_t *want) {
     int n = s->rows * s->cols;
     memset(want, 0, (size_t)n);
-    size_t budget = s->o.pin_budget < s->o.ram_budget ? s->o.pin_budget : s->o.ram_budget;
+    size_t budget = s->o.pin_budget < s->o.ram_budget ? s->o.pin_budget : s->o.ram_budget;   /* never borrowed */
     int *idx = malloc(sizeof(int) * (size_t)(n ? n : 1));
     if (!idx) return;
     heat_order(s, idx, n);
@@ -552,6 +572,51 @@ int es_set_budget(expert_store *s, size_t ram_budget, size_t pin_budget, int hol
     if (ram_budget == SIZE_MAX && load_all(s) != 0) return -1;
     es_repin(s, NULL, NULL);
     return 0;
+}
+
+void es_borrow(expert_store *s, const size_t *kv_used, size_t kv_share) {
+    if (!s) return;
+    s->kv_used = kv_used;
+    s->kv_share = kv_used ? kv_share : 0;
+}
+
+size_t es_borrowable(const expert_store *s) {
+    return s && s->kv_used && s->o.ram_budget != SIZE_MAX ? s->kv_share : 0;
+}
+
+size_t es_borrowed(const expert_store *s) {
+    return s && s->o.ram_budget != SIZE_MAX && s->ram_used > s->o.ram_budget ? s->ram_used - s->o.ram_budget : 0;
+}
+
+/* The pinned expert selected least often (ties: the higher index, the last in heat order)
+ * that nothing holds; -1 none. */
+static int coldest_pin(const expert_store *s) {
+    int v = -1;
+    for (int i = 0; i < s->rows * s->cols; i++) {
+        const es_ent *x = &s->ent[i];
+        if (!x->pinned || !x->buf || x->in_use || x->loading >= 0 || x->ahead) continue;
+        if (v < 0 || s->count[i] <= s->count[v]) v = i;
+    }
+    return v;
+}
+
+/* Called only between forwards (kv.h kv_set_reclaim), when no expert is acquired: the
+ * read-ahead batch of the next forward's first row may still be in flight, and is settled and
+ * retired (its guesses become ordinary residents) only when evicting the others was not enough.
+ * In-use and loading experts are never freed here, whenever it is called. Pins stay within
+ * ram_budget, so with nothing held the LRU alone gives everything borrowed back. */
+void es_kv_room(void *store, size_t kv_after) {
+    expert_store *s = store;
+    if (!s || !s->kv_used || s->o.ram_budget == SIZE_MAX) return;
+    const size_t cap = s->o.ram_budget + s->kv_share;
+    const size_t lim = cap > kv_after ? cap - kv_after : 0;
+    if (evict_to(s, lim, UINT64_MAX) == 0) return;
+    if (s->rd[AHEAD].active) {
+        reads_settle(s, &s->rd[AHEAD], NULL);
+        ahead_retire(s, s->rd[AHEAD].r);
+        if (evict_to(s, lim, UINT64_MAX) == 0) return;
+    }
+    for (int v; s->ram_used > lim && (v = coldest_pin(s)) >= 0;) evict(s, v);
 }
 
 int es_hold_max(const expert_store *s) {

@@ -104,6 +104,16 @@ size_t es_all_bytes(const expert_store *s);              /* bytes of every exper
  * ram_budget SIZE_MAX reads every expert now; otherwise the hottest are pinned within
  * pin_budget. Scratch copies beyond 2 x hold_max are freed. 0 ok, -1 a read failed. */
 int es_set_budget(expert_store *s, size_t ram_budget, size_t pin_budget, int hold_max);
+/* Borrowing: the cache may also fill the KV share's unused part (kv_share - *kv_used, read at
+ * each admission), and gives it back through es_kv_room before the KV buffers grow. kv_used
+ * NULL: its own budget only (also before the KV cache goes away). No effect at SIZE_MAX. */
+void es_borrow(expert_store *s, const size_t *kv_used, size_t kv_share);
+/* The KV cache is about to use kv_after bytes (a kv_reclaim_fn, store as ud): evicts residents
+ * until ram_used + kv_after <= ram_budget + kv_share; unpinned ones first, then pinned ones,
+ * least selected first; never an acquired or loading one. Between forwards only. */
+void es_kv_room(void *store, size_t kv_after);
+size_t es_borrowable(const expert_store *s);    /* the most it may borrow (the KV share; 0: none) */
+size_t es_borrowed(const expert_store *s);      /* bytes it holds beyond ram_budget now */
 /* experts an acquisition may ask for at once (hold_max; the row's width when unlimited) */
 int es_hold_max(const expert_store *s);
 #endif

@@ -167,6 +167,17 @@ static size_t win_row_bytes(const kv_cache *c) {
 
 void kv_set_budget(kv_cache *c, size_t bytes) { c->budget = bytes; }
 
+void kv_set_reclaim(kv_cache *c, kv_reclaim_fn fn, void *ud) {
+    c->reclaim = fn;
+    c->reclaim_ud = ud;
+}
+
+/* The borrower gives back what the buffers are about to take, before they take it: the budget's
+ * figure is only met if the share's bytes are free when KV needs them. */
+static void reclaim(kv_cache *c, size_t grow) {
+    if (c->reclaim && grow) c->reclaim(c->reclaim_ud, c->used + grow);
+}
+
 /* The bytes slot s's own buffers hold that grow with its context (its windows' and checkpoint's
  * bytes count with the others': they stay near two windows). */
 int kv_room(const kv_cache *c, int s) {
@@ -217,6 +228,7 @@ static int reserve_window(kv_cache *c, kv_slot *sl, int first, int n_pos) {
         cap = n_pos - sl->wbase;        /* no spare room: just what this forward needs */
         if (c->used + (size_t)(cap - sl->wcap) * win_row_bytes(c) > c->budget) return KV_OVER_BUDGET;
     }
+    reclaim(c, (size_t)(cap - sl->wcap) * win_row_bytes(c));
     for (int l = 0; l < c->n_layers; l++) {
         if (!is_win(c, l)) continue;
         void *k = realloc(sl->k[l], (size_t)cap * kr);
@@ -241,6 +253,7 @@ int kv_reserve_from(kv_cache *c, int s, int first, int n_pos) {
     if (n_pos <= sl->cap) return 0;
     const int cap = grown_cap(c, s, n_pos);
     if (cap == 0) return KV_OVER_BUDGET;
+    reclaim(c, (size_t)(cap - sl->cap) * kv_pos_bytes(c));
     /* Each realloc that succeeds is kept (its pointer updated); cap only moves once
      * every buffer has the new size, so a failure leaves a consistent slot. */
     int *t = realloc(sl->tokens, (size_t)cap * sizeof(int));
@@ -301,6 +314,7 @@ void kv_truncate(kv_cache *c, int s, int n_keep) { (void)kv_rewind(c, s, n_keep)
 /* The slot's checkpoint buffers (window - 1 rows per windowed layer), allocated once. 0 or -1. */
 static int ck_alloc(kv_cache *c, kv_slot *sl) {
     const size_t rows = (size_t)(c->window > 1 ? c->window - 1 : 1);
+    if (!sl->ck) reclaim(c, rows * win_row_bytes(c));
     if (!sl->ck) c->used += rows * win_row_bytes(c);     /* kv_release gives it back */
     if ((!sl->ck && !(sl->ck = calloc((size_t)c->n_layers, sizeof(void *)))) ||
         (!sl->cv && !(sl->cv = calloc((size_t)c->n_layers, sizeof(void *)))))

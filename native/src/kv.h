@@ -22,6 +22,10 @@ typedef struct {
     void **ck, **cv;    /* [n_layers] -> (window - 1) rows, windowed layers only (NULL until used) */
 } kv_slot;
 
+/* Called before the slots' buffers grow, with the bytes they will then take: a borrower of the
+ * share's unused part (the expert store, experts.h es_kv_room) gives it back. */
+typedef void (*kv_reclaim_fn)(void *ud, size_t used_after);
+
 typedef struct {
     int n_slots, ctx, n_layers;
     int k_dim, v_dim;   /* K and V row widths (KV heads x key / value head width): they may differ */
@@ -32,6 +36,8 @@ typedef struct {
                          * layers: their state is the model's); NULL: none */
     size_t budget;  /* bytes all slots' buffers may take together (kv_set_budget); 0: no limit */
     size_t used;    /* bytes the slots' buffers take now (windows and checkpoints included) */
+    kv_reclaim_fn reclaim;  /* kv_set_reclaim; NULL: none */
+    void *reclaim_ud;
     kv_slot *slots;
 } kv_cache;
 
@@ -64,6 +70,10 @@ int kv_reserve(kv_cache *c, int s, int n_pos);
 size_t kv_pos_bytes(const kv_cache *c);
 /* The share all slots' buffers may take together (0: no limit). */
 void kv_set_budget(kv_cache *c, size_t bytes);
+/* fn(ud, bytes) before every growth of the buffers (NULL: none). Growth happens only in
+ * kv_reserve / kv_reserve_from / kv_checkpoint / kv_load, which run between forwards (model.h
+ * model_forward reserves its rows before its layers run), never while experts are acquired. */
+void kv_set_reclaim(kv_cache *c, kv_reclaim_fn fn, void *ud);
 /* Positions slot s could hold within the budget if it grew now (ctx when there is no budget). */
 int kv_room(const kv_cache *c, int s);
 /* Frees slot s's buffers and forgets its history (its share goes back to the others). */

@@ -227,6 +227,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
         return 1;
     }
     kv_set_budget(&kv, mb->kv);
+    budget_lend(mb, m, &kv);
     const int chunk = mb->rows;
     int vocab = m->c.vocab, rc = 0;
     int *ids = malloc((size_t)ctx * sizeof *ids);
@@ -299,6 +300,7 @@ out:
     free(logits);
     free(scratch);
     free(rows);
+    budget_lend(NULL, m, &kv);
     kv_free(&kv);
     return rc;
 }

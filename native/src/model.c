@@ -70,7 +70,10 @@ int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n) {
     int *slot0 = ib(&P->slot0, (size_t)kv->n_slots);
     if (!slot0) return -1;
     for (int s = 0; s < kv->n_slots; s++) slot0[s] = -1;
-    /* Validate rows and append their tokens to the slot histories; undone on failure. */
+    /* Validate rows and append their tokens to the slot histories; undone on failure. Every
+     * position the forward stores is reserved here, before forward_inner acquires any expert:
+     * KV's growth may make the expert store give back borrowed memory (kv_set_reclaim), which
+     * must happen while no expert is held; nothing inside forward_inner grows KV. */
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         int s = rows[i].slot;

@@ -223,6 +223,7 @@ static void server_free(server *S) {
     free(S->hex);
     free(S->in);
     free(S->line);
+    if (S->m) budget_lend(NULL, S->m, &S->kv);  /* the store must not read a freed cache */
     kv_free(&S->kv);
 }
 
@@ -235,6 +236,7 @@ static int server_init(server *S, model *m, const serve_opts *o) {
     size_t ncells = (size_t)S->rows * S->cols;
     int ok = model_kv_init(m, &S->kv, o->n_slots, o->ctx) == 0 && kv_set_f16(&S->kv, o->kv_f16) == 0;
     if (ok && o->budget) kv_set_budget(&S->kv, o->budget->kv);
+    if (ok && o->budget) budget_lend(o->budget, m, &S->kv);
     S->req = calloc((size_t)o->n_slots, sizeof *S->req);
     S->scratch = malloc((size_t)S->vocab * 8);
     S->fwd = calloc((size_t)nfwd, sizeof *S->fwd);

@@ -539,6 +539,94 @@ static void test_experts(void) {
     gguf_close(&g);
 }
 
+/* The store borrows the KV share's unused part and gives it back as KV grows: its RAM plus
+ * KV's bytes never pass its own share plus the KV share, and KV grows exactly as it does with
+ * no borrower (a twin cache), up to the same refusal. */
+static int residents(expert_store *s) {
+    int v, r, d;
+    double vg, rg;
+    es_tiers(s, &v, &r, &d, &vg, &rg);
+    return r;
+}
+
+static void grow_kv_full(expert_store *s, kv_cache *kv, size_t own, size_t share, const char *what) {
+    kv_cache twin;
+    kv_init(&twin, 1, 100, 1, 2);
+    kv_set_budget(&twin, share);
+    const int last = (int)(share / 20);     /* 1 layer x (2 + 2) floats + a token id = 20 bytes */
+    int n = 1, ok = 1, fit = 1;
+    for (; n <= 100; n++) {
+        const int rc = kv_reserve(kv, 0, n), rc2 = kv_reserve(&twin, 0, n);
+        ok &= rc == rc2 && kv->slots[0].cap == twin.slots[0].cap && kv->used == twin.used;
+        if (rc != 0) break;
+        fit &= (size_t)residents(s) * 3 * XD * XE * sizeof(float) + kv->used <= own + share;
+    }
+    CHECK(ok, "%s: KV grows as with no borrower", what);
+    CHECK(fit, "%s: experts + KV within the two shares", what);
+    CHECK(n == last + 1 && kv->used == (size_t)last * 20, "%s: refused where the share ends: n %d", what, n);
+    kv_free(&twin);
+}
+
+static void test_expert_borrow(void) {
+    char path[512];
+    tpath(path, sizeof path, "borrow.gguf");
+    CHECK(make_expert_gguf(path) == 0, "write expert gguf");
+    gguf_file g;
+    if (gguf_open(&g, path) != 0) return;
+    const size_t EB = 3 * XD * XE * sizeof(float), share = 3 * EB;
+    expert_w w, held;
+    double tr = 0;
+    expert_opts o;
+    memset(&o, 0, sizeof o);
+    o.ram_budget = EB;
+    expert_store *s = open_store(&g, &o, 77);
+    kv_cache kv;
+    kv_init(&kv, 1, 100, 1, 2);
+    kv_set_budget(&kv, share);
+    es_borrow(s, &kv.used, share);
+    kv_set_reclaim(&kv, es_kv_room, s);
+    for (int e = 0; e < XN; e++) {
+        es_acquire(s, 0, e, &w, &tr);
+        es_release(s, 0, e);
+    }
+    CHECK(residents(s) == 4 && es_borrowed(s) == 3 * EB && es_borrowable(s) == share,
+          "empty KV share: 4 resident on a share of 1 (%d, borrowed %zu)", residents(s), es_borrowed(s));
+    CHECK(es_acquire(s, 1, 0, &held, &tr) == 0, "acquire (1,0)");
+    grow_kv_full(s, &kv, EB, share, "LRU");
+    CHECK(residents(s) == 1 && tier_of(s, 1, 0) == 1 && check_expert(&held, 1, 0), "the held expert stays, intact");
+    es_release(s, 1, 0);
+    kv_release(&kv, 0);
+    es_acquire(s, 0, 2, &w, &tr);
+    es_release(s, 0, 2);
+    CHECK(residents(s) == 2, "KV freed: the cache borrows again (%d)", residents(s));
+    kv_free(&kv);
+    es_free(s);
+
+    /* pins stay within the own share; held copies can push them out, the coldest first */
+    o.ram_budget = o.pin_budget = 2 * EB;
+    s = open_store(&g, &o, 77);
+    for (int k = 0; k < 3; k++) es_note_selected(s, 0, 0);
+    for (int k = 0; k < 2; k++) es_note_selected(s, 0, 1);
+    es_repin(s, NULL, NULL);
+    kv_init(&kv, 1, 100, 1, 2);
+    kv_set_budget(&kv, share);
+    es_borrow(s, &kv.used, share);
+    kv_set_reclaim(&kv, es_kv_room, s);
+    for (int e = 0; e < 3; e++) {
+        es_acquire(s, 1, e, &w, &tr);
+        es_release(s, 1, e);
+    }
+    es_acquire(s, 1, 3, &held, &tr);
+    CHECK(residents(s) == 5, "2 pinned + 3 borrowed: %d", residents(s));
+    grow_kv_full(s, &kv, 2 * EB, share, "pinned");
+    CHECK(tier_of(s, 0, 0) == 1 && tier_of(s, 0, 1) == 0 && residents(s) == 2 && check_expert(&held, 1, 3),
+          "the colder pin gave way, the hotter one and the held expert stayed");
+    es_release(s, 1, 3);
+    kv_free(&kv);
+    es_free(s);
+    gguf_close(&g);
+}
+
 /* ------------------------------------------------------------------ model */
 
 static const char *python(void) {
@@ -920,6 +1008,7 @@ int main(void) {
     test_kv_widths();
     test_kv_window();
     test_experts();
+    test_expert_borrow();
 
     char moe[512], moesh[512], dense[512];
     tpath(moe, sizeof moe, "moe.gguf");

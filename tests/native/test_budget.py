@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.native.engine import ASAN, Engine, base_env, chatml
+from tests.native.engine import ASAN, Engine, base_env, chatml, parse_tiers
 from tests.support import procs
 
 CGROOT = Path("/sys/fs/cgroup/memory")
@@ -103,7 +103,7 @@ def reference(engine_bin, wide_model) -> dict[str, tuple[int, bytes]]:
     e = Engine(engine_bin, env=base_env(wide_model, 1, CTX, USAGE_SAVE="0", USAGE_FILE="/dev/null"))
     try:
         mem = memory_split(e)
-        assert mem["experts_resident"], mem
+        assert mem["experts_resident"] and mem["experts_borrowable_mb"] == 0, mem
         out = {}
         for p in PROMPTS:
             r = e.generate(p, max_tokens=MAX_TOKENS)
@@ -174,6 +174,7 @@ def test_it_sizes_itself_from_the_cgroup_limit(engine_bin, wide_model):
     assert mem["budget_mb"] == pytest.approx((limit - margin) / MIB, abs=0.05), mem
     # every slot's KV at its context: 2 slots x CTX x (8 layers x K and V x 64 fp16 + the token id)
     assert mem["kv_mb"] == pytest.approx(2 * CTX * (8 * 2 * 64 * 2 + 4) / MIB, abs=0.05), mem
+    assert mem["experts_borrowable_mb"] == pytest.approx(2 * CTX * (8 * 2 * 64 * 2 + 4) / MIB, abs=0.05), mem
     assert not mem["experts_resident"], mem     # the experts (66 MB) do not all fit: the cache is what is left
     parts = mem["dense_mb"] + mem["kv_mb"] + mem["work_mb"] + mem["experts_mb"]
     assert parts == pytest.approx(mem["budget_mb"], abs=0.3), mem
@@ -228,6 +229,48 @@ def test_the_kv_share_bounds_the_slots_together(engine_bin, wide_model):
         again = e.generate(PROMPTS[3], slot=1, max_tokens=4)
         assert again.prompt_tokens == n
         e.wait_stderr("[KV] slot 0's history freed for slot 1")  # stderr is read by its own thread
+        assert e.close() == 0
+    finally:
+        e.kill()
+
+
+def test_the_expert_cache_borrows_the_kv_share_the_slots_do_not_use(engine_bin, wide_model, reference):
+    """An expert share of ~4 MiB beside one slot's KV share (4.3 MiB): after a short prompt, with
+    the KV share nearly empty, the cache holds more than its own share; after a ~2,000-token
+    prompt in the same slot its experts plus the slot's KV (SLOTMEM) are within the two shares
+    (what KV took was given back). Both texts are the uncapped engine's."""
+    if ASAN:
+        pytest.skip("a sanitizer build's shadow memory is measured in the dense part: 16 MB cannot hold it")
+    pos = 8 * 2 * 64 * 2 + 4                    # a position: 8 layers x K and V x 64 fp16 + its token
+    env = dict(USAGE_SAVE="0", USAGE_FILE="/dev/null")
+    probe = Engine(engine_bin, env=base_env(wide_model, 1, CTX, MEM_BUDGET_MB="16", **env))
+    try:
+        mem = memory_split(probe)
+        assert probe.close() == 0
+    finally:
+        probe.kill()
+    budget = math.ceil(mem["dense_mb"] + mem["work_mb"] + CTX * pos / MIB + 4)
+    e = Engine(engine_bin, env=base_env(wide_model, 1, CTX, MEM_BUDGET_MB=str(budget), **env))
+    try:
+        mem = memory_split(e)
+        share = CTX * pos
+        assert mem["kv_mb"] == pytest.approx(share / MIB, abs=0.05), mem
+        assert mem["experts_borrowable_mb"] == mem["kv_mb"] and 4 <= mem["experts_mb"] < 6, mem
+        own = mem["experts_mb"] * MIB
+        expert = mem["experts_all_mb"] * MIB / (8 * 256)    # the wide model: 8 MoE layers x 256 experts
+        slack = 0.06 * MIB                                  # the MODEL figures' rounding (0.1 MiB)
+        held = []
+        for p in (PROMPTS[0], PROMPTS[3]):
+            r = e.generate(p, max_tokens=MAX_TOKENS, timeout=60)
+            assert (r.prompt_tokens, r.text) == reference[p]
+            tiers, slotmem = r.block_line("TIERS"), r.block_line("SLOTMEM")
+            assert tiers and slotmem, r.block
+            _, ram, _, _, _ = parse_tiers(tiers)
+            kv = int(slotmem.split()[2])
+            assert ram * expert + kv <= own + share + slack, (ram, kv, mem)
+            held.append((ram * expert, kv))
+        assert held[0][0] > own + slack and held[0][1] < share / 8, (held, mem)   # borrowed
+        assert held[1][1] > share / 2, (held, mem)                                 # and given back
         assert e.close() == 0
     finally:
         e.kill()
