@@ -15,6 +15,10 @@ from engine_bridge.served import served_model_get
 
 log = logging.getLogger(__name__)
 TITLE_MAX_TOKENS = 16
+# A title needs the gist: each message's start. A long first message then costs the engine a short
+# prefill, not a second turn's (under a memory cap that prefill also churns the expert cache that the
+# user's next turn needs).
+TITLE_SOURCE_CHARS = 600
 INSTRUCTION = "Write a short title (at most 6 words) for this conversation. Answer with the title only."
 
 
@@ -51,7 +55,7 @@ def title_conversation(conversation_id: int) -> str | None:
     if not msgs:
         return None
     first_user = next((m.text for m in msgs if m.role == Message.Role.USER), "")
-    history = [{"role": m.role, "content": m.text[:2000]} for m in msgs]
+    history = [{"role": m.role, "content": m.text[:TITLE_SOURCE_CHARS]} for m in msgs]
     title = ""
     try:
         # the conversation's own model and template; a reasoning model is asked not to think (the

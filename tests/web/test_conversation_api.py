@@ -119,6 +119,21 @@ def test_a_title_uses_the_conversations_own_model_and_template(conv, fake_bridge
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_long_first_message_is_titled_from_its_start(alice, fake_bridge):
+    """A 12,000-character question and answer: the title's prompt holds the start of each, not a
+    second turn's worth of prefill."""
+    c = Conversation.objects.create(owner=alice, title="")
+    question = "Summarise this report. " + "".join(f"Paragraph {i} says something else. " for i in range(400))
+    Message.objects.create(conversation=c, role="user", text=question)
+    Message.objects.create(conversation=c, role="assistant", text="The report says " + "much, " * 2000)
+    fake_bridge.script(*reply("Report summary"))
+    assert titles.title_conversation(c.pk) == "Report summary"
+    prompt = fake_bridge.requests[0].prompt
+    assert "Summarise this report. Paragraph 0 says" in prompt and "The report says much," in prompt
+    assert "Paragraph 399" not in prompt and len(prompt) < 2 * titles.TITLE_SOURCE_CHARS + 500, len(prompt)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_falls_back_to_the_first_words(conv, fake_bridge):
     fake_bridge.script({"kind": "error", "code": "ENGINE_UNAVAILABLE", "message": "down"})
     assert titles.title_conversation(conv.pk) == services.fallback_title("Where to eat?")
