@@ -128,6 +128,18 @@ def peak_within(cg: Path, mem: dict) -> int:
     return peak
 
 
+def probe_split(engine_bin: Path, wide_model: Path, slots: int, env: dict[str, str]) -> dict:
+    """The memory split of an engine with a 16 MB budget, started and closed (what the dense part
+    and the working buffers take, to size a test's budget from)."""
+    probe = Engine(engine_bin, env=base_env(wide_model, slots, CTX, MEM_BUDGET_MB="16", **env))
+    try:
+        mem = memory_split(probe)
+        assert probe.close() == 0
+    finally:
+        probe.kill()
+    return mem
+
+
 @pytest.mark.parametrize("slots", [1, 4])
 def test_a_capped_engine_serves_long_prompts_within_its_cgroup(engine_bin, wide_model, reference, slots):
     """Under a 48 MiB cap (about half of what the engine takes with every expert in RAM), prompts
@@ -208,12 +220,7 @@ def test_the_kv_share_bounds_the_slots_together(engine_bin, wide_model):
         pytest.skip("a sanitizer build's shadow memory is measured in the dense part: 16 MB cannot hold it")
     pos = 8 * 2 * 64 * 2 + 4                    # a position: 8 layers x K and V x 64 fp16 + its token
     env = dict(USAGE_SAVE="0", USAGE_FILE="/dev/null")
-    probe = Engine(engine_bin, env=base_env(wide_model, 2, CTX, MEM_BUDGET_MB="16", **env))
-    try:
-        mem = memory_split(probe)
-        assert probe.close() == 0
-    finally:
-        probe.kill()
+    mem = probe_split(engine_bin, wide_model, 2, env)
     # ~6 MB of KV: one slot's context (4.3 MB) fits, a running 2,000-token turn (2,048 positions
     # held) and a second one (2,008) do not (7.9 MB)
     budget = math.ceil(mem["dense_mb"] + mem["work_mb"] + 6)
@@ -247,12 +254,7 @@ def test_the_expert_cache_borrows_the_kv_share_the_slots_do_not_use(engine_bin, 
         pytest.skip("a sanitizer build's shadow memory is measured in the dense part: 16 MB cannot hold it")
     pos = 8 * 2 * 64 * 2 + 4                    # a position: 8 layers x K and V x 64 fp16 + its token
     env = dict(USAGE_SAVE="0", USAGE_FILE="/dev/null")
-    probe = Engine(engine_bin, env=base_env(wide_model, 1, CTX, MEM_BUDGET_MB="16", **env))
-    try:
-        mem = memory_split(probe)
-        assert probe.close() == 0
-    finally:
-        probe.kill()
+    mem = probe_split(engine_bin, wide_model, 1, env)
     budget = math.ceil(mem["dense_mb"] + mem["work_mb"] + CTX * pos / MIB + 4)
     e = Engine(engine_bin, env=base_env(wide_model, 1, CTX, MEM_BUDGET_MB=str(budget), **env))
     try:
