@@ -27,24 +27,12 @@ static uint32_t rnd32(void) {
     return (uint32_t)(rng >> 11);
 }
 
-/* Random bytes with a sane f16 d per super-block (IQ1_M: its bits in the top nibbles of the
- * super-block's last four u16s), as test_quant_iqlow.c makes them. */
+static float frand(void) { return (float)rnd32() / 2147483648.0f - 1.0f; }
+#include "iq_rows.h"
+
 static void make_rows(uint32_t t, uint8_t *p, int rows, int cols) {
-    const size_t rb = ggml_row_bytes(t, (uint64_t)cols), sbb = rb / (size_t)(cols / 256), n = rb * (size_t)rows;
-    for (size_t j = 0; j < n; j++) p[j] = (uint8_t)rnd32();
-    for (size_t o = 0; o < n; o += sbb) {
-        const uint16_t d = f32_to_fp16(0.0005f + (float)(rnd32() % 1000) * 4e-6f);
-        if (t != GGML_IQ1_M) {
-            memcpy(p + o, &d, 2);
-            continue;
-        }
-        for (int i = 0; i < 4; i++) {
-            uint16_t sc;
-            memcpy(&sc, p + o + 48 + 2 * i, 2);
-            sc = (uint16_t)((sc & 0x0fff) | ((d >> (4 * i)) & 15) << 12);
-            memcpy(p + o + 48 + 2 * i, &sc, 2);
-        }
-    }
+    const size_t rb = ggml_row_bytes(t, (uint64_t)cols);
+    for (int r = 0; r < rows; r++) iq_random_row(t, p + rb * (size_t)r, cols);
 }
 
 /* Seconds of one call of fn(arg): the best of 5 samples of at least 50 ms each. */

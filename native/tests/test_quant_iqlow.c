@@ -18,31 +18,11 @@
 #define TEST_SEED 0x243f6a8885a308d3ull
 #include "check.h"
 #include "iq_driver.h"
+#include "iq_rows.h"
 
 static const uint32_t TYPES[] = {GGML_IQ1_S, GGML_IQ1_M, GGML_IQ2_XXS, GGML_IQ2_XS, GGML_IQ2_S, GGML_IQ3_XXS, GGML_IQ3_S};
 #define NTYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
-
-/* Random bytes with a sane f16 d (IQ1_M: its bits in the top nibbles of the super-block's last
- * four u16s). */
-static void make_row(uint32_t t, uint8_t *p, int cols)
-{
-    const size_t rb = ggml_row_bytes(t, (uint64_t)cols), sbb = rb / (size_t)(cols / 256);
-    for (size_t j = 0; j < rb; j++) p[j] = (uint8_t)rnd32();
-    for (size_t o = 0; o < rb; o += sbb) {
-        const uint16_t d = f32_to_fp16(0.0005f + fabsf(frand()) * 0.004f);
-        if (t != GGML_IQ1_M) {
-            memcpy(p + o, &d, 2);
-            continue;
-        }
-        for (int i = 0; i < 4; i++) {
-            uint16_t sc;
-            memcpy(&sc, p + o + 48 + 2 * i, 2);
-            sc = (uint16_t)((sc & 0x0fff) | ((d >> (4 * i)) & 15) << 12);
-            memcpy(p + o + 48 + 2 * i, &sc, 2);
-        }
-    }
-}
 
 static void test_block(uint32_t t)
 {
@@ -52,7 +32,7 @@ static void test_block(uint32_t t)
     float *v = malloc(sizeof(float) * COLS);
     double worst = 0;
     for (int r = 0; r < 20; r++) {
-        make_row(t, W, COLS);
+        iq_random_row(t, W, COLS);
         dequant_row(t, W, v, COLS);
         for (int b = 0; b < COLS / 32; b++) {
             int8_t q[32];
@@ -106,7 +86,7 @@ static void test_packed(uint32_t t)
     float *a = malloc(sizeof(float) * cols), *b = malloc(sizeof(float) * cols);
     float *x = malloc(sizeof(float) * n * cols), *full = malloc(sizeof(float) * n * rows), *sub = malloc(sizeof(float) * n * 16),
           *one = malloc(sizeof(float) * n * 8), *pk = malloc(sizeof(float) * n * rows);
-    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int r = 0; r < rows; r++) iq_random_row(t, W + r * rb, cols);
     for (int i = 0; i < n * cols; i++) x[i] = frand();
     const qmat w = {t, rows, cols, rb, W, 0};
     qpack(&w, P);
@@ -149,7 +129,7 @@ static void test_packed_size(uint32_t t)
     const size_t want = (size_t)rows * (size_t)(cols / 256) * (2 + 16 * 4 / 8 + 256 * (size_t)bits / 8), rb = ggml_row_bytes(t, cols);
     CHECK(qpack_bytes(t, rows, cols) == want, "%s: packed %zu bytes, expected %zu", ggml_type_name(t), qpack_bytes(t, rows, cols), want);
     uint8_t *W = malloc(rb * rows), *P = malloc(want + 64);
-    for (int r = 0; r < rows; r++) make_row(t, W + r * rb, cols);
+    for (int r = 0; r < rows; r++) iq_random_row(t, W + r * rb, cols);
     memset(P, 0xa5, want + 64);
     const qmat w = {t, rows, cols, rb, W, 0};
     qpack(&w, P);
@@ -165,9 +145,9 @@ int main(void)
     printf("IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S\n");
     for (int k = 0; k < NTYPES; k++) {
         test_block(TYPES[k]);
-        iq_test_kernel(TYPES[k], 19, 512, 5, make_row, iqlow_order);
-        iq_test_kernel(TYPES[k], 300, 256, 3, make_row, iqlow_order);    /* large enough to run in parallel */
-        iq_test_determinism_exact(TYPES[k], 301, 256, make_row);
+        iq_test_kernel(TYPES[k], 19, 512, 5, iq_random_row, iqlow_order);
+        iq_test_kernel(TYPES[k], 300, 256, 3, iq_random_row, iqlow_order);    /* large enough to run in parallel */
+        iq_test_determinism_exact(TYPES[k], 301, 256, iq_random_row);
         test_packed(TYPES[k]);
         test_packed_size(TYPES[k]);
     }
