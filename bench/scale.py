@@ -43,7 +43,7 @@ every expert: the file's expert bytes less the expert cache the engine reports, 
 O_DIRECT rate measured after the cap's runs, 4 lanes) + the prompt at the uncapped row's prefill
 rate for that length (the "none" cap must come first in --caps); TTFT ÷ bound is the last column.
 
---warm: under each cap, a row "ours, warm start": a priming run on another text writes a usage file
+--warm: under each cap (and uncapped with --auto-budget: a file larger than RAM), a row "ours, warm start": a priming run on another text writes a usage file
 (the engine saves one at exit by default), then --runs runs of the same prompt load it (pinned from
 the start), each from a cold page cache. The cold rows read no usage file (USAGE_FILE=/dev/null).
 --interleave: the engines alternate run by run (ours, llama.cpp, ours, ...) instead of one engine's
@@ -634,7 +634,7 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--expert-ram", default="", help="cap=MB,... EXPERT_RAM_MB for ours under a cap")
     ap.add_argument("--slots8", action="store_true", help="8 concurrent conversations at full RAM (ours)")
-    ap.add_argument("--warm", action="store_true", help="under each cap, a warm-start row for ours (usage file of a priming run)")
+    ap.add_argument("--warm", action="store_true", help="under each cap (uncapped too with --auto-budget), a warm-start row for ours (usage file of a priming run)")
     ap.add_argument("--disk", action="store_true", help="measure O_DIRECT expert reads and DRAM bandwidth")
     ap.add_argument("--interleave", action="store_true",
                     help="alternate the engines run by run (ours, llama.cpp, ours, ...) and print each pair's ratio")
@@ -726,10 +726,10 @@ def main(argv=None):
                     hits.append(s["hit"])
                     row_bound(a, path, facts, s, bw_now)
                 table.append(s)
-                if a.warm and eng == "ours" and cap:
-                    s = warm_rows(a, path, facts, cap, prompt, f"{label}-warm-{cap}".replace(".", "_"), rec)
+                if a.warm and eng == "ours" and (cap or a.auto_budget):
+                    s = warm_rows(a, path, facts, cap, prompt, f"{label}-warm-{cap or 'none'}".replace(".", "_"), rec)
                     s.update(file=label, engine="ours, warm start", cap=cap, facts=facts)
-                    if s.get("hit") is not None:
+                    if s.get("hit") is not None and cap:
                         hits.append(s["hit"])
                         row_bound(a, path, facts, s, bw_now)
                     table.append(s)
