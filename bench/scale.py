@@ -43,9 +43,9 @@ every expert: the file's expert bytes less the expert cache the engine reports, 
 O_DIRECT rate measured after the cap's runs, 4 lanes) + the prompt at the uncapped row's prefill
 rate for that length (the "none" cap must come first in --caps); TTFT ÷ bound is the last column.
 
---warm: under each cap (and uncapped with --auto-budget: a file larger than RAM), a row "ours, warm start": a priming run on another text writes a usage file
-(the engine saves one at exit by default), then --runs runs of the same prompt load it (pinned from
-the start), each from a cold page cache. The cold rows read no usage file (USAGE_FILE=/dev/null).
+--warm: under each cap (and uncapped with --auto-budget: a file larger than RAM), a row "ours, warm
+start": a priming run on another text writes a usage file (the engine saves one at exit by default),
+then --runs runs of the same prompt load it (pinned from the start), each from a cold page cache. The cold rows read no usage file (USAGE_FILE=/dev/null).
 --interleave: the engines alternate run by run (ours, llama.cpp, ours, ...) instead of one engine's
 runs after the other's, and a table sets each run of ours against the llama.cpp run right after it:
 the VM's DRAM bandwidth drifts by a third within minutes, ours follows it (bandwidth-bound) and

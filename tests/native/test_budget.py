@@ -26,6 +26,7 @@ CGROOT = Path("/sys/fs/cgroup/memory")
 MIB = 1 << 20
 CTX = 2200
 MAX_TOKENS = 8
+POS_BYTES = 8 * 2 * 64 * 2 + 4      # one KV position of the wide model: 8 layers x K and V x 64 fp16 + its token id
 
 
 def _need_cgroup_v1() -> None:
@@ -130,7 +131,9 @@ def peak_within(cg: Path, mem: dict) -> int:
 
 def probe_split(engine_bin: Path, wide_model: Path, slots: int, env: dict[str, str]) -> dict:
     """The memory split of an engine with a 16 MB budget, started and closed (what the dense part
-    and the working buffers take, to size a test's budget from)."""
+    and the working buffers take, to size a test's budget from). Skips under a sanitizer."""
+    if ASAN:
+        pytest.skip("a sanitizer build's shadow memory is measured in the dense part: 16 MB cannot hold it")
     probe = Engine(engine_bin, env=base_env(wide_model, slots, CTX, MEM_BUDGET_MB="16", **env))
     try:
         mem = memory_split(probe)
@@ -188,9 +191,9 @@ def test_it_sizes_itself_from_the_cgroup_limit(engine_bin, wide_model):
     assert mem["limit_mb"] == pytest.approx(limit / MIB, abs=0.05), mem
     assert mem["margin_mb"] == pytest.approx(margin / MIB, abs=0.05), mem
     assert mem["budget_mb"] == pytest.approx((limit - margin) / MIB, abs=0.05), mem
-    # every slot's KV at its context: 2 slots x CTX x (8 layers x K and V x 64 fp16 + the token id)
-    assert mem["kv_mb"] == pytest.approx(2 * CTX * (8 * 2 * 64 * 2 + 4) / MIB, abs=0.05), mem
-    assert mem["experts_borrowable_mb"] == pytest.approx(2 * CTX * (8 * 2 * 64 * 2 + 4) / MIB, abs=0.05), mem
+    # every slot's KV at its context: 2 slots x CTX positions
+    assert mem["kv_mb"] == pytest.approx(2 * CTX * POS_BYTES / MIB, abs=0.05), mem
+    assert mem["experts_borrowable_mb"] == pytest.approx(2 * CTX * POS_BYTES / MIB, abs=0.05), mem
     assert not mem["experts_resident"], mem     # the experts (66 MB) do not all fit: the cache is what is left
     parts = mem["dense_mb"] + mem["kv_mb"] + mem["work_mb"] + mem["experts_mb"]
     assert parts == pytest.approx(mem["budget_mb"], abs=0.3), mem
@@ -216,9 +219,6 @@ def test_the_kv_share_bounds_the_slots_together(engine_bin, wide_model):
     long prompt beside another slot's running turn gets CONTEXT_EXCEEDED with the positions the
     share leaves it (not a kill); once that turn is over, the same prompt runs, the idle slot's
     history freed for it."""
-    if ASAN:
-        pytest.skip("a sanitizer build's shadow memory is measured in the dense part: 16 MB cannot hold it")
-    pos = 8 * 2 * 64 * 2 + 4                    # a position: 8 layers x K and V x 64 fp16 + its token
     env = dict(USAGE_SAVE="0", USAGE_FILE="/dev/null")
     mem = probe_split(engine_bin, wide_model, 2, env)
     # ~6 MB of KV: one slot's context (4.3 MB) fits, a running 2,000-token turn (2,048 positions
@@ -227,7 +227,7 @@ def test_the_kv_share_bounds_the_slots_together(engine_bin, wide_model):
     e = Engine(engine_bin, env=base_env(wide_model, 2, CTX, MEM_BUDGET_MB=str(budget), **env))
     try:
         mem = memory_split(e)
-        assert CTX * pos / MIB <= mem["kv_mb"] < 4056 * pos / MIB, mem
+        assert CTX * POS_BYTES / MIB <= mem["kv_mb"] < 4056 * POS_BYTES / MIB, mem
         busy, frame = e.submit(PROMPTS[3], slot=0, max_tokens=40, write=False)
         late, frame2 = e.submit(PROMPTS[3], slot=1, max_tokens=4, write=False)
         e.write(frame + frame2)     # slot 1's SUBMIT is read while slot 0's turn runs (40 decode steps)
@@ -250,16 +250,13 @@ def test_the_expert_cache_borrows_the_kv_share_the_slots_do_not_use(engine_bin, 
     the KV share nearly empty, the cache holds more than its own share; after a ~2,000-token
     prompt in the same slot its experts plus the slot's KV (SLOTMEM) are within the two shares
     (what KV took was given back). Both texts are the uncapped engine's."""
-    if ASAN:
-        pytest.skip("a sanitizer build's shadow memory is measured in the dense part: 16 MB cannot hold it")
-    pos = 8 * 2 * 64 * 2 + 4                    # a position: 8 layers x K and V x 64 fp16 + its token
     env = dict(USAGE_SAVE="0", USAGE_FILE="/dev/null")
     mem = probe_split(engine_bin, wide_model, 1, env)
-    budget = math.ceil(mem["dense_mb"] + mem["work_mb"] + CTX * pos / MIB + 4)
+    budget = math.ceil(mem["dense_mb"] + mem["work_mb"] + CTX * POS_BYTES / MIB + 4)
     e = Engine(engine_bin, env=base_env(wide_model, 1, CTX, MEM_BUDGET_MB=str(budget), **env))
     try:
         mem = memory_split(e)
-        share = CTX * pos
+        share = CTX * POS_BYTES
         assert mem["kv_mb"] == pytest.approx(share / MIB, abs=0.05), mem
         assert mem["experts_borrowable_mb"] == mem["kv_mb"] and 4 <= mem["experts_mb"] < 6, mem
         own = mem["experts_mb"] * MIB
