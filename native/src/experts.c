@@ -55,7 +55,10 @@ typedef struct {
     uint64_t stride[3];     /* bytes from one expert's slice to the next's: slice, or 2 x slice for
                              * the halves of a fused gate/up tensor */
     size_t held[3];         /* bytes of its copy in RAM: the packed layout's (Q4_K's is 148/144 of
-                             * the file's), else slice */
+                             * the file's), the page-aligned cover of a direct slice, else slice */
+    uint8_t packed[3];      /* kept in the kernels' interleaved layout (quant.h qpack) */
+    uint8_t direct[3];      /* kept in the file's layout and read by O_DIRECT straight into place:
+                             * the copy starts at the slice's offset within its first page */
     size_t bytes;           /* held[0] + held[1] + held[2] */
 } es_row;
 
@@ -111,6 +114,8 @@ struct expert_store {
     uint8_t **pool;         /* free scratch buffers of max_bytes */
     int pool_n, pool_cap;
     int scratch_n;          /* scratch buffers allocated: in use and pooled */
+    uint8_t *spare;         /* the last evicted expert's buffer, for the next admission */
+    size_t spare_bytes;
     es_reads rd[2];         /* ACQ, AHEAD */
 };
 
@@ -159,9 +164,23 @@ static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) 
 }
 
 /* Matrices whose rows are a multiple of 8 are kept in the kernels' interleaved layout
- * (quant.h qpack), converted once right after the read (held[k] bytes in RAM). */
-static int packs(const es_row *R, int k) {
-    return R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k]);
+ * (quant.h qpack), converted once right after the read (held[k] bytes in RAM), except MXFP4
+ * experts streamed under a budget: their packing is a pure byte shuffle that the tiles redo per
+ * group in cache as they run (quant_mm.c), while packing after the read cost the lanes a pass
+ * over cold memory and the first touch of the new pages, in the read's critical path. Kept in
+ * the file's layout, they are read by O_DIRECT into place with no CPU pass at all. */
+static int packs(const expert_store *s, const es_row *R, int k) {
+    if (s->o.exact || R->rows[k] % 8 != 0 || !qpack_ok(R->type[k], R->rows[k], R->cols[k])) return 0;
+    return !(R->type[k] == GGML_MXFP4 && s->o.ram_budget != SIZE_MAX && s->dfd >= 0);
+}
+
+/* Slices below this size are copied out of the landing buffer: their page-aligned cover would
+ * cost more than an eighth of their size. */
+#define DIRECT_MIN_SLICE ((size_t)64 << 10)
+#define PAGE ((uint64_t)4096)
+
+static uint64_t slice_off(const expert_store *s, const es_row *R, int k, int e) {
+    return R->eoff ? R->eoff[(size_t)k * (size_t)s->cols + (size_t)e] : R->off[k] + (uint64_t)e * R->stride[k];
 }
 
 /* Per-thread landing buffer of reads: read there (O_DIRECT: the slice's page-aligned cover),
@@ -170,11 +189,17 @@ static int packs(const es_row *R, int k) {
 static _Thread_local uint8_t *rd_buf;
 static _Thread_local size_t rd_cap;
 
+/* Whole huge pages: an O_DIRECT read into 4 KiB pages ran at half the device's rate on a VM
+ * (2.0-2.4 against 4.4-4.8 GB/s with 2 MiB pages, 0.9-4.4 MB reads, 1-4 lanes, 2026-12-06):
+ * the kernel pins and maps every page of the buffer for each read. */
+#define LANDING_PAGE ((size_t)2 << 20)
+
 static uint8_t *landing(size_t n) {
     if (n > rd_cap) {
+        const size_t cap = (n + LANDING_PAGE - 1) & ~(LANDING_PAGE - 1);
         free(rd_buf);
-        rd_buf = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
-        rd_cap = rd_buf ? n : 0;
+        rd_buf = weights_alloc(cap);
+        rd_cap = rd_buf ? cap : 0;
     }
     return rd_buf;
 }
@@ -204,15 +229,34 @@ static const uint8_t *read_landed(const expert_store *s, uint64_t off, size_t n)
     return b;
 }
 
+/* A direct slice's page-aligned cover [off & ~PAGE, roundup(off + n)) by O_DIRECT into the
+ * page-aligned region at, so the slice lands at at + (off & (PAGE - 1)) with no copy; a file
+ * system that refuses the read gets a buffered one into the same place. 0 ok. */
+static int read_direct(const expert_store *s, uint64_t off, size_t n, uint8_t *at) {
+    const uint64_t a0 = off & ~(PAGE - 1), a1 = (off + n + PAGE - 1) & ~(PAGE - 1);
+    size_t got = 0;
+    while (got < a1 - a0) {
+        ssize_t k = pread(s->dfd, at + got, (size_t)(a1 - a0) - got, (off_t)(a0 + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;                      /* end of file inside the last page */
+        got += (size_t)k;
+    }
+    if (got >= off - a0 + n) return 0;
+    if (read_at(s, at + (off - a0), n, off) != 0) return -1;
+    gguf_drop_cache(s->fd, off, n);
+    return 0;
+}
+
 /* Reads slice k (0 gate, 1 up, 2 down) of expert e of row r into its place in dst. */
 static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) {
     const es_row *R = &s->row[r];
     size_t at = 0;
     for (int j = 0; j < k; j++) at += R->held[j];
-    const uint64_t off = R->eoff ? R->eoff[(size_t)k * (size_t)s->cols + (size_t)e] : R->off[k] + (uint64_t)e * R->stride[k];
+    const uint64_t off = slice_off(s, R, k, e);
+    if (R->direct[k]) return read_direct(s, off, R->slice[k], dst + at);
     const uint8_t *src = read_landed(s, off, R->slice[k]);
     if (!src) return -1;
-    if (s->o.exact || !packs(R, k)) {
+    if (!R->packed[k]) {
         memcpy(dst + at, src, R->slice[k]);
         return 0;
     }
@@ -221,7 +265,7 @@ static int read_slice(const expert_store *s, int r, int e, int k, uint8_t *dst) 
     return 0;
 }
 
-static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *out) {
+static void fill_w(const expert_store *s, int r, int e, const uint8_t *base, expert_w *out) {
     const es_row *R = &s->row[r];
     qmat *m[3] = {&out->gate, &out->up, &out->down};
     size_t at = 0;
@@ -230,8 +274,8 @@ static void fill_w(const expert_store *s, int r, const uint8_t *base, expert_w *
         m[k]->rows = R->rows[k];
         m[k]->cols = R->cols[k];
         m[k]->row_bytes = R->row_bytes[k];
-        m[k]->data = base + at;
-        m[k]->packed = !s->o.exact && packs(R, k);
+        m[k]->data = base + at + (R->direct[k] ? slice_off(s, R, k, e) & (PAGE - 1) : 0);
+        m[k]->packed = R->packed[k];
         at += R->held[k];
     }
 }
@@ -242,10 +286,29 @@ static size_t ram_limit(const expert_store *s) {
     return s->o.ram_budget + (s->kv_share > *s->kv_used ? s->kv_share - *s->kv_used : 0);
 }
 
+/* An evicted buffer is kept for the admission that evicted it, most often of the same size: a
+ * new buffer's pages are faulted in and zeroed by the kernel on first touch, ~1 ms per 13 MB
+ * expert, in the read's critical path. At most one is kept outside ram_used, and the admission
+ * that follows an eviction takes it before anything else is allocated. */
+static void spare_put(expert_store *s, uint8_t *b, size_t bytes) {
+    free(s->spare);
+    s->spare = b;
+    s->spare_bytes = bytes;
+}
+
+static uint8_t *buffer_take(expert_store *s, size_t bytes) {
+    if (s->spare && s->spare_bytes == bytes) {
+        uint8_t *b = s->spare;
+        s->spare = NULL;
+        return b;
+    }
+    return weights_alloc(bytes ? bytes : 1);
+}
+
 static void evict(expert_store *s, int i) {
     if (s->ent[i].pinned) s->ent[i].pinned = 0;
     else lru_unlink(s, i);
-    free(s->ent[i].buf);
+    spare_put(s, s->ent[i].buf, s->row[i / s->cols].bytes);
     s->ent[i].buf = NULL;
     s->ram_used -= s->row[i / s->cols].bytes;
     s->n_resident--;
@@ -610,13 +673,16 @@ void es_kv_room(void *store, size_t kv_after) {
     if (!s || !s->kv_used || s->o.ram_budget == SIZE_MAX) return;
     const size_t cap = s->o.ram_budget + s->kv_share;
     const size_t lim = cap > kv_after ? cap - kv_after : 0;
-    if (evict_to(s, lim, UINT64_MAX) == 0) return;
+    spare_put(s, NULL, 0);          /* what is given back to the KV is freed, not kept */
+    if (evict_to(s, lim, UINT64_MAX) == 0) goto out;
     if (s->rd[AHEAD].active) {
         reads_settle(s, &s->rd[AHEAD], NULL);
         ahead_retire(s, s->rd[AHEAD].r);
-        if (evict_to(s, lim, UINT64_MAX) == 0) return;
+        if (evict_to(s, lim, UINT64_MAX) == 0) goto out;
     }
     for (int v; s->ram_used > lim && (v = coldest_pin(s)) >= 0;) evict(s, v);
+out:
+    spare_put(s, NULL, 0);
 }
 
 int es_hold_max(const expert_store *s) {
@@ -719,8 +785,15 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
                 es_free(s);
                 return NULL;
             }
-            R->held[k] = !s->o.exact && R->rows[k] % 8 == 0 && qpack_ok(R->type[k], R->rows[k], R->cols[k])
-                             ? qpack_bytes(R->type[k], R->rows[k], R->cols[k]) : R->slice[k];
+            R->packed[k] = (uint8_t)packs(s, R, k);
+            R->direct[k] = !R->packed[k] && s->dfd >= 0 && R->slice[k] >= DIRECT_MIN_SLICE;
+            R->held[k] = R->packed[k] ? qpack_bytes(R->type[k], R->rows[k], R->cols[k])
+                         : R->direct[k] ? (size_t)((R->slice[k] + 2 * PAGE - 1) & ~(PAGE - 1)) : R->slice[k];
+        }
+        /* a direct slice's region must start on a page: every region of such a row is whole pages */
+        const int any_direct = R->direct[0] | R->direct[1] | R->direct[2];
+        for (int k = 0; k < 3; k++) {
+            if (any_direct) R->held[k] = (R->held[k] + PAGE - 1) & ~(PAGE - 1);
             R->bytes += R->held[k];
         }
         if (R->bytes > s->max_bytes) s->max_bytes = R->bytes;
@@ -760,6 +833,7 @@ void es_free(expert_store *s) {
         }
     for (int i = 0; i < s->pool_n; i++) free(s->pool[i]);
     free(s->pool);
+    free(s->spare);
     for (int r = 0; s->row && r < s->rows; r++) free(s->row[r].eoff);
     free(s->row);
     free(s->ent);
@@ -791,7 +865,7 @@ static void read_task(void *vctx, int t) {
 static uint8_t *reserve_resident(expert_store *s, int r, int i, uint64_t cand) {
     const size_t bytes = s->row[r].bytes;
     uint8_t *b = NULL;
-    if (make_room(s, bytes, cand) != 0 || !(b = weights_alloc(bytes ? bytes : 1))) return NULL;
+    if (make_room(s, bytes, cand) != 0 || !(b = buffer_take(s, bytes))) return NULL;
     s->ram_used += bytes;
     s->n_resident++;
     s->ent[i].buf = b;
@@ -942,7 +1016,7 @@ static int acquire_begin(expert_store *s, int r, const int *list, int n, expert_
                 }
             }
             x->in_use++;
-            fill_w(s, r, x->buf ? x->buf : x->tmp, OUT_OF(k));
+            fill_w(s, r, list[k], x->buf ? x->buf : x->tmp, OUT_OF(k));
             ready[k] = 1;
             continue;
         }
@@ -976,7 +1050,7 @@ static int acquire_finish(expert_store *s, int r, const int *list, int n, expert
         if (ready[k]) continue;
         es_ent *x = &s->ent[r * s->cols + list[k]];
         if (x->buf || x->tmp) {
-            fill_w(s, r, x->buf ? x->buf : x->tmp, OUT_OF(k));
+            fill_w(s, r, list[k], x->buf ? x->buf : x->tmp, OUT_OF(k));
             ready[k] = 1;
         } else {
             rc = -1;                    /* its read failed */

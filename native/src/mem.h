@@ -13,7 +13,8 @@
 
 #include <stddef.h>
 
-/* bytes (>= 1) of 64-byte-aligned memory, huge-page-advised when large; NULL if out of memory.
+/* bytes (>= 1) of 64-byte-aligned memory, page-aligned from 64 KiB (an O_DIRECT read may land
+ * there), huge-page-advised when large; NULL if out of memory.
  * Release with free(). */
 void *weights_alloc(size_t bytes);
 

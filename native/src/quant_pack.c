@@ -148,6 +148,40 @@ static void pk_group_q80(const uint8_t *const *src, int nb, uint8_t *dst)
     }
 }
 
+#ifdef __SSE2__
+/* MXFP4 with all 8 rows present: the codes' 8 x 4 dword transpose in registers, as Q4_1's. A
+ * streamed expert is kept in the file's layout and packed group by group as the tiles run
+ * (quant_mm.c pk_get), so this runs on every use of it: the scalar packer below cost as much as
+ * the tile. */
+static void pk_group_fp4_full(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    /* the rows of a group are 8 x 1.5 KB side by side: too short a stream each for the hardware
+     * prefetcher, so the next group's rows are fetched in software, into L2 */
+    const ptrdiff_t next = PK_ROWS * (src[1] - src[0]);
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * PK_BLK(GGML_MXFP4);
+        __m128i q[8];
+        if (b % 4 == 0)
+            for (int j = 0; j < PK_ROWS; j++) _mm_prefetch((const char *)src[j] + (size_t)b * MXFP4_BYTES + next, _MM_HINT_T1);
+        for (int j = 0; j < PK_ROWS; j++) {
+            const uint8_t *s = src[j] + (size_t)b * MXFP4_BYTES;
+            o[j] = s[0];
+            q[j] = _mm_loadu_si128((const __m128i *)(s + 1));
+        }
+        for (int h = 0; h < 2; h++) {     /* rows 4h..4h+3 -> bytes 16h..16h+15 of each vector */
+            const __m128i *a = q + 4 * h;
+            __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpacklo_epi32(a[2], a[3]);
+            __m128i t2 = _mm_unpackhi_epi32(a[0], a[1]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
+            uint8_t *v = o + PK_NIB(GGML_MXFP4) + 16 * h;
+            _mm_storeu_si128((__m128i *)v, _mm_unpacklo_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(v + 32), _mm_unpackhi_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(v + 64), _mm_unpacklo_epi64(t2, t3));
+            _mm_storeu_si128((__m128i *)(v + 96), _mm_unpackhi_epi64(t2, t3));
+        }
+    }
+}
+#endif
+
 /* MXFP4: per block the rows' exponent bytes, their 16 code bytes as Q4_1's vectors. */
 static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
 {
@@ -396,7 +430,15 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
     case GGML_Q5_0:
     case GGML_Q5_1: pk_group_q5(t, src, nb, dst); break;
     case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
-    case GGML_MXFP4: pk_group_fp4(src, nb, dst); break;
+    case GGML_MXFP4:
+#ifdef __SSE2__
+        if (r0 + PK_ROWS <= nrows) {
+            pk_group_fp4_full(src, nb, dst);
+            break;
+        }
+#endif
+        pk_group_fp4(src, nb, dst);
+        break;
     case GGML_IQ1_S:
     case GGML_IQ1_M:
     case GGML_IQ2_XXS:

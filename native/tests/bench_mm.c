@@ -57,5 +57,12 @@ int main(int argc, char **argv) {
     /* weights streamed from memory, as in a decode step: the whole head (30 MB) */
     for (int k = 1; k <= 8; k *= 2) run("head Q8_0 (DRAM)", GGML_Q8_0, 49152, 576, k, 1);
     for (int k = 1; k <= 8; k *= 2) run("Q4_1 (DRAM)", GGML_Q4_1, 49152, 576, k, 1);
+    /* a gpt-oss expert (2880 x 2880 MXFP4) and 24 of them from DRAM: packed at load, or in the
+     * file's layout as a streamed expert is (packed group by group as the tile runs) */
+    for (int p = 1; p >= 0; p--)
+        for (int k = 1; k <= 4; k *= 4) {
+            run("MXFP4 expert", GGML_MXFP4, 2880, 2880, k, p);
+            run("MXFP4 (DRAM)", GGML_MXFP4, 24 * 2880, 2880, k, p);
+        }
     return 0;
 }

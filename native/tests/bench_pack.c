@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
                               GGML_IQ3_S};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         const uint32_t t = types[k];
+        if (!qpack_ok(t, rows, cols)) continue;     /* the K and IQ types need cols % 256 == 0 */
         const size_t rb = ggml_row_bytes(t, cols), bytes = rb * rows;
         uint8_t *src = malloc(bytes), *dst = malloc(qpack_bytes(t, rows, cols));
         for (size_t i = 0; i < bytes; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
