@@ -62,6 +62,7 @@ typedef struct {
     size_t bytes;           /* held[0] + held[1] + held[2] */
 } es_row;
 
+
 typedef struct {
     uint8_t *buf;           /* resident copy (tier 1) or NULL */
     uint8_t *tmp;           /* scratch copy while acquired from disk (or read ahead) */
@@ -114,8 +115,9 @@ struct expert_store {
     uint8_t **pool;         /* free scratch buffers of max_bytes */
     int pool_n, pool_cap;
     int scratch_n;          /* scratch buffers allocated: in use and pooled */
-    uint8_t *spare;         /* the last evicted expert's buffer, for the next admission */
-    size_t spare_bytes;
+    uint8_t *spare[ES_SPARE_MAX];  /* buffers of evicted or cancelled residents, for the next admissions */
+    size_t spare_bytes[ES_SPARE_MAX], spare_sum;
+    int n_spare;
     es_reads rd[2];         /* ACQ, AHEAD */
 };
 
@@ -229,6 +231,29 @@ static const uint8_t *read_landed(const expert_store *s, uint64_t off, size_t n)
     return b;
 }
 
+/* Each row's layout in RAM for the store's mode and budget (packed, direct, held, bytes) and
+ * the largest expert's bytes. */
+static void rows_layout(expert_store *s) {
+    s->max_bytes = 0;
+    for (int r = 0; r < s->rows; r++) {
+        es_row *R = &s->row[r];
+        for (int k = 0; k < 3; k++) {
+            R->packed[k] = (uint8_t)packs(s, R, k);
+            R->direct[k] = !R->packed[k] && s->dfd >= 0 && R->slice[k] >= DIRECT_MIN_SLICE;
+            R->held[k] = R->packed[k] ? qpack_bytes(R->type[k], R->rows[k], R->cols[k])
+                         : R->direct[k] ? (size_t)((R->slice[k] + 2 * PAGE - 1) & ~(PAGE - 1)) : R->slice[k];
+        }
+        /* a direct slice's region must start on a page: every region of such a row is whole pages */
+        const int any_direct = R->direct[0] | R->direct[1] | R->direct[2];
+        R->bytes = 0;
+        for (int k = 0; k < 3; k++) {
+            if (any_direct) R->held[k] = (R->held[k] + PAGE - 1) & ~(PAGE - 1);
+            R->bytes += R->held[k];
+        }
+        if (R->bytes > s->max_bytes) s->max_bytes = R->bytes;
+    }
+}
+
 /* A direct slice's page-aligned cover [off & ~PAGE, roundup(off + n)) by O_DIRECT into the
  * page-aligned region at, so the slice lands at at + (off & (PAGE - 1)) with no copy; a file
  * system that refuses the read gets a buffered one into the same place. 0 ok. */
@@ -286,22 +311,45 @@ static size_t ram_limit(const expert_store *s) {
     return s->o.ram_budget + (s->kv_share > *s->kv_used ? s->kv_share - *s->kv_used : 0);
 }
 
-/* An evicted buffer is kept for the admission that evicted it, most often of the same size: a
- * new buffer's pages are faulted in and zeroed by the kernel on first touch, ~1 ms per 13 MB
- * expert, in the read's critical path. At most one is kept outside ram_used, and the admission
- * that follows an eviction takes it before anything else is allocated. */
+/* The buffer of an evicted expert, or of a read-ahead guess cancelled before its read, is kept
+ * for the admissions that follow, most often of the same size: a new buffer's pages are
+ * faulted in and zeroed by the kernel on first touch (a tenth of the CPU time of a streamed
+ * decode on 2 cores, in the reads' critical path). Spares sit outside ram_used, in the
+ * working buffers the memory budget sets aside (budget.c): at most ES_SPARE_MAX of them and an
+ * eighth of the expert budget, the oldest freed first; NULL frees them all. */
 static void spare_put(expert_store *s, uint8_t *b, size_t bytes) {
-    free(s->spare);
-    s->spare = b;
-    s->spare_bytes = bytes;
+    if (!b) {
+        while (s->n_spare > 0) free(s->spare[--s->n_spare]);
+        s->spare_sum = 0;
+        return;
+    }
+    const size_t cap = s->o.ram_budget / 8;
+    while (s->n_spare > 0 && (s->n_spare == ES_SPARE_MAX || s->spare_sum + bytes > cap)) {
+        free(s->spare[0]);
+        s->spare_sum -= s->spare_bytes[0];
+        s->n_spare--;
+        memmove(s->spare, s->spare + 1, sizeof *s->spare * (size_t)s->n_spare);
+        memmove(s->spare_bytes, s->spare_bytes + 1, sizeof *s->spare_bytes * (size_t)s->n_spare);
+    }
+    if (bytes > cap) {
+        free(b);
+        return;
+    }
+    s->spare[s->n_spare] = b;
+    s->spare_bytes[s->n_spare++] = bytes;
+    s->spare_sum += bytes;
 }
 
 static uint8_t *buffer_take(expert_store *s, size_t bytes) {
-    if (s->spare && s->spare_bytes == bytes) {
-        uint8_t *b = s->spare;
-        s->spare = NULL;
-        return b;
-    }
+    for (int k = s->n_spare - 1; k >= 0; k--)
+        if (s->spare_bytes[k] == bytes) {
+            uint8_t *b = s->spare[k];
+            s->spare_sum -= bytes;
+            s->n_spare--;
+            memmove(s->spare + k, s->spare + k + 1, sizeof *s->spare * (size_t)(s->n_spare - k));
+            memmove(s->spare_bytes + k, s->spare_bytes + k + 1, sizeof *s->spare_bytes * (size_t)(s->n_spare - k));
+            return b;
+        }
     return weights_alloc(bytes ? bytes : 1);
 }
 
@@ -631,6 +679,7 @@ int es_set_budget(expert_store *s, size_t ram_budget, size_t pin_budget, int hol
     s->o.ram_budget = ram_budget;
     s->o.pin_budget = pin_budget;
     s->o.hold_max = hold_max;
+    if (s->n_resident == 0 && s->scratch_n == 0) rows_layout(s);   /* the layout follows the budget */
     while (s->pool_n > 0 && hold_max > 0 && s->scratch_n > 2 * hold_max) scratch_free(s, s->pool[--s->pool_n]);
     if (ram_budget == SIZE_MAX && load_all(s) != 0) return -1;
     es_repin(s, NULL, NULL);
@@ -785,19 +834,9 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
                 es_free(s);
                 return NULL;
             }
-            R->packed[k] = (uint8_t)packs(s, R, k);
-            R->direct[k] = !R->packed[k] && s->dfd >= 0 && R->slice[k] >= DIRECT_MIN_SLICE;
-            R->held[k] = R->packed[k] ? qpack_bytes(R->type[k], R->rows[k], R->cols[k])
-                         : R->direct[k] ? (size_t)((R->slice[k] + 2 * PAGE - 1) & ~(PAGE - 1)) : R->slice[k];
         }
-        /* a direct slice's region must start on a page: every region of such a row is whole pages */
-        const int any_direct = R->direct[0] | R->direct[1] | R->direct[2];
-        for (int k = 0; k < 3; k++) {
-            if (any_direct) R->held[k] = (R->held[k] + PAGE - 1) & ~(PAGE - 1);
-            R->bytes += R->held[k];
-        }
-        if (R->bytes > s->max_bytes) s->max_bytes = R->bytes;
     }
+    rows_layout(s);
 
     if (s->o.usage_path[0] && n > 0) usage_load(s);
 
@@ -833,7 +872,7 @@ void es_free(expert_store *s) {
         }
     for (int i = 0; i < s->pool_n; i++) free(s->pool[i]);
     free(s->pool);
-    free(s->spare);
+    spare_put(s, NULL, 0);
     for (int r = 0; s->row && r < s->rows; r++) free(s->row[r].eoff);
     free(s->row);
     free(s->ent);
@@ -921,7 +960,7 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
         if (ok && J->resident[k]) {
             lru_push_head(s, i);
         } else if (J->resident[k]) {
-            free(x->buf);
+            spare_put(s, x->buf, s->row[J->r].bytes);
             x->buf = NULL;
             s->ram_used -= s->row[J->r].bytes;
             s->n_resident--;

@@ -211,3 +211,33 @@ def test_engine_routes_the_small_file_with_the_realistic_curve(engine_binary, sm
     shares = rp.top_shares(counts)
     # measured 0.40-0.43 / 0.66-0.68 / 0.91-0.92 on this file (uniform routing: ~0.16 / 0.30 / 0.56)
     assert (np.abs(shares - rp.TARGET) < (0.07, 0.06, 0.05)).all(), shares
+
+
+def _greedy_with_logprobs(engine_binary, model, **env):
+    """Greedy text, the DATA headers' logprob fields and the DONE line's hit % of one turn."""
+    e = Engine(engine_binary, env=base_env(model, slots=1, ctx=1024, **env), wait_ready=False)
+    try:
+        e.wait(lambda: e.ready, 180, "READY")
+        r = e.result(e.submit(b"The rivers and bridges of the old city", max_tokens=12, extra=" logprobs=3"),
+                     timeout=300)
+        assert r.done is not None, r.errors
+        tails = [parts[3:] for kind, parts, _ in list(e.events) if kind == "DATA" and int(parts[1]) == r.id]
+    finally:
+        e.close(timeout=120)
+    return r.text, tails, r.stat()["hit_pct"]
+
+
+def test_streamed_mxfp4_experts_give_the_resident_bits(engine_binary, small):
+    """Under a budget the file's MXFP4 experts stay in its layout, read by O_DIRECT straight into
+    their buffers and packed group by group as the tiles run, their buffers recycled as experts
+    are evicted; in RAM they are packed once at load; EXPERT_DIRECT=0 streams them through the
+    page cache and packs them after each read. The three must give the same greedy tokens and
+    the same logprob bits, and the budgeted runs must have read experts from disk."""
+    ram = _greedy_with_logprobs(engine_binary, small)
+    # 100 MB holds 7 of the 64 experts (13.2 MB each): nearly every selection is read
+    direct = _greedy_with_logprobs(engine_binary, small, EXPERT_RAM_MB=100, PIN_MB=0)
+    buffered = _greedy_with_logprobs(engine_binary, small, EXPERT_RAM_MB=100, PIN_MB=0, EXPERT_DIRECT=0)
+    assert ram[2] == 100 and direct[2] < 90 and buffered[2] < 90, (ram[2], direct[2], buffered[2])
+    assert len(ram[1]) == 12 and all(len(t) == 2 + 2 * 3 for t in ram[1]), ram[1][:2]
+    assert direct[:2] == ram[:2]
+    assert buffered[:2] == ram[:2]
