@@ -234,15 +234,14 @@ static size_t kept_bytes(const model_config *c, int keep) {
 }
 
 /* The working buffers: `rows`-row prefills run `chunk` rows at a time, n_slots decoding rows,
- * hold experts at once from disk (and the lookahead's as many), the lanes' landing buffers and
- * the store's spare buffers, an expert's size each. */
+ * hold experts at once from disk. */
 static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int chunk, int hold) {
     const model_config *c = &m->c;
     const size_t rows = (size_t)(chunk > n_slots ? chunk : n_slots);
     const size_t per_slot = (size_t)c->vocab * 8 + (size_t)c->n_moe_rows * (size_t)c->n_experts * 4 +
                             model_state_bytes(m) * (1 + RS_CKPTS);   /* a hybrid's state, its checkpoints */
     const size_t once = (size_t)c->vocab * 8 + (size_t)ctx * 8 + (size_t)pool_threads() * ATT_G * (size_t)ctx * 4;
-    const size_t held = (size_t)(2 * hold + io_lanes() + 1 + ES_SPARE_MAX) * es_expert_bytes(m->es);
+    const size_t held = (size_t)(2 * hold + io_lanes() + 1) * es_expert_bytes(m->es);
     return rows * row_bytes(c) + (size_t)rows_all * whole_row_bytes(c) + (size_t)n_slots * per_slot + once + held +
            kept_bytes(c, n_slots);
 }

@@ -62,7 +62,6 @@ typedef struct {
     size_t bytes;           /* held[0] + held[1] + held[2] */
 } es_row;
 
-
 typedef struct {
     uint8_t *buf;           /* resident copy (tier 1) or NULL */
     uint8_t *tmp;           /* scratch copy while acquired from disk (or read ahead) */
@@ -115,9 +114,6 @@ struct expert_store {
     uint8_t **pool;         /* free scratch buffers of max_bytes */
     int pool_n, pool_cap;
     int scratch_n;          /* scratch buffers allocated: in use and pooled */
-    uint8_t *spare[ES_SPARE_MAX];  /* buffers of evicted or cancelled residents, for the next admissions */
-    size_t spare_bytes[ES_SPARE_MAX], spare_sum;
-    int n_spare;
     es_reads rd[2];         /* ACQ, AHEAD */
 };
 
@@ -191,16 +187,18 @@ static uint64_t slice_off(const expert_store *s, const es_row *R, int k, int e) 
 static _Thread_local uint8_t *rd_buf;
 static _Thread_local size_t rd_cap;
 
-/* Whole huge pages: an O_DIRECT read into 4 KiB pages ran at half the device's rate on a VM
- * (2.0-2.4 against 4.4-4.8 GB/s with 2 MiB pages, 0.9-4.4 MB reads, 1-4 lanes, 2026-12-06):
- * the kernel pins and maps every page of the buffer for each read. */
+/* Whole huge pages for reads from a third of one on: an O_DIRECT read into 4 KiB pages ran at
+ * half the device's rate on a VM (2.0-2.4 against 4.4-4.8 GB/s with 2 MiB pages, 0.9-4.4 MB
+ * reads, 1-4 lanes, 2026-12-06): the kernel pins and maps every page of the buffer for each
+ * read. So rounded, a buffer stays within the expert (three slices) the memory budget counts
+ * for each lane; smaller reads keep page-sized buffers. */
 #define LANDING_PAGE ((size_t)2 << 20)
 
 static uint8_t *landing(size_t n) {
     if (n > rd_cap) {
-        const size_t cap = (n + LANDING_PAGE - 1) & ~(LANDING_PAGE - 1);
+        const size_t align = n >= LANDING_PAGE / 3 ? LANDING_PAGE : 4096, cap = (n + align - 1) & ~(align - 1);
         free(rd_buf);
-        rd_buf = weights_alloc(cap);
+        rd_buf = align == 4096 ? aligned_alloc(4096, cap) : weights_alloc(cap);
         rd_cap = rd_buf ? cap : 0;
     }
     return rd_buf;
@@ -311,52 +309,10 @@ static size_t ram_limit(const expert_store *s) {
     return s->o.ram_budget + (s->kv_share > *s->kv_used ? s->kv_share - *s->kv_used : 0);
 }
 
-/* The buffer of an evicted expert, or of a read-ahead guess cancelled before its read, is kept
- * for the admissions that follow, most often of the same size: a new buffer's pages are
- * faulted in and zeroed by the kernel on first touch (a tenth of the CPU time of a streamed
- * decode on 2 cores, in the reads' critical path). Spares sit outside ram_used, in the
- * working buffers the memory budget sets aside (budget.c): at most ES_SPARE_MAX of them and an
- * eighth of the expert budget, the oldest freed first; NULL frees them all. */
-static void spare_put(expert_store *s, uint8_t *b, size_t bytes) {
-    if (!b) {
-        while (s->n_spare > 0) free(s->spare[--s->n_spare]);
-        s->spare_sum = 0;
-        return;
-    }
-    const size_t cap = s->o.ram_budget / 8;
-    while (s->n_spare > 0 && (s->n_spare == ES_SPARE_MAX || s->spare_sum + bytes > cap)) {
-        free(s->spare[0]);
-        s->spare_sum -= s->spare_bytes[0];
-        s->n_spare--;
-        memmove(s->spare, s->spare + 1, sizeof *s->spare * (size_t)s->n_spare);
-        memmove(s->spare_bytes, s->spare_bytes + 1, sizeof *s->spare_bytes * (size_t)s->n_spare);
-    }
-    if (bytes > cap) {
-        free(b);
-        return;
-    }
-    s->spare[s->n_spare] = b;
-    s->spare_bytes[s->n_spare++] = bytes;
-    s->spare_sum += bytes;
-}
-
-static uint8_t *buffer_take(expert_store *s, size_t bytes) {
-    for (int k = s->n_spare - 1; k >= 0; k--)
-        if (s->spare_bytes[k] == bytes) {
-            uint8_t *b = s->spare[k];
-            s->spare_sum -= bytes;
-            s->n_spare--;
-            memmove(s->spare + k, s->spare + k + 1, sizeof *s->spare * (size_t)(s->n_spare - k));
-            memmove(s->spare_bytes + k, s->spare_bytes + k + 1, sizeof *s->spare_bytes * (size_t)(s->n_spare - k));
-            return b;
-        }
-    return weights_alloc(bytes ? bytes : 1);
-}
-
 static void evict(expert_store *s, int i) {
     if (s->ent[i].pinned) s->ent[i].pinned = 0;
     else lru_unlink(s, i);
-    spare_put(s, s->ent[i].buf, s->row[i / s->cols].bytes);
+    free(s->ent[i].buf);
     s->ent[i].buf = NULL;
     s->ram_used -= s->row[i / s->cols].bytes;
     s->n_resident--;
@@ -722,16 +678,13 @@ void es_kv_room(void *store, size_t kv_after) {
     if (!s || !s->kv_used || s->o.ram_budget == SIZE_MAX) return;
     const size_t cap = s->o.ram_budget + s->kv_share;
     const size_t lim = cap > kv_after ? cap - kv_after : 0;
-    spare_put(s, NULL, 0);          /* what is given back to the KV is freed, not kept */
-    if (evict_to(s, lim, UINT64_MAX) == 0) goto out;
+    if (evict_to(s, lim, UINT64_MAX) == 0) return;
     if (s->rd[AHEAD].active) {
         reads_settle(s, &s->rd[AHEAD], NULL);
         ahead_retire(s, s->rd[AHEAD].r);
-        if (evict_to(s, lim, UINT64_MAX) == 0) goto out;
+        if (evict_to(s, lim, UINT64_MAX) == 0) return;
     }
     for (int v; s->ram_used > lim && (v = coldest_pin(s)) >= 0;) evict(s, v);
-out:
-    spare_put(s, NULL, 0);
 }
 
 int es_hold_max(const expert_store *s) {
@@ -872,7 +825,6 @@ void es_free(expert_store *s) {
         }
     for (int i = 0; i < s->pool_n; i++) free(s->pool[i]);
     free(s->pool);
-    spare_put(s, NULL, 0);
     for (int r = 0; s->row && r < s->rows; r++) free(s->row[r].eoff);
     free(s->row);
     free(s->ent);
@@ -904,7 +856,7 @@ static void read_task(void *vctx, int t) {
 static uint8_t *reserve_resident(expert_store *s, int r, int i, uint64_t cand) {
     const size_t bytes = s->row[r].bytes;
     uint8_t *b = NULL;
-    if (make_room(s, bytes, cand) != 0 || !(b = buffer_take(s, bytes))) return NULL;
+    if (make_room(s, bytes, cand) != 0 || !(b = weights_alloc(bytes ? bytes : 1))) return NULL;
     s->ram_used += bytes;
     s->n_resident++;
     s->ent[i].buf = b;
@@ -960,7 +912,7 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
         if (ok && J->resident[k]) {
             lru_push_head(s, i);
         } else if (J->resident[k]) {
-            spare_put(s, x->buf, s->row[J->r].bytes);
+            free(x->buf);
             x->buf = NULL;
             s->ram_used -= s->row[J->r].bytes;
             s->n_resident--;

@@ -99,8 +99,6 @@ void es_repin(expert_store *s, repin_cb cb, void *ud);
 #define ES_USAGE_BUSY 1
 int es_usage_save(expert_store *s);
 size_t es_expert_bytes(const expert_store *s);           /* bytes of one expert (gate+up+down) */
-/* Buffers of evicted experts the store keeps for the next admissions (outside its RAM budget). */
-#define ES_SPARE_MAX 4
 size_t es_all_bytes(const expert_store *s);              /* bytes of every expert in RAM */
 /* The budgets set after creation (the memory budget's split, once the rest is measured):
  * ram_budget SIZE_MAX reads every expert now; otherwise the hottest are pinned within

@@ -229,8 +229,7 @@ def _greedy_with_logprobs(engine_binary, model, **env):
 
 def test_streamed_mxfp4_experts_give_the_resident_bits(engine_binary, small):
     """Under a budget the file's MXFP4 experts stay in its layout, read by O_DIRECT straight into
-    their buffers and packed group by group as the tiles run, their buffers recycled as experts
-    are evicted; in RAM they are packed once at load; EXPERT_DIRECT=0 streams them through the
+    their buffers and packed group by group as the tiles run; in RAM they are packed once at load; EXPERT_DIRECT=0 streams them through the
     page cache and packs them after each read. The three must give the same greedy tokens and
     the same logprob bits, and the budgeted runs must have read experts from disk."""
     ram = _greedy_with_logprobs(engine_binary, small)
