@@ -204,23 +204,31 @@ static uint8_t *landing(size_t n) {
     return rd_buf;
 }
 
+/* The page-aligned cover of n bytes at off, [off & ~PAGE, roundup(off + n)), by O_DIRECT into
+ * the page-aligned buf; 1 when the bytes wanted arrived (the file may end inside the last
+ * page), 0 when the file system refused or came up short. */
+static int read_cover(const expert_store *s, uint64_t off, size_t n, uint8_t *buf) {
+    const uint64_t a0 = off & ~(PAGE - 1), a1 = (off + n + PAGE - 1) & ~(PAGE - 1);
+    size_t got = 0;
+    while (got < a1 - a0) {
+        ssize_t k = pread(s->dfd, buf + got, (size_t)(a1 - a0) - got, (off_t)(a0 + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;                  /* end of file inside the last page */
+        got += (size_t)k;
+    }
+    return got >= off - a0 + n;
+}
+
 /* n bytes at off: with O_DIRECT (no page cache at all: the budget is the memory experts take,
  * no copy out of the cache, no readahead past the slice) into the landing buffer, returning
  * where the bytes start in it; else a buffered pread whose pages are dropped after. NULL on
  * error. */
 static const uint8_t *read_landed(const expert_store *s, uint64_t off, size_t n) {
     if (s->dfd >= 0) {
-        const uint64_t a0 = off & ~(uint64_t)4095, a1 = (off + n + 4095) & ~(uint64_t)4095;
+        const uint64_t a0 = off & ~(PAGE - 1), a1 = (off + n + PAGE - 1) & ~(PAGE - 1);
         uint8_t *b = landing((size_t)(a1 - a0));
         if (!b) return NULL;
-        size_t got = 0;
-        while (got < a1 - a0) {
-            ssize_t k = pread(s->dfd, b + got, (size_t)(a1 - a0) - got, (off_t)(a0 + got));
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) break;                  /* end of file inside the last page */
-            got += (size_t)k;
-        }
-        if (got >= off - a0 + n) return b + (off - a0);
+        if (read_cover(s, off, n, b)) return b + (off - a0);
         /* fall through: a file system that refuses this read takes the buffered path */
     }
     uint8_t *b = landing(n);
@@ -256,16 +264,8 @@ static void rows_layout(expert_store *s) {
  * page-aligned region at, so the slice lands at at + (off & (PAGE - 1)) with no copy; a file
  * system that refuses the read gets a buffered one into the same place. 0 ok. */
 static int read_direct(const expert_store *s, uint64_t off, size_t n, uint8_t *at) {
-    const uint64_t a0 = off & ~(PAGE - 1), a1 = (off + n + PAGE - 1) & ~(PAGE - 1);
-    size_t got = 0;
-    while (got < a1 - a0) {
-        ssize_t k = pread(s->dfd, at + got, (size_t)(a1 - a0) - got, (off_t)(a0 + got));
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;                      /* end of file inside the last page */
-        got += (size_t)k;
-    }
-    if (got >= off - a0 + n) return 0;
-    if (read_at(s, at + (off - a0), n, off) != 0) return -1;
+    if (read_cover(s, off, n, at)) return 0;
+    if (read_at(s, at + (off & (PAGE - 1)), n, off) != 0) return -1;
     gguf_drop_cache(s->fd, off, n);
     return 0;
 }
