@@ -182,9 +182,16 @@ static void pk_group_fp4_full(const uint8_t *const *src, int nb, uint8_t *dst)
 }
 #endif
 
-/* MXFP4: per block the rows' exponent bytes, their 16 code bytes as Q4_1's vectors. */
+/* MXFP4: per block the rows' exponent bytes, their 16 code bytes as Q4_1's vectors (in registers
+ * where SSE2 has it and all 8 rows are present, as BF16's). */
 static void pk_group_fp4(const uint8_t *const *src, int nb, uint8_t *dst)
 {
+#ifdef __SSE2__
+    if (src[PK_ROWS - 1]) {                 /* padding rows are the last ones */
+        pk_group_fp4_full(src, nb, dst);
+        return;
+    }
+#endif
     for (int b = 0; b < nb; b++) {
         uint8_t *o = dst + (size_t)b * PK_BLK(GGML_MXFP4);
         for (int j = 0; j < PK_ROWS; j++) {
@@ -430,15 +437,7 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
     case GGML_Q5_0:
     case GGML_Q5_1: pk_group_q5(t, src, nb, dst); break;
     case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
-    case GGML_MXFP4:
-#ifdef __SSE2__
-        if (r0 + PK_ROWS <= nrows) {
-            pk_group_fp4_full(src, nb, dst);
-            break;
-        }
-#endif
-        pk_group_fp4(src, nb, dst);
-        break;
+    case GGML_MXFP4: pk_group_fp4(src, nb, dst); break;
     case GGML_IQ1_S:
     case GGML_IQ1_M:
     case GGML_IQ2_XXS:

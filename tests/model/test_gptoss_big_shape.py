@@ -229,9 +229,10 @@ def _greedy_with_logprobs(engine_binary, model, **env):
 
 def test_streamed_mxfp4_experts_give_the_resident_bits(engine_binary, small):
     """Under a budget the file's MXFP4 experts stay in its layout, read by O_DIRECT straight into
-    their buffers and packed group by group as the tiles run; in RAM they are packed once at load; EXPERT_DIRECT=0 streams them through the
-    page cache and packs them after each read. The three must give the same greedy tokens and
-    the same logprob bits, and the budgeted runs must have read experts from disk."""
+    their buffers and packed group by group as the tiles run; in RAM they are packed once at
+    load; EXPERT_DIRECT=0 streams them through the page cache and packs them after each read.
+    The three must give the same greedy tokens and the same logprob bits, and the budgeted runs
+    must have read experts from disk."""
     ram = _greedy_with_logprobs(engine_binary, small)
     # 100 MB holds 7 of the 64 experts (13.2 MB each): nearly every selection is read
     direct = _greedy_with_logprobs(engine_binary, small, EXPERT_RAM_MB=100, PIN_MB=0)
