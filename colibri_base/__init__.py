@@ -11,12 +11,13 @@ in which any module could reach any other. Here the shared pieces stand below al
   engine_bridge                the engine's bridge and its client
   colibri_base                 this package
 
-Modules: access (staff-only views), cache (the Redis cache backend), layers (the default channel
-layer), lean (the API's short middleware chain and `database_call`), metrics (the /metrics and
-/v1/stats registry), socket_access (whether an open websocket may still act).
+Modules: access (staff-only views), cache (the Redis cache backend), frames (websocket frame
+declarations rendered as TypeScript and checked in tests), layers (the default channel layer), lean
+(the API's short middleware chain and `database_call`), metrics (the /metrics and /v1/stats
+registry), socket_access (whether an open websocket may still act).
 
 Invariant: nothing here imports an app, engine_bridge or colibri_site; what it needs from above
 is handed in by the caller (metrics.stats takes the bridge-state reader, metrics.declare_surfaces
-the API's surface names). pyproject.toml's import-linter contracts hold every layer to this, run
-by tests/test_layers.py.
+the API's surface names, each socket app builds its own frames.FrameSet). pyproject.toml's
+import-linter contracts hold every layer to this, run by tests/test_layers.py.
 """

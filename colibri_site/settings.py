@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "experts",
     "api",
     "ops",
+    "colibri_site",  # for its management command (frames_ts), which spans the apps
 ]
 
 MIDDLEWARE = [

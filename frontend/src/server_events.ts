@@ -1,4 +1,4 @@
-// Generated from chat/server_frames.py by `python manage.py chat_frames_ts`: do not edit by hand
+// Generated from chat/server_frames.py by `python manage.py frames_ts`: do not edit by hand
 // (tests/web/test_chat_frames.py fails while this file differs from what the server declares).
 import type { Conversation, Message } from "./api";
 

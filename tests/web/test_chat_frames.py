@@ -5,42 +5,36 @@ path must go through the funnel, and a reasoning model's thinking streams as `th
 stored and exported with its message, and never goes back into the next turn's prompt."""
 import ast
 import json
-import re
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
 from chat import server_frames
-from chat.management.commands.chat_frames_ts import TARGET
 from chat.models import Conversation, Message
+from colibri_base.frames import COMMAND, interface_keys
 from tests.web.fakes import connect, done_event, frames_until
 
 ROOT = Path(__file__).resolve().parents[2]
-API_TS = ROOT / "frontend" / "src" / "api.ts"
+TARGET = server_frames.FRAME_SET.target
 
 
 def test_the_front_ends_server_event_type_is_generated_from_the_declarations():
     on_disk = (ROOT / TARGET).read_text()
     assert on_disk == server_frames.typescript(), (
-        f"{TARGET} is stale: run `python manage.py chat_frames_ts` (then `npm run build` in frontend/)")
+        f"{TARGET} is stale: run `{COMMAND}` (then `npm run build` in frontend/)")
     # The drift this replaced: error frames carry field and ref, the hand-written union had neither.
     error_line = next(line for line in on_disk.splitlines() if '"error"' in line)
     assert "field?: string" in error_line and "ref?: string" in error_line
 
 
-def _ts_interface_keys(name: str) -> dict[str, bool]:
-    """{key: optional} of `export interface <name> { ... }` in api.ts."""
-    body = re.search(rf"export interface {name} \{{(.*?)\n\}}", API_TS.read_text(), re.S)
-    assert body, f"api.ts declares no interface {name}"
-    return {m[1]: m[2] == "?" for m in re.finditer(r"^\s+(\w+)(\??):", body[1], re.M)}
-
-
 @pytest.mark.parametrize("data,ts_name", list(server_frames.TS_NAMES.items()))
 def test_the_hand_written_interfaces_declare_every_key_the_server_sends(data, ts_name):
-    ts = _ts_interface_keys(ts_name)
+    ts_file = server_frames.FRAME_SET.ts_files[ts_name]
+    ts = interface_keys((ROOT / ts_file).read_text(), ts_name)
+    assert ts is not None, f"{ts_file} declares no interface {ts_name}"
     missing = [k for k in data.__annotations__ if k not in ts]
-    assert missing == [], f"api.ts {ts_name} lacks {missing}"
+    assert missing == [], f"{ts_file} {ts_name} lacks {missing}"
     # A key the server always sends may be optional in TS (older rows, messages built on the page);
     # a key TS requires must be one the server always sends.
     required_in_ts = {k for k, optional in ts.items() if not optional}
