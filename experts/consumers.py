@@ -10,6 +10,8 @@ merges, so the page's rates stay honest.
 One engine host at a time (issue 26 item 3): `/ws/atlas/?bridge=<id>` shows that bridge (the
 page's host picker, fed by the snapshot's `bridges`), no query the default one; a bridge that is
 not live closes the socket with CLOSE_UNKNOWN_BRIDGE. Pushes of other bridges are dropped.
+
+Every frame is built by experts/server_frames.py (the page's ServerFrame type is generated from it).
 """
 import asyncio
 from collections.abc import Mapping
@@ -21,14 +23,14 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from colibri_base import socket_access
 from engine_bridge import fleet, registry, telemetry
-from experts import services
+from experts import server_frames, services
 from experts.atlas_format import parse_key
 
 FLUSH_S = 0.05
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_UNKNOWN_BRIDGE = 4404
-LATEST = ("up", "status", "model", "tiers", "emap", "entropy", "busy", "queue")
+LATEST = server_frames.LATEST  # the state fields a frame carries at their newest value
 
 
 _access_valid = database_sync_to_async(socket_access.socket_access_valid)
@@ -78,19 +80,16 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
         try:
             self.bridge = fleet.bridge_choice(_asked_bridge(self.scope), bridges)
         except fleet.UnknownBridge as exc:
-            await self.send_json({"type": "error", "field": "bridge", "detail": exc.detail})
+            await self.send_json(server_frames.error("bridge", exc.detail))
             return await self.close(code=CLOSE_UNKNOWN_BRIDGE)
         self.pending, self.flush_handle, self.rows, self.model = {}, None, None, None
         self.access_watch = asyncio.create_task(self._watch_access(user.pk))
         await self.channel_layer.group_add(telemetry.GROUP, self.channel_name)
         await self.channel_layer.group_add(services.BUILD_GROUP, self.channel_name)
         state = await telemetry.aget_state(self.bridge)
-        # No `repin`: the state's last REPINs happened before this page opened (they carry no
-        # time), and the page's timeline lists only the changes it sees arrive.
-        snapshot = {k: state.get(k) for k in LATEST + ("hits", "seq", "updated")}
-        snapshot.update(await self._layer_fields(state.get("emap"), state.get("model")))
+        layers = await self._layer_fields(state.get("emap"), state.get("model"))
         report = fleet.fleet_report(bridges)
-        await self.send_json({"type": "snapshot", **snapshot, "bridge": self.bridge, "bridges": report["bridges"]})
+        await self.send_json(server_frames.snapshot(state, layers, self.bridge, report["bridges"]))
 
     async def _watch_access(self, user_id: int) -> None:
         """Closes the socket (4401) once its user is no longer active staff or its session expired
@@ -120,7 +119,8 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         pass  # the page only listens
 
-    async def _layer_fields(self, emap: dict | None, model: dict | None) -> dict[str, Any]:
+    async def _layer_fields(self, emap: dict | None, model: dict | None) -> server_frames.LayerFields:
+        """The EMAP rows' layers, only when the number of rows changed since the last frame."""
         if model is not None:
             self.model = model
         rows = (emap or {}).get("rows")
@@ -153,14 +153,14 @@ class AtlasConsumer(AsyncJsonWebsocketConsumer):
 
     async def _flush(self) -> None:
         self.flush_handle = None
-        frame, self.pending = self.pending, {}
-        if not frame:
+        coalesced, self.pending = self.pending, {}
+        if not coalesced:
             return
-        frame.update(await self._layer_fields(frame.get("emap"), frame.get("model")))
-        await self.send_json({"type": "telemetry", **frame})
+        layers = await self._layer_fields(coalesced.get("emap"), coalesced.get("model"))
+        await self.send_json(server_frames.telemetry(coalesced, layers))
 
     async def atlas_build(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "build", "build": event["build"]})
+        await self.send_json(server_frames.build(event["build"]))
 
     async def atlas_saved(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "atlas", "atlas": event["atlas"]})
+        await self.send_json(server_frames.atlas(event["atlas"]))

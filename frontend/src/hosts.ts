@@ -3,6 +3,8 @@
 // shown selected. A choice reloads the page with ?bridge=<id>, so the page starts clean from that
 // host's snapshot and the address names the host it shows (a link or a reload keeps it).
 
+// One live bridge (engine_bridge.fleet.bridge_entry); must declare every key of
+// experts/server_frames.py's BridgeEntryData (tests/experts/test_atlas_frames.py checks).
 export interface BridgeEntry {
   id: string;
   host: string;
@@ -11,6 +13,9 @@ export interface BridgeEntry {
   slots: number;
   busy: number;
   queued: number;
+  queue_limit: number; // its queue's bound (0: unknown)
+  context: number;     // context length
+  beat_age_s: number;  // seconds since its last heartbeat
 }
 
 // The bridge the address asks for (?bridge=<id>), or null for the default one.

@@ -1,4 +1,7 @@
-"""/ws/atlas/: staff only; the bridge's telemetry reaches the page pushed, coalesced per frame."""
+"""/ws/atlas/: staff only; the bridge's telemetry reaches the page pushed, coalesced per frame.
+
+Every frame these tests receive is held to its declaration in experts/server_frames.py (`receive`):
+what the page's generated ServerFrame type says is what the real consumer sends."""
 import asyncio
 
 import pytest
@@ -9,7 +12,9 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from engine_bridge import telemetry
+from experts import server_frames, services
 from experts.consumers import or_hits
+from experts.models import AtlasBuild
 from experts.routing import websocket_urlpatterns
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -41,6 +46,13 @@ async def connect(user, path="/ws/atlas/"):
     return communicator
 
 
+async def receive(ws, timeout=2):
+    """The next frame, once it conforms to its declaration (server_frames.problems)."""
+    frame = await ws.receive_json_from(timeout=timeout)
+    assert server_frames.problems(frame) == [], frame
+    return frame
+
+
 def test_it_ors_hits_bitmaps():
     assert or_hits("", "f8fc") == "f8fc"
     assert or_hits("0100", "0300") == "0300"
@@ -49,7 +61,7 @@ def test_it_ors_hits_bitmaps():
 
 async def test_it_pushes_hits_to_staff_coalesced(layer, staff):
     ws = await connect(staff)
-    snapshot = await ws.receive_json_from(timeout=2)
+    snapshot = await receive(ws)
     assert snapshot["type"] == "snapshot"
     assert snapshot["emap"] == EMAP
     assert snapshot["layers"] == [0, 1] and snapshot["layer_source"] == "model"
@@ -60,7 +72,7 @@ async def test_it_pushes_hits_to_staff_coalesced(layer, staff):
         publisher.update(hits={"rows": 2, "cols": 8, "hex": "0100"}, seq=1)
         publisher.update(hits={"rows": 2, "cols": 8, "hex": "0080"}, seq=2)
         publisher.add_repin({"layer": 1, "expert": 3, "old_tier": 0, "gpu": 0})
-        frame = await ws.receive_json_from(timeout=2)
+        frame = await receive(ws)
     finally:
         pusher.cancel()
         await publisher.client.aclose()
@@ -74,7 +86,7 @@ async def test_it_shows_one_engine_host_and_drops_the_pushes_of_the_others(layer
     """Several bridges push to the one group: the page shows the bridge it was opened on (the
     default here: "main") and a push of another bridge never reaches it."""
     ws = await connect(staff)
-    snapshot = await ws.receive_json_from(timeout=2)
+    snapshot = await receive(ws)
     assert snapshot["bridge"] == "main" and snapshot["bridges"] == []  # no bridge registered in this test
     other, own = telemetry.Publisher(bridge="other"), telemetry.Publisher(bridge="main")
     pushers = [asyncio.create_task(p.push_loop()) for p in (other, own)]
@@ -82,7 +94,7 @@ async def test_it_shows_one_engine_host_and_drops_the_pushes_of_the_others(layer
         other.update(hits={"rows": 2, "cols": 8, "hex": "ff00"}, seq=1)
         await asyncio.sleep(0.3)  # the other host's batch has gone out (PUSH_MIN_INTERVAL 0.05 s)
         own.update(hits={"rows": 2, "cols": 8, "hex": "0001"}, seq=1)
-        frame = await ws.receive_json_from(timeout=2)
+        frame = await receive(ws)
     finally:
         for task in pushers:
             task.cancel()
@@ -95,7 +107,7 @@ async def test_it_shows_one_engine_host_and_drops_the_pushes_of_the_others(layer
 
 async def test_a_bridge_that_is_not_live_is_refused_naming_it(layer, staff):
     ws = await connect(staff, "/ws/atlas/?bridge=gone-host")
-    error = await ws.receive_json_from(timeout=2)
+    error = await receive(ws)
     assert error["type"] == "error" and error["field"] == "bridge" and "'gone-host'" in error["detail"]
     assert await ws.receive_output(timeout=2) == {"type": "websocket.close", "code": 4404}
 
@@ -111,11 +123,12 @@ async def test_it_forwards_finished_turns_figures_when_the_bridge_sends_them(lay
     from channels.layers import get_channel_layer
 
     ws = await connect(staff)
-    await ws.receive_json_from(timeout=2)  # the snapshot
-    items = [{"n": 1, "turn": {"hit_pct": 87.5}}, {"n": 2, "busy": 0}, {"n": 3, "turn": {"hit_pct": 90.0}}]
+    await receive(ws)  # the snapshot
+    turns = [{"hit_pct": 87.5, "tok_s": 31.2, "completion_tokens": 40}, {"hit_pct": 90.0, "tok_s": 30.8, "completion_tokens": 12}]
+    items = [{"n": 1, "turn": turns[0]}, {"n": 2, "busy": 0}, {"n": 3, "turn": turns[1]}]
     await get_channel_layer().group_send(telemetry.GROUP, {"type": "telemetry.batch", "boot": "b", "items": items})
-    frame = await ws.receive_json_from(timeout=2)
-    assert frame["turns"] == [{"hit_pct": 87.5}, {"hit_pct": 90.0}] and frame["busy"] == 0
+    frame = await receive(ws)
+    assert frame["turns"] == turns and frame["busy"] == 0
     await ws.disconnect()
 
 
@@ -126,10 +139,29 @@ async def test_an_open_atlas_socket_closes_when_its_session_ends_or_staff_is_rev
     from colibri_base.socket_access import CHECK_S
 
     ws = await connect(staff)
-    assert (await ws.receive_json_from(timeout=2))["type"] == "snapshot"
+    assert (await receive(ws))["type"] == "snapshot"
     await database_sync_to_async(Session.objects.all().delete)()
     assert await ws.receive_output(timeout=CHECK_S + 3) == {"type": "websocket.close", "code": 4401}
     ws = await connect(staff)
-    assert (await ws.receive_json_from(timeout=2))["type"] == "snapshot"
+    assert (await receive(ws))["type"] == "snapshot"
     await database_sync_to_async(django_user_model.objects.filter(pk=staff.pk).update)(is_staff=False)
     assert await ws.receive_output(timeout=CHECK_S + 3) == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_builds_progress_and_a_saved_atlas_reach_the_page(layer, staff, sample_bytes):
+    """The group's `atlas.build` (experts.services.build_publish) and `atlas.saved` messages
+    become the page's `build` and `atlas` frames, carrying the rows' dicts whole."""
+    from channels.layers import get_channel_layer
+
+    ws = await connect(staff)
+    await receive(ws)  # the snapshot
+    build = await AtlasBuild.objects.acreate(model_name="tiny-moe", served_model="tiny-moe", total=8, done=3)
+    await database_sync_to_async(services.build_publish)(build=build)
+    frame = await receive(ws)
+    assert frame == {"type": "build", "build": build.as_dict()}
+    atlas = await database_sync_to_async(services.atlas_import)(content=sample_bytes, model_name="tiny-moe")
+    await get_channel_layer().group_send(services.BUILD_GROUP, {"type": "atlas.saved", "atlas": atlas.as_dict()})
+    frame = await receive(ws)
+    assert frame["type"] == "atlas" and frame["atlas"]["id"] == atlas.pk
+    assert set(frame["atlas"]) == set(server_frames.AtlasInfoData.__annotations__)
+    await ws.disconnect()

@@ -12,8 +12,9 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from chat import server_frames as chat_frames
 from colibri_base.frames import COMMAND, FrameSet
+from experts import server_frames as atlas_frames
 
-FRAME_SETS: tuple[FrameSet, ...] = (chat_frames.FRAME_SET,)
+FRAME_SETS: tuple[FrameSet, ...] = (chat_frames.FRAME_SET, atlas_frames.FRAME_SET)
 
 
 class Command(BaseCommand):

@@ -9,7 +9,7 @@ import { MapView } from "./map";
 import { addRepins, renderEntropy, renderLegend, renderSeries } from "./panels";
 import { HostPicker } from "../hosts";
 import { ioFigures } from "../ops/io";
-import type { AtlasDoc, AtlasInfo, MessageRouting, PhaseRouting, ServerFrame, TelemetryFrame, TiersInfo } from "./types";
+import type { AtlasDoc, AtlasInfo, MessageRouting, PhaseRouting, ServerFrame, TelemetryFields, TiersInfo } from "./types";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const SERIES_KEEP = 120;
@@ -179,7 +179,7 @@ export function mount(): void {
     if (row >= 0) showCard(row, expert, grid.cellCentre(row, expert).x, grid.cellCentre(row, expert).y);
   });
 
-  function apply(f: TelemetryFrame): void {
+  function apply(f: TelemetryFields): void {
     if (f.layers) grid.setLayers(f.layers);
     if (f.layer_source) $("layer-source").textContent = `layer numbers from: ${f.layer_source}`;
     if (f.emap) {
@@ -229,10 +229,11 @@ export function mount(): void {
   const hosts = new HostPicker($("atlas-host"));
   const socket = new AtlasSocket((frame: ServerFrame) => {
     if (frame.type === "snapshot") {
-      if (frame.bridge) hosts.set(frame.bridges ?? [], frame.bridge);
-      // The snapshot is the state before the page opened: no flashes, and no REPIN history in the
-      // timeline (it would be stamped with the load time), only changes that arrive from now on.
-      apply({ ...frame, hits: null, repin: undefined });
+      if (frame.bridge) hosts.set(frame.bridges, frame.bridge);
+      // The snapshot is the state before the page opened: no flashes (its hits are dropped), and
+      // no REPIN history in the timeline (the server sends none: it would be stamped with the load
+      // time), only changes that arrive from now on.
+      apply({ ...frame, hits: undefined });
       if (!frame.emap || !frame.emap.rows) $("engine-state").textContent = "no expert map (engine down or dense model)";
     } else if (frame.type === "telemetry") apply(frame);
     else if (frame.type === "build") library.showBuild(frame.build);

@@ -1,30 +1,22 @@
 // Shapes of what the atlas page receives (experts/views.py, experts/consumers.py) and of
-// colibri's experts.json (peers.md §4).
-import type { BridgeEntry } from "../hosts";
+// colibri's experts.json (peers.md §4). The socket's frames (ServerFrame) are generated from
+// experts/server_frames.py into server_frames.ts; Grid, TiersInfo, Repin, Build and AtlasInfo below
+// must declare every key the server's GridData, TiersData, RepinData, BuildData and AtlasInfoData
+// have (tests/experts/test_atlas_frames.py checks).
 import type { TurnIo } from "../ops/io";
+import type { ServerFrame } from "./server_frames";
+
+export type { ServerFrame };
+
+// What the page applies from a frame: a telemetry frame's keys, each optional (the snapshot
+// carries the same state fields, and the page applies it as one).
+export type TelemetryFields = Omit<Extract<ServerFrame, { type: "telemetry" }>, "type">;
 
 export interface Grid { rows: number; cols: number; hex: string }
 
 export interface TiersInfo { vram_experts: number; ram_experts: number; disk_experts: number; vram_gb: number; ram_gb: number }
 
 export interface Repin { layer: number; expert: number; old_tier: number; gpu: number }
-
-export interface TelemetryFrame {
-  up?: boolean;
-  status?: string;
-  model?: Record<string, unknown> | null;
-  tiers?: TiersInfo | null;
-  emap?: Grid | null;
-  hits?: Grid | null;
-  entropy?: number[] | null;
-  busy?: number;
-  queue?: number;
-  repin?: Repin[];
-  turns?: { hit_pct?: number | null }[];  // finished turns' DONE figures, when the bridge pushes them
-  windows?: number;           // HITS windows merged into this frame's bitmap
-  layers?: number[];          // absolute layer index per EMAP row
-  layer_source?: string;      // engine | atlas | atlas+extra | model | rows
-}
 
 export interface AtlasEntry { affinity: Record<string, number>; entropy: number; top: string; label: string }
 export interface AtlasDoc { categories: string[]; experts: Record<string, AtlasEntry> }
@@ -67,10 +59,3 @@ export interface MessageRouting {
   // "answer"); null when the engine reported no per-token routing.
   phases?: Record<string, PhaseRouting> | null;
 }
-
-export type ServerFrame =
-  | ({ type: "snapshot"; bridge?: string; bridges?: BridgeEntry[] } & TelemetryFrame)
-  | ({ type: "telemetry" } & TelemetryFrame)
-  | { type: "build"; build: Build }
-  | { type: "atlas"; atlas: AtlasInfo }
-  | { type: "error"; field: string; detail: string };
