@@ -76,16 +76,19 @@ typedef struct {
  * for the next row (AHEAD). dst[k] is expert e[k]'s buffer, resident[k] whether it stays.
  * state[k]: QUEUED until a lane starts one of the expert's slices (STARTED: all three are read)
  * or the row's acquisition finds it was a wrong guess first (CANCELLED: none is read), so a
- * wrong guess not yet begun costs no disk time in front of the misses queued after it. */
+ * wrong guess not yet begun costs no disk time in front of the misses queued after it. A wrong
+ * guess found begun is STOPPED: the slices no lane has begun are not read (skipped counts
+ * their bytes), and the expert is kept only if all three were read before. */
 enum { ACQ = 0, AHEAD = 1 };
-enum { QUEUED = 0, STARTED = 1, CANCELLED = 2 };
+enum { QUEUED = 0, STARTED = 1, CANCELLED = 2, STOPPED = 3 };
 typedef struct {
     io_batch b;
     const struct expert_store *s;
     int active, r, n;
     int swept;                  /* AHEAD: its row's acquisition has cancelled the wrong guesses */
     int *e, *resident, *ok;     /* n; ok: 3 per expert (gate, up, down slices) */
-    _Atomic int *state;         /* n: QUEUED, STARTED, CANCELLED */
+    _Atomic int *state;         /* n: QUEUED, STARTED, CANCELLED, STOPPED */
+    _Atomic size_t skipped;     /* bytes of STOPPED experts' slices not read */
     uint8_t **dst;
 } es_reads;
 
@@ -842,8 +845,9 @@ void es_free(expert_store *s) {
 static void read_task(void *vctx, int t) {
     es_reads *J = vctx;
     int st = QUEUED;
-    if (!atomic_compare_exchange_strong(&J->state[t / 3], &st, STARTED) && st == CANCELLED) {
+    if (!atomic_compare_exchange_strong(&J->state[t / 3], &st, STARTED) && (st == CANCELLED || st == STOPPED)) {
         J->ok[t] = 0;
+        if (st == STOPPED) atomic_fetch_add(&J->skipped, J->s->row[J->r].slice[t % 3]);
         return;
     }
     J->ok[t] = read_slice(J->s, J->r, J->e[t / 3], t % 3, J->dst[t / 3]) == 0;
@@ -906,8 +910,10 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
     for (int k = 0; k < J->n; k++) {
         const int i = J->r * s->cols + J->e[k];
         es_ent *x = &s->ent[i];
-        const int cancelled = atomic_load(&J->state[k]) == CANCELLED;
-        const int ok = !cancelled && J->ok[3 * k] && J->ok[3 * k + 1] && J->ok[3 * k + 2];
+        const int st = atomic_load(&J->state[k]);
+        const int read = J->ok[3 * k] && J->ok[3 * k + 1] && J->ok[3 * k + 2];
+        const int cancelled = st == CANCELLED || (st == STOPPED && !read);
+        const int ok = !cancelled && read;
         x->loading = -1;
         if (ok && J->resident[k]) {
             lru_push_head(s, i);
@@ -926,6 +932,7 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
         if (!ok) x->ahead = 0;
         bad += !ok && !cancelled;
     }
+    s->io.disk_bytes -= atomic_exchange(&J->skipped, 0);
     J->active = 0;
     J->swept = 0;
     J->n = 0;
@@ -946,9 +953,10 @@ static void ahead_retire(expert_store *s, int r) {
     }
 }
 
-/* The lookahead's guesses for row r that the acquisition of list does not ask for and that no
- * lane has begun: cancelled, so the misses queued behind them are read first and no disk time
- * goes to them (their bytes come off disk_bytes). A batch swept before (its row acquired again,
+/* The lookahead's guesses for row r that the acquisition of list does not ask for: cancelled
+ * when no lane has begun them, else stopped (the slices not begun are skipped), so the misses
+ * queued behind them are read first and no disk time goes to them (their bytes come off
+ * disk_bytes; a stopped one's at its settle). A batch swept before (its row acquired again,
  * e.g. by a prefill after the last layer's guesses) is settled first: a guess it cancelled may
  * be asked for now, and is then read as a miss. */
 static void ahead_sweep(expert_store *s, int r, const int *list, int n) {
@@ -966,6 +974,8 @@ static void ahead_sweep(expert_store *s, int r, const int *list, int n) {
         if (s->mark[A->e[k]] || s->ent[r * s->cols + A->e[k]].in_use) continue;
         if (atomic_compare_exchange_strong(&A->state[k], &st, CANCELLED))
             s->io.disk_bytes -= file_bytes(R);
+        else if (st == STARTED)
+            atomic_compare_exchange_strong(&A->state[k], &st, STOPPED);
     }
     for (int k = 0; k < n; k++) s->mark[list[k]] = 0;
     A->swept = 1;

@@ -262,6 +262,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
     double t1 = now_s();
     es_io_stats io0, io1;
     es_io(m->es, &io0);
+    const perf_counters pf0 = m->perf;
     int emitted = 0;
     while (emitted < n_gen) {
         int tok = sample_token(logits, vocab, (float)temp, (float)top_p, &rng, scratch, NULL);
@@ -295,6 +296,12 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
                 ? 100.0 * (double)(io1.hits - io0.hits) / (double)(io1.acquisitions - io0.acquisitions) : 100.0,
             1e3 * (io1.stall_s - io0.stall_s) / steps, (unsigned long long)(io1.ahead_used - io0.ahead_used),
             (unsigned long long)(io1.ahead_issued - io0.ahead_issued));
+    /* Where a decode token's time goes: the head and attention run with the I/O lanes idle unless
+     * a lookahead is in flight, so they bound what streaming can overlap. */
+    fprintf(stderr, "time per decode token: %.1f ms | head %.1f ms, attention %.1f ms, experts %.1f ms, "
+                    "expert wait %.1f ms\n", 1e3 * (t2 - t1) / steps, 1e3 * (m->perf.t_head - pf0.t_head) / steps,
+            1e3 * (m->perf.t_attn - pf0.t_attn) / steps, 1e3 * (m->perf.t_emm - pf0.t_emm) / steps,
+            1e3 * (m->perf.t_edisk - pf0.t_edisk) / steps);
 out:
     free(ids);
     free(logits);

@@ -308,6 +308,20 @@ static int moe_phase(model *m, const layer_w *L, const moe_opts *o, int n, const
     return 0;
 }
 
+/* The guesses in descending confidence: the lanes read them in that order, so the least likely
+ * are the last begun and the likeliest to be cancelled unread when the layer's real selection
+ * comes (es_acquire_begin sweeps the unstarted wrong guesses). Insertion sort: at most a few
+ * rows' top-k. */
+static void most_likely_first(int *guess, float *conf, int n) {
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && conf[b - 1] < conf[b]; b--) {
+            const float cf = conf[b];
+            const int g = guess[b];
+            conf[b] = conf[b - 1], guess[b] = guess[b - 1];
+            conf[b - 1] = cf, guess[b - 1] = g;
+        }
+}
+
 /* The next MoE layer's router applied to this layer's input h: each row's top-k guess of the
  * experts it will select there, read ahead on the I/O lanes while this layer computes (a
  * token's hidden state changes little from one layer to the next). Only for decode-sized
@@ -318,7 +332,7 @@ static void moe_read_ahead(model *m, const layer_w *L, const moe_opts *o, const 
     if (n > 4 || L->next_moe < 0 || !es_lookahead(m->es)) return;
     const layer_w *N = &m->layers[L->next_moe];
     const int E = c->n_experts, d = c->d_model;
-    float *lg = fb(&P->ahead_lg, (size_t)n * E);
+    float *lg = fb(&P->ahead_lg, (size_t)n * E + (size_t)E);
     int *guess = ib(&P->guess, (size_t)E * 2);
     if (!lg || !guess) return;
     P->ahead_act.exact = m->exact;
@@ -328,20 +342,28 @@ static void moe_read_ahead(model *m, const layer_w *L, const moe_opts *o, const 
         for (int i = 0; i < n; i++)
             for (int e = 0; e < E; e++) lg[(size_t)i * E + e] += N->router_b[e];
     int *seen = guess + E, ng = 0;
+    float *conf = lg + (size_t)n * E;   /* each guess's score (its best row's) */
     memset(seen, 0, sizeof(int) * (size_t)E);
     for (int i = 0; i < n; i++) {
         const int K = row_experts(c, &rows[i]);
         int s[512];
         float sc[512];
         if (K > 512) return;
-        if (E <= 512) select_experts(o, lg + (size_t)i * E, N->exp_bias, E, K, sc, s);   /* the selection's rule */
-        else top_k_ids(lg + (size_t)i * E, E, K, s);
-        for (int j = 0; j < K; j++)
+        const float *li = lg + (size_t)i * E;
+        if (E <= 512) select_experts(o, li, N->exp_bias, E, K, sc, s);   /* the selection's rule */
+        else top_k_ids(li, E, K, s);
+        for (int j = 0; j < K; j++) {
+            const float v = li[s[j]] + (N->exp_bias ? N->exp_bias[s[j]] : 0.0f);
             if (!seen[s[j]]) {
                 seen[s[j]] = 1;
-                guess[ng++] = s[j];
-            }
+                guess[ng] = s[j];
+                conf[ng++] = v;
+            } else
+                for (int g = 0; g < ng; g++)
+                    if (guess[g] == s[j] && v > conf[g]) conf[g] = v;
+        }
     }
+    most_likely_first(guess, conf, ng);
     es_read_ahead(m->es, N->moe_row, guess, ng);
 }
 
