@@ -65,7 +65,8 @@ hottest 12.5 / 25 / 50 % of experts take about 45 / 67 / 89 % of the picks; (256
 scales).
 
 The header, KV and tensor infos go through gguf's GGUFWriter, then each tensor is streamed in ~16 MB
-chunks: peak RSS ~0.6 GB (the tokenizer's tables). Same arguments -> same bytes.
+chunks: peak RSS ~120 MB whatever --layers (the full file in ~105 s on a loaded 2-core box, a
+--layers 4 one, 3.2 GB, in ~25 s). Same arguments -> same bytes.
 """
 from __future__ import annotations
 
