@@ -136,8 +136,10 @@ def plan(layers: int, experts: int, attn_type: GGMLQuantizationType = Q.Q8_0) ->
     return out
 
 
-def build_vocab() -> tuple[list[str], list[int], list[str]]:
-    """The synthetic 201,088-token vocabulary (module docstring): tokens, GGUF types, merges."""
+def byte_bpe(n_normal: int) -> tuple[list[str], list[str]]:
+    """A synthetic byte-level BPE vocabulary of n_normal (> 65,792) ordinary tokens: ids 0..255 the
+    byte characters in GPT-2's order ("!" first), then every byte pair, then byte triples, each a
+    merge of its prefix and its last byte; returns (tokens, merges), one merge per multi-byte token."""
     chars = sorted(bytes_to_unicode().values())          # "!" .. then the remapped bytes
     tokens = list(chars)
     merges: list[str] = []
@@ -147,12 +149,18 @@ def build_vocab() -> tuple[list[str], list[int], list[str]]:
             merges.append(f"{a} {b}")
     pairs = tokens[256:]
     for pr in pairs:
-        if len(tokens) >= N_NORMAL:
+        if len(tokens) >= n_normal:
             break
-        for c in chars[: N_NORMAL - len(tokens)]:
+        for c in chars[: n_normal - len(tokens)]:
             tokens.append(pr + c)
             merges.append(f"{pr} {c}")
-    assert len(tokens) == N_NORMAL
+    assert len(tokens) == n_normal
+    return tokens, merges
+
+
+def build_vocab() -> tuple[list[str], list[int], list[str]]:
+    """The synthetic 201,088-token vocabulary (module docstring): tokens, GGUF types, merges."""
+    tokens, merges = byte_bpe(N_NORMAL)
     types = [1] * N_NORMAL + [CONTROL] * len(SPECIALS)
     tokens += SPECIALS
     pads = range(len(tokens), N_VOCAB)
@@ -161,11 +169,12 @@ def build_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-def chat_template() -> str:
+def chat_template(rel: str = TEMPLATE) -> str:
+    """The text of llama.cpp's <rel> (a model's published chat template) in $LLAMA_CPP_SRC's tree."""
     src = Path(os.environ.get("LLAMA_CPP_SRC", Path.home() / ".cache/colibri/llama-cpp-python-0.3.36/vendor/llama.cpp"))
-    path = src / TEMPLATE
+    path = src / rel
     if not path.exists():
-        sys.exit(f"gpt-oss's chat template {path} is missing: source scripts/common.sh and run reference_up, "
+        sys.exit(f"the chat template {path} is missing: source scripts/common.sh and run reference_up, "
                  "or set LLAMA_CPP_SRC to a llama.cpp tree")
     return path.read_text()
 
