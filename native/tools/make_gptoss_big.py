@@ -50,10 +50,11 @@ import resource
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import BinaryIO
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, RopeScalingType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import routing_profile  # noqa: E402
@@ -97,7 +98,6 @@ class Spec:
 
 
 def tensor_bytes(qt: GGMLQuantizationType, shape: tuple[int, ...]) -> int:
-    from gguf import GGML_QUANT_SIZES
     block, size = GGML_QUANT_SIZES[qt]
     if shape[-1] % block:
         raise ValueError(f"row of {shape[-1]} values is not a multiple of {qt.name}'s block of {block}")
@@ -210,7 +210,6 @@ def f32_values(spec: Spec, rng: np.random.Generator, row_scales: np.ndarray | No
 
 
 def stream_matrix(fout, spec: Spec, rng: np.random.Generator) -> None:
-    from gguf import GGML_QUANT_SIZES
     rows, cols = int(np.prod(spec.shape[:-1])), spec.shape[-1]
     if spec.qtype == Q.BF16:
         per = max(1, CHUNK // (2 * cols))
@@ -228,6 +227,27 @@ def stream_matrix(fout, spec: Spec, rng: np.random.Generator) -> None:
         blk = rng.integers(0, 256, (n, nb, size), dtype=np.uint8)
         fill(blk, spec.std)
         fout.write(blk.data)
+
+
+def write_header(w: GGUFWriter, specs: list[Spec]) -> BinaryIO:
+    """Declares every tensor of the plan (its type and byte size, no data yet), writes the header,
+    the keys and the tensor infos, and returns the open file positioned at the data's start: the
+    tensors are then streamed one by one in plan order, each followed by its padding."""
+    for s in specs:
+        nb = tensor_bytes(s.qtype, s.shape)
+        if s.qtype == Q.F32:
+            w.add_tensor_info(s.name, s.shape, np.dtype(np.float32), nb)
+        else:
+            block, size = GGML_QUANT_SIZES[s.qtype]
+            w.add_tensor_info(s.name, (*s.shape[:-1], s.shape[-1] // block * size), np.dtype(np.uint8), nb,
+                              raw_dtype=s.qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    assert w.fout is not None
+    fout = w.fout[0]
+    w.write_padding(fout, fout.tell())
+    return fout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,21 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_quantization_version(2)
     w.add_file_type(FILE_TYPE)
     del tokens, types, merges
-    for s in specs:
-        nb = tensor_bytes(s.qtype, s.shape)
-        if s.qtype == Q.F32:
-            w.add_tensor_info(s.name, s.shape, np.dtype(np.float32), nb)
-        else:
-            from gguf import GGML_QUANT_SIZES
-            block, size = GGML_QUANT_SIZES[s.qtype]
-            w.add_tensor_info(s.name, (*s.shape[:-1], s.shape[-1] // block * size), np.dtype(np.uint8), nb,
-                              raw_dtype=s.qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    assert w.fout is not None
-    fout = w.fout[0]
-    w.write_padding(fout, fout.tell())
+    fout = write_header(w, specs)
 
     total = 0
     for ti, s in enumerate(specs):

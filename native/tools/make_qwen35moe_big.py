@@ -83,7 +83,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import routing_profile  # noqa: E402
 from make_arch_fixture import use_more_bits  # noqa: E402
-from make_gptoss_big import CHUNK, Spec, byte_bpe, chat_template, f32_values, tensor_bytes  # noqa: E402
+from make_gptoss_big import CHUNK, Spec, byte_bpe, chat_template, f32_values, tensor_bytes, write_header  # noqa: E402
 from make_qwen3moe_30b import Q4K, Q6K  # noqa: E402
 
 Q = GGMLQuantizationType
@@ -254,20 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_quantization_version(2)
     w.add_file_type(FILE_TYPE)
     del tokens, types, merges
-    for s in specs:
-        nb = tensor_bytes(s.qtype, s.shape)
-        if s.qtype == Q.F32:
-            w.add_tensor_info(s.name, s.shape, np.dtype(np.float32), nb)
-        else:
-            block, size = GGML_QUANT_SIZES[s.qtype]
-            w.add_tensor_info(s.name, (*s.shape[:-1], s.shape[-1] // block * size), np.dtype(np.uint8), nb,
-                              raw_dtype=s.qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    assert w.fout is not None
-    fout = w.fout[0]
-    w.write_padding(fout, fout.tell())
+    fout = write_header(w, specs)
 
     total = 0
     for ti, s in enumerate(specs):

@@ -4,7 +4,6 @@ interfaces it names (Grid, TiersInfo, Repin, BridgeEntry, Build, AtlasInfo) must
 the server sends, the producers of the nested shapes must have exactly the declared keys, and
 every frame-building path in experts/ must go through the funnel. The frames the real consumer
 sends are held to the declarations in tests/experts/test_atlas_socket.py (`receive`)."""
-import ast
 import io
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from engine_bridge.registry import BridgeInfo
 from engine_bridge.telemetry_events import EngineTelemetry
 from experts import server_frames
 from experts.models import Atlas, AtlasBuild
+from tests.support.frames import hand_built_frames
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME_SET = server_frames.FRAME_SET
@@ -123,22 +123,7 @@ def test_the_telemetry_frame_has_only_the_keys_that_arrived():
     assert frame == {"type": "telemetry", "busy": 1}  # a key the frame does not declare is not sent
 
 
-FUNNEL = server_frames.__name__.rsplit(".", 1)[1] + ".py"
-
-
 def test_the_experts_app_builds_server_frames_only_through_the_funnel():
     """A dict literal whose "type" is a server frame's type, anywhere in experts/ but the funnel, is
     a frame built by hand (the group messages, {"type": "atlas.build"}, are not frames)."""
-    kinds = {server_frames.frame_type(c) for c in server_frames.FRAMES}
-    found = []
-    for path in sorted((ROOT / "experts").rglob("*.py")):
-        if path.name == FUNNEL or "migrations" in path.parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Dict):
-                continue
-            for key, value in zip(node.keys, node.values):
-                if (isinstance(key, ast.Constant) and key.value == "type" and isinstance(value, ast.Constant)
-                        and value.value in kinds):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} builds a {value.value!r} frame")
-    assert found == []
+    assert hand_built_frames(server_frames) == []

@@ -3,7 +3,6 @@ of them: the generated ServerEvent union must be what the declarations say, the 
 Message / Conversation interfaces must declare every key the server sends, every frame-building
 path must go through the funnel, and a reasoning model's thinking streams as `thinking` frames, is
 stored and exported with its message, and never goes back into the next turn's prompt."""
-import ast
 import json
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from django.utils import timezone
 from chat import server_frames
 from chat.models import Conversation, Message
 from colibri_base.frames import COMMAND, interface_keys
+from tests.support.frames import hand_built_frames
 from tests.web.fakes import connect, done_event, frames_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,25 +64,10 @@ def test_the_conformance_check_finds_what_differs():
     assert server_frames.problems({"type": "nope"}) == ["unknown frame type 'nope'"]
 
 
-FUNNEL = server_frames.__name__.rsplit(".", 1)[1] + ".py"
-
-
 def test_the_chat_app_builds_server_frames_only_through_the_funnel():
     """A dict literal whose "type" is a server frame's type, anywhere in chat/ but the funnel, is a
     frame built by hand (the layer's own {"type": "chat.frame"} envelopes are not frames)."""
-    kinds = {server_frames.frame_type(c) for c in server_frames.FRAMES}
-    found = []
-    for path in sorted((ROOT / "chat").rglob("*.py")):
-        if path.name == FUNNEL or "migrations" in path.parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Dict):
-                continue
-            for key, value in zip(node.keys, node.values):
-                if (isinstance(key, ast.Constant) and key.value == "type" and isinstance(value, ast.Constant)
-                        and value.value in kinds):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} builds a {value.value!r} frame")
-    assert found == []
+    assert hand_built_frames(server_frames) == []
 
 
 # --- thinking through the socket (engine_bridge.client.generate played by tests.web.fakes) --------
