@@ -231,9 +231,10 @@ export function mount(): void {
     if (frame.type === "snapshot") {
       if (frame.bridge) hosts.set(frame.bridges, frame.bridge);
       // The snapshot is the state before the page opened: no flashes (its hits are dropped), and
-      // no REPIN history in the timeline (the server sends none: it would be stamped with the load
-      // time), only changes that arrive from now on.
-      apply({ ...frame, hits: undefined });
+      // no REPIN history in the timeline (it would be stamped with the load time; the server
+      // declares none, and a snapshot that carried some is still read without), only changes
+      // that arrive from now on.
+      apply({ ...frame, hits: undefined, repin: undefined });
       if (!frame.emap || !frame.emap.rows) $("engine-state").textContent = "no expert map (engine down or dense model)";
     } else if (frame.type === "telemetry") apply(frame);
     else if (frame.type === "build") library.showBuild(frame.build);
