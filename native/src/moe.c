@@ -352,8 +352,11 @@ static void moe_read_ahead(model *m, const layer_w *L, const moe_opts *o, const 
         const float *li = lg + (size_t)i * E;
         if (E <= 512) select_experts(o, li, N->exp_bias, E, K, sc, s);   /* the selection's rule */
         else top_k_ids(li, E, K, s);
+        /* the score the selection ranked by: sc where select_experts computed one (sigmoid, a
+         * selection bias, groups), else the logit (softmax's order) */
+        const int scored = E <= 512 && (o->gating == GATING_SIGMOID || N->exp_bias || o->n_group > 1);
         for (int j = 0; j < K; j++) {
-            const float v = li[s[j]] + (N->exp_bias ? N->exp_bias[s[j]] : 0.0f);
+            const float v = scored ? sc[s[j]] : li[s[j]];
             if (!seen[s[j]]) {
                 seen[s[j]] = 1;
                 guess[ng] = s[j];
