@@ -11,7 +11,6 @@ popularity curve. gguf >= 0.19 (MXFP4) is needed, as pyproject pins.
 from __future__ import annotations
 
 import math
-import random
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from tests.model.route_probe import route_counts
 from tests.native.engine import Engine, base_env
 from tests.support.procs import ROOT
 from tests.support.reference import chat_template
@@ -188,26 +188,10 @@ def test_profiles_popularity_in_simulation():
 
 
 def test_engine_routes_the_small_file_with_the_realistic_curve(engine_binary, small):
-    # a prompt of random letter runs: ~1,700 distinct-ish tokens, ~210 picks per expert and layer
-    rnd = random.Random(0)
-    prompt = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ") for _ in range(3000))
-    e = Engine(engine_binary, env=base_env(small, slots=1, ctx=4096), wait_ready=False)
-    try:
-        e.wait(lambda: e.ready, 180, "READY")
-        r = e.result(e.submit(prompt, max_tokens=4, extra=" routes=1 logprobs=3"), timeout=300)
-        assert r.done is not None, r.errors
-    finally:
-        e.close(timeout=120)
-    routes = r.block_line("ROUTES")
-    assert routes is not None, r.block
-    line = routes.split(" ")
-    rows, cols = int(line[2]), int(line[3])
-    assert (rows, cols) == (LAYERS, EXPERTS)
-    counts = np.zeros((rows, cols))
-    for tr in line[4:]:
-        a, b, n = map(int, tr.split(":"))
-        counts[a, b] = n
-    assert r.prompt_tokens > 1000
+    # the random-letter prompt: ~1,700 distinct-ish tokens, ~210 picks per expert and layer
+    prompt_tokens, counts = route_counts(engine_binary, small, 180, 300, extra=" logprobs=3")
+    assert counts.shape == (LAYERS, EXPERTS)
+    assert prompt_tokens > 1000
     shares = rp.top_shares(counts)
     # measured 0.40-0.43 / 0.66-0.68 / 0.91-0.92 on this file (uniform routing: ~0.16 / 0.30 / 0.56)
     assert (np.abs(shares - rp.TARGET) < (0.07, 0.06, 0.05)).all(), shares

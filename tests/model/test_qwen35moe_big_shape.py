@@ -13,7 +13,6 @@ curve.
 from __future__ import annotations
 
 import math
-import random
 import subprocess
 import sys
 
@@ -22,7 +21,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from tests.native.engine import Engine, base_env
+from tests.model.route_probe import route_counts
 from tests.support.procs import ROOT
 from tests.support.reference import chat_template
 
@@ -213,26 +212,10 @@ def test_engine_generates_from_the_command_line(engine_binary, small):
 
 
 def test_engine_routes_the_small_file_with_the_realistic_curve(engine_binary, small):
-    # a prompt of random letter runs: ~1,700 tokens, ~53 picks per expert and layer
-    rnd = random.Random(0)
-    prompt = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ") for _ in range(3000))
-    e = Engine(engine_binary, env=base_env(small, slots=1, ctx=4096), wait_ready=False)
-    try:
-        e.wait(lambda: e.ready, 300, "READY")
-        r = e.result(e.submit(prompt, max_tokens=4, extra=" routes=1"), timeout=600)
-        assert r.done is not None, r.errors
-    finally:
-        e.close(timeout=120)
-    routes = r.block_line("ROUTES")
-    assert routes is not None, r.block
-    line = routes.split(" ")
-    rows, cols = int(line[2]), int(line[3])
-    assert (rows, cols) == (LAYERS, 256)          # the MTP block is not run
-    counts = np.zeros((rows, cols))
-    for tr in line[4:]:
-        a, b, n = map(int, tr.split(":"))
-        counts[a, b] = n
-    assert r.prompt_tokens > 1000
+    # the random-letter prompt: ~1,700 tokens, ~53 picks per expert and layer
+    prompt_tokens, counts = route_counts(engine_binary, small, 300, 600)
+    assert counts.shape == (LAYERS, 256)          # the MTP block is not run
+    assert prompt_tokens > 1000
     shares = rp.top_shares(counts)
     # measured 0.44-0.46 / 0.67-0.69 / 0.89-0.90 on this file (the uniform profile: 0.19 / 0.34 / 0.61)
     assert (np.abs(shares - rp.TARGET) < (0.06, 0.05, 0.04)).all(), shares
