@@ -36,6 +36,12 @@ Columns:
   --auto-budget it sets none: the engine sizes itself from the cgroup's limit (native/README.md
   "Memory budget"), and the column shows "auto" and the expert cache its MODEL line reports.
 
+--spec D (with --spec-accept 0.7): after each cap's rows, speculative decoding rows of ours
+(spec_rows): a recording run, then per round plain, the verify path (every step drafts D tokens
+from the recording, a 1 − accept share corrupted) and the policy (adaptive, every draft wrong),
+each a fresh engine on a cold cache; the table gives decode, each ÷ the plain run of its round,
+the acceptance and the expert bytes read per token by drafting and by plain steps.
+
 --long-prompts 1000,4000: after each cap's rows, rows of ours with prompts of those lengths (--runs
 runs each, CTX large enough): time to first token, prefill tok/s, decode after the long prompt, peak,
 and the TTFT bound = the time to read the experts the prompt touches (a long prompt touches nearly
@@ -79,6 +85,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -239,7 +246,7 @@ class Mux(engine.Mux):
         self.io.setdefault(rid, []).append(read_bytes(self.p.pid))
 
     def on_line(self, kind, parts, t):
-        if kind in ("PERF", "ROUTES"):
+        if kind in ("PERF", "ROUTES", "SPEC"):
             self.lines.setdefault(int(parts[1]), {})[kind] = parts
         elif kind == "TIERS":
             self.lines.setdefault(0, {})["TIERS"] = parts
@@ -267,13 +274,13 @@ def top_quarter(routes, n_exp):
     return float((s[ok, : n_exp // 4].sum(axis=1) / tot[ok]).mean()) if ok.any() else None
 
 
-def run_ours(a, path, facts, cap_gb, prompt, label, usage=None):
+def run_ours(a, path, facts, cap_gb, prompt, label, usage=None, extra_env=None):
     """One greedy request on a fresh engine. usage: (USAGE_FILE, save?) — the warm-start rows load
     the usage file an earlier run wrote (the engine's default: <model>.coli_usage, saved at exit);
-    otherwise no history is read or written."""
+    otherwise no history is read or written. extra_env: more settings (the SPEC_* rows)."""
     ctx = max(2048, 1 << (int(len(prompt) / 2.0) + a.tokens + 64).bit_length())   # ~2.3 bytes a token
     env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(path), KV_SLOTS="1", CTX=str(ctx),
-               USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads))
+               USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads), **(extra_env or {}))
     env["USAGE_FILE"] = usage[0] if usage else os.devnull
     if usage and usage[1]:
         env["USAGE_SAVE"] = "1"
@@ -309,6 +316,11 @@ def run_ours(a, path, facts, cap_gb, prompt, label, usage=None):
             if io[0] is not None and io[-1] is not None:
                 out["disk_per_tok"] = (io[-1] - io[0]) / (len(d) - 1)
             out["top_quarter"] = top_quarter(m.lines.get(rid, {}).get("ROUTES"), facts["n_exp"])
+            spec = m.lines.get(rid, {}).get("SPEC")
+            if spec:    # SPEC id steps drafted accepted emitted ms/tok plain_steps ms/tok MB/tok MB/tok
+                out["spec"] = dict(steps=int(spec[2]), drafted=int(spec[3]), accepted=int(spec[4]),
+                                   emitted=int(spec[5]), plain_steps=int(spec[7]),
+                                   mb_draft=float(spec[9]), mb_plain=float(spec[10]))
             perf = m.lines.get(rid, {}).get("PERF")
             if perf:
                 out["t_edisk"] = float(perf[3])
@@ -616,6 +628,63 @@ def summarize(rows):
                 dram_runs=[r for r in ok if "dram_ratio" in r], disk_runs=[r for r in ok if "disk_ratio" in r])
 
 
+def spec_rows(a, path, facts, cap, prompt, label, rec):
+    """Speculative decoding on this file and cap (--spec D): a recording run (plain, SPEC_RECORD),
+    then --runs rounds of three fresh engines, cold cache each: plain; the verify path
+    (SPEC_POLICY=always, SPEC_DRAFT=D, drafts from the recording with a 1 − --spec-accept share
+    corrupted: the acceptance a draft model would have); the policy (adaptive, every draft wrong:
+    what a draft head that is never right costs once the engine notices). -> one summary dict."""
+    replay = Path(tempfile.mkdtemp(prefix="colibri-spec-")) / "record.txt"
+    first = run_ours(a, path, facts, cap, prompt, f"{label}-record", extra_env={"SPEC_RECORD": str(replay)})
+    out = dict(cap=cap, file=label, result=first.get("result"), plain=[], verify=[], policy=[])
+    if first.get("result") != "ok":
+        return out
+    kinds = {"plain": {},
+             "verify": {"SPEC_DRAFT": str(a.spec), "SPEC_POLICY": "always", "SPEC_REPLAY": str(replay),
+                        "SPEC_CORRUPT": f"{1 - a.spec_accept:g}"},
+             "policy": {"SPEC_DRAFT": str(a.spec), "SPEC_REPLAY": str(replay), "SPEC_CORRUPT": "1"}}
+    for i in range(a.runs):
+        for kind, env in kinds.items():
+            r = run_ours(a, path, facts, cap, prompt, f"{label}-{kind}-{i}", extra_env=env)
+            r.update(file=label, run=i, spec_kind=kind)
+            print(f"#   {label}-{kind}-{i}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                                          for k, v in r.items() if k != "stderr_tail"}),
+                  file=sys.stderr, flush=True)
+            if rec:
+                rec.write(json.dumps(r) + "\n")
+                rec.flush()
+            out[kind].append(r)
+    return out
+
+
+def spec_table(rows):
+    if not rows:
+        return
+    print()
+    print("| file | cap | plain tok/s (runs) | verify path tok/s (runs) | verify ÷ plain per pair (median; min–max) | "
+          "acceptance (kept ÷ drafted) | disk MB per token, drafting ÷ plain steps | policy, every draft wrong: tok/s "
+          "(runs) | policy ÷ plain per pair | steps drafted of all (policy) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for s in rows:
+        ok = {k: [r for r in s[k] if r.get("result") == "ok"] for k in ("plain", "verify", "policy")}
+        dec = {k: [r["decode"] for r in v] for k, v in ok.items()}
+
+        def ratios(k):
+            rs = [x / p for x, p in zip(dec[k], dec["plain"])]
+            return f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f})" if rs else "–"
+        sv = [r["spec"] for r in ok["verify"] if r.get("spec")]
+        sp = [r["spec"] for r in ok["policy"] if r.get("spec")]
+        acc = (f"{sum(x['accepted'] for x in sv) / max(1, sum(x['drafted'] for x in sv)):.2f}" if sv else "–")
+        mbd = statistics.median([x["mb_draft"] for x in sv]) if sv else None
+        mbp = [r["disk_per_tok"] / 1e6 for r in ok["plain"] if r.get("disk_per_tok") is not None]
+        disk = f"{mbd:.0f} ÷ {statistics.median(mbp):.0f}" if sv and mbp and s["cap"] else "– (no reads)"
+        steps = (", ".join(f"{x['steps']}/{x['steps'] + x['plain_steps']}" for x in sp) if sp else "–")
+        cap_s = "none" if not s["cap"] else f"{s['cap']:g} GB"
+        print(f"| {s['file']} | {cap_s} | {', '.join(f'{x:.2f}' for x in dec['plain'])} | "
+              f"{', '.join(f'{x:.2f}' for x in dec['verify'])} | {ratios('verify')} | {acc} | {disk} | "
+              f"{', '.join(f'{x:.2f}' for x in dec['policy'])} | {ratios('policy')} | {steps} |")
+
+
 def per_run_table(table, runs_key, ratio_key, ratio_head, lead, cols):
     """The run-by-run table of the rows whose runs were each read against their own moment's bound
     (--dram-each-run: runs_key "dram_runs"; --disk-each-run: "disk_runs"): the row's lead cells,
@@ -663,12 +732,17 @@ def main(argv=None):
                     help="ours under a cap sets no EXPERT_RAM_MB: the engine sizes itself from the cgroup")
     ap.add_argument("--long-prompts", default="", help="comma list of prompt lengths (tokens) for long-prompt rows of ours")
     ap.add_argument("--engine", default=str(engine.ENGINE), help="our engine's binary (an A/B of two builds)")
+    ap.add_argument("--spec", type=int, default=0,
+                    help="speculative decoding rows of ours with up to this many drafted tokens a step (1..4)")
+    ap.add_argument("--spec-accept", type=float, default=0.7,
+                    help="the verify-path rows' share of drafted tokens that are right")
     a = ap.parse_args(argv)
     engine.ENGINE = Path(a.engine)
     a.expert_ram = {float(k): int(v) for k, v in (kv.split("=") for kv in a.expert_ram.split(",") if kv)}
     caps = [None if c == "none" else float(c) for c in a.caps.split(",") if c]
     a.long_prompts = [int(n) for n in a.long_prompts.split(",") if n]
     long_table_rows = []
+    spec_table_rows = []
     engines = a.engines.split(",")
     if "llama" in engines and not Path(a.llama_python).exists():
         print(f"# {a.llama_python} missing: llama.cpp rows skipped", file=sys.stderr)
@@ -747,6 +821,10 @@ def main(argv=None):
                         hits.append(s["hit"])
                         row_bound(a, path, facts, s, bw_now)
                     table.append(s)
+            if a.spec and "ours" in engines:
+                spec_table_rows.append(spec_rows(a, path, facts, cap, prompt,
+                                                 f"{label}-spec-{cap or 'none'}".replace(".", "_"), rec))
+                spec_table_rows[-1]["file"] = label
             if a.long_prompts and "ours" in engines:
                 for s in long_rows(a, path, facts, cap, f"{label}-{cap or 'none'}".replace(".", "_"), rec, full_prefill):
                     s.update(file=label)
@@ -781,6 +859,7 @@ def main(argv=None):
               f"{f['routed_per_tok'] / 1e6:.1f} | {fmt(s.get('hit'), '.1f')} | {fmt(s.get('tq'), '.3f')} | "
               f"{bound_cell(s)} |")
     long_table(long_table_rows, facts_of)
+    spec_table(spec_table_rows)
     per_run_table(table, "dram_runs", "dram_ratio", "decode ÷ that run's bound (median; min–max)",
                   [("file", lambda s: s["file"]), ("engine", lambda s: s["engine"])],
                   [("decode tok/s per run", lambda r: f"{r['decode']:.2f}"),

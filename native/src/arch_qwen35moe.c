@@ -24,7 +24,8 @@
  *   o per head: rmsnorm(o, ssm_norm) * silu(z); ssm_out o into the branch.
  *
  * State: a slot's rstate holds, per recurrent layer, the conv inputs and M; it stands after
- * exactly n_pos tokens whose hash it keeps. A forward whose first row of a slot is at position 0
+ * exactly n_pos tokens whose hash it keeps. An armed trail (model_trail) also gets the state
+ * after each of the forward's first rows of the slot, copied while M is in cache. A forward whose first row of a slot is at position 0
  * starts from zeros; at p > 0 it needs the state of exactly the slot's first p tokens (-1
  * otherwise: the caller resumes from a checkpoint or re-prefills, model_resume in rstate.c).
  * The trailing nextn_predict_layers blocks (MTP) are not loaded nor in the trunk. */
@@ -205,8 +206,16 @@ static int states_begin(fwd *F) {
         rstate *r = &F->P->rs[F->rows[i].slot];
         if (F->rows[i].pos == 0) memset(r->p, 0, r->n * sizeof(float));
         r->n_pos = -1;      /* in flight: a failure leaves it invalid */
+        r->trail_pos = F->rows[i].pos, r->trail_n = 0;
     }
     return 0;
+}
+
+/* Where row i's state goes in its slot's trail (model_trail), or NULL when none is armed for it. */
+static float *trail_entry(struct model_priv *P, const fwd_row *row) {
+    const rstate *r = &P->rs[row->slot];
+    const int i = row->pos - r->trail_pos;
+    return i >= 0 && i < r->trail_want ? r->trail + (size_t)i * r->n : NULL;
 }
 
 static void states_end(fwd *F) {
@@ -216,6 +225,11 @@ static void states_end(fwd *F) {
         rstate *r = &P->rs[s];
         const int np = F->kv->slots[s].n_pos;   /* the history includes this forward's rows */
         if (r->n_pos != np) r->n_pos = np, r->hash = rstate_hash(F->kv->slots[s].tokens, np);
+        if (r->trail_want) {    /* the armed rows this forward ran, then disarmed */
+            const int kept = np - r->trail_pos;
+            r->trail_n = kept < r->trail_want ? kept : r->trail_want;
+            r->trail_want = 0;
+        }
     }
 }
 
@@ -282,6 +296,8 @@ static void gdn_head(void *vctx, int h) {
             for (int t = 0; t < S; t++) Mj[t] += d[j] * k[t];
             o[j] = dot8(Mj, q, S) * scale;
         }
+        float *t = trail_entry(G->P, &G->rows[i]);
+        if (t) memcpy(t + G->st_off + conv_n + (size_t)h * S * S, M, sizeof(float) * (size_t)S * S);
     }
 }
 
@@ -302,6 +318,8 @@ static void gdn_conv(const gdn_ctx *G, float *qkv) {
             memcpy(s, win + 1, sizeof(float) * (size_t)(K - 1));
             x[q] = sum / (1.0f + expf(-sum));
         }
+        float *t = trail_entry(G->P, &G->rows[i]);
+        if (t) memcpy(t + G->st_off, st, sizeof(float) * (size_t)ch * (size_t)(K - 1));
     }
 }
 

@@ -312,6 +312,31 @@ out:
     return rc;
 }
 
+/* SPEC_DRAFT, SPEC_POLICY, SPEC_REPLAY, SPEC_CORRUPT, SPEC_RECORD (server.h serve_opts).
+ * 0, or 2 with the reason on stderr. */
+static int spec_settings(serve_opts *so) {
+    so->spec_draft = (int)int_setting(NULL, "SPEC_DRAFT", 0, 0, SPEC_MAX, "SPEC_DRAFT");
+    const char *pol = getenv("SPEC_POLICY"), *cor = getenv("SPEC_CORRUPT");
+    if (pol && *pol && strcmp(pol, "adaptive") && strcmp(pol, "always")) {
+        fprintf(stderr, "colibri-engine: SPEC_POLICY must be adaptive or always (got '%s')\n", pol);
+        return 2;
+    }
+    so->spec_always = pol && !strcmp(pol, "always");
+    so->spec_corrupt = 0.0;
+    if (cor && *cor && (parse_double(cor, &so->spec_corrupt) != 0 || !(so->spec_corrupt >= 0.0 && so->spec_corrupt <= 1.0))) {
+        fprintf(stderr, "colibri-engine: SPEC_CORRUPT must be a share in 0..1 (got '%s')\n", cor);
+        return 2;
+    }
+    const char *rep = getenv("SPEC_REPLAY"), *rec = getenv("SPEC_RECORD");
+    so->spec_replay = rep && *rep ? rep : NULL;
+    so->spec_record = rec && *rec ? rec : NULL;
+    if (so->spec_draft > 0 && !so->spec_replay) {
+        fprintf(stderr, "colibri-engine: SPEC_DRAFT needs a draft source: SPEC_REPLAY (a recorded run's tokens)\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- memory budget */
 
 /* The budget split for the loaded model (nothing of the experts read yet), logged, and the
@@ -471,6 +496,10 @@ int main(int argc, char **argv) {
         so.usage_save = eo.usage_save;
         so.ckpt_every = (int)int_setting(NULL, "STATE_CKPT_EVERY", 1024, 0, 1 << 20, "STATE_CKPT_EVERY");
         so.budget = &mb;
+        if (spec_settings(&so) != 0) {
+            model_free(&m);
+            return 2;
+        }
         const char *kd = getenv("KV_DIR");
         if (kd && *kd) {
             const char *base = strrchr(path, '/');

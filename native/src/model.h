@@ -142,6 +142,15 @@ size_t model_slot_state_bytes(const model *m, int s, int *n_ckpt);
  * slot's tokens. 0 ok (save: also nothing to save), -1 on I/O error or a foreign file. */
 int model_state_save(const model *m, const kv_cache *kv, int s, const char *path, uint64_t fp);
 int model_state_load(model *m, const kv_cache *kv, int s, const char *path, uint64_t fp);
+/* A verify batch of drafted tokens (speculative decoding): the next forward keeps, for its
+ * first n rows of slot s, the recurrent state after each row (a hybrid's trail; nothing for a
+ * transformer), so that model_rollback can cut the slot back to any of them. 0, -1 OOM. */
+int model_trail(model *m, int s, int n, int n_slots);
+/* Cuts slot s's history back to its first keep positions after a forward whose trail covers
+ * keep (or keep == n_pos): K/V rows truncated (the windows keep what a continuation at keep
+ * reads), a hybrid's live state set to the trail's entry. keep, or -1 when the trail does not
+ * reach it (the slot's history is then cut to 0: re-prefill). */
+int model_rollback(model *m, kv_cache *kv, int s, int keep);
 /* Bytes of one slot's recurrent state (0 for a transformer): every recurrent layer's last
  * ssm_d_conv - 1 conv inputs and its v heads' S x S delta-rule matrices, floats. */
 size_t model_state_bytes(const model *m);

@@ -35,7 +35,14 @@ extern const compute_tier compute_cpu;
  * turn sharing only part of the history resumes from. */
 #define RS_CKPTS MODEL_STATE_CKPTS
 typedef struct { float *p; int n_pos; uint64_t hash; unsigned used; } rs_ckpt;
-typedef struct { float *p; size_t n; int n_pos; uint64_t hash; rs_ckpt ck[RS_CKPTS]; unsigned tick; } rstate;
+/* The trail (model_trail): the states after each of one forward's first rows of the slot, kept
+ * so that a verify batch of drafted tokens can be cut back to any of them (model_rollback):
+ * entry i stands after the row at position trail_pos + i; trail_want rows are armed for the next
+ * forward, trail_n were kept by the last one. */
+typedef struct {
+    float *p; size_t n; int n_pos; uint64_t hash; rs_ckpt ck[RS_CKPTS]; unsigned tick;
+    float *trail; int trail_cap, trail_want, trail_pos, trail_n;
+} rstate;
 uint64_t rstate_hash(const int *tokens, int n);   /* what a state's hash is of */
 /* Slot s's record with its live state allocated (the array grown to n_slots); NULL out of memory. */
 rstate *rstate_slot(model *m, int s, int n_slots);

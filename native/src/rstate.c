@@ -27,6 +27,7 @@ uint64_t rstate_hash(const int *t, int n) {
 void rstate_free(rstate *r) {
     free(r->p);
     for (int i = 0; i < RS_CKPTS; i++) free(r->ck[i].p);
+    free(r->trail);
     *r = (rstate){.n_pos = -1};
 }
 
@@ -107,12 +108,47 @@ int model_resume(model *m, const kv_cache *kv, int s, int keep) {
     return c->n_pos;
 }
 
+/* ---------------------------------------------------------------- the trail */
+
+int model_trail(model *m, int s, int n, int n_slots) {
+    if (m->c.ssm_v_heads == 0 || n <= 0) return 0;      /* K/V alone truncate exactly */
+    rstate *r = rstate_slot(m, s, n_slots);
+    if (!r) return -1;
+    if (n > r->trail_cap) {
+        float *t = realloc(r->trail, (size_t)n * r->n * sizeof(float));
+        if (!t) return -1;
+        r->trail = t, r->trail_cap = n;
+    }
+    r->trail_want = n, r->trail_n = 0;
+    return 0;
+}
+
+int model_rollback(model *m, kv_cache *kv, int s, int keep) {
+    const int n_pos = kv->slots[s].n_pos;
+    if (keep >= n_pos) return n_pos;
+    if (kv_rewind(kv, s, keep) != keep) {       /* the windows lost rows a verify never drops */
+        kv_truncate(kv, s, 0);
+        return -1;
+    }
+    if (m->c.ssm_v_heads == 0) return keep;
+    rstate *r = held(m, s);
+    const int i = r ? keep - r->trail_pos - 1 : -1;     /* the entry after the row at keep - 1 */
+    if (!r || i < 0 || i >= r->trail_n) {
+        if (r) r->n_pos = -1;
+        kv_truncate(kv, s, 0);
+        return -1;
+    }
+    memcpy(r->p, r->trail + (size_t)i * r->n, r->n * sizeof(float));
+    r->n_pos = keep, r->hash = rstate_hash(kv->slots[s].tokens, keep);
+    return keep;
+}
+
 size_t model_slot_state_bytes(const model *m, int s, int *n_ckpt) {
     const rstate *r = held(m, s);
     int n = 0;
     for (int i = 0; r && i < RS_CKPTS; i++) n += r->ck[i].p != NULL;
     if (n_ckpt) *n_ckpt = n;
-    return r ? (size_t)(1 + n) * r->n * sizeof(float) : 0;
+    return r ? (size_t)(1 + n + r->trail_cap) * r->n * sizeof(float) : 0;
 }
 
 /* ---------------------------------------------------------------- the state file */

@@ -103,6 +103,7 @@ void srv_finish(server *S, request *r, int length_limited) {
     (void)utf8s_flush(&r->u8, tail, (int)sizeof tail);
     const double t_end = now_s(), wall = t_end - r->t_decode0;
     rep_turn_end(S, r, t_end);
+    spec_turn_end(S, r);
     save_usage(S);
     rep_repin(S);
     double tok_s = wall > 0 ? r->emitted / wall : 0.0;
@@ -163,6 +164,7 @@ void srv_take_token(server *S, request *r) {
         return;
     }
     r->emitted++;
+    spec_recorded(S, tok);
     /* A grammar's output is complete in a final state, and complete (not cut) when the budget
      * ends in an accepting one. */
     int complete = r->g && (gram_final(r->g) || (r->emitted >= r->max_tokens && gram_accepting(r->g)));
@@ -172,8 +174,25 @@ void srv_take_token(server *S, request *r) {
     else r->next_tok = tok;
 }
 
-/* One continuous-batching step: one row per active request. */
+/* The only active request when speculative decoding is on, else NULL. */
+static request *solo_request(server *S) {
+    request *one = NULL;
+    for (int s = 0; S->o->spec_draft > 0 && s < S->o->n_slots; s++)
+        if (S->req[s].active) {
+            if (one) return NULL;
+            one = &S->req[s];
+        }
+    return one;
+}
+
+/* One continuous-batching step: one row per active request (or the only one's verify batch of
+ * drafted tokens, server_spec.c). */
 static void decode_step(server *S) {
+    request *solo = solo_request(S);
+    if (solo && spec_decode(S, solo)) return;
+    es_io_stats io0 = {0}, io1 = {0};
+    if (solo && S->m->es) es_io(S->m->es, &io0);
+    const double t0 = now_s();
     int n = 0;
     for (int s = 0; s < S->o->n_slots; s++) {
         request *r = &S->req[s];
@@ -200,6 +219,8 @@ static void decode_step(server *S) {
     /* Each forwarded token's selections go out before the DATA of the token it predicts. */
     for (int i = 0; i < n; i++)
         if (S->fwd[i].picks) rep_routestep(S, &S->req[S->fwd[i].slot]);
+    if (solo && S->m->es) es_io(S->m->es, &io1);
+    if (solo) spec_plain_done(S, solo, now_s() - t0, io1.disk_bytes - io0.disk_bytes);
     /* Copy the slots first: take_token may finish a request, but never reuses S->fwd. */
     for (int i = 0; i < n; i++) srv_take_token(S, &S->req[S->fwd[i].slot]);
 }
@@ -223,6 +244,7 @@ static void server_free(server *S) {
     free(S->hex);
     free(S->in);
     free(S->line);
+    spec_free(S);
     if (S->m) budget_lend(NULL, S->m, &S->kv);  /* the store must not read a freed cache */
     kv_free(&S->kv);
 }
@@ -233,6 +255,7 @@ static int server_init(server *S, model *m, const serve_opts *o) {
                    .rows = m->es ? es_rows(m->es) : 0, .cols = m->es ? es_cols(m->es) : 0,
                    .chunk = o->budget ? o->budget->rows : PREFILL_CHUNK };
     int nfwd = o->n_slots > S->chunk ? o->n_slots : S->chunk;
+    if (nfwd < SPEC_MAX + 1) nfwd = SPEC_MAX + 1;     /* a verify batch */
     size_t ncells = (size_t)S->rows * S->cols;
     int ok = model_kv_init(m, &S->kv, o->n_slots, o->ctx) == 0 && kv_set_f16(&S->kv, o->kv_f16) == 0;
     if (ok && o->budget) kv_set_budget(&S->kv, o->budget->kv);
@@ -315,6 +338,10 @@ int serve_mux(model *m, const serve_opts *o) {
         fprintf(stderr, "colibri-engine: out of memory setting up %d slots\n", o->n_slots);
         server_free(S);
         return 1;
+    }
+    if (spec_init(S) != 0) {
+        server_free(S);
+        return 2;
     }
     load_slots(S);
     install_signals();

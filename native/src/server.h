@@ -10,6 +10,8 @@
 #include "kv.h"
 #include "model.h"
 
+#define SPEC_MAX 4      /* drafted tokens a step at most (SPEC_DRAFT) */
+
 typedef struct {
     int n_slots;            /* KV_SLOTS, 1..64 */
     int ctx;                /* per-slot context (CTX) */
@@ -21,6 +23,14 @@ typedef struct {
     int ckpt_every;         /* STATE_CKPT_EVERY: a hybrid's prefill checkpoints its recurrent state
                              * every this many positions (and every turn at its end) */
     const mem_budget *budget;   /* the split: the KV share, the prefill chunk (MODEL reports it) */
+    /* Speculative decoding (server_spec.c): up to spec_draft drafted tokens a step (0: off);
+     * spec_replay: the draft source, a recorded run's tokens (SPEC_REPLAY) with a spec_corrupt
+     * share replaced (a bench's stand-in for a draft model with a set acceptance); spec_always:
+     * draft every step at spec_draft (SPEC_POLICY=always, to measure the verify path alone);
+     * spec_record: write each emitted token's id to this file (SPEC_RECORD). */
+    int spec_draft, spec_always;
+    double spec_corrupt;
+    const char *spec_replay, *spec_record;
 } serve_opts;
 
 /* Runs the protocol until EOF / BAD_FRAME / SIGTERM; returns the process exit code. */

@@ -4,11 +4,13 @@
  *   server_wire.c    stdin framing and parsing of command lines (SUBMIT header, STOP, CANCEL),
  *   server_submit.c  a SUBMIT's admission, tokenizing, prefix reuse and prefill,
  *   server_report.c  the telemetry lines, token frames and the MODEL JSON,
+ *   server_spec.c    speculative decode steps: drafts, the verify batch, the policy,
  *   server.c         setup, signals, the loop, decode steps and the end of a turn. */
 #ifndef COLI_SERVER_IMPL_H
 #define COLI_SERVER_IMPL_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "grammar.h"
 #include "sampler.h"
@@ -18,6 +20,22 @@
 
 #define MAX_LINE      (1 << 20)     /* longer command lines are refused and skipped */
 #define MAX_LOGPROBS  32
+
+/* A request's speculative decoding (server_spec.c): the policy's measurements and the counts
+ * its SPEC line reports. */
+typedef struct {
+    int want;                   /* drafted tokens the next drafting step tries (1..spec_draft) */
+    int off;                    /* plain steps left before drafting is tried again */
+    int backoff;                /* the next pause after drafting loses */
+    double plain_tpt, draft_tpt;    /* moving averages of seconds per emitted token */
+    int n_plain, since_plain;   /* plain steps measured; drafting steps since the last plain one */
+    long steps_draft, steps_plain, drafted, accepted, emitted_draft;
+    double t_draft, t_plain;
+    uint64_t bytes_draft, bytes_plain;  /* expert bytes read from disk in each kind of step */
+    uint64_t rng;
+    const int *replay;          /* this turn's line of SPEC_REPLAY (NULL: none left) */
+    int n_replay;
+} spec_req;
 
 typedef struct {
     int active;
@@ -48,6 +66,7 @@ typedef struct {
     double t_accept, t_decode0;
     perf_counters perf0;
     es_io_stats io0;            /* the expert store's I/O counters at ACCEPT */
+    spec_req sp;
 } request;
 
 typedef struct {
@@ -72,6 +91,11 @@ typedef struct {
     int reading;                /* 0 after EOF, BAD_FRAME or SIGTERM */
     int skipping;               /* discarding the rest of an overlong line */
     char *line;                 /* copy of the command line being handled */
+    float *spec_logits;         /* SPEC_MAX x vocab: the drafted rows' logits */
+    int *replay;                /* SPEC_REPLAY's tokens, line after line */
+    int *replay_line, n_lines;  /* where each line starts (n_lines + 1 offsets) */
+    int next_line;              /* the line the next turn replays */
+    FILE *record;               /* SPEC_RECORD */
 } server;
 
 /* A SUBMIT's header fields (mux-protocol.md §5.1). */
@@ -103,6 +127,18 @@ const char *wire_submit_payload(server *S, char *args, submit_hdr *h);
 void cmd_submit(server *S, const submit_hdr *h, const char *payload);
 /* Room for n_pos positions in slot s, freeing idle slots' histories when the KV share is full. */
 int srv_kv_grow(server *S, int s, int n_pos);
+
+/* server_spec.c */
+int spec_init(server *S);       /* 0, or -1 with the reason on stderr */
+void spec_free(server *S);
+void spec_start(server *S, request *r);   /* a new turn's policy state */
+/* One decode step of the only active request with drafted tokens, when the policy drafts now:
+ * 1 done; 0 not taken (the caller runs a plain step and reports it with spec_plain_done). */
+int spec_decode(server *S, request *r);
+void spec_plain_done(server *S, request *r, double seconds, uint64_t disk_bytes);
+void spec_recorded(server *S, int tok);    /* SPEC_RECORD: an emitted token */
+/* The end of a turn: its SPEC line (speculation on), the end of its SPEC_RECORD line. */
+void spec_turn_end(server *S, const request *r);
 
 /* server_report.c */
 void rep_hits(server *S);

@@ -139,6 +139,7 @@ static request *submit_start(server *S, const submit_hdr *h, gram *g, int n, int
                     .experts = experts, .routes = h->routes, .heat = h->heat, .g = g,
                     .route = r->route, .picks = r->picks, .logits = r->logits };
     rng_seed(&r->rng, h->have_seed ? h->seed : h->id);
+    spec_start(S, r);
     utf8s_init(&r->u8);
     memset(r->route, 0, (size_t)S->rows * S->cols * sizeof *r->route);
     r->t_accept = now_s();
