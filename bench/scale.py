@@ -135,9 +135,29 @@ def model_facts(path):
 DROP_OK = None
 
 
+def mem_available():
+    with open("/proc/meminfo") as fh:
+        return next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("MemAvailable:"))
+
+
+def settle_memory(limit_s=30.0):
+    """Waits (up to limit_s) until MemAvailable stops rising: the last engine's memory is still
+    being returned for a few seconds after it exits, and an engine sizing its budget from
+    MemAvailable in that window would stream a model that fits (a "full RAM" run that is not)."""
+    t0, last = time.time(), mem_available()
+    while time.time() - t0 < limit_s:
+        time.sleep(1.0)
+        now = mem_available()
+        if now - last < 32 << 20:
+            return
+        last = now
+
+
 def cold_cache(path):
-    """Drops the page cache (falls back to fadvise DONTNEED on the file)."""
+    """Drops the page cache (falls back to fadvise DONTNEED on the file), once the memory of the
+    last run is back."""
     global DROP_OK
+    settle_memory()
     os.sync()
     if DROP_OK is not False:
         try:
@@ -280,12 +300,15 @@ def run_ours(a, path, facts, cap_gb, prompt, label, usage=None, extra_env=None):
     otherwise no history is read or written. extra_env: more settings (the SPEC_* rows)."""
     ctx = max(2048, 1 << (int(len(prompt) / 2.0) + a.tokens + 64).bit_length())   # ~2.3 bytes a token
     env = dict(os.environ, SERVE="1", SERVE_BATCH="1", SNAP=str(path), KV_SLOTS="1", CTX=str(ctx),
-               USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads), **(extra_env or {}))
+               USAGE_SAVE="0", KVSAVE="0", OMP_NUM_THREADS=str(a.threads))
     env["USAGE_FILE"] = usage[0] if usage else os.devnull
     if usage and usage[1]:
         env["USAGE_SAVE"] = "1"
     env.pop("EXPERT_RAM_MB", None)
     env.pop("MEM_BUDGET_MB", None)
+    if not cap_gb and a.full_budget_mb:
+        env["MEM_BUDGET_MB"] = str(a.full_budget_mb)
+    env.update(extra_env or {})
     ram_mb = None
     if cap_gb and not a.auto_budget:
         ram_mb = a.expert_ram.get(cap_gb)
@@ -732,6 +755,9 @@ def main(argv=None):
                     help="ours under a cap sets no EXPERT_RAM_MB: the engine sizes itself from the cgroup")
     ap.add_argument("--long-prompts", default="", help="comma list of prompt lengths (tokens) for long-prompt rows of ours")
     ap.add_argument("--engine", default=str(engine.ENGINE), help="our engine's binary (an A/B of two builds)")
+    ap.add_argument("--full-budget-mb", type=int, default=0,
+                    help="MEM_BUDGET_MB for ours without a cap (a file that fits only without the engine's "
+                         "1 GB margin on MemAvailable: its experts resident, as a full-RAM row means)")
     ap.add_argument("--spec", type=int, default=0,
                     help="speculative decoding rows of ours with up to this many drafted tokens a step (1..4)")
     ap.add_argument("--spec-accept", type=float, default=0.7,

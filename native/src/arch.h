@@ -23,6 +23,12 @@ typedef struct arch_ops {
     int (*hparams)(model *m, char *err, size_t errlen);
     int (*block)(model *m, int l, expert_layer_src *src, char *err, size_t errlen);
     int (*forward)(fwd *F);  /* 0, or -1 (out of memory, expert read failure) */
+    /* The trailing MTP block (expert_opts.mtp; NULL: the architecture runs none): its own tensors
+     * (block() loaded its layer as layers[l]), and its forward over F's rows (token: the one after
+     * the row's position, hin: the trunk's or the block's own normalized hidden state per row)
+     * into the rows' logits and hout (the block's normalized output, the next guess's hin). */
+    int (*mtp_block)(model *m, int l, char *err, size_t errlen);
+    int (*mtp_forward)(fwd *F, const float *hin, float *hout);
 } arch_ops;
 
 extern const arch_ops arch_llama;

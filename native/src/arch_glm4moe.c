@@ -63,4 +63,5 @@ static int glm4moe_forward(fwd *F) {
     return fwd_head(F, 1.0f);
 }
 
-const arch_ops arch_glm4moe = {"glm4moe", glm4moe_hparams, glm4moe_block, glm4moe_forward};
+const arch_ops arch_glm4moe = {.name = "glm4moe", .hparams = glm4moe_hparams, .block = glm4moe_block,
+                               .forward = glm4moe_forward};

@@ -86,4 +86,5 @@ static int gptoss_forward(fwd *F) {
     return fwd_head(F, 1.0f);
 }
 
-const arch_ops arch_gptoss = {"gpt-oss", gptoss_hparams, gptoss_block, gptoss_forward};
+const arch_ops arch_gptoss = {.name = "gpt-oss", .hparams = gptoss_hparams, .block = gptoss_block,
+                              .forward = gptoss_forward};

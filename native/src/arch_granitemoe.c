@@ -54,4 +54,5 @@ static int granitemoe_forward(fwd *F) {
     return fwd_head(F, c->logit_scale);
 }
 
-const arch_ops arch_granitemoe = {"granitemoe", granitemoe_hparams, granitemoe_block, granitemoe_forward};
+const arch_ops arch_granitemoe = {.name = "granitemoe", .hparams = granitemoe_hparams, .block = granitemoe_block,
+                                  .forward = granitemoe_forward};

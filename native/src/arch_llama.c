@@ -67,4 +67,5 @@ static int llama_forward(fwd *F) {
     return fwd_head(F, 1.0f);
 }
 
-const arch_ops arch_llama = {"llama", llama_hparams, llama_block, llama_forward};
+const arch_ops arch_llama = {.name = "llama", .hparams = llama_hparams, .block = llama_block,
+                             .forward = llama_forward};

@@ -39,4 +39,5 @@ static int olmoe_forward(fwd *F) {
     return fwd_head(F, 1.0f);
 }
 
-const arch_ops arch_olmoe = {"olmoe", olmoe_hparams, olmoe_block, olmoe_forward};
+const arch_ops arch_olmoe = {.name = "olmoe", .hparams = olmoe_hparams, .block = olmoe_block,
+                             .forward = olmoe_forward};

@@ -50,4 +50,5 @@ static int qwen2moe_forward(fwd *F) {
     return fwd_head(F, 1.0f);
 }
 
-const arch_ops arch_qwen2moe = {"qwen2moe", qwen2moe_hparams, qwen2moe_block, qwen2moe_forward};
+const arch_ops arch_qwen2moe = {.name = "qwen2moe", .hparams = qwen2moe_hparams, .block = qwen2moe_block,
+                                .forward = qwen2moe_forward};

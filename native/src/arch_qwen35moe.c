@@ -25,10 +25,16 @@
  *
  * State: a slot's rstate holds, per recurrent layer, the conv inputs and M; it stands after
  * exactly n_pos tokens whose hash it keeps. An armed trail (model_trail) also gets the state
- * after each of the forward's first rows of the slot, copied while M is in cache. A forward whose first row of a slot is at position 0
- * starts from zeros; at p > 0 it needs the state of exactly the slot's first p tokens (-1
+ * after each of the forward's first rows of the slot, copied while M is in cache. A forward
+ * whose first row of a slot is at position 0 starts from zeros; at p > 0 it needs the state of exactly the slot's first p tokens (-1
  * otherwise: the caller resumes from a checkpoint or re-prefills, model_resume in rstate.c).
- * The trailing nextn_predict_layers blocks (MTP) are not loaded nor in the trunk. */
+ * The trailing MTP block (nextn_predict_layers 1), when loaded (expert_opts.mtp: a draft head,
+ * mtp.c), is never in the trunk's loop. llama.cpp's graph_mtp: x = eh_proj [enorm(embed(t)) |
+ * hnorm(h)] for the token t after the row's position and h the trunk's output_norm'ed last state
+ * (or the block's own, for a further guess); then a gated full-attention layer with its own K/V
+ * and the MoE with the gated shared expert, as a trunk layer; shared_head_norm (else output_norm)
+ * and the model's head. Its own embed_tokens / shared_head_head, which files may carry, are
+ * refused (the released Qwen3.6 files share the model's). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -168,6 +174,23 @@ static int qwen35moe_block(model *m, int l, expert_layer_src *src, char *err, si
             return -1;
     }
     return 1;
+}
+#undef NM
+
+/* The MTP block's own tensors (its layer, layers[l], loaded by qwen35moe_block). */
+#define NM(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+static int qwen35moe_mtp_block(model *m, int l, char *err, size_t errlen) {
+    const uint64_t D = (uint64_t)m->c.d_model;
+    char nm[160];
+    if (gguf_find_tensor(&m->g, NM("nextn.embed_tokens.weight")) || gguf_find_tensor(&m->g, NM("nextn.shared_head_head.weight")))
+        return model_fail(err, errlen, "%s: an MTP block with its own embedding or head is not supported", nm);
+    if (ld_mat(&m->g, NM("nextn.eh_proj.weight"), 2 * D, D, 0, &m->mtp.eh_proj, err, errlen) ||
+        ld_vec(m, NM("nextn.enorm.weight"), m->c.d_model, 0, &m->mtp.enorm, err, errlen) ||
+        ld_vec(m, NM("nextn.hnorm.weight"), m->c.d_model, 0, &m->mtp.hnorm, err, errlen) ||
+        ld_vec(m, NM("nextn.shared_head_norm.weight"), m->c.d_model, 1, &m->mtp.head_norm, err, errlen))
+        return -1;
+    if (!m->mtp.head_norm) m->mtp.head_norm = m->output_norm;
+    return 0;
 }
 #undef NM
 
@@ -367,25 +390,68 @@ static int fwd_gdn(fwd *F, const layer_w *L) {
 
 /* ---------------------------------------------------------------- the forward */
 
+static const attn_opts gated_attn = {QKN_HEAD, ROPE_NEOX, 0.0f};   /* attn_q is [q | gate] */
+
+/* x += attention(norm(x)) and x += moe(post_attention_norm(x)) of a full-attention layer l (a
+ * trunk layer's mixer is the loop's choice; the MTP block's is always this one). */
+static int attn_moe_layer(fwd *F, int l) {
+    const layer_w *L = &F->m->layers[l];
+    fwd_norm(F, L->attn_norm);
+    if (fwd_attention(F, l, &gated_attn) != 0) return -1;
+    fwd_residual(F, 1.0f);
+    fwd_norm(F, L->ffn_norm);
+    if (fwd_moe(F, L, &F->P->moe) != 0) return -1;
+    fwd_residual(F, 1.0f);
+    return 0;
+}
+
 /* llama.cpp's qwen35moe graph: x += mixer(norm(x)); x += moe(post_attention_norm(x)) with the
- * gated shared expert; the MTP block is not in the loop (c->n_layers excludes it). */
+ * gated shared expert; the MTP block is not in the loop (c->n_layers excludes it). With it
+ * loaded, every row's output_norm'ed state is kept for it (mtp.c). */
 static int qwen35moe_forward(fwd *F) {
     const model *m = F->m;
-    const attn_opts att = {QKN_HEAD, ROPE_NEOX, 0.0f};   /* gated: attn_q is [q | gate] */
     if (states_begin(F) != 0) return -1;
     fwd_embed(F, 1.0f);
     for (int l = 0; l < m->c.n_layers; l++) {
         const layer_w *L = &m->layers[l];
         fwd_norm(F, L->attn_norm);
-        if ((L->rec_row >= 0 ? fwd_gdn(F, L) : fwd_attention(F, l, &att)) != 0) return -1;
+        if ((L->rec_row >= 0 ? fwd_gdn(F, L) : fwd_attention(F, l, &gated_attn)) != 0) return -1;
         fwd_residual(F, 1.0f);
         fwd_norm(F, L->ffn_norm);
         if (fwd_moe(F, L, &F->P->moe) != 0) return -1;
         fwd_residual(F, 1.0f);
+    }
+    if (m->c.n_mtp) {
+        fwd_norm(F, m->output_norm);
+        if (mtp_keep(F) != 0) return -1;
     }
     if (fwd_head(F, 1.0f) != 0) return -1;
     states_end(F);
     return 0;
 }
 
-const arch_ops arch_qwen35moe = {"qwen35moe", qwen35moe_hparams, qwen35moe_block, qwen35moe_forward};
+/* The MTP block over F's rows (arch_ops.mtp_forward): x = eh_proj [enorm(embed(token)) |
+ * hnorm(hin)], the block's layer, then shared_head_norm'ed into hout and through the head. */
+static int qwen35moe_mtp_forward(fwd *F, const float *hin, float *hout) {
+    const model *m = F->m;
+    const int l = m->c.n_layers, d = m->c.d_model;
+    float *cat = fb(&F->P->xin, (size_t)F->n * 2 * (size_t)d);
+    if (!cat) return -1;
+    fwd_embed(F, 1.0f);
+    for (int i = 0; i < F->n; i++) {
+        float *ci = cat + (size_t)i * 2 * d;
+        fwd_rmsnorm(ci, F->x + (size_t)i * d, m->mtp.enorm, d, m->c.rms_eps);
+        fwd_rmsnorm(ci + d, hin + (size_t)i * d, m->mtp.hnorm, d, m->c.rms_eps);
+    }
+    const qmat *eh = &m->mtp.eh_proj;
+    float *x = F->x;
+    fwd_mm(F, cat, F->n, &eh, &x, 1);
+    if (attn_moe_layer(F, l) != 0) return -1;
+    fwd_norm(F, m->mtp.head_norm);
+    memcpy(hout, F->h, sizeof(float) * (size_t)F->n * (size_t)d);
+    return fwd_head_norm(F, m->mtp.head_norm, 1.0f);
+}
+
+const arch_ops arch_qwen35moe = {.name = "qwen35moe", .hparams = qwen35moe_hparams, .block = qwen35moe_block,
+                                 .forward = qwen35moe_forward, .mtp_block = qwen35moe_mtp_block,
+                                 .mtp_forward = qwen35moe_mtp_forward};

@@ -47,4 +47,5 @@ static int qwen3moe_forward(fwd *F) {
     return fwd_head(F, 1.0f);
 }
 
-const arch_ops arch_qwen3moe = {"qwen3moe", qwen3moe_hparams, qwen3moe_block, qwen3moe_forward};
+const arch_ops arch_qwen3moe = {.name = "qwen3moe", .hparams = qwen3moe_hparams, .block = qwen3moe_block,
+                                .forward = qwen3moe_forward};

@@ -42,6 +42,8 @@ fwd fwd_part(const fwd *F, int a, int cnt);
  * compute tier (an architecture's own block keeps the one seam). */
 void fwd_mm(fwd *F, const float *x, int n, const qmat *const *ws, float *const *outs, int cnt);
 
+/* out = rmsnorm(x, w) over d values (the forward's RMSNorm, for an architecture's own inputs). */
+void fwd_rmsnorm(float *out, const float *x, const float *w, int d, float eps);
 /* x = token_embd[token] (times scale when it is not 1: Granite's embedding_scale). */
 void fwd_embed(fwd *F, float scale);
 /* x += the pending branch; h = rmsnorm(x, w) (w NULL: the add only). */
@@ -76,4 +78,6 @@ int fwd_moe(fwd *F, const layer_w *L, const moe_opts *o);
 /* x += the pending branch; the rows that want logits: output(rmsnorm(x, output_norm)),
  * divided by div when it is not 1 (Granite's logit_scale). 0, or -1 out of memory. */
 int fwd_head(fwd *F, float div);
+/* The same with another final norm (an MTP block's shared_head_norm). */
+int fwd_head_norm(fwd *F, const float *norm_w, float div);
 #endif

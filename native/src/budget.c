@@ -291,7 +291,7 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
      * hybrid's recurrent layers none (their state counts in the working buffers) */
     const size_t row = (size_t)c->n_kv_heads * ((size_t)c->head_dim_k + (size_t)c->head_dim_v) * (kv_f16 ? 2 : 4);
     size_t n_full = 0, win_bytes = 0;
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers + c->n_mtp; l++) {
         const size_t w = (size_t)m->layers[l].window;
         if (m->layers[l].rec_row >= 0) continue;
         if (!w) {
@@ -302,7 +302,8 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
         if (rows > (size_t)ctx) rows = (size_t)ctx;
         win_bytes += (rows + w - 1) * row;
     }
-    const size_t pos = n_full * row + sizeof(int);
+    /* an MTP block also keeps the trunk's last hidden state of every position (model_mtp_draft) */
+    const size_t pos = n_full * row + sizeof(int) + (c->n_mtp ? (size_t)c->d_model * sizeof(float) : 0);
     const size_t one_kv = (size_t)ctx * pos + win_bytes, all_kv = one_kv * (size_t)n_slots;
     b->experts_all = es_all_bytes(m->es);
     b->dense = rss_now() + mapped_dense(m);

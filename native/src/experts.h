@@ -20,6 +20,7 @@ typedef struct {
     int no_lookahead;       /* EXPERT_LOOKAHEAD=0: no reads ahead of the next layer's guess */
     int hold_max;           /* experts one acquisition (or one lookahead) may hold at once from
                              * disk, and scratch copies kept for reuse (2 x this); 0: no limit */
+    int mtp;                /* load the file's MTP block as a draft head (model_mtp_draft) */
 } expert_opts;
 
 typedef struct { qmat gate, up, down; } expert_w;   /* gate/up: d_exp x d_model, down: d_model x d_exp */

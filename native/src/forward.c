@@ -24,6 +24,8 @@ static void rmsnorm(float *out, const float *x, const float *w, int d, float eps
     for (int j = 0; j < d; j++) out[j] = (x[j] * scale) * w[j];
 }
 
+void fwd_rmsnorm(float *out, const float *x, const float *w, int d, float eps) { rmsnorm(out, x, w, d, eps); }
+
 /* cs: rope_dim/2 (cos, sin) pairs for position pos. */
 static void rope_table(const struct model_priv *P, int pos, float *cs) {
     for (int i = 0; i < P->rope_dim / 2; i++) {
@@ -312,7 +314,9 @@ int fwd_moe(fwd *F, const layer_w *L, const moe_opts *o) {
     return moe_ffn(F->m, L, F->h, F->n, F->rows, F->tmp, o);
 }
 
-int fwd_head(fwd *F, float div) {
+int fwd_head(fwd *F, float div) { return fwd_head_norm(F, F->m->output_norm, div); }
+
+int fwd_head_norm(fwd *F, const float *norm_w, float div) {
     model *m = F->m;
     struct model_priv *P = F->P;
     const model_config *c = &m->c;
@@ -326,7 +330,7 @@ int fwd_head(fwd *F, float div) {
         if (!hin || !hout) return -1;
         int j = 0;
         for (int i = 0; i < F->n; i++)
-            if (F->rows[i].logits) rmsnorm(hin + (size_t)(j++) * d, F->x + (size_t)i * d, m->output_norm, d, c->rms_eps);
+            if (F->rows[i].logits) rmsnorm(hin + (size_t)(j++) * d, F->x + (size_t)i * d, norm_w, d, c->rms_eps);
         mm(P, &m->output, hin, nl, hout);
         j = 0;
         for (int i = 0; i < F->n; i++) {

@@ -312,8 +312,9 @@ out:
     return rc;
 }
 
-/* SPEC_DRAFT, SPEC_POLICY, SPEC_REPLAY, SPEC_CORRUPT, SPEC_RECORD (server.h serve_opts).
- * 0, or 2 with the reason on stderr. */
+/* SPEC_DRAFT, SPEC_POLICY, SPEC_REPLAY, SPEC_CORRUPT, SPEC_RECORD (server.h serve_opts); the
+ * draft source is SPEC_REPLAY when set, else the file's MTP block. 0, or 2 with the reason on
+ * stderr. */
 static int spec_settings(serve_opts *so) {
     so->spec_draft = (int)int_setting(NULL, "SPEC_DRAFT", 0, 0, SPEC_MAX, "SPEC_DRAFT");
     const char *pol = getenv("SPEC_POLICY"), *cor = getenv("SPEC_CORRUPT");
@@ -330,10 +331,6 @@ static int spec_settings(serve_opts *so) {
     const char *rep = getenv("SPEC_REPLAY"), *rec = getenv("SPEC_RECORD");
     so->spec_replay = rep && *rep ? rep : NULL;
     so->spec_record = rec && *rec ? rec : NULL;
-    if (so->spec_draft > 0 && !so->spec_replay) {
-        fprintf(stderr, "colibri-engine: SPEC_DRAFT needs a draft source: SPEC_REPLAY (a recorded run's tokens)\n");
-        return 2;
-    }
     return 0;
 }
 
@@ -459,8 +456,12 @@ int main(int argc, char **argv) {
 
     mem_budget mb;
     budget_figure(&mb, budget_mb);
+    serve_opts so;
+    memset(&so, 0, sizeof so);
+    if (serve_mode && spec_settings(&so) != 0) return 2;
     expert_opts eo;
     memset(&eo, 0, sizeof eo);      /* no expert is read before the budget is split */
+    eo.mtp = so.spec_draft > 0 && !so.spec_replay;     /* drafting with the file's MTP block */
     eo.usage_save = !env_is("USAGE_SAVE", "0");
     eo.exact = (int)int_setting(NULL, "EXACT", 0, 0, 1, "EXACT");
     eo.no_lookahead = !int_setting(NULL, "EXPERT_LOOKAHEAD", 1, 0, 1, "EXPERT_LOOKAHEAD");
@@ -485,9 +486,13 @@ int main(int argc, char **argv) {
             m.arch, m.c.n_layers, m.c.n_experts, m.c.top_k, now_s() - t0);
 
     int rc;
+    if (eo.mtp && !m.c.n_mtp) {
+        fprintf(stderr, "colibri-engine: SPEC_DRAFT needs a draft source: %s has no MTP block (or set SPEC_REPLAY)\n",
+                path);
+        model_free(&m);
+        return 2;
+    }
     if (serve_mode) {
-        serve_opts so;
-        memset(&so, 0, sizeof so);
         so.n_slots = n_slots;
         so.ctx = ctx;
         so.kv_f16 = kv_f16;
@@ -496,10 +501,6 @@ int main(int argc, char **argv) {
         so.usage_save = eo.usage_save;
         so.ckpt_every = (int)int_setting(NULL, "STATE_CKPT_EVERY", 1024, 0, 1 << 20, "STATE_CKPT_EVERY");
         so.budget = &mb;
-        if (spec_settings(&so) != 0) {
-            model_free(&m);
-            return 2;
-        }
         const char *kd = getenv("KV_DIR");
         if (kd && *kd) {
             const char *base = strrchr(path, '/');

@@ -30,7 +30,9 @@ size_t model_state_bytes(const model *m) {
 
 int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx) {
     const model_config *c = &m->c;
-    if (kv_init_kv(kv, n_slots, ctx, c->n_layers, c->n_kv_heads * c->head_dim_k, c->n_kv_heads * c->head_dim_v) != 0)
+    /* an MTP block's layer last: the trunk's forward never touches it */
+    if (kv_init_kv(kv, n_slots, ctx, c->n_layers + c->n_mtp, c->n_kv_heads * c->head_dim_k,
+                   c->n_kv_heads * c->head_dim_v) != 0)
         return -1;
     /* sliding-window layers keep only their window's rows; a hybrid's recurrent layers none */
     for (int l = 0; l < c->n_layers; l++)
@@ -64,7 +66,7 @@ int model_forward(model *m, kv_cache *kv, fwd_row *rows, int n) {
     if (n <= 0) return 0;
     struct model_priv *P = m->priv;
     const model_config *c = &m->c;
-    if (!P || !kv || kv->n_layers != c->n_layers || kv->k_dim != c->n_kv_heads * c->head_dim_k ||
+    if (!P || !kv || kv->n_layers != c->n_layers + c->n_mtp || kv->k_dim != c->n_kv_heads * c->head_dim_k ||
         kv->v_dim != c->n_kv_heads * c->head_dim_v || !kv_fits(m, kv))
         return -1;
     int *slot0 = ib(&P->slot0, (size_t)kv->n_slots);

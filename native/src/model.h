@@ -40,6 +40,9 @@ typedef struct {
                                                 * those the sections leave to the 4th, which stay put */
     int ssm_d_conv, ssm_k_heads, ssm_v_heads, ssm_head;  /* Gated DeltaNet layers (0: none): conv
                                                 * kernel, q/k heads, v heads, head width */
+    int n_mtp;                                 /* 1: the MTP block is loaded (expert_opts.mtp) as
+                                                * layers[n_layers], its K/V the cache's last layer,
+                                                * its experts the store's last row; else 0 */
 } model_config;
 
 typedef struct {
@@ -96,6 +99,10 @@ typedef struct model {
     } sampling;
     uint64_t fingerprint;                      /* for KV slot files */
     perf_counters perf;
+    struct {                                   /* the MTP block's own tensors (c.n_mtp) */
+        qmat eh_proj;                          /* [enorm(embedding) | hnorm(h)] (2 d_model) -> d_model */
+        const float *enorm, *hnorm, *head_norm;    /* head_norm: shared_head_norm, else output_norm */
+    } mtp;
     int exact;                                 /* EXACT=1 (expert_opts.exact): float activations,
                                                 * weights unpacked (quant.h qact.exact) */
     struct model_priv *priv;                   /* model.c-private: scratch buffers, owned copies */
@@ -154,6 +161,19 @@ int model_rollback(model *m, kv_cache *kv, int s, int keep);
 /* Bytes of one slot's recurrent state (0 for a transformer): every recurrent layer's last
  * ssm_d_conv - 1 conv inputs and its v heads' S x S delta-rule matrices, floats. */
 size_t model_state_bytes(const model *m);
+
+/* Drafting with the file's MTP block (c.n_mtp): for slot s, whose history holds n_pos tokens
+ * and whose next token `next` is sampled but not yet forwarded, n greedy guesses of the tokens
+ * after `next` into out. The block first catches its K/V up (one batch) over the positions since
+ * its last call, from the trunk's normalized last hidden states, which every forward keeps per
+ * slot; then each guess is one more row on the block's own output. The K/V of positions the
+ * slot will hold must be reserved (n_pos + n). Returns the guesses made: 0 when the slot's kept
+ * hidden states do not reach back to where the block stopped (a slot file loaded from disk), -1
+ * on failure. */
+int model_mtp_draft(model *m, kv_cache *kv, int s, int next, int n, int *out);
+/* The block's logits for each of slot s's positions i (from the trunk's h_i and token i + 1,
+ * `next` for the last): n_pos x vocab floats into logits (a test driver's: fwd_dump). 0 or -1. */
+int model_mtp_logits(model *m, kv_cache *kv, int s, int next, float *logits);
 
 /* A KV cache for m's rows (K and V row widths from its heads): kv_init_kv's result. */
 int model_kv_init(const model *m, kv_cache *kv, int n_slots, int ctx);

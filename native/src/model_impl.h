@@ -44,9 +44,18 @@ typedef struct {
     float *trail; int trail_cap, trail_want, trail_pos, trail_n;
 } rstate;
 uint64_t rstate_hash(const int *tokens, int n);   /* what a state's hash is of */
+void mtp_slots_free(struct model_priv *P);
 /* Slot s's record with its live state allocated (the array grown to n_slots); NULL out of memory. */
 rstate *rstate_slot(model *m, int s, int n_slots);
 void rstate_free(rstate *r);
+
+/* A slot's side of an MTP block (mtp.c): the trunk's normalized last hidden states of positions
+ * h_from .. h_end - 1 (h: cap x d_model), and the block's K/V rows 0 .. m_end - 1 that stand for
+ * the slot's history (row m_end - 1 read m_next as the token after it). */
+typedef struct { float *h; int cap, h_from, h_end, m_end, m_next; } mtp_slot;
+struct fwd;
+int mtp_keep(struct fwd *F);            /* the trunk's forward, its rows' normalized states in F->h */
+void mtp_cut(model *m, int s, int keep);    /* slot s cut back to keep positions */
 
 /* How an MoE FFN routes, weighs and runs its experts: passed by the architecture's forward at
  * each call (llama.cpp's build_moe_ffn arguments), never read from model_config.
@@ -95,6 +104,8 @@ struct model_priv {
     fbuf ahead_lg;
     int part_rows;          /* rows the attention, dense FFN and routed experts take at once in a
                              * long forward (the budget's prefill chunk); 0: all of them */
+    mtp_slot *mtp_slots;    /* per slot (an MTP block loaded; mtp.c), n_mtp_slots of them */
+    int n_mtp_slots;
     rstate *rs;             /* per slot (hybrids; NULL otherwise), n_rs of them */
     int n_rs;
     fbuf gdn;               /* the recurrent layers' scratch */

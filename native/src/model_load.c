@@ -593,23 +593,37 @@ static int load_io(model *m, char *err, size_t errlen) {
 }
 
 /* Every block through the architecture's hook; the MoE blocks become the expert store's rows. */
+/* Whether to load the MTP block (expert_opts.mtp): 1, 0 (the file has none), -1 refused. */
+static int want_mtp(model *m, const arch_ops *ops, const expert_opts *eo, char *err, size_t errlen) {
+    if (!eo || !eo->mtp || m->c.n_nextn == 0) return 0;
+    if (!ops->mtp_block || !ops->mtp_forward)
+        return model_fail(err, errlen, "the engine runs no MTP block of %s (speculative drafting)", m->arch);
+    if (m->c.n_nextn != 1) return model_fail(err, errlen, "%d MTP blocks: the engine drafts with one", m->c.n_nextn);
+    return 1;
+}
+
 static int load_blocks(model *m, const arch_ops *ops, const expert_opts *eo, char *err, size_t errlen) {
     model_config *c = &m->c;
-    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    expert_layer_src *src = calloc((size_t)c->n_layers, sizeof *src);
+    const int mtp = want_mtp(m, ops, eo, err, errlen);
+    if (mtp < 0) return -1;
+    c->n_mtp = mtp;
+    const int nl = c->n_layers + mtp;   /* the MTP block last: never in the trunk's loop */
+    m->layers = calloc((size_t)nl, sizeof *m->layers);
+    expert_layer_src *src = calloc((size_t)nl, sizeof *src);
     int rc = -1;
     if (!m->layers || !src) {
         model_fail(err, errlen, "out of memory");
         goto out;
     }
     c->n_moe_rows = 0;
-    for (int l = 0; l < c->n_layers; l++) m->layers[l].rec_row = -1;   /* a hybrid's block hook sets them */
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < nl; l++) m->layers[l].rec_row = -1;   /* a hybrid's block hook sets them */
+    for (int l = 0; l < nl; l++) {
         m->layers[l].moe_row = -1;
         int k = ops->block(m, l, &src[c->n_moe_rows], err, errlen);
-        if (k < 0) goto out;
+        if (k < 0 || (l == c->n_layers && ops->mtp_block(m, l, err, errlen) != 0)) goto out;
         if (k == 1) m->layers[l].moe_row = c->n_moe_rows++;
     }
+    if (mtp) m->layers[c->n_layers].next_moe = -1;     /* the block reads ahead nothing */
     for (int l = c->n_layers - 1, next = -1; l >= 0; l--) {     /* the read-ahead's target */
         m->layers[l].next_moe = next;
         if (m->layers[l].moe_row >= 0) next = l;
@@ -622,7 +636,7 @@ static int load_blocks(model *m, const arch_ops *ops, const expert_opts *eo, cha
                       fnv1a32_local(m->arch), c->n_layers, err, errlen);
     if (m->es) rc = 0;
 out:
-    for (int l = 0; src && l < c->n_layers; l++) free(src[l].per);
+    for (int l = 0; src && l < nl; l++) free(src[l].per);
     free(src);
     return rc;
 }
@@ -652,7 +666,8 @@ static int pack_all(model *m, char *err, size_t errlen) {
         uintptr_t a1 = (uintptr_t)m->tok_embd.data + (size_t)m->tok_embd.rows * m->tok_embd.row_bytes;
         madvise((void *)a0, a1 - a0, MADV_RANDOM);
     }
-    for (int l = 0; l < m->c.n_layers; l++) {
+    if (pack_mat(m, &m->mtp.eh_proj, 1) != 0) return model_fail(err, errlen, "nextn.eh_proj: out of memory or unreadable");
+    for (int l = 0; l < m->c.n_layers + m->c.n_mtp; l++) {
         layer_w *L = &m->layers[l];
         qmat *ms[] = {&L->q, &L->k, &L->v, &L->o, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
                       &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->ssm_qkv, &L->ssm_z,
@@ -821,6 +836,7 @@ void model_free(model *m) {
     for (int i = 0; i < P->n_owned; i++) free(P->owned[i]);
     free(P->owned);
     free(P->inv_freq);
+    mtp_slots_free(P);
     for (int s = 0; s < P->n_rs; s++) rstate_free(&P->rs[s]);
     free(P->rs);
     free(P->gdn.p);

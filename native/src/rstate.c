@@ -126,6 +126,7 @@ int model_trail(model *m, int s, int n, int n_slots) {
 int model_rollback(model *m, kv_cache *kv, int s, int keep) {
     const int n_pos = kv->slots[s].n_pos;
     if (keep >= n_pos) return n_pos;
+    mtp_cut(m, s, keep);
     if (kv_rewind(kv, s, keep) != keep) {       /* the windows lost rows a verify never drops */
         kv_truncate(kv, s, 0);
         return -1;

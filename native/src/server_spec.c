@@ -18,9 +18,10 @@
  * share replaced by other tokens: a bench's stand-in for a draft model, whose acceptance it sets.
  *
  * The policy (SPEC_POLICY=adaptive, the default) measures, it does not predict: seconds per
- * emitted token of plain steps (a moving average) against each drafting step's. Under a memory
- * budget a verify batch reads the union of its rows' experts, so drafting can cost more than it
- * gains; this is where that shows. It starts with two plain steps, then drafts one token; while
+ * emitted token of plain steps (a moving average; a turn's first plain step, which warms the
+ * caches, not counted) against drafting steps'. Under a memory budget a verify batch reads the
+ * union of its rows' experts, so drafting can cost more than it gains; this is where that shows.
+ * It starts with three plain steps, then drafts one token; while
  * drafting costs under SPEC_LOSS of a plain step's time per token and every draft was accepted,
  * it drafts one more (up to SPEC_DRAFT); when it costs more it drafts one fewer, and from one it
  * pauses for a back-off that doubles each time (SPEC_PAUSE0 .. SPEC_PAUSE_MAX plain steps). A
@@ -31,9 +32,9 @@
 #include <string.h>
 
 #define SPEC_LOSS      0.98     /* drafting must cost under this share of a plain step per token */
-#define SPEC_PAUSE0    16
+#define SPEC_PAUSE0    32       /* a failed try costs about half a step: tried at 3, 36, 101, ... */
 #define SPEC_PAUSE_MAX 512
-#define SPEC_REFRESH   32
+#define SPEC_REFRESH   16
 #define SPEC_EMA       0.3      /* weight of the newest step in the moving averages */
 
 /* SPEC_REPLAY: token ids, a turn per line. 0, or -1 (unreadable, not ids, out of memory). */
@@ -115,7 +116,7 @@ void spec_recorded(server *S, int tok) {
 }
 
 void spec_start(server *S, request *r) {
-    r->sp = (spec_req){.want = 1, .off = 2, .backoff = SPEC_PAUSE0, .rng = r->id * 0x9E3779B97F4A7C15ull + 1};
+    r->sp = (spec_req){.want = 1, .off = 3, .backoff = SPEC_PAUSE0, .rng = r->id * 0x9E3779B97F4A7C15ull + 1};
     if (S->replay && S->next_line < S->n_lines) {
         const int i = S->next_line++;
         r->sp.replay = S->replay + S->replay_line[i];
@@ -137,7 +138,7 @@ static int only_active(const server *S, const request *r) {
 /* Tokens to draft this step (0: a plain step). */
 static int draft_count(server *S, request *r) {
     spec_req *sp = &r->sp;
-    if (S->o->spec_draft <= 0 || !sp->replay || r->temperature > 0.0f || r->g || r->logprobs || r->routes == 2 ||
+    if (S->o->spec_draft <= 0 || (!sp->replay && !S->m->c.n_mtp) || r->temperature > 0.0f || r->g || r->logprobs || r->routes == 2 ||
         !only_active(S, r))
         return 0;
     int d = S->o->spec_always ? S->o->spec_draft : sp->want;
@@ -145,7 +146,7 @@ static int draft_count(server *S, request *r) {
         if (sp->off > 0) return sp->off--, 0;
         if (sp->since_plain >= SPEC_REFRESH) return 0;
     }
-    const int left = r->max_tokens - r->emitted - 1, have = sp->n_replay - r->emitted;
+    const int left = r->max_tokens - r->emitted - 1, have = sp->replay ? sp->n_replay - r->emitted : SPEC_MAX;
     if (d > left) d = left;
     if (d > have) d = have;
     return d > 0 ? d : 0;
@@ -203,23 +204,30 @@ static void policy_after_draft(server *S, spec_req *sp, double per_tok, int acc,
 void spec_plain_done(server *S, request *r, double seconds, uint64_t disk_bytes) {
     spec_req *sp = &r->sp;
     if (S->o->spec_draft <= 0) return;
-    sp->steps_plain++, sp->t_plain += seconds, sp->bytes_plain += disk_bytes;
+    sp->steps_plain++, sp->t_plain += seconds, sp->bytes_plain += disk_bytes, sp->since_plain = 0;
+    if (sp->steps_plain == 1) return;      /* the turn's first: the caches still warming */
     sp->plain_tpt = ema(sp->plain_tpt, seconds, sp->n_plain == 0);
-    sp->n_plain++, sp->since_plain = 0;
+    sp->n_plain++;
 }
 
 int spec_decode(server *S, request *r) {
-    const int d = draft_count(S, r), s = r->slot, p = S->kv.slots[r->slot].n_pos;
-    if (d == 0 || srv_kv_grow(S, s, p + 1 + d) != 0 || model_trail(S->m, s, d, S->o->n_slots) != 0) return 0;
+    int d = draft_count(S, r);
+    const int s = r->slot, p = S->kv.slots[r->slot].n_pos;
+    if (d == 0 || srv_kv_grow(S, s, p + 1 + d) != 0) return 0;
+    es_io_stats io0 = {0}, io1 = {0};
+    if (S->m->es) es_io(S->m->es, &io0);
+    const double t0 = now_s();     /* the drafting's own cost counts in the step */
     int x[SPEC_MAX + 1];
     x[0] = r->next_tok;
-    draft(S, r, x + 1, d);
+    if (r->sp.replay) draft(S, r, x + 1, d);
+    else if ((d = model_mtp_draft(S->m, &S->kv, s, r->next_tok, d, x + 1)) <= 0) {
+        if (d < 0) fprintf(stderr, "[API] the MTP block failed to draft for slot %d; a plain step\n", s);
+        return 0;
+    }
+    if (model_trail(S->m, s, d, S->o->n_slots) != 0) return 0;
     for (int i = 0; i <= d; i++)
         S->fwd[i] = (fwd_row){ .slot = s, .pos = p + i, .token = x[i], .logits = (float *)row_logits(S, r, i),
                                .route_counts = r->route, .n_experts = r->experts, .no_heat = !r->heat };
-    es_io_stats io0 = {0}, io1 = {0};
-    if (S->m->es) es_io(S->m->es, &io0);
-    const double t0 = now_s();
     if (model_forward(S->m, &S->kv, S->fwd, d + 1) != 0) {
         fprintf(stderr, "[API] forward failed; ending id=%llu\n", (unsigned long long)r->id);
         srv_finish(S, r, 0);

@@ -4,6 +4,9 @@
  *   Set FWD_DUMP_SERIAL=1 to forward one token at a time instead, FWD_DUMP_SPLIT=k to forward
  *   the first k ids, then the rest (a prompt in two chunks); EXACT=1 and KV_TYPE as
  *   colibri-engine.
+ *   FWD_DUMP_MTP=T (a file with an MTP block): also the block's logits of every position (the
+ *   token after the last: T) to OUT.f32.mtp, and FWD_DUMP_DRAFT=k its k greedy guesses after T,
+ *   printed on stdout.
  * Build: make -C native build/fwd_dump */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,8 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.ram_budget = SIZE_MAX;
     o.exact = getenv("EXACT") && !strcmp(getenv("EXACT"), "1");
+    const char *mtp = getenv("FWD_DUMP_MTP");
+    o.mtp = mtp != NULL;
     if (model_load(&m, argv[1], &o, err, sizeof err) != 0) {
         fprintf(stderr, "fwd_dump: %s\n", err);
         return 1;
@@ -29,7 +34,7 @@ int main(int argc, char **argv) {
     int n = argc - 3, V = m.c.vocab;
     kv_cache kv;
     /* the engine's KV element type: fp16 unless KV_TYPE=f32 (as colibri-engine) */
-    if (model_kv_init(&m, &kv, 1, n) != 0 ||
+    if (model_kv_init(&m, &kv, 1, n + 8) != 0 ||
         kv_set_f16(&kv, kv_type_f16(getenv("KV_TYPE")) != 0) != 0)
         return 1;
     float *lg = malloc(sizeof(float) * (size_t)n * V);
@@ -47,6 +52,19 @@ int main(int argc, char **argv) {
         }
     FILE *f = fopen(argv[2], "wb");
     if (!f || fwrite(lg, sizeof(float), (size_t)n * V, f) != (size_t)n * V || fclose(f) != 0) return 1;
+    if (mtp) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.mtp", argv[2]);
+        const int k = getenv("FWD_DUMP_DRAFT") ? atoi(getenv("FWD_DUMP_DRAFT")) : 0;
+        int drafts[8];
+        if (!m.c.n_mtp || model_mtp_logits(&m, &kv, 0, atoi(mtp), lg) != 0 || !(f = fopen(path, "wb")) ||
+            fwrite(lg, sizeof(float), (size_t)n * V, f) != (size_t)n * V || fclose(f) != 0 || k < 0 || k > 8 ||
+            kv_reserve(&kv, 0, n + k) != 0 || model_mtp_draft(&m, &kv, 0, atoi(mtp), k, drafts) != k) {
+            fprintf(stderr, "fwd_dump: the MTP block's logits or drafts failed\n");
+            return 1;
+        }
+        for (int i = 0; i < k; i++) printf("%d%c", drafts[i], i + 1 < k ? ' ' : '\n');
+    }
     free(lg);
     free(rows);
     kv_free(&kv);

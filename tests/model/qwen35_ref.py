@@ -148,6 +148,26 @@ class Qwen35Moe:
     def forward(self, ids: list[int], state: dict | None = None, start: int = 0) -> np.ndarray:
         """Logits of ids at positions start.., continuing `state` (the attention layers' K/V and the
         recurrent layers' conv inputs and S, updated in place) when given."""
+        return self.forward_h(ids, state, start)[0]
+
+    def mtp(self, h: np.ndarray, toks: list[int], start: int, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+        """llama.cpp's MTP graph (graph_mtp) over rows at positions start..: each reads its input
+        state h (the trunk's output_norm'ed hidden state, or the block's own) and the token after
+        its position; the block's K/V go to `cache`. -> (logits, the block's shared_head_norm'ed
+        state)."""
+        W, l, eps = self.w, self.L, self.eps
+        p = f"blk.{l}."
+        e = W("token_embd.weight")[np.asarray(toks)]
+        x = np.concatenate([rmsnorm(e, W(p + "nextn.enorm.weight"), eps), rmsnorm(h, W(p + "nextn.hnorm.weight"), eps)],
+                           axis=1) @ W(p + "nextn.eh_proj.weight").T
+        pos = np.arange(start, start + len(toks), dtype=np.float64)
+        x = x + self.attention(l, rmsnorm(x, W(p + "attn_norm.weight"), eps), pos, cache)
+        x = x + self.moe(l, rmsnorm(x, W(p + "post_attention_norm.weight"), eps))
+        hn = rmsnorm(x, W(p + "nextn.shared_head_norm.weight"), eps)
+        return hn @ W("output.weight").T, hn
+
+    def forward_h(self, ids: list[int], state: dict | None = None, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """forward's logits and the output_norm'ed states they are the head of (the MTP block's input)."""
         W = self.w
         state = {} if state is None else state
         kv, rec = state.setdefault("kv", {}), state.setdefault("rec", {})
@@ -158,4 +178,5 @@ class Qwen35Moe:
             h = rmsnorm(x, W(p + "attn_norm.weight"), self.eps)
             x = x + (self.deltanet(l, h, rec) if self.recurrent[l] else self.attention(l, h, pos, kv))
             x = x + self.moe(l, rmsnorm(x, W(p + "post_attention_norm.weight"), self.eps))
-        return rmsnorm(x, W("output_norm.weight"), self.eps) @ W("output.weight").T
+        hn = rmsnorm(x, W("output_norm.weight"), self.eps)
+        return hn @ W("output.weight").T, hn
