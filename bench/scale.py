@@ -127,6 +127,7 @@ def model_facts(path):
             dense += nb
     embd = next(int(t.n_bytes) for t in r.tensors if t.name == "token_embd.weight")
     return dict(arch=arch, layers=scalar(f"{arch}.block_count"), top_k=top_k, n_exp=n_exp,
+                mtp=scalar(f"{arch}.nextn_predict_layers", 0),
                 routed_per_tok=routed, dense_per_tok=dense, nonexpert=dense + embd, expert_total=expert_total,
                 exp_lo=exp_lo, exp_hi=exp_hi, size=os.path.getsize(path))
 
@@ -653,19 +654,26 @@ def summarize(rows):
 
 def spec_rows(a, path, facts, cap, prompt, label, rec):
     """Speculative decoding on this file and cap (--spec D): a recording run (plain, SPEC_RECORD),
-    then --runs rounds of three fresh engines, cold cache each: plain; the verify path
-    (SPEC_POLICY=always, SPEC_DRAFT=D, drafts from the recording with a 1 − --spec-accept share
-    corrupted: the acceptance a draft model would have); the policy (adaptive, every draft wrong:
-    what a draft head that is never right costs once the engine notices). -> one summary dict."""
+    then --runs rounds of fresh engines, cold cache each: plain; the verify path for each count in
+    --spec-verify (SPEC_POLICY=always, drafts from the recording with a 1 − --spec-accept share
+    corrupted: the acceptance a draft model would have); the policy (adaptive, up to D drafts from
+    the file's own MTP block, random in a generated file so never right; a file without one: the
+    recording with every draft corrupted): what such a head costs once the engine notices.
+    -> one summary dict."""
     replay = Path(tempfile.mkdtemp(prefix="colibri-spec-")) / "record.txt"
     first = run_ours(a, path, facts, cap, prompt, f"{label}-record", extra_env={"SPEC_RECORD": str(replay)})
-    out = dict(cap=cap, file=label, result=first.get("result"), plain=[], verify=[], policy=[])
+    verify = [int(d) for d in a.spec_verify.split(",") if d] or [a.spec]
+    out: dict = dict(cap=cap, file=label, result=first.get("result"), plain=[], policy=[], verify_drafts=verify,
+                     policy_source="MTP block" if facts.get("mtp") else "recording, all wrong",
+                     **{f"verify{d}": [] for d in verify})
     if first.get("result") != "ok":
         return out
-    kinds = {"plain": {},
-             "verify": {"SPEC_DRAFT": str(a.spec), "SPEC_POLICY": "always", "SPEC_REPLAY": str(replay),
-                        "SPEC_CORRUPT": f"{1 - a.spec_accept:g}"},
-             "policy": {"SPEC_DRAFT": str(a.spec), "SPEC_REPLAY": str(replay), "SPEC_CORRUPT": "1"}}
+    kinds: dict = {"plain": {}}
+    for d in verify:
+        kinds[f"verify{d}"] = {"SPEC_DRAFT": str(d), "SPEC_POLICY": "always", "SPEC_REPLAY": str(replay),
+                               "SPEC_CORRUPT": f"{1 - a.spec_accept:g}"}
+    kinds["policy"] = ({"SPEC_DRAFT": str(a.spec)} if facts.get("mtp") else
+                       {"SPEC_DRAFT": str(a.spec), "SPEC_REPLAY": str(replay), "SPEC_CORRUPT": "1"})
     for i in range(a.runs):
         for kind, env in kinds.items():
             r = run_ours(a, path, facts, cap, prompt, f"{label}-{kind}-{i}", extra_env=env)
@@ -684,28 +692,26 @@ def spec_table(rows):
     if not rows:
         return
     print()
-    print("| file | cap | plain tok/s (runs) | verify path tok/s (runs) | verify ÷ plain per pair (median; min–max) | "
-          "acceptance (kept ÷ drafted) | disk MB per token, drafting ÷ plain steps | policy, every draft wrong: tok/s "
-          "(runs) | policy ÷ plain per pair | steps drafted of all (policy) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| file | cap | rows | decode tok/s (runs) | ÷ plain of the same round (median; min–max) | "
+          "acceptance (kept ÷ drafted) | expert MB read from disk per token, drafting / plain steps | "
+          "steps that drafted, of all |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in rows:
-        ok = {k: [r for r in s[k] if r.get("result") == "ok"] for k in ("plain", "verify", "policy")}
+        kinds = ["plain"] + [f"verify{d}" for d in s["verify_drafts"]] + ["policy"]
+        ok = {k: [r for r in s.get(k, []) if r.get("result") == "ok"] for k in kinds}
         dec = {k: [r["decode"] for r in v] for k, v in ok.items()}
-
-        def ratios(k):
-            rs = [x / p for x, p in zip(dec[k], dec["plain"])]
-            return f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f})" if rs else "–"
-        sv = [r["spec"] for r in ok["verify"] if r.get("spec")]
-        sp = [r["spec"] for r in ok["policy"] if r.get("spec")]
-        acc = (f"{sum(x['accepted'] for x in sv) / max(1, sum(x['drafted'] for x in sv)):.2f}" if sv else "–")
-        mbd = statistics.median([x["mb_draft"] for x in sv]) if sv else None
-        mbp = [r["disk_per_tok"] / 1e6 for r in ok["plain"] if r.get("disk_per_tok") is not None]
-        disk = f"{mbd:.0f} ÷ {statistics.median(mbp):.0f}" if sv and mbp and s["cap"] else "– (no reads)"
-        steps = (", ".join(f"{x['steps']}/{x['steps'] + x['plain_steps']}" for x in sp) if sp else "–")
         cap_s = "none" if not s["cap"] else f"{s['cap']:g} GB"
-        print(f"| {s['file']} | {cap_s} | {', '.join(f'{x:.2f}' for x in dec['plain'])} | "
-              f"{', '.join(f'{x:.2f}' for x in dec['verify'])} | {ratios('verify')} | {acc} | {disk} | "
-              f"{', '.join(f'{x:.2f}' for x in dec['policy'])} | {ratios('policy')} | {steps} |")
+        for k in kinds:
+            rs = [x / p for x, p in zip(dec[k], dec["plain"])] if k != "plain" else []
+            ratio = f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f})" if rs else "–"
+            sp = [r["spec"] for r in ok[k] if r.get("spec")]
+            acc = f"{sum(x['accepted'] for x in sp) / max(1, sum(x['drafted'] for x in sp)):.2f}" if sp else "–"
+            disk = (", ".join(f"{x['mb_draft']:.0f} / {x['mb_plain']:.0f}" for x in sp) if sp and s["cap"] else "–")
+            steps = ", ".join(f"{x['steps']}/{x['steps'] + x['plain_steps']}" for x in sp) if sp else "–"
+            name = (f"verify path: {k[6:]} drafts every step, from the recording" if k.startswith("verify") else
+                    "plain (no drafting)" if k == "plain" else f"adaptive policy, drafts from the {s['policy_source']}")
+            print(f"| {s['file']} | {cap_s} | {name} | {', '.join(f'{x:.2f}' for x in dec[k])} | {ratio} | {acc} | "
+                  f"{disk} | {steps} |")
 
 
 def per_run_table(table, runs_key, ratio_key, ratio_head, lead, cols):
@@ -762,6 +768,9 @@ def main(argv=None):
                     help="speculative decoding rows of ours with up to this many drafted tokens a step (1..4)")
     ap.add_argument("--spec-accept", type=float, default=0.7,
                     help="the verify-path rows' share of drafted tokens that are right")
+    ap.add_argument("--spec-only", action="store_true", help="only the --spec rows")
+    ap.add_argument("--spec-verify", default="",
+                    help="comma list of draft counts for the verify-path rows (default: --spec)")
     a = ap.parse_args(argv)
     engine.ENGINE = Path(a.engine)
     a.expert_ram = {float(k): int(v) for k, v in (kv.split("=") for kv in a.expert_ram.split(",") if kv)}
@@ -800,6 +809,8 @@ def main(argv=None):
             # --interleave: ours, llama.cpp, ours, ... so both see the same minutes of the VM
             order = ([(i, eng) for i in range(a.runs) for eng in engines] if a.interleave
                      else [(i, eng) for eng in engines for i in range(a.runs)])
+            if a.spec_only:
+                order = []
             for i, eng in order:
                 if eng in stopped:
                     continue
@@ -829,7 +840,7 @@ def main(argv=None):
                 rows.append(r)
                 if r.get("result", "").startswith("OOM") or r.get("result", "").startswith("timeout"):
                     stopped.add(eng)  # the same cap kills every run: one is enough
-            for eng in engines:
+            for eng in engines if order else []:
                 rows = rows_of[eng]
                 s = summarize(rows)
                 s.update(file=label, engine="llama.cpp" if eng == "llama" else eng, cap=cap, facts=facts, n=len(rows))

@@ -9,7 +9,9 @@
  * history; a trunk forward that rewrites positions from p (a verify batch cut back, a new turn's
  * prefix) takes back the rows that read a token at p or after. A guess past the history writes
  * rows there too; they are computed again from the trunk's states before anything reads them.
- * Drafts never change what the engine emits (the verify batch decides), only how many it keeps. */
+ * Drafts never change what the engine emits (the verify batch decides), only how many it keeps.
+ * The block's expert picks add nothing to the store's counts (fwd_row.no_heat): under a budget
+ * its experts are the first to go, so a paused draft head does not keep the trunk's out. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,7 +90,7 @@ static int run_rows(model *m, kv_cache *kv, int s, int p, const int *tok, int n,
     int rc = -1;
     if (rows && ho) {
         for (int i = 0; i < n; i++)
-            rows[i] = (fwd_row){.slot = s, .pos = p + i, .token = tok[i],
+            rows[i] = (fwd_row){.slot = s, .pos = p + i, .token = tok[i], .no_heat = 1,
                                 .logits = all ? logits + (size_t)i * V : i == n - 1 ? logits : NULL};
         fwd F;
         if (fwd_begin(&F, m, kv, rows, n) == 0 && P->ops->mtp_forward(&F, hin, ho) == 0) {
