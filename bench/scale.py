@@ -662,7 +662,7 @@ def spec_rows(a, path, facts, cap, prompt, label, rec):
     -> one summary dict."""
     replay = Path(tempfile.mkdtemp(prefix="colibri-spec-")) / "record.txt"
     first = run_ours(a, path, facts, cap, prompt, f"{label}-record", extra_env={"SPEC_RECORD": str(replay)})
-    verify = [int(d) for d in a.spec_verify.split(",") if d] or [a.spec]
+    verify = [] if a.spec_verify == "none" else [int(d) for d in a.spec_verify.split(",") if d] or [a.spec]
     out: dict = dict(cap=cap, file=label, result=first.get("result"), plain=[], policy=[], verify_drafts=verify,
                      policy_source="MTP block" if facts.get("mtp") else "recording, all wrong",
                      **{f"verify{d}": [] for d in verify})
@@ -770,7 +770,7 @@ def main(argv=None):
                     help="the verify-path rows' share of drafted tokens that are right")
     ap.add_argument("--spec-only", action="store_true", help="only the --spec rows")
     ap.add_argument("--spec-verify", default="",
-                    help="comma list of draft counts for the verify-path rows (default: --spec)")
+                    help="comma list of draft counts for the verify-path rows (default: --spec; none: no such rows)")
     a = ap.parse_args(argv)
     engine.ENGINE = Path(a.engine)
     a.expert_ram = {float(k): int(v) for k, v in (kv.split("=") for kv in a.expert_ram.split(",") if kv)}

@@ -392,19 +392,6 @@ static int fwd_gdn(fwd *F, const layer_w *L) {
 
 static const attn_opts gated_attn = {QKN_HEAD, ROPE_NEOX, 0.0f};   /* attn_q is [q | gate] */
 
-/* x += attention(norm(x)) and x += moe(post_attention_norm(x)) of a full-attention layer l (a
- * trunk layer's mixer is the loop's choice; the MTP block's is always this one). */
-static int attn_moe_layer(fwd *F, int l) {
-    const layer_w *L = &F->m->layers[l];
-    fwd_norm(F, L->attn_norm);
-    if (fwd_attention(F, l, &gated_attn) != 0) return -1;
-    fwd_residual(F, 1.0f);
-    fwd_norm(F, L->ffn_norm);
-    if (fwd_moe(F, L, &F->P->moe) != 0) return -1;
-    fwd_residual(F, 1.0f);
-    return 0;
-}
-
 /* llama.cpp's qwen35moe graph: x += mixer(norm(x)); x += moe(post_attention_norm(x)) with the
  * gated shared expert; the MTP block is not in the loop (c->n_layers excludes it). With it
  * loaded, every row's output_norm'ed state is kept for it (mtp.c). */
@@ -431,7 +418,9 @@ static int qwen35moe_forward(fwd *F) {
 }
 
 /* The MTP block over F's rows (arch_ops.mtp_forward): x = eh_proj [enorm(embed(token)) |
- * hnorm(hin)], the block's layer, then shared_head_norm'ed into hout and through the head. */
+ * hnorm(hin)], the block's layer, then shared_head_norm'ed into hout and through the head. Rows
+ * before the first that wants logits only write their K/V (what later rows attend to): their
+ * MoE, whose experts a budget would read from disk, changes nothing that is kept. */
 static int qwen35moe_mtp_forward(fwd *F, const float *hin, float *hout) {
     const model *m = F->m;
     const int l = m->c.n_layers, d = m->c.d_model;
@@ -446,10 +435,20 @@ static int qwen35moe_mtp_forward(fwd *F, const float *hin, float *hout) {
     const qmat *eh = &m->mtp.eh_proj;
     float *x = F->x;
     fwd_mm(F, cat, F->n, &eh, &x, 1);
-    if (attn_moe_layer(F, l) != 0) return -1;
-    fwd_norm(F, m->mtp.head_norm);
-    memcpy(hout, F->h, sizeof(float) * (size_t)F->n * (size_t)d);
-    return fwd_head_norm(F, m->mtp.head_norm, 1.0f);
+    const layer_w *L = &m->layers[l];
+    fwd_norm(F, L->attn_norm);
+    if (fwd_attention(F, l, &gated_attn) != 0) return -1;
+    fwd_residual(F, 1.0f);
+    int a = 0;
+    while (a < F->n && !F->rows[a].logits) a++;
+    if (a == F->n) return 0;
+    fwd O = fwd_part(F, a, F->n - a);
+    fwd_norm(&O, L->ffn_norm);
+    if (fwd_moe(&O, L, &O.P->moe) != 0) return -1;
+    fwd_residual(&O, 1.0f);
+    fwd_norm(&O, m->mtp.head_norm);
+    memcpy(hout + (size_t)a * d, O.h, sizeof(float) * (size_t)O.n * (size_t)d);
+    return fwd_head_norm(&O, m->mtp.head_norm, 1.0f);
 }
 
 const arch_ops arch_qwen35moe = {.name = "qwen35moe", .hparams = qwen35moe_hparams, .block = qwen35moe_block,
