@@ -344,7 +344,8 @@ def run_ours(a, path, facts, cap_gb, prompt, label, usage=None, extra_env=None):
             if spec:    # SPEC id steps drafted accepted emitted ms/tok plain_steps ms/tok MB/tok MB/tok
                 out["spec"] = dict(steps=int(spec[2]), drafted=int(spec[3]), accepted=int(spec[4]),
                                    emitted=int(spec[5]), plain_steps=int(spec[7]),
-                                   mb_draft=float(spec[9]), mb_plain=float(spec[10]))
+                                   mb_draft=float(spec[9]), mb_plain=float(spec[10]),
+                                   guesses=int(spec[11]), guesses_right=int(spec[12]))
             perf = m.lines.get(rid, {}).get("PERF")
             if perf:
                 out["t_edisk"] = float(perf[3])
@@ -707,7 +708,8 @@ def spec_table(rows):
             sp = [r["spec"] for r in ok[k] if r.get("spec")]
             acc = f"{sum(x['accepted'] for x in sp) / max(1, sum(x['drafted'] for x in sp)):.2f}" if sp else "–"
             disk = (", ".join(f"{x['mb_draft']:.0f} / {x['mb_plain']:.0f}" for x in sp) if sp and s["cap"] else "–")
-            steps = ", ".join(f"{x['steps']}/{x['steps'] + x['plain_steps']}" for x in sp) if sp else "–"
+            steps = ", ".join(f"{x['steps']}/{x['steps'] + x['plain_steps']} (lone guesses {x['guesses_right']} "
+                              f"of {x['guesses']} right)" for x in sp) if sp else "–"
             name = (f"verify path: {k[6:]} drafts every step, from the recording" if k.startswith("verify") else
                     "plain (no drafting)" if k == "plain" else f"adaptive policy, drafts from the {s['policy_source']}")
             print(f"| {s['file']} | {cap_s} | {name} | {', '.join(f'{x:.2f}' for x in dec[k])} | {ratio} | {acc} | "

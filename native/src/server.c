@@ -223,6 +223,7 @@ static void decode_step(server *S) {
     if (solo) spec_plain_done(S, solo, now_s() - t0, io1.disk_bytes - io0.disk_bytes);
     /* Copy the slots first: take_token may finish a request, but never reuses S->fwd. */
     for (int i = 0; i < n; i++) srv_take_token(S, &S->req[S->fwd[i].slot]);
+    if (solo) spec_guess_check(S, solo);
 }
 
 /* ------------------------------------------------------------------ setup & loop */

@@ -29,6 +29,9 @@ typedef struct {
     int backoff;                /* the next pause after drafting loses */
     double plain_tpt, draft_tpt;    /* moving averages of seconds per emitted token */
     int n_plain, since_plain;   /* plain steps measured; drafting steps since the last plain one */
+    int probe;                  /* 1: the next try is a lone guess, checked against a plain step's token */
+    int guess;                  /* that guess while its plain step runs, else -1 */
+    long guesses, guesses_right;
     long steps_draft, steps_plain, drafted, accepted, emitted_draft;
     double t_draft, t_plain;
     uint64_t bytes_draft, bytes_plain;  /* expert bytes read from disk in each kind of step */
@@ -136,6 +139,7 @@ void spec_start(server *S, request *r);   /* a new turn's policy state */
  * 1 done; 0 not taken (the caller runs a plain step and reports it with spec_plain_done). */
 int spec_decode(server *S, request *r);
 void spec_plain_done(server *S, request *r, double seconds, uint64_t disk_bytes);
+void spec_guess_check(server *S, request *r);  /* after a plain step's token: its lone guess right? */
 void spec_recorded(server *S, int tok);    /* SPEC_RECORD: an emitted token */
 /* The end of a turn: its SPEC line (speculation on), the end of its SPEC_RECORD line. */
 void spec_turn_end(server *S, const request *r);

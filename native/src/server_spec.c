@@ -21,10 +21,13 @@
  * emitted token of plain steps (a moving average; a turn's first plain step, which warms the
  * caches, not counted) against drafting steps'. Under a memory budget a verify batch reads the
  * union of its rows' experts, so drafting can cost more than it gains; this is where that shows.
- * It starts with three plain steps, then drafts one token; while
+ * It starts with three plain steps. A try starts with a lone guess beside a plain step (the
+ * draft source's cost only, no verify batch); when the step's own token matches it, drafting
+ * starts with one token; while
  * drafting costs under SPEC_LOSS of a plain step's time per token and every draft was accepted,
  * it drafts one more (up to SPEC_DRAFT); when it costs more it drafts one fewer, and from one it
- * pauses for a back-off that doubles each time (SPEC_PAUSE0 .. SPEC_PAUSE_MAX plain steps). A
+ * pauses for a back-off that doubles each time (SPEC_PAUSE0 .. SPEC_PAUSE_MAX plain steps), as
+ * after a wrong lone guess; the next try is a lone guess again. A
  * plain step every SPEC_REFRESH drafting steps keeps the other side of the comparison current. */
 #include "server_impl.h"
 
@@ -116,7 +119,8 @@ void spec_recorded(server *S, int tok) {
 }
 
 void spec_start(server *S, request *r) {
-    r->sp = (spec_req){.want = 1, .off = 3, .backoff = SPEC_PAUSE0, .rng = r->id * 0x9E3779B97F4A7C15ull + 1};
+    r->sp = (spec_req){.want = 1, .off = 3, .backoff = SPEC_PAUSE0, .probe = 1, .guess = -1,
+                       .rng = r->id * 0x9E3779B97F4A7C15ull + 1};
     if (S->replay && S->next_line < S->n_lines) {
         const int i = S->next_line++;
         r->sp.replay = S->replay + S->replay_line[i];
@@ -180,6 +184,11 @@ static int tokens_to_take(server *S, const request *r, const int *x, int d, int 
 
 static double ema(double avg, double x, int first) { return first ? x : (1.0 - SPEC_EMA) * avg + SPEC_EMA * x; }
 
+static void pause(spec_req *sp) {
+    sp->off = sp->backoff, sp->probe = 1;
+    sp->backoff = sp->backoff * 2 > SPEC_PAUSE_MAX ? SPEC_PAUSE_MAX : sp->backoff * 2;
+}
+
 static void policy_after_draft(server *S, spec_req *sp, double per_tok, int acc, int d) {
     if (S->o->spec_always || sp->n_plain == 0) return;
     const int first = sp->draft_tpt <= 0.0;
@@ -190,8 +199,7 @@ static void policy_after_draft(server *S, spec_req *sp, double per_tok, int acc,
             sp->want--;
             return;
         }
-        sp->off = sp->backoff;
-        sp->backoff = sp->backoff * 2 > SPEC_PAUSE_MAX ? SPEC_PAUSE_MAX : sp->backoff * 2;
+        pause(sp);
         return;
     }
     sp->backoff = SPEC_PAUSE0;
@@ -205,14 +213,37 @@ void spec_plain_done(server *S, request *r, double seconds, uint64_t disk_bytes)
     spec_req *sp = &r->sp;
     if (S->o->spec_draft <= 0) return;
     sp->steps_plain++, sp->t_plain += seconds, sp->bytes_plain += disk_bytes, sp->since_plain = 0;
-    if (sp->steps_plain == 1) return;      /* the turn's first: the caches still warming */
+    /* not measured: the turn's first (the caches still warming), one that also made a guess */
+    if (sp->steps_plain == 1 || sp->guess >= 0) return;
     sp->plain_tpt = ema(sp->plain_tpt, seconds, sp->n_plain == 0);
     sp->n_plain++;
+}
+
+void spec_guess_check(server *S, request *r) {
+    spec_req *sp = &r->sp;
+    (void)S;
+    if (sp->guess < 0) return;
+    const int right = r->active && r->next_tok == sp->guess;
+    sp->guess = -1, sp->guesses_right += right;
+    if (!right) pause(sp);
+    else sp->probe = 0, sp->want = 1, sp->draft_tpt = 0.0;
+}
+
+/* A lone guess of the token the coming plain step will sample (a try's first step). */
+static void guess(server *S, request *r) {
+    int g;
+    if (r->sp.replay) draft(S, r, &g, 1);
+    else if (model_mtp_draft(S->m, &S->kv, r->slot, r->next_tok, 1, &g) != 1) return;
+    r->sp.guess = g, r->sp.guesses++;
 }
 
 int spec_decode(server *S, request *r) {
     int d = draft_count(S, r);
     const int s = r->slot, p = S->kv.slots[r->slot].n_pos;
+    if (d > 0 && r->sp.probe && !S->o->spec_always) {
+        guess(S, r);
+        return 0;
+    }
     if (d == 0 || srv_kv_grow(S, s, p + 1 + d) != 0) return 0;
     es_io_stats io0 = {0}, io1 = {0};
     if (S->m->es) es_io(S->m->es, &io0);
@@ -265,8 +296,8 @@ void spec_turn_end(server *S, const request *r) {
     }
     if (S->o->spec_draft <= 0) return;
     const long ep = sp->steps_plain, ed = sp->emitted_draft;
-    out_line("SPEC %llu %ld %ld %ld %ld %.2f %ld %.2f %.2f %.2f", (unsigned long long)r->id, sp->steps_draft,
+    out_line("SPEC %llu %ld %ld %ld %ld %.2f %ld %.2f %.2f %.2f %ld %ld", (unsigned long long)r->id, sp->steps_draft,
              sp->drafted, sp->accepted, ed, ed ? 1e3 * sp->t_draft / (double)ed : 0.0, ep,
              ep ? 1e3 * sp->t_plain / (double)ep : 0.0, ed ? (double)sp->bytes_draft / 1e6 / (double)ed : 0.0,
-             ep ? (double)sp->bytes_plain / 1e6 / (double)ep : 0.0);
+             ep ? (double)sp->bytes_plain / 1e6 / (double)ep : 0.0, sp->guesses, sp->guesses_right);
 }

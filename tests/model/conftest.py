@@ -31,3 +31,9 @@ def dense_source(default_model):
     assert path.exists(), f"{path} missing (build_default_model.py caches it)"
     return path
 
+
+@pytest.fixture(scope="session")
+def fwd_dump(engine_binary):
+    """native/tests/fwd_dump.c (a forward driver writing logits for numpy comparisons), built once."""
+    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
+    return ROOT / "native" / "build" / "fwd_dump"

@@ -34,18 +34,11 @@ from tests.model import arch_ref
 from tests.model.arch_ref import REFS, greedy, log_softmax
 from tests.native.engine import Engine, base_env
 from tests.support import procs
-from tests.support.procs import ROOT
 
 WINDOW = 8
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64, 3, 77, 150, 201, 12, 9, 300, 41, 66, 130, 88, 2, 19, 240]
 STEPS = 12
 TOL_EXACT = 2e-3
-
-
-@pytest.fixture(scope="module")
-def fwd_dump(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
 
 
 @pytest.fixture(scope="module")

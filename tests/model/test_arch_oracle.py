@@ -30,12 +30,6 @@ STEPS = 12
 TOL_EXACT = 2e-3
 
 
-@pytest.fixture(scope="module")
-def fwd_dump(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
-
-
 def engine_logits(fwd_dump, model, ids, vocab, tmp_path, **env):
     out = tmp_path / "logits.f32"
     import os

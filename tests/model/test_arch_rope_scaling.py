@@ -29,19 +29,12 @@ from gguf import GGUFValueType
 from tests.model.arch_ref import REFS, greedy, log_softmax
 from tests.model.gguf_slice import add_raw, copy_writer, write_out
 from tests.support import procs
-from tests.support.procs import ROOT
 
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 STEPS = 12
 TOL = 2e-3
 YARN = {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 64}
 LINEAR = {"rope.scaling.type": "linear", "rope.scaling.factor": 2.0}
-
-
-@pytest.fixture(scope="module")
-def fwd_dump(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
 
 
 def fixture(tmp_path, arch):

@@ -26,12 +26,6 @@ TOL = 2e-3
 SHAPES = {"heads16-kv2": dict(n_heads=16, n_kv=2), "heads12-kv2": dict(n_heads=12, n_kv=2)}
 
 
-@pytest.fixture(scope="module")
-def fwd_dump(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
-
-
 def make(path, **shape):
     """The generator's qwen3moe layout and mix with these shape fields changed (in-process)."""
     spec = importlib.util.spec_from_file_location("make_arch_fixture_shapes", ROOT / "native" / "tools" /

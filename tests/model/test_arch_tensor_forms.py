@@ -21,18 +21,11 @@ from gguf.quants import quantize
 from tests.model.arch_ref import REFS, greedy, log_softmax
 from tests.model.gguf_slice import add_raw, copy_writer, write_out
 from tests.support import procs
-from tests.support.procs import ROOT
 
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 STEPS = 12
 TOL = 2e-3
 GATE = ".ffn_gate_inp_shexp.weight"
-
-
-@pytest.fixture(scope="module")
-def fwd_dump(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
 
 
 @pytest.fixture(scope="module")

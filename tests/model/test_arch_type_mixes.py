@@ -41,12 +41,6 @@ TOL_LOGIT = 1e-4        # EXACT=1: same values, same float32 order -> rounding-l
 ARCHS = sorted(REFS) + ["llama"]
 
 
-@pytest.fixture(scope="module")
-def fwd_dump(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
-
-
 def dequantized_copy(src, dst):
     """dst: src with every tensor stored as F32 (gguf's dequantizers), every key kept."""
     r, w, _ = copy_writer(src, dst)

@@ -11,10 +11,8 @@ Pareto table in native/README.md.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 
-import pytest
 
 from tests.model.oracle import engine_greedy
 from tests.native.engine import chatml
@@ -25,12 +23,6 @@ import quality  # noqa: E402  (bench/quality.py: held-out texts, fwd_dump perple
 
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 BAR = 1.10
-
-
-@pytest.fixture(scope="module")
-def fwd_dump():
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
 
 
 def test_default_model_perplexity_within_bar_of_dense(default_model, dense_source, engine_binary, fwd_dump):

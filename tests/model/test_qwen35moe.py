@@ -33,17 +33,10 @@ from tests.model.arch_ref import log_softmax
 from tests.model.qwen35_ref import Qwen35Moe
 from tests.native.engine import Engine, base_env, chatml, parse_model_line
 from tests.support import procs
-from tests.support.procs import ROOT
 
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 STEPS = 8
 TOL_EXACT = 2e-3
-
-
-@pytest.fixture(scope="module")
-def fwd_dump(engine_binary):
-    subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
-    return ROOT / "native" / "build" / "fwd_dump"
 
 
 @pytest.fixture(scope="module")

@@ -451,3 +451,22 @@ def hits_bits(hits: bytes, n: int) -> list[int]:
 def parse_model_line(line: str) -> dict:
     assert line.startswith("MODEL "), line
     return json.loads(line[6:])
+
+
+def greedy_turns(binary, model, max_tokens, **env) -> tuple[tuple[bytes, bytes], tuple[Request, Request]]:
+    """Two greedy EXACT=1 turns of one conversation on slot 0 of a fresh engine, the second
+    extending the first (it resumes the slot): ((text 1, text 2), (request 1, request 2))."""
+    e = Engine(binary, env=base_env(model, slots=1, ctx=512, EXACT=1, **env))
+    try:
+        p1 = chatml("Tell me about the sea and the ships on it.").encode()
+        r1 = e.generate(p1, slot=0, max_tokens=max_tokens)
+        p2 = p1 + r1.text + b"<|im_end|>\n" + chatml("And the harbours?").encode()
+        r2 = e.generate(p2, slot=0, max_tokens=max_tokens)
+        for r in (r1, r2):
+            assert r.done is not None, r.errors
+        return (r1.text, r2.text), (r1, r2)
+    finally:
+        try:
+            e.close(10)
+        finally:
+            e.kill()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.native.engine import Engine, base_env, chatml
+from tests.native.engine import Engine, base_env, greedy_turns
 from tests.support import procs
 
 TOKENS = 40
@@ -35,35 +35,17 @@ def spec_line(req) -> dict:
     assert line is not None, "no SPEC line at the end of a drafting turn"
     f = line.split()
     return {"steps": int(f[2]), "drafted": int(f[3]), "accepted": int(f[4]), "emitted": int(f[5]),
-            "plain_steps": int(f[7])}
-
-
-def two_turns(binary, model, tmp_path, name, **env):
-    """Two greedy turns on slot 0, the second extending the first: (texts, requests)."""
-    e = Engine(binary, env=base_env(model, slots=2, ctx=512, EXACT=1, **env))
-    try:
-        p1 = chatml("Tell me about the sea and the ships on it.").encode()
-        r1 = e.generate(p1, slot=0, max_tokens=TOKENS)
-        p2 = p1 + r1.text + b"<|im_end|>\n" + chatml("And the harbours?").encode()
-        r2 = e.generate(p2, slot=0, max_tokens=TOKENS)
-        for r in (r1, r2):
-            assert r.done is not None, r.errors
-        return (r1.text, r2.text), (r1, r2)
-    finally:
-        try:
-            e.close(10)
-        finally:
-            e.kill()
+            "plain_steps": int(f[7]), "guesses": int(f[11]), "guesses_right": int(f[12])}
 
 
 @pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss", "qwen35moe"])
 def test_drafting_emits_the_plain_greedy_tokens(engine_binary, models, tmp_path, arch):
     rec = tmp_path / "record.txt"
-    plain, (p1, p2) = two_turns(engine_binary, models[arch], tmp_path, "plain", SPEC_RECORD=rec)
+    plain, (p1, p2) = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_RECORD=rec)
     lines = rec.read_text().splitlines()
     assert len(lines) == 2 and len(lines[0].split()) == p1.stat()["emitted"], lines
     for corrupt, draft in (("0", 3), ("0.3", 3), ("0.5", 2), ("1", 1)):
-        texts, reqs = two_turns(engine_binary, models[arch], tmp_path, "spec", SPEC_DRAFT=draft,
+        texts, reqs = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_DRAFT=draft,
                                 SPEC_POLICY="always", SPEC_REPLAY=rec, SPEC_CORRUPT=corrupt)
         assert texts == plain, f"SPEC_CORRUPT={corrupt}: drafting changed the greedy output"
         assert reqs[1].reused == p2.reused > 0, (
@@ -84,15 +66,27 @@ def test_drafting_emits_the_plain_greedy_tokens(engine_binary, models, tmp_path,
 
 
 def test_policy_stops_drafting_that_never_pays(engine_binary, models, tmp_path):
-    """Every draft wrong: a drafting step emits one token for a batch of two rows, so the adaptive
-    policy must stop and pause (back-off) instead of drafting every step."""
+    """Every draft wrong: the adaptive policy's tries are lone guesses beside plain steps, each
+    wrong, each followed by a pause (32, then 64 steps): no verify batch at all, a few guesses."""
     rec = tmp_path / "record.txt"
-    two_turns(engine_binary, models["qwen35moe"], tmp_path, "plain", SPEC_RECORD=rec)
-    _, (r1, r2) = two_turns(engine_binary, models["qwen35moe"], tmp_path, "spec", SPEC_DRAFT=3,
+    greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_RECORD=rec)
+    _, (r1, r2) = greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_DRAFT=3,
                             SPEC_REPLAY=rec, SPEC_CORRUPT="1")
     for r in (r1, r2):
         s = spec_line(r)
-        assert s["accepted"] == 0 and 1 <= s["steps"] <= TOKENS // 4, s
+        assert s["steps"] == 0 and s["drafted"] == 0 and 1 <= s["guesses"] <= 2 and s["guesses_right"] == 0, s
+
+
+def test_policy_drafts_when_guesses_are_right(engine_binary, models, tmp_path):
+    """Every draft right: the lone guess is right, and drafting takes over from there (the timing
+    decides how many drafts; here at least some steps draft and every draft is kept)."""
+    rec = tmp_path / "record.txt"
+    plain, _ = greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_RECORD=rec)
+    texts, (r1, r2) = greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_DRAFT=3, SPEC_REPLAY=rec,
+                                   SPEC_CORRUPT="0")
+    assert texts == plain
+    s = spec_line(r1)
+    assert s["guesses"] >= 1 and s["guesses_right"] >= 1 and s["steps"] >= 1 and s["accepted"] == s["drafted"], s
 
 
 def test_bad_settings_are_refused(engine_binary, models, tmp_path):
