@@ -14,7 +14,7 @@ import pytest
 from gguf import GGUFReader
 
 from tests.model.gguf_slice import add_raw, copy_writer, write_out
-from tests.model.test_arch_oracle import check_against_reference, engine_logits, fwd_dump  # noqa: F401
+from tests.model.test_arch_oracle import check_against_reference, engine_logits
 from tests.model.test_qwen35moe import TOL_EXACT, dump, greedy_reference
 from tests.support import procs
 

@@ -17,7 +17,6 @@ import pytest
 from tests.model.arch_ref import REFS, greedy, log_softmax
 from tests.model.gguf_slice import add_raw, copy_writer, write_out
 from tests.model.test_arch_oracle import PROMPT, STEPS, TOL_EXACT, check_against_reference, compare, engine_logits
-from tests.model.test_arch_oracle import fwd_dump  # noqa: F401
 from tests.support import procs
 
 EXACT = {"EXACT": "1", "KV_TYPE": "f32"}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.model.arch_ref import REFS, greedy, log_softmax
-from tests.model.test_arch_oracle import PROMPT, STEPS, TOL_EXACT, compare, engine_logits, fwd_dump  # noqa: F401
+from tests.model.test_arch_oracle import PROMPT, STEPS, TOL_EXACT, compare, engine_logits
 from tests.support import procs
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.model.gguf_slice import add_raw, copy_writer, write_out
-from tests.model.test_arch_oracle import engine_logits, fwd_dump  # noqa: F401
+from tests.model.test_arch_oracle import engine_logits
 from tests.support import procs
 
 EXIT_REFUSED = 3
