@@ -26,8 +26,9 @@
  * State: a slot's rstate holds, per recurrent layer, the conv inputs and M; it stands after
  * exactly n_pos tokens whose hash it keeps. An armed trail (model_trail) also gets the state
  * after each of the forward's first rows of the slot, copied while M is in cache. A forward
- * whose first row of a slot is at position 0 starts from zeros; at p > 0 it needs the state of exactly the slot's first p tokens (-1
- * otherwise: the caller resumes from a checkpoint or re-prefills, model_resume in rstate.c).
+ * whose first row of a slot is at position 0 starts from zeros; at p > 0 it needs the state of
+ * exactly the slot's first p tokens (-1 otherwise: the caller resumes from a checkpoint or
+ * re-prefills, model_resume in rstate.c).
  * The trailing MTP block (nextn_predict_layers 1), when loaded (expert_opts.mtp: a draft head,
  * mtp.c), is never in the trunk's loop. llama.cpp's graph_mtp: x = eh_proj [enorm(embed(t)) |
  * hnorm(h)] for the token t after the row's position and h the trunk's output_norm'ed last state
@@ -182,7 +183,8 @@ static int qwen35moe_block(model *m, int l, expert_layer_src *src, char *err, si
 static int qwen35moe_mtp_block(model *m, int l, char *err, size_t errlen) {
     const uint64_t D = (uint64_t)m->c.d_model;
     char nm[160];
-    if (gguf_find_tensor(&m->g, NM("nextn.embed_tokens.weight")) || gguf_find_tensor(&m->g, NM("nextn.shared_head_head.weight")))
+    if (gguf_find_tensor(&m->g, NM("nextn.embed_tokens.weight")) ||
+        gguf_find_tensor(&m->g, NM("nextn.shared_head_head.weight")))
         return model_fail(err, errlen, "%s: an MTP block with its own embedding or head is not supported", nm);
     if (ld_mat(&m->g, NM("nextn.eh_proj.weight"), 2 * D, D, 0, &m->mtp.eh_proj, err, errlen) ||
         ld_vec(m, NM("nextn.enorm.weight"), m->c.d_model, 0, &m->mtp.enorm, err, errlen) ||

@@ -324,7 +324,8 @@ static int spec_settings(serve_opts *so) {
     }
     so->spec_always = pol && !strcmp(pol, "always");
     so->spec_corrupt = 0.0;
-    if (cor && *cor && (parse_double(cor, &so->spec_corrupt) != 0 || !(so->spec_corrupt >= 0.0 && so->spec_corrupt <= 1.0))) {
+    if (cor && *cor &&
+        (parse_double(cor, &so->spec_corrupt) != 0 || !(so->spec_corrupt >= 0.0 && so->spec_corrupt <= 1.0))) {
         fprintf(stderr, "colibri-engine: SPEC_CORRUPT must be a share in 0..1 (got '%s')\n", cor);
         return 2;
     }

@@ -142,8 +142,8 @@ static int only_active(const server *S, const request *r) {
 /* Tokens to draft this step (0: a plain step). */
 static int draft_count(server *S, request *r) {
     spec_req *sp = &r->sp;
-    if (S->o->spec_draft <= 0 || (!sp->replay && !S->m->c.n_mtp) || r->temperature > 0.0f || r->g || r->logprobs || r->routes == 2 ||
-        !only_active(S, r))
+    if (S->o->spec_draft <= 0 || (!sp->replay && !S->m->c.n_mtp) || r->temperature > 0.0f || r->g || r->logprobs ||
+        r->routes == 2 || !only_active(S, r))
         return 0;
     int d = S->o->spec_always ? S->o->spec_draft : sp->want;
     if (!S->o->spec_always) {
@@ -184,7 +184,7 @@ static int tokens_to_take(server *S, const request *r, const int *x, int d, int 
 
 static double ema(double avg, double x, int first) { return first ? x : (1.0 - SPEC_EMA) * avg + SPEC_EMA * x; }
 
-static void pause(spec_req *sp) {
+static void pause_drafting(spec_req *sp) {
     sp->off = sp->backoff, sp->probe = 1;
     sp->backoff = sp->backoff * 2 > SPEC_PAUSE_MAX ? SPEC_PAUSE_MAX : sp->backoff * 2;
 }
@@ -199,7 +199,7 @@ static void policy_after_draft(server *S, spec_req *sp, double per_tok, int acc,
             sp->want--;
             return;
         }
-        pause(sp);
+        pause_drafting(sp);
         return;
     }
     sp->backoff = SPEC_PAUSE0;
@@ -225,7 +225,7 @@ void spec_guess_check(server *S, request *r) {
     if (sp->guess < 0) return;
     const int right = r->active && r->next_tok == sp->guess;
     sp->guess = -1, sp->guesses_right += right;
-    if (!right) pause(sp);
+    if (!right) pause_drafting(sp);
     else sp->probe = 0, sp->want = 1, sp->draft_tpt = 0.0;
 }
 
