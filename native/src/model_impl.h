@@ -106,6 +106,7 @@ struct model_priv {
                              * long forward (the budget's prefill chunk); 0: all of them */
     mtp_slot *mtp_slots;    /* per slot (an MTP block loaded; mtp.c), n_mtp_slots of them */
     int n_mtp_slots;
+    fbuf mtp_draft;         /* a draft's logits and states (mtp.c): kept, a step drafts every time */
     rstate *rs;             /* per slot (hybrids; NULL otherwise), n_rs of them */
     int n_rs;
     fbuf gdn;               /* the recurrent layers' scratch */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "sampler.h"
 
 static mtp_slot *slot_of(model *m, int s, int n_slots) {
     struct model_priv *P = m->priv;
@@ -31,7 +32,8 @@ static mtp_slot *slot_of(model *m, int s, int n_slots) {
 void mtp_slots_free(struct model_priv *P) {
     for (int i = 0; i < P->n_mtp_slots; i++) free(P->mtp_slots[i].h);
     free(P->mtp_slots);
-    P->mtp_slots = NULL, P->n_mtp_slots = 0;
+    free(P->mtp_draft.p);
+    P->mtp_slots = NULL, P->n_mtp_slots = 0, P->mtp_draft = (fbuf){0};
 }
 
 /* Rows first .. first + n - 1 of a slot (consecutive positions from p) were forwarded by the
@@ -69,13 +71,6 @@ void mtp_cut(model *m, int s, int keep) {
     mtp_slot *t = &P->mtp_slots[s];
     if (t->h_end > keep) t->h_end = keep;
     if (t->m_end > keep - 1) t->m_end = keep > 0 ? keep - 1 : 0;
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
 }
 
 /* The block over rows (slot s) at positions from p: token of each = the one after its position,
@@ -124,14 +119,14 @@ static int catch_up(model *m, kv_cache *kv, int s, int next, float *logits, int 
 
 int model_mtp_draft(model *m, kv_cache *kv, int s, int next, int n, int *out) {
     if (!m->c.n_mtp || n <= 0 || s < 0 || s >= kv->n_slots) return 0;
-    const size_t d = (size_t)m->c.d_model;
-    float *lg = malloc((size_t)m->c.vocab * sizeof(float)), *h = malloc(2 * d * sizeof(float));
+    const size_t d = (size_t)m->c.d_model, V = (size_t)m->c.vocab;
+    float *lg = fb(&m->priv->mtp_draft, V + 2 * d), *h = lg ? lg + V : NULL;
     int made = -1;
-    if (lg && h) {
+    if (lg) {
         const int rc = catch_up(m, kv, s, next, lg, 0, h);
         made = rc < 0 ? -1 : 0;
         for (int k = 0; rc == 0; k++) {
-            out[k] = argmax(lg, m->c.vocab);
+            out[k] = sample_token(lg, m->c.vocab, 0.0f, 1.0f, NULL, NULL, NULL);   /* greedy */
             made = k + 1;
             if (made == n) break;
             memcpy(h + d, h, d * sizeof(float));    /* the guess's input: the block's own output */
@@ -141,8 +136,6 @@ int model_mtp_draft(model *m, kv_cache *kv, int s, int next, int n, int *out) {
             }
         }
     }
-    free(lg);
-    free(h);
     return made;
 }
 

@@ -171,13 +171,16 @@ static const float *row_logits(const server *S, const request *r, int i) {
 }
 
 /* How many of y_1 .. y_{d+1} the step emits: up to the first that differs from its draft, ends
- * the turn (end of generation, the budget) or is the one after the last draft. *acc: drafts kept. */
-static int tokens_to_take(server *S, const request *r, const int *x, int d, int *acc) {
+ * the turn (end of generation, the budget) or is the one after the last draft. *acc: drafts kept;
+ * *eog: the last of them ends generation (it is not sent). */
+static int tokens_to_take(server *S, const request *r, const int *x, int d, int *acc, int *eog) {
     *acc = 0;
-    for (int k = 1; k <= d; k++) {
+    for (int k = 1; k <= d + 1; k++) {
         const int y = sample_token_k(row_logits(S, r, k - 1), S->vocab, 0.0f, 1.0f, 0, NULL, S->scratch, NULL);
+        *eog = tok_is_eog(S->tok, y);
+        if (k == d + 1) break;
         *acc += y == x[k];
-        if (y != x[k] || tok_is_eog(S->tok, y) || r->emitted + k >= r->max_tokens) return k;
+        if (y != x[k] || *eog || r->emitted + k >= r->max_tokens) return k;
     }
     return d + 1;
 }
@@ -264,8 +267,8 @@ int spec_decode(server *S, request *r) {
         srv_finish(S, r, 0);
         return 1;
     }
-    int acc;
-    const int K = tokens_to_take(S, r, x, d, &acc);
+    int acc, eog;
+    const int K = tokens_to_take(S, r, x, d, &acc, &eog);
     if (model_rollback(S->m, &S->kv, s, p + K) != p + K) {     /* cannot happen: the trail covers it */
         fprintf(stderr, "[API] slot %d could not be cut back after a verify batch; ending id=%llu\n", s,
                 (unsigned long long)r->id);
@@ -276,8 +279,7 @@ int spec_decode(server *S, request *r) {
     const double dt = now_s() - t0;
     if (S->m->es) es_io(S->m->es, &io1);
     spec_req *sp = &r->sp;
-    const int sent = K - tok_is_eog(S->tok, sample_token_k(row_logits(S, r, K - 1), S->vocab, 0.0f, 1.0f, 0, NULL,
-                                                           S->scratch, NULL));
+    const int sent = K - eog;
     sp->steps_draft++, sp->drafted += d, sp->accepted += acc, sp->emitted_draft += sent, sp->t_draft += dt;
     sp->bytes_draft += io1.disk_bytes - io0.disk_bytes, sp->since_plain++;
     policy_after_draft(S, sp, dt / K, acc, d);
