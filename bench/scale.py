@@ -416,6 +416,16 @@ def row_bound(a, path, facts, s, bw_now):
     s["bound"] = bw_now["bw"] / miss if miss > 0 else None
 
 
+def log_run(tag, r, rec):
+    """One run's record: a summary line on stderr (floats rounded, no stderr tail) and, with
+    --json, the whole record appended as a JSON line."""
+    print(f"#   {tag}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                     for k, v in r.items() if k != "stderr_tail"}), file=sys.stderr, flush=True)
+    if rec:
+        rec.write(json.dumps(r) + "\n")
+        rec.flush()
+
+
 def long_rows(a, path, facts, cap_gb, label, rec, full_prefill):
     """--long-prompts: rows of ours with prompts of those lengths under this cap (see the docstring
     for the TTFT bound); full_prefill[n]: the uncapped row's prefill tok/s, filled by cap none."""
@@ -426,12 +436,7 @@ def long_rows(a, path, facts, cap_gb, label, rec, full_prefill):
         for i in range(a.runs):
             r = run_ours(a, path, facts, cap_gb, prompt_text(n, 40000), f"{label}-long{n}-{i}")
             r.update(run=i, long=n)
-            print(f"#   {label}-long{n}-{i}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
-                                                            for k, v in r.items() if k != "stderr_tail"}),
-                  file=sys.stderr, flush=True)
-            if rec:
-                rec.write(json.dumps(r) + "\n")
-                rec.flush()
+            log_run(f"{label}-long{n}-{i}", r, rec)
             rows.append(r)
         s = summarize(rows)
         ok = [r for r in rows if r.get("result") == "ok"]
@@ -478,11 +483,7 @@ def warm_rows(a, path, facts, cap_gb, prompt, label, rec):
     for i in range(a.runs):
         r = run_ours(a, path, facts, cap_gb, prompt, f"{label}-{i}", usage=(str(usage), False))
         r.update(file=label, path=str(path), run=i, warm=True)
-        print(f"#   {label}-{i}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
-                                               for k, v in r.items() if k != "stderr_tail"}), file=sys.stderr, flush=True)
-        if rec:
-            rec.write(json.dumps(r) + "\n")
-            rec.flush()
+        log_run(f"{label}-{i}", r, rec)
         rows.append(r)
     usage.unlink(missing_ok=True)
     s = summarize(rows)
@@ -679,12 +680,7 @@ def spec_rows(a, path, facts, cap, prompt, label, rec):
         for kind, env in kinds.items():
             r = run_ours(a, path, facts, cap, prompt, f"{label}-{kind}-{i}", extra_env=env)
             r.update(file=label, run=i, spec_kind=kind)
-            print(f"#   {label}-{kind}-{i}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
-                                                          for k, v in r.items() if k != "stderr_tail"}),
-                  file=sys.stderr, flush=True)
-            if rec:
-                rec.write(json.dumps(r) + "\n")
-                rec.flush()
+            log_run(f"{label}-{kind}-{i}", r, rec)
             out[kind].append(r)
     return out
 
@@ -831,14 +827,9 @@ def main(argv=None):
                     miss = facts["routed_per_tok"] * (1 - r["hit"] / 100)
                     r.update(disk_run_bw=bw, disk_ratio=r["decode"] * miss / bw)
                 r.update(file=label, path=str(path), run=i)
-                print(f"#   {tag}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
-                                                 for k, v in r.items() if k != "stderr_tail"}),
-                      file=sys.stderr, flush=True)
+                log_run(tag, r, rec)
                 if r.get("result") != "ok" and r.get("stderr_tail"):
                     print("#     stderr: " + r["stderr_tail"].replace("\n", " | "), file=sys.stderr)
-                if rec:
-                    rec.write(json.dumps(r) + "\n")
-                    rec.flush()
                 rows.append(r)
                 if r.get("result", "").startswith("OOM") or r.get("result", "").startswith("timeout"):
                     stopped.add(eng)  # the same cap kills every run: one is enough
