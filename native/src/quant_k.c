@@ -154,6 +154,21 @@ void qk_q4k_raw(const uint8_t *sb, int sub, int *sc, int *m, uint8_t qs16[16]) {
     for (int t = 0; t < 16; t++) qs16[t] = (uint8_t)(((qs[t] >> sh) & 15) | (((qs[t + 16] >> sh) & 15) << 4));
 }
 
+void qk_k4_scales(const uint8_t *sb, uint8_t sc[8], uint8_t m[8]) {
+    /* scale_min_k4 on four sub-blocks at once, a byte per lane */
+    uint32_t a, b, c;
+    memcpy(&a, sb + 4, 4);
+    memcpy(&b, sb + 8, 4);
+    memcpy(&c, sb + 12, 4);
+    const uint32_t s03 = a & 0x3f3f3f3fu, m03 = b & 0x3f3f3f3fu;
+    const uint32_t s47 = (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4;
+    const uint32_t m47 = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4;
+    memcpy(sc, &s03, 4);
+    memcpy(sc + 4, &s47, 4);
+    memcpy(m, &m03, 4);
+    memcpy(m + 4, &m47, 4);
+}
+
 void qk_q4k_block(const uint8_t *sb, int sub, float *dl, float *ml, uint8_t qs16[16]) {
     int sc, m;
     scale_min_k4(sb + 4, sub, &sc, &m);

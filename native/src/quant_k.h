@@ -19,6 +19,8 @@ void qk_unpack(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], in
 void qk_q4k_block(const uint8_t *sb, int sub, float *dl, float *ml, uint8_t qs16[16]);
 /* The same with the raw 6-bit scale and min. */
 void qk_q4k_raw(const uint8_t *sb, int sub, int *sc, int *m, uint8_t qs16[16]);
+/* The raw 6-bit scales and mins of all eight sub-blocks of a Q4_K / Q5_K super-block. */
+void qk_k4_scales(const uint8_t *sb, uint8_t sc[8], uint8_t m[8]);
 /* One row of n values (n % 256 == 0 for K-quants) into out. BF16 too. */
 void qk_dequant(uint32_t type, const uint8_t *row, float *out, int n);
 

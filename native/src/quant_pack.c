@@ -83,6 +83,21 @@ static void pk_group_bf16(const uint8_t *const *src, int cols, uint8_t *dst)
 
 #ifdef __SSE2__
 /* Q4_1 with all 8 rows present: the quants' 8 x 4 dword transpose in registers. */
+/* Eight rows' 16-byte vectors q as the packed layout's four 32-byte vectors at o + 32 v: row j's
+ * dword v at o + 32 v + 4 j (two 4 x 4 dword transposes). */
+static void pk_store_8x4(const __m128i *q, uint8_t *o)
+{
+    for (int h = 0; h < 2; h++) {     /* rows 4h..4h+3 -> bytes 16h..16h+15 of each vector */
+        const __m128i *a = q + 4 * h;
+        __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpacklo_epi32(a[2], a[3]);
+        __m128i t2 = _mm_unpackhi_epi32(a[0], a[1]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
+        _mm_storeu_si128((__m128i *)(o + 16 * h), _mm_unpacklo_epi64(t0, t1));
+        _mm_storeu_si128((__m128i *)(o + 32 + 16 * h), _mm_unpackhi_epi64(t0, t1));
+        _mm_storeu_si128((__m128i *)(o + 64 + 16 * h), _mm_unpacklo_epi64(t2, t3));
+        _mm_storeu_si128((__m128i *)(o + 96 + 16 * h), _mm_unpackhi_epi64(t2, t3));
+    }
+}
+
 static void pk_group_q41_full(const uint8_t *const *src, int nb, uint8_t *dst)
 {
     for (int b = 0; b < nb; b++) {
@@ -94,14 +109,39 @@ static void pk_group_q41_full(const uint8_t *const *src, int nb, uint8_t *dst)
             memcpy(o + 16 + 2 * j, s + 2, 2);
             q[j] = _mm_loadu_si128((const __m128i *)(s + 4));
         }
-        for (int h = 0; h < 2; h++) {     /* rows 4h..4h+3 -> bytes 16h..16h+15 of each vector */
-            const __m128i *a = q + 4 * h;
-            __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpacklo_epi32(a[2], a[3]);
-            __m128i t2 = _mm_unpackhi_epi32(a[0], a[1]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
-            _mm_storeu_si128((__m128i *)(o + 32 + 16 * h), _mm_unpacklo_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(o + 64 + 16 * h), _mm_unpackhi_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(o + 96 + 16 * h), _mm_unpacklo_epi64(t2, t3));
-            _mm_storeu_si128((__m128i *)(o + 128 + 16 * h), _mm_unpackhi_epi64(t2, t3));
+        pk_store_8x4(q, o + 32);
+    }
+}
+
+/* Q4_K, all eight rows present: each 32-byte run of a row's codes holds two sub-blocks (low and
+ * high nibbles); both become qs16 vectors (pk_group_q4k) from the same two loads. Streamed
+ * experts are packed after every read, so this runs in the I/O lanes' critical path. */
+static void pk_group_q4k_full(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    const __m128i lo = _mm_set1_epi8(0x0f), hi = _mm_set1_epi8((char)0xf0);
+    for (int s = 0; s < nb / 8; s++) {
+        uint8_t *h = dst + (size_t)s * PK_K4_SB, sc[PK_ROWS][8], m[PK_ROWS][8];
+        for (int j = 0; j < PK_ROWS; j++) {
+            const uint8_t *sb = src[j] + (size_t)s * 144;
+            memcpy(h + 2 * j, sb, 2);
+            memcpy(h + 16 + 2 * j, sb + 2, 2);
+            qk_k4_scales(sb, sc[j], m[j]);
+        }
+        for (int p = 0; p < 4; p++) {
+            uint8_t *oe = h + 32 + (size_t)(2 * p) * 144, *oo = oe + 144;
+            __m128i qe[8], qo[8];
+            for (int j = 0; j < PK_ROWS; j++) {
+                const uint8_t *qs = src[j] + (size_t)s * 144 + 16 + 32 * p;
+                const __m128i a = _mm_loadu_si128((const __m128i *)qs), b = _mm_loadu_si128((const __m128i *)(qs + 16));
+                qe[j] = _mm_or_si128(_mm_and_si128(a, lo), _mm_slli_epi16(_mm_and_si128(b, lo), 4));
+                qo[j] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), lo), _mm_and_si128(b, hi));
+                oe[j] = sc[j][2 * p];
+                oe[8 + j] = m[j][2 * p];
+                oo[j] = sc[j][2 * p + 1];
+                oo[8 + j] = m[j][2 * p + 1];
+            }
+            pk_store_8x4(qe, oe + 16);
+            pk_store_8x4(qo, oo + 16);
         }
     }
 }
@@ -416,6 +456,70 @@ static void pk_group_k6(uint32_t t, const uint8_t *const *src, int nb, uint8_t *
         for (int j = 0; j < PK_ROWS; j++) pk_k6_row(t, src[j] ? src[j] + (size_t)s * fb : NULL, s, j, dst);
 }
 
+#ifdef __AVX2__
+/* The 8 x 8 dword transpose of eight 32-byte rows: dword g of r[j] becomes dword j of r[g]. */
+static void pk_tr8x8(__m256i r[8])
+{
+    __m256i a[8], b[8];
+    for (int k = 0; k < 4; k++) {
+        a[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        a[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) {     /* rows 4k..4k+3: dwords 0 / 4, 1 / 5, 2 / 6, 3 / 7 of each lane */
+        b[4 * k] = _mm256_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm256_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm256_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm256_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+    }
+    for (int g = 0; g < 4; g++) {
+        r[g] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x20);
+        r[4 + g] = _mm256_permute2x128_si256(b[g], b[4 + g], 0x31);
+    }
+}
+
+/* bits 6-7 of each byte: bits sh..sh+1 of w's bytes */
+static inline __m256i pk_top2(__m256i w, int sh)
+{
+    const __m256i two = _mm256_and_si256(_mm256_srl_epi16(w, _mm_cvtsi32_si128(sh)), _mm256_set1_epi8(3));
+    return _mm256_slli_epi16(two, 6);
+}
+
+/* Q6_K, all eight rows present: per block each row's 32 six-bit codes (low nibbles from ql, two
+ * bits from qh) in one vector, the eight vectors transposed to dword g of every row, and the six
+ * code vectors of pk_k6_block built from them: S_0..S_5 take dwords 0, 4, 1, 5, 2, 6 (values
+ * 0-11 and 16-27) with C_6 (dword 3) and C_7 (dword 7) spread over their top two bits. */
+static void pk_group_q6k_full(const uint8_t *const *src, int nb, uint8_t *dst)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    for (int s = 0; s < nb / 8; s++) {
+        uint8_t *h = dst + (size_t)s * PK_K6_SB;
+        for (int j = 0; j < PK_ROWS; j++) memcpy(h + 2 * j, src[j] + (size_t)s * 210 + 208, 2);
+        for (int bb = 0; bb < 8; bb++) {   /* values 128c + 32q .. +31 */
+            const int c = bb / 4, q = bb % 4;
+            const __m128i lsh = _mm_cvtsi32_si128(4 * (q / 2)), hsh = _mm_cvtsi32_si128(2 * q);
+            uint8_t *o = h + 16 + (size_t)bb * 208;
+            __m256i w[8];
+            for (int j = 0; j < PK_ROWS; j++) {
+                const uint8_t *fs = src[j] + (size_t)s * 210;
+                const __m256i l = _mm256_loadu_si256((const __m256i *)(fs + 64 * c + 32 * (q % 2)));
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(fs + 128 + 32 * c));
+                w[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(l, lsh), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hb, hsh), m2), 4));
+                o[j] = fs[192 + 2 * bb];
+                o[8 + j] = fs[193 + 2 * bb];
+            }
+            pk_tr8x8(w);
+            const __m256i S[6] = {
+                _mm256_or_si256(w[0], pk_top2(w[3], 0)), _mm256_or_si256(w[4], pk_top2(w[3], 2)),
+                _mm256_or_si256(w[1], pk_top2(w[3], 4)), _mm256_or_si256(w[5], pk_top2(w[7], 0)),
+                _mm256_or_si256(w[2], pk_top2(w[7], 2)), _mm256_or_si256(w[6], pk_top2(w[7], 4)),
+            };
+            for (int i = 0; i < 6; i++) _mm256_storeu_si256((__m256i *)(o + 16 + 32 * i), S[i]);
+        }
+    }
+}
+#endif
+
 void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r0, int nrows, uint8_t *dst)
 {
     const uint8_t *src[PK_ROWS];
@@ -433,7 +537,15 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
 #endif
         pk_group_q41(src, nb, dst);
         break;
-    case GGML_Q4_K: pk_group_q4k(src, nb, dst); break;
+    case GGML_Q4_K:
+#ifdef __SSE2__
+        if (r0 + PK_ROWS <= nrows) {
+            pk_group_q4k_full(src, nb, dst);
+            break;
+        }
+#endif
+        pk_group_q4k(src, nb, dst);
+        break;
     case GGML_Q5_0:
     case GGML_Q5_1: pk_group_q5(t, src, nb, dst); break;
     case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
@@ -446,6 +558,13 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
     case GGML_IQ3_XXS:
     case GGML_IQ3_S: pk_group_iql(t, src, nb, dst); break;
     case GGML_Q6_K:
+#ifdef __AVX2__
+        if (r0 + PK_ROWS <= nrows) {
+            pk_group_q6k_full(src, nb, dst);
+            break;
+        }
+#endif
+        /* fall through */
     case GGML_Q3_K:
     case GGML_Q2_K: pk_group_k6(t, src, nb, dst); break;
     default: pk_group_q80(src, nb, dst); break;      /* Q8_0 */
