@@ -240,7 +240,7 @@ static int states_begin(fwd *F) {
 static float *trail_entry(struct model_priv *P, const fwd_row *row) {
     const rstate *r = &P->rs[row->slot];
     const int i = row->pos - r->trail_pos;
-    return i >= 0 && i < r->trail_want ? r->trail + (size_t)i * r->n : NULL;
+    return i >= 0 && i < r->trail_want ? P->trail.p + (size_t)i * r->n : NULL;
 }
 
 static void states_end(fwd *F) {

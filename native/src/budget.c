@@ -235,15 +235,16 @@ static size_t kept_bytes(const model_config *c, int keep) {
 
 /* The working buffers: `rows`-row prefills run `chunk` rows at a time, n_slots decoding rows,
  * hold experts at once from disk. */
-static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int chunk, int hold) {
+static size_t work_bytes(const model *m, int n_slots, int ctx, int rows_all, int chunk, int hold, int spec_rows) {
     const model_config *c = &m->c;
     const size_t rows = (size_t)(chunk > n_slots ? chunk : n_slots);
     const size_t per_slot = (size_t)c->vocab * 8 + (size_t)c->n_moe_rows * (size_t)c->n_experts * 4 +
                             model_state_bytes(m) * (1 + RS_CKPTS);   /* a hybrid's state, its checkpoints */
     const size_t once = (size_t)c->vocab * 8 + (size_t)ctx * 8 + (size_t)pool_threads() * ATT_G * (size_t)ctx * 4;
     const size_t held = (size_t)(2 * hold + io_lanes() + 1) * es_expert_bytes(m->es);
+    const size_t trail = (size_t)spec_rows * model_state_bytes(m);     /* one, whichever slot drafts */
     return rows * row_bytes(c) + (size_t)rows_all * whole_row_bytes(c) + (size_t)n_slots * per_slot + once + held +
-           kept_bytes(c, n_slots);
+           kept_bytes(c, n_slots) + trail;
 }
 
 /* Prefill rows per forward: the largest power of two up to 8,192 and the context whose whole-row
@@ -310,7 +311,7 @@ int budget_split(mem_budget *b, const model *m, int n_slots, int ctx, int kv_f16
     b->rows = pick_rows(m, b->total, ctx, b->chunk);
     b->hold = c->n_experts ? pick_hold(c, n_slots) : 0;
     b->keep = n_slots;
-    b->work = work_bytes(m, n_slots, ctx, b->rows, b->chunk, b->hold);
+    b->work = work_bytes(m, n_slots, ctx, b->rows, b->chunk, b->hold, b->spec_rows);
     const size_t fixed = b->dense + b->work;
     if (fixed + one_kv > b->total) return refuse(b, one_kv, ctx, err, errlen);
     b->expert_override = expert_mb >= 0;

@@ -27,6 +27,8 @@ typedef struct {
     int hold;               /* experts one acquisition holds at once from disk */
     int keep;               /* rows each expert's gate/up and down inputs stay allocated for
                              * between groups (the slots: a decode step's rows) */
+    int spec_rows;          /* set before the split: drafted rows a verify batch may add
+                             * (SPEC_DRAFT); a hybrid keeps a recurrent state for each (the trail) */
 } mem_budget;
 
 /* The figure: mb >= 0 (MEM_BUDGET_MB / --mem-budget) as given, else read from the cgroup / the

@@ -479,6 +479,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "colibri-engine: refused %s: %s\n", path, err);
         return EXIT_REFUSED;
     }
+    mb.spec_rows = so.spec_draft;
     if (split_budget(&mb, &m, serve_mode ? n_slots : 1, ctx, kv_f16, ram_mb, pin_mb) != 0) {
         model_free(&m);
         return 1;

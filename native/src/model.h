@@ -151,7 +151,9 @@ int model_state_save(const model *m, const kv_cache *kv, int s, const char *path
 int model_state_load(model *m, const kv_cache *kv, int s, const char *path, uint64_t fp);
 /* A verify batch of drafted tokens (speculative decoding): the next forward keeps, for its
  * first n rows of slot s, the recurrent state after each row (a hybrid's trail; nothing for a
- * transformer), so that model_rollback can cut the slot back to any of them. 0, -1 OOM. */
+ * transformer), so that model_rollback can cut the slot back to any of them. One trail serves
+ * every slot (the budget counts SPEC_DRAFT states once): arming it for s drops another slot's.
+ * 0, -1 OOM. */
 int model_trail(model *m, int s, int n, int n_slots);
 /* Cuts slot s's history back to its first keep positions after a forward whose trail covers
  * keep (or keep == n_pos): K/V rows truncated (the windows keep what a continuation at keep

@@ -37,11 +37,12 @@ extern const compute_tier compute_cpu;
 typedef struct { float *p; int n_pos; uint64_t hash; unsigned used; } rs_ckpt;
 /* The trail (model_trail): the states after each of one forward's first rows of the slot, kept
  * so that a verify batch of drafted tokens can be cut back to any of them (model_rollback):
- * entry i stands after the row at position trail_pos + i; trail_want rows are armed for the next
- * forward, trail_n were kept by the last one. */
+ * entry i (in model_priv's one trail buffer, while this slot armed it last) stands after the row
+ * at position trail_pos + i; trail_want rows are armed for the next forward, trail_n were kept
+ * by the last one. */
 typedef struct {
     float *p; size_t n; int n_pos; uint64_t hash; rs_ckpt ck[RS_CKPTS]; unsigned tick;
-    float *trail; int trail_cap, trail_want, trail_pos, trail_n;
+    int trail_want, trail_pos, trail_n;
 } rstate;
 uint64_t rstate_hash(const int *tokens, int n);   /* what a state's hash is of */
 void mtp_slots_free(struct model_priv *P);
@@ -110,6 +111,8 @@ struct model_priv {
     rstate *rs;             /* per slot (hybrids; NULL otherwise), n_rs of them */
     int n_rs;
     fbuf gdn;               /* the recurrent layers' scratch */
+    fbuf trail;             /* the trail of slot trail_slot (one: a verify batch is one request's) */
+    int trail_slot;
     int keep_rows;          /* rows an expert's gate/up and down inputs keep their buffers for
                              * between groups (the budget's slots: decode never reallocates);
                              * a prefill group's bigger ones are freed after it; 0: all kept */

@@ -840,6 +840,7 @@ void model_free(model *m) {
     for (int s = 0; s < P->n_rs; s++) rstate_free(&P->rs[s]);
     free(P->rs);
     free(P->gdn.p);
+    free(P->trail.p);
     qact_free(&P->act);
     qact_free(&P->ahead_act);
     qact_free(&P->sh_act);

@@ -27,7 +27,6 @@ uint64_t rstate_hash(const int *t, int n) {
 void rstate_free(rstate *r) {
     free(r->p);
     for (int i = 0; i < RS_CKPTS; i++) free(r->ck[i].p);
-    free(r->trail);
     *r = (rstate){.n_pos = -1};
 }
 
@@ -113,13 +112,11 @@ int model_resume(model *m, const kv_cache *kv, int s, int keep) {
 int model_trail(model *m, int s, int n, int n_slots) {
     if (m->c.ssm_v_heads == 0 || n <= 0) return 0;      /* K/V alone truncate exactly */
     rstate *r = rstate_slot(m, s, n_slots);
-    if (!r) return -1;
-    if (n > r->trail_cap) {
-        float *t = realloc(r->trail, (size_t)n * r->n * sizeof(float));
-        if (!t) return -1;
-        r->trail = t, r->trail_cap = n;
-    }
-    r->trail_want = n, r->trail_n = 0;
+    struct model_priv *P = m->priv;
+    if (!r || !fb(&P->trail, (size_t)n * r->n)) return -1;
+    for (int i = 0; i < P->n_rs; i++) P->rs[i].trail_want = P->rs[i].trail_n = 0;    /* the buffer is s's now */
+    P->trail_slot = s;
+    r->trail_want = n;
     return 0;
 }
 
@@ -133,13 +130,14 @@ int model_rollback(model *m, kv_cache *kv, int s, int keep) {
     }
     if (m->c.ssm_v_heads == 0) return keep;
     rstate *r = held(m, s);
-    const int i = r ? keep - r->trail_pos - 1 : -1;     /* the entry after the row at keep - 1 */
+    const struct model_priv *P = m->priv;
+    const int i = r && P->trail_slot == s ? keep - r->trail_pos - 1 : -1;     /* the entry after the row at keep - 1 */
     if (!r || i < 0 || i >= r->trail_n) {
         if (r) r->n_pos = -1;
         kv_truncate(kv, s, 0);
         return -1;
     }
-    memcpy(r->p, r->trail + (size_t)i * r->n, r->n * sizeof(float));
+    memcpy(r->p, P->trail.p + (size_t)i * r->n, r->n * sizeof(float));
     r->n_pos = keep, r->hash = rstate_hash(kv->slots[s].tokens, keep);
     return keep;
 }
@@ -149,7 +147,7 @@ size_t model_slot_state_bytes(const model *m, int s, int *n_ckpt) {
     int n = 0;
     for (int i = 0; r && i < RS_CKPTS; i++) n += r->ck[i].p != NULL;
     if (n_ckpt) *n_ckpt = n;
-    return r ? (size_t)(1 + n + r->trail_cap) * r->n * sizeof(float) : 0;
+    return r ? (size_t)(1 + n) * r->n * sizeof(float) : 0;
 }
 
 /* ---------------------------------------------------------------- the state file */

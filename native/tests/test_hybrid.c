@@ -57,6 +57,13 @@ static void check_kv_bytes(const model *m) {
     budget_figure(&b, 1L << 20);    /* 1 TiB: every slot's KV fits */
     CHECK(budget_split(&b, m, 2, ctx, 0, -1, err, sizeof err) == 0, "split: %s", err);
     CHECK(b.kv == 2 * slot, "budget's KV share %zu, expected %zu", b.kv, 2 * slot);
+    /* drafting 3 rows keeps the trail: three states more, once for every slot */
+    const size_t work = b.work;
+    budget_figure(&b, 1L << 20);
+    b.spec_rows = 3;
+    CHECK(budget_split(&b, m, 2, ctx, 0, -1, err, sizeof err) == 0, "split: %s", err);
+    CHECK(b.work == work + 3 * model_state_bytes(m), "working buffers with 3 drafted rows %zu, expected %zu + 3 x %zu",
+          b.work, work, model_state_bytes(m));
 }
 
 /* Bytes of the file at path (-1: none). */
