@@ -68,24 +68,26 @@ typedef struct {
     int pinned;
     int in_use;             /* acquisitions not yet released */
     int prev, next;         /* LRU links (unpinned residents only), -1 = none */
-    int8_t loading;         /* -1 none, else the es_reads batch (ACQ, AHEAD) its read is in */
+    int8_t loading;         /* -1 none, else the es_reads batch (ACQ, AHEAD, AHEAD + 1) its read is in */
     uint8_t ahead;          /* read by the lookahead and not acquired since: never evicted */
 } es_ent;
 
 /* A batch of expert reads on the I/O lanes: one row's misses (ACQ) or the lookahead's guesses
- * for the next row (AHEAD). dst[k] is expert e[k]'s buffer, resident[k] whether it stays.
+ * for a coming row (AHEAD, AHEAD + 1: two, so that the guesses for layer l + 2 queue behind
+ * those for l + 1 still in flight instead of waiting for them, and the disk never idles). dst[k] is expert e[k]'s buffer, resident[k] whether it stays.
  * state[k]: QUEUED until a lane starts one of the expert's slices (STARTED: all three are read)
  * or the row's acquisition finds it was a wrong guess first (CANCELLED: none is read), so a
  * wrong guess not yet begun costs no disk time in front of the misses queued after it. A wrong
  * guess found begun is STOPPED: the slices no lane has begun are not read (skipped counts
  * their bytes), and the expert is kept only if all three were read before. */
-enum { ACQ = 0, AHEAD = 1 };
+enum { ACQ = 0, AHEAD = 1, N_BATCHES = 3 };
 enum { QUEUED = 0, STARTED = 1, CANCELLED = 2, STOPPED = 3 };
 typedef struct {
     io_batch b;
     const struct expert_store *s;
     int active, r, n;
     int swept;                  /* AHEAD: its row's acquisition has cancelled the wrong guesses */
+    unsigned seq;               /* AHEAD: issue order (the older of two is settled to reuse it) */
     int *e, *resident, *ok;     /* n; ok: 3 per expert (gate, up, down slices) */
     _Atomic int *state;         /* n: QUEUED, STARTED, CANCELLED, STOPPED */
     _Atomic size_t skipped;     /* bytes of STOPPED experts' slices not read */
@@ -117,7 +119,8 @@ struct expert_store {
     uint8_t **pool;         /* free scratch buffers of max_bytes */
     int pool_n, pool_cap;
     int scratch_n;          /* scratch buffers allocated: in use and pooled */
-    es_reads rd[2];         /* ACQ, AHEAD */
+    es_reads rd[N_BATCHES];  /* ACQ, then the lookahead's */
+    unsigned ahead_seq;
 };
 
 static int queue_read(expert_store *s, es_reads *J, int which, int r, int e);
@@ -125,7 +128,7 @@ static uint8_t *reserve_resident(expert_store *s, int r, int i, uint64_t cand);
 static void reads_add(expert_store *s, es_reads *J, int which, int e, uint8_t *b, int resident);
 static void reads_submit(es_reads *J);
 static int reads_settle(expert_store *s, es_reads *J, double *t_stall);
-static void ahead_retire(expert_store *s, int r);
+static void ahead_settle(expert_store *s, es_reads *J, double *t_stall);
 
 static double es_now(void) {
     struct timespec ts;
@@ -563,11 +566,8 @@ void es_repin(expert_store *s, repin_cb cb, void *ud) {
     /* every expert in RAM: a pin moves nothing, so there is no tier change to report (at full
      * RAM each first-routed expert was reported as re-pinned: thousands of lines at 48 x 128) */
     if (s->o.ram_budget == SIZE_MAX) cb = NULL;
-    for (int k = 0; k < 2; k++)         /* reads in flight settle first (a pin is never in the LRU) */
-        if (s->rd[k].active) {
-            reads_settle(s, &s->rd[k], NULL);
-            if (k == AHEAD) ahead_retire(s, s->rd[k].r);
-        }
+    reads_settle(s, &s->rd[ACQ], NULL);     /* reads in flight settle first (a pin is never in the LRU) */
+    for (int k = AHEAD; k < N_BATCHES; k++) ahead_settle(s, &s->rd[k], NULL);
     int n = s->rows * s->cols;
     uint8_t *want = malloc((size_t)n);
     if (!want) return;
@@ -682,11 +682,12 @@ void es_kv_room(void *store, size_t kv_after) {
     const size_t cap = s->o.ram_budget + s->kv_share;
     const size_t lim = cap > kv_after ? cap - kv_after : 0;
     if (evict_to(s, lim, UINT64_MAX) == 0) return;
-    if (s->rd[AHEAD].active) {
-        reads_settle(s, &s->rd[AHEAD], NULL);
-        ahead_retire(s, s->rd[AHEAD].r);
-        if (evict_to(s, lim, UINT64_MAX) == 0) return;
+    int settled = 0;
+    for (int k = AHEAD; k < N_BATCHES; k++) {
+        settled |= s->rd[k].active;
+        ahead_settle(s, &s->rd[k], NULL);
     }
+    if (settled && evict_to(s, lim, UINT64_MAX) == 0) return;
     for (int v; s->ram_used > lim && (v = coldest_pin(s)) >= 0;) evict(s, v);
 }
 
@@ -736,7 +737,7 @@ expert_store *es_create(const gguf_file *g, const expert_layer_src *rows, int n_
         s->ent[i].prev = s->ent[i].next = -1;
         s->ent[i].loading = -1;
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < N_BATCHES; k++) {
         es_reads *J = &s->rd[k];
         const size_t m = (size_t)(n_experts > 0 ? n_experts : 1);
         J->s = s;
@@ -811,7 +812,7 @@ oom:
 
 void es_free(expert_store *s) {
     if (!s) return;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < N_BATCHES; k++) {
         if (s->rd[k].active && s->ent) reads_settle(s, &s->rd[k], NULL);
         free(s->rd[k].e);
         free(s->rd[k].resident);
@@ -939,16 +940,18 @@ static int reads_settle(expert_store *s, es_reads *J, double *t_stall) {
     return bad;
 }
 
-/* Read-ahead scratch copies of row r that nobody acquired go back to the pool (the guess
- * was wrong); read-ahead residents lose their protection either way. */
-static void ahead_retire(expert_store *s, int r) {
-    for (int e = 0; e < s->cols; e++) {
-        es_ent *x = &s->ent[r * s->cols + e];
-        if (!x->ahead) continue;
+/* Settles lookahead batch J (when active); then its scratch copies that nobody acquired go
+ * back to the pool (the guess was wrong) and its residents lose their protection either way. */
+static void ahead_settle(expert_store *s, es_reads *J, double *t_stall) {
+    if (!J->active) return;
+    const int n = J->n, r = J->r;      /* reads_settle empties the batch, not its lists */
+    reads_settle(s, J, t_stall);
+    for (int k = 0; k < n; k++) {
+        es_ent *x = &s->ent[r * s->cols + J->e[k]];
         x->ahead = 0;
-        if (x->tmp && x->in_use == 0) {
+        if (x->tmp && x->in_use == 0 && x->loading < 0) {
             x->in_use = 1;
-            es_release(s, r, e);
+            es_release(s, r, J->e[k]);
         }
     }
 }
@@ -960,25 +963,26 @@ static void ahead_retire(expert_store *s, int r) {
  * e.g. by a prefill after the last layer's guesses) is settled first: a guess it cancelled may
  * be asked for now, and is then read as a miss. */
 static void ahead_sweep(expert_store *s, int r, const int *list, int n) {
-    es_reads *A = &s->rd[AHEAD];
-    if (!A->active || A->r != r) return;
-    if (A->swept) {
-        reads_settle(s, A, NULL);
-        ahead_retire(s, r);
-        return;
-    }
     for (int k = 0; k < n; k++) s->mark[list[k]] = 1;
     const es_row *R = &s->row[r];
-    for (int k = 0; k < A->n; k++) {
-        int st = QUEUED;
-        if (s->mark[A->e[k]] || s->ent[r * s->cols + A->e[k]].in_use) continue;
-        if (atomic_compare_exchange_strong(&A->state[k], &st, CANCELLED))
-            s->io.disk_bytes -= file_bytes(R);
-        else if (st == STARTED)
-            atomic_compare_exchange_strong(&A->state[k], &st, STOPPED);
+    for (int b = AHEAD; b < N_BATCHES; b++) {
+        es_reads *A = &s->rd[b];
+        if (!A->active || A->r != r) continue;
+        if (A->swept) {
+            ahead_settle(s, A, NULL);
+            continue;
+        }
+        for (int k = 0; k < A->n; k++) {
+            int st = QUEUED;
+            if (s->mark[A->e[k]] || s->ent[r * s->cols + A->e[k]].in_use) continue;
+            if (atomic_compare_exchange_strong(&A->state[k], &st, CANCELLED))
+                s->io.disk_bytes -= file_bytes(R);
+            else if (st == STARTED)
+                atomic_compare_exchange_strong(&A->state[k], &st, STOPPED);
+        }
+        A->swept = 1;
     }
     for (int k = 0; k < n; k++) s->mark[list[k]] = 0;
-    A->swept = 1;
 }
 
 /* outs indexed by expert id, or by position in list when by_pos (es_acquire's one expert) */
@@ -1039,12 +1043,13 @@ static int acquire_finish(expert_store *s, int r, const int *list, int n, expert
     for (int k = 0; k < n; k++) pending |= !ready[k];
     if (!pending) return 0;
     double stall = 0.0;
-    /* the lookahead's batch is waited for only when it holds one of these: a prefill streams
-     * its next group of experts there while this group computes */
-    int in_ahead = 0;
-    for (int k = 0; k < n; k++) in_ahead |= !ready[k] && s->ent[r * s->cols + list[k]].loading == AHEAD;
+    /* a lookahead batch is waited for only when it holds one of these: a prefill streams its
+     * next group of experts there while this group computes */
     int bad = reads_settle(s, &s->rd[ACQ], &stall);
-    if (in_ahead && s->rd[AHEAD].active && s->rd[AHEAD].r == r) bad += reads_settle(s, &s->rd[AHEAD], &stall);
+    for (int k = 0; k < n; k++) {
+        const int b = s->ent[r * s->cols + list[k]].loading;
+        if (!ready[k] && b >= AHEAD) ahead_settle(s, &s->rd[b], &stall);
+    }
     if (t_read_s) *t_read_s += stall;
     int rc = 0;
     for (int k = 0; k < n; k++) {
@@ -1091,18 +1096,20 @@ int es_acquire_many(expert_store *s, int r, const int *list, int n, expert_w *ou
 
 void es_read_ahead(expert_store *s, int r, const int *list, int n) {
     if (!s || r < 0 || r >= s->rows || n <= 0) return;
-    es_reads *J = &s->rd[AHEAD];
-    if (J->active) {                    /* the previous guess: read by now, or soon */
-        reads_settle(s, J, NULL);
-        ahead_retire(s, J->r);
-    }
+    /* a free lookahead batch, else the older one: read by now, or soon */
+    es_reads *J = &s->rd[AHEAD], *O = &s->rd[AHEAD + 1];
+    if (J->active && (!O->active || O->seq < J->seq)) J = O, O = &s->rd[AHEAD];
+    ahead_settle(s, J, NULL);
     J->r = r;
-    if (s->o.hold_max > 0 && n > s->o.hold_max) n = s->o.hold_max;
+    J->seq = ++s->ahead_seq;
+    /* the two batches together stay within what an acquisition may hold */
+    const int room = s->o.hold_max > 0 ? s->o.hold_max - (O->active ? O->n : 0) : n;
+    if (n > room) n = room;
     for (int k = 0; k < n; k++) {
         if (list[k] < 0 || list[k] >= s->cols) continue;
         es_ent *x = &s->ent[r * s->cols + list[k]];
         if (x->buf || x->tmp || x->loading >= 0) continue;
-        if (queue_read(s, J, AHEAD, r, list[k]) != 0) break;
+        if (queue_read(s, J, (int)(J - s->rd), r, list[k]) != 0) break;
         x->ahead = 1;
         s->io.ahead_issued++;
     }
