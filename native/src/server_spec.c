@@ -5,14 +5,17 @@
  * Owns: the draft source, the verify step, the policy that decides per step whether to draft and
  * how many, and the SPEC line.
  *
- * Exactness: a drafting step emits y_1 .. y_K where y_k is the greedy token of row k - 1, and
- * row k - 1 (k >= 2) holds the draft x_{k-1} == y_{k-1}: the same tokens a plain decode would
- * emit, each from the logits of the same history. EXACT=1 rows do not depend on the batch
- * around them, so EXACT greedy output is identical with speculation on and off.
+ * Exactness: a drafting step emits y_1 .. y_K where y_k is the token the request's sampler draws
+ * from row k - 1 (greedy: its argmax), and row k - 1 (k >= 2) holds the draft x_{k-1} == y_{k-1}:
+ * the same tokens a plain decode would emit, each drawn from the logits of the same history with
+ * the same draws of the request's RNG. A sampled turn is thus the plain run's distribution (a
+ * draft is kept exactly when the model's own sample is that token), and EXACT=1 rows do not
+ * depend on the batch around them, so EXACT output, greedy or seeded, is identical with
+ * speculation on and off.
  *
  * Where it applies: the only active request (other active slots already share each step's
- * reads), sampling greedily, with nothing that needs one row at a time (a grammar's mask,
- * logprobs, per-token routes).
+ * reads), with nothing that needs one row at a time (a grammar's mask, logprobs, per-token
+ * routes).
  *
  * The draft source: SPEC_REPLAY, a recorded run's tokens (SPEC_RECORD) with a SPEC_CORRUPT
  * share replaced by other tokens: a bench's stand-in for a draft model, whose acceptance it sets.
@@ -142,7 +145,7 @@ static int only_active(const server *S, const request *r) {
 /* Tokens to draft this step (0: a plain step). */
 static int draft_count(server *S, request *r) {
     spec_req *sp = &r->sp;
-    if (S->o->spec_draft <= 0 || (!sp->replay && !S->m->c.n_mtp) || r->temperature > 0.0f || r->g || r->logprobs ||
+    if (S->o->spec_draft <= 0 || (!sp->replay && !S->m->c.n_mtp) || r->g || r->logprobs ||
         r->routes == 2 || !only_active(S, r))
         return 0;
     int d = S->o->spec_always ? S->o->spec_draft : sp->want;
@@ -171,12 +174,18 @@ static const float *row_logits(const server *S, const request *r, int i) {
 }
 
 /* How many of y_1 .. y_{d+1} the step emits: up to the first that differs from its draft, ends
- * the turn (end of generation, the budget) or is the one after the last draft. *acc: drafts kept;
- * *eog: the last of them ends generation (it is not sent). */
+ * the turn (end of generation, the budget) or is the one after the last draft. Each y_k is what
+ * srv_take_token will sample from row k's logits: the request's sampler on a copy of its RNG,
+ * which the emission then replays draw for draw. So a sampled turn keeps a draft exactly when
+ * the model's own sample is that token, and emits the plain run's samples (the same tokens for
+ * the same seed in EXACT mode). *acc: drafts kept; *eog: the last of them ends generation (it is
+ * not sent). */
 static int tokens_to_take(server *S, const request *r, const int *x, int d, int *acc, int *eog) {
+    rng_state g = r->rng;
     *acc = 0;
     for (int k = 1; k <= d + 1; k++) {
-        const int y = sample_token_k(row_logits(S, r, k - 1), S->vocab, 0.0f, 1.0f, 0, NULL, S->scratch, NULL);
+        const int y = sample_token_k(row_logits(S, r, k - 1), S->vocab, r->temperature, r->top_p, r->top_k, &g,
+                                     S->scratch, NULL);
         *eog = tok_is_eog(S->tok, y);
         if (k == d + 1) break;
         *acc += y == x[k];

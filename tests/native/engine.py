@@ -453,15 +453,18 @@ def parse_model_line(line: str) -> dict:
     return json.loads(line[6:])
 
 
-def greedy_turns(binary, model, max_tokens, **env) -> tuple[tuple[bytes, bytes], tuple[Request, Request]]:
-    """Two greedy EXACT=1 turns of one conversation on slot 0 of a fresh engine, the second
-    extending the first (it resumes the slot): ((text 1, text 2), (request 1, request 2))."""
+def greedy_turns(binary, model, max_tokens, temperature=0.0, extra="", **env
+                 ) -> tuple[tuple[bytes, bytes], tuple[Request, Request]]:
+    """Two EXACT=1 turns of one conversation on slot 0 of a fresh engine, the second extending the
+    first (it resumes the slot), greedy unless a temperature (and SUBMIT options such as a seed in
+    `extra`) is given: ((text 1, text 2), (request 1, request 2))."""
     e = Engine(binary, env=base_env(model, slots=1, ctx=512, EXACT=1, **env))
     try:
         p1 = chatml("Tell me about the sea and the ships on it.").encode()
-        r1 = e.generate(p1, slot=0, max_tokens=max_tokens)
-        p2 = p1 + r1.text + b"<|im_end|>\n" + chatml("And the harbours?").encode()
-        r2 = e.generate(p2, slot=0, max_tokens=max_tokens)
+        r1 = e.result(e.submit(p1, slot=0, max_tokens=max_tokens, temperature=temperature, extra=extra))
+        # a sampled reply of a random model may hold a NUL, which a SUBMIT payload may not
+        p2 = p1 + r1.text.replace(b"\0", b"") + b"<|im_end|>\n" + chatml("And the harbours?").encode()
+        r2 = e.result(e.submit(p2, slot=0, max_tokens=max_tokens, temperature=temperature, extra=extra))
         for r in (r1, r2):
             assert r.done is not None, r.errors
         return (r1.text, r2.text), (r1, r2)

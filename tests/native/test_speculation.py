@@ -65,6 +65,27 @@ def test_drafting_emits_the_plain_greedy_tokens(engine_binary, models, tmp_path,
                 assert 0 < s["accepted"] < s["drafted"], s
 
 
+@pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
+def test_drafting_keeps_a_seeded_sampled_turn(engine_binary, models, tmp_path, arch):
+    """Sampling: a draft is kept when the request's own sample is that token, and the emission
+    replays the same RNG draws, so a seeded EXACT turn emits the plain run's samples whatever
+    share of the drafts is wrong (and the sampler is really sampling: the greedy turn differs)."""
+    rec = tmp_path / "record.txt"
+    sampled = {"temperature": 0.9, "extra": " seed=7 top_k=40"}
+    greedy, _ = greedy_turns(engine_binary, models[arch], TOKENS)
+    plain, _ = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_RECORD=rec, **sampled)
+    assert plain != greedy, "temperature 0.9 sampled the greedy tokens: the test would not see the sampler"
+    for corrupt in ("0", "0.3"):
+        texts, reqs = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_DRAFT=2, SPEC_POLICY="always",
+                                   SPEC_REPLAY=rec, SPEC_CORRUPT=corrupt, **sampled)
+        assert texts == plain, f"SPEC_CORRUPT={corrupt}: drafting changed the seeded samples"
+        s = spec_line(reqs[0])
+        if corrupt == "0":
+            assert 0 < s["accepted"] == s["drafted"], s
+        else:
+            assert 0 < s["accepted"] < s["drafted"], s
+
+
 def test_policy_stops_drafting_that_never_pays(engine_binary, models, tmp_path):
     """Every draft wrong: the adaptive policy's tries are lone guesses beside plain steps, each
     wrong, each followed by a pause (32, then 64 steps): no verify batch at all, a few guesses."""
