@@ -50,39 +50,7 @@ static void pk_group_f16(const uint8_t *const *src, int cols, uint8_t *dst)
         }
 }
 
-/* BF16: per pair of columns the 8 rows' 4-byte words side by side (an 8 x 4-dword transpose per
- * 4 pairs where SSE2 has it and all 8 rows are present). */
-static void pk_group_bf16(const uint8_t *const *src, int cols, uint8_t *dst)
-{
-    const int np = cols / 2;
-    int p = 0;
 #ifdef __SSE2__
-    int full = 1;
-    for (int j = 0; j < PK_ROWS; j++) full &= src[j] != NULL;
-    for (; full && p + 4 <= np; p += 4) {
-        __m128i q[8];
-        for (int j = 0; j < PK_ROWS; j++) q[j] = _mm_loadu_si128((const __m128i *)(src[j] + 4 * (size_t)p));
-        uint8_t *o = dst + 32 * (size_t)p;
-        for (int h = 0; h < 2; h++) {     /* rows 4h..4h+3 -> bytes 16h..16h+15 of each pair's vector */
-            const __m128i *a = q + 4 * h;
-            __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpacklo_epi32(a[2], a[3]);
-            __m128i t2 = _mm_unpackhi_epi32(a[0], a[1]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
-            _mm_storeu_si128((__m128i *)(o + 16 * h), _mm_unpacklo_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(o + 32 + 16 * h), _mm_unpackhi_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(o + 64 + 16 * h), _mm_unpacklo_epi64(t2, t3));
-            _mm_storeu_si128((__m128i *)(o + 96 + 16 * h), _mm_unpackhi_epi64(t2, t3));
-        }
-    }
-#endif
-    for (; p < np; p++)
-        for (int j = 0; j < PK_ROWS; j++) {
-            if (src[j]) memcpy(dst + 32 * (size_t)p + 4 * j, src[j] + 4 * (size_t)p, 4);
-            else memset(dst + 32 * (size_t)p + 4 * j, 0, 4);
-        }
-}
-
-#ifdef __SSE2__
-/* Q4_1 with all 8 rows present: the quants' 8 x 4 dword transpose in registers. */
 /* Eight rows' 16-byte vectors q as the packed layout's four 32-byte vectors at o + 32 v: row j's
  * dword v at o + 32 v + 4 j (two 4 x 4 dword transposes). */
 static void pk_store_8x4(const __m128i *q, uint8_t *o)
@@ -97,7 +65,32 @@ static void pk_store_8x4(const __m128i *q, uint8_t *o)
         _mm_storeu_si128((__m128i *)(o + 96 + 16 * h), _mm_unpackhi_epi64(t2, t3));
     }
 }
+#endif
 
+/* BF16: per pair of columns the 8 rows' 4-byte words side by side (an 8 x 4-dword transpose per
+ * 4 pairs where SSE2 has it and all 8 rows are present). */
+static void pk_group_bf16(const uint8_t *const *src, int cols, uint8_t *dst)
+{
+    const int np = cols / 2;
+    int p = 0;
+#ifdef __SSE2__
+    int full = 1;
+    for (int j = 0; j < PK_ROWS; j++) full &= src[j] != NULL;
+    for (; full && p + 4 <= np; p += 4) {
+        __m128i q[8];
+        for (int j = 0; j < PK_ROWS; j++) q[j] = _mm_loadu_si128((const __m128i *)(src[j] + 4 * (size_t)p));
+        pk_store_8x4(q, dst + 32 * (size_t)p);     /* one 32-byte vector per column pair */
+    }
+#endif
+    for (; p < np; p++)
+        for (int j = 0; j < PK_ROWS; j++) {
+            if (src[j]) memcpy(dst + 32 * (size_t)p + 4 * j, src[j] + 4 * (size_t)p, 4);
+            else memset(dst + 32 * (size_t)p + 4 * j, 0, 4);
+        }
+}
+
+#ifdef __SSE2__
+/* Q4_1 with all 8 rows present: the quants' 8 x 4 dword transpose in registers. */
 static void pk_group_q41_full(const uint8_t *const *src, int nb, uint8_t *dst)
 {
     for (int b = 0; b < nb; b++) {
@@ -520,32 +513,32 @@ static void pk_group_q6k_full(const uint8_t *const *src, int nb, uint8_t *dst)
 }
 #endif
 
+/* The vector packers, for a group whose eight rows are all present; 0 when type t has none (a
+ * padded group always goes the scalar way). */
+static int pk_group_full(uint32_t t, const uint8_t *const *src, int nb, uint8_t *dst)
+{
+#ifdef __SSE2__
+    if (t == GGML_Q4_1) return pk_group_q41_full(src, nb, dst), 1;
+    if (t == GGML_Q4_K) return pk_group_q4k_full(src, nb, dst), 1;
+#endif
+#ifdef __AVX2__
+    if (t == GGML_Q6_K) return pk_group_q6k_full(src, nb, dst), 1;
+#endif
+    (void)t, (void)src, (void)nb, (void)dst;
+    return 0;
+}
+
 void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r0, int nrows, uint8_t *dst)
 {
     const uint8_t *src[PK_ROWS];
     for (int j = 0; j < PK_ROWS; j++) src[j] = r0 + j < nrows ? data + (size_t)(r0 + j) * row_bytes : NULL;
     const int nb = cols / QK;
+    if (r0 + PK_ROWS <= nrows && pk_group_full(t, src, nb, dst)) return;
     switch (t) {
     case GGML_F16: pk_group_f16(src, cols, dst); break;
     case GGML_BF16: pk_group_bf16(src, cols, dst); break;
-    case GGML_Q4_1:
-#ifdef __SSE2__
-        if (r0 + PK_ROWS <= nrows) {
-            pk_group_q41_full(src, nb, dst);
-            break;
-        }
-#endif
-        pk_group_q41(src, nb, dst);
-        break;
-    case GGML_Q4_K:
-#ifdef __SSE2__
-        if (r0 + PK_ROWS <= nrows) {
-            pk_group_q4k_full(src, nb, dst);
-            break;
-        }
-#endif
-        pk_group_q4k(src, nb, dst);
-        break;
+    case GGML_Q4_1: pk_group_q41(src, nb, dst); break;
+    case GGML_Q4_K: pk_group_q4k(src, nb, dst); break;
     case GGML_Q5_0:
     case GGML_Q5_1: pk_group_q5(t, src, nb, dst); break;
     case GGML_Q5_K: pk_group_q5k(src, nb, dst); break;
@@ -558,13 +551,6 @@ void pk_group(uint32_t t, int cols, size_t row_bytes, const uint8_t *data, int r
     case GGML_IQ3_XXS:
     case GGML_IQ3_S: pk_group_iql(t, src, nb, dst); break;
     case GGML_Q6_K:
-#ifdef __AVX2__
-        if (r0 + PK_ROWS <= nrows) {
-            pk_group_q6k_full(src, nb, dst);
-            break;
-        }
-#endif
-        /* fall through */
     case GGML_Q3_K:
     case GGML_Q2_K: pk_group_k6(t, src, nb, dst); break;
     default: pk_group_q80(src, nb, dst); break;      /* Q8_0 */
