@@ -74,7 +74,8 @@ typedef struct {
 
 /* A batch of expert reads on the I/O lanes: one row's misses (ACQ) or the lookahead's guesses
  * for a coming row (AHEAD, AHEAD + 1: two, so that the guesses for layer l + 2 queue behind
- * those for l + 1 still in flight instead of waiting for them, and the disk never idles). dst[k] is expert e[k]'s buffer, resident[k] whether it stays.
+ * those for l + 1 still in flight instead of waiting for them, and the disk never idles).
+ * dst[k] is expert e[k]'s buffer, resident[k] whether it stays.
  * state[k]: QUEUED until a lane starts one of the expert's slices (STARTED: all three are read)
  * or the row's acquisition finds it was a wrong guess first (CANCELLED: none is read), so a
  * wrong guess not yet begun costs no disk time in front of the misses queued after it. A wrong
@@ -949,7 +950,7 @@ static void ahead_settle(expert_store *s, es_reads *J, double *t_stall) {
     for (int k = 0; k < n; k++) {
         es_ent *x = &s->ent[r * s->cols + J->e[k]];
         x->ahead = 0;
-        if (x->tmp && x->in_use == 0 && x->loading < 0) {
+        if (x->tmp && x->in_use == 0) {
             x->in_use = 1;
             es_release(s, r, J->e[k]);
         }

@@ -111,8 +111,8 @@ struct model_priv {
     rstate *rs;             /* per slot (hybrids; NULL otherwise), n_rs of them */
     int n_rs;
     fbuf gdn;               /* the recurrent layers' scratch */
-    fbuf trail;             /* the trail of slot trail_slot (one: a verify batch is one request's) */
-    int trail_slot;
+    fbuf trail;             /* the trail of the slot that armed it last (one: a verify batch is one
+                             * request's; arming it clears every other slot's trail_n) */
     int keep_rows;          /* rows an expert's gate/up and down inputs keep their buffers for
                              * between groups (the budget's slots: decode never reallocates);
                              * a prefill group's bigger ones are freed after it; 0: all kept */

@@ -115,7 +115,6 @@ int model_trail(model *m, int s, int n, int n_slots) {
     struct model_priv *P = m->priv;
     if (!r || !fb(&P->trail, (size_t)n * r->n)) return -1;
     for (int i = 0; i < P->n_rs; i++) P->rs[i].trail_want = P->rs[i].trail_n = 0;    /* the buffer is s's now */
-    P->trail_slot = s;
     r->trail_want = n;
     return 0;
 }
@@ -131,7 +130,7 @@ int model_rollback(model *m, kv_cache *kv, int s, int keep) {
     if (m->c.ssm_v_heads == 0) return keep;
     rstate *r = held(m, s);
     const struct model_priv *P = m->priv;
-    const int i = r && P->trail_slot == s ? keep - r->trail_pos - 1 : -1;     /* the entry after the row at keep - 1 */
+    const int i = r ? keep - r->trail_pos - 1 : -1;     /* the entry after the row at keep - 1 */
     if (!r || i < 0 || i >= r->trail_n) {
         if (r) r->n_pos = -1;
         kv_truncate(kv, s, 0);

@@ -140,8 +140,7 @@ void srv_stop_cancel(server *S, uint64_t id, int cancel) {
 
 /* ------------------------------------------------------------------ tokens */
 
-/* Samples from r->logits and acts on the token: end of generation, or DATA and
- * either the end of the budget or a row in the next decode step. */
+/* Samples from r->logits (within a grammar's mask) and acts on the token (srv_emit_token). */
 void srv_take_token(server *S, request *r) {
     r->allow = NULL;
     if (r->g && !(r->allow = gram_mask(r->g, r->max_tokens - r->emitted))) {
@@ -154,6 +153,10 @@ void srv_take_token(server *S, request *r) {
         srv_finish(S, r, !gram_accepting(r->g));
         return;
     }
+    srv_emit_token(S, r, tok);
+}
+
+void srv_emit_token(server *S, request *r, int tok) {
     if (tok_is_eog(S->tok, tok)) {
         srv_finish(S, r, 0);
         return;

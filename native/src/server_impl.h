@@ -116,6 +116,9 @@ int srv_find_active(const server *S, uint64_t id);  /* the slot running id, else
 void srv_finish(server *S, request *r, int length_limited);
 void srv_stop_cancel(server *S, uint64_t id, int cancel);
 void srv_take_token(server *S, request *r);
+/* Acts on tok, already drawn from r->logits (srv_take_token's second half: end of generation,
+ * or DATA and either the end of the budget or a row in the next decode step). */
+void srv_emit_token(server *S, request *r, int tok);
 int srv_any_active(const server *S);
 
 /* server_wire.c */

@@ -173,23 +173,22 @@ static const float *row_logits(const server *S, const request *r, int i) {
     return i == 0 ? r->logits : S->spec_logits + (size_t)(i - 1) * S->vocab;
 }
 
-/* How many of y_1 .. y_{d+1} the step emits: up to the first that differs from its draft, ends
- * the turn (end of generation, the budget) or is the one after the last draft. Each y_k is what
- * srv_take_token will sample from row k's logits: the request's sampler on a copy of its RNG,
- * which the emission then replays draw for draw. So a sampled turn keeps a draft exactly when
- * the model's own sample is that token, and emits the plain run's samples (the same tokens for
- * the same seed in EXACT mode). *acc: drafts kept; *eog: the last of them ends generation (it is
- * not sent). */
-static int tokens_to_take(server *S, const request *r, const int *x, int d, int *acc, int *eog) {
-    rng_state g = r->rng;
+/* How many of y_1 .. y_{d+1} the step emits (into y): up to the first that differs from its
+ * draft, ends the turn (end of generation, the budget) or is the one after the last draft. Each
+ * y_k is drawn from row k's logits with the request's sampler and RNG, as a plain step would
+ * draw it, and only those K draws are made: a sampled turn keeps a draft exactly when the
+ * model's own sample is that token, and emits the plain run's samples (the same tokens for the
+ * same seed in EXACT mode). *acc: drafts kept; *eog: the last of them ends generation (it is not
+ * sent). */
+static int tokens_to_take(server *S, request *r, const int *x, int d, int *y, int *acc, int *eog) {
     *acc = 0;
     for (int k = 1; k <= d + 1; k++) {
-        const int y = sample_token_k(row_logits(S, r, k - 1), S->vocab, r->temperature, r->top_p, r->top_k, &g,
-                                     S->scratch, NULL);
-        *eog = tok_is_eog(S->tok, y);
+        y[k - 1] = sample_token_k(row_logits(S, r, k - 1), S->vocab, r->temperature, r->top_p, r->top_k, &r->rng,
+                                  S->scratch, NULL);
+        *eog = tok_is_eog(S->tok, y[k - 1]);
         if (k == d + 1) break;
-        *acc += y == x[k];
-        if (y != x[k] || *eog || r->emitted + k >= r->max_tokens) return k;
+        *acc += y[k - 1] == x[k];
+        if (y[k - 1] != x[k] || *eog || r->emitted + k >= r->max_tokens) return k;
     }
     return d + 1;
 }
@@ -276,8 +275,8 @@ int spec_decode(server *S, request *r) {
         srv_finish(S, r, 0);
         return 1;
     }
-    int acc, eog;
-    const int K = tokens_to_take(S, r, x, d, &acc, &eog);
+    int acc, eog, y[SPEC_MAX + 1];
+    const int K = tokens_to_take(S, r, x, d, y, &acc, &eog);
     if (model_rollback(S->m, &S->kv, s, p + K) != p + K) {     /* cannot happen: the trail covers it */
         fprintf(stderr, "[API] slot %d could not be cut back after a verify batch; ending id=%llu\n", s,
                 (unsigned long long)r->id);
@@ -293,8 +292,8 @@ int spec_decode(server *S, request *r) {
     sp->bytes_draft += io1.disk_bytes - io0.disk_bytes, sp->since_plain++;
     policy_after_draft(S, sp, dt / K, acc, d);
     for (int k = 1; k <= K && r->active; k++) {
-        if (k > 1) memcpy(r->logits, row_logits(S, r, k - 1), (size_t)S->vocab * sizeof(float));
-        srv_take_token(S, r);
+        if (k > 1) memcpy(r->logits, row_logits(S, r, k - 1), (size_t)S->vocab * sizeof(float));   /* for TOPK */
+        srv_emit_token(S, r, y[k - 1]);
     }
     return 1;
 }

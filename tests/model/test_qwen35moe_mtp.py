@@ -20,7 +20,7 @@ import pytest
 
 from tests.model.arch_ref import log_softmax
 from tests.model.qwen35_ref import Qwen35Moe
-from tests.native.engine import Engine, base_env, greedy_turns
+from tests.native.engine import Engine, base_env, two_turns
 from tests.support import procs
 
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64, 3, 77]
@@ -78,15 +78,15 @@ def spec_fields(req) -> list[int]:
 
 
 def test_drafting_with_the_block_emits_the_plain_tokens(engine_binary, files):
-    plain, (p1, p2) = greedy_turns(engine_binary, files["f32"], 24)
-    texts, (r1, r2) = greedy_turns(engine_binary, files["f32"], 24, SPEC_DRAFT=3, SPEC_POLICY="always")
+    plain, (p1, p2) = two_turns(engine_binary, files["f32"], 24)
+    texts, (r1, r2) = two_turns(engine_binary, files["f32"], 24, SPEC_DRAFT=3, SPEC_POLICY="always")
     assert texts == plain, "drafting with the MTP block changed the greedy output"
     assert r2.reused == p2.reused > 0, (r2.reused, p2.reused)
     for r in (r1, r2):
         steps, drafted, accepted, _ = spec_fields(r)
         assert steps > 0 and drafted >= steps and 0 <= accepted <= drafted, (steps, drafted, accepted)
     # adaptive: the head is random, so its lone guesses are wrong and it pauses instead of drafting
-    texts, (a1, a2) = greedy_turns(engine_binary, files["f32"], 24, SPEC_DRAFT=3)
+    texts, (a1, a2) = two_turns(engine_binary, files["f32"], 24, SPEC_DRAFT=3)
     assert texts == plain
     for r in (a1, a2):
         steps, drafted, accepted, guesses = spec_fields(r)

@@ -453,7 +453,7 @@ def parse_model_line(line: str) -> dict:
     return json.loads(line[6:])
 
 
-def greedy_turns(binary, model, max_tokens, temperature=0.0, extra="", **env
+def two_turns(binary, model, max_tokens, temperature=0.0, extra="", **env
                  ) -> tuple[tuple[bytes, bytes], tuple[Request, Request]]:
     """Two EXACT=1 turns of one conversation on slot 0 of a fresh engine, the second extending the
     first (it resumes the slot), greedy unless a temperature (and SUBMIT options such as a seed in

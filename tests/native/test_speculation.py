@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.native.engine import Engine, base_env, greedy_turns
+from tests.native.engine import Engine, base_env, two_turns
 from tests.support import procs
 
 TOKENS = 40
@@ -41,11 +41,11 @@ def spec_line(req) -> dict:
 @pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss", "qwen35moe"])
 def test_drafting_emits_the_plain_greedy_tokens(engine_binary, models, tmp_path, arch):
     rec = tmp_path / "record.txt"
-    plain, (p1, p2) = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_RECORD=rec)
+    plain, (p1, p2) = two_turns(engine_binary, models[arch], TOKENS, SPEC_RECORD=rec)
     lines = rec.read_text().splitlines()
     assert len(lines) == 2 and len(lines[0].split()) == p1.stat()["emitted"], lines
     for corrupt, draft in (("0", 3), ("0.3", 3), ("0.5", 2), ("1", 1)):
-        texts, reqs = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_DRAFT=draft,
+        texts, reqs = two_turns(engine_binary, models[arch], TOKENS, SPEC_DRAFT=draft,
                                 SPEC_POLICY="always", SPEC_REPLAY=rec, SPEC_CORRUPT=corrupt)
         assert texts == plain, f"SPEC_CORRUPT={corrupt}: drafting changed the greedy output"
         assert reqs[1].reused == p2.reused > 0, (
@@ -72,11 +72,11 @@ def test_drafting_keeps_a_seeded_sampled_turn(engine_binary, models, tmp_path, a
     share of the drafts is wrong (and the sampler is really sampling: the greedy turn differs)."""
     rec = tmp_path / "record.txt"
     sampled = {"temperature": 0.9, "extra": " seed=7 top_k=40"}
-    greedy, _ = greedy_turns(engine_binary, models[arch], TOKENS)
-    plain, _ = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_RECORD=rec, **sampled)
+    greedy, _ = two_turns(engine_binary, models[arch], TOKENS)
+    plain, _ = two_turns(engine_binary, models[arch], TOKENS, SPEC_RECORD=rec, **sampled)
     assert plain != greedy, "temperature 0.9 sampled the greedy tokens: the test would not see the sampler"
     for corrupt in ("0", "0.3"):
-        texts, reqs = greedy_turns(engine_binary, models[arch], TOKENS, SPEC_DRAFT=2, SPEC_POLICY="always",
+        texts, reqs = two_turns(engine_binary, models[arch], TOKENS, SPEC_DRAFT=2, SPEC_POLICY="always",
                                    SPEC_REPLAY=rec, SPEC_CORRUPT=corrupt, **sampled)
         assert texts == plain, f"SPEC_CORRUPT={corrupt}: drafting changed the seeded samples"
         s = spec_line(reqs[0])
@@ -90,8 +90,8 @@ def test_policy_stops_drafting_that_never_pays(engine_binary, models, tmp_path):
     """Every draft wrong: the adaptive policy's tries are lone guesses beside plain steps, each
     wrong, each followed by a pause (32, then 64 steps): no verify batch at all, a few guesses."""
     rec = tmp_path / "record.txt"
-    greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_RECORD=rec)
-    _, (r1, r2) = greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_DRAFT=3,
+    two_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_RECORD=rec)
+    _, (r1, r2) = two_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_DRAFT=3,
                             SPEC_REPLAY=rec, SPEC_CORRUPT="1")
     for r in (r1, r2):
         s = spec_line(r)
@@ -102,8 +102,8 @@ def test_policy_drafts_when_guesses_are_right(engine_binary, models, tmp_path):
     """Every draft right: the lone guess is right, and drafting takes over from there (the timing
     decides how many drafts; here at least some steps draft and every draft is kept)."""
     rec = tmp_path / "record.txt"
-    plain, _ = greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_RECORD=rec)
-    texts, (r1, r2) = greedy_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_DRAFT=3, SPEC_REPLAY=rec,
+    plain, _ = two_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_RECORD=rec)
+    texts, (r1, r2) = two_turns(engine_binary, models["qwen35moe"], TOKENS, SPEC_DRAFT=3, SPEC_REPLAY=rec,
                                    SPEC_CORRUPT="0")
     assert texts == plain
     s = spec_line(r1)
