@@ -20,7 +20,7 @@
  *   q, k per head L2-normalized: x / sqrt(sum x^2 + eps); v head h reads q/k head h mod Hk;
  *   state M (S x S per v head, M[j][i]: value j, key i): M *= exp(g); d_j = (v_j - M[j] . k) b;
  *   M[j] += d_j k; o_j = (M[j] . q) / sqrt(S)  (row j at a time: each row's update needs only its d_j;
- *   dots in 8 partial sums, dot8);
+ *   delta_rule);
  *   o per head: rmsnorm(o, ssm_norm) * silu(z); ssm_out o into the branch.
  *
  * State: a slot's rstate holds, per recurrent layer, the conv inputs and M; it stands after
@@ -39,6 +39,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "arch.h"
 
@@ -278,19 +281,99 @@ typedef struct {
     const fwd_row *rows;
     int n;
     size_t st_off;          /* the layer's state within a slot's */
-    const float *qkv, *beta, *alpha;   /* conv'd q|k|v (n x channels), raw beta / alpha (n x Hv) */
+    float *qkv;             /* q|k|v (n x channels), conv'd in place */
+    const float *beta, *alpha;   /* raw beta / alpha (n x Hv) */
     float *o;               /* n x Hv x S */
 } gdn_ctx;
 
-/* a . b over n values: 8 partial sums (lane t % 8, t ascending), then ((0+1)+(2+3))+((4+5)+(6+7)):
- * one fixed order, which the compiler can vectorize. */
-static inline float dot8(const float *a, const float *b, int n) {
-    float acc[8] = {0};
-    int t = 0;
-    for (; t + 8 <= n; t += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[t + l] * b[t + l];
-    for (; t < n; t++) acc[t % 8] += a[t] * b[t];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+/* The delta rule on one v head's state M (S x S, row j = value j) for one row: M *= decay;
+ * d_j = (v_j - M[j] . k) b; M[j] += d_j k; o_j = (M[j] . q) scale. Each row of M needs only its
+ * own d_j, so a row is finished before the next is read. The dots have one order on every path:
+ * 16 lanes (lane l takes t = l, l + 16, ... in fused multiply-adds), then halves added 16 -> 8 ->
+ * 4 -> 2 -> 1; the 512-bit path and the portable one give the same bits. */
+#ifdef __AVX512F__
+static inline __attribute__((always_inline)) float sum16(__m512 a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+static void delta_rule_z(float *M, const float *k, const float *q, const float *v, float decay, float b,
+                         float scale, float *o, int S) {
+    const int C = S / 16;
+    __m512 kz[16], qz[16];
+    const __m512 dz = _mm512_set1_ps(decay);
+    for (int c = 0; c < C; c++) kz[c] = _mm512_loadu_ps(k + 16 * c), qz[c] = _mm512_loadu_ps(q + 16 * c);
+    for (int j = 0; j < S; j++) {
+        float *Mj = M + (size_t)j * S;
+        __m512 m[16], acc = _mm512_setzero_ps();
+        for (int c = 0; c < C; c++) {
+            m[c] = _mm512_mul_ps(_mm512_loadu_ps(Mj + 16 * c), dz);
+            acc = _mm512_fmadd_ps(m[c], kz[c], acc);
+        }
+        const __m512 d = _mm512_set1_ps((v[j] - sum16(acc)) * b);
+        acc = _mm512_setzero_ps();
+        for (int c = 0; c < C; c++) {
+            m[c] = _mm512_fmadd_ps(d, kz[c], m[c]);
+            _mm512_storeu_ps(Mj + 16 * c, m[c]);
+            acc = _mm512_fmadd_ps(m[c], qz[c], acc);
+        }
+        o[j] = sum16(acc) * scale;
+    }
+}
+#endif
+
+static float sum16_scalar(const float *a) {
+    float h8[8], h4[4];
+    for (int l = 0; l < 8; l++) h8[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++) h4[l] = h8[l] + h8[l + 4];
+    return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
+
+static void delta_rule(float *M, const float *k, const float *q, const float *v, float decay, float b,
+                       float scale, float *o, int S) {
+#ifdef __AVX512F__
+    if (S % 16 == 0 && S <= 256) {
+        delta_rule_z(M, k, q, v, decay, b, scale, o, S);
+        return;
+    }
+#endif
+    for (int j = 0; j < S; j++) {
+        float *Mj = M + (size_t)j * S, acc[16] = {0};
+        for (int t = 0; t < S; t++) {
+            Mj[t] *= decay;
+            acc[t % 16] = fmaf(Mj[t], k[t], acc[t % 16]);
+        }
+        const float d = (v[j] - sum16_scalar(acc)) * b;
+        memset(acc, 0, sizeof acc);
+        for (int t = 0; t < S; t++) {
+            Mj[t] = fmaf(d, k[t], Mj[t]);
+            acc[t % 16] = fmaf(Mj[t], q[t], acc[t % 16]);
+        }
+        o[j] = sum16_scalar(acc) * scale;
+    }
+}
+
+/* A trail entry: written once and read back only when a draft is refused, so it goes around
+ * the caches (a plain copy reads each destination line in before writing it: the verify step's
+ * trail cost twice its bytes). Callers fence (_mm_sfence) before the pool's barrier. */
+static void stream_copy(float *dst, const float *src, size_t n) {
+#ifdef __AVX512F__
+    size_t a = ((64 - ((uintptr_t)dst & 63)) & 63) / sizeof(float);    /* floats to a 64-byte line */
+    if (a > n) a = n;
+    memcpy(dst, src, a * sizeof(float));
+    for (; a + 16 <= n; a += 16) _mm512_stream_ps(dst + a, _mm512_loadu_ps(src + a));
+    memcpy(dst + a, src + a, (n - a) * sizeof(float));
+#else
+    memcpy(dst, src, n * sizeof(float));
+#endif
+}
+
+static void stream_fence(void) {
+#ifdef __AVX512F__
+    _mm_sfence();
+#endif
 }
 
 /* Task h: v head h over the rows in order, each on its slot's M. */
@@ -300,7 +383,7 @@ static void gdn_head(void *vctx, int h) {
     const int S = c->ssm_head, Hk = c->ssm_k_heads, Hv = c->ssm_v_heads, kd = Hk * S, ch = 2 * kd + Hv * S;
     const size_t conv_n = (size_t)ch * (size_t)(c->ssm_d_conv - 1);
     const float scale = 1.0f / sqrtf((float)S);
-    float q[1024], k[1024], d[1024];
+    float q[1024], k[1024];
     for (int i = 0; i < G->n; i++) {
         float *M = G->P->rs[G->rows[i].slot].p + G->st_off + conv_n + (size_t)h * S * S;
         const float *x = G->qkv + (size_t)i * ch;
@@ -313,38 +396,37 @@ static void gdn_head(void *vctx, int h) {
         const float *v = x + 2 * kd + h * S;
         const float b = sigmoidf(G->beta[(size_t)i * Hv + h]);
         const float decay = expf(softplus(G->alpha[(size_t)i * Hv + h] + G->L->ssm_dt[h]) * G->L->ssm_a[h]);
-        float *o = G->o + ((size_t)i * Hv + h) * S;
-        for (int j = 0; j < S; j++) {   /* two passes over row j: decay and M[j].k; update and M[j].q */
-            float *Mj = M + (size_t)j * S;
-            for (int t = 0; t < S; t++) Mj[t] *= decay;
-            d[j] = (v[j] - dot8(Mj, k, S)) * b;
-            for (int t = 0; t < S; t++) Mj[t] += d[j] * k[t];
-            o[j] = dot8(Mj, q, S) * scale;
-        }
+        delta_rule(M, k, q, v, decay, b, scale, G->o + ((size_t)i * Hv + h) * S, S);
         float *t = trail_entry(G->P, &G->rows[i]);
-        if (t) memcpy(t + G->st_off + conv_n + (size_t)h * S * S, M, sizeof(float) * (size_t)S * S);
+        if (t) stream_copy(t + G->st_off + conv_n + (size_t)h * S * S, M, (size_t)S * S);
     }
+    stream_fence();
 }
 
-/* Each row in order: channel c's conv over its d_conv - 1 kept inputs and this one, SiLU; the
- * kept inputs shift by one. In place on qkv (n x channels). */
-static void gdn_conv(const gdn_ctx *G, float *qkv) {
+/* Task b: channels [b GDN_CONV_BLOCK, ...) over the rows in order: each channel's conv over its
+ * d_conv - 1 kept inputs and this one, SiLU; the kept inputs shift by one. In place on G->qkv
+ * (n x channels). */
+#define GDN_CONV_BLOCK 1024
+
+static void gdn_conv(void *vctx, int blk) {
+    const gdn_ctx *G = vctx;
     const model_config *c = G->c;
     const int K = c->ssm_d_conv, ch = (2 * c->ssm_k_heads + c->ssm_v_heads) * c->ssm_head;
+    const int q0 = blk * GDN_CONV_BLOCK, q1 = q0 + GDN_CONV_BLOCK < ch ? q0 + GDN_CONV_BLOCK : ch;
     for (int i = 0; i < G->n; i++) {
-        float *st = G->P->rs[G->rows[i].slot].p + G->st_off, *x = qkv + (size_t)i * ch;
-        for (int q = 0; q < ch; q++) {
-            float *s = st + (size_t)q * (K - 1), win[GDN_MAX_CONV];
+        float *st = G->P->rs[G->rows[i].slot].p + G->st_off, *x = G->qkv + (size_t)i * ch;
+        for (int q = q0; q < q1; q++) {
+            float *s = st + (size_t)q * (K - 1);
             const float *w = G->L->ssm_conv + (size_t)q * K;
-            memcpy(win, s, sizeof(float) * (size_t)(K - 1));
-            win[K - 1] = x[q];
             float sum = 0.0f;
-            for (int j = 0; j < K; j++) sum += win[j] * w[j];
-            memcpy(s, win + 1, sizeof(float) * (size_t)(K - 1));
+            for (int j = 0; j < K - 1; j++) sum += s[j] * w[j];
+            sum += x[q] * w[K - 1];
+            for (int j = 0; j < K - 2; j++) s[j] = s[j + 1];
+            s[K - 2] = x[q];
             x[q] = sum / (1.0f + expf(-sum));
         }
         float *t = trail_entry(G->P, &G->rows[i]);
-        if (t) memcpy(t + G->st_off, st, sizeof(float) * (size_t)ch * (size_t)(K - 1));
+        if (t) memcpy(t + G->st_off + (size_t)q0 * (K - 1), st + (size_t)q0 * (K - 1), sizeof(float) * (size_t)(q1 - q0) * (K - 1));
     }
 }
 
@@ -362,7 +444,7 @@ static int gdn_rows(fwd *F, const layer_w *L) {
     float *os[4] = {qkv, z, beta, alpha};
     mm_typed(F, F->h, n, ws, os, 4);
     gdn_ctx G = {c, L, F->P, F->rows, n, layer_state(c) * (size_t)L->rec_row, qkv, beta, alpha, o};
-    gdn_conv(&G, qkv);
+    pool_run(gdn_conv, &G, (ch + GDN_CONV_BLOCK - 1) / GDN_CONV_BLOCK);
     if ((long)n * Hv * S * S > (1L << 16)) pool_run(gdn_head, &G, Hv);
     else
         for (int h = 0; h < Hv; h++) gdn_head(&G, h);

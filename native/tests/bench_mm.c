@@ -60,6 +60,9 @@ int main(int argc, char **argv) {
     /* weights streamed from memory, as in a decode step: the whole head (30 MB) */
     for (int k = 1; k <= 8; k *= 2) run("head Q8_0 (DRAM)", GGML_Q8_0, 49152, 576, k, 1);
     for (int k = 1; k <= 8; k *= 2) run("Q4_1 (DRAM)", GGML_Q4_1, 49152, 576, k, 1);
+    /* the K-quants at the Qwen3.6-35B-A3B widths (d_model 2048), 64 MB: a verify batch's rows */
+    for (int k = 1; k <= 4; k++) run("Q4_K (DRAM)", GGML_Q4_K, 8 * 8192, 2048, k, 1);
+    for (int k = 1; k <= 4; k++) run("Q6_K (DRAM)", GGML_Q6_K, 6 * 8192, 2048, k, 1);
     /* a gpt-oss expert (2880 x 2880 MXFP4) and 24 of them from DRAM: packed at load, or in the
      * file's layout as a streamed expert is (packed group by group as the tile runs) */
     for (int p = 1; p >= 0; p--)
