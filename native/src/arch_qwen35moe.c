@@ -39,9 +39,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 
 #include "arch.h"
 
@@ -293,10 +290,7 @@ typedef struct {
  * 4 -> 2 -> 1; the 512-bit path and the portable one give the same bits. */
 #ifdef __AVX512F__
 static inline __attribute__((always_inline)) float sum16(__m512 a) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+    return hsum8(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
 }
 
 static void delta_rule_z(float *M, const float *k, const float *q, const float *v, float decay, float b,

@@ -79,6 +79,14 @@ static inline float qexp_s(float x) {
 }
 
 #ifdef __AVX2__
+/* The 8 lanes' sum, halves added 8 -> 4 -> 2 -> 1 (a fixed order). */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
 static inline __m256 qexp_v(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_L2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

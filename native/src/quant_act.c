@@ -28,9 +28,6 @@ static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, i
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
     __m256 s8 = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
     const float d = amax / 127.0f;
     const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     const __m256 half = _mm256_set1_ps(0.5f);
@@ -51,7 +48,7 @@ static void quant_block(const float *x, int8_t *q, float *d_out, float *s_out, i
     h8 = _mm256_add_epi32(h8, _mm256_shuffle_epi32(h8, 0xb1));
     const int32_t sa = _mm256_cvtsi256_si32(h8), sb = _mm_cvtsi128_si32(_mm256_extracti128_si256(h8, 1));
     *d_out = d;
-    *s_out = _mm_cvtss_f32(s4);
+    *s_out = hsum8(s8);
     *i_out = sa + sb;
     *h_out = sa;
 #else

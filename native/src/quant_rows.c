@@ -10,14 +10,6 @@
 /* ---- dot kernels: one weight row . one prepared activation row ------------------------ */
 
 #ifdef __AVX2__
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* sum of 8 int32 lanes of (unsigned u8 a) * (signed i8 b) over 32 bytes, as floats */
 static inline __m256 dot_u8i8(__m256i a, __m256i b)
 {
