@@ -9,6 +9,7 @@ runs through llama.cpp (llama-cpp-python built from source) and through our engi
                              [--steps 24] [--threads 2] [--llama-quantize Q4_K_M Q8_0 ...]
                              [--d-expert 1408] [--shape n_heads=16,n_kv=2,experts=64,top_k=8]
                              [--rope-scaling yarn:4:64 | linear:2] [--no-mtp] [--interval N]
+                             [--legacy-ssm-in]
 
 --arch qwen35moe (not in the default list: it needs llama-cpp-python 0.3.36 or later) runs
 native/tools/make_tiny_qwen35moe.py's F32 file and its Q8_0-matrices one (`q8`; --no-mtp,
@@ -16,6 +17,9 @@ native/tools/make_tiny_qwen35moe.py's F32 file and its Q8_0-matrices one (`q8`; 
 its reference. On the Q8_0 file llama.cpp's CPU matmuls quantize activations to Q8_0 rows, so its
 distance to the float64 reference is its own rounding (our default int8 path is the like-for-like
 row); the stderr line's "reference vs ours EXACT=1" is then the figure to read.
+--arch qwen3next likewise runs native/tools/make_tiny_qwen3next.py's F32 and Q8_0 files (the same
+options, and --legacy-ssm-in: the DeltaNet input as the older files' fused ssm_in) against
+tests/model/qwen35_ref.py's Qwen3Next.
 
 --llama-quantize also runs the F32 fixture quantized by llama.cpp's own llama_model_quantize to
 those file types: the per-tensor type choices of the files people download (Q6_K head and some
@@ -69,7 +73,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.model.arch_ref import REFS as ARCH_REFS  # noqa: E402  (float64 forwards from the published definitions)
-from tests.model.qwen35_ref import Qwen35Moe  # noqa: E402
+from tests.model.qwen35_ref import Qwen35Moe, Qwen3Next  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 import llama_child  # noqa: E402  (the llama.cpp child scripts' prelude: use_extra_bufts off)
 GEN = ROOT / "native" / "tools" / "make_arch_fixture.py"
@@ -77,10 +81,11 @@ GPTOSS_GEN = ROOT / "native" / "tools" / "make_tiny_gptoss.py"   # gpt-oss: its 
 GPTOSS_MIXES = {"kquant": "q4_k_m", "f32": "f32", "mxfp4": "mxfp4"}
 QWEN35_GEN = ROOT / "native" / "tools" / "make_tiny_qwen35moe.py"   # qwen35moe: its own generator
 QWEN35_MIXES = {"f32": [], "q8": ["--q8"]}
+QWEN3NEXT_GEN = ROOT / "native" / "tools" / "make_tiny_qwen3next.py"   # qwen3next: its own generator
 FWD_DUMP = ROOT / "native" / "build" / "fwd_dump"
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 TOPN = 32
-REFS = {**ARCH_REFS, "qwen35moe": Qwen35Moe}
+REFS = {**ARCH_REFS, "qwen35moe": Qwen35Moe, "qwen3next": Qwen3Next}
 
 LLAMA_SCRIPT = llama_child.PRELUDE + textwrap.dedent("""
     import json, sys
@@ -189,10 +194,12 @@ def ggml_dequant_check(model, llama_python):
     return n, bad
 
 
-def qwen35_options(a):
-    """The qwen35moe generator's options the command line gives (its --shape is the same K=V list)."""
+def qwen35_options(a, arch):
+    """The qwen35moe / qwen3next generator's options the command line gives (its --shape is the same
+    K=V list)."""
     return ((["--no-mtp"] if a.no_mtp else []) + (["--interval", str(a.interval)] if a.interval is not None else [])
-            + (["--shape", a.shape] if a.shape else []))
+            + (["--shape", a.shape] if a.shape else [])
+            + (["--legacy-ssm-in"] if arch == "qwen3next" and a.legacy_ssm_in else []))
 
 
 def main():
@@ -219,8 +226,9 @@ def main():
     ap.add_argument("--d-expert", type=int, help="expert width of the fixtures instead of the generator's "
                     "(e.g. 1408, Qwen1.5-MoE-A2.7B's: not a multiple of 256, so llama.cpp's K-quant files fall "
                     "back to Q5_0 / Q8_0 for the expert downs)")
-    ap.add_argument("--no-mtp", action="store_true", help="qwen35moe: no trailing MTP block")
-    ap.add_argument("--interval", type=int, help="qwen35moe: full_attention_interval (0: no key)")
+    ap.add_argument("--no-mtp", action="store_true", help="qwen35moe, qwen3next: no trailing MTP block")
+    ap.add_argument("--interval", type=int, help="qwen35moe, qwen3next: full_attention_interval (0: no key)")
+    ap.add_argument("--legacy-ssm-in", action="store_true", help="qwen3next: the DeltaNet input as one fused ssm_in")
     a = ap.parse_args()
     subprocess.run(["make", "-s", "-C", str(ROOT / "native"), "build/fwd_dump"], check=True)
     rows, deq = [], []
@@ -240,7 +248,7 @@ def main():
                     patch[k] = int(v)
             if a.d_expert:
                 patch["d_expert"] = a.d_expert
-            gptoss, qwen35 = arch == "gpt-oss", arch == "qwen35moe"
+            gptoss, qwen35 = arch == "gpt-oss", arch in ("qwen35moe", "qwen3next")
             if not (gptoss or qwen35):
                 mod.ARCHS[arch] = dict(mod.ARCHS[arch], **patch)
             # (the generator's own K-quant mix needs widths that are multiples of 256: not with --d-expert)
@@ -252,8 +260,9 @@ def main():
                     subprocess.run([sys.executable, str(GPTOSS_GEN), str(model), "--seed", str(a.seed), "--mix",
                                     GPTOSS_MIXES.get(mix, "f32")], check=True)
                 elif qwen35:
-                    subprocess.run([sys.executable, str(QWEN35_GEN), str(model), "--seed", str(a.seed),
-                                    *QWEN35_MIXES.get(mix, []), *qwen35_options(a)], check=True)
+                    subprocess.run([sys.executable, str(QWEN35_GEN if arch == "qwen35moe" else QWEN3NEXT_GEN), str(model),
+                                    "--seed", str(a.seed), *QWEN35_MIXES.get(mix, []), *qwen35_options(a, arch)],
+                                   check=True)
                 elif patch:           # the generator in-process, with the patched shape
                     mod.main(gen)
                 else:

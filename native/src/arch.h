@@ -39,6 +39,7 @@ extern const arch_ops arch_granitemoe;
 extern const arch_ops arch_glm4moe;
 extern const arch_ops arch_gptoss;
 extern const arch_ops arch_qwen35moe;
+extern const arch_ops arch_qwen3next;
 
 /* Building blocks for arch files (model_load.c), in llama.cpp's key and tensor names. */
 /* <arch>.block_count, embedding_length, attention.head_count(_kv), feed_forward_length,
@@ -68,6 +69,27 @@ int ld_dense_ffn(model *m, int l, char *err, size_t errlen);
 int ld_moe_ffn(model *m, int l, expert_layer_src *src, char *err, size_t errlen);
 /* blk.l.ffn_{gate,up,down}_shexp.weight (d_shexp wide). 0 or -1. */
 int ld_shared_expert(model *m, int l, char *err, size_t errlen);
+
+/* The Gated DeltaNet hybrids (gdn.c: qwen35moe, qwen3next): what sets one apart. */
+typedef struct {
+    int v_grouped;          /* v head h reads q/k head h / (Hv / Hk) (qwen3next: each q/k head's v
+                             * heads adjacent), else h mod Hk (qwen35moe: its converter tiles them) */
+    int fused_in;           /* the DeltaNet's input projections as qwen3next's: attn_qkv + attn_gate
+                             * or the legacy fused ssm_in, and ssm_ba; else attn_qkv + attn_gate,
+                             * ssm_beta and ssm_alpha */
+    int shexp_required;     /* every block has the gated shared expert (else optional) */
+} hybrid_variant;
+/* m->c from the common keys and ssm.*, the routing (softmax over all, top-k renormalized,
+ * expert_weights_scale, the gated shared expert). 0 or -1. */
+int hybrid_hparams(model *m, char *err, size_t errlen);
+/* Block l (the recurrent layers from full_attention_interval / attention.recurrent_layers, at
+ * l = 0): attn_norm, post_attention_norm, a DeltaNet or gated-attention mixer, the MoE and the
+ * shared expert. 1 or -1. */
+int hybrid_block(model *m, int l, expert_layer_src *src, const hybrid_variant *hv, char *err, size_t errlen);
+int hybrid_forward(fwd *F, const hybrid_variant *hv);
+/* arch_ops.mtp_block / mtp_forward of both. */
+int hybrid_mtp_block(model *m, int l, char *err, size_t errlen);
+int hybrid_mtp_forward(fwd *F, const float *hin, float *hout);
 
 /* NULL when the architecture is not supported. */
 const arch_ops *arch_find(const char *name);

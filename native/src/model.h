@@ -66,8 +66,9 @@ typedef struct {
     const float *exp_gate_b, *exp_up_b;        /* optional per-expert biases [n_experts][d_expert] */
     const float *exp_down_b;                   /* ... and [n_experts][d_model] (gpt-oss) */
     qmat sh_gate, sh_up, sh_down;              /* shared expert (rows 0 when absent) */
-    /* a Gated DeltaNet layer (linear attention, arch_qwen35moe.c; rows 0 elsewhere): the joint
-     * q|k|v input of the conv, the output gate z, beta and alpha per v head, the output */
+    /* a Gated DeltaNet layer (linear attention, gdn.c; rows 0 elsewhere): the joint
+     * q|k|v input of the conv, the output gate z, beta and alpha per v head, the output
+     * (qwen3next's fused ssm_in / ssm_ba: in ssm_qkv / ssm_beta, ssm_z / ssm_alpha rows 0) */
     qmat ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
     const float *ssm_conv, *ssm_dt, *ssm_a, *ssm_norm;  /* [conv channels x d_conv], [v heads] x2, [head] */
     int rec_row;                               /* -1, or the layer's index among the recurrent ones */

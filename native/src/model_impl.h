@@ -29,7 +29,7 @@ typedef struct compute_tier {
 } compute_tier;
 extern const compute_tier compute_cpu;
 
-/* One slot's recurrent state (hybrid architectures, arch_qwen35moe.c; rstate.c): every recurrent
+/* One slot's recurrent state (hybrid architectures, gdn.c; rstate.c): every recurrent
  * layer's conv and delta-rule states, valid for exactly the n_pos tokens whose hash it keeps
  * (-1: none), and up to RS_CKPTS copies of earlier states (checkpoints, p NULL: unused) that a
  * turn sharing only part of the history resumes from. */

@@ -16,7 +16,8 @@
 /* ---------------------------------------------------------------- architectures */
 
 static const arch_ops *const arch_table[] = {&arch_llama, &arch_qwen3moe, &arch_olmoe, &arch_qwen2moe,
-                                            &arch_granitemoe, &arch_glm4moe, &arch_gptoss, &arch_qwen35moe};
+                                            &arch_granitemoe, &arch_glm4moe, &arch_gptoss, &arch_qwen35moe,
+                                            &arch_qwen3next};
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
 const arch_ops *arch_find(const char *name) {

@@ -2,7 +2,7 @@
  * Owns: each slot's live state record and its checkpoints (copies of the state keyed by the
  * position and the hash of the tokens it stands after), resuming a turn from the live state or
  * the longest checkpointed prefix, the per-slot memory they take, and the state file beside a
- * slot's K/V file. The forward that advances the live state is arch_qwen35moe.c's.
+ * slot's K/V file. The forward that advances the live state is gdn.c's.
  *
  * State cannot be truncated as K/V rows can: a turn whose prompt shares only part of the slot's
  * history resumes from a checkpoint at or before the shared part, else re-prefills.

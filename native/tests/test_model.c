@@ -712,7 +712,7 @@ static void test_refusals(const char *moe_path) {
     p = find_bytes(b, len, "general.architecture");
     if (p) memcpy(p + 20 + 4 + 8, "gpt2!", 5);
     write_file(path, b, len);
-    CHECK(model_load(&m, path, NULL, err, sizeof err) != 0 && strcmp(err, "architecture 'gpt2!' is not supported (supported: llama, qwen3moe, olmoe, qwen2moe, granitemoe, glm4moe, gpt-oss, qwen35moe)") == 0,
+    CHECK(model_load(&m, path, NULL, err, sizeof err) != 0 && strcmp(err, "architecture 'gpt2!' is not supported (supported: llama, qwen3moe, olmoe, qwen2moe, granitemoe, glm4moe, gpt-oss, qwen35moe, qwen3next)") == 0,
           "arch refusal: %s", err);
     free(b);
     free(img);

@@ -1,9 +1,10 @@
-"""A float64 numpy forward of `qwen35moe` (Qwen3.5 / Qwen3.6 MoE), written from the published
+"""A float64 numpy forward of `qwen35moe` (Qwen3.5 / Qwen3.6 MoE) and of its sibling `qwen3next`
+(Qwen3-Next, the Qwen3Next subclass at the end), written from the published
 definition (transformers' Qwen3-Next / Qwen3.5 modeling: Qwen3NextGatedDeltaNet's recurrent form,
 the gated attention, the sparse MoE block with its gated shared expert), on the GGUF's weights and
 layout (llama.cpp's converter: attn_qkv = [q | k | v] channels, attn_q = per head [q | gate],
 ssm_a = -exp(A_log), ssm_conv1d [channels, kernel]; v head h reads q/k head h mod the q/k heads).
-Independent of the engine's code. Used by test_qwen35moe.py.
+Independent of the engine's code. Used by test_qwen35moe.py and test_qwen3next.py.
 
 Layer l is linear attention unless (l + 1) % full_attention_interval == 0, or as
 attention.recurrent_layers says. Per layer: x += mixer(rmsnorm(x)); x += moe(rmsnorm(x, post_attention_norm)).
@@ -59,15 +60,21 @@ class Qwen35Moe:
         self.S = int(key("ssm.state_size"))
         self.HK = int(key("ssm.group_count"))
         self.HV = int(key("ssm.time_step_rank"))
-        f = W.r.fields[f"{self.arch}.rope.dimension_sections"]
-        self.sections = [int(f.parts[i][0]) for i in f.data]
+        self.sections = self.rope_sections()
         interval = int(key("full_attention_interval"))
         self.recurrent = [(l + 1) % interval != 0 for l in range(self.L)]
 
+    def rope_sections(self) -> list[int] | None:
+        f = self.w.r.fields[f"{self.arch}.rope.dimension_sections"]
+        return [int(f.parts[i][0]) for i in f.data]
+
     def rope(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         half, sec = self.RD // 2, self.sections
-        total = sum(sec)
-        turns = np.array([(i % total) < 3 * sec[(i % total) % 3] for i in range(half)], dtype=np.float64)
+        if sec is None:     # plain NeoX: every pair turns
+            turns = np.ones(half)
+        else:
+            total = sum(sec)
+            turns = np.array([(i % total) < 3 * sec[(i % total) % 3] for i in range(half)], dtype=np.float64)
         inv = self.base ** (-np.arange(half) * 2.0 / self.RD) * turns
         ang = pos[:, None] * inv[None, :]
         cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
@@ -96,12 +103,23 @@ class Qwen35Moe:
         o = np.einsum("hqk,khd->qhd", softmax(s), vv).reshape(n, H * HD)
         return (o * sigmoid(gate)) @ W(p + "attn_output.weight").T
 
+    def projections(self, p: str, h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The DeltaNet's inputs: the conv's [q | k | v] channels [n, channels], z [n, HV, S], and the
+        raw beta and alpha [n, HV]."""
+        W = self.w
+        mixed = h @ W(p + "attn_qkv.weight").T
+        z = (h @ W(p + "attn_gate.weight").T).reshape(len(h), self.HV, self.S)
+        return mixed, z, h @ W(p + "ssm_beta.weight").T, h @ W(p + "ssm_alpha.weight").T
+
+    def k_head(self, hv: int) -> int:
+        """The q/k head v head hv reads (the converter tiles Qwen3.5's v heads: hv mod HK)."""
+        return hv % self.HK
+
     def deltanet(self, l: int, h: np.ndarray, state: dict) -> np.ndarray:
         W, p, n, S, HK, HV, K = self.w, f"blk.{l}.", len(h), self.S, self.HK, self.HV, self.K
-        mixed = h @ W(p + "attn_qkv.weight").T                 # [n, channels]
-        z = (h @ W(p + "attn_gate.weight").T).reshape(n, HV, S)
-        beta = sigmoid(h @ W(p + "ssm_beta.weight").T)
-        g = softplus(h @ W(p + "ssm_alpha.weight").T + W(p + "ssm_dt.bias")) * W(p + "ssm_a")
+        mixed, z, b_raw, a_raw = self.projections(p, h)     # mixed: [n, channels]
+        beta = sigmoid(b_raw)
+        g = softplus(a_raw + W(p + "ssm_dt.bias")) * W(p + "ssm_a")
         conv_w = W(p + "ssm_conv1d.weight")                    # [channels, K]
         ch = mixed.shape[1]
         prev, M = state.get(l, (np.zeros((K - 1, ch)), np.zeros((HV, S, S))))
@@ -118,7 +136,7 @@ class Qwen35Moe:
         o = np.zeros((n, HV, S))
         for t in range(n):
             for hv in range(HV):
-                qh, kh = q[t, hv % HK] / np.sqrt(S), k[t, hv % HK]
+                qh, kh = q[t, self.k_head(hv)] / np.sqrt(S), k[t, self.k_head(hv)]
                 M[hv] *= np.exp(g[t, hv])
                 delta = (v[t, hv] - kh @ M[hv]) * beta[t, hv]
                 M[hv] += np.outer(kh, delta)
@@ -180,3 +198,34 @@ class Qwen35Moe:
             x = x + self.moe(l, rmsnorm(x, W(p + "post_attention_norm.weight"), self.eps))
         hn = rmsnorm(x, W("output_norm.weight"), self.eps)
         return hn @ W("output.weight").T, hn
+
+
+class Qwen3Next(Qwen35Moe):
+    """`qwen3next` (Qwen3-Next-80B-A3B), from transformers' Qwen3NextGatedDeltaNet / attention on
+    llama.cpp's layout. Where it differs from qwen35moe: RoPE is plain rotate_half on the first
+    rope.dimension_count dims (partial_rotary_factor; no M-RoPE sections); the v heads are grouped:
+    HF's repeat_interleave gives v head hv q/k head hv // (HV / HK); the DeltaNet's projections are
+    HF's fix_query_key_value_ordering on in_proj_qkvz (per q/k head [q | k | v | z], the v and z of
+    its HV / HK v heads) and in_proj_ba (per q/k head [b | a]): in_proj_qkvz is the legacy ssm_in
+    as it is, or the converter's attn_qkv ([all q | all k | all v]) + attn_gate (z); in_proj_ba is
+    ssm_ba."""
+    arch = "qwen3next"
+
+    def rope_sections(self) -> list[int] | None:
+        return None
+
+    def k_head(self, hv: int) -> int:
+        return hv // (self.HV // self.HK)
+
+    def projections(self, p: str, h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        W, n, S, HK, HV = self.w, len(h), self.S, self.HK, self.HV
+        r = HV // HK
+        ba = (h @ W(p + "ssm_ba.weight").T).reshape(n, HK, 2 * r)
+        b, a = ba[..., :r].reshape(n, HV), ba[..., r:].reshape(n, HV)
+        if not W.has(p + "ssm_in.weight"):
+            return h @ W(p + "attn_qkv.weight").T, (h @ W(p + "attn_gate.weight").T).reshape(n, HV, S), b, a
+        qkvz = (h @ W(p + "ssm_in.weight").T).reshape(n, HK, 2 * S + 2 * r * S)
+        q, k = qkvz[..., :S], qkvz[..., S:2 * S]
+        v, z = qkvz[..., 2 * S:2 * S + r * S], qkvz[..., 2 * S + r * S:]
+        mixed = np.concatenate([q.reshape(n, -1), k.reshape(n, -1), v.reshape(n, -1)], axis=1)
+        return mixed, z.reshape(n, HV, S), b, a

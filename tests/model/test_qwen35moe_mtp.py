@@ -1,4 +1,4 @@
-"""qwen35moe's MTP block as a draft head (native/src/mtp.c, arch_qwen35moe.c's mtp_forward), in
+"""qwen35moe's MTP block as a draft head (native/src/mtp.c, gdn.c's hybrid_mtp_forward), in
 EXACT mode against tests/model/qwen35_ref.py's float64 MTP (llama.cpp's graph_mtp):
   - the block's logits at every position of a prompt (the trunk's output_norm'ed state and the
     token after it), on the F32 and Q8_0 tiny files: max |d log-prob| over the top 32 <= 2e-3 and

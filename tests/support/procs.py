@@ -76,6 +76,19 @@ def make_tiny_qwen35moe(out_path, *extra_args):
     return Path(out_path)
 
 
+def make_tiny_qwen3next(out_path, *extra_args):
+    """The tiny random qwen3next file (native/tools/make_tiny_qwen3next.py), F32; run in this
+    process (a child's import of gguf is most of a second, the file a quarter of one)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_tiny_qwen3next",
+                                                  ROOT / "native" / "tools" / "make_tiny_qwen3next.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.main([str(out_path), *map(str, extra_args)])
+    return Path(out_path)
+
+
 def claim_redis_db(url="redis://127.0.0.1:6379", ttl=3600):
     """Claims a Redis database (1..15) for this test session so concurrent sessions do not share
     the `engine-bridge` channel; returns its redis:// URL. The claim is a key in db 0 with a TTL."""
