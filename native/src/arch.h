@@ -90,6 +90,12 @@ int hybrid_forward(fwd *F, const hybrid_variant *hv);
 /* arch_ops.mtp_block / mtp_forward of both. */
 int hybrid_mtp_block(model *m, int l, char *err, size_t errlen);
 int hybrid_mtp_forward(fwd *F, const float *hin, float *hout);
+/* The delta rule on one v head's S x S state M for one row (gdn.c states it): the vector form the
+ * build has (AVX-512 or AVX2), else gdn_delta_rule_portable, whose bits every form gives. */
+void gdn_delta_rule(float *M, const float *k, const float *q, const float *v, float decay, float b, float scale,
+                    float *o, int S);
+void gdn_delta_rule_portable(float *M, const float *k, const float *q, const float *v, float decay, float b,
+                             float scale, float *o, int S);
 
 /* NULL when the architecture is not supported. */
 const arch_ops *arch_find(const char *name);

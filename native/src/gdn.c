@@ -298,7 +298,8 @@ typedef struct {
  * d_j = (v_j - M[j] . k) b; M[j] += d_j k; o_j = (M[j] . q) scale. Each row of M needs only its
  * own d_j, so a row is finished before the next is read. The dots have one order on every path:
  * 16 lanes (lane l takes t = l, l + 16, ... in fused multiply-adds), then halves added 16 -> 8 ->
- * 4 -> 2 -> 1; the 512-bit path and the portable one give the same bits. */
+ * 4 -> 2 -> 1; the 512-bit path, the 256-bit one (lanes 0-7 and 8-15 in two registers) and the
+ * portable one give the same bits. */
 #ifdef __AVX512F__
 static inline __attribute__((always_inline)) float sum16(__m512 a) {
     return hsum8(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
@@ -327,6 +328,32 @@ static void delta_rule_z(float *M, const float *k, const float *q, const float *
         o[j] = sum16(acc) * scale;
     }
 }
+#elif defined(__AVX2__)
+/* A 128-wide row does not fit 16 ymm registers beside k and q: the second pass reloads the row
+ * from L1 and recomputes its decay (the same product, so the same bits) instead of storing it. */
+static void delta_rule_y(float *M, const float *k, const float *q, const float *v, float decay, float b,
+                         float scale, float *o, int S) {
+    const __m256 dz = _mm256_set1_ps(decay);
+    for (int j = 0; j < S; j++) {
+        float *Mj = M + (size_t)j * S;
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        for (int t = 0; t < S; t += 16) {
+            lo = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(Mj + t), dz), _mm256_loadu_ps(k + t), lo);
+            hi = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(Mj + t + 8), dz), _mm256_loadu_ps(k + t + 8), hi);
+        }
+        const __m256 d = _mm256_set1_ps((v[j] - hsum8(_mm256_add_ps(lo, hi))) * b);
+        lo = hi = _mm256_setzero_ps();
+        for (int t = 0; t < S; t += 16) {
+            const __m256 m0 = _mm256_fmadd_ps(d, _mm256_loadu_ps(k + t), _mm256_mul_ps(_mm256_loadu_ps(Mj + t), dz));
+            const __m256 m1 = _mm256_fmadd_ps(d, _mm256_loadu_ps(k + t + 8), _mm256_mul_ps(_mm256_loadu_ps(Mj + t + 8), dz));
+            _mm256_storeu_ps(Mj + t, m0);
+            _mm256_storeu_ps(Mj + t + 8, m1);
+            lo = _mm256_fmadd_ps(m0, _mm256_loadu_ps(q + t), lo);
+            hi = _mm256_fmadd_ps(m1, _mm256_loadu_ps(q + t + 8), hi);
+        }
+        o[j] = hsum8(_mm256_add_ps(lo, hi)) * scale;
+    }
+}
 #endif
 
 static float sum16_scalar(const float *a) {
@@ -336,14 +363,8 @@ static float sum16_scalar(const float *a) {
     return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
-static void delta_rule(float *M, const float *k, const float *q, const float *v, float decay, float b,
-                       float scale, float *o, int S) {
-#ifdef __AVX512F__
-    if (S % 16 == 0 && S <= 256) {
-        delta_rule_z(M, k, q, v, decay, b, scale, o, S);
-        return;
-    }
-#endif
+void gdn_delta_rule_portable(float *M, const float *k, const float *q, const float *v, float decay, float b,
+                             float scale, float *o, int S) {
     for (int j = 0; j < S; j++) {
         float *Mj = M + (size_t)j * S, acc[16] = {0};
         for (int t = 0; t < S; t++) {
@@ -360,6 +381,22 @@ static void delta_rule(float *M, const float *k, const float *q, const float *v,
     }
 }
 
+void gdn_delta_rule(float *M, const float *k, const float *q, const float *v, float decay, float b, float scale,
+                    float *o, int S) {
+#ifdef __AVX512F__
+    if (S % 16 == 0 && S <= 256) {
+        delta_rule_z(M, k, q, v, decay, b, scale, o, S);
+        return;
+    }
+#elif defined(__AVX2__)
+    if (S % 16 == 0) {
+        delta_rule_y(M, k, q, v, decay, b, scale, o, S);
+        return;
+    }
+#endif
+    gdn_delta_rule_portable(M, k, q, v, decay, b, scale, o, S);
+}
+
 /* A trail entry: written once and read back only when a draft is refused, so it goes around
  * the caches (a plain copy reads each destination line in before writing it: the verify step's
  * trail cost twice its bytes). Callers fence (_mm_sfence) before the pool's barrier. */
@@ -370,13 +407,19 @@ static void stream_copy(float *dst, const float *src, size_t n) {
     memcpy(dst, src, a * sizeof(float));
     for (; a + 16 <= n; a += 16) _mm512_stream_ps(dst + a, _mm512_loadu_ps(src + a));
     memcpy(dst + a, src + a, (n - a) * sizeof(float));
+#elif defined(__AVX2__)
+    size_t a = ((32 - ((uintptr_t)dst & 31)) & 31) / sizeof(float);    /* floats to a 32-byte boundary */
+    if (a > n) a = n;
+    memcpy(dst, src, a * sizeof(float));
+    for (; a + 8 <= n; a += 8) _mm256_stream_ps(dst + a, _mm256_loadu_ps(src + a));
+    memcpy(dst + a, src + a, (n - a) * sizeof(float));
 #else
     memcpy(dst, src, n * sizeof(float));
 #endif
 }
 
 static void stream_fence(void) {
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
     _mm_sfence();
 #endif
 }
@@ -401,7 +444,7 @@ static void gdn_head(void *vctx, int h) {
         const float *v = x + 2 * kd + h * S;
         const float b = sigmoidf(G->beta[(size_t)i * Hv + h]);
         const float decay = expf(softplus(G->alpha[(size_t)i * Hv + h] + G->L->ssm_dt[h]) * G->L->ssm_a[h]);
-        delta_rule(M, k, q, v, decay, b, scale, G->o + ((size_t)i * Hv + h) * S, S);
+        gdn_delta_rule(M, k, q, v, decay, b, scale, G->o + ((size_t)i * Hv + h) * S, S);
         float *t = trail_entry(G->P, &G->rows[i]);
         if (t) stream_copy(t + G->st_off + conv_n + (size_t)h * S * S, M, (size_t)S * S);
     }
