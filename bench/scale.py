@@ -56,16 +56,16 @@ then --runs runs of the same prompt load it (pinned from the start), each from a
 runs after the other's, and a table sets each run of ours against the llama.cpp run right after it:
 the VM's DRAM bandwidth drifts by a third within minutes, ours follows it (bandwidth-bound) and
 llama.cpp much less, so grouped runs can compare a good minute of one with a bad minute of the other.
---disk-each-run: each capped run of ours between two 3 s disk readings (expert-sized O_DIRECT random
-reads, 4 lanes = IO_LANES), its bound from their mean and its own hit rate, and a table of each run's
+--disk-each-run: each capped run of ours between two 3 s disk readings (O_DIRECT reads of the file's
+own expert slices, 4 lanes = IO_LANES), its bound from their mean and its own hit rate, and a table of each run's
 decode against it: the VM's disk drifts (1.5-2.2 GB/s within minutes on 2026-12-05), so a reading
 taken once per cap, after its runs, sets a run against a minute it did not see.
 --slots8: 8 concurrent conversations at full RAM (ours, KV_SLOTS=8, 8 SUBMITs at once to 8 slots,
 aggregate tok/s between the moment every stream has started and the first DONE).
 --disk: per capped row of ours, the disk bound as measured right after that cap's runs (4 lanes,
 3 s; the last column: bound tok/s at that bandwidth and the share of it the row's decode reached); and
-at the end expert-sized (one Q4_K 768 × 2048 slice, 884,736 B) O_DIRECT random reads over the file's
-expert tensors with 1, 2 and 4 lanes (threads; 4 = the engine's IO_LANES default), and the decode bound they imply (bandwidth ÷ routed
+at the end O_DIRECT reads of the file's expert slices (a random expert of a random expert matrix,
+as a miss reads them) with 1, 2 and 4 lanes (threads; 4 = the engine's IO_LANES default), and the decode bound they imply (bandwidth ÷ routed
 bytes per token, nothing cached; and with the hit rate measured in the runs); and the DRAM bound
 (bandwidth of a numpy float32 sum over a 2 GiB buffer, --threads threads, best of 3 ÷ the bytes a token reads: every non-expert
 matrix but the embedding, plus top-k of each layer's experts).
@@ -98,7 +98,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 import engine  # noqa: E402  (bench/engine.py: the mux driver)
 import llama_child  # noqa: E402  (the llama.cpp child scripts' prelude)
 CG_ROOT = Path("/sys/fs/cgroup/memory")
-EXPERT_SLICE = 768 * 2048 // 256 * 144   # one Q4_K expert gate/up slice: 884,736 B
 
 
 # ------------------------------------------------------------------ model facts from the GGUF
@@ -115,21 +114,21 @@ def model_facts(path):
     arch = bytes(f["general.architecture"].parts[-1]).decode()
     top_k, n_exp = scalar(f"{arch}.expert_used_count"), scalar(f"{arch}.expert_count")
     routed = dense = expert_total = 0
-    exp_lo, exp_hi = None, 0
+    slices = []     # (offset, bytes of one expert's slice) of every expert matrix: what a miss reads
     for t in r.tensors:
         nb = int(t.n_bytes)
         if "_exps." in t.name:
             expert_total += nb
             routed += nb * top_k // n_exp
-            exp_lo = t.data_offset if exp_lo is None else min(exp_lo, t.data_offset)
-            exp_hi = max(exp_hi, t.data_offset + nb)
+            if t.name.endswith("_exps.weight"):
+                slices.append((int(t.data_offset), nb // n_exp))
         elif t.name != "token_embd.weight":
             dense += nb
     embd = next(int(t.n_bytes) for t in r.tensors if t.name == "token_embd.weight")
     return dict(arch=arch, layers=scalar(f"{arch}.block_count"), top_k=top_k, n_exp=n_exp,
                 mtp=scalar(f"{arch}.nextn_predict_layers", 0),
                 routed_per_tok=routed, dense_per_tok=dense, nonexpert=dense + embd, expert_total=expert_total,
-                exp_lo=exp_lo, exp_hi=exp_hi, size=os.path.getsize(path))
+                slices=slices, size=os.path.getsize(path))
 
 
 # ------------------------------------------------------------------ cache and cgroups
@@ -555,28 +554,37 @@ def run_llama(a, path, facts, cap_gb, prompt, label):
 HUGE_PAGE = 2 << 20
 
 
-def disk_bw(path, lo, hi, lanes, seconds=4.0, size=EXPERT_SLICE):
-    """O_DIRECT random reads of `size` bytes between lo and hi, `lanes` threads. Each lane reads
-    into a private anonymous buffer on a 2 MiB boundary, advised MADV_HUGEPAGE, as the engine's
-    buffers are (native/src/mem.c): on a VM, reads into 4 KiB pages (Python's default shared
-    mapping) ran at half the device's rate, 2.0-2.4 against 4.4-4.8 GB/s on 2026-12-06, and a
-    bound read that way was the buffer's, not the disk's."""
+def disk_bw(path, slices, n_exp, lanes, seconds=4.0):
+    """O_DIRECT reads of the file's own expert slices, `lanes` threads: each read one expert's
+    slice of a random expert matrix (gate, up or down of any layer), as a miss is, through its
+    page-aligned cover, as the engine reads it (native/src/experts.c read_cover). The slice's size
+    is the file's (until 2026-12-07 one fixed size, 884,736 B, at 4 KiB-aligned offsets: on a Zen 3
+    VM that day, 1.00-1.10x this probe's rate on the 35B-A3B-shaped file's 0.59 / 0.86 MB slices
+    and 1.00-1.10x on the gpt-oss-20b file's 4.4 MB ones, alternated 3 s readings). Each lane reads into a private
+    anonymous buffer on a 2 MiB boundary, advised MADV_HUGEPAGE, as the engine's buffers are
+    (native/src/mem.c): on a VM, reads into 4 KiB pages (Python's default shared mapping) ran at
+    half the device's rate, 2.0-2.4 against 4.4-4.8 GB/s on 2026-12-06, and a bound read that
+    way was the buffer's, not the disk's. Returns the slices' bytes per second (the covers'
+    extra pages are not counted: the bound divides what a token needs by this)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     total = [0] * lanes
     stop = time.perf_counter() + seconds
+    cover = max(-(-(sz + 2 * 4096) // 4096) * 4096 for _, sz in slices)
 
     def lane(i):
-        n = -(-size // HUGE_PAGE) * HUGE_PAGE
+        n = -(-cover // HUGE_PAGE) * HUGE_PAGE
         raw = mmap.mmap(-1, n + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         raw.madvise(mmap.MADV_HUGEPAGE)
         at = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % HUGE_PAGE
-        buf = memoryview(raw)[at:at + size]
         rnd = random.Random(1000 + i)
-        n0, n1 = lo // 4096 + 1, (hi - size) // 4096
         while time.perf_counter() < stop:
-            off = rnd.randrange(n0, n1) * 4096
-            total[i] += os.preadv(fd, [buf], off)
-        buf.release()
+            base, sz = slices[rnd.randrange(len(slices))]
+            off = base + rnd.randrange(n_exp) * sz
+            a0, a1 = off & ~4095, -(-(off + sz) // 4096) * 4096
+            buf = memoryview(raw)[at:at + a1 - a0]
+            if os.preadv(fd, [buf], a0) >= off - a0 + sz:
+                total[i] += sz
+            buf.release()
 
     t0 = time.perf_counter()
     th = [threading.Thread(target=lane, args=(i,)) for i in range(lanes)]
@@ -608,7 +616,7 @@ def dram_bw(threads=2, gib=2.0, reps=3):
 def disk_now(path, facts):
     """The disk's expert-read bandwidth of this moment (--disk-each-run): 3 s of expert-sized
     O_DIRECT random reads on 4 lanes, the engine's IO_LANES default."""
-    return disk_bw(str(path), facts["exp_lo"], facts["exp_hi"], 4, seconds=3.0)
+    return disk_bw(str(path), facts["slices"], facts["n_exp"], 4, seconds=3.0)
 
 
 def dram_now(threads=2, readings=3):
@@ -916,7 +924,7 @@ def main(argv=None):
         f = facts_of[files[0][1]]
         path = files[0][1]
         cold_cache(path)
-        bw = {n: disk_bw(str(path), f["exp_lo"], f["exp_hi"], n) for n in (1, 2, 4)}
+        bw = {n: disk_bw(str(path), f["slices"], f["n_exp"], n) for n in (1, 2, 4)}
         dram = dram_bw(a.threads)
         print()
         print("| measure | value | bound it implies |")
@@ -926,7 +934,7 @@ def main(argv=None):
             for h in sorted(set(round(x, 1) for x in hits)):
                 if h < 100:
                     line += f"; at hit {h:.1f} %: {bw[n] / (f['routed_per_tok'] * (1 - h / 100)):.2f} tok/s"
-            print(f"| O_DIRECT random reads of {EXPERT_SLICE:,} B, {n} lane{'s' if n > 1 else ''} | {bw[n] / 1e9:.2f} GB/s | "
+            print(f"| O_DIRECT reads of random expert slices, {n} lane{'s' if n > 1 else ''} | {bw[n] / 1e9:.2f} GB/s | "
                   f"decode ≤ {line.split(': ', 1)[1]} ({f['routed_per_tok'] / 1e6:.0f} MB of routed experts per token) |")
         tok_bytes = f["routed_per_tok"] + f["dense_per_tok"]
         print(f"| DRAM read (numpy float32 sum, {a.threads} threads, 2 GiB) | {dram / 1e9:.1f} GB/s | decode ≤ "
