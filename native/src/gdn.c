@@ -401,13 +401,7 @@ void gdn_delta_rule(float *M, const float *k, const float *q, const float *v, fl
  * the caches (a plain copy reads each destination line in before writing it: the verify step's
  * trail cost twice its bytes). Callers fence (_mm_sfence) before the pool's barrier. */
 static void stream_copy(float *dst, const float *src, size_t n) {
-#ifdef __AVX512F__
-    size_t a = ((64 - ((uintptr_t)dst & 63)) & 63) / sizeof(float);    /* floats to a 64-byte line */
-    if (a > n) a = n;
-    memcpy(dst, src, a * sizeof(float));
-    for (; a + 16 <= n; a += 16) _mm512_stream_ps(dst + a, _mm512_loadu_ps(src + a));
-    memcpy(dst + a, src + a, (n - a) * sizeof(float));
-#elif defined(__AVX2__)
+#ifdef __AVX2__     /* AVX-512 builds too: two 32-byte streaming stores fill a line as one 64-byte one does */
     size_t a = ((32 - ((uintptr_t)dst & 31)) & 31) / sizeof(float);    /* floats to a 32-byte boundary */
     if (a > n) a = n;
     memcpy(dst, src, a * sizeof(float));
@@ -419,7 +413,7 @@ static void stream_copy(float *dst, const float *src, size_t n) {
 }
 
 static void stream_fence(void) {
-#if defined(__AVX512F__) || defined(__AVX2__)
+#ifdef __AVX2__
     _mm_sfence();
 #endif
 }
