@@ -17,7 +17,7 @@ native/tools/make_tiny_qwen35moe.py's F32 file and its Q8_0-matrices one (`q8`; 
 its reference. On the Q8_0 file llama.cpp's CPU matmuls quantize activations to Q8_0 rows, so its
 distance to the float64 reference is its own rounding (our default int8 path is the like-for-like
 row); the stderr line's "reference vs ours EXACT=1" is then the figure to read.
---arch qwen3next likewise runs native/tools/make_tiny_qwen3next.py's F32 and Q8_0 files (the same
+--arch qwen3next likewise runs make_tiny_qwen35moe.py --arch qwen3next's F32 and Q8_0 files (the same
 options, and --legacy-ssm-in: the DeltaNet input as the older files' fused ssm_in) against
 tests/model/qwen35_ref.py's Qwen3Next.
 
@@ -79,9 +79,8 @@ import llama_child  # noqa: E402  (the llama.cpp child scripts' prelude: use_ext
 GEN = ROOT / "native" / "tools" / "make_arch_fixture.py"
 GPTOSS_GEN = ROOT / "native" / "tools" / "make_tiny_gptoss.py"   # gpt-oss: its own generator
 GPTOSS_MIXES = {"kquant": "q4_k_m", "f32": "f32", "mxfp4": "mxfp4"}
-QWEN35_GEN = ROOT / "native" / "tools" / "make_tiny_qwen35moe.py"   # qwen35moe: its own generator
+QWEN35_GEN = ROOT / "native" / "tools" / "make_tiny_qwen35moe.py"   # the hybrids' own generator (--arch)
 QWEN35_MIXES = {"f32": [], "q8": ["--q8"]}
-QWEN3NEXT_GEN = ROOT / "native" / "tools" / "make_tiny_qwen3next.py"   # qwen3next: its own generator
 FWD_DUMP = ROOT / "native" / "build" / "fwd_dump"
 PROMPT = [5, 17, 42, 99, 7, 250, 33, 8, 120, 64]
 TOPN = 32
@@ -260,9 +259,8 @@ def main():
                     subprocess.run([sys.executable, str(GPTOSS_GEN), str(model), "--seed", str(a.seed), "--mix",
                                     GPTOSS_MIXES.get(mix, "f32")], check=True)
                 elif qwen35:
-                    subprocess.run([sys.executable, str(QWEN35_GEN if arch == "qwen35moe" else QWEN3NEXT_GEN), str(model),
-                                    "--seed", str(a.seed), *QWEN35_MIXES.get(mix, []), *qwen35_options(a, arch)],
-                                   check=True)
+                    subprocess.run([sys.executable, str(QWEN35_GEN), str(model), "--arch", arch, "--seed", str(a.seed),
+                                    *QWEN35_MIXES.get(mix, []), *qwen35_options(a, arch)], check=True)
                 elif patch:           # the generator in-process, with the patched shape
                     mod.main(gen)
                 else:

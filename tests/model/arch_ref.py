@@ -429,6 +429,18 @@ def log_softmax(z):
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
+def agreement(eng_lp, ref_lp, ids, start, top=32):
+    """Teacher-forced scoring of ids from position start on: how many of the reference's greedy
+    choices (ids[pos + 1]) the engine's log-probs also rank first, and the largest |d log-prob|
+    over the reference's top `top` tokens at each position."""
+    agree, err = 0, 0.0
+    for pos in range(start, len(ids) - 1):
+        agree += int(np.argmax(eng_lp[pos]) == ids[pos + 1])
+        best = np.argsort(-ref_lp[pos])[:top]
+        err = max(err, float(np.abs(ref_lp[pos, best] - eng_lp[pos, best]).max()))
+    return agree, err
+
+
 def greedy(ref, prompt, steps):
     ids = list(prompt)
     for _ in range(steps):

@@ -23,7 +23,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.model.arch_ref import log_softmax
+from tests.model.arch_ref import agreement, log_softmax
 from tests.model.qwen35_ref import Qwen3Next
 from tests.native.engine import Engine, base_env, chatml
 from tests.support import procs
@@ -72,11 +72,7 @@ def dump(fwd_dump, model, ids, tmp_path, exact=True, **env):
 def test_exact_against_reference(fwd_dump, files, variant, tmp_path):
     ids, ref = greedy_reference(files[variant])
     eng = log_softmax(dump(fwd_dump, files[variant], ids, tmp_path).astype(np.float64))
-    agree, err = 0, 0.0
-    for pos in range(len(PROMPT) - 1, len(ids) - 1):
-        agree += int(np.argmax(eng[pos]) == ids[pos + 1])
-        top = np.argsort(-ref[pos])[:32]
-        err = max(err, float(np.abs(ref[pos, top] - eng[pos, top]).max()))
+    agree, err = agreement(eng, ref, ids, len(PROMPT) - 1)
     print(f"qwen3next {variant} EXACT=1: greedy {agree}/{STEPS}, max |d log-prob| {err:.2e}")
     assert agree == STEPS, f"{variant}: greedy choice differs from the reference at {STEPS - agree} steps"
     assert err <= TOL_EXACT, f"{variant}: log-prob error {err:.3g} > {TOL_EXACT}"

@@ -70,23 +70,22 @@ def make_arch_fixture(out_path, arch, *extra_args):
 
 
 def make_tiny_qwen35moe(out_path, *extra_args):
-    """The tiny random qwen35moe file (native/tools/make_tiny_qwen35moe.py), F32."""
-    subprocess.run([PYTHON, str(ROOT / "native" / "tools" / "make_tiny_qwen35moe.py"), str(out_path), *extra_args],
-                   check=True)
-    return Path(out_path)
-
-
-def make_tiny_qwen3next(out_path, *extra_args):
-    """The tiny random qwen3next file (native/tools/make_tiny_qwen3next.py), F32; run in this
-    process (a child's import of gguf is most of a second, the file a quarter of one)."""
+    """The tiny random Gated DeltaNet hybrid (native/tools/make_tiny_qwen35moe.py: qwen35moe, or
+    qwen3next with "--arch", "qwen3next"), F32 unless extra_args say otherwise; run in this process
+    (a child's import of gguf is most of a second, the file a quarter of one)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_tiny_qwen3next",
-                                                  ROOT / "native" / "tools" / "make_tiny_qwen3next.py")
+    spec = importlib.util.spec_from_file_location("make_tiny_qwen35moe",
+                                                  ROOT / "native" / "tools" / "make_tiny_qwen35moe.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     gen.main([str(out_path), *map(str, extra_args)])
     return Path(out_path)
+
+
+def make_tiny_qwen3next(out_path, *extra_args):
+    """The tiny random qwen3next file (make_tiny_qwen35moe.py --arch qwen3next), F32."""
+    return make_tiny_qwen35moe(out_path, "--arch", "qwen3next", *extra_args)
 
 
 def claim_redis_db(url="redis://127.0.0.1:6379", ttl=3600):
