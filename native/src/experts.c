@@ -170,8 +170,8 @@ static int read_at(const expert_store *s, uint8_t *dst, size_t n, uint64_t off) 
 
 /* Matrices whose rows are a multiple of 8 are kept in the kernels' interleaved layout
  * (quant.h qpack), converted once right after the read (held[k] bytes in RAM), except MXFP4
- * experts streamed under a budget: their packing is a pure byte shuffle that the tiles redo per
- * group in cache as they run (quant_mm.c), while packing after the read cost the lanes a pass
+ * experts streamed under a budget: their packing is a pure byte shuffle that the file-layout tile
+ * does in registers as it runs (quant_tile_fp4.c), while packing after the read cost the lanes a pass
  * over cold memory and the first touch of the new pages, in the read's critical path. Kept in
  * the file's layout, they are read by O_DIRECT into place with no CPU pass at all. */
 static int packs(const expert_store *s, const es_row *R, int k) {

@@ -89,7 +89,8 @@ static inline void q5_codes(const uint8_t *p, int off, int8_t *q)
  *                  acc = fma((float)isum, d_w[b] * d_x[b], acc);
  *                  Q4_1 only: acc = fma(m_w[b], s_x[b], acc);       result acc
  *   F16:       e = o = 0; for k in order: (k even ? e : o) = fma(w_k, x_k, .); result e + o
- * Unpacked matrices are packed on the fly, 8 rows at a time, into a per-thread buffer. */
+ * Unpacked matrices are packed on the fly, 8 rows at a time, into a per-thread buffer (MXFP4 up
+ * to 4 input rows: its tile on the file's layout, quant_tile_fp4.c, the same bits). */
 
 #define PK_ROWS 8
 /* input rows of a BF16 tile (8 accumulators per group and input row): 3 for the 512-bit tile, 1 otherwise */
@@ -297,6 +298,11 @@ int mm_rows_tp(const mm_job *j, int r0, int r1);
 /* quant_tile.c: one tile of NG (1, 2) groups x NX (1..PK_NX) input rows:
  * res[k * 8 * NG + g * 8 + j] = output (row j of group gp[g], input row i0 + k). */
 void pk_tile(uint32_t t, const uint8_t *const *gp, int NG, const qact *x, int i0, int NX, float *res);
+#ifdef __AVX2__
+/* quant_tile_fp4.c: MXFP4's tile on 8 rows in the file's layout (rows[j]; a missing row may repeat
+ * another), pk_tile's bits: res[k * res_stride + j] = output (row j, input row i0 + k). */
+void pk_fp4_file(const uint8_t *const *rows, const qact *x, int i0, int NX, float *res, int res_stride);
+#endif
 
 /* quant_mm.c: the per-thread scratch buffer for packing unpacked matrices on the fly. */
 uint8_t *pk_scratch(size_t bytes);

@@ -3,7 +3,7 @@
  * or the EXACT path.
  * Owns: qmat_mul_multi, qmat_mul, qmat_mul_f32, the chunking (PAR_MIN_WORK, CHUNK_WORK), the job
  * checks, mm_rows (one chunk), mm_rows_packed (packed tiles, packing unpacked groups on the fly
- * into pk_scratch's per-thread buffer). */
+ * into pk_scratch's per-thread buffer, or MXFP4's file-layout tile at decode). */
 #include "quant_impl.h"
 #include "quant_iq.h"
 #include "quant_iqlow.h"
@@ -64,14 +64,48 @@ static inline void pk_store(float *o, const float *ak, const float *bk, int nr)
     }
 }
 
+/* Input rows up to which an MXFP4 matrix in the file's layout runs its file tile, which decodes
+ * the codes for every 4 input rows, instead of packing each group once for all of them. */
+#define FILE_TILE_MAX_N 4
+
+/* Whether w (or no matrix) runs quant_tile_fp4.c's tile on the file's layout, for n input rows:
+ * an MXFP4 expert streamed under a budget meets one or a few input rows per group at decode. */
+static int file_tile(const qmat *w, int n)
+{
+#ifdef __AVX2__
+    return w && !w->packed && w->type == GGML_MXFP4 && n <= FILE_TILE_MAX_N;
+#else
+    (void)w, (void)n;
+    return 0;
+#endif
+}
+
+/* The tile of groups r / 8 .. r / 8 + ng - 1 of w in the file's layout (pk_tile's res layout). */
+static void tile_file(const qmat *w, int r, int ng, const qact *x, int i0, int nx, float *res)
+{
+#ifdef __AVX2__
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *rows[PK_ROWS];
+        for (int k = 0; k < PK_ROWS; k++) {
+            const int rr = r + g * PK_ROWS + k;
+            rows[k] = w->data + (size_t)(rr < w->rows ? rr : w->rows - 1) * w->row_bytes;
+        }
+        pk_fp4_file(rows, x, i0, nx, res + g * PK_ROWS, PK_ROWS * ng);
+    }
+#else
+    (void)w, (void)r, (void)ng, (void)x, (void)i0, (void)nx, (void)res;
+#endif
+}
+
 /* Rows [r0, r1) of a packable job (r0 a multiple of 8). */
 static int mm_rows_packed(const mm_job *j, int r0, int r1)
 {
     const qmat *w = j->w, *w2 = j->w2;
     const int n = j->x->n, rows = w->rows;
     const size_t st = (size_t)j->out_stride, gb = pk_group_bytes(w->type, w->cols);
+    const int fa = file_tile(w, n), fb = file_tile(w2, n);
     uint8_t *buf = NULL;
-    if (!w->packed || (w2 && !w2->packed)) {
+    if ((!w->packed && !fa) || (w2 && !w2->packed && !fb)) {
         buf = pk_scratch(4 * gb);
         if (!buf) return -1;
     }
@@ -80,8 +114,8 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
         const int ng = r1 - r > PK_ROWS ? 2 : 1;
         const uint8_t *g1[2], *g2[2];
         for (int g = 0; g < ng; g++) {
-            g1[g] = pk_get(w, r + g * PK_ROWS, buf ? buf + g * gb : NULL);
-            if (w2) g2[g] = pk_get(w2, r + g * PK_ROWS, buf ? buf + (2 + g) * gb : NULL);
+            if (!fa) g1[g] = pk_get(w, r + g * PK_ROWS, buf ? buf + g * gb : NULL);
+            if (w2 && !fb) g2[g] = pk_get(w2, r + g * PK_ROWS, buf ? buf + (2 + g) * gb : NULL);
         }
         const int nr = (rows - r < ng * PK_ROWS ? rows - r : ng * PK_ROWS);
         /* F16 with 2 groups keeps 4 accumulators per input row: at most 2 rows a tile */
@@ -92,8 +126,10 @@ static int mm_rows_packed(const mm_job *j, int r0, int r1)
         if (w->type == GGML_BF16) nxmax = PK_BF16_NX;
         for (int i0 = 0; i0 < n; i0 += nxmax) {
             const int nx = n - i0 < nxmax ? n - i0 : nxmax;
-            pk_tile(w->type, g1, ng, j->x, i0, nx, a);
-            if (w2) pk_tile(w2->type, g2, ng, j->x, i0, nx, b);
+            if (fa) tile_file(w, r, ng, j->x, i0, nx, a);
+            else pk_tile(w->type, g1, ng, j->x, i0, nx, a);
+            if (w2 && fb) tile_file(w2, r, ng, j->x, i0, nx, b);
+            else if (w2) pk_tile(w2->type, g2, ng, j->x, i0, nx, b);
             for (int k = 0; k < nx; k++)
                 pk_store(j->out + (size_t)(i0 + k) * st + r, a + k * 8 * ng, w2 ? b + k * 8 * ng : NULL, nr);
         }

@@ -183,9 +183,9 @@ static void pk_group_q80(const uint8_t *const *src, int nb, uint8_t *dst)
 
 #ifdef __SSE2__
 /* MXFP4 with all 8 rows present: the codes' 8 x 4 dword transpose in registers, as Q4_1's. A
- * streamed expert is kept in the file's layout and packed group by group as the tiles run
- * (quant_mm.c pk_get), so this runs on every use of it: the scalar packer below cost as much as
- * the tile. */
+ * streamed expert is kept in the file's layout and, past 4 input rows a tile, packed group by
+ * group as the tiles run (quant_mm.c pk_get), so this runs on every such use of it: the scalar
+ * packer below cost as much as the tile. */
 static void pk_group_fp4_full(const uint8_t *const *src, int nb, uint8_t *dst)
 {
     /* the rows of a group are 8 x 1.5 KB side by side: too short a stream each for the hardware

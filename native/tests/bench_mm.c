@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     for (int k = 1; k <= 4; k++) run("Q4_K (DRAM)", GGML_Q4_K, 8 * 8192, 2048, k, 1);
     for (int k = 1; k <= 4; k++) run("Q6_K (DRAM)", GGML_Q6_K, 6 * 8192, 2048, k, 1);
     /* a gpt-oss expert (2880 x 2880 MXFP4) and 24 of them from DRAM: packed at load, or in the
-     * file's layout as a streamed expert is (packed group by group as the tile runs) */
+     * file's layout as a streamed expert is (the file-layout tile up to 4 input rows) */
     for (int p = 1; p >= 0; p--)
         for (int k = 1; k <= 4; k *= 4) {
             run("MXFP4 expert", GGML_MXFP4, 2880, 2880, k, p);

@@ -88,7 +88,8 @@ static void test_dequant(void)
     free(W); free(a); free(b); free(pk);
 }
 
-/* qmat_mul (unpacked: packed on the fly; and a packed copy) == the canonical order: per output
+/* qmat_mul (unpacked: the file-layout tile up to 4 input rows, packed on the fly above; and a
+ * packed copy) == the canonical order: per output
  * one accumulator, blocks in order, acc = fma(isum, scale(e) * d_x, acc), isum the exact sum of
  * kv[c] x_q; and near the double dot. */
 static void test_kernel(int rows, int cols, int n)
@@ -217,6 +218,8 @@ int main(void)
     test_kernel(300, 256, 3);      /* large enough to run in parallel */
     test_kernel(37, 96, 8);        /* 3 blocks, 8 input rows: the 512-bit tile's widest */
     test_kernel(7, 2880, 1);       /* gpt-oss's d_model: 90 blocks, a partial group */
+    test_kernel(37, 96, 4);        /* the file-layout tile's widest, two groups a tile and a partial one */
+    test_kernel(45, 2880, 2);
     test_determinism_exact(301, 256);
     test_determinism_exact(24, 2880);
     if (fails) {
