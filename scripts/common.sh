@@ -5,7 +5,7 @@ cd "$ROOT"
 VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+say() { printf '\033[1m==> %s\033[0m (%ds)\n' "$*" "$SECONDS"; }
 
 ensure_venv() {
     if [ ! -x "$PY" ]; then
