@@ -28,6 +28,6 @@ ASAN_OPTIONS=detect_leaks=0 COLIBRI_ENGINE="$ROOT/native/build-asan/colibri-engi
     "$VENV/bin/pytest" -q -p no:cacheprovider tests/native "$@"
 say "full suite"
 # Two workers, each test file kept on one (--dist loadfile): a file's module fixtures and the
-# fixed names some files use (test_budget's cgroups) never meet a copy of themselves. Most of a
-# live test's time is waiting on processes, so two workers cut the suite by a third on 2 vCPUs.
+# fixed names some files use (test_budget's cgroups) never meet a copy of themselves. Many tests
+# wait on processes and sockets: two workers took the suite from 26 to 17 min on 2 vCPUs.
 exec "$VENV/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile "$@"
