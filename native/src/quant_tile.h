@@ -1,6 +1,6 @@
 /* quant_tile.h — the AVX2 helpers the packed tiles share (quant_tile.c, quant_tile_zmm.c).
  * Owns: pk_dot4 (vpdpbusd or maddubs+madd), act_rows (an activation row's int8 blocks, scales and
- * sums, through qact.idx), act_hrows (its half sums), bc4, fp4_table / fp4_scales (MXFP4), the prefetch distance PK_PFD, k4_super / k4_scales (Q4_K/Q5_K's
+ * sums, through qact.idx), act_hrows (its half sums), bc4, fp4_table / fp4_scales / fp4_scales_of (MXFP4), the prefetch distance PK_PFD, k4_super / k4_scales (Q4_K/Q5_K's
  * d * sc and -(dmin * m) of 8 rows), k23_scales (Q2_K/Q3_K's scales and mins of 8 rows),
  * iql_tile_table (IQ1_S … IQ3_S's shuffle table). */
 #ifndef COLI_QUANT_TILE_H
@@ -118,14 +118,19 @@ FORCE_INLINE __m256i fp4_table(void)
     return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
                             12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
 }
-/* MXFP4: the 8 rows' scale(e) of packed block bp (quant_fp4.h's bits: 0x00200000 << e for e < 2,
+/* MXFP4: scale(e) of 8 exponents, one a lane (quant_fp4.h's bits: 0x00200000 << e for e < 2,
  * else (e - 1) << 23). */
-FORCE_INLINE __m256 fp4_scales(const uint8_t *bp)
+FORCE_INLINE __m256 fp4_scales_of(__m256i e)
 {
-    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp)), one = _mm256_set1_epi32(1);
+    const __m256i one = _mm256_set1_epi32(1);
     const __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
     const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
     return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, norm, _mm256_cmpgt_epi32(e, one)));
+}
+/* MXFP4: the 8 rows' scale(e) of packed block bp. */
+FORCE_INLINE __m256 fp4_scales(const uint8_t *bp)
+{
+    return fp4_scales_of(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp)));
 }
 #endif
 

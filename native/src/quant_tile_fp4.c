@@ -29,15 +29,6 @@ FORCE_INLINE void fp4_codes(const uint8_t *const *rows, size_t at, __m256i *v)
     v[3] = _mm256_unpackhi_epi64(t2, t3);
 }
 
-/* scale(e) of 8 exponent bytes held in the low byte of each lane (fp4_scales' bits). */
-FORCE_INLINE __m256 fp4_scales_v(__m256i e)
-{
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
-    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, norm, _mm256_cmpgt_epi32(e, one)));
-}
-
 FORCE_INLINE void fp4_file(const uint8_t *const *rows, const qact *x, int i0, const int NX, int nb, float *res,
                            int res_stride)
 {
@@ -67,7 +58,7 @@ FORCE_INLINE void fp4_file(const uint8_t *const *rows, const qact *x, int i0, co
                 is[k] = pk_dot4(pk_dot4(is[k], lo, bc4(xk)), hi, bc4(xk + 16));
             }
         }
-        const __m256 dw = fp4_scales_v(_mm256_setr_epi32(rows[0][at], rows[1][at], rows[2][at], rows[3][at], rows[4][at],
+        const __m256 dw = fp4_scales_of(_mm256_setr_epi32(rows[0][at], rows[1][at], rows[2][at], rows[3][at], rows[4][at],
                                                           rows[5][at], rows[6][at], rows[7][at]));
         for (int k = 0; k < NX; k++)
             acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[k][b])), acc[k]);
