@@ -24,8 +24,9 @@ say "native unit tests"
 make -s -C native check
 say "native protocol suite under AddressSanitizer/UBSan"
 make -s -C native asan
+# On two workers as the full suite below (a test file per worker): these tests wait on engines.
 ASAN_OPTIONS=detect_leaks=0 COLIBRI_ENGINE="$ROOT/native/build-asan/colibri-engine" \
-    "$VENV/bin/pytest" -q -p no:cacheprovider tests/native "$@"
+    "$VENV/bin/pytest" -q -p no:cacheprovider -n 2 --dist loadfile tests/native "$@"
 say "full suite"
 # Two workers, each test file kept on one (--dist loadfile): a file's module fixtures and the
 # fixed names some files use (test_budget's cgroups) never meet a copy of themselves. Many tests

@@ -20,6 +20,33 @@ def django_db_modify_db_settings():
         test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{os.getpid()}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_of_this_session():
+    """This session's own key prefix in the shared Redis cache (under pytest-xdist, each worker's: a
+    worker is a session of its own). The workers' test databases are apart but their users and keys
+    share ids, and the cache is one: a key saved on one worker bumped the key generation that the
+    other's cached keys were read under (a re-read mid-test), and rate-limit windows and outage marks
+    would meet the same way. Processes the tests start keep their own settings and Redis database."""
+    from django.core.cache import caches
+    import redis
+
+    prefix = f"colibri-test-{os.getpid()}"
+    settings.CACHES["default"]["KEY_PREFIX"] = prefix
+    try:
+        del caches["default"]            # a cache made before this fixture would keep the old prefix
+    except AttributeError:
+        pass
+    yield prefix
+    client = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    try:
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            client.delete(key)
+    except redis.RedisError:
+        pass                             # Redis gone at the end: nothing of ours to remove
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def engine_binary():
     return procs.build_engine()
