@@ -26,12 +26,19 @@ def cache_of_this_session():
     worker is a session of its own). The workers' test databases are apart but their users and keys
     share ids, and the cache is one: a key saved on one worker bumped the key generation that the
     other's cached keys were read under (a re-read mid-test), and rate-limit windows and outage marks
-    would meet the same way. Processes the tests start keep their own settings and Redis database."""
+    would meet the same way. The prefix is the deployment's namespace of every shared key (the
+    bridges' inboxes and registry too: engine_bridge.transport), so the bridges and web processes
+    the tests start inherit it (CACHE_PREFIX)."""
     from django.core.cache import caches
     import redis
 
+    from chat import relay
+
     prefix = f"colibri-test-{os.getpid()}"
     settings.CACHES["default"]["KEY_PREFIX"] = prefix
+    os.environ["CACHE_PREFIX"] = prefix
+    # this process's relay owner id names its deployment by the cache, and was made at import
+    relay.PROCESS = relay.deployment_tag() + relay.PROCESS[8:]
     try:
         del caches["default"]            # a cache made before this fixture would keep the old prefix
     except AttributeError:

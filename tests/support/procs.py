@@ -121,7 +121,7 @@ def bridge_state(env):
 
     client = redis.Redis.from_url(env.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     try:
-        raw = client.get(f"{env.get('CACHE_PREFIX', 'colibri')}:bridge:{env.get('BRIDGE_ID', 'main')}:state")
+        raw = client.get(f"{env.get('CACHE_PREFIX', os.environ.get('CACHE_PREFIX', 'colibri'))}:bridge:{env.get('BRIDGE_ID', 'main')}:state")
     finally:
         client.close()
     return json.loads(raw) if raw else None
