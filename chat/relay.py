@@ -434,11 +434,11 @@ TAIL_TIMEOUT_S = 0.25   # one write's bound: a frozen Redis must not stall the t
 _tail_down_until = 0.0
 
 
-def tail_key(message_id: int, owner: str = PROCESS) -> str:
-    """The log of one relay's message: its process (Message.relay_owner) is in the key, so a log
-    left by a process that died never meets a later message with the same id (a recreated
-    database, as every test session's)."""
-    return cache.make_key(f"chat:tail:{message_id}:{owner}")
+def tail_key(message_id: int, owner: str | None = None) -> str:
+    """The log of one relay's message: its process (Message.relay_owner; None: this one, PROCESS
+    as it is now) is in the key, so a log left by a process that died never meets a later message
+    with the same id (a recreated database, as every test session's)."""
+    return cache.make_key(f"chat:tail:{message_id}:{owner or PROCESS}")
 
 
 ANSWER, THINKING = 0, 1  # a logged piece's stream: [offset, text] is the answer's, [offset, text, 1] the thinking's
@@ -469,7 +469,7 @@ async def _log_tail(message_id: int, offset: int, text: str, stream: int = ANSWE
         return False
 
 
-async def drop_tail(message_id: int, owner: str = PROCESS) -> None:
+async def drop_tail(message_id: int, owner: str | None = None) -> None:
     client = async_client(cache)
     if client is None:
         return
