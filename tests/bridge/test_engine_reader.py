@@ -57,7 +57,9 @@ async def test_it_takes_the_lines_written_during_a_pause_in_one_read_without_wak
     pause = {"s": 0.0}
     engine = await start_fake(recorder, lambda events, cycle: pause["s"], delay=0.005)
     try:
-        pause["s"] = 0.6  # longer than the whole answer: 80 lines, one every ~5 ms
+        # longer than the whole answer (80 lines, one every ~5 ms: 0.4 s), with room for a loaded
+        # host, where the fake engine's sleeps ran long and 0.6 s ended before its last lines
+        pause["s"] = 2.0
         await engine.submit(1, 0, GenerationRequest(prompt="hello", max_tokens=80))
         await recorder.until(lambda e: isinstance(e, protocol.Accept), timeout=5)
         switches = voluntary_switches()
