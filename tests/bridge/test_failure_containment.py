@@ -155,26 +155,15 @@ async def test_a_subnormal_temperature_does_not_restart_the_engine_under_another
 
 
 async def test_a_lone_surrogate_is_refused_before_it_reaches_redis(redis_url, engine_binary, tiny_model):
-    import redis as sync_redis
-
     proc = procs.start_bridge(bridge_env(redis_url, ENGINE_BINARY=str(engine_binary), ENGINE_MODEL=str(tiny_model)))
     try:
-        client = sync_redis.Redis.from_url(redis_url)
-        db = redis_url.rpartition("/")[2]
-
-        def blocked() -> int:
-            """Clients blocked in this test's database (INFO's count is the server's, and another
-            pytest-xdist worker's bridges block on the same server)."""
-            return sum(1 for c in client.client_list() if c.get("db") == db and "b" in c.get("flags", ""))
-
-        before = blocked()
+        before = procs.blocked_clients(redis_url)
         for stop in ([], ["\udc80"]):
             events = await collect(GenerationRequest(prompt="hi \ud800" if not stop else "hi", max_tokens=4, stop=stop),
                                    timeout=5)
             assert final(events)["code"] == "BAD_REQUEST" and "surrogate" in final(events)["message"]
         await asyncio.sleep(0.2)
         # only the bridge's own receive may be blocked: no receiver left waiting per refused request
-        assert blocked() <= max(before, 1)
-        client.close()
+        assert procs.blocked_clients(redis_url) <= max(before, 1)
     finally:
         procs.stop(proc)

@@ -104,6 +104,20 @@ def claim_redis_db(url="redis://127.0.0.1:6379", ttl=3600):
     raise RuntimeError("no free Redis database to claim for tests")
 
 
+def blocked_clients(db_url):
+    """Connections blocked in a pop in the Redis database of db_url. INFO's blocked_clients counts
+    the whole server, which other sessions and the other pytest-xdist worker share."""
+    import redis
+
+    client = redis.Redis.from_url(db_url)
+    db = str(client.connection_pool.connection_kwargs.get("db", 0))
+    try:
+        return sum(1 for c in client.client_list()
+                   if c.get("db") == db and c.get("cmd", "").startswith(("bzpopmin", "blpop", "brpop")))
+    finally:
+        client.close()
+
+
 def release_redis_db(db_url):
     import redis
 

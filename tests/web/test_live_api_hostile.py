@@ -9,10 +9,10 @@ import time
 
 import httpx
 import pytest
-import redis
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from api.models import ApiKey
+from tests.support import procs
 from tests.web.test_api_hostile import ROUTES, assert_envelope, hostile_bodies
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,19 +39,8 @@ class Resp:
         return self._r.json()
 
 
-def _blocked_clients(url):
-    """Connections blocked in a pop on the live stack's Redis database (others share the server)."""
-    client = redis.Redis.from_url(url)
-    db = str(client.connection_pool.connection_kwargs.get("db", 0))
-    try:
-        return sum(1 for c in client.client_list()
-                   if c.get("db") == db and c.get("cmd", "").startswith(("bzpopmin", "blpop", "brpop")))
-    finally:
-        client.close()
-
-
 def test_it_refuses_hostile_bodies_on_every_route(live_stack, key, model):
-    blocked_before = _blocked_clients(live_stack.redis_url)
+    blocked_before = procs.blocked_clients(live_stack.redis_url)
     failures, n = [], 0
     with httpx.Client(base_url=live_stack.url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as http:
         for route in ROUTES:
@@ -80,7 +69,7 @@ def test_it_refuses_hostile_bodies_on_every_route(live_stack, key, model):
     assert not failures, failures
     # The defect left one connection blocked per surrogate request (150 s each): +10 here. The
     # bridge's own receive loop may be between two pops at either reading, hence the slack.
-    assert _blocked_clients(live_stack.redis_url) <= blocked_before + 2
+    assert procs.blocked_clients(live_stack.redis_url) <= blocked_before + 2
 
 
 def test_a_subnormal_temperature_beside_a_live_stream_restarts_nothing(live_stack, key, model):
