@@ -552,6 +552,7 @@ def run_llama(a, path, facts, cap_gb, prompt, label):
 
 # ------------------------------------------------------------------ disk and DRAM
 HUGE_PAGE = 2 << 20
+READ_CHUNK = 1 << 20      # native/src/experts.c READ_CHUNK
 
 
 def disk_bw(path, slices, n_exp, lanes, seconds=4.0):
@@ -564,8 +565,12 @@ def disk_bw(path, slices, n_exp, lanes, seconds=4.0):
     anonymous buffer on a 2 MiB boundary, advised MADV_HUGEPAGE, as the engine's buffers are
     (native/src/mem.c): on a VM, reads into 4 KiB pages (Python's default shared mapping) ran at
     half the device's rate, 2.0-2.4 against 4.4-4.8 GB/s on 2026-12-06, and a bound read that
-    way was the buffer's, not the disk's. Returns the slices' bytes per second (the covers'
-    extra pages are not counted: the bound divides what a token needs by this)."""
+    way was the buffer's, not the disk's. A cover is read in READ_CHUNK pieces, as the engine reads
+    a slice kept in the file's layout (MXFP4 under a budget; a packed slice, read whole, is at most
+    one piece in the files benched here but Qwen3-30B's Q6_K down, 1.3 MB): on a VM's virtio disk
+    1 MiB random reads ran at ~3.0 GB/s where whole 4.4 MB slices ran at 2.5-2.6 (2026-12-07).
+    Returns the slices' bytes per second (the covers' extra pages are not counted: the bound
+    divides what a token needs by this)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     total = [0] * lanes
     stop = time.perf_counter() + seconds
@@ -581,10 +586,14 @@ def disk_bw(path, slices, n_exp, lanes, seconds=4.0):
             base, sz = slices[rnd.randrange(len(slices))]
             off = base + rnd.randrange(n_exp) * sz
             a0, a1 = off & ~4095, -(-(off + sz) // 4096) * 4096
-            buf = memoryview(raw)[at:at + a1 - a0]
-            if os.preadv(fd, [buf], a0) >= off - a0 + sz:
+            got = 0
+            for c0 in range(a0, a1, READ_CHUNK):
+                c1 = min(a1, c0 + READ_CHUNK)
+                buf = memoryview(raw)[at + c0 - a0:at + c1 - a0]
+                got += os.preadv(fd, [buf], c0)
+                buf.release()
+            if got >= off - a0 + sz:
                 total[i] += sz
-            buf.release()
 
     t0 = time.perf_counter()
     th = [threading.Thread(target=lane, args=(i,)) for i in range(lanes)]

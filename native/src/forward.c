@@ -10,6 +10,7 @@
  *   FFN down(silu(gate h) * up h).
  * Which of them a layer uses, with which scales, is its architecture's forward (arch_<name>.c). */
 #include "blocks.h"
+#include "io.h"
 
 #include <math.h>
 #include <string.h>
@@ -322,6 +323,7 @@ int fwd_head_norm(fwd *F, const float *norm_w, float div) {
     const model_config *c = &m->c;
     const int d = c->d_model, V = c->vocab;
     fwd_norm(F, NULL);
+    const double idle0 = io_idle_s();
     double t0 = mnow();
     int nl = 0;
     for (int i = 0; i < F->n; i++) nl += F->rows[i].logits != NULL;
@@ -342,5 +344,6 @@ int fwd_head_norm(fwd *F, const float *norm_w, float div) {
         }
     }
     m->perf.t_head += mnow() - t0;
+    m->perf.t_head_idle += io_idle_s() - idle0;
     return 0;
 }

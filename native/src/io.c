@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 static struct {
     pthread_once_t once;
@@ -15,8 +16,21 @@ static struct {
     pthread_cond_t work, fin;
     io_batch *head, *tail;
     int lanes;
+    int running;            /* tasks being run, on lanes or callers */
+    double idle_since, idle_s;  /* no task running since; idle time summed before that */
 } L = {PTHREAD_ONCE_INIT, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-       NULL, NULL, 0};
+       NULL, NULL, 0, 0, 0.0, 0.0};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A task starts / ends (mutex held): the disk is idle while none runs. */
+static void task_begins(void) {
+    if (L.running++ == 0 && L.idle_since > 0.0) L.idle_s += now_s() - L.idle_since;
+}
 
 /* The first queued batch with a task left, its task claimed; NULL when none (mutex held). */
 static io_batch *claim(int *task) {
@@ -30,6 +44,7 @@ static io_batch *claim(int *task) {
 }
 
 static void finish_task(io_batch *b) {
+    if (--L.running == 0) L.idle_since = now_s();
     b->done++;
     if (b->done == b->n) pthread_cond_broadcast(&L.fin);
 }
@@ -44,6 +59,7 @@ static void *lane_main(void *arg) {
             pthread_cond_wait(&L.work, &L.mu);
             continue;
         }
+        task_begins();
         pthread_mutex_unlock(&L.mu);
         b->fn(b->ctx, t);
         pthread_mutex_lock(&L.mu);
@@ -93,6 +109,7 @@ void io_wait(io_batch *b) {
     pthread_mutex_lock(&L.mu);
     while (b->next < b->n) {                    /* what no lane has taken: on this thread */
         const int t = b->next++;
+        task_begins();
         pthread_mutex_unlock(&L.mu);
         b->fn(b->ctx, t);
         pthread_mutex_lock(&L.mu);
@@ -117,4 +134,12 @@ int io_done(io_batch *b) {
     const int d = b->done >= b->n;
     pthread_mutex_unlock(&L.mu);
     return d;
+}
+
+double io_idle_s(void) {
+    pthread_mutex_lock(&L.mu);
+    double s = L.idle_s;
+    if (L.running == 0 && L.idle_since > 0.0) s += now_s() - L.idle_since;
+    pthread_mutex_unlock(&L.mu);
+    return s;
 }

@@ -27,6 +27,9 @@ void io_submit(io_batch *b, io_fn fn, void *ctx, int n);
 void io_wait(io_batch *b);
 /* Non-zero once every task of b has finished (no waiting). */
 int io_done(io_batch *b);
+/* Seconds no read task was running, from the first task's end on: time the disk stood idle
+ * (a diagnostic: where streaming fails to overlap). */
+double io_idle_s(void);
 /* The number of lanes (IO_LANES, 0 .. 16; read once). */
 int io_lanes(void);
 #endif

@@ -16,6 +16,7 @@
 #include "budget.h"
 #include "gguf.h"
 #include "kv.h"
+#include "io.h"
 #include "model.h"
 #include "sampler.h"
 #include "server.h"
@@ -263,6 +264,7 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
     es_io_stats io0, io1;
     es_io(m->es, &io0);
     const perf_counters pf0 = m->perf;
+    const double idle0 = io_idle_s();
     int emitted = 0;
     while (emitted < n_gen) {
         int tok = sample_token(logits, vocab, (float)temp, (float)top_p, &rng, scratch, NULL);
@@ -302,6 +304,9 @@ static int run_oneshot(model *m, const char *prompt, int n_gen, double temp, dou
                     "expert wait %.1f ms\n", 1e3 * (t2 - t1) / steps, 1e3 * (m->perf.t_head - pf0.t_head) / steps,
             1e3 * (m->perf.t_attn - pf0.t_attn) / steps, 1e3 * (m->perf.t_emm - pf0.t_emm) / steps,
             1e3 * (m->perf.t_edisk - pf0.t_edisk) / steps);
+    if (io1.disk_bytes > io0.disk_bytes)    /* the disk stood idle: what streaming failed to overlap */
+        fprintf(stderr, "disk idle per decode token: %.1f ms, of which during the head %.1f ms\n",
+                1e3 * (io_idle_s() - idle0) / steps, 1e3 * (m->perf.t_head_idle - pf0.t_head_idle) / steps);
 out:
     free(ids);
     free(logits);

@@ -80,6 +80,7 @@ typedef struct {
 /* Per-turn profile counters (seconds), accumulated by the forward. */
 typedef struct {
     double t_edisk, t_emm, t_attn, t_head, t_dense;
+    double t_head_idle;                        /* of t_head, the disk idle (io_idle_s) */
     long forwards;
 } perf_counters;
 

@@ -3,7 +3,7 @@
  *   the float32 logits of every position (n_ids x vocab, row-major) to OUT.f32.
  *   Set FWD_DUMP_SERIAL=1 to forward one token at a time instead, FWD_DUMP_SPLIT=k to forward
  *   the first k ids, then the rest (a prompt in two chunks); EXACT=1 and KV_TYPE as
- *   colibri-engine.
+ *   colibri-engine; FWD_DUMP_EXPERT_MB=N streams the experts from disk within N MiB of RAM.
  *   FWD_DUMP_MTP=T (a file with an MTP block): also the block's logits of every position (the
  *   token after the last: T) to OUT.f32.mtp, and FWD_DUMP_DRAFT=k its k greedy guesses after T,
  *   printed on stdout.
@@ -23,7 +23,9 @@ int main(int argc, char **argv) {
     char err[256];
     expert_opts o;
     memset(&o, 0, sizeof o);
-    o.ram_budget = SIZE_MAX;
+    /* FWD_DUMP_EXPERT_MB=N: the expert store's RAM budget (the rest is read from disk per use) */
+    const char *emb = getenv("FWD_DUMP_EXPERT_MB");
+    o.ram_budget = emb ? (size_t)atol(emb) << 20 : SIZE_MAX;
     o.exact = getenv("EXACT") && !strcmp(getenv("EXACT"), "1");
     const char *mtp = getenv("FWD_DUMP_MTP");
     o.mtp = mtp != NULL;

@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                          "without it llama.cpp's gpt-oss period 2)")
     ap.add_argument("--widths", choices=["tiny", "20b"], default="tiny",
                     help="20b: gpt-oss-20b's d_model and heads (2880; 64 x 64, 8 KV heads), experts 8 x 160")
+    ap.add_argument("--d-expert", type=int, metavar="N",
+                    help="the experts' width (default: the shape's); 1024 with --widths 20b gives MXFP4 "
+                         "slices of 1.57 MB, read from disk in several pieces")
     ap.add_argument("--mix", choices=sorted(GPTOSS_MIXES), default="f32",
                     help="matrix types: f32, or make_arch_fixture's mixes (q4_k_m: Q4_K, with Q6_K for v, "
                          "expert downs and the head)")
@@ -239,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--tensor-type {spec!r}: expected REGEX=TYPE with a GGML type name such as Q4_K")
         overrides.append((re.compile(pat), tn))
     h = WIDTHS_20B if a.widths == "20b" else SHAPE
+    if a.d_expert:
+        h = dict(h, d_expert=a.d_expert)
     rng = np.random.default_rng(a.seed)
     tokens, types, merges = build_vocab()
     vocab = len(tokens)

@@ -120,6 +120,26 @@ def test_20b_widths_match_reference(tmp_path, fwd_dump):
         assert off <= off_max and err <= tol, f"{label}: {off} greedy steps off, log-prob error {err:.3g}"
 
 
+def test_experts_streamed_in_pieces_give_the_resident_logits(tmp_path, fwd_dump):
+    """Experts 1024 wide at gpt-oss-20b's d_model, MXFP4: each slice is 1.57 MB at an offset inside
+    a page, so under a budget of one expert every read is its page-aligned cover in two 1 MiB
+    pieces (O_DIRECT straight into place, the pieces on different lanes, the lookahead's wrong
+    guesses stopped between them). One token at a time (decode batches, with the lookahead), the
+    logits equal, to the bit, those with every expert resident and each slice read whole through
+    the page cache (EXPERT_DIRECT=0): in EXACT mode, and in the default mode, where the resident
+    copies are packed and the streamed ones run the file-layout tile."""
+    model = procs.make_arch_fixture(tmp_path / "wide.gguf", "gpt-oss", "--widths", "20b", "--layers", "2",
+                                    "--mix", "mxfp4", "--d-expert", "1024", "--window", str(WINDOW))
+    ids = PROMPT[:12]
+    for exact in ("1", "0"):
+        whole = dump(fwd_dump, model, ids, tmp_path, EXACT=exact, FWD_DUMP_SERIAL="1", EXPERT_DIRECT="0")
+        for label, env in (("resident", {}),
+                           *((f"streamed, {n} lanes", dict(FWD_DUMP_EXPERT_MB="5", IO_LANES=n)) for n in ("4", "1", "0"))):
+            got = dump(fwd_dump, model, ids, tmp_path, EXACT=exact, FWD_DUMP_SERIAL="1", **env)
+            diff = float(np.abs(got - whole).max())
+            assert np.array_equal(got, whole), f"EXACT={exact}, {label}: logits differ by {diff:.3g}"
+
+
 def test_sliding_window_pattern_key(tmp_path, fwd_dump):
     """attention.sliding_window_pattern 4 (layers 0, 1, 2 slide, 3 attends to everything), as
     llama.cpp's load_swa_pattern reads it: EXACT=1 = the reference, which differs from the
